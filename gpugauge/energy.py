@@ -1,0 +1,109 @@
+"""Energy and power over a window of repeated runs, from NVML's total-energy counter.
+
+The counter (millijoules) and the power readings update only every 20-100 ms, and on
+Ampere and newer the power reading is a 1-second average, so the window is long (5 s by
+default, never under 1 s); a window under 2 s is marked short. The device is synchronized
+at both ends of the window, so the host clock around it measures finished work.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpugauge.nvml import NvmlDevice
+from gpugauge.sampler import GpuSampler
+
+MIN_WINDOW_S = 1.0
+SHORT_WINDOW_S = 2.0
+
+
+@dataclass(frozen=True)
+class Energy:
+    """Energy of ``iterations`` runs over ``window_s`` seconds, with the power around it."""
+
+    window_s: float
+    iterations: int
+    energy_j: float
+    idle_power_w: float | None
+    power_trace_mean_w: float | None
+    power_trace_max_w: float | None
+    temperature_before_c: int | None
+    temperature_after_c: int | None
+    short_window: bool
+
+    @property
+    def joules_per_iter(self) -> float:
+        """Energy per run, joules."""
+        return self.energy_j / self.iterations
+
+    @property
+    def avg_power_w(self) -> float:
+        """Counter energy over the window's time, watts."""
+        return self.energy_j / self.window_s
+
+    @property
+    def dynamic_joules_per_iter(self) -> float | None:
+        """Energy per run above the idle power, joules."""
+        if self.idle_power_w is None:
+            return None
+        return (self.energy_j - self.idle_power_w * self.window_s) / self.iterations
+
+    def as_dict(self) -> dict[str, Any]:
+        """Fields plus derived values, for JSON."""
+        return {
+            **{k: getattr(self, k) for k in self.__dataclass_fields__},
+            "joules_per_iter": self.joules_per_iter,
+            "avg_power_w": self.avg_power_w,
+            "dynamic_joules_per_iter": self.dynamic_joules_per_iter,
+        }
+
+
+def measure_energy(
+    fn: Callable[[], object],
+    device: NvmlDevice,
+    synchronize: Callable[[], None],
+    *,
+    seconds_per_iter: float,
+    window_s: float = 5.0,
+    idle_s: float = 1.0,
+) -> Energy:
+    """Run ``fn`` for about ``window_s`` seconds and read the energy counter around it.
+
+    The iteration count comes from the already-measured ``seconds_per_iter``, so the
+    host never has to wait inside the window. ``idle_s`` of idling first gives the idle
+    power (the 1-second-averaged reading needs about that long to settle).
+    """
+    if window_s < MIN_WINDOW_S:
+        raise ValueError(f"energy window must be at least {MIN_WINDOW_S} s, got {window_s}")
+    if device.energy_mj() is None:
+        raise RuntimeError("this GPU has no NVML total-energy counter (needs Volta or newer)")
+    iterations = max(1, math.ceil(window_s / max(seconds_per_iter, 1e-9)))
+    synchronize()
+    time.sleep(idle_s)
+    idle_w = device.power_w()
+    temp0 = device.temperature_c()
+    with GpuSampler(device, period_s=0.05) as sampler:
+        synchronize()
+        e0, t0 = device.energy_mj(), time.perf_counter()
+        for _ in range(iterations):
+            fn()
+        synchronize()
+        e1, t1 = device.energy_mj(), time.perf_counter()
+    if e0 is None or e1 is None:
+        raise RuntimeError("the NVML energy counter stopped answering during the window")
+    powers = [s.power_w for s in sampler.between(t0, t1) if s.power_w is not None]
+    return Energy(
+        window_s=t1 - t0,
+        iterations=iterations,
+        energy_j=(e1 - e0) / 1000.0,
+        idle_power_w=idle_w,
+        power_trace_mean_w=sum(powers) / len(powers) if powers else None,
+        power_trace_max_w=max(powers) if powers else None,
+        temperature_before_c=temp0,
+        temperature_after_c=device.temperature_c(),
+        short_window=(t1 - t0) < SHORT_WINDOW_S,
+    )

@@ -1,0 +1,125 @@
+"""The environment fingerprint saved with every result: what produced these numbers.
+
+Also names the *device class* (``nvidia-h100-80gb-hbm3``, ``cpu-x86_64``), the key under
+which baselines are stored: results are never compared across device classes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpugauge.nvml import Nvml
+
+SCHEMA_VERSION = 1
+
+
+def slug(text: str) -> str:
+    """Lower-case, dash-separated: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def device_class(device: str) -> str:
+    """Baseline key of a torch device string ('cuda', 'cuda:1', 'cpu')."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return slug(torch.cuda.get_device_name(dev))
+    return slug(f"cpu-{platform.machine()}")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else platform.machine()
+
+
+def git_commit(root: Path) -> dict[str, Any]:
+    """The suite's commit and whether the tree had changes; nulls with a reason outside git."""
+
+    def git(*args: str) -> str:
+        out = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        )
+        return out.stdout.strip()
+
+    try:
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    except (OSError, subprocess.SubprocessError) as err:
+        reason = f"not a git checkout: {type(err).__name__}"
+        return {"commit": None, "dirty": None, "reason": reason}
+
+
+def torch_flags() -> dict[str, Any]:
+    """Numerics flags that change what a benchmark measures."""
+    import torch
+
+    return {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "num_threads": torch.get_num_threads(),
+    }
+
+
+def fingerprint(root: Path, nvml: Nvml | None, nvml_reason: str | None = None) -> dict[str, Any]:
+    """Everything about the software and hardware that a number depends on."""
+    import torch
+
+    try:
+        import torchvision
+
+        tv: str | None = torchvision.__version__
+    except ImportError:
+        tv = None
+    info: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torchvision": tv,
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "flags": torch_flags(),
+        "git": git_commit(root),
+        "gpus": [],
+        "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "driver": None,
+        "nvml": None if nvml is not None else nvml_reason,
+    }
+    if info["gpu_count"]:
+        info["driver"] = nvml.driver_version() if nvml else None
+        for i in range(info["gpu_count"]):
+            props = torch.cuda.get_device_properties(i)
+            gpu: dict[str, Any] = {
+                "index": i,
+                "name": props.name,
+                "device_class": slug(props.name),
+                "capability": f"{props.major}.{props.minor}",
+                "multiprocessors": props.multi_processor_count,
+                "memory_bytes": props.total_memory,
+                "l2_bytes": getattr(props, "L2_cache_size", None),
+            }
+            if nvml is not None:
+                dev = nvml.device(i)
+                gpu.update(
+                    max_sm_clock_mhz=dev.max_sm_clock_mhz(),
+                    power_limit_w=dev.power_limit_w(),
+                    state=dev.state().as_dict(),
+                )
+            info["gpus"].append(gpu)
+    return info

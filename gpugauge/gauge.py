@@ -1,0 +1,268 @@
+"""The benchmark-facing API: ``gauge.measure(spec, fn)`` and ``gauge.compare(a, b)``.
+
+:class:`GaugeSession` is the state of one pytest run (kept in ``config.stash``): the
+resolved options, NVML, the fingerprint and device ceilings (each measured once, lazily),
+and every measurement and comparison so far. :class:`Gauge` is what a benchmark gets per
+test: it runs the timing primitive, the memory and energy windows, and hands the samples
+to pytest-benchmark's fixture so its storage and compare work on device time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpugauge.ceilings import Ceilings, measure_ceilings
+from gpugauge.energy import Energy, measure_energy
+from gpugauge.environment import fingerprint
+from gpugauge.measurement import Comparison, Measurement, Spec
+from gpugauge.memory import measure_cpu_memory, measure_cuda_memory
+from gpugauge.nvml import Nvml, NvmlDevice, NvmlUnavailable
+from gpugauge.options import Options
+from gpugauge.sampler import GpuSampler
+from gpugauge.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
+
+Note = Callable[[str], None]
+
+
+@dataclass
+class GaugeSession:
+    """State of one pytest run; created in ``pytest_configure``, closed in ``unconfigure``."""
+
+    options: Options
+    root: Path
+    note: Note = print
+    measurements: list[Measurement] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+    _nvml: Nvml | NvmlUnavailable | None = None
+    _fingerprint: dict[str, Any] | None = None
+    _ceilings: dict[str, Ceilings] = field(default_factory=dict)
+    _extra_infos: dict[Spec, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def nvml(self) -> Nvml | None:
+        """Open NVML on first use; None where it is unavailable (see ``nvml_reason``)."""
+        if self._nvml is None:
+            try:
+                self._nvml = Nvml().__enter__()
+            except NvmlUnavailable as err:
+                self._nvml = err
+        return self._nvml if isinstance(self._nvml, Nvml) else None
+
+    @property
+    def nvml_reason(self) -> str | None:
+        """Why NVML is unavailable, or None."""
+        return str(self._nvml) if self.nvml is None else None
+
+    def nvml_device(self, device: str) -> NvmlDevice | None:
+        """The NVML handle behind a torch CUDA device string, or None."""
+        import torch
+
+        dev = torch.device(device)
+        if dev.type != "cuda" or self.nvml is None:
+            return None
+        return self.nvml.device(dev.index if dev.index is not None else 0)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The environment fingerprint, taken once per run."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.root, self.nvml, self.nvml_reason)
+        return self._fingerprint
+
+    def ceilings(self, device: str) -> Ceilings:
+        """The device's measured ceilings, measured on first request."""
+        if device not in self._ceilings:
+            self.note(f"measuring {device} ceilings (copy bandwidth, matmul per dtype) ...")
+            c = self._ceilings[device] = measure_ceilings(device)
+            rates = ", ".join(f"{k} {v:.1f}" for k, v in c.matmul_tflops.items())
+            self.note(f"{device}: copy {c.copy_gbps:.0f} GB/s; matmul TFLOP/s {rates}")
+        return self._ceilings[device]
+
+    def all_ceilings(self) -> dict[str, dict[str, Any]]:
+        """Every ceiling measured so far, for the saved JSON."""
+        return {k: v.as_dict() for k, v in self._ceilings.items()}
+
+    def find(self, spec: Spec) -> Measurement | None:
+        """The measurement of ``spec`` in this run, if it ran."""
+        return next((m for m in self.measurements if m.spec == spec), None)
+
+    def close(self) -> None:
+        """Shut NVML down."""
+        if isinstance(self._nvml, Nvml):
+            self._nvml.__exit__(None, None, None)
+        self._nvml = None
+
+
+def _clock(device: str) -> RoundClock:
+    return CudaEventClock(device) if device.startswith("cuda") else HostClock()
+
+
+@contextlib.contextmanager
+def _watch(nvml_device: NvmlDevice | None) -> Iterator[GpuSampler | None]:
+    if nvml_device is None:
+        yield None
+        return
+    with GpuSampler(nvml_device) as sampler:
+        yield sampler
+
+
+def _l2_flusher(device: str) -> Callable[[], object]:
+    """Zero a buffer twice the L2 size: evicts whatever the last round left in L2."""
+    import torch
+
+    l2 = torch.cuda.get_device_properties(torch.device(device)).L2_cache_size
+    buf = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8, device=device)
+    return buf.zero_
+
+
+class Gauge:
+    """Per-test measuring API; wraps the pytest-benchmark fixture it records into."""
+
+    def __init__(self, session: GaugeSession, benchmark: Any) -> None:
+        self.session = session
+        self._benchmark = benchmark
+
+    @property
+    def options(self) -> Options:
+        """The run's resolved options."""
+        return self.session.options
+
+    def _policy(self) -> TimingPolicy:
+        policy = self.options.policy
+        if self._benchmark is not None and self._benchmark.disabled:
+            policy = replace(policy, warmup_rounds=0, warmup_s=0, rounds=1)
+        return policy
+
+    def measure(
+        self,
+        spec: Spec,
+        fn: Callable[[], object],
+        *,
+        energy: bool = True,
+        extra: dict[str, Any] | None = None,
+    ) -> Measurement:
+        """Time ``fn``, then its memory and energy; record and return the measurement.
+
+        ``fn`` is one complete round (one inference, one training step). The samples go to
+        pytest-benchmark's fixture, everything else into its ``extra_info``.
+        """
+        device = spec.device
+        on_gpu = device.startswith("cuda")
+        policy = self._policy()
+        nvdev = self.session.nvml_device(device)
+        gc.collect()
+        if on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+        ceilings = None if self._benchmark_disabled else self.session.ceilings(device)
+        # CPU allocators keep freed memory, so only the first run shows RSS growth.
+        memory = None if on_gpu else measure_cpu_memory(fn)
+        self.session.note(f"{spec.id}: warm-up {policy.warmup_rounds} rounds, timing ...")
+        before = nvdev.state() if nvdev else None
+        between = _l2_flusher(device) if (on_gpu and policy.flush_l2) else None
+        clock = _clock(device)
+        with _watch(nvdev) as watch:
+            timing = measure(fn, policy, clock, between=between, watch=watch)
+        if on_gpu:
+            memory = measure_cuda_memory(fn, device, nvdev)
+        result_energy, energy_note = self._energy(
+            fn, nvdev, clock, energy and not self._benchmark_disabled, timing.summary.median
+        )
+        m = Measurement(
+            spec=spec,
+            timing=timing,
+            memory=memory,
+            energy=result_energy,
+            energy_note=energy_note,
+            gpu_before=before,
+            gpu_after=nvdev.state() if nvdev else None,
+            extra={**(extra or {}), "ceilings": ceilings and ceilings.as_dict()},
+        )
+        self._record(m)
+        s = timing.summary
+        flags = [
+            f
+            for f, on in (
+                ("noisy", timing.noisy),
+                (f"{timing.throttled_rounds} throttled", timing.throttled_rounds),
+            )
+            if on
+        ]
+        self.session.note(
+            f"{spec.id}: median {s.median:.4g} ms [{s.ci_low:.4g}, {s.ci_high:.4g}] "
+            f"n={s.n} ({timing.stop_reason})" + (f" [{', '.join(flags)}]" if flags else "")
+        )
+        return m
+
+    @property
+    def _benchmark_disabled(self) -> bool:
+        return self._benchmark is not None and self._benchmark.disabled
+
+    def _energy(
+        self,
+        fn: Callable[[], object],
+        nvdev: NvmlDevice | None,
+        clock: RoundClock,
+        wanted: bool,
+        median_ms: float,
+    ) -> tuple[Energy | None, str | None]:
+        window = self.options.energy_window_s
+        if not wanted:
+            return None, "energy not measured for this benchmark"
+        if window == 0:
+            return None, "energy turned off with --energy-window 0"
+        if nvdev is None:
+            reason = self.session.nvml_reason or "not a CUDA device"
+            return None, f"no NVML energy counter on this device: {reason}"
+        self.session.note(f"energy window {window:g} s ...")
+        try:
+            e = measure_energy(
+                fn,
+                nvdev,
+                clock.synchronize,
+                seconds_per_iter=median_ms / 1e3,
+                window_s=window,
+                idle_s=self.options.idle_s,
+            )
+        except RuntimeError as err:
+            return None, str(err)
+        return e, ("short window (< 2 s): energy is unreliable" if e.short_window else None)
+
+    def _record(self, m: Measurement) -> None:
+        """Hand the device-timed samples to pytest-benchmark, everything else as extra_info."""
+        info = m.extra_info()
+        info["fingerprint"] = self.session.fingerprint()
+        bench = self._benchmark
+        if bench is not None:
+            bench.extra_info.update(info)
+            if not bench.disabled:
+                # pytest-benchmark has no public API for externally timed rounds: this is
+                # what its pedantic mode does per round (Metadata.update takes seconds).
+                stats = bench._make_stats(1)
+                stats.options["timer"] = m.timing.clock
+                for ms in m.timing.device_ms:
+                    stats.update(ms / 1e3)
+            bench._mode = "gpugauge.measure"
+            self.session._extra_infos[m.spec] = bench.extra_info
+        self.session.measurements.append(m)
+
+    def compare(
+        self,
+        baseline: Measurement,
+        candidate: Measurement,
+        *,
+        title: str,
+        labels: tuple[str, str] = ("baseline", "candidate"),
+    ) -> Comparison:
+        """Compare two measurements of this run; saved into both results' extra_info."""
+        c = Comparison(title, baseline, candidate, *labels)
+        self.session.comparisons.append(c)
+        for spec in (baseline.spec, candidate.spec):
+            if spec in self.session._extra_infos:
+                self.session._extra_infos[spec].setdefault("comparisons", []).append(c.as_dict())
+        return c

@@ -1,0 +1,182 @@
+"""Command-line options of the suite, validated once and resolved into :class:`Options`.
+
+Argument types reject bad values at parse time with argparse's message; the cross-option
+checks in :func:`resolve` raise ``ValueError``, which the plugin turns into a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpugauge.energy import MIN_WINDOW_S
+from gpugauge.timing import TimingPolicy
+
+PROFILES = ("smoke", "seed", "full")
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")
+
+# Per profile: how hard to try for a tight median. The seeds warmed up 5 rounds and
+# averaged 10: every profile warms up 5, and seed/full take at least 10 rounds.
+PROFILE_POLICIES: dict[str, TimingPolicy] = {
+    "smoke": TimingPolicy(warmup_rounds=5, min_rounds=5, target_ci=0.05, budget_s=2.0),
+    "seed": TimingPolicy(
+        warmup_rounds=5, warmup_s=1.0, min_rounds=10, target_ci=0.01, budget_s=10.0
+    ),
+    "full": TimingPolicy(
+        warmup_rounds=5, warmup_s=1.0, min_rounds=20, target_ci=0.005, budget_s=30.0
+    ),
+}
+
+
+def _number(kind: type, low: float, what: str, inclusive: bool = True) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < low or (not inclusive and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+positive_int = _number(int, 1, "a whole number >= 1")
+count = _number(int, 0, "a whole number >= 0")
+seconds = _number(float, 0, "a number of seconds >= 0")
+positive_seconds = _number(float, 0, "a number of seconds > 0", inclusive=False)
+fraction = _number(float, 0, "a fraction > 0 (0.01 means ±1%)", inclusive=False)
+
+
+def add_options(group: Any) -> None:
+    """Declare the options on a pytest option group."""
+    group.addoption(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="smoke: small shapes (default without a GPU); seed: the seeds' exact "
+        "shapes (default with a GPU); full: sweeps",
+    )
+    group.addoption(
+        "--device",
+        choices=DEVICE_CHOICES,
+        default="auto",
+        help="where benchmarks run; auto: cuda if visible, else cpu; all: both",
+    )
+    group.addoption(
+        "--rounds",
+        type=positive_int,
+        default=None,
+        help="fixed timed rounds (the seeds used 10); default: adaptive",
+    )
+    group.addoption(
+        "--min-rounds",
+        type=positive_int,
+        default=None,
+        help="fewest timed rounds in adaptive mode (profile default)",
+    )
+    group.addoption(
+        "--warmup", type=count, default=None, help="warm-up rounds before timing (default 5)"
+    )
+    group.addoption(
+        "--warmup-time",
+        type=seconds,
+        default=None,
+        help="also warm up for at least this many seconds (profile default)",
+    )
+    group.addoption(
+        "--target-ci",
+        type=fraction,
+        default=None,
+        help="adaptive stop: relative half-width of the 95%% CI of the median",
+    )
+    group.addoption(
+        "--time-budget",
+        type=positive_seconds,
+        default=None,
+        help="adaptive stop: seconds of timed rounds per benchmark at most",
+    )
+    group.addoption(
+        "--flush-l2",
+        action="store_true",
+        default=False,
+        help="flush the GPU's L2 cache before every timed round (outside the timing)",
+    )
+    group.addoption(
+        "--energy-window",
+        type=seconds,
+        default=5.0,
+        help="seconds of repeated runs per energy reading (>= 1; 0 turns energy off)",
+    )
+    group.addoption(
+        "--idle-time",
+        type=seconds,
+        default=1.0,
+        help="idle seconds before each energy window, for the idle power",
+    )
+
+
+@dataclass(frozen=True)
+class Options:
+    """The resolved configuration of one pytest run."""
+
+    profile: str
+    devices: tuple[str, ...]
+    policy: TimingPolicy
+    energy_window_s: float
+    idle_s: float
+    cuda_available: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "profile": self.profile,
+            "devices": list(self.devices),
+            "policy": self.policy.__dict__,
+            "energy_window_s": self.energy_window_s,
+            "idle_s": self.idle_s,
+            "cuda_available": self.cuda_available,
+        }
+
+
+def resolve(get: Callable[[str], Any], cuda_available: bool) -> Options:
+    """Resolve raw option values (``get(name)``) into :class:`Options`; ValueError if invalid."""
+    profile = get("profile") or ("seed" if cuda_available else "smoke")
+    device = get("device")
+    if device == "cuda" and not cuda_available:
+        raise ValueError(
+            "--device cuda: no CUDA device is visible (torch.cuda.is_available() "
+            "is False); use --device auto or cpu"
+        )
+    devices = {
+        "auto": ("cuda",) if cuda_available else ("cpu",),
+        "cpu": ("cpu",),
+        "cuda": ("cuda",),
+        "all": ("cpu", "cuda"),
+    }[device]
+    window = get("energy_window")
+    if 0 < window < MIN_WINDOW_S:
+        raise ValueError(
+            f"--energy-window {window}: NVML's energy counter and power readings "
+            f"update every 20-100 ms; use at least {MIN_WINDOW_S:g} s, or 0 for off"
+        )
+    overrides = {
+        "rounds": get("rounds"),
+        "min_rounds": get("min_rounds"),
+        "warmup_rounds": get("warmup"),
+        "warmup_s": get("warmup_time"),
+        "target_ci": get("target_ci"),
+        "budget_s": get("time_budget"),
+        "flush_l2": get("flush_l2") or None,
+    }
+    base = PROFILE_POLICIES[profile]
+    merged = {k: v for k, v in overrides.items() if v is not None}
+    if "min_rounds" in merged:
+        merged.setdefault("max_rounds", max(base.max_rounds, merged["min_rounds"]))
+    if merged.get("target_ci", 0.5) >= 1:
+        raise ValueError("--target-ci must be below 1 (0.01 means ±1%)")
+    policy = replace(base, **merged)
+    return Options(profile, devices, policy, window, get("idle_time"), cuda_available)

@@ -1,0 +1,82 @@
+"""A background thread that samples one GPU's SM clock, clock-event reasons and power.
+
+It backs two things: the throttle flags on timed rounds (a round is flagged when, during
+its batch, the SM clock fell below 75% of the GPU's maximum, as nvbench does, or a
+slowdown reason was raised) and the power trace beside an energy window. NVML calls run
+through ctypes and release the GIL, so a 10 ms period costs the timed thread little.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from gpugauge.nvml import SLOWDOWN_MASK, NvmlDevice, reason_names
+
+THROTTLE_CLOCK_FRACTION = 0.75
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading; ``t_s`` is ``time.perf_counter()`` seconds."""
+
+    t_s: float
+    sm_clock_mhz: int | None
+    reason_mask: int | None
+    power_w: float | None
+
+
+class GpuSampler:
+    """Samples a GPU every ``period_s`` seconds while entered (``with GpuSampler(dev):``)."""
+
+    def __init__(self, device: NvmlDevice, period_s: float = 0.01) -> None:
+        self._dev = device
+        self._period = period_s
+        self._samples: list[GpuSample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        max_clock = device.max_sm_clock_mhz()
+        self._floor_mhz = None if max_clock is None else max_clock * THROTTLE_CLOCK_FRACTION
+
+    def _read(self) -> GpuSample:
+        return GpuSample(
+            time.perf_counter(),
+            self._dev.sm_clock_mhz(),
+            self._dev.clock_event_mask(),
+            self._dev.power_w(),
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._samples.append(self._read())
+            self._stop.wait(self._period)
+
+    def __enter__(self) -> GpuSampler:
+        self._samples = [self._read()]
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpugauge-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._samples.append(self._read())
+
+    def between(self, t0: float, t1: float) -> list[GpuSample]:
+        """Samples taken in [t0, t1] (perf_counter seconds)."""
+        return [s for s in list(self._samples) if t0 <= s.t_s <= t1]
+
+    def throttled_between(self, t0: float, t1: float) -> tuple[bool, tuple[str, ...]]:
+        """(slowed down?, reasons seen) over [t0, t1]."""
+        flag = False
+        mask = 0
+        for s in self.between(t0, t1):
+            mask |= s.reason_mask or 0
+            if s.reason_mask and s.reason_mask & SLOWDOWN_MASK:
+                flag = True
+            if self._floor_mhz and s.sm_clock_mhz and s.sm_clock_mhz < self._floor_mhz:
+                flag = True
+        return flag, reason_names(mask)

@@ -1,0 +1,150 @@
+"""Statistics over raw samples: the summaries are derived here, the samples stay the truth.
+
+All functions take plain sequences of floats (any unit) and return values in that unit.
+Confidence intervals are percentile bootstraps with a fixed seed, so the same samples
+always give the same interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CI_LEVEL = 0.95
+RESAMPLES = 2000
+_SEED = 20261122
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Order statistics, moments and a bootstrap CI of the median of one sample set."""
+
+    n: int
+    min: float
+    max: float
+    median: float
+    mean: float
+    stdev: float
+    q1: float
+    q3: float
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    outliers_low: int
+    outliers_high: int
+
+    @property
+    def iqr(self) -> float:
+        """Inter-quartile range, q3 - q1."""
+        return self.q3 - self.q1
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation, stdev / mean (0 for a constant sample)."""
+        return self.stdev / self.mean if self.mean else 0.0
+
+    @property
+    def ci_rel_halfwidth(self) -> float:
+        """Half the CI's width relative to the median: 0.01 means the median is known to ±1%."""
+        return (self.ci_high - self.ci_low) / 2 / self.median if self.median else float("inf")
+
+    @property
+    def outliers(self) -> int:
+        """Samples beyond Tukey's fences (1.5 IQR past the quartiles); counted, never dropped."""
+        return self.outliers_low + self.outliers_high
+
+    def as_dict(self) -> dict[str, float | int]:
+        """Flat dict with the derived fields included, for JSON."""
+        return {
+            **{k: getattr(self, k) for k in self.__dataclass_fields__},
+            "iqr": self.iqr,
+            "cv": self.cv,
+            "ci_rel_halfwidth": self.ci_rel_halfwidth,
+            "outliers": self.outliers,
+        }
+
+
+def _array(samples: Sequence[float]) -> np.ndarray:
+    a = np.asarray(samples, dtype=np.float64)
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError("statistics need a non-empty 1-D sequence of samples")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("samples contain NaN or infinity")
+    return a
+
+
+def _bootstrap_medians(a: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    idx = rng.integers(0, a.size, size=(resamples, a.size))
+    return np.median(a[idx], axis=1)
+
+
+def median_ci(
+    samples: Sequence[float], level: float = CI_LEVEL, resamples: int = RESAMPLES
+) -> tuple[float, float]:
+    """Percentile-bootstrap confidence interval of the median."""
+    a = _array(samples)
+    if a.size == 1:
+        return float(a[0]), float(a[0])
+    meds = _bootstrap_medians(a, resamples, np.random.default_rng(_SEED))
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(meds, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def summarize(
+    samples: Sequence[float], level: float = CI_LEVEL, resamples: int = RESAMPLES
+) -> Summary:
+    """Summarize samples: every statistic the result schema reports."""
+    a = _array(samples)
+    q1, med, q3 = (float(x) for x in np.percentile(a, [25, 50, 75]))
+    iqr = q3 - q1
+    lo, hi = median_ci(a, level, resamples)
+    return Summary(
+        n=int(a.size),
+        min=float(a.min()),
+        max=float(a.max()),
+        median=med,
+        mean=float(a.mean()),
+        stdev=float(a.std(ddof=1)) if a.size > 1 else 0.0,
+        q1=q1,
+        q3=q3,
+        ci_low=lo,
+        ci_high=hi,
+        ci_level=level,
+        outliers_low=int(np.sum(a < q1 - 1.5 * iqr)),
+        outliers_high=int(np.sum(a > q3 + 1.5 * iqr)),
+    )
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """median(numerator) / median(denominator) with a bootstrap CI."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+    ci_level: float
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain dict for JSON."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def ratio_of_medians(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    level: float = CI_LEVEL,
+    resamples: int = RESAMPLES,
+) -> Ratio:
+    """Ratio of the medians of two independent sample sets, CI by resampling each set.
+
+    Used for speedups (baseline time / candidate time) and, in the gate, current/baseline.
+    """
+    a, b = _array(numerator), _array(denominator)
+    rng = np.random.default_rng(_SEED)
+    ratios = _bootstrap_medians(a, resamples, rng) / _bootstrap_medians(b, resamples, rng)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return Ratio(float(np.median(a) / np.median(b)), float(lo), float(hi), level)

@@ -1,0 +1,105 @@
+"""Plain-text tables a person reads at the end of a run. Renderers take results, return text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpugauge.measurement import Comparison, Measurement
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes in binary units: '10.9 GiB'."""
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_ms(ms: float) -> str:
+    """Milliseconds to 4 significant digits."""
+    return f"{ms:.4g}"
+
+
+def render(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> str:
+    """Fixed-width table; the first column left-aligned, the others right-aligned."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    out = [title] if title else []
+    out += [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    return "\n".join(out)
+
+
+def _notes(m: Measurement) -> str:
+    notes = []
+    if m.timing.noisy:
+        notes.append("noisy")
+    if m.timing.throttled_rounds:
+        notes.append(f"{m.timing.throttled_rounds} throttled")
+    if m.summary.outliers:
+        notes.append(f"{m.summary.outliers} outliers")
+    if m.energy is not None and m.energy.short_window:
+        notes.append("short energy window")
+    return ", ".join(notes)
+
+
+def results_table(measurements: Sequence[Measurement]) -> str:
+    """One row per benchmark: median and CI (ms), rounds, CV, peak memory, energy."""
+    rows = []
+    for m in measurements:
+        s = m.summary
+        e = m.energy
+        rows.append(
+            [
+                m.spec.id,
+                fmt_ms(s.median),
+                f"[{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]",
+                str(s.n),
+                f"{s.cv:.1%}",
+                fmt_bytes(m.memory.peak_bytes if m.memory else None),
+                "-" if e is None else f"{e.joules_per_iter:.3g}",
+                "-" if e is None else f"{e.avg_power_w:.0f}",
+                _notes(m),
+            ]
+        )
+    headers = ["benchmark", "median ms", "95% CI ms", "n", "CV", "peak mem", "J/iter", "W", "notes"]
+    return render(headers, rows, "gpugauge results (device-timed rounds)")
+
+
+def comparison_table(comparisons: Sequence[Comparison]) -> str:
+    """One row per comparison: both medians, the speedup with its CI, memory saved."""
+    rows = []
+    for c in comparisons:
+        r = c.speedup
+        base_mem = c.baseline.memory.peak_bytes if c.baseline.memory else None
+        cand_mem = c.candidate.memory.peak_bytes if c.candidate.memory else None
+        frac = c.memory_saved_fraction
+        rows.append(
+            [
+                c.title,
+                f"{c.baseline_label} {fmt_ms(c.baseline.summary.median)}",
+                f"{c.candidate_label} {fmt_ms(c.candidate.summary.median)}",
+                f"{r.value:.3f}x [{r.ci_low:.3f}, {r.ci_high:.3f}]",
+                f"{fmt_bytes(base_mem)} -> {fmt_bytes(cand_mem)}",
+                "-" if frac is None else f"{frac:+.1%}",
+            ]
+        )
+    headers = [
+        "comparison",
+        "baseline ms",
+        "candidate ms",
+        "speedup [95% CI]",
+        "peak memory",
+        "mem saved",
+    ]
+    return render(headers, rows, "gpugauge comparisons (speedup = baseline / candidate time)")

@@ -1,0 +1,289 @@
+"""The one timing primitive every benchmark calls: :func:`measure`.
+
+On a GPU each round is bracketed by CUDA events recorded on the current stream, the
+events are allocated before the rounds they time, and the host synchronizes once per
+batch of rounds to read them; nothing else (no ``.item()``, no printing, no I/O) runs
+between a round's two events. On a CPU each round is timed with ``perf_counter_ns``.
+
+Warm-up runs first, by count and by time. Then either a fixed number of rounds (the seeds'
+"average of 10"), or adaptive batches until the 95% CI of the median is narrow enough or
+the time budget is spent; the latter is recorded as the stop reason and marks the
+result noisy. Every round's time is kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Protocol
+
+from gpugauge.stats import Summary, summarize
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How long to warm up and when to stop timing.
+
+    ``rounds`` fixes the round count (adaptive stopping is then off); otherwise rounds are
+    added until ``target_ci`` (relative half-width of the 95% CI of the median, 0.01 =
+    ±1%) is met, at least ``min_rounds`` are taken, and no more than ``budget_s`` seconds
+    (wall time of the timed batches) or ``max_rounds`` rounds are spent.
+    """
+
+    warmup_rounds: int = 5
+    warmup_s: float = 0.0
+    rounds: int | None = None
+    min_rounds: int = 10
+    max_rounds: int = 10_000
+    target_ci: float = 0.01
+    budget_s: float = 10.0
+    flush_l2: bool = False
+
+    def __post_init__(self) -> None:
+        checks = {
+            "warmup_rounds": self.warmup_rounds >= 0,
+            "warmup_s": self.warmup_s >= 0,
+            "rounds": self.rounds is None or self.rounds >= 1,
+            "min_rounds": self.min_rounds >= 1,
+            "max_rounds": self.max_rounds >= self.min_rounds,
+            "target_ci": 0 < self.target_ci < 1,
+            "budget_s": self.budget_s > 0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"invalid timing policy field(s) {bad}: {self}")
+
+
+class RoundClock(Protocol):
+    """Times rounds: ``begin``/``end`` around the callable, ``collect`` after a batch."""
+
+    name: str
+
+    def prepare(self, rounds: int) -> None:
+        """Allocate whatever timing ``rounds`` rounds needs, before the first of them."""
+
+    def begin(self) -> None:
+        """Mark a round's start."""
+
+    def end(self) -> None:
+        """Mark a round's end."""
+
+    def collect(self) -> list[float]:
+        """Wait for the device and return the prepared rounds' times, milliseconds."""
+
+    def synchronize(self) -> None:
+        """Wait until all work issued so far has finished."""
+
+
+class HostClock:
+    """``perf_counter_ns`` per round, for work that runs synchronously on the CPU."""
+
+    name = "perf_counter"
+
+    def __init__(self, now_ns: Callable[[], int] = time.perf_counter_ns) -> None:
+        self._now = now_ns
+        self._marks: list[tuple[int, int]] = []
+        self._t0 = 0
+
+    def prepare(self, rounds: int) -> None:
+        """Nothing to allocate on the host."""
+        self._marks = []
+
+    def begin(self) -> None:
+        """Read the clock at the round's start."""
+        self._t0 = self._now()
+
+    def end(self) -> None:
+        """Read the clock at the round's end."""
+        self._marks.append((self._t0, self._now()))
+
+    def collect(self) -> list[float]:
+        """Return the rounds' times, ms."""
+        out = [(b - a) / 1e6 for a, b in self._marks]
+        self._marks = []
+        return out
+
+    def synchronize(self) -> None:
+        """CPU work is already finished when the callable returns."""
+
+
+class CudaEventClock:
+    """CUDA events recorded on the current stream; one synchronize per batch."""
+
+    name = "cuda_event"
+
+    def __init__(self, device: object) -> None:
+        import torch
+
+        self._torch = torch
+        self._device = torch.device(device)
+        self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._i = 0
+
+    def prepare(self, rounds: int) -> None:
+        """Pre-allocate ``rounds`` event pairs so no allocation happens between rounds."""
+        ev = self._torch.cuda.Event
+        self._pairs = [(ev(enable_timing=True), ev(enable_timing=True)) for _ in range(rounds)]
+        self._i = 0
+
+    def begin(self) -> None:
+        """Record the round's start event on the current stream."""
+        self._pairs[self._i][0].record(self._torch.cuda.current_stream(self._device))
+
+    def end(self) -> None:
+        """Record the round's end event on the current stream."""
+        self._pairs[self._i][1].record(self._torch.cuda.current_stream(self._device))
+        self._i += 1
+
+    def collect(self) -> list[float]:
+        """Synchronize once, then read every recorded pair's elapsed time, ms."""
+        self.synchronize()
+        out = [start.elapsed_time(stop) for start, stop in self._pairs[: self._i]]
+        self._pairs, self._i = [], 0
+        return out
+
+    def synchronize(self) -> None:
+        """Wait for the device."""
+        self._torch.cuda.synchronize(self._device)
+
+
+class ThrottleWatch(Protocol):
+    """Says whether the GPU slowed down during a host-time window."""
+
+    def throttled_between(self, t0: float, t1: float) -> tuple[bool, tuple[str, ...]]:
+        """(throttled?, clock-event reasons seen) for ``perf_counter`` times t0..t1."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Every timed round of one measurement, and how the measurement went."""
+
+    device_ms: tuple[float, ...]
+    host_ms: tuple[float, ...]
+    clock: str
+    warmup_rounds: int
+    warmup_s: float
+    stop_reason: str
+    noisy: bool
+    throttled: tuple[bool, ...] = ()
+    clock_events: tuple[str, ...] = ()
+    l2_flushed: bool = False
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
+
+    @cached_property
+    def summary(self) -> Summary:
+        """Statistics of the device-timed rounds, ms."""
+        return summarize(self.device_ms)
+
+    @cached_property
+    def host_summary(self) -> Summary:
+        """Statistics of the host dispatch time per round, ms (shows launch-bound cases)."""
+        return summarize(self.host_ms)
+
+    @property
+    def throttled_rounds(self) -> int:
+        """How many rounds ran while the GPU had slowed down."""
+        return sum(self.throttled)
+
+
+def stop_reason(
+    samples: Sequence[float], elapsed_s: float, policy: TimingPolicy
+) -> tuple[str, bool] | None:
+    """Why to stop after these samples, and whether the result is noisy; None to go on."""
+    n = len(samples)
+    if policy.rounds is not None:
+        return (f"fixed {policy.rounds} rounds", False) if n >= policy.rounds else None
+    if n < policy.min_rounds:
+        return None
+    width = summarize(samples).ci_rel_halfwidth
+    if width <= policy.target_ci:
+        return f"CI ±{width:.2%} within target ±{policy.target_ci:.2%}", False
+    if n >= policy.max_rounds:
+        return f"max {policy.max_rounds} rounds with CI ±{width:.2%}", True
+    if elapsed_s >= policy.budget_s:
+        return (
+            f"time budget {policy.budget_s:g} s spent with CI ±{width:.2%} "
+            f"> target ±{policy.target_ci:.2%}",
+            True,
+        )
+    return None
+
+
+def _next_batch(done: Sequence[float], elapsed_s: float, policy: TimingPolicy) -> int:
+    """Double the rounds so far, but stay inside the remaining budget and max_rounds."""
+    if policy.rounds is not None:
+        return policy.rounds - len(done)
+    if len(done) < policy.min_rounds:
+        return policy.min_rounds - len(done)
+    per_round_s = max(sorted(done)[len(done) // 2] / 1e3, 1e-6)
+    fits = int(max(policy.budget_s - elapsed_s, 0.0) / per_round_s)
+    return max(1, min(len(done), fits, policy.max_rounds - len(done)))
+
+
+def measure(
+    fn: Callable[[], object],
+    policy: TimingPolicy,
+    clock: RoundClock,
+    *,
+    between: Callable[[], object] | None = None,
+    watch: ThrottleWatch | None = None,
+    now: Callable[[], float] = time.perf_counter,
+) -> Timing:
+    """Warm up, then time rounds of ``fn`` until ``policy`` says stop.
+
+    ``between`` runs before every round outside the timed region (an L2 flush, say).
+    ``watch`` flags the rounds of any batch during which the GPU slowed down.
+    """
+    t0 = now()
+    warm = 0
+    while warm < policy.warmup_rounds or now() - t0 < policy.warmup_s:
+        if between is not None:
+            between()
+        fn()
+        warm += 1
+        if policy.warmup_s:
+            clock.synchronize()  # so that the host clock above sees finished work
+    clock.synchronize()
+    warmup_s = now() - t0
+
+    samples: list[float] = []
+    host: list[float] = []
+    throttled: list[bool] = []
+    events: set[str] = set()
+    start = now()
+    while True:
+        batch = _next_batch(samples, now() - start, policy)
+        clock.prepare(batch)
+        b0 = now()
+        for _ in range(batch):
+            if between is not None:
+                between()
+            h0 = time.perf_counter_ns()
+            clock.begin()
+            fn()
+            clock.end()
+            host.append((time.perf_counter_ns() - h0) / 1e6)
+        samples.extend(clock.collect())
+        if watch is not None:
+            flag, seen = watch.throttled_between(b0, now())
+            throttled.extend([flag] * batch)
+            events.update(seen)
+        verdict = stop_reason(samples, now() - start, policy)
+        if verdict is not None:
+            break
+    reason, noisy = verdict
+    return Timing(
+        device_ms=tuple(samples),
+        host_ms=tuple(host),
+        clock=clock.name,
+        warmup_rounds=warm,
+        warmup_s=warmup_s,
+        stop_reason=reason,
+        noisy=noisy,
+        throttled=tuple(throttled),
+        clock_events=tuple(sorted(events)),
+        l2_flushed=policy.flush_l2,
+        policy=policy,
+    )

@@ -1,0 +1,70 @@
+"""Tests of the harness itself: CPU only, real torch, fakes for the clock and NVML."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Warnings are errors in the harness's own tests (not in benchmarks on foreign stacks)."""
+    for item in items:
+        if Path(str(item.path)).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.filterwarnings("error"))
+
+
+class FakeClock:
+    """A RoundClock whose rounds take preset times; ``t`` is its own seconds counter."""
+
+    name = "fake"
+
+    def __init__(self, samples_ms: Iterator[float]) -> None:
+        self._samples = samples_ms
+        self._pending: list[float] = []
+        self.t = 0.0
+        self.syncs = 0
+        self.begins = 0
+
+    def prepare(self, rounds: int) -> None:
+        self._pending = []
+
+    def begin(self) -> None:
+        self.begins += 1
+
+    def end(self) -> None:
+        ms = next(self._samples)
+        self.t += ms / 1e3
+        self._pending.append(ms)
+
+    def collect(self) -> list[float]:
+        self.syncs += 1
+        out, self._pending = self._pending, []
+        return out
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+
+
+def noisy_ms(median: float, cv: float, seed: int = 0) -> Iterator[float]:
+    """Endless normal samples around ``median`` with coefficient of variation ``cv``."""
+    rng = np.random.default_rng(seed)
+    while True:
+        yield float(median * (1 + cv * rng.standard_normal()))
+
+
+@pytest.fixture
+def gauge_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester dir that loads the gpugauge plugin like the repository root does."""
+    pytester.makeconftest('pytest_plugins = ["gpugauge.plugin"]\n')
+    pytester.makeini(
+        "[pytest]\nmarkers =\n    gpu: needs CUDA\n    cpu: runs on the CPU\n"
+        "    multi_gpu: needs 2 GPUs\n"
+    )
+    return pytester

@@ -1,0 +1,79 @@
+import time
+
+import pytest
+import torch
+
+from gpugauge.energy import measure_energy
+from gpugauge.memory import measure_cpu_memory
+from gpugauge.nvml import reason_names
+from gpugauge.sampler import GpuSampler
+
+
+class FakeGpu:
+    """An NvmlDevice double: energy grows at ``watts`` while time passes."""
+
+    def __init__(self, watts: float = 300.0, clock_mhz: int = 1980, mask: int = 0) -> None:
+        self.watts = watts
+        self.t0 = time.perf_counter()
+        self.clock = clock_mhz
+        self.mask = mask
+
+    def energy_mj(self) -> int:
+        return int((time.perf_counter() - self.t0) * self.watts * 1000)
+
+    def power_w(self) -> float:
+        return self.watts
+
+    def temperature_c(self) -> int:
+        return 50
+
+    def sm_clock_mhz(self) -> int:
+        return self.clock
+
+    def max_sm_clock_mhz(self) -> int:
+        return 1980
+
+    def clock_event_mask(self) -> int:
+        return self.mask
+
+
+def test_energy_window_reads_the_counter_around_the_runs() -> None:
+    e = measure_energy(lambda: time.sleep(0.01), FakeGpu(300.0), lambda: None,
+                       seconds_per_iter=0.01, window_s=1.0, idle_s=0.0)
+    assert e.iterations == 100
+    assert e.window_s >= 1.0
+    assert e.avg_power_w == pytest.approx(300.0, rel=0.02)
+    assert e.joules_per_iter == pytest.approx(300.0 * e.window_s / 100, rel=0.02)
+    assert e.short_window
+    assert e.power_trace_mean_w == 300.0
+    assert e.as_dict()["dynamic_joules_per_iter"] == pytest.approx(0.0, abs=0.05)
+
+
+def test_energy_window_under_one_second_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1.0 s"):
+        measure_energy(lambda: None, FakeGpu(), lambda: None, seconds_per_iter=0.1, window_s=0.5)
+
+
+def test_sampler_flags_low_clocks_and_slowdown_reasons() -> None:
+    with GpuSampler(FakeGpu(clock_mhz=1000), period_s=0.001) as s:
+        time.sleep(0.02)
+    assert s.throttled_between(0, time.perf_counter())[0]
+    with GpuSampler(FakeGpu(mask=0x4), period_s=0.001) as s:  # power cap at full clock
+        time.sleep(0.02)
+    assert s.throttled_between(0, time.perf_counter()) == (False, ("sw_power_cap",))
+    with GpuSampler(FakeGpu(mask=0x40), period_s=0.001) as s:
+        time.sleep(0.02)
+    assert s.throttled_between(0, time.perf_counter()) == (True, ("hw_thermal_slowdown",))
+
+
+def test_reason_names() -> None:
+    assert reason_names(0x4 | 0x1) == ("gpu_idle", "sw_power_cap")
+    assert reason_names(None) == ()
+
+
+def test_cpu_memory_sees_a_large_allocation() -> None:
+    m = measure_cpu_memory(lambda: torch.ones(64 * 2**20 // 4).sum())
+    assert m.peak_rss_growth_bytes is not None
+    assert m.peak_rss_growth_bytes >= 60 * 2**20
+    assert m.peak_bytes == m.peak_rss_growth_bytes
+    assert m.peak_allocated_bytes is None

@@ -1,0 +1,72 @@
+import pytest
+
+from gpugauge.options import PROFILE_POLICIES, resolve
+
+DEFAULTS = {
+    "profile": None, "device": "auto", "rounds": None, "min_rounds": None, "warmup": None,
+    "warmup_time": None, "target_ci": None, "time_budget": None, "flush_l2": False,
+    "energy_window": 5.0, "idle_time": 1.0,
+}
+
+
+def resolve_with(cuda: bool = False, **given: object):
+    values = {**DEFAULTS, **given}
+    return resolve(values.__getitem__, cuda)
+
+
+def test_defaults_follow_the_machine() -> None:
+    cpu = resolve_with(cuda=False)
+    assert (cpu.profile, cpu.devices) == ("smoke", ("cpu",))
+    assert cpu.policy == PROFILE_POLICIES["smoke"]
+    gpu = resolve_with(cuda=True)
+    assert (gpu.profile, gpu.devices) == ("seed", ("cuda",))
+
+
+def test_overrides_replace_profile_fields() -> None:
+    o = resolve_with(profile="seed", rounds=10, warmup=3, flush_l2=True, device="all")
+    assert o.policy.rounds == 10
+    assert o.policy.warmup_rounds == 3
+    assert o.policy.flush_l2
+    assert o.policy.target_ci == PROFILE_POLICIES["seed"].target_ci
+    assert o.devices == ("cpu", "cuda")
+
+
+def test_min_rounds_above_the_profile_max_raises_the_max() -> None:
+    assert resolve_with(min_rounds=50_000).policy.max_rounds == 50_000
+
+
+def test_cuda_without_a_gpu_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="--device cuda: no CUDA device"):
+        resolve_with(device="cuda")
+
+
+@pytest.mark.parametrize("window", [0.2, 0.99])
+def test_short_energy_windows_are_refused(window: float) -> None:
+    with pytest.raises(ValueError, match="at least 1 s"):
+        resolve_with(energy_window=window)
+
+
+def test_energy_window_zero_turns_energy_off() -> None:
+    assert resolve_with(energy_window=0.0).energy_window_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rounds", "0"], "argument --rounds: '0' is not a whole number >= 1"),
+        (["--rounds", "ten"], "argument --rounds: 'ten' is not a whole number >= 1"),
+        (["--profile", "huge"], "argument --profile: invalid choice: 'huge'"),
+        (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+        (["--target-ci", "-1"], "argument --target-ci: '-1' is not a fraction > 0"),
+        (["--energy-window", "0.5"], "use at least 1 s"),
+        (["--device", "cuda"], "no CUDA device is visible"),
+        (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+    ],
+)
+def test_bad_command_lines_fail_with_a_message(
+    gauge_pytester: pytest.Pytester, argv: list[str], message: str
+) -> None:
+    gauge_pytester.makepyfile("def test_x(): pass")
+    result = gauge_pytester.runpytest(*argv)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()

@@ -1,0 +1,98 @@
+"""The plugin end to end, in a pytester sandbox: samples reach pytest-benchmark's JSON."""
+
+import json
+
+import pytest
+
+BENCH = '''
+import time
+from dataclasses import dataclass
+import pytest
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    device: str = "cpu"
+    family = "demo"
+    @property
+    def id(self): return self.name
+    def as_dict(self): return {"name": self.name, "device": self.device}
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name,sleep_s", [("slow", 0.004), ("fast", 0.002)])
+def test_demo(gauge, name, sleep_s):
+    m = gauge.measure(Spec(name), lambda: time.sleep(sleep_s), extra={"note": name})
+    if name == "fast":
+        gauge.compare(gauge.session.find(Spec("slow")), m, title="demo", labels=("slow", "fast"))
+
+@pytest.mark.gpu
+def test_needs_gpu(gauge):
+    raise AssertionError("must be skipped on a machine with no GPU")
+'''
+
+
+@pytest.fixture
+def run(gauge_pytester: pytest.Pytester):
+    gauge_pytester.makepyfile(test_demo=BENCH)
+
+    def go(*args: str) -> tuple[pytest.RunResult, dict]:
+        out = gauge_pytester.path / "out.json"
+        result = gauge_pytester.runpytest("--rounds", "6", "--warmup", "1",
+                                          f"--benchmark-json={out}", *args)
+        return result, json.loads(out.read_text()) if out.exists() else {}
+
+    return go
+
+
+def test_json_stats_are_the_measured_samples(run) -> None:
+    result, data = run()
+    result.assert_outcomes(passed=2, skipped=1)
+    benches = {b["param"]: b for b in data["benchmarks"]}
+    assert set(benches) == {"slow-0.004", "fast-0.002"}
+    slow = benches["slow-0.004"]
+    info = slow["extra_info"]
+    assert slow["stats"]["data"] == pytest.approx([ms / 1e3 for ms in info["timing"]["device_ms"]])
+    assert slow["stats"]["rounds"] == 6
+    assert slow["options"]["timer"] == "perf_counter"
+    assert 0.004 <= slow["stats"]["median"] < 0.05
+    assert info["timing"]["summary_ms"]["median"] == pytest.approx(slow["stats"]["median"] * 1e3)
+    assert info["energy"] is None
+    assert "no NVML energy counter" in info["energy_note"]
+    assert info["memory"]["peak_rss_growth_bytes"] is not None
+    assert info["fingerprint"]["torch"]
+    assert info["ceilings"]["copy_gbps"] > 0
+    assert info["note"] == "slow"
+    [comparison] = info["comparisons"]
+    assert comparison["speedup"]["value"] > 1.3
+    assert data["machine_info"]["gpugauge"]["gpu_count"] == 0
+    assert data["gpugauge"]["options"]["profile"] == "smoke"
+    assert "cpu" in data["gpugauge"]["ceilings"]
+
+
+def test_gpu_cases_are_skipped_with_the_reason(run) -> None:
+    result, _ = run("-rs")
+    result.stdout.fnmatch_lines(["*SKIPPED*needs a CUDA GPU; none is visible here*"])
+
+
+def test_end_of_run_tables(run) -> None:
+    result, _ = run()
+    result.stdout.fnmatch_lines([
+        "*gpugauge results (device-timed rounds)*",
+        "benchmark*median ms*95% CI ms*",
+        "slow*",
+        "*gpugauge comparisons*",
+        "demo*slow*fast*x [*",
+    ])
+
+
+def test_benchmark_disable_runs_each_case_once(run) -> None:
+    result, data = run("--benchmark-disable")
+    result.assert_outcomes(passed=2, skipped=1)
+    assert data == {}
+
+
+def test_autosave_writes_pytest_benchmark_storage(gauge_pytester: pytest.Pytester, run) -> None:
+    result, _ = run("--benchmark-autosave", f"--benchmark-storage={gauge_pytester.path / 'st'}")
+    result.assert_outcomes(passed=2, skipped=1)
+    [saved] = list((gauge_pytester.path / "st").rglob("*.json"))
+    assert json.loads(saved.read_text())["benchmarks"][0]["stats"]["rounds"] == 6

@@ -1,0 +1,37 @@
+"""The vgg_swap bench's own logic at CPU sizes."""
+
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benches"))
+from test_vgg_swap import SwapCase, cases, check_swap_equivalence, make_step  # noqa: E402
+
+
+def small(**kw: object) -> SwapCase:
+    base = dict(arch="vgg11", batch_norm=False, variant="normal", mode="train", dtype="fp32",
+                batch=2, image=32, num_classes=10, device="cpu", profile="smoke")
+    return SwapCase(**{**base, **kw})
+
+
+@pytest.mark.parametrize("bn", [False, True])
+def test_equivalence_check_passes_for_the_real_swap(bn: bool) -> None:
+    check = check_swap_equivalence(small(batch_norm=bn))
+    assert check["outputs_identical"]
+    assert check["max_grad_rel_diff"] < 1e-5
+
+
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_steps_run(mode: str) -> None:
+    step = make_step(small(mode=mode, variant="swapped"))
+    out = step()
+    assert out is not None
+
+
+def test_seed_profile_has_the_seed_shape() -> None:
+    gpu = [c for c in cases("seed") if c.device == "cuda"]
+    assert {(c.arch, c.batch, c.image, c.num_classes) for c in gpu} == {("vgg16", 128, 224, 1000)}
+    assert {c.dtype for c in gpu} == {"fp32", "bf16"}
+    assert len({c.id for c in cases("full")}) == len(cases("full"))

@@ -1,0 +1,159 @@
+"""Run an issue's GPU acceptance checks in one call and print a short table last.
+
+    python3 tools/gpu_checks.py foundation --out "$OUT"
+
+``foundation`` (issue 2): the main command twice at the seed profile (back-to-back
+agreement), then, in this process, each seed vgg_swap callable timed by the harness,
+by ``triton.testing.do_bench`` (median) and by a bare CUDA-event loop.
+Full logs and JSON go to ``--out``; nothing here changes clocks or power limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpugauge.options import PROFILE_POLICIES  # noqa: E402
+from gpugauge.tables import render  # noqa: E402
+from gpugauge.timing import CudaEventClock, measure  # noqa: E402
+
+
+def run_pytest(args: list[str], log: Path) -> int:
+    """Run pytest from the checkout, streaming its output to stdout and ``log``."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "pytest", *args]
+    print("$", " ".join(cmd), flush=True)
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            if line.startswith(("[gpugauge]", "FAILED", "ERROR", "=")):
+                print(line, end="", flush=True)
+        return proc.wait()
+
+
+def medians(path: Path) -> dict[str, float]:
+    """Benchmark id -> median ms from a pytest-benchmark JSON."""
+    data = json.loads(path.read_text())
+    return {b["param"]: b["stats"]["median"] * 1e3 for b in data["benchmarks"]}
+
+
+def bare_event_loop(fn: Callable[[], object], rounds: int = 50, warmup: int = 5) -> float:
+    """Median ms of a plain loop: events around each call, one synchronize at the end."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    pairs = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(rounds)
+    ]
+    for a, b in pairs:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in pairs)
+    return times[len(times) // 2]
+
+
+def foundation(out: Path) -> None:
+    """Issue 2's checks."""
+    import torch
+    import triton.testing
+
+    print(
+        f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
+        flush=True,
+    )
+    runs = []
+    for i in (1, 2):
+        js = out / f"vgg_swap_seed_run{i}.json"
+        rc = run_pytest(
+            [
+                "benches",
+                "-k",
+                "vgg_swap",
+                "--profile",
+                "seed",
+                "--benchmark-autosave",
+                f"--benchmark-json={js}",
+                "-p",
+                "no:cacheprovider",
+            ],
+            out / f"vgg_swap_seed_run{i}.log",
+        )
+        print(f"run {i}: pytest exit {rc}", flush=True)
+        runs.append(medians(js) if js.exists() else {})
+
+    sys.path.insert(0, str(ROOT / "benches"))
+    from test_vgg_swap import cases, make_step
+
+    rows = []
+    policy = PROFILE_POLICIES["seed"]
+    for case in (c for c in cases("seed") if c.device == "cuda"):
+        fn = make_step(case)
+        harness = measure(fn, policy, CudaEventClock("cuda")).summary.median
+        bench = triton.testing.do_bench(fn, warmup=500, rep=3000, return_mode="median")
+        bare = bare_event_loop(fn)
+        r1, r2 = runs[0].get(case.id), runs[1].get(case.id)
+        rows.append(
+            [
+                case.id,
+                f"{harness:.2f}",
+                f"{bench:.2f}",
+                f"{harness / bench - 1:+.2%}",
+                f"{bare:.2f}",
+                f"{harness / bare - 1:+.2%}",
+                "-" if r1 is None else f"{r1:.2f}",
+                "-" if r2 is None else f"{r2:.2f}",
+                "-" if r1 is None or r2 is None else f"{r2 / r1 - 1:+.2%}",
+            ]
+        )
+        del fn
+        torch.cuda.empty_cache()
+    table = render(
+        [
+            "case",
+            "harness",
+            "do_bench",
+            "vs do_bench",
+            "bare loop",
+            "vs bare",
+            "run1",
+            "run2",
+            "run2/run1",
+        ],
+        rows,
+        f"median ms on {torch.cuda.get_device_name()} (torch {torch.__version__})",
+    )
+    (out / "foundation_table.txt").write_text(table + "\n")
+    print("\n" + table)
+
+
+def main() -> None:
+    """Parse the check name and run it."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("check", choices=["foundation"])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    {"foundation": foundation}[args.check](args.out)
+
+
+if __name__ == "__main__":
+    main()
