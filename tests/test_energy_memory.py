@@ -38,8 +38,14 @@ class FakeGpu:
 
 
 def test_energy_window_reads_the_counter_around_the_runs() -> None:
-    e = measure_energy(lambda: time.sleep(0.01), FakeGpu(300.0), lambda: None,
-                       seconds_per_iter=0.01, window_s=1.0, idle_s=0.0)
+    e = measure_energy(
+        lambda: time.sleep(0.01),
+        FakeGpu(300.0),
+        lambda: None,
+        seconds_per_iter=0.01,
+        window_s=1.0,
+        idle_s=0.0,
+    )
     assert e.iterations == 100
     assert e.window_s >= 1.0
     assert e.avg_power_w == pytest.approx(300.0, rel=0.02)
@@ -50,7 +56,7 @@ def test_energy_window_reads_the_counter_around_the_runs() -> None:
 
 
 def test_energy_window_under_one_second_is_refused() -> None:
-    with pytest.raises(ValueError, match="at least 1.0 s"):
+    with pytest.raises(ValueError, match=r"at least 1\.0 s"):
         measure_energy(lambda: None, FakeGpu(), lambda: None, seconds_per_iter=0.1, window_s=0.5)
 
 

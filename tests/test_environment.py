@@ -17,8 +17,13 @@ def test_git_commit_inside_and_outside_a_repository(tmp_path: Path) -> None:
     outside = git_commit(tmp_path)
     assert outside["commit"] is None
     assert "not a git checkout" in outside["reason"]
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "f").write_text("x")
     subprocess.run(["git", "add", "f"], cwd=tmp_path, check=True)

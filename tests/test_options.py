@@ -3,9 +3,17 @@ import pytest
 from gpugauge.options import PROFILE_POLICIES, resolve
 
 DEFAULTS = {
-    "profile": None, "device": "auto", "rounds": None, "min_rounds": None, "warmup": None,
-    "warmup_time": None, "target_ci": None, "time_budget": None, "flush_l2": False,
-    "energy_window": 5.0, "idle_time": 1.0,
+    "profile": None,
+    "device": "auto",
+    "rounds": None,
+    "min_rounds": None,
+    "warmup": None,
+    "warmup_time": None,
+    "target_ci": None,
+    "time_budget": None,
+    "flush_l2": False,
+    "energy_window": 5.0,
+    "idle_time": 1.0,
 }
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-BENCH = '''
+BENCH = """
 import time
 from dataclasses import dataclass
 import pytest
@@ -28,7 +28,7 @@ def test_demo(gauge, name, sleep_s):
 @pytest.mark.gpu
 def test_needs_gpu(gauge):
     raise AssertionError("must be skipped on a machine with no GPU")
-'''
+"""
 
 
 @pytest.fixture
@@ -37,8 +37,9 @@ def run(gauge_pytester: pytest.Pytester):
 
     def go(*args: str) -> tuple[pytest.RunResult, dict]:
         out = gauge_pytester.path / "out.json"
-        result = gauge_pytester.runpytest("--rounds", "6", "--warmup", "1",
-                                          f"--benchmark-json={out}", *args)
+        result = gauge_pytester.runpytest(
+            "--rounds", "6", "--warmup", "1", f"--benchmark-json={out}", *args
+        )
         return result, json.loads(out.read_text()) if out.exists() else {}
 
     return go
@@ -76,13 +77,15 @@ def test_gpu_cases_are_skipped_with_the_reason(run) -> None:
 
 def test_end_of_run_tables(run) -> None:
     result, _ = run()
-    result.stdout.fnmatch_lines([
-        "*gpugauge results (device-timed rounds)*",
-        "benchmark*median ms*95% CI ms*",
-        "slow*",
-        "*gpugauge comparisons*",
-        "demo*slow*fast*x [*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*gpugauge results (device-timed rounds)*",
+            "benchmark*median ms*95% CI ms*",
+            "slow*",
+            "*gpugauge comparisons*",
+            "demo*slow*fast*x [*",
+        ]
+    )
 
 
 def test_benchmark_disable_runs_each_case_once(run) -> None:

@@ -62,8 +62,12 @@ def test_between_runs_before_every_round_outside_the_timing() -> None:
             order.append("begin")
 
     clock = Recording(noisy_ms(1.0, 0.0))
-    measure(lambda: order.append("fn"), TimingPolicy(warmup_rounds=1, rounds=2), clock,
-            between=lambda: order.append("flush"))
+    measure(
+        lambda: order.append("fn"),
+        TimingPolicy(warmup_rounds=1, rounds=2),
+        clock,
+        between=lambda: order.append("flush"),
+    )
     assert order == ["flush", "fn", "flush", "begin", "fn", "flush", "begin", "fn"]
 
 
@@ -91,8 +95,15 @@ def test_stop_reason_needs_min_rounds() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [dict(warmup_rounds=-1), dict(rounds=0), dict(min_rounds=0), dict(target_ci=0),
-     dict(target_ci=1.5), dict(budget_s=0), dict(min_rounds=20, max_rounds=10)],
+    [
+        dict(warmup_rounds=-1),
+        dict(rounds=0),
+        dict(min_rounds=0),
+        dict(target_ci=0),
+        dict(target_ci=1.5),
+        dict(budget_s=0),
+        dict(min_rounds=20, max_rounds=10),
+    ],
 )
 def test_invalid_policy_is_rejected(bad: dict) -> None:
     with pytest.raises(ValueError, match="invalid timing policy"):

@@ -1,18 +1,23 @@
 """The vgg_swap bench's own logic at CPU sizes."""
 
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benches"))
-from test_vgg_swap import SwapCase, cases, check_swap_equivalence, make_step  # noqa: E402
+from benches.test_vgg_swap import SwapCase, cases, check_swap_equivalence, make_step
 
 
 def small(**kw: object) -> SwapCase:
-    base = dict(arch="vgg11", batch_norm=False, variant="normal", mode="train", dtype="fp32",
-                batch=2, image=32, num_classes=10, device="cpu", profile="smoke")
+    base = dict(
+        arch="vgg11",
+        batch_norm=False,
+        variant="normal",
+        mode="train",
+        dtype="fp32",
+        batch=2,
+        image=32,
+        num_classes=10,
+        device="cpu",
+        profile="smoke",
+    )
     return SwapCase(**{**base, **kw})
 
 

@@ -100,8 +100,7 @@ def foundation(out: Path) -> None:
         print(f"run {i}: pytest exit {rc}", flush=True)
         runs.append(medians(js) if js.exists() else {})
 
-    sys.path.insert(0, str(ROOT / "benches"))
-    from test_vgg_swap import cases, make_step
+    from benches.test_vgg_swap import cases, make_step
 
     rows = []
     policy = PROFILE_POLICIES["seed"]

@@ -1,0 +1,1 @@
+"""Benchmark modules, one per family."""
