@@ -20,10 +20,12 @@ from gpugauge.ceilings import Ceilings, measure_ceilings
 from gpugauge.energy import Energy, measure_energy
 from gpugauge.environment import fingerprint
 from gpugauge.measurement import Comparison, Measurement, Spec
-from gpugauge.memory import measure_cpu_memory, measure_cuda_memory
+from gpugauge.memory import ExpectedMemory, measure_cpu_memory, measure_cuda_memory
 from gpugauge.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.options import Options
+from gpugauge.roofline import Work, roofline
 from gpugauge.sampler import GpuSampler
+from gpugauge.tables import comparison_table, results_table, roofline_table
 from gpugauge.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 
 Note = Callable[[str], None]
@@ -86,6 +88,15 @@ class GaugeSession:
         """Every ceiling measured so far, for the saved JSON."""
         return {k: v.as_dict() for k, v in self._ceilings.items()}
 
+    def tables(self) -> dict[str, str]:
+        """The end-of-run tables, by name: printed, and saved in the JSON."""
+        out = {"results": results_table(self.measurements)} if self.measurements else {}
+        if any(m.roofline for m in self.measurements):
+            out["roofline"] = roofline_table(self.measurements)
+        if self.comparisons:
+            out["comparisons"] = comparison_table(self.comparisons)
+        return out
+
     def find(self, spec: Spec) -> Measurement | None:
         """The measurement of ``spec`` in this run, if it ran."""
         return next((m for m in self.measurements if m.spec == spec), None)
@@ -110,6 +121,29 @@ def _watch(nvml_device: NvmlDevice | None) -> Iterator[GpuSampler | None]:
         yield sampler
 
 
+def _nothing() -> None:
+    return None
+
+
+def _chain(first: Callable[[], object], then: Callable[[], object]) -> Callable[[], object]:
+    def both() -> object:
+        first()
+        return then()
+
+    return both
+
+
+def _one_line(m: Measurement) -> str:
+    s, t = m.summary, m.timing
+    flags = [
+        f
+        for f, on in (("noisy", t.noisy), (f"{t.throttled_rounds} throttled", t.throttled_rounds))
+        if on
+    ]
+    line = f"median {s.median:.4g} ms [{s.ci_low:.4g}, {s.ci_high:.4g}] n={s.n} ({t.stop_reason})"
+    return line + (f" [{', '.join(flags)}]" if flags else "")
+
+
 def _l2_flusher(device: str) -> Callable[[], object]:
     """Zero a buffer twice the L2 size: evicts whatever the last round left in L2."""
     import torch
@@ -131,9 +165,11 @@ class Gauge:
         """The run's resolved options."""
         return self.session.options
 
-    def _policy(self) -> TimingPolicy:
+    def _policy(self, flush_l2: bool) -> TimingPolicy:
         policy = self.options.policy
-        if self._benchmark is not None and self._benchmark.disabled:
+        if flush_l2 and not policy.flush_l2:
+            policy = replace(policy, flush_l2=True)
+        if self._benchmark_disabled:
             policy = replace(policy, warmup_rounds=0, warmup_s=0, rounds=1)
         return policy
 
@@ -142,17 +178,24 @@ class Gauge:
         spec: Spec,
         fn: Callable[[], object],
         *,
+        setup: Callable[[], object] | None = None,
+        work: Work | None = None,
+        expected_memory: ExpectedMemory | None = None,
+        flush_l2: bool = False,
         energy: bool = True,
         extra: dict[str, Any] | None = None,
     ) -> Measurement:
         """Time ``fn``, then its memory and energy; record and return the measurement.
 
-        ``fn`` is one complete round (one inference, one training step). The samples go to
-        pytest-benchmark's fixture, everything else into its ``extra_info``.
+        ``fn`` is one complete round (one inference, one training step). ``setup`` runs
+        before every round outside the timing and memory windows (fresh inputs, grads set
+        to None); the energy window runs it too. ``work`` adds a roofline,
+        ``expected_memory`` a check of the peak, ``flush_l2`` a cold L2 for every round.
+        The samples go to pytest-benchmark's fixture, everything else into ``extra_info``.
         """
         device = spec.device
         on_gpu = device.startswith("cuda")
-        policy = self._policy()
+        policy = self._policy(flush_l2)
         nvdev = self.session.nvml_device(device)
         gc.collect()
         if on_gpu:
@@ -160,18 +203,26 @@ class Gauge:
 
             torch.cuda.empty_cache()
         ceilings = None if self._benchmark_disabled else self.session.ceilings(device)
+        prepare = setup or _nothing
+        prepare()
         # CPU allocators keep freed memory, so only the first run shows RSS growth.
         memory = None if on_gpu else measure_cpu_memory(fn)
         self.session.note(f"{spec.id}: warm-up {policy.warmup_rounds} rounds, timing ...")
         before = nvdev.state() if nvdev else None
-        between = _l2_flusher(device) if (on_gpu and policy.flush_l2) else None
+        flush = _l2_flusher(device) if (on_gpu and policy.flush_l2) else None
+        between = setup if flush is None else _chain(prepare, flush)
         clock = _clock(device)
         with _watch(nvdev) as watch:
             timing = measure(fn, policy, clock, between=between, watch=watch)
         if on_gpu:
+            prepare()
             memory = measure_cuda_memory(fn, device, nvdev)
         result_energy, energy_note = self._energy(
-            fn, nvdev, clock, energy and not self._benchmark_disabled, timing.summary.median
+            fn if setup is None else _chain(setup, fn),
+            nvdev,
+            clock,
+            energy and not self._benchmark_disabled,
+            timing.summary.median,
         )
         m = Measurement(
             spec=spec,
@@ -181,22 +232,16 @@ class Gauge:
             energy_note=energy_note,
             gpu_before=before,
             gpu_after=nvdev.state() if nvdev else None,
+            roofline=None
+            if work is None or ceilings is None
+            else roofline(work, timing.summary.median, ceilings),
+            memory_check=None
+            if expected_memory is None or memory is None
+            else expected_memory.check(memory.peak_allocated_bytes),
             extra={**(extra or {}), "ceilings": ceilings and ceilings.as_dict()},
         )
         self._record(m)
-        s = timing.summary
-        flags = [
-            f
-            for f, on in (
-                ("noisy", timing.noisy),
-                (f"{timing.throttled_rounds} throttled", timing.throttled_rounds),
-            )
-            if on
-        ]
-        self.session.note(
-            f"{spec.id}: median {s.median:.4g} ms [{s.ci_low:.4g}, {s.ci_high:.4g}] "
-            f"n={s.n} ({timing.stop_reason})" + (f" [{', '.join(flags)}]" if flags else "")
-        )
+        self.session.note(f"{spec.id}: {_one_line(m)}")
         return m
 
     @property

@@ -13,6 +13,7 @@ from gpugauge.energy import Energy
 from gpugauge.environment import SCHEMA_VERSION
 from gpugauge.memory import Memory
 from gpugauge.nvml import GpuState
+from gpugauge.roofline import Roofline
 from gpugauge.stats import Ratio, Summary, ratio_of_medians
 from gpugauge.timing import Timing
 
@@ -42,6 +43,8 @@ class Measurement:
     energy_note: str | None = None
     gpu_before: GpuState | None = None
     gpu_after: GpuState | None = None
+    roofline: Roofline | None = None
+    memory_check: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -76,6 +79,8 @@ class Measurement:
             "energy_note": self.energy_note,
             "gpu_before": None if self.gpu_before is None else self.gpu_before.as_dict(),
             "gpu_after": None if self.gpu_after is None else self.gpu_after.as_dict(),
+            "roofline": None if self.roofline is None else self.roofline.as_dict(),
+            "memory_check": self.memory_check,
             **self.extra,
         }
 

@@ -95,3 +95,47 @@ def measure_cpu_memory(fn: Callable[[], object]) -> Memory:
     if not reset:
         note += "; the peak could not be reset, so this is a lower bound"
     return Memory(peak_rss_growth_bytes=max(growth, 0), note=note)
+
+
+TOLERANCE = 0.05
+SLACK_BYTES = 2 * 2**20  # allocator rounding: blocks are rounded up, small ones to 2 MiB
+
+
+@dataclass(frozen=True)
+class ExpectedMemory:
+    """The bytes an op should allocate, by part, and what else may legitimately show up."""
+
+    parts: dict[str, int]
+    extra_explained_by: str | None = None
+
+    @property
+    def bytes(self) -> int:
+        """Sum of the parts."""
+        return sum(self.parts.values())
+
+    def check(self, measured: int | None) -> dict[str, Any]:
+        """Compare a measured peak with the expectation: within 5% (or 2 MiB), or why not."""
+        if measured is None:
+            return {
+                "expected_bytes": self.bytes,
+                "parts": self.parts,
+                "measured_bytes": None,
+                "verdict": "no allocator peak here (CPU RSS growth is not comparable)",
+            }
+        diff = measured - self.bytes
+        within = abs(diff) <= max(TOLERANCE * self.bytes, SLACK_BYTES)
+        if within:
+            verdict = "within 5%"
+        elif diff > 0 and self.extra_explained_by:
+            verdict = f"{diff / 2**20:.0f} MiB over: {self.extra_explained_by}"
+        else:
+            side = "over" if diff > 0 else "under"
+            verdict = f"{side} by {abs(diff) / 2**20:.0f} MiB: unexplained"
+        return {
+            "expected_bytes": self.bytes,
+            "parts": self.parts,
+            "measured_bytes": measured,
+            "ratio": measured / self.bytes if self.bytes else None,
+            "within_tolerance": within,
+            "verdict": verdict,
+        }

@@ -15,7 +15,6 @@ import pytest
 from gpugauge.environment import SCHEMA_VERSION
 from gpugauge.gauge import Gauge, GaugeSession, Note
 from gpugauge.options import Options, add_options, resolve
-from gpugauge.tables import comparison_table, results_table
 
 SESSION = pytest.StashKey[GaugeSession]()
 
@@ -122,6 +121,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             "options": session.options.as_dict(),
             "ceilings": session.all_ceilings(),
             "comparisons": [c.as_dict() for c in session.comparisons],
+            "tables": session.tables(),
         }
 
 
@@ -131,7 +131,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if session is None or not session.measurements:
         return
     terminalreporter.write_sep("=", "gpugauge")
-    terminalreporter.write_line(results_table(session.measurements))
-    if session.comparisons:
+    for table in session.tables().values():
+        terminalreporter.write_line(table)
         terminalreporter.write_line("")
-        terminalreporter.write_line(comparison_table(session.comparisons))

@@ -76,6 +76,44 @@ def results_table(measurements: Sequence[Measurement]) -> str:
     return render(headers, rows, "gpugauge results (device-timed rounds)")
 
 
+def roofline_table(measurements: Sequence[Measurement]) -> str:
+    """One row per op with a roofline: time, rates, bound, % of roofline, memory, energy."""
+    rows = []
+    for m in measurements:
+        r = m.roofline
+        if r is None:
+            continue
+        check = m.memory_check or {}
+        e = m.energy
+        rows.append(
+            [
+                m.spec.id,
+                fmt_ms(m.summary.median),
+                f"{r.achieved_tflops:.3g}",
+                f"{r.achieved_gbps:.4g}",
+                r.bound,
+                f"{r.share:.0%}",
+                f"{r.achieved_gbps / r.peak_gbps:.0%}",
+                fmt_bytes(m.memory.peak_bytes if m.memory else None),
+                fmt_bytes(check.get("expected_bytes")),
+                "-" if e is None else f"{e.joules_per_iter:.3g}",
+            ]
+        )
+    headers = [
+        "op",
+        "median ms",
+        "TFLOP/s",
+        "GB/s",
+        "bound",
+        "% roofline",
+        "% copy BW",
+        "peak mem",
+        "expected",
+        "J/iter",
+    ]
+    return render(headers, rows, "gpugauge roofline (against this run's measured ceilings)")
+
+
 def comparison_table(comparisons: Sequence[Comparison]) -> str:
     """One row per comparison: both medians, the speedup with its CI, memory saved."""
     rows = []

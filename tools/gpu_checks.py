@@ -5,6 +5,8 @@
 ``foundation`` (issue 2): the main command twice at the seed profile (back-to-back
 agreement), then, in this process, each seed vgg_swap callable timed by the harness,
 by ``triton.testing.do_bench`` (median) and by a bare CUDA-event loop.
+``layers`` (issue 3): the layers family at the seed profile (its wall time), then each
+forward case timed by the harness (cold L2) and by ``do_bench`` (which flushes L2 too).
 Full logs and JSON go to ``--out``; nothing here changes clocks or power limits.
 """
 
@@ -144,14 +146,105 @@ def foundation(out: Path) -> None:
     print("\n" + table)
 
 
+def layers(out: Path) -> None:
+    """Issue 3's checks."""
+    from dataclasses import replace
+
+    import torch
+    import triton.testing
+
+    from benches.test_layers import cases, make_round
+    from gpugauge.ceilings import matmul_precision
+
+    print(
+        f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
+        flush=True,
+    )
+    js = out / "layers_seed.json"
+    t0 = time.perf_counter()
+    rc = run_pytest(
+        [
+            "benches",
+            "-k",
+            "layers",
+            "--profile",
+            "seed",
+            "--benchmark-autosave",
+            f"--benchmark-json={js}",
+            "-p",
+            "no:cacheprovider",
+        ],
+        out / "layers_seed.log",
+    )
+    wall = time.perf_counter() - t0
+    print(f"layers seed profile: pytest exit {rc} in {wall:.0f} s", flush=True)
+    saved = {}
+    if js.exists():
+        saved = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+
+    policy = replace(PROFILE_POLICIES["seed"], flush_l2=True)
+    from gpugauge.gauge import _l2_flusher
+
+    rows = []
+    for case in (c for c in cases("seed") if c.device == "cuda"):
+        info = saved.get(case.id, {})
+        roof = info.get("roofline") or {}
+        mem = info.get("memory_check") or {}
+        energy = info.get("energy") or {}
+        cells = [case.id]
+        if case.mode == "fwd":
+            fn, _ = make_round(case)
+            with matmul_precision(case.dtype):
+                harness = measure(
+                    fn, policy, CudaEventClock("cuda"), between=_l2_flusher("cuda")
+                ).summary.median
+                bench = triton.testing.do_bench(fn, warmup=200, rep=1000, return_mode="median")
+            cells += [f"{harness:.4g}", f"{bench:.4g}", f"{harness / bench - 1:+.1%}"]
+            del fn
+            torch.cuda.empty_cache()
+        else:
+            cells += ["-", "-", "-"]
+        cells += [
+            f"{roof['roofline_share']:.0%}" if roof else "-",
+            f"{roof['share_of_bandwidth']:.0%}" if roof else "-",
+            roof.get("bound", "-"),
+            (f"{mem['ratio']:.3f}" if mem.get("ratio") else "-"),
+            mem.get("verdict", "-")[:40],
+            f"{energy['joules_per_iter']:.3g}" if energy else "-",
+            f"{energy['window_s']:.1f}" if energy else "-",
+        ]
+        rows.append(cells)
+    table = render(
+        [
+            "case",
+            "harness",
+            "do_bench",
+            "diff",
+            "roofline",
+            "copy BW",
+            "bound",
+            "mem/exp",
+            "memory verdict",
+            "J/iter",
+            "window s",
+        ],
+        rows,
+        f"layers seed on {torch.cuda.get_device_name()} (torch {torch.__version__}); "
+        f"pytest wall {wall:.0f} s, exit {rc}",
+    )
+    (out / "layers_table.txt").write_text(table + "\n")
+    print("\n" + table)
+
+
 def main() -> None:
     """Parse the check name and run it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("check", choices=["foundation"])
+    parser.add_argument("check", choices=["foundation", "layers"])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    {"foundation": foundation}[args.check](args.out)
+    {"foundation": foundation, "layers": layers}[args.check](args.out)
 
 
 if __name__ == "__main__":
