@@ -144,7 +144,7 @@ def _one_line(m: Measurement) -> str:
     return line + (f" [{', '.join(flags)}]" if flags else "")
 
 
-def _l2_flusher(device: str) -> Callable[[], object]:
+def l2_flusher(device: str) -> Callable[[], object]:
     """Zero a buffer twice the L2 size: evicts whatever the last round left in L2."""
     import torch
 
@@ -209,7 +209,7 @@ class Gauge:
         memory = None if on_gpu else measure_cpu_memory(fn)
         self.session.note(f"{spec.id}: warm-up {policy.warmup_rounds} rounds, timing ...")
         before = nvdev.state() if nvdev else None
-        flush = _l2_flusher(device) if (on_gpu and policy.flush_l2) else None
+        flush = l2_flusher(device) if (on_gpu and policy.flush_l2) else None
         between = setup if flush is None else _chain(prepare, flush)
         clock = _clock(device)
         with _watch(nvdev) as watch:

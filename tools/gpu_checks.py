@@ -184,7 +184,7 @@ def layers(out: Path) -> None:
         saved = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
 
     policy = replace(PROFILE_POLICIES["seed"], flush_l2=True)
-    from gpugauge.gauge import _l2_flusher
+    from gpugauge.gauge import l2_flusher
 
     rows = []
     for case in (c for c in cases("seed") if c.device == "cuda"):
@@ -197,7 +197,7 @@ def layers(out: Path) -> None:
             fn, _ = make_round(case)
             with matmul_precision(case.dtype):
                 harness = measure(
-                    fn, policy, CudaEventClock("cuda"), between=_l2_flusher("cuda")
+                    fn, policy, CudaEventClock("cuda"), between=l2_flusher("cuda")
                 ).summary.median
                 bench = triton.testing.do_bench(fn, warmup=200, rep=1000, return_mode="median")
             cells += [f"{harness:.4g}", f"{bench:.4g}", f"{harness / bench - 1:+.1%}"]
