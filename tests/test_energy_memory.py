@@ -55,6 +55,19 @@ def test_energy_window_reads_the_counter_around_the_runs() -> None:
     assert e.as_dict()["dynamic_joules_per_iter"] == pytest.approx(0.0, abs=0.05)
 
 
+def test_energy_window_is_topped_up_when_rounds_run_faster_than_timed() -> None:
+    e = measure_energy(
+        lambda: time.sleep(0.002),
+        FakeGpu(),
+        lambda: None,
+        seconds_per_iter=0.01,
+        window_s=1.0,
+        idle_s=0.0,
+    )
+    assert e.window_s >= 1.0
+    assert e.iterations > 300
+
+
 def test_energy_window_under_one_second_is_refused() -> None:
     with pytest.raises(ValueError, match=r"at least 1\.0 s"):
         measure_energy(lambda: None, FakeGpu(), lambda: None, seconds_per_iter=0.1, window_s=0.5)
