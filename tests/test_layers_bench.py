@@ -1,7 +1,6 @@
 """The layers family's formulas and cases, checked on the CPU."""
 
 import pytest
-import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from benches.test_layers import LayerCase, cases, make_round
