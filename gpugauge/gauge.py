@@ -16,16 +16,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from gpugauge.baselines import BaselineStore, entry_of
 from gpugauge.ceilings import Ceilings, measure_ceilings
 from gpugauge.energy import Energy, measure_energy
 from gpugauge.environment import fingerprint
+from gpugauge.gate import Gate, GateResult, Verdict
 from gpugauge.measurement import Comparison, Measurement, Spec
 from gpugauge.memory import ExpectedMemory, measure_cpu_memory, measure_cuda_memory
 from gpugauge.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.options import Options
 from gpugauge.roofline import Work, roofline
 from gpugauge.sampler import GpuSampler
-from gpugauge.tables import comparison_table, results_table, roofline_table
+from gpugauge.tables import comparison_table, gate_table, results_table, roofline_table
 from gpugauge.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 
 Note = Callable[[str], None]
@@ -40,6 +44,9 @@ class GaugeSession:
     note: Note = print
     measurements: list[Measurement] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+    gate: Gate | None = None
+    gate_results: list[GateResult] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
@@ -95,7 +102,43 @@ class GaugeSession:
             out["roofline"] = roofline_table(self.measurements)
         if self.comparisons:
             out["comparisons"] = comparison_table(self.comparisons)
+        if self.gate is not None and self.measurements:
+            out["gate"] = gate_table(self.gate_results, self.missing_from_run())
         return out
+
+    def missing_from_run(self) -> list[str]:
+        """Baseline entries of the families that ran, which this run did not measure."""
+        if self.gate is None:
+            return []
+        seen = {
+            (entry.device_class, entry.family, entry.id)
+            for entry in map(entry_of, self.measurements)
+        }
+        out = []
+        for dev, fam in sorted({(d, f) for d, f, _ in seen}):
+            ids = {i for d, f, i in seen if (d, f) == (dev, fam)}
+            out += [f"{dev}/{fam}: {i}" for i in self.gate.missing(dev, fam, ids)]
+        return out
+
+    def write_baselines(self, passed: bool) -> None:
+        """Store this run's results as baselines (only a run in which every test passed)."""
+        if not passed:
+            self.messages.append("baselines NOT written: the run had failures or errors")
+            return
+        if not self.measurements:
+            self.messages.append("baselines NOT written: nothing was measured")
+            return
+        fp = self.fingerprint()
+        meta = {
+            "recorded_with": {
+                k: fp.get(k) for k in ("torch", "cuda_runtime", "cudnn", "driver", "git", "python")
+            },
+            "profile": self.options.profile,
+        }
+        for path in BaselineStore(self.options.baselines_dir).write(
+            map(entry_of, self.measurements), meta
+        ):
+            self.messages.append(f"baseline written: {path}")
 
     def find(self, spec: Spec) -> Measurement | None:
         """The measurement of ``spec`` in this run, if it ran."""
@@ -242,7 +285,20 @@ class Gauge:
         )
         self._record(m)
         self.session.note(f"{spec.id}: {_one_line(m)}")
+        self._gate(m)
         return m
+
+    def _gate(self, m: Measurement) -> None:
+        """Judge against the baseline; a regression fails the test that owns it."""
+        gate = self.session.gate
+        if gate is None or self._benchmark_disabled:
+            return
+        result = gate.judge(entry_of(m))
+        self.session.gate_results.append(result)
+        if self._benchmark is not None:
+            self._benchmark.extra_info["gate"] = result.as_dict()
+        if result.verdict is Verdict.REGRESSED:
+            pytest.fail(f"gpugauge gate: {result.message()}", pytrace=False)
 
     @property
     def _benchmark_disabled(self) -> bool:

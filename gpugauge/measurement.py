@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpugauge.energy import Energy
-from gpugauge.environment import SCHEMA_VERSION
+from gpugauge.environment import SCHEMA_VERSION, device_class
 from gpugauge.memory import Memory
 from gpugauge.nvml import GpuState
 from gpugauge.roofline import Roofline
@@ -58,6 +58,7 @@ class Measurement:
         return {
             "gpugauge_schema": SCHEMA_VERSION,
             "family": self.spec.family,
+            "device_class": device_class(self.spec.device),
             "spec": self.spec.as_dict(),
             "timing": {
                 "clock": t.clock,

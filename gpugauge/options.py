@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from gpugauge.energy import MIN_WINDOW_S
@@ -117,6 +118,32 @@ def add_options(group: Any) -> None:
         default=1.0,
         help="idle seconds before each energy window, for the idle power",
     )
+    group.addoption(
+        "--gate",
+        action="store_true",
+        default=False,
+        help="compare every result with the stored baseline of this device class; "
+        "a regression fails its test",
+    )
+    group.addoption(
+        "--update-baselines",
+        action="store_true",
+        default=False,
+        help="after a run in which every test passed, store its results as the "
+        "baselines of this device class",
+    )
+    group.addoption(
+        "--baselines-dir",
+        type=Path,
+        default=None,
+        help="baselines folder (default: <rootdir>/baselines)",
+    )
+    group.addoption(
+        "--tolerances-dir",
+        type=Path,
+        default=None,
+        help="tolerance TOML folder (default: <rootdir>/tolerances)",
+    )
 
 
 @dataclass(frozen=True)
@@ -129,6 +156,10 @@ class Options:
     energy_window_s: float
     idle_s: float
     cuda_available: bool
+    gate: bool = False
+    update_baselines: bool = False
+    baselines_dir: Path = Path("baselines")
+    tolerances_dir: Path = Path("tolerances")
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -139,10 +170,14 @@ class Options:
             "energy_window_s": self.energy_window_s,
             "idle_s": self.idle_s,
             "cuda_available": self.cuda_available,
+            "gate": self.gate,
+            "update_baselines": self.update_baselines,
+            "baselines_dir": str(self.baselines_dir),
+            "tolerances_dir": str(self.tolerances_dir),
         }
 
 
-def resolve(get: Callable[[str], Any], cuda_available: bool) -> Options:
+def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path(".")) -> Options:
     """Resolve raw option values (``get(name)``) into :class:`Options`; ValueError if invalid."""
     profile = get("profile") or ("seed" if cuda_available else "smoke")
     device = get("device")
@@ -179,4 +214,15 @@ def resolve(get: Callable[[str], Any], cuda_available: bool) -> Options:
     if merged.get("target_ci", 0.5) >= 1:
         raise ValueError("--target-ci must be below 1 (0.01 means ±1%)")
     policy = replace(base, **merged)
-    return Options(profile, devices, policy, window, get("idle_time"), cuda_available)
+    return Options(
+        profile,
+        devices,
+        policy,
+        window,
+        get("idle_time"),
+        cuda_available,
+        gate=get("gate"),
+        update_baselines=get("update_baselines"),
+        baselines_dir=get("baselines_dir") or root / "baselines",
+        tolerances_dir=get("tolerances_dir") or root / "tolerances",
+    )

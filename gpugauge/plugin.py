@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 
+from gpugauge.baselines import BaselineStore
 from gpugauge.environment import SCHEMA_VERSION
+from gpugauge.gate import Gate
 from gpugauge.gauge import Gauge, GaugeSession, Note
 from gpugauge.options import Options, add_options, resolve
+from gpugauge.tolerances import load_tolerances
 
 SESSION = pytest.StashKey[GaugeSession]()
 
@@ -45,10 +48,15 @@ def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     try:
-        options = resolve(config.getoption, torch.cuda.is_available())
-    except ValueError as err:
+        options = resolve(config.getoption, torch.cuda.is_available(), config.rootpath)
+        gate = None
+        if options.gate:
+            store = BaselineStore(options.baselines_dir)
+            store.validate_all()
+            gate = Gate(store, load_tolerances(options.tolerances_dir))
+    except ValueError as err:  # also BaselineError, ToleranceError
         raise pytest.UsageError(str(err)) from None
-    config.stash[SESSION] = GaugeSession(options, config.rootpath, _note_writer(config))
+    config.stash[SESSION] = GaugeSession(options, config.rootpath, _note_writer(config), gate=gate)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -122,15 +130,30 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             "ceilings": session.all_ceilings(),
             "comparisons": [c.as_dict() for c in session.comparisons],
             "tables": session.tables(),
+            "gate": [r.as_dict() for r in session.gate_results],
         }
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write baselines if asked (after a fully passing run); never raise from here."""
+    gs = session.config.stash.get(SESSION, None)
+    if gs is None or not gs.options.update_baselines:
+        return
+    try:
+        gs.write_baselines(passed=exitstatus == pytest.ExitCode.OK)
+    except (OSError, ValueError) as err:
+        gs.messages.append(f"baselines NOT written: {err}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Print the results and comparison tables."""
     session = terminalreporter.config.stash.get(SESSION, None)
-    if session is None or not session.measurements:
+    if session is None or not (session.measurements or session.messages):
         return
     terminalreporter.write_sep("=", "gpugauge")
+    for message in session.messages:
+        terminalreporter.write_line(message)
     for table in session.tables().values():
         terminalreporter.write_line(table)
         terminalreporter.write_line("")

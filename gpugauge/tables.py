@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpugauge.gate import GateResult, MetricCheck, Verdict
 from gpugauge.measurement import Comparison, Measurement
 
 
@@ -141,3 +142,48 @@ def comparison_table(comparisons: Sequence[Comparison]) -> str:
         "mem saved",
     ]
     return render(headers, rows, "gpugauge comparisons (speedup = baseline / candidate time)")
+
+
+def _ratio(check: MetricCheck | None) -> str:
+    if check is None:
+        return "-"
+    if check.ci_low == check.ci_high:
+        return f"{check.ratio:.3f}x"
+    return f"{check.ratio:.3f}x [{check.ci_low:.3f}, {check.ci_high:.3f}]"
+
+
+def gate_table(results: Sequence[GateResult], missing: Sequence[str] = ()) -> str:
+    """One row per gated benchmark (regressions first), counts in the title, then missing."""
+    order = list(Verdict)
+    rows = []
+    for r in sorted(results, key=lambda r: (order.index(r.verdict), r.id)):
+        t = r.check("time")
+        rows.append(
+            [
+                r.id,
+                r.verdict.value.upper() if r.verdict is Verdict.REGRESSED else r.verdict.value,
+                _ratio(t),
+                "-" if t is None else f"<= {1 + t.tolerance:.3f}",
+                _ratio(r.check("memory")),
+                _ratio(r.check("energy")),
+                r.note,
+            ]
+        )
+    counts = ", ".join(
+        f"{sum(r.verdict is v for r in results)} {v.value}"
+        for v in order
+        if any(r.verdict is v for r in results)
+    )
+    headers = [
+        "benchmark",
+        "verdict",
+        "time now/base [95% CI]",
+        "allowed",
+        "memory",
+        "energy",
+        "note",
+    ]
+    text = render(headers, rows, f"gpugauge gate: {counts or 'nothing gated'}")
+    if missing:
+        text += "\nin the baseline but not run: " + ", ".join(missing)
+    return text

@@ -14,6 +14,10 @@ DEFAULTS = {
     "flush_l2": False,
     "energy_window": 5.0,
     "idle_time": 1.0,
+    "gate": False,
+    "update_baselines": False,
+    "baselines_dir": None,
+    "tolerances_dir": None,
 }
 
 

@@ -99,3 +99,57 @@ def test_autosave_writes_pytest_benchmark_storage(gauge_pytester: pytest.Pyteste
     result.assert_outcomes(passed=2, skipped=1)
     [saved] = list((gauge_pytester.path / "st").rglob("*.json"))
     assert json.loads(saved.read_text())["benchmarks"][0]["stats"]["rounds"] == 6
+
+
+def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
+    """Record baselines, pass an identical run, fail a slowed run naming the benchmark."""
+    gauge_pytester.makepyfile(test_demo=BENCH)
+    base = gauge_pytester.path / "baselines"
+    tols = gauge_pytester.mkdir("tolerances")
+    (tols / "t.toml").write_text("[default]\ntime = 0.25\n")
+    common = [
+        "--rounds",
+        "10",
+        "--warmup",
+        "1",
+        f"--baselines-dir={base}",
+        f"--tolerances-dir={tols}",
+        "-p",
+        "tests.slowdown",
+    ]
+
+    recorded = gauge_pytester.runpytest(*common, "--update-baselines")
+    recorded.assert_outcomes(passed=2, skipped=1)
+    [written] = list(base.rglob("demo.json"))
+    assert set(json.loads(written.read_text())["benchmarks"]) == {"slow", "fast"}
+    recorded.stdout.fnmatch_lines([f"baseline written: {written}"])
+
+    same = gauge_pytester.runpytest(*common, "--gate")
+    same.assert_outcomes(passed=2, skipped=1)
+    same.stdout.fnmatch_lines(["gpugauge gate: *", "*slow*", "*fast*"])
+    assert "REGRESSED" not in same.stdout.str()
+
+    slowed = gauge_pytester.runpytest(*common, "--gate", "--slowdown-ms", "3")
+    assert slowed.ret == pytest.ExitCode.TESTS_FAILED
+    slowed.assert_outcomes(failed=2, skipped=1)
+    slowed.stdout.fnmatch_lines(["*gpugauge gate: fast: regressed: time *x*", "*fast*REGRESSED*"])
+
+
+def test_baselines_are_not_written_after_a_failure(gauge_pytester: pytest.Pytester) -> None:
+    gauge_pytester.makepyfile(test_demo=BENCH + "\ndef test_broken():\n    assert False\n")
+    base = gauge_pytester.path / "baselines"
+    result = gauge_pytester.runpytest(
+        "--rounds", "3", "--update-baselines", f"--baselines-dir={base}"
+    )
+    result.stdout.fnmatch_lines(["*baselines NOT written: the run had failures*"])
+    assert not base.exists()
+
+
+def test_corrupt_baseline_is_a_usage_error(gauge_pytester: pytest.Pytester) -> None:
+    gauge_pytester.makepyfile("def test_x(): pass")
+    bad = gauge_pytester.mkdir("baselines") / "cpu-x86_64"
+    bad.mkdir()
+    (bad / "demo.json").write_text("{oops")
+    result = gauge_pytester.runpytest("--gate", f"--baselines-dir={bad.parent}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "demo.json: not valid JSON" in result.stderr.str()

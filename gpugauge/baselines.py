@@ -1,0 +1,221 @@
+"""Stored baselines: one JSON file per device class and family, samples included.
+
+``baselines/<device-class>/<family>.json`` holds, per benchmark id, every timed round
+(ms), the peak memory (bytes) and the energy per iteration (J). Files are parsed as JSON
+only and validated; a bad file is a :class:`BaselineError` naming it. Writes go to a
+temporary file renamed over the old one, so a failed run never leaves a half-written
+baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpugauge.environment import SCHEMA_VERSION, device_class
+from gpugauge.measurement import Measurement
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be used; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One benchmark's numbers, as stored in a baseline or read from a run."""
+
+    id: str
+    family: str
+    device_class: str
+    time_ms: tuple[float, ...]
+    peak_bytes: int | None = None
+    energy_j: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Stored form (id, family and device class are the file's keys)."""
+        return {
+            "time_ms": list(self.time_ms),
+            "peak_bytes": self.peak_bytes,
+            "energy_j_per_iter": self.energy_j,
+        }
+
+
+def entry_of(m: Measurement) -> Entry:
+    """The storable numbers of a measurement."""
+    return Entry(
+        id=m.spec.id,
+        family=m.spec.family,
+        device_class=device_class(m.spec.device),
+        time_ms=m.timing.device_ms,
+        # allocator peaks only: a CPU's first-run RSS growth does not repeat run to run
+        peak_bytes=m.memory.peak_allocated_bytes if m.memory else None,
+        energy_j=m.energy.joules_per_iter if m.energy else None,
+    )
+
+
+def entries_of_benchmark_json(path: Path) -> list[Entry]:
+    """Entries of a gpugauge run saved by pytest-benchmark (json or autosave).
+
+    Benchmarks without gpugauge's extra_info are skipped.
+    """
+    data = _read_json(path)
+    out = []
+    try:
+        for b in data["benchmarks"]:
+            info = b.get("extra_info") or {}
+            if "gpugauge_schema" not in info:
+                continue
+            memory, energy = info.get("memory") or {}, info.get("energy") or {}
+            out.append(
+                Entry(
+                    id=b["param"] or b["name"],
+                    family=info["family"],
+                    device_class=info["device_class"],
+                    time_ms=tuple(float(x) for x in info["timing"]["device_ms"]),
+                    peak_bytes=memory.get("peak_allocated_bytes"),
+                    energy_j=energy.get("joules_per_iter"),
+                )
+            )
+    except (KeyError, TypeError, ValueError) as err:
+        raise BaselineError(f"{path}: not a gpugauge pytest-benchmark JSON ({err!r})") from None
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as err:
+        raise BaselineError(f"{path}: cannot be read ({err.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BaselineError(f"{path}: not valid JSON ({err})") from None
+
+
+def _number(value: Any, path: Path, where: str, *, integer: bool = False) -> Any:
+    kinds = (int,) if integer else (int, float)
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise BaselineError(f"{path}: {where} must be a non-negative number, got {value!r}")
+    return value
+
+
+def parse_baseline(path: Path) -> dict[str, Entry]:
+    """Read and validate one baseline file; entries by benchmark id."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise BaselineError(f"{path}: expected a JSON object at the top")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise BaselineError(
+            f"{path}: schema_version {data.get('schema_version')!r} is not "
+            f"{SCHEMA_VERSION}; re-record it with --update-baselines"
+        )
+    for key in ("device_class", "family", "benchmarks"):
+        if key not in data:
+            raise BaselineError(f"{path}: missing key {key!r}")
+    if not isinstance(data["benchmarks"], dict):
+        raise BaselineError(f"{path}: 'benchmarks' must be an object keyed by benchmark id")
+    out = {}
+    for bid, raw in data["benchmarks"].items():
+        where = f"benchmarks[{bid!r}]"
+        if not isinstance(raw, dict):
+            raise BaselineError(f"{path}: {where} must be an object")
+        unknown = set(raw) - {"time_ms", "peak_bytes", "energy_j_per_iter"}
+        if unknown:
+            raise BaselineError(f"{path}: {where} has unknown key(s) {sorted(unknown)}")
+        samples = raw.get("time_ms")
+        if not isinstance(samples, list) or not samples:
+            raise BaselineError(f"{path}: {where}.time_ms must be a non-empty list of ms")
+        times = tuple(_number(x, path, f"{where}.time_ms[{i}]") for i, x in enumerate(samples))
+        if any(t is None for t in times):
+            raise BaselineError(f"{path}: {where}.time_ms holds null")
+        out[bid] = Entry(
+            id=bid,
+            family=data["family"],
+            device_class=data["device_class"],
+            time_ms=times,
+            peak_bytes=_number(raw.get("peak_bytes"), path, f"{where}.peak_bytes", integer=True),
+            energy_j=_number(raw.get("energy_j_per_iter"), path, f"{where}.energy_j_per_iter"),
+        )
+    return out
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write JSON to a temporary file beside ``path``, then rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class BaselineStore:
+    """The ``baselines/`` folder: ``<device-class>/<family>.json``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._cache: dict[tuple[str, str], dict[str, Entry]] = {}
+
+    def path(self, device_cls: str, family: str) -> Path:
+        """Where one device class's baseline of one family lives."""
+        return self.root / device_cls / f"{family}.json"
+
+    def load(self, device_cls: str, family: str) -> dict[str, Entry] | None:
+        """The baseline entries, or None where none was recorded for this device class."""
+        key = (device_cls, family)
+        if key not in self._cache:
+            p = self.path(device_cls, family)
+            if not p.exists():
+                return None
+            self._cache[key] = parse_baseline(p)
+        return self._cache[key]
+
+    def validate_all(self) -> int:
+        """Parse every baseline file (raises BaselineError on the first bad one)."""
+        files = sorted(self.root.glob("*/*.json"))
+        for p in files:
+            parse_baseline(p)
+        return len(files)
+
+    def write(self, entries: Iterable[Entry], meta: dict[str, Any]) -> list[Path]:
+        """Merge entries into their files (others in the file are kept); atomic per file."""
+        groups: dict[tuple[str, str], list[Entry]] = {}
+        for e in entries:
+            groups.setdefault((e.device_class, e.family), []).append(e)
+        written = []
+        for (dev, fam), group in sorted(groups.items()):
+            p = self.path(dev, fam)
+            old = parse_baseline(p) if p.exists() else {}
+            merged = {**old, **{e.id: e for e in group}}
+            atomic_write_json(
+                p,
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "device_class": dev,
+                    "family": fam,
+                    "written": datetime.now(UTC).isoformat(timespec="seconds"),
+                    **meta,
+                    "benchmarks": {k: merged[k].as_dict() for k in sorted(merged)},
+                },
+            )
+            self._cache.pop((dev, fam), None)
+            written.append(p)
+        return written

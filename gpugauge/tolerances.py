@@ -1,0 +1,118 @@
+"""Regression tolerances (policy), read from ``tolerances/*.toml``; baselines are the data.
+
+Each metric's tolerance is the relative worsening allowed: ``time = 0.03`` lets the current
+median be up to 3% above the baseline's. A file has up to three kinds of table::
+
+    [default]                  # every benchmark
+    time = 0.03
+    [family.layers]            # one family
+    time = 0.05
+    [benchmark."relu-fwd-*"]   # benchmark ids, fnmatch globs; the longest pattern wins
+    time = 0.08
+
+More specific tables override less specific ones, metric by metric. A malformed file, an
+unknown table or key, a value that is not a number in [0, 10), or one key set by two files
+is a :class:`ToleranceError` that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+METRICS = ("time", "memory", "energy")
+
+
+class ToleranceError(ValueError):
+    """A tolerance file that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Relative worsening allowed per metric (0.05 = 5%)."""
+
+    time: float = 0.03
+    memory: float = 0.01
+    energy: float = 0.15
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """Every table of every file, resolved per benchmark by :meth:`for_benchmark`."""
+
+    default: dict[str, float] = field(default_factory=dict)
+    families: dict[str, dict[str, float]] = field(default_factory=dict)
+    benchmarks: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def for_benchmark(self, family: str, bench_id: str) -> Tolerance:
+        """Default, then the family's table, then matching benchmark globs (shortest first)."""
+        tol = replace(Tolerance(), **self.default)
+        tol = replace(tol, **self.families.get(family, {}))
+        for pattern in sorted(self.benchmarks, key=len):
+            if fnmatch.fnmatchcase(bench_id, pattern):
+                tol = replace(tol, **self.benchmarks[pattern])
+        return tol
+
+
+def _metrics(table: Any, path: Path, where: str) -> dict[str, float]:
+    if not isinstance(table, dict):
+        raise ToleranceError(f"{path}: [{where}] must be a table of metric = number")
+    out = {}
+    for key, value in table.items():
+        if key not in METRICS:
+            raise ToleranceError(
+                f"{path}: unknown key {key!r} in [{where}]; metrics are {', '.join(METRICS)}"
+            )
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not 0 <= value < 10
+        ):
+            raise ToleranceError(
+                f"{path}: [{where}] {key} = {value!r}: a tolerance is a "
+                f"relative number >= 0 (0.05 means 5%)"
+            )
+        out[key] = float(value)
+    return out
+
+
+def load_tolerances(folder: Path) -> Tolerances:
+    """Read and merge every ``*.toml`` in ``folder`` (none: the built-in defaults)."""
+    merged = Tolerances()
+    owner: dict[tuple[str, str, str], Path] = {}
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise ToleranceError(f"{path}: not valid TOML ({err})") from None
+        for section, body in data.items():
+            if section == "default":
+                tables = {"": body}
+                target = {"": merged.default}
+            elif section in ("family", "benchmark"):
+                if not isinstance(body, dict):
+                    raise ToleranceError(f"{path}: [{section}] must hold named tables")
+                tables = body
+                store = merged.families if section == "family" else merged.benchmarks
+                target = {name: store.setdefault(name, {}) for name in body}
+            else:
+                raise ToleranceError(
+                    f"{path}: unknown table [{section}]; use [default], "
+                    f'[family.NAME] or [benchmark."GLOB"]'
+                )
+            for name, table in tables.items():
+                where = section if not name else f"{section}.{name}"
+                for key, value in _metrics(table, path, where).items():
+                    slot = (section, name, key)
+                    if slot in owner:
+                        raise ToleranceError(
+                            f"{path}: [{where}] {key} is also set in {owner[slot]}"
+                        )
+                    owner[slot] = path
+                    target[name][key] = value
+    return merged

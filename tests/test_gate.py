@@ -1,0 +1,168 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpugauge.baselines import (
+    BaselineError,
+    BaselineStore,
+    Entry,
+    atomic_write_json,
+    parse_baseline,
+)
+from gpugauge.gate import Gate, Verdict, compare, judge
+from gpugauge.tolerances import Tolerance, ToleranceError, Tolerances, load_tolerances
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def entry(samples, peak=None, energy=None, bid="b", family="f", dev="gpu-x") -> Entry:
+    return Entry(bid, family, dev, tuple(float(x) for x in samples), peak, energy)
+
+
+def test_judge_needs_the_whole_interval_beyond_the_tolerance() -> None:
+    assert judge(1.04, 1.06, 0.03) is Verdict.REGRESSED
+    assert judge(1.02, 1.06, 0.03) is Verdict.INCONCLUSIVE
+    assert judge(0.99, 1.01, 0.03) is Verdict.UNCHANGED
+    assert judge(0.90, 0.95, 0.03) is Verdict.IMPROVED
+    assert judge(0.95, 0.99, 0.03) is Verdict.INCONCLUSIVE
+
+
+def test_synthetic_power_of_the_gate() -> None:
+    """1% CV, 20 rounds a side, default tolerance: a 5% slowdown is caught in >= 95% of
+    200 trials; an A/A comparison is called a regression in <= 1%."""
+    rng = np.random.default_rng(7)
+    tol = Tolerance()
+
+    def sample(median: float) -> np.ndarray:
+        return median * (1 + 0.01 * rng.standard_normal(20))
+
+    caught = sum(
+        compare(entry(sample(105.0)), entry(sample(100.0)), tol).verdict is Verdict.REGRESSED
+        for _ in range(200)
+    )
+    false = sum(
+        compare(entry(sample(100.0)), entry(sample(100.0)), tol).verdict is Verdict.REGRESSED
+        for _ in range(200)
+    )
+    assert caught / 200 >= 0.95
+    assert false / 200 <= 0.01
+
+
+def test_memory_and_energy_are_judged_on_the_value() -> None:
+    base = entry([10.0] * 5, peak=1000 * 2**20, energy=5.0)
+    r = compare(entry([10.0] * 5, peak=1100 * 2**20, energy=5.2), base, Tolerance())
+    assert r.check("memory").verdict is Verdict.REGRESSED
+    assert r.check("energy").verdict is Verdict.UNCHANGED
+    assert r.verdict is Verdict.REGRESSED
+    assert "memory 1.100x" in r.message()
+    tiny = compare(entry([10.0] * 5, peak=2**20), entry([10.0] * 5, peak=0), Tolerance())
+    assert tiny.check("memory").verdict is Verdict.UNCHANGED  # allocator slack
+
+
+def test_gate_says_new_without_a_baseline(tmp_path: Path) -> None:
+    gate = Gate(BaselineStore(tmp_path), Tolerances())
+    r = gate.judge(entry([1.0]))
+    assert r.verdict is Verdict.NEW
+    assert "no baseline for device class gpu-x" in r.note
+
+
+def test_store_round_trip_merges_and_is_atomic(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    [p] = store.write([entry([1.0, 2.0], peak=5, energy=0.5, bid="a")], {"profile": "seed"})
+    assert p == tmp_path / "gpu-x" / "f.json"
+    store.write([entry([3.0], bid="b")], {})
+    loaded = parse_baseline(p)
+    assert set(loaded) == {"a", "b"}
+    assert loaded["a"].time_ms == (1.0, 2.0)
+    assert loaded["a"].peak_bytes == 5
+    assert [q.name for q in p.parent.iterdir()] == ["f.json"]  # no temporary left over
+
+
+def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
+    p = tmp_path / "b.json"
+    atomic_write_json(p, {"ok": 1})
+    with pytest.raises(TypeError):
+        atomic_write_json(p, {"bad": object()})
+    assert json.loads(p.read_text()) == {"ok": 1}
+    assert [q.name for q in tmp_path.iterdir()] == ["b.json"]
+
+
+GOOD = {
+    "schema_version": 1,
+    "device_class": "d",
+    "family": "f",
+    "benchmarks": {"x": {"time_ms": [1.0], "peak_bytes": 3, "energy_j_per_iter": None}},
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[]", "expected a JSON object"),
+        (json.dumps({**GOOD, "schema_version": 99}), "schema_version 99"),
+        (json.dumps({k: v for k, v in GOOD.items() if k != "family"}), "missing key 'family'"),
+        (json.dumps({**GOOD, "benchmarks": {"x": {"time_ms": []}}}), "non-empty list"),
+        (json.dumps({**GOOD, "benchmarks": {"x": {"time_ms": ["1"]}}}), "time_ms[0] must be"),
+        (
+            json.dumps({**GOOD, "benchmarks": {"x": {"time_ms": [1], "peak_bytes": -1}}}),
+            "peak_bytes must be",
+        ),
+        (
+            json.dumps({**GOOD, "benchmarks": {"x": {"time_ms": [1], "mean": 2}}}),
+            "unknown key(s) ['mean']",
+        ),
+    ],
+)
+def test_corrupt_baselines_are_clear_errors(tmp_path: Path, text: str, message: str) -> None:
+    p = tmp_path / "f.json"
+    p.write_text(text)
+    with pytest.raises(BaselineError) as err:
+        parse_baseline(p)
+    assert str(p) in str(err.value)
+    assert message in str(err.value)
+
+
+def test_repository_tolerances_load_and_resolve() -> None:
+    tol = load_tolerances(ROOT / "tolerances")
+    assert tol.for_benchmark("vgg_swap", "vgg16-normal-train-fp32-b128-224px-cuda").time == 0.03
+    assert tol.for_benchmark("layers", "relu-fwd-fp32-seed-cuda").time == 0.05
+    assert tol.for_benchmark("layers", "relu-fwd-fp32-smoke-cpu").time == 0.30
+    assert tol.for_benchmark("layers", "relu-fwd-fp32-smoke-cpu").memory == 0.01
+
+
+def test_longer_globs_win(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text(
+        '[benchmark."*"]\ntime = 0.1\n[benchmark."relu-*"]\ntime = 0.2\n'
+    )
+    tol = load_tolerances(tmp_path)
+    assert tol.for_benchmark("f", "relu-fwd").time == 0.2
+    assert tol.for_benchmark("f", "conv-fwd").time == 0.1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[default\ntime = 1", "not valid TOML"),
+        ("[default]\nspeed = 0.1", "unknown key 'speed' in [default]"),
+        ("[default]\ntime = -0.1", "[default] time = -0.1"),
+        ("[default]\ntime = 'x'", "[default] time = 'x'"),
+        ("[family.layers]\nmemory = true", "[family.layers] memory = True"),
+        ("[families.layers]\ntime = 0.1", "unknown table [families]"),
+    ],
+)
+def test_malformed_tolerances_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "t.toml").write_text(text)
+    with pytest.raises(ToleranceError) as err:
+        load_tolerances(tmp_path)
+    assert "t.toml" in str(err.value)
+    assert message in str(err.value)
+
+
+def test_one_key_in_two_files_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text("[default]\ntime = 0.1\n")
+    (tmp_path / "b.toml").write_text("[default]\ntime = 0.2\n")
+    with pytest.raises(ToleranceError, match=r"also set in .*a\.toml"):
+        load_tolerances(tmp_path)
