@@ -7,6 +7,9 @@ agreement), then, in this process, each seed vgg_swap callable timed by the harn
 by ``triton.testing.do_bench`` (median) and by a bare CUDA-event loop.
 ``layers`` (issue 3): the layers family at the seed profile (its wall time), then each
 forward case timed by the harness (cold L2) and by ``do_bench`` (which flushes L2 too).
+``gate-record`` then ``gate-check`` (issue 4), on the same kind of GPU: record baselines of
+vgg_swap and layers at the seed profile; gate an identical run against them (must pass),
+then a run slowed by 5 ms a round through the test-only plugin (must fail, naming it).
 Full logs and JSON go to ``--out``; nothing here changes clocks or power limits.
 """
 
@@ -237,14 +240,91 @@ def layers(out: Path) -> None:
     print("\n" + table)
 
 
+GATED = ["benches", "-k", "vgg_swap or layers", "--profile", "seed", "-p", "no:cacheprovider"]
+
+
+def gate_record(out: Path) -> None:
+    """Record the seed baselines of vgg_swap and layers; copy them to ``out``."""
+    import shutil
+
+    rc = run_pytest(
+        [*GATED, "--update-baselines", f"--benchmark-json={out / 'record.json'}"],
+        out / "record.log",
+    )
+    for p in sorted((ROOT / "baselines").glob("*/*.json")):
+        dest = out / "baselines" / p.parent.name / p.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, dest)
+        print(f"recorded {p.relative_to(ROOT)}", flush=True)
+    print(f"record: pytest exit {rc}")
+
+
+def gate_check(out: Path) -> None:
+    """Gate an identical run (must pass) and a slowed one (must fail)."""
+    same = run_pytest(
+        [*GATED, "--gate", f"--benchmark-json={out / 'gate_same.json'}"], out / "gate_same.log"
+    )
+    slow_log = out / "gate_slowed.log"
+    slowed = run_pytest(
+        [
+            "benches",
+            "-k",
+            "vgg_swap and train and fp32",
+            "--profile",
+            "seed",
+            "--gate",
+            "-p",
+            "tests.slowdown",
+            "--slowdown-ms",
+            "5",
+            "-p",
+            "no:cacheprovider",
+            f"--benchmark-json={out / 'gate_slow.json'}",
+        ],
+        slow_log,
+    )
+    named = [
+        ln.strip()
+        for ln in slow_log.read_text().splitlines()
+        if "gpugauge gate:" in ln and "regressed" in ln
+    ]
+    rows = [
+        ["identical run", str(same), "pass" if same == 0 else "FAIL", ""],
+        [
+            "slowed 5 ms/round",
+            str(slowed),
+            "pass" if slowed == 1 and named else "FAIL",
+            "; ".join(named)[:160],
+        ],
+    ]
+    print(
+        "\n"
+        + render(
+            ["run", "pytest exit", "check", "regressions named"], rows, "gate on " + _device_name()
+        )
+    )
+
+
+def _device_name() -> str:
+    import torch
+
+    return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
+
+
 def main() -> None:
     """Parse the check name and run it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("check", choices=["foundation", "layers"])
+    checks = {
+        "foundation": foundation,
+        "layers": layers,
+        "gate-record": gate_record,
+        "gate-check": gate_check,
+    }
+    parser.add_argument("check", choices=sorted(checks))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    {"foundation": foundation, "layers": layers}[args.check](args.out)
+    checks[args.check](args.out)
 
 
 if __name__ == "__main__":
