@@ -1,18 +1,27 @@
-"""Command line: ``python -m gpugauge env`` prints the fingerprint and measured ceilings."""
+"""Command line of gpugauge.
+
+python -m gpugauge report [--current RUN.json] [--against RUN.json]   # Markdown + HTML
+python -m gpugauge baseline RUN.json [RUN.json ...]                  # record baselines
+python -m gpugauge env [--ceilings]                                  # fingerprint
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from gpugauge.ceilings import measure_ceilings
-from gpugauge.environment import fingerprint
-from gpugauge.nvml import Nvml, maybe_nvml
+from gpugauge.baselines import BaselineError, BaselineStore, combine_runs, entries_of_benchmark_json
+from gpugauge.tolerances import ToleranceError, load_tolerances
 
 
 def _env(args: argparse.Namespace) -> int:
     import torch
+
+    from gpugauge.ceilings import measure_ceilings
+    from gpugauge.environment import fingerprint
+    from gpugauge.nvml import Nvml, maybe_nvml
 
     with maybe_nvml() as nvml:
         ok = isinstance(nvml, Nvml)
@@ -24,15 +33,75 @@ def _env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from gpugauge.report import collect, newest_run, write_report
+
+    current = args.current or newest_run(args.storage)
+    history = sorted(args.storage.rglob("*.json")) if args.storage.exists() else []
+    data = collect(
+        current,
+        baseline_run=args.against,
+        baselines=args.baselines_dir,
+        tolerances=load_tolerances(args.tolerances_dir),
+        history=history,
+    )
+    for path in write_report(data, args.out, args.name):
+        print(f"wrote {path}")
+    return 0
+
+
+def _baseline(args: argparse.Namespace) -> int:
+    entries = combine_runs([entries_of_benchmark_json(p) for p in args.runs])
+    if not entries:
+        print("no gpugauge benchmarks in those runs", file=sys.stderr)
+        return 1
+    meta = {"recorded_from": [str(p) for p in args.runs]}
+    for path in BaselineStore(args.baselines_dir).write(entries, meta):
+        print(f"baseline written: {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
-    parser = argparse.ArgumentParser(prog="gpugauge", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gpugauge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+
+    rep = sub.add_parser("report", help="write a Markdown + HTML comparison report")
+    rep.add_argument("--current", type=Path, help="a saved run (default: newest in --storage)")
+    rep.add_argument(
+        "--against", type=Path, help="another saved run to compare with (default: stored baselines)"
+    )
+    rep.add_argument(
+        "--storage",
+        type=Path,
+        default=Path(".benchmarks"),
+        help="pytest-benchmark storage: history and the default current run",
+    )
+    rep.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
+    rep.add_argument("--tolerances-dir", type=Path, default=Path("tolerances"))
+    rep.add_argument("--out", type=Path, default=Path("reports"))
+    rep.add_argument("--name", default="report", help="file name stem of the outputs")
+    rep.set_defaults(func=_report)
+
+    base = sub.add_parser(
+        "baseline",
+        help="store saved runs as this device class's baselines; "
+        "several runs of one build record run-to-run noise",
+    )
+    base.add_argument("runs", type=Path, nargs="+", help="saved runs, oldest first")
+    base.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
+    base.set_defaults(func=_baseline)
+
     env = sub.add_parser("env", help="print the environment fingerprint as JSON")
     env.add_argument("--ceilings", action="store_true", help="also measure device ceilings")
     env.set_defaults(func=_env)
+
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (BaselineError, ToleranceError, FileNotFoundError) as err:
+        print(f"gpugauge {args.command}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpugauge.environment import SCHEMA_VERSION, device_class
+from gpugauge.environment import SCHEMA_VERSION, device_class, slug
 from gpugauge.measurement import Measurement
 
 
@@ -37,14 +38,27 @@ class Entry:
     time_ms: tuple[float, ...]
     peak_bytes: int | None = None
     energy_j: float | None = None
+    # median ms of each independent run the baseline was recorded from (the gate reads
+    # their spread as run-to-run noise); empty for a one-run baseline
+    run_medians_ms: tuple[float, ...] = ()
+
+    @property
+    def run_spread(self) -> float:
+        """Relative spread of the recorded runs' medians, max/min - 1 (0 for one run)."""
+        if len(self.run_medians_ms) < 2:
+            return 0.0
+        return max(self.run_medians_ms) / min(self.run_medians_ms) - 1
 
     def as_dict(self) -> dict[str, Any]:
         """Stored form (id, family and device class are the file's keys)."""
-        return {
+        out: dict[str, Any] = {
             "time_ms": list(self.time_ms),
             "peak_bytes": self.peak_bytes,
             "energy_j_per_iter": self.energy_j,
         }
+        if self.run_medians_ms:
+            out["run_medians_ms"] = list(self.run_medians_ms)
+        return out
 
 
 def entry_of(m: Measurement) -> Entry:
@@ -75,17 +89,46 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
             memory, energy = info.get("memory") or {}, info.get("energy") or {}
             out.append(
                 Entry(
-                    id=b["param"] or b["name"],
+                    # runs saved before the id was stored: the pytest param id is the spec id
+                    id=info.get("id") or b["param"],
                     family=info["family"],
-                    device_class=info["device_class"],
+                    device_class=info.get("device_class") or _saved_device_class(info),
                     time_ms=tuple(float(x) for x in info["timing"]["device_ms"]),
                     peak_bytes=memory.get("peak_allocated_bytes"),
                     energy_j=energy.get("joules_per_iter"),
                 )
             )
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise BaselineError(f"{path}: not a gpugauge pytest-benchmark JSON ({err!r})") from None
     return out
+
+
+def _saved_device_class(info: dict[str, Any]) -> str:
+    """Device class of a result saved before it was stored: from its fingerprint."""
+    device = info["spec"]["device"]
+    if not device.startswith("cuda"):
+        return slug(f"cpu-{info['fingerprint']['platform'].split('-')[-2]}")
+    index = int(device.partition(":")[2] or 0)
+    return info["fingerprint"]["gpus"][index]["device_class"]
+
+
+def combine_runs(runs: list[list[Entry]]) -> list[Entry]:
+    """One entry per benchmark from several runs given oldest first.
+
+    Each entry holds the newest run's numbers and every run's median, so that the gate
+    can see the run-to-run noise.
+    """
+    latest: dict[tuple[str, str, str], Entry] = {}
+    medians: dict[tuple[str, str, str], list[float]] = {}
+    for run in runs:
+        for e in run:
+            key = (e.device_class, e.family, e.id)
+            latest[key] = e
+            medians.setdefault(key, []).append(statistics.median(e.time_ms))
+    return [
+        replace(e, run_medians_ms=tuple(medians[k]) if len(medians[k]) > 1 else ())
+        for k, e in latest.items()
+    ]
 
 
 def _read_json(path: Path) -> Any:
@@ -131,7 +174,7 @@ def parse_baseline(path: Path) -> dict[str, Entry]:
         where = f"benchmarks[{bid!r}]"
         if not isinstance(raw, dict):
             raise BaselineError(f"{path}: {where} must be an object")
-        unknown = set(raw) - {"time_ms", "peak_bytes", "energy_j_per_iter"}
+        unknown = set(raw) - {"time_ms", "peak_bytes", "energy_j_per_iter", "run_medians_ms"}
         if unknown:
             raise BaselineError(f"{path}: {where} has unknown key(s) {sorted(unknown)}")
         samples = raw.get("time_ms")
@@ -140,6 +183,11 @@ def parse_baseline(path: Path) -> dict[str, Entry]:
         times = tuple(_number(x, path, f"{where}.time_ms[{i}]") for i, x in enumerate(samples))
         if any(t is None for t in times):
             raise BaselineError(f"{path}: {where}.time_ms holds null")
+        medians = raw.get("run_medians_ms", [])
+        if not isinstance(medians, list) or any(
+            _number(x, path, f"{where}.run_medians_ms[{i}]") is None for i, x in enumerate(medians)
+        ):
+            raise BaselineError(f"{path}: {where}.run_medians_ms must be a list of ms")
         out[bid] = Entry(
             id=bid,
             family=data["family"],
@@ -147,24 +195,29 @@ def parse_baseline(path: Path) -> dict[str, Entry]:
             time_ms=times,
             peak_bytes=_number(raw.get("peak_bytes"), path, f"{where}.peak_bytes", integer=True),
             energy_j=_number(raw.get("energy_j_per_iter"), path, f"{where}.energy_j_per_iter"),
+            run_medians_ms=tuple(float(x) for x in medians),
         )
     return out
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file beside ``path``, then rename it over ``path``."""
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path``, then rename it over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Serialize first (a bad value leaves nothing behind), then write atomically."""
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 class BaselineStore:

@@ -57,6 +57,7 @@ class Measurement:
         t = self.timing
         return {
             "gpugauge_schema": SCHEMA_VERSION,
+            "id": self.spec.id,
             "family": self.spec.family,
             "device_class": device_class(self.spec.device),
             "spec": self.spec.as_dict(),

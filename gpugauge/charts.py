@@ -1,0 +1,162 @@
+"""Report charts (matplotlib, Agg). Each chart is one class in :data:`CHARTS`.
+
+A chart says whether it has something to show for a report (``applies``) and draws one
+figure. A later family adds its chart (scaling curves for multi-GPU runs, say) by
+appending a class here; nothing else in the report changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from gpugauge.gate import Verdict
+
+if TYPE_CHECKING:
+    from gpugauge.report import ReportData
+
+COLORS = {
+    Verdict.REGRESSED: "#c0392b",
+    Verdict.IMPROVED: "#2471a3",
+    Verdict.UNCHANGED: "#7f8c8d",
+    Verdict.INCONCLUSIVE: "#d68910",
+    Verdict.NEW: "#bbbbbb",
+}
+
+
+class Chart(Protocol):
+    """One figure of a report."""
+
+    name: str
+    title: str
+
+    def applies(self, data: ReportData) -> bool:
+        """Whether the report has data for this chart."""
+
+    def draw(self, data: ReportData) -> Figure:
+        """The figure."""
+
+
+class RatioBars:
+    """Current/baseline time per benchmark, with the 95% CI as whiskers and the tolerance."""
+
+    name = "ratio"
+    title = "Time, current / baseline (95% CI whiskers; dashed: allowed)"
+
+    def applies(self, data: ReportData) -> bool:
+        """Needs at least one compared benchmark."""
+        return any(r.check("time") for r in data.results)
+
+    def draw(self, data: ReportData) -> Figure:
+        """Horizontal bars, worst first."""
+        rows = [r for r in data.results if r.check("time")]
+        rows.sort(key=lambda r: r.check("time").ratio)  # type: ignore[union-attr]
+        fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4))
+        for i, r in enumerate(rows):
+            c = r.check("time")
+            assert c is not None
+            ax.barh(i, c.ratio - 1, left=1, color=COLORS[r.verdict], height=0.7)
+            ax.errorbar(
+                c.ratio,
+                i,
+                xerr=[[c.ratio - c.ci_low], [c.ci_high - c.ratio]],
+                color="black",
+                capsize=2,
+                lw=0.8,
+            )
+            ax.plot([1 + c.tolerance] * 2, [i - 0.45, i + 0.45], "k--", lw=0.7)
+        ax.axvline(1, color="black", lw=0.8)
+        ax.set_yticks(range(len(rows)), [r.id for r in rows], fontsize=7)
+        ax.set_xlabel("current / baseline median time (above 1: slower)")
+        ax.set_title(self.title, fontsize=10)
+        fig.tight_layout()
+        return fig
+
+
+class History:
+    """Median time of each benchmark across saved runs, relative to its first run."""
+
+    name = "history"
+    title = "History over saved runs (median / first run's median)"
+
+    def applies(self, data: ReportData) -> bool:
+        """Needs two or more saved runs."""
+        return len(data.history) >= 2
+
+    def draw(self, data: ReportData) -> Figure:
+        """One line per benchmark (the 12 that moved most)."""
+        series: dict[str, list[tuple[int, float]]] = {}
+        for i, run in enumerate(data.history):
+            for e in run.entries:
+                series.setdefault(e.id, []).append((i, sorted(e.time_ms)[len(e.time_ms) // 2]))
+        moved = sorted(series, key=lambda k: -_span(v for _, v in series[k]))[:12]
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        for key in moved:
+            pts = series[key]
+            first = pts[0][1]
+            ax.plot([i for i, _ in pts], [v / first for _, v in pts], marker="o", ms=3, label=key)
+        ax.axhline(1, color="black", lw=0.8)
+        ax.set_xticks(
+            range(len(data.history)),
+            [r.label for r in data.history],
+            rotation=30,
+            ha="right",
+            fontsize=7,
+        )
+        ax.set_ylabel("median / first run")
+        ax.set_title(self.title, fontsize=10)
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        return fig
+
+
+def _span(values: Sequence[float] | object) -> float:
+    vals = list(values)  # type: ignore[call-overload]
+    return max(vals) / min(vals) if vals and min(vals) > 0 else 0.0
+
+
+class Roofline:
+    """Achieved TFLOP/s against arithmetic intensity, under the measured ceilings."""
+
+    name = "roofline"
+    title = "Roofline of the current run (measured ceilings)"
+
+    def applies(self, data: ReportData) -> bool:
+        """Needs results with a roofline (the layers family)."""
+        return bool(data.current.rooflines)
+
+    def draw(self, data: ReportData) -> Figure:
+        """Log-log points per op, one roof per dtype."""
+        roofs = data.current.rooflines
+        fig, ax = plt.subplots(figsize=(8, 5))
+        peaks = {r["dtype"]: r["peak_tflops"] for r in roofs.values()}
+        bw = next(iter(roofs.values()))["peak_gbps"]
+        xs = [r["intensity_flop_per_byte"] for r in roofs.values()]
+        lo, hi = min(xs) / 2, max(max(xs) * 2, max(peaks.values()) * 1e3 / bw * 4)
+        grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        for dtype, peak in sorted(peaks.items()):
+            ax.plot(grid, [min(peak, x * bw / 1e3) for x in grid], lw=1, label=f"{dtype} roof")
+        for bid, r in roofs.items():
+            ax.scatter(r["intensity_flop_per_byte"], r["achieved_tflops"], s=14)
+            ax.annotate(
+                bid.rsplit("-", 2)[0],
+                (r["intensity_flop_per_byte"], r["achieved_tflops"]),
+                fontsize=6,
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+        ax.set_ylabel("achieved TFLOP/s")
+        ax.set_title(self.title, fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
+
+
+CHARTS: list[Chart] = [RatioBars(), History(), Roofline()]

@@ -1,0 +1,167 @@
+"""Reports and the baseline command, from saved runs made by a real (CPU) pytest run."""
+
+import base64
+import io
+import json
+import re
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from gpugauge.__main__ import main
+from gpugauge.baselines import Entry, combine_runs, parse_baseline
+from gpugauge.gate import Verdict, compare
+from gpugauge.tolerances import Tolerance
+
+from .test_plugin import BENCH
+
+
+@pytest.fixture(scope="module")
+def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two saved runs of the demo bench (the second slowed), through pytest-benchmark."""
+    pytester_dir = tmp_path_factory.mktemp("runs")
+    (pytester_dir / "conftest.py").write_text('pytest_plugins = ["gpugauge.plugin"]\n')
+    (pytester_dir / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    gpu: g\n    cpu: c\n    multi_gpu: m\n"
+    )
+    (pytester_dir / "test_demo.py").write_text(BENCH)
+    import subprocess
+    import sys
+
+    runs = []
+    for i, extra in enumerate([[], ["-p", "tests.slowdown", "--slowdown-ms", "3"]]):
+        out = pytester_dir / f"run{i}.json"
+        root = Path(__file__).resolve().parents[1]
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "--rounds",
+                "8",
+                "--warmup",
+                "1",
+                f"--benchmark-json={out}",
+                "-p",
+                "no:cacheprovider",
+                *extra,
+                str(pytester_dir),
+            ],
+            cwd=pytester_dir,
+            check=False,
+            capture_output=True,
+            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        )
+        runs.append(out)
+    assert all(p.exists() for p in runs)
+    return runs
+
+
+def test_report_of_two_saved_runs(saved_runs: list[Path], tmp_path: Path) -> None:
+    base, slowed = saved_runs
+    assert (
+        main(
+            [
+                "report",
+                "--current",
+                str(slowed),
+                "--against",
+                str(base),
+                "--storage",
+                str(base.parent),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    md = (tmp_path / "report.md").read_text()
+    assert "verdicts: 2 regressed" in md
+    row = next(line for line in md.splitlines() if line.startswith("| fast "))
+    assert "REGRESSED" in row
+    assert "![Time, current / baseline" in md
+    # the Markdown table is padded: every row is as wide as the header, so it reads as text
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert len({len(line) for line in table}) == 1
+
+    page = (tmp_path / "report.html").read_text()
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == 2  # ratio bars and history (no roofline in this run)
+    for b64 in images:
+        png = base64.b64decode(b64)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
+        assert pixels.shape[0] > 200
+        assert pixels.shape[1] > 400
+        assert float(np.std(pixels)) > 0.05  # drawn, not blank
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "report.md",
+        "report.html",
+        "report-ratio.png",
+        "report-history.png",
+    }
+
+
+def test_baseline_command_then_report_against_baselines(
+    saved_runs: list[Path], tmp_path: Path
+) -> None:
+    base, slowed = saved_runs
+    store = tmp_path / "baselines"
+    assert main(["baseline", str(base), "--baselines-dir", str(store)]) == 0
+    [written] = list(store.rglob("demo.json"))
+    assert set(parse_baseline(written)) == {"slow", "fast"}
+    out = tmp_path / "rep"
+    assert (
+        main(
+            [
+                "report",
+                "--current",
+                str(slowed),
+                "--baselines-dir",
+                str(store),
+                "--storage",
+                str(tmp_path / "none"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert "stored baselines in" in (out / "report.md").read_text()
+
+
+def test_report_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"benchmarks": {"a": 1}}))
+    assert main(["report", "--current", str(bad), "--out", str(tmp_path)]) == 2
+    assert "not a gpugauge pytest-benchmark JSON" in capsys.readouterr().err
+    assert main(["report", "--storage", str(tmp_path / "empty"), "--out", str(tmp_path)]) == 2
+    assert "no saved runs" in capsys.readouterr().err
+
+
+def test_combine_runs_keeps_every_runs_median() -> None:
+    def e(ms: float) -> Entry:
+        return Entry("b", "f", "d", (ms, ms, ms))
+
+    [combined] = combine_runs([[e(1.0)], [e(1.1)], [e(1.05)]])
+    assert combined.time_ms == (1.05, 1.05, 1.05)
+    assert combined.run_medians_ms == (1.0, 1.1, 1.05)
+    assert combined.run_spread == pytest.approx(0.1)
+
+
+def test_run_to_run_spread_widens_the_tolerance() -> None:
+    rng = np.random.default_rng(3)
+    base = Entry(
+        "b",
+        "f",
+        "d",
+        tuple(100 * (1 + 0.005 * rng.standard_normal(30))),
+        run_medians_ms=(100.0, 108.0),
+    )
+    current = Entry("b", "f", "d", tuple(107 * (1 + 0.005 * rng.standard_normal(30))))
+    assert compare(current, base, Tolerance(time=0.03)).verdict is Verdict.UNCHANGED
+    slower = Entry("b", "f", "d", tuple(115 * (1 + 0.005 * rng.standard_normal(30))))
+    assert compare(slower, base, Tolerance(time=0.03)).verdict is Verdict.REGRESSED
