@@ -61,8 +61,8 @@ class RoundClock(Protocol):
 
     name: str
 
-    def prepare(self, rounds: int) -> None:
-        """Allocate whatever timing ``rounds`` rounds needs, before the first of them."""
+    def prepare(self, rounds: int, head_start_s: float = 0.0) -> None:
+        """Allocate what ``rounds`` rounds need; hold the device for ``head_start_s``."""
 
     def begin(self) -> None:
         """Mark a round's start."""
@@ -87,8 +87,8 @@ class HostClock:
         self._marks: list[tuple[int, int]] = []
         self._t0 = 0
 
-    def prepare(self, rounds: int) -> None:
-        """Nothing to allocate on the host."""
+    def prepare(self, rounds: int, head_start_s: float = 0.0) -> None:
+        """Nothing to allocate on the host, and nothing runs ahead of it."""
         self._marks = []
 
     def begin(self) -> None:
@@ -121,11 +121,33 @@ class CudaEventClock:
         self._device = torch.device(device)
         self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._i = 0
+        self._rate: float | None = None
 
-    def prepare(self, rounds: int) -> None:
-        """Pre-allocate ``rounds`` event pairs so no allocation happens between rounds."""
+    def prepare(self, rounds: int, head_start_s: float = 0.0) -> None:
+        """Pre-allocate ``rounds`` event pairs, then hold the stream for ``head_start_s``.
+
+        The hold is a spin kernel (``torch.cuda._sleep``) queued before the first start
+        event, as nvbench's blocking kernel: while it spins, the host queues the batch, so
+        a round whose host dispatch is slower than its device work still runs back to back
+        on the device and no host gap lands between its two events.
+        """
         ev = self._torch.cuda.Event
         self._pairs = [(ev(enable_timing=True), ev(enable_timing=True)) for _ in range(rounds)]
+        if head_start_s > 0:
+            self._torch.cuda._sleep(int(head_start_s * self._cycles_per_s()))
+
+    def _cycles_per_s(self) -> float:
+        """Spin-kernel cycles per second, calibrated once with events."""
+        if self._rate is None:
+            torch = self._torch
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(1_000_000)  # load the kernel
+            start.record()
+            torch.cuda._sleep(10_000_000)
+            stop.record()
+            stop.synchronize()
+            self._rate = 10_000_000 / (start.elapsed_time(stop) / 1e3)
+        return self._rate
         self._i = 0
 
     def begin(self) -> None:
@@ -211,8 +233,16 @@ def stop_reason(
     return None
 
 
+MAX_BATCH = 128  # rounds queued behind one head start: keeps the launch queue from filling
+MAX_HEAD_START_S = 0.5
+
+
 def _next_batch(done: Sequence[float], elapsed_s: float, policy: TimingPolicy) -> int:
-    """Double the rounds so far, but stay inside the remaining budget and max_rounds."""
+    """Double the rounds so far, but stay inside the budget, max_rounds and MAX_BATCH."""
+    return min(MAX_BATCH, _wanted(done, elapsed_s, policy))
+
+
+def _wanted(done: Sequence[float], elapsed_s: float, policy: TimingPolicy) -> int:
     if policy.rounds is not None:
         return policy.rounds - len(done)
     if len(done) < policy.min_rounds:
@@ -238,16 +268,21 @@ def measure(
     """
     t0 = now()
     warm = 0
+    queueing_s = 0.0  # host seconds spent queueing warm-up rounds (fn and between)
     while warm < policy.warmup_rounds or now() - t0 < policy.warmup_s:
+        q0 = time.perf_counter()
         if between is not None:
             between()
         fn()
+        queueing_s += time.perf_counter() - q0
         warm += 1
         if policy.warmup_s:
             clock.synchronize()  # so that the host clock above sees finished work
     clock.synchronize()
     warmup_s = now() - t0
 
+    # the head start a batch needs: the host's time to queue it
+    host_per_round = queueing_s / max(warm, 1)
     samples: list[float] = []
     host: list[float] = []
     throttled: list[bool] = []
@@ -255,8 +290,8 @@ def measure(
     start = now()
     while True:
         batch = _next_batch(samples, now() - start, policy)
-        clock.prepare(batch)
-        b0 = now()
+        clock.prepare(batch, min(1.2 * host_per_round * batch, MAX_HEAD_START_S))
+        b0, q0 = now(), time.perf_counter()
         for _ in range(batch):
             if between is not None:
                 between()
@@ -265,6 +300,7 @@ def measure(
             fn()
             clock.end()
             host.append((time.perf_counter_ns() - h0) / 1e6)
+        host_per_round = (time.perf_counter() - q0) / batch
         samples.extend(clock.collect())
         if watch is not None:
             flag, seen = watch.throttled_between(b0, now())

@@ -31,9 +31,11 @@ class FakeClock:
         self.t = 0.0
         self.syncs = 0
         self.begins = 0
+        self.head_starts: list[float] = []
 
-    def prepare(self, rounds: int) -> None:
+    def prepare(self, rounds: int, head_start_s: float = 0.0) -> None:
         self._pending = []
+        self.head_starts.append(head_start_s)
 
     def begin(self) -> None:
         self.begins += 1

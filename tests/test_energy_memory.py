@@ -65,7 +65,7 @@ def test_energy_window_is_topped_up_when_rounds_run_faster_than_timed() -> None:
         idle_s=0.0,
     )
     assert e.window_s >= 1.0
-    assert e.iterations > 300
+    assert e.iterations > 100  # more than the first chunk, planned from 10 ms a round
 
 
 def test_energy_window_under_one_second_is_refused() -> None:

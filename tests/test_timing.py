@@ -2,7 +2,15 @@ import time
 
 import pytest
 
-from gpugauge.timing import HostClock, TimingPolicy, measure, stop_reason
+from gpugauge.timing import (
+    MAX_BATCH,
+    MAX_HEAD_START_S,
+    HostClock,
+    TimingPolicy,
+    _next_batch,
+    measure,
+    stop_reason,
+)
 
 from .conftest import FakeClock, noisy_ms
 
@@ -82,6 +90,18 @@ def test_throttle_watch_flags_batches() -> None:
     assert t.clock_events == ("sw_power_cap",)
 
 
+def test_batches_are_capped_and_get_a_head_start_covering_host_queueing() -> None:
+    clock = FakeClock(noisy_ms(0.05, 0.5))
+    policy = TimingPolicy(
+        warmup_rounds=3, min_rounds=10, target_ci=0.0001, budget_s=100, max_rounds=600
+    )
+    t = measure(lambda: time.sleep(0.001), policy, clock, now=lambda: clock.t)
+    assert t.summary.n == 600
+    # each head start covers the batch's queueing time (1 ms a round here), capped
+    assert all(h >= 0.001 * 10 for h in clock.head_starts)
+    assert max(clock.head_starts) <= MAX_HEAD_START_S
+
+
 def test_host_clock_measures_real_work() -> None:
     t = measure(lambda: time.sleep(0.01), TimingPolicy(warmup_rounds=1, rounds=5), HostClock())
     assert t.clock == "perf_counter"
@@ -108,3 +128,9 @@ def test_stop_reason_needs_min_rounds() -> None:
 def test_invalid_policy_is_rejected(bad: dict) -> None:
     with pytest.raises(ValueError, match="invalid timing policy"):
         TimingPolicy(**bad)
+
+
+def test_next_batch_never_exceeds_the_cap() -> None:
+    policy = TimingPolicy(min_rounds=10, max_rounds=100_000, budget_s=1e9)
+    assert _next_batch([1.0] * 1000, 0.0, policy) == MAX_BATCH
+    assert _next_batch([1.0] * 3, 0.0, policy) == 7

@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dataclasses import replace  # noqa: E402
+
 from gpugauge.options import PROFILE_POLICIES  # noqa: E402
 from gpugauge.tables import render  # noqa: E402
 from gpugauge.timing import CudaEventClock, measure  # noqa: E402
@@ -244,19 +246,61 @@ GATED = ["benches", "-k", "vgg_swap or layers", "--profile", "seed", "-p", "no:c
 
 
 def gate_record(out: Path) -> None:
-    """Record the seed baselines of vgg_swap and layers; copy them to ``out``."""
+    """Record multi-run seed baselines of vgg_swap and layers; copy them to ``out``.
+
+    A timing-only run first, then a full run (energy included); the baseline keeps the
+    full run's numbers and both runs' medians (their spread is run-to-run noise).
+    """
     import shutil
 
-    rc = run_pytest(
-        [*GATED, "--update-baselines", f"--benchmark-json={out / 'record.json'}"],
-        out / "record.log",
+    quick, full = out / "record_time_only.json", out / "record_full.json"
+    rc1 = run_pytest(
+        [*GATED, "--energy-window", "0", f"--benchmark-json={quick}"], out / "record_time_only.log"
     )
+    rc2 = run_pytest([*GATED, f"--benchmark-json={full}"], out / "record_full.log")
+    rc3 = subprocess.run(
+        [sys.executable, "-m", "gpugauge", "baseline", str(quick), str(full)], cwd=ROOT, check=False
+    ).returncode
     for p in sorted((ROOT / "baselines").glob("*/*.json")):
         dest = out / "baselines" / p.parent.name / p.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(p, dest)
-        print(f"recorded {p.relative_to(ROOT)}", flush=True)
-    print(f"record: pytest exit {rc}")
+    print(f"record: pytest exits {rc1}, {rc2}; baseline command exit {rc3}")
+
+
+def timer_check(out: Path) -> None:
+    """Harness median against do_bench for the layers' forward cases and VGG training."""
+    import torch
+    import triton.testing
+
+    from benches.test_layers import cases as layer_cases
+    from benches.test_layers import make_round
+    from benches.test_vgg_swap import cases as vgg_cases
+    from benches.test_vgg_swap import make_step
+    from gpugauge.ceilings import matmul_precision
+    from gpugauge.gauge import l2_flusher
+
+    rows = []
+    seed = PROFILE_POLICIES["seed"]
+    todo = [(c, True) for c in layer_cases("seed") if c.device == "cuda" and c.mode == "fwd"]
+    todo += [(c, False) for c in vgg_cases("seed") if c.device == "cuda" and c.mode == "train"]
+    for case, cold in todo:
+        fn = make_round(case)[0] if cold else make_step(case)
+        flush = l2_flusher("cuda") if cold else None
+        with matmul_precision(getattr(case, "dtype", "fp32") if cold else "none"):
+            t = measure(fn, replace(seed, flush_l2=cold), CudaEventClock("cuda"), between=flush)
+            bench = triton.testing.do_bench(fn, warmup=200, rep=1000, return_mode="median")
+        h, d = t.host_summary.median, t.summary.median
+        rows.append([case.id, f"{d:.4g}", f"{bench:.4g}", f"{d / bench - 1:+.1%}", f"{h / d:.2f}"])
+        del fn
+        torch.cuda.empty_cache()
+    table = render(
+        ["case", "harness ms", "do_bench ms", "diff", "host/device"],
+        rows,
+        "harness (with head start) vs do_bench on " + _device_name(),
+    )
+    (out / "timer_table.txt").write_text(table + "\n")
+    print("\n" + table)
 
 
 def gate_check(out: Path) -> None:
