@@ -363,6 +363,7 @@ def main() -> None:
         "layers": layers,
         "gate-record": gate_record,
         "gate-check": gate_check,
+        "timer-check": timer_check,
     }
     parser.add_argument("check", choices=sorted(checks))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
