@@ -165,3 +165,13 @@ def test_run_to_run_spread_widens_the_tolerance() -> None:
     assert compare(current, base, Tolerance(time=0.03)).verdict is Verdict.UNCHANGED
     slower = Entry("b", "f", "d", tuple(115 * (1 + 0.005 * rng.standard_normal(30))))
     assert compare(slower, base, Tolerance(time=0.03)).verdict is Verdict.REGRESSED
+
+
+def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
+    root = Path(__file__).resolve().parents[1]
+    text = (root / ".github" / "workflows" / "nightly-gpu.yml").read_text()
+    assert "runs-on: [self-hosted, gpu]" in text
+    assert "python3 -m pytest benches --profile seed --gate --benchmark-autosave" in text
+    assert "python3 -m gpugauge report --current results/nightly.json" in text
+    assert "actions/upload-artifact" in text
+    assert "if: always()" in text  # the report is kept when the gate fails the run
