@@ -20,7 +20,7 @@ import torch
 
 from gpugauge.ceilings import matmul_precision, torch_dtype
 from gpugauge.memory import ExpectedMemory
-from gpugauge.plugin import options
+from gpugauge.plugin import parametrize_cases
 from gpugauge.roofline import Work
 from models.layers import LAYERS, LayerDef
 
@@ -107,14 +107,7 @@ def cases(profile: str) -> list[LayerCase]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "layer_case" in metafunc.fixturenames:
-        params = [
-            pytest.param(
-                c, id=c.id, marks=pytest.mark.gpu if c.device == "cuda" else pytest.mark.cpu
-            )
-            for c in cases(options(metafunc.config).profile)
-        ]
-        metafunc.parametrize("layer_case", params)
+    parametrize_cases(metafunc, "layer_case", cases)
 
 
 def make_round(case: LayerCase) -> tuple[Callable[[], object], Callable[[], None] | None]:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from gpugauge.ceilings import torch_dtype
-from gpugauge.plugin import options
+from gpugauge.plugin import parametrize_cases
 from models.vgg import swapped_twin, vgg
 
 pytestmark = pytest.mark.vgg_swap
@@ -86,14 +86,7 @@ def cases(profile: str) -> list[SwapCase]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "case" in metafunc.fixturenames:
-        params = [
-            pytest.param(
-                c, id=c.id, marks=pytest.mark.gpu if c.device == "cuda" else pytest.mark.cpu
-            )
-            for c in cases(options(metafunc.config).profile)
-        ]
-        metafunc.parametrize("case", params)
+    parametrize_cases(metafunc, "case", cases)
 
 
 def _inputs(case: SwapCase) -> tuple[torch.Tensor, torch.Tensor]:

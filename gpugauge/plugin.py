@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from gpugauge.baselines import BaselineStore
 from gpugauge.environment import SCHEMA_VERSION
 from gpugauge.gate import Gate
 from gpugauge.gauge import Gauge, GaugeSession, Note
+from gpugauge.measurement import Spec
 from gpugauge.options import Options, add_options, resolve
 from gpugauge.tolerances import load_tolerances
 
@@ -69,6 +71,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def options(config: pytest.Config) -> Options:
     """The run's resolved options (for ``pytest_generate_tests`` in bench modules)."""
     return config.stash[SESSION].options
+
+
+def parametrize_cases(
+    metafunc: pytest.Metafunc, argname: str, cases: Callable[[str], Sequence[Spec]]
+) -> None:
+    """Parametrize ``argname`` with the cases of the run's profile.
+
+    Ids come from ``spec.id``; each case gets a ``gpu`` or ``cpu`` mark, so that the run's
+    devices decide what is skipped.
+    """
+    if argname not in metafunc.fixturenames:
+        return
+    params = [
+        pytest.param(
+            c, id=c.id, marks=pytest.mark.gpu if c.device.startswith("cuda") else pytest.mark.cpu
+        )
+        for c in cases(options(metafunc.config).profile)
+    ]
+    metafunc.parametrize(argname, params)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
