@@ -51,6 +51,21 @@ def run_pytest(args: list[str], log: Path) -> int:
         return proc.wait()
 
 
+def seed_run(family: str, js: Path) -> list[str]:
+    """Pytest arguments of one family's seed profile, autosaved and written to ``js``."""
+    return [
+        "benches",
+        "-k",
+        family,
+        "--profile",
+        "seed",
+        "--benchmark-autosave",
+        f"--benchmark-json={js}",
+        "-p",
+        "no:cacheprovider",
+    ]
+
+
 def medians(path: Path) -> dict[str, float]:
     """Benchmark id -> median ms from a pytest-benchmark JSON."""
     data = json.loads(path.read_text())
@@ -91,17 +106,7 @@ def foundation(out: Path) -> None:
     for i in (1, 2):
         js = out / f"vgg_swap_seed_run{i}.json"
         rc = run_pytest(
-            [
-                "benches",
-                "-k",
-                "vgg_swap",
-                "--profile",
-                "seed",
-                "--benchmark-autosave",
-                f"--benchmark-json={js}",
-                "-p",
-                "no:cacheprovider",
-            ],
+            seed_run("vgg_swap", js),
             out / f"vgg_swap_seed_run{i}.log",
         )
         print(f"run {i}: pytest exit {rc}", flush=True)
@@ -153,8 +158,6 @@ def foundation(out: Path) -> None:
 
 def layers(out: Path) -> None:
     """Issue 3's checks."""
-    from dataclasses import replace
-
     import torch
     import triton.testing
 
@@ -169,17 +172,7 @@ def layers(out: Path) -> None:
     js = out / "layers_seed.json"
     t0 = time.perf_counter()
     rc = run_pytest(
-        [
-            "benches",
-            "-k",
-            "layers",
-            "--profile",
-            "seed",
-            "--benchmark-autosave",
-            f"--benchmark-json={js}",
-            "-p",
-            "no:cacheprovider",
-        ],
+        seed_run("layers", js),
         out / "layers_seed.log",
     )
     wall = time.perf_counter() - t0
