@@ -133,6 +133,7 @@ class CudaEventClock:
         """
         ev = self._torch.cuda.Event
         self._pairs = [(ev(enable_timing=True), ev(enable_timing=True)) for _ in range(rounds)]
+        self._i = 0
         if head_start_s > 0:
             self._torch.cuda._sleep(int(head_start_s * self._cycles_per_s()))
 
@@ -148,7 +149,6 @@ class CudaEventClock:
             stop.synchronize()
             self._rate = 10_000_000 / (start.elapsed_time(stop) / 1e3)
         return self._rate
-        self._i = 0
 
     def begin(self) -> None:
         """Record the round's start event on the current stream."""
