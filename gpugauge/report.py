@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.baselines import BaselineError, BaselineStore, Entry, entries_of_benchmark_json
-from gpugauge.gate import Gate, GateResult, Verdict, compare
-from gpugauge.tables import fmt_ms
+from gpugauge.gate import Gate, GateResult, compare
+from gpugauge.tables import fmt_ms, fmt_ratio, fmt_verdict, verdict_counts, worst_first
 from gpugauge.tolerances import Tolerances
 
 
@@ -103,27 +103,19 @@ def collect(
 
 
 def _rows(data: ReportData) -> list[list[str]]:
-    def ratio(r: GateResult, metric: str) -> str:
-        c = r.check(metric)
-        if c is None:
-            return "-"
-        ci = "" if c.ci_low == c.ci_high else f" [{c.ci_low:.3f}, {c.ci_high:.3f}]"
-        return f"{c.ratio:.3f}x{ci}"
-
-    order = list(Verdict)
     rows = []
-    for r in sorted(data.results, key=lambda r: (order.index(r.verdict), r.id)):
+    for r in worst_first(data.results):
         t = r.check("time")
         rows.append(
             [
                 r.id,
                 "-" if t is None else fmt_ms(t.baseline),
                 "-" if t is None else fmt_ms(t.current),
-                ratio(r, "time"),
+                fmt_ratio(t),
                 "-" if t is None else f"{1 + t.tolerance:.3f}",
-                r.verdict.value.upper() if r.verdict is Verdict.REGRESSED else r.verdict.value,
-                ratio(r, "memory"),
-                ratio(r, "energy"),
+                fmt_verdict(r),
+                fmt_ratio(r.check("memory")),
+                fmt_ratio(r.check("energy")),
                 r.note,
             ]
         )
@@ -141,14 +133,6 @@ HEADERS = [
     "energy ratio",
     "note",
 ]
-
-
-def _counts(data: ReportData) -> str:
-    return ", ".join(
-        f"{sum(r.verdict is v for r in data.results)} {v.value}"
-        for v in Verdict
-        if any(r.verdict is v for r in data.results)
-    )
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -174,7 +158,7 @@ def render_markdown(data: ReportData, images: dict[str, str]) -> str:
         "",
         f"- current: `{data.current.path}` ({data.current.label}; {data.current.machine})",
         f"- against: {data.against}",
-        f"- verdicts: {_counts(data) or 'nothing compared'}",
+        f"- verdicts: {verdict_counts(data.results) or 'nothing compared'}",
         "",
         "Time is judged on the 95% CI of current/baseline median: a regression only when the",
         "whole interval lies beyond the allowed ratio. Memory and energy are single values.",
@@ -210,7 +194,7 @@ def render_html(data: ReportData, pngs: dict[str, bytes]) -> str:
         f"<style>{_CSS}</style></head><body><h1>gpugauge report</h1>"
         f"<p>current: <code>{e(str(data.current.path))}</code> ({e(data.current.label)}; "
         f"{e(data.current.machine)})<br>against: {e(data.against)}<br>"
-        f"verdicts: {e(_counts(data) or 'nothing compared')}</p>"
+        f"verdicts: {e(verdict_counts(data.results) or 'nothing compared')}</p>"
         f"<table><tr>{head}</tr>{body}</table>{figs}</body></html>\n"
     )
 

@@ -144,7 +144,8 @@ def comparison_table(comparisons: Sequence[Comparison]) -> str:
     return render(headers, rows, "gpugauge comparisons (speedup = baseline / candidate time)")
 
 
-def _ratio(check: MetricCheck | None) -> str:
+def fmt_ratio(check: MetricCheck | None) -> str:
+    """'1.051x [1.049, 1.053]', or '1.000x' for a single reading, or '-'."""
     if check is None:
         return "-"
     if check.ci_low == check.ci_high:
@@ -152,28 +153,43 @@ def _ratio(check: MetricCheck | None) -> str:
     return f"{check.ratio:.3f}x [{check.ci_low:.3f}, {check.ci_high:.3f}]"
 
 
+def worst_first(results: Sequence[GateResult]) -> list[GateResult]:
+    """Results ordered by verdict (regressions first), then by id."""
+    order = list(Verdict)
+    return sorted(results, key=lambda r: (order.index(r.verdict), r.id))
+
+
+def fmt_verdict(r: GateResult) -> str:
+    """The verdict, shouted when it is a regression."""
+    return r.verdict.value.upper() if r.verdict is Verdict.REGRESSED else r.verdict.value
+
+
+def verdict_counts(results: Sequence[GateResult]) -> str:
+    """'1 regressed, 35 unchanged' (empty when there are no results)."""
+    return ", ".join(
+        f"{sum(r.verdict is v for r in results)} {v.value}"
+        for v in Verdict
+        if any(r.verdict is v for r in results)
+    )
+
+
 def gate_table(results: Sequence[GateResult], missing: Sequence[str] = ()) -> str:
     """One row per gated benchmark (regressions first), counts in the title, then missing."""
-    order = list(Verdict)
     rows = []
-    for r in sorted(results, key=lambda r: (order.index(r.verdict), r.id)):
+    for r in worst_first(results):
         t = r.check("time")
         rows.append(
             [
                 r.id,
-                r.verdict.value.upper() if r.verdict is Verdict.REGRESSED else r.verdict.value,
-                _ratio(t),
+                fmt_verdict(r),
+                fmt_ratio(t),
                 "-" if t is None else f"<= {1 + t.tolerance:.3f}",
-                _ratio(r.check("memory")),
-                _ratio(r.check("energy")),
+                fmt_ratio(r.check("memory")),
+                fmt_ratio(r.check("energy")),
                 r.note,
             ]
         )
-    counts = ", ".join(
-        f"{sum(r.verdict is v for r in results)} {v.value}"
-        for v in order
-        if any(r.verdict is v for r in results)
-    )
+    counts = verdict_counts(results)
     headers = [
         "benchmark",
         "verdict",
