@@ -1,176 +1,29 @@
-"""vgg_swap: VGG as built against VGG with every ReLU→MaxPool pair swapped (seed 004, Task-3).
+"""vgg_swap benchmarks: VGG as built against VGG with ReLU and MaxPool swapped (seed 004, Task-3).
 
-Before anything is timed, each swapped case checks that the two models compute the same
-function: fp32 eval outputs bitwise equal and training gradients equal up to rounding.
-A training step is: zero grads (set to None), forward under autocast for bf16,
-cross-entropy, backward, SGD step (lr 0.01, momentum 0.9). Inference runs in eval mode
-under ``torch.inference_mode``.
+The cases, the step and the equivalence check live in :mod:`gpugauge.workloads.vgg_swap`.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any, ClassVar
+from dataclasses import replace
+from typing import Any
 
 import pytest
-import torch
-from torch import nn
 
-from gpugauge.ceilings import torch_dtype
 from gpugauge.plugin import parametrize_cases
-from models.vgg import swapped_twin, vgg
+from gpugauge.workloads.vgg_swap import (
+    GRAD_REL_TOL,
+    SwapCase,
+    cases,
+    check_swap_equivalence,
+    make_step,
+)
 
 pytestmark = pytest.mark.vgg_swap
 
 
-@dataclass(frozen=True)
-class SwapCase:
-    """One vgg_swap benchmark: model, variant, mode, precision, input and device."""
-
-    family: ClassVar[str] = "vgg_swap"
-    arch: str
-    batch_norm: bool
-    variant: str  # "normal" | "swapped"
-    mode: str  # "infer" | "train"
-    dtype: str  # "fp32" | "bf16" (autocast)
-    batch: int
-    image: int
-    num_classes: int
-    device: str  # "cpu" | "cuda"
-    profile: str
-
-    @property
-    def id(self) -> str:
-        """Readable id, also the pytest id: ``vgg16-swapped-train-bf16-b128-224px-cuda``."""
-        bn = "_bn" if self.batch_norm else ""
-        return (
-            f"{self.arch}{bn}-{self.variant}-{self.mode}-{self.dtype}-b{self.batch}-"
-            f"{self.image}px-{self.device}"
-        )
-
-    @property
-    def workload(self) -> SwapCase:
-        """The same case with the variant normalized: what normal and swapped share."""
-        return replace(self, variant="normal")
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return asdict(self)
-
-
-def cases(profile: str) -> list[SwapCase]:
-    """Every case of a profile; CUDA cases exist on every machine and skip where no GPU is."""
-
-    def grid(
-        device: str, archs: list[tuple[str, bool]], dtypes: list[str], batch: int, image: int
-    ) -> list[SwapCase]:
-        return [
-            SwapCase(arch, bn, variant, mode, dtype, batch, image, 1000, device, profile)
-            for arch, bn in archs
-            for mode in ("infer", "train")
-            for dtype in dtypes
-            for variant in ("normal", "swapped")
-        ]
-
-    vgg16 = [("vgg16", False)]
-    if profile == "smoke":
-        return grid("cpu", vgg16, ["fp32"], 2, 32) + grid("cuda", vgg16, ["fp32", "bf16"], 16, 64)
-    if profile == "seed":
-        return grid("cpu", vgg16, ["fp32"], 128, 224) + grid(
-            "cuda", vgg16, ["fp32", "bf16"], 128, 224
-        )
-    every = [(a, bn) for a in ("vgg11", "vgg13", "vgg16", "vgg19") for bn in (False, True)]
-    return grid("cpu", vgg16, ["fp32"], 16, 224) + grid("cuda", every, ["fp32", "bf16"], 128, 224)
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_cases(metafunc, "case", cases)
-
-
-def _inputs(case: SwapCase) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(case.batch, 3, case.image, case.image, generator=g)
-    y = torch.randint(0, case.num_classes, (case.batch,), generator=g)
-    return x.to(case.device), y.to(case.device)
-
-
-def _model(case: SwapCase, swap: bool) -> nn.Module:
-    torch.manual_seed(0)
-    return vgg(case.arch, batch_norm=case.batch_norm, swap=swap, num_classes=case.num_classes).to(
-        case.device
-    )
-
-
-def _autocast(case: SwapCase) -> contextlib.AbstractContextManager[Any]:
-    if case.dtype == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(torch.device(case.device).type, dtype=torch_dtype(case.dtype))
-
-
-def make_step(case: SwapCase) -> Callable[[], object]:
-    """The callable timed for ``case``: one inference or one training step."""
-    model = _model(case, swap=case.variant == "swapped")
-    x, y = _inputs(case)
-    if case.mode == "infer":
-        model.eval()
-
-        def infer() -> object:
-            with torch.inference_mode(), _autocast(case):
-                return model(x)
-
-        return infer
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def train() -> object:
-        opt.zero_grad(set_to_none=True)
-        with _autocast(case):
-            loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return train
-
-
-def check_swap_equivalence(case: SwapCase) -> dict[str, Any]:
-    """Outputs (fp32, eval) of normal and swapped VGG are identical; gradients match."""
-    normal = _model(case, swap=False)
-    swapped = swapped_twin(
-        normal, case.arch, batch_norm=case.batch_norm, num_classes=case.num_classes
-    )
-    x, y = _inputs(case)
-    normal.eval()
-    swapped.eval()
-    with torch.inference_mode():
-        out_n, out_s = normal(x), swapped(x)
-    identical = bool(torch.equal(out_n, out_s))
-    max_out_diff = float((out_n - out_s).abs().max())
-    del out_n, out_s
-
-    normal.train()
-    swapped.train()
-    for model in (normal, swapped):
-        torch.manual_seed(1)  # the same dropout masks in both
-        nn.functional.cross_entropy(model(x), y).backward()
-    worst = 0.0
-    for (name, p_n), p_s in zip(normal.named_parameters(), swapped.parameters(), strict=True):
-        assert p_n.grad is not None, name
-        assert p_s.grad is not None, name
-        rel = float((p_n.grad - p_s.grad).norm() / p_n.grad.norm().clamp_min(1e-30))
-        worst = max(worst, rel)
-    return {
-        "outputs_identical": identical,
-        "max_output_abs_diff": max_out_diff,
-        "max_grad_rel_diff": worst,
-    }
-
-
-# Non-deterministic GPU reductions in backward can reorder sums: allow rounding, no more.
-GRAD_REL_TOL = 1e-4
 
 
 @pytest.fixture(scope="session")

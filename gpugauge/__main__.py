@@ -12,16 +12,21 @@ import json
 import sys
 from pathlib import Path
 
-from gpugauge.baselines import BaselineError, BaselineStore, combine_runs, entries_of_benchmark_json
-from gpugauge.tolerances import ToleranceError, load_tolerances
+from gpugauge.regress.baselines import (
+    BaselineError,
+    BaselineStore,
+    combine_runs,
+    entries_of_benchmark_json,
+)
+from gpugauge.regress.tolerances import ToleranceError, load_tolerances
 
 
 def _env(args: argparse.Namespace) -> int:
     import torch
 
-    from gpugauge.ceilings import measure_ceilings
-    from gpugauge.environment import fingerprint
-    from gpugauge.nvml import Nvml, maybe_nvml
+    from gpugauge.measure.ceilings import measure_ceilings
+    from gpugauge.measure.environment import fingerprint
+    from gpugauge.measure.nvml import Nvml, maybe_nvml
 
     with maybe_nvml() as nvml:
         ok = isinstance(nvml, Nvml)
@@ -34,7 +39,7 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from gpugauge.report import collect, newest_run, write_report
+    from gpugauge.report.document import collect, newest_run, write_report
 
     current = args.current or newest_run(args.storage)
     history = sorted(args.storage.rglob("*.json")) if args.storage.exists() else []

@@ -18,19 +18,19 @@ from typing import Any
 
 import pytest
 
-from gpugauge.baselines import BaselineStore, entry_of
-from gpugauge.ceilings import Ceilings, measure_ceilings
-from gpugauge.energy import Energy, measure_energy
-from gpugauge.environment import fingerprint
-from gpugauge.gate import Gate, GateResult, Verdict
-from gpugauge.measurement import Comparison, Measurement, Spec
-from gpugauge.memory import ExpectedMemory, measure_cpu_memory, measure_cuda_memory
-from gpugauge.nvml import Nvml, NvmlDevice, NvmlUnavailable
+from gpugauge.measure.ceilings import Ceilings, measure_ceilings
+from gpugauge.measure.energy import Energy, measure_energy
+from gpugauge.measure.environment import fingerprint
+from gpugauge.measure.memory import ExpectedMemory, measure_cpu_memory, measure_cuda_memory
+from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
+from gpugauge.measure.roofline import Work, roofline
+from gpugauge.measure.sampler import GpuSampler
+from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.options import Options
-from gpugauge.roofline import Work, roofline
-from gpugauge.sampler import GpuSampler
-from gpugauge.tables import comparison_table, gate_table, results_table, roofline_table
-from gpugauge.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
+from gpugauge.regress.baselines import BaselineStore, entry_of
+from gpugauge.regress.gate import Gate, GateResult, Verdict
+from gpugauge.report.tables import comparison_table, gate_table, results_table, roofline_table
+from gpugauge.results.measurement import Comparison, Measurement, Spec
 
 Note = Callable[[str], None]
 

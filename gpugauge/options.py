@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpugauge.energy import MIN_WINDOW_S
-from gpugauge.timing import TimingPolicy
+from gpugauge.measure.energy import MIN_WINDOW_S
+from gpugauge.measure.timing import TimingPolicy
 
 PROFILES = ("smoke", "seed", "full")
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from gpugauge.baselines import BaselineStore
-from gpugauge.environment import SCHEMA_VERSION
-from gpugauge.gate import Gate
 from gpugauge.gauge import Gauge, GaugeSession, Note
-from gpugauge.measurement import Spec
+from gpugauge.measure.environment import SCHEMA_VERSION
 from gpugauge.options import Options, add_options, resolve
-from gpugauge.tolerances import load_tolerances
+from gpugauge.regress.baselines import BaselineStore
+from gpugauge.regress.gate import Gate
+from gpugauge.regress.tolerances import load_tolerances
+from gpugauge.results.measurement import Spec
 
 SESSION = pytest.StashKey[GaugeSession]()
 

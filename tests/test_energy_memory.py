@@ -3,10 +3,10 @@ import time
 import pytest
 import torch
 
-from gpugauge.energy import measure_energy
-from gpugauge.memory import measure_cpu_memory
-from gpugauge.nvml import reason_names
-from gpugauge.sampler import GpuSampler
+from gpugauge.measure.energy import measure_energy
+from gpugauge.measure.memory import measure_cpu_memory
+from gpugauge.measure.nvml import reason_names
+from gpugauge.measure.sampler import GpuSampler
 
 
 class FakeGpu:

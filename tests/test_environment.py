@@ -1,7 +1,7 @@
 import subprocess
 from pathlib import Path
 
-from gpugauge.environment import device_class, fingerprint, git_commit, slug
+from gpugauge.measure.environment import device_class, fingerprint, git_commit, slug
 
 
 def test_slug() -> None:

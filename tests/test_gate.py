@@ -4,15 +4,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpugauge.baselines import (
+from gpugauge.regress.baselines import (
     BaselineError,
     BaselineStore,
     Entry,
     atomic_write_json,
     parse_baseline,
 )
-from gpugauge.gate import Gate, Verdict, compare, judge
-from gpugauge.tolerances import Tolerance, ToleranceError, Tolerances, load_tolerances
+from gpugauge.regress.gate import Gate, Verdict, compare, judge
+from gpugauge.regress.tolerances import Tolerance, ToleranceError, Tolerances, load_tolerances
 
 ROOT = Path(__file__).resolve().parents[1]
 

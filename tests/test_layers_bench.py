@@ -3,10 +3,10 @@
 import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
-from benches.test_layers import LayerCase, cases, make_round
-from gpugauge.ceilings import Ceilings
-from gpugauge.memory import ExpectedMemory
-from gpugauge.roofline import Work, roofline
+from gpugauge.measure.ceilings import Ceilings
+from gpugauge.measure.memory import ExpectedMemory
+from gpugauge.measure.roofline import Work, roofline
+from gpugauge.workloads.layers import LayerCase, cases, make_round
 from models.layers import LAYERS
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from gpugauge.__main__ import main
-from gpugauge.baselines import Entry, combine_runs, parse_baseline
-from gpugauge.gate import Verdict, compare
-from gpugauge.tolerances import Tolerance
+from gpugauge.regress.baselines import Entry, combine_runs, parse_baseline
+from gpugauge.regress.gate import Verdict, compare
+from gpugauge.regress.tolerances import Tolerance
 
 from .test_plugin import BENCH
 

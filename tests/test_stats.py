@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from gpugauge.stats import median_ci, ratio_of_medians, summarize
+from gpugauge.measure.stats import median_ci, ratio_of_medians, summarize
 
 
 def test_summary_of_known_samples() -> None:

@@ -1,4 +1,4 @@
-from gpugauge.tables import fmt_bytes, render
+from gpugauge.report.tables import fmt_bytes, render
 
 
 def test_render_golden() -> None:

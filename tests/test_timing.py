@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from gpugauge.timing import (
+from gpugauge.measure.timing import (
     MAX_BATCH,
     MAX_HEAD_START_S,
     HostClock,

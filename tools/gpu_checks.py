@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from dataclasses import replace  # noqa: E402
 
+from gpugauge.measure.timing import CudaEventClock, measure  # noqa: E402
 from gpugauge.options import PROFILE_POLICIES  # noqa: E402
-from gpugauge.tables import render  # noqa: E402
-from gpugauge.timing import CudaEventClock, measure  # noqa: E402
+from gpugauge.report.tables import render  # noqa: E402
 
 
 def run_pytest(args: list[str], log: Path) -> int:
@@ -112,7 +112,7 @@ def foundation(out: Path) -> None:
         print(f"run {i}: pytest exit {rc}", flush=True)
         runs.append(medians(js) if js.exists() else {})
 
-    from benches.test_vgg_swap import cases, make_step
+    from gpugauge.workloads.vgg_swap import cases, make_step
 
     rows = []
     policy = PROFILE_POLICIES["seed"]
@@ -161,8 +161,8 @@ def layers(out: Path) -> None:
     import torch
     import triton.testing
 
-    from benches.test_layers import cases, make_round
-    from gpugauge.ceilings import matmul_precision
+    from gpugauge.measure.ceilings import matmul_precision
+    from gpugauge.workloads.layers import cases, make_round
 
     print(
         f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
@@ -266,12 +266,12 @@ def timer_check(out: Path) -> None:
     import torch
     import triton.testing
 
-    from benches.test_layers import cases as layer_cases
-    from benches.test_layers import make_round
-    from benches.test_vgg_swap import cases as vgg_cases
-    from benches.test_vgg_swap import make_step
-    from gpugauge.ceilings import matmul_precision
     from gpugauge.gauge import l2_flusher
+    from gpugauge.measure.ceilings import matmul_precision
+    from gpugauge.workloads.layers import cases as layer_cases
+    from gpugauge.workloads.layers import make_round
+    from gpugauge.workloads.vgg_swap import cases as vgg_cases
+    from gpugauge.workloads.vgg_swap import make_step
 
     rows = []
     seed = PROFILE_POLICIES["seed"]

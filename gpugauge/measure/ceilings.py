@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpugauge.timing import CudaEventClock, HostClock, TimingPolicy, measure
+from gpugauge.measure.timing import CudaEventClock, HostClock, TimingPolicy, measure
 
 _POLICY = TimingPolicy(warmup_rounds=3, rounds=20)
 

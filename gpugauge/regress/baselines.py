@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpugauge.environment import SCHEMA_VERSION, device_class, slug
-from gpugauge.measurement import Measurement
+from gpugauge.measure.environment import SCHEMA_VERSION, device_class, slug
+from gpugauge.results.measurement import Measurement
 
 
 class BaselineError(ValueError):

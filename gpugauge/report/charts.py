@@ -16,10 +16,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from gpugauge.gate import Verdict
+from gpugauge.regress.gate import Verdict
 
 if TYPE_CHECKING:
-    from gpugauge.report import ReportData
+    from gpugauge.report.document import ReportData
 
 COLORS = {
     Verdict.REGRESSED: "#c0392b",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpugauge.nvml import Nvml
+from gpugauge.measure.nvml import Nvml
 
 SCHEMA_VERSION = 1
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpugauge.gate import GateResult, MetricCheck, Verdict
-from gpugauge.measurement import Comparison, Measurement
+from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
+from gpugauge.results.measurement import Comparison, Measurement
 
 
 def fmt_bytes(n: float | None) -> str:

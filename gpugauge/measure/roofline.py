@@ -1,7 +1,7 @@
 """Roofline arithmetic: achieved rates of a measured op against the device's measured ceilings.
 
 An op is described by :class:`Work` (FLOPs and the fewest bytes it must move, both
-counted from a formula); with a median time and :class:`~gpugauge.ceilings.Ceilings`
+counted from a formula); with a median time and :class:`~gpugauge.measure.ceilings.Ceilings`
 that gives achieved TFLOP/s and GB/s, which of the two bounds it, and how close it gets.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpugauge.ceilings import Ceilings
+from gpugauge.measure.ceilings import Ceilings
 
 
 @dataclass(frozen=True)

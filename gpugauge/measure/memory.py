@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpugauge.nvml import NvmlDevice
+from gpugauge.measure.nvml import NvmlDevice
 
 _STATUS = Path("/proc/self/status")
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gpugauge.baselines import BaselineStore, Entry
-from gpugauge.stats import ratio_of_medians
-from gpugauge.tolerances import Tolerance, Tolerances
+from gpugauge.measure.stats import ratio_of_medians
+from gpugauge.regress.baselines import BaselineStore, Entry
+from gpugauge.regress.tolerances import Tolerance, Tolerances
 
 MEMORY_SLACK_BYTES = 2 * 2**20  # allocator rounding: never a regression on its own
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpugauge.energy import Energy
-from gpugauge.environment import SCHEMA_VERSION, device_class
-from gpugauge.memory import Memory
-from gpugauge.nvml import GpuState
-from gpugauge.roofline import Roofline
-from gpugauge.stats import Ratio, Summary, ratio_of_medians
-from gpugauge.timing import Timing
+from gpugauge.measure.energy import Energy
+from gpugauge.measure.environment import SCHEMA_VERSION, device_class
+from gpugauge.measure.memory import Memory
+from gpugauge.measure.nvml import GpuState
+from gpugauge.measure.roofline import Roofline
+from gpugauge.measure.stats import Ratio, Summary, ratio_of_medians
+from gpugauge.measure.timing import Timing
 
 
 class Spec(Protocol):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
-from gpugauge.stats import Summary, summarize
+from gpugauge.measure.stats import Summary, summarize
 
 
 @dataclass(frozen=True)

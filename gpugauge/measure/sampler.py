@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from gpugauge.nvml import SLOWDOWN_MASK, NvmlDevice, reason_names
+from gpugauge.measure.nvml import SLOWDOWN_MASK, NvmlDevice, reason_names
 
 THROTTLE_CLOCK_FRACTION = 0.75
 

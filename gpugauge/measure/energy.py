@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpugauge.nvml import NvmlDevice
-from gpugauge.sampler import GpuSampler
+from gpugauge.measure.nvml import NvmlDevice
+from gpugauge.measure.sampler import GpuSampler
 
 MIN_WINDOW_S = 1.0
 SHORT_WINDOW_S = 2.0

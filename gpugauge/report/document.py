@@ -15,10 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpugauge.baselines import BaselineError, BaselineStore, Entry, entries_of_benchmark_json
-from gpugauge.gate import Gate, GateResult, compare
-from gpugauge.tables import fmt_ms, fmt_ratio, fmt_verdict, verdict_counts, worst_first
-from gpugauge.tolerances import Tolerances
+from gpugauge.regress.baselines import (
+    BaselineError,
+    BaselineStore,
+    Entry,
+    entries_of_benchmark_json,
+)
+from gpugauge.regress.gate import Gate, GateResult, compare
+from gpugauge.regress.tolerances import Tolerances
+from gpugauge.report.tables import fmt_ms, fmt_ratio, fmt_verdict, verdict_counts, worst_first
 
 
 @dataclass(frozen=True)
@@ -203,8 +208,8 @@ def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path
     """Draw every chart that applies and write ``<name>.md``, ``<name>.html`` and PNGs."""
     import matplotlib.pyplot as plt
 
-    from gpugauge.baselines import atomic_write_text
-    from gpugauge.charts import CHARTS
+    from gpugauge.regress.baselines import atomic_write_text
+    from gpugauge.report.charts import CHARTS
 
     out.mkdir(parents=True, exist_ok=True)
     pngs: dict[str, bytes] = {}

@@ -1,0 +1,1 @@
+"""Running workloads in other processes: torchrun launching and the rank worker."""

@@ -1,0 +1,1 @@
+"""How numbers are taken: timing, statistics, memory, energy, clocks, ceilings, fingerprint."""

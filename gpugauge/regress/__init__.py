@@ -1,0 +1,1 @@
+"""Regression checking: stored baselines (data), tolerances (policy) and the gate."""

@@ -1,0 +1,1 @@
+"""What a benchmark produced: metrics, measurements, saved runs and their artifacts."""

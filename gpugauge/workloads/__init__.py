@@ -1,0 +1,1 @@
+"""Benchmark workloads, importable without pytest: specs, cases per profile, step builders."""
