@@ -19,6 +19,7 @@ from gpugauge.regress.baselines import (
     entries_of_benchmark_json,
 )
 from gpugauge.regress.tolerances import ToleranceError, load_tolerances
+from gpugauge.results.runs import RunError
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (BaselineError, ToleranceError, FileNotFoundError) as err:
+    except (BaselineError, ToleranceError, RunError, FileNotFoundError) as err:
         print(f"gpugauge {args.command}: {err}", file=sys.stderr)
         return 2
 

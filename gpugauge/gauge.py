@@ -1,18 +1,23 @@
-"""The benchmark-facing API: ``gauge.measure(spec, fn)`` and ``gauge.compare(a, b)``.
+"""The benchmark-facing API: ``gauge.measure``, ``gauge.record``, ``gauge.compare``.
 
 :class:`GaugeSession` is the state of one pytest run (kept in ``config.stash``): the
 resolved options, NVML, the fingerprint and device ceilings (each measured once, lazily),
-and every measurement and comparison so far. :class:`Gauge` is what a benchmark gets per
-test: it runs the timing primitive, the memory and energy windows, and hands the samples
-to pytest-benchmark's fixture so its storage and compare work on device time.
+the run's artifact folder, and every measurement and comparison so far. :class:`Gauge` is
+what a benchmark gets per test. ``measure`` builds a result here (the timing primitive,
+then the memory and energy windows, on one device or several) and records it;
+``record`` takes a result built anywhere (a torchrun worker's timing, a search) and hands
+it to pytest-benchmark's fixture, so that its storage and compare work on device time,
+and to the gate. One test records one result: its pytest id is the result's id.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,8 @@ from gpugauge.options import Options
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, Verdict
 from gpugauge.report.tables import comparison_table, gate_table, results_table, roofline_table
-from gpugauge.results.measurement import Comparison, Measurement, Spec
+from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
+from gpugauge.results.metrics import METRICS
 
 Note = Callable[[str], None]
 
@@ -50,7 +56,8 @@ class GaugeSession:
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
-    _extra_infos: dict[Spec, dict[str, Any]] = field(default_factory=dict)
+    _extra_infos: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _artifact_run: Path | None = None
 
     @property
     def nvml(self) -> Nvml | None:
@@ -110,10 +117,7 @@ class GaugeSession:
         """Baseline entries of the families that ran, which this run did not measure."""
         if self.gate is None:
             return []
-        seen = {
-            (entry.device_class, entry.family, entry.id)
-            for entry in map(entry_of, self.measurements)
-        }
+        seen = {(m.device_class, m.spec.family, m.id) for m in self.measurements}
         out = []
         for dev, fam in sorted({(d, f) for d, f, _ in seen}):
             ids = {i for d, f, i in seen if (d, f) == (dev, fam)}
@@ -144,6 +148,14 @@ class GaugeSession:
         """The measurement of ``spec`` in this run, if it ran."""
         return next((m for m in self.measurements if m.spec == spec), None)
 
+    @property
+    def artifact_run_dir(self) -> Path:
+        """The run's artifact folder, ``<artifacts-dir>/<UTC time>-<pid>``, made on first use."""
+        if self._artifact_run is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            self._artifact_run = self.options.artifacts_dir / f"{stamp}-{os.getpid()}"
+        return self._artifact_run
+
     def close(self) -> None:
         """Shut NVML down."""
         if isinstance(self._nvml, Nvml):
@@ -151,8 +163,8 @@ class GaugeSession:
         self._nvml = None
 
 
-def _clock(device: str) -> RoundClock:
-    return CudaEventClock(device) if device.startswith("cuda") else HostClock()
+def _clock(devices: tuple[str, ...]) -> RoundClock:
+    return CudaEventClock(devices) if devices[0].startswith("cuda") else HostClock()
 
 
 @contextlib.contextmanager
@@ -177,6 +189,9 @@ def _chain(first: Callable[[], object], then: Callable[[], object]) -> Callable[
 
 
 def _one_line(m: Measurement) -> str:
+    values = ", ".join(f"{k} {v:.4g} {METRICS[k].unit}" for k, v in m.values.items())
+    if m.timing is None:
+        return values or "recorded"
     s, t = m.summary, m.timing
     flags = [
         f
@@ -184,7 +199,8 @@ def _one_line(m: Measurement) -> str:
         if on
     ]
     line = f"median {s.median:.4g} ms [{s.ci_low:.4g}, {s.ci_high:.4g}] n={s.n} ({t.stop_reason})"
-    return line + (f" [{', '.join(flags)}]" if flags else "")
+    line += f" [{', '.join(flags)}]" if flags else ""
+    return f"{line}; {values}" if values else line
 
 
 def l2_flusher(device: str) -> Callable[[], object]:
@@ -196,12 +212,22 @@ def l2_flusher(device: str) -> Callable[[], object]:
     return buf.zero_
 
 
+class GaugeError(RuntimeError):
+    """A benchmark used the gauge in a way that would lose or mislabel a result."""
+
+
 class Gauge:
-    """Per-test measuring API; wraps the pytest-benchmark fixture it records into."""
+    """Per-test measuring API; wraps the pytest-benchmark fixture it records into.
+
+    One test records one result: the pytest-benchmark row, the pytest id and the baseline
+    key are all that result's id, so a second ``record`` (or ``measure``) in the same test
+    is refused with :class:`GaugeError` rather than stored under the first one's name.
+    """
 
     def __init__(self, session: GaugeSession, benchmark: Any) -> None:
         self.session = session
         self._benchmark = benchmark
+        self._recorded: Measurement | None = None
 
     @property
     def options(self) -> Options:
@@ -226,43 +252,52 @@ class Gauge:
         expected_memory: ExpectedMemory | None = None,
         flush_l2: bool = False,
         energy: bool = True,
+        values: Mapping[str, float] | None = None,
+        artifacts: Mapping[str, Path | str] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> Measurement:
         """Time ``fn``, then its memory and energy; record and return the measurement.
 
-        ``fn`` is one complete round (one inference, one training step). ``setup`` runs
+        ``fn`` is one complete round (one inference, one training step); on a spec with
+        several devices a round ends when every device has finished it. ``setup`` runs
         before every round outside the timing and memory windows (fresh inputs, grads set
         to None); the energy window runs it too. ``work`` adds a roofline,
-        ``expected_memory`` a check of the peak, ``flush_l2`` a cold L2 for every round.
-        The samples go to pytest-benchmark's fixture, everything else into ``extra_info``.
+        ``expected_memory`` a check of the peak, ``flush_l2`` a cold L2 for every round,
+        ``values`` further metrics by registry name, ``artifacts`` files the result owns
+        (see :meth:`artifact_path`). The samples go to pytest-benchmark's fixture,
+        everything else into ``extra_info``.
         """
-        device = spec.device
-        on_gpu = device.startswith("cuda")
+        self._check_not_recorded(spec)
+        devices = devices_of(spec)
+        on_gpu = devices[0].startswith("cuda")
         policy = self._policy(flush_l2)
-        nvdev = self.session.nvml_device(device)
+        nvdevs = [self.session.nvml_device(d) for d in devices]
+        known = [d for d in nvdevs if d is not None]
+        nvdev = nvdevs[0]
         gc.collect()
         if on_gpu:
             import torch
 
             torch.cuda.empty_cache()
-        ceilings = None if self._benchmark_disabled else self.session.ceilings(device)
+        ceilings = None if self._benchmark_disabled else self.session.ceilings(devices[0])
         prepare = setup or _nothing
         prepare()
         # CPU allocators keep freed memory, so only the first run shows RSS growth.
-        memory = None if on_gpu else measure_cpu_memory(fn)
+        memory = () if on_gpu else (measure_cpu_memory(fn),)
         self.session.note(f"{spec.id}: warm-up {policy.warmup_rounds} rounds, timing ...")
-        before = nvdev.state() if nvdev else None
-        flush = l2_flusher(device) if (on_gpu and policy.flush_l2) else None
+        before = tuple(d.state() for d in known)
+        flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None
         between = setup if flush is None else _chain(prepare, flush)
-        clock = _clock(device)
+        clock = _clock(devices)
         with _watch(nvdev) as watch:
             timing = measure(fn, policy, clock, between=between, watch=watch)
         if on_gpu:
             prepare()
-            memory = measure_cuda_memory(fn, device, nvdev)
+            memory = measure_cuda_memory(fn, devices, nvdevs)
         result_energy, energy_note = self._energy(
             fn if setup is None else _chain(setup, fn),
-            nvdev,
+            known if len(known) == len(devices) else [],
+            devices,
             clock,
             energy and not self._benchmark_disabled,
             timing.summary.median,
@@ -270,23 +305,75 @@ class Gauge:
         m = Measurement(
             spec=spec,
             timing=timing,
+            values=dict(values or {}),
             memory=memory,
             energy=result_energy,
             energy_note=energy_note,
             gpu_before=before,
-            gpu_after=nvdev.state() if nvdev else None,
+            gpu_after=tuple(d.state() for d in known),
             roofline=None
             if work is None or ceilings is None
             else roofline(work, timing.summary.median, ceilings),
-            memory_check=None
-            if expected_memory is None or memory is None
-            else expected_memory.check(memory.peak_allocated_bytes),
+            artifacts={k: str(v) for k, v in (artifacts or {}).items()},
             extra={**(extra or {}), "ceilings": ceilings and ceilings.as_dict()},
         )
-        self._record(m)
-        self.session.note(f"{spec.id}: {_one_line(m)}")
+        if expected_memory is not None and memory:
+            m = replace(m, memory_check=expected_memory.check(m.peak_bytes))
+        return self.record(m)
+
+    def record(self, m: Measurement) -> Measurement:
+        """Record a result built anywhere: store it, gate it, and return it.
+
+        ``m`` may come from :meth:`measure`, from a worker process
+        (``Measurement(spec, timing=Timing.from_dict(...))``) or from a search with no
+        timing at all (``Measurement(spec, values={"max_layers": 61})``). Its rounds, if
+        any, become pytest-benchmark's stats; everything else goes into ``extra_info``.
+        A regression against the baseline fails the calling test.
+        """
+        self._check_not_recorded(m.spec)
+        missing = [f"{k}={v}" for k, v in m.artifacts.items() if not Path(v).exists()]
+        if missing:
+            raise GaugeError(f"{m.id}: artifact file(s) not written: {', '.join(missing)}")
+        self._recorded = m
+        info = m.as_dict()
+        info["fingerprint"] = self.session.fingerprint()
+        bench = self._benchmark
+        if bench is not None:
+            bench.extra_info.update(info)
+            if not bench.disabled and m.timing is not None:
+                # pytest-benchmark has no public API for externally timed rounds: this is
+                # what its pedantic mode does per round (Metadata.update takes seconds).
+                stats = bench._make_stats(1)
+                stats.options["timer"] = m.timing.clock
+                for ms in m.timing.device_ms:
+                    stats.update(ms / 1e3)
+            # no public API either to say the fixture was used (it warns otherwise)
+            bench._mode = "gpugauge.record"
+            self.session._extra_infos[m.id] = bench.extra_info
+        self.session.measurements.append(m)
+        self.session.note(f"{m.id}: {_one_line(m)}")
         self._gate(m)
         return m
+
+    def artifact_path(self, spec: Spec, name: str) -> Path:
+        """Where this result's file ``name`` goes: ``<run folder>/<spec id>/<name>``.
+
+        The folder is made; write the file, then pass ``artifacts={"label": path}`` to
+        :meth:`measure`, or put it in the Measurement given to :meth:`record`.
+        """
+        if not name or "/" in name or name in (".", ".."):
+            raise GaugeError(f"artifact name {name!r} must be a plain file name")
+        folder = self.session.artifact_run_dir / spec.id
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / name
+
+    def _check_not_recorded(self, spec: Spec) -> None:
+        if self._recorded is not None:
+            raise GaugeError(
+                f"this test already recorded {self._recorded.id!r}; it cannot also record "
+                f"{spec.id!r}: one test records one result (its pytest id, pytest-benchmark "
+                f"row and baseline key). Parametrize the test with one case per result."
+            )
 
     def _gate(self, m: Measurement) -> None:
         """Judge against the baseline; a regression fails the test that owns it."""
@@ -307,50 +394,34 @@ class Gauge:
     def _energy(
         self,
         fn: Callable[[], object],
-        nvdev: NvmlDevice | None,
+        nvdevs: list[NvmlDevice],
+        devices: tuple[str, ...],
         clock: RoundClock,
         wanted: bool,
         median_ms: float,
-    ) -> tuple[Energy | None, str | None]:
+    ) -> tuple[tuple[Energy, ...], str | None]:
         window = self.options.energy_window_s
         if not wanted:
-            return None, "energy not measured for this benchmark"
+            return (), "energy not measured for this benchmark"
         if window == 0:
-            return None, "energy turned off with --energy-window 0"
-        if nvdev is None:
+            return (), "energy turned off with --energy-window 0"
+        if not nvdevs:
             reason = self.session.nvml_reason or "not a CUDA device"
-            return None, f"no NVML energy counter on this device: {reason}"
+            return (), f"no NVML energy counter on this device: {reason}"
         self.session.note(f"energy window {window:g} s ...")
         try:
             e = measure_energy(
                 fn,
-                nvdev,
+                nvdevs,
                 clock.synchronize,
                 seconds_per_iter=median_ms / 1e3,
                 window_s=window,
                 idle_s=self.options.idle_s,
+                names=devices,
             )
         except RuntimeError as err:
-            return None, str(err)
-        return e, ("short window (< 2 s): energy is unreliable" if e.short_window else None)
-
-    def _record(self, m: Measurement) -> None:
-        """Hand the device-timed samples to pytest-benchmark, everything else as extra_info."""
-        info = m.extra_info()
-        info["fingerprint"] = self.session.fingerprint()
-        bench = self._benchmark
-        if bench is not None:
-            bench.extra_info.update(info)
-            if not bench.disabled:
-                # pytest-benchmark has no public API for externally timed rounds: this is
-                # what its pedantic mode does per round (Metadata.update takes seconds).
-                stats = bench._make_stats(1)
-                stats.options["timer"] = m.timing.clock
-                for ms in m.timing.device_ms:
-                    stats.update(ms / 1e3)
-            bench._mode = "gpugauge.measure"
-            self.session._extra_infos[m.spec] = bench.extra_info
-        self.session.measurements.append(m)
+            return (), str(err)
+        return e, ("short window (< 2 s): energy is unreliable" if e[0].short_window else None)
 
     def compare(
         self,
@@ -360,10 +431,10 @@ class Gauge:
         title: str,
         labels: tuple[str, str] = ("baseline", "candidate"),
     ) -> Comparison:
-        """Compare two measurements of this run; saved into both results' extra_info."""
+        """Compare two timed results of this run; saved into both results' extra_info."""
         c = Comparison(title, baseline, candidate, *labels)
         self.session.comparisons.append(c)
-        for spec in (baseline.spec, candidate.spec):
-            if spec in self.session._extra_infos:
-                self.session._extra_infos[spec].setdefault("comparisons", []).append(c.as_dict())
+        for m in (baseline, candidate):
+            if m.id in self.session._extra_infos:
+                self.session._extra_infos[m.id].setdefault("comparisons", []).append(c.as_dict())
         return c

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpugauge.measure.energy import MIN_WINDOW_S
 from gpugauge.measure.timing import TimingPolicy
+from gpugauge.plain import to_plain
 
 PROFILES = ("smoke", "seed", "full")
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")
@@ -144,6 +145,13 @@ def add_options(group: Any) -> None:
         default=None,
         help="tolerance TOML folder (default: <rootdir>/tolerances)",
     )
+    group.addoption(
+        "--artifacts-dir",
+        type=Path,
+        default=None,
+        help="where results' files (traces, tables) go, one folder per run "
+        "(default: <rootdir>/artifacts)",
+    )
 
 
 @dataclass(frozen=True)
@@ -160,13 +168,14 @@ class Options:
     update_baselines: bool = False
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
+    artifacts_dir: Path = Path("artifacts")
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
         return {
             "profile": self.profile,
             "devices": list(self.devices),
-            "policy": self.policy.__dict__,
+            "policy": to_plain(self.policy),
             "energy_window_s": self.energy_window_s,
             "idle_s": self.idle_s,
             "cuda_available": self.cuda_available,
@@ -174,6 +183,7 @@ class Options:
             "update_baselines": self.update_baselines,
             "baselines_dir": str(self.baselines_dir),
             "tolerances_dir": str(self.tolerances_dir),
+            "artifacts_dir": str(self.artifacts_dir),
         }
 
 
@@ -225,4 +235,5 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         update_baselines=get("update_baselines"),
         baselines_dir=get("baselines_dir") or root / "baselines",
         tolerances_dir=get("tolerances_dir") or root / "tolerances",
+        artifacts_dir=get("artifacts_dir") or root / "artifacts",
     )

@@ -19,7 +19,7 @@ from gpugauge.options import Options, add_options, resolve
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
-from gpugauge.results.measurement import Spec
+from gpugauge.results.measurement import Spec, devices_of
 
 SESSION = pytest.StashKey[GaugeSession]()
 
@@ -79,16 +79,18 @@ def parametrize_cases(
     """Parametrize ``argname`` with the cases of the run's profile.
 
     Ids come from ``spec.id``; each case gets a ``gpu`` or ``cpu`` mark, so that the run's
-    devices decide what is skipped.
+    devices decide what is skipped, and a case on N > 1 GPUs ``multi_gpu(N)``.
     """
     if argname not in metafunc.fixturenames:
         return
-    params = [
-        pytest.param(
-            c, id=c.id, marks=pytest.mark.gpu if c.device.startswith("cuda") else pytest.mark.cpu
-        )
-        for c in cases(options(metafunc.config).profile)
-    ]
+    params = []
+    for c in cases(options(metafunc.config).profile):
+        devices = devices_of(c)
+        marks = [pytest.mark.gpu if devices[0].startswith("cuda") else pytest.mark.cpu]
+        gpus = sum(d.startswith("cuda") for d in devices)
+        if gpus > 1:
+            marks.append(pytest.mark.multi_gpu(gpus))
+        params.append(pytest.param(c, id=c.id, marks=marks))
     metafunc.parametrize(argname, params)
 
 
@@ -112,11 +114,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("CUDA case, but --device selects only the CPU")
     if item.get_closest_marker("cpu") and "cpu" not in o.devices:
         pytest.skip("CPU case; --device auto picked cuda (use --device all or cpu to run it)")
-    if item.get_closest_marker("multi_gpu"):
+    marker = item.get_closest_marker("multi_gpu")
+    if marker:
         import torch
 
-        if torch.cuda.device_count() < 2:
-            pytest.skip(f"needs 2 or more GPUs; {torch.cuda.device_count()} visible")
+        need = int(marker.args[0]) if marker.args else 2
+        seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if seen < need:
+            pytest.skip(f"needs {need} GPUs; {seen} visible")
 
 
 @pytest.fixture(scope="session")
@@ -127,7 +132,21 @@ def gauge_session(pytestconfig: pytest.Config) -> GaugeSession:
 
 @pytest.fixture
 def gauge(gauge_session: GaugeSession, benchmark: Any) -> Gauge:
-    """Measure one benchmark: ``gauge.measure(spec, fn)``."""
+    """Measure or record one result per test, saved through pytest-benchmark and gated.
+
+    gauge.measure(spec, fn, *, setup=None, work=None, expected_memory=None,
+    flush_l2=False, energy=True, values=None, artifacts=None, extra=None)
+        Time fn (one round) with CUDA events (perf_counter on a CPU) under the run's
+        policy, then its peak memory and NVML energy; spec.id is the result's id and
+        baseline key, spec.devices (optional) the devices one round spans. setup runs
+        before each round, untimed; values adds registry metrics; artifacts names files.
+    gauge.record(measurement)
+        Record a Measurement built elsewhere: a worker's Timing.from_dict(...), or a
+        result with no timing such as Measurement(spec, values={"max_layers": 61}).
+    gauge.artifact_path(spec, name) -> Path in this run's artifact folder.
+    gauge.compare(a, b, *, title, labels) -> speedup of b over a with its CI.
+    A second measure/record in one test is refused (GaugeError): parametrize instead.
+    """
     return Gauge(gauge_session, benchmark)
 
 

@@ -8,6 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# The fingerprint imports torchvision, which loads triton's native module. pytester's
+# in-process runs restore sys.modules afterwards, and a second import of that module
+# aborts the interpreter: load it once here, before any pytester run takes its snapshot.
+import torchvision  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@ import time
 import pytest
 import torch
 
-from gpugauge.measure.energy import measure_energy
+from gpugauge.measure.energy import Energy, measure_energy
 from gpugauge.measure.memory import measure_cpu_memory
 from gpugauge.measure.nvml import reason_names
 from gpugauge.measure.sampler import GpuSampler
@@ -38,9 +38,9 @@ class FakeGpu:
 
 
 def test_energy_window_reads_the_counter_around_the_runs() -> None:
-    e = measure_energy(
+    [e] = measure_energy(
         lambda: time.sleep(0.01),
-        FakeGpu(300.0),
+        [FakeGpu(300.0)],
         lambda: None,
         seconds_per_iter=0.01,
         window_s=1.0,
@@ -56,9 +56,9 @@ def test_energy_window_reads_the_counter_around_the_runs() -> None:
 
 
 def test_energy_window_is_topped_up_when_rounds_run_faster_than_timed() -> None:
-    e = measure_energy(
+    [e] = measure_energy(
         lambda: time.sleep(0.002),
-        FakeGpu(),
+        [FakeGpu()],
         lambda: None,
         seconds_per_iter=0.01,
         window_s=1.0,
@@ -70,7 +70,25 @@ def test_energy_window_is_topped_up_when_rounds_run_faster_than_timed() -> None:
 
 def test_energy_window_under_one_second_is_refused() -> None:
     with pytest.raises(ValueError, match=r"at least 1\.0 s"):
-        measure_energy(lambda: None, FakeGpu(), lambda: None, seconds_per_iter=0.1, window_s=0.5)
+        measure_energy(lambda: None, [FakeGpu()], lambda: None, seconds_per_iter=0.1, window_s=0.5)
+
+
+def test_devices_share_one_window_each_with_its_own_energy() -> None:
+    """A split model: two GPUs read over the same window, each its own counter."""
+    e0, e1 = measure_energy(
+        lambda: time.sleep(0.01),
+        [FakeGpu(300.0), FakeGpu(100.0)],
+        lambda: None,
+        seconds_per_iter=0.01,
+        window_s=1.0,
+        idle_s=0.0,
+        names=["cuda:0", "cuda:1"],
+    )
+    assert (e0.device, e1.device) == ("cuda:0", "cuda:1")
+    assert e0.iterations == e1.iterations
+    assert e0.window_s == e1.window_s
+    assert e0.avg_power_w == pytest.approx(3 * e1.avg_power_w, rel=0.05)
+    assert Energy.from_dict(e0.as_dict()) == e0
 
 
 def test_sampler_flags_low_clocks_and_slowdown_reasons() -> None:

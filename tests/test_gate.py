@@ -17,8 +17,14 @@ from gpugauge.regress.tolerances import Tolerance, ToleranceError, Tolerances, l
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def entry(samples, peak=None, energy=None, bid="b", family="f", dev="gpu-x") -> Entry:
-    return Entry(bid, family, dev, tuple(float(x) for x in samples), peak, energy)
+def entry(samples, peak=None, energy=None, bid="b", family="f", dev="gpu-x", **values) -> Entry:
+    readings = {"time": tuple(float(x) for x in samples)} if samples is not None else {}
+    if peak is not None:
+        readings["memory"] = (float(peak),)
+    if energy is not None:
+        readings["energy"] = (float(energy),)
+    readings |= {k: (float(v),) for k, v in values.items()}
+    return Entry(bid, family, dev, readings)
 
 
 def test_judge_needs_the_whole_interval_beyond_the_tolerance() -> None:
@@ -75,8 +81,8 @@ def test_store_round_trip_merges_and_is_atomic(tmp_path: Path) -> None:
     store.write([entry([3.0], bid="b")], {})
     loaded = parse_baseline(p)
     assert set(loaded) == {"a", "b"}
-    assert loaded["a"].time_ms == (1.0, 2.0)
-    assert loaded["a"].peak_bytes == 5
+    assert loaded["a"].readings == {"time": (1.0, 2.0), "memory": (5.0,), "energy": (0.5,)}
+    assert json.loads(p.read_text())["schema_version"] == 2
     assert [q.name for q in p.parent.iterdir()] == ["f.json"]  # no temporary left over
 
 
@@ -97,6 +103,9 @@ GOOD = {
 }
 
 
+GOOD2 = {"schema_version": 2, "device_class": "d", "family": "f", "benchmarks": {}}
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -105,6 +114,21 @@ GOOD = {
         (json.dumps({**GOOD, "schema_version": 99}), "schema_version 99"),
         (json.dumps({k: v for k, v in GOOD.items() if k != "family"}), "missing key 'family'"),
         (json.dumps({**GOOD, "benchmarks": {"x": {"time_ms": []}}}), "non-empty list"),
+        (json.dumps({**GOOD2, "benchmarks": {"x": {"speed": {}}}}), "unknown metric"),
+        (
+            json.dumps({**GOOD2, "benchmarks": {"x": {"time": {"unit": "s", "samples": [1]}}}}),
+            "time.unit is 's', not 'ms'",
+        ),
+        (
+            json.dumps({**GOOD2, "benchmarks": {"x": {"max_layers": {"unit": "layers"}}}}),
+            "max_layers.value must be a number",
+        ),
+        (
+            json.dumps(
+                {**GOOD2, "benchmarks": {"x": {"memory": {"unit": "bytes", "samples": [1]}}}}
+            ),
+            "unknown key(s) ['samples']",
+        ),
         (json.dumps({**GOOD, "benchmarks": {"x": {"time_ms": ["1"]}}}), "time_ms[0] must be"),
         (
             json.dumps({**GOOD, "benchmarks": {"x": {"time_ms": [1], "peak_bytes": -1}}}),
@@ -127,10 +151,11 @@ def test_corrupt_baselines_are_clear_errors(tmp_path: Path, text: str, message: 
 
 def test_repository_tolerances_load_and_resolve() -> None:
     tol = load_tolerances(ROOT / "tolerances")
-    assert tol.for_benchmark("vgg_swap", "vgg16-normal-train-fp32-b128-224px-cuda").time == 0.03
-    assert tol.for_benchmark("layers", "relu-fwd-fp32-seed-cuda").time == 0.05
-    assert tol.for_benchmark("layers", "relu-fwd-fp32-smoke-cpu").time == 0.30
-    assert tol.for_benchmark("layers", "relu-fwd-fp32-smoke-cpu").memory == 0.01
+    assert tol.for_benchmark("vgg_swap", "vgg16-normal-train-fp32-b128-224px-cuda")["time"] == 0.03
+    assert tol.for_benchmark("layers", "relu-fwd-fp32-seed-cuda")["time"] == 0.05
+    assert tol.for_benchmark("layers", "relu-fwd-fp32-smoke-cpu")["time"] == 0.30
+    assert tol.for_benchmark("layers", "relu-fwd-fp32-smoke-cpu")["memory"] == 0.01
+    assert tol.for_benchmark("layer_fit", "x")["max_layers"] == 0.0  # the registry default
 
 
 def test_longer_globs_win(tmp_path: Path) -> None:
@@ -138,8 +163,8 @@ def test_longer_globs_win(tmp_path: Path) -> None:
         '[benchmark."*"]\ntime = 0.1\n[benchmark."relu-*"]\ntime = 0.2\n'
     )
     tol = load_tolerances(tmp_path)
-    assert tol.for_benchmark("f", "relu-fwd").time == 0.2
-    assert tol.for_benchmark("f", "conv-fwd").time == 0.1
+    assert tol.for_benchmark("f", "relu-fwd")["time"] == 0.2
+    assert tol.for_benchmark("f", "conv-fwd")["time"] == 0.1
 
 
 @pytest.mark.parametrize(
@@ -166,3 +191,52 @@ def test_one_key_in_two_files_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "b.toml").write_text("[default]\ntime = 0.2\n")
     with pytest.raises(ToleranceError, match=r"also set in .*a\.toml"):
         load_tolerances(tmp_path)
+
+
+def test_a_higher_is_better_metric_that_drops_regresses_and_one_that_rises_passes() -> None:
+    base = entry(None, bid="fit", max_layers=61, busbw=300.0)
+    tol = Tolerance()
+    dropped = compare(entry(None, bid="fit", max_layers=60, busbw=300.0), base, tol)
+    assert dropped.check("max_layers").verdict is Verdict.REGRESSED  # exact: tolerance 0
+    assert dropped.verdict is Verdict.REGRESSED
+    assert "max_layers 0.984x vs >= 1.000 allowed" in dropped.message()
+    risen = compare(entry(None, bid="fit", max_layers=64, busbw=330.0), base, tol)
+    assert risen.check("max_layers").verdict is Verdict.IMPROVED
+    assert risen.check("busbw").verdict is Verdict.IMPROVED
+    assert risen.verdict is not Verdict.REGRESSED
+    slower_bus = compare(entry(None, bid="fit", max_layers=61, busbw=270.0), base, tol)
+    assert slower_bus.check("busbw").verdict is Verdict.REGRESSED  # 10% below, 5% allowed
+    assert slower_bus.check("busbw").allowed == ">= 0.950"
+
+
+def test_a_result_without_time_is_judged_on_what_it_holds() -> None:
+    r = compare(entry(None, max_layers=61), entry([1.0, 2.0], max_layers=61), Tolerance())
+    assert [c.metric for c in r.checks] == ["max_layers"]
+    nothing = compare(entry(None, busbw=1.0), entry([1.0]), Tolerance())
+    assert nothing.verdict is Verdict.NEW
+    assert "no metric in common" in nothing.note
+
+
+def test_committed_schema_1_baselines_still_read() -> None:
+    for path in sorted((ROOT / "baselines").glob("*/*.json")):
+        entries = parse_baseline(path)
+        assert entries
+        for e in entries.values():
+            assert len(e.readings["time"]) >= 10
+            assert len(e.run_medians.get("time", ())) == 2  # recorded from two runs
+
+
+def test_v1_and_v2_files_of_the_same_numbers_judge_alike(tmp_path: Path) -> None:
+    v1 = {
+        **GOOD,
+        "benchmarks": {
+            "x": {"time_ms": [1.0, 1.1], "peak_bytes": 3 * 2**20, "run_medians_ms": [1.0, 1.05]}
+        },
+    }
+    (tmp_path / "v1.json").write_text(json.dumps(v1))
+    old = parse_baseline(tmp_path / "v1.json")["x"]
+    store = BaselineStore(tmp_path / "store")
+    [p] = store.write([old], {})
+    new = parse_baseline(p)["x"]
+    assert new == old
+    assert new.run_spread("time") == pytest.approx(0.05)

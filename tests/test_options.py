@@ -18,6 +18,7 @@ DEFAULTS = {
     "update_baselines": False,
     "baselines_dir": None,
     "tolerances_dir": None,
+    "artifacts_dir": None,
 }
 
 

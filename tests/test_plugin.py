@@ -57,12 +57,14 @@ def test_json_stats_are_the_measured_samples(run) -> None:
     assert slow["options"]["timer"] == "perf_counter"
     assert 0.004 <= slow["stats"]["median"] < 0.05
     assert info["timing"]["summary_ms"]["median"] == pytest.approx(slow["stats"]["median"] * 1e3)
-    assert info["energy"] is None
+    assert info["energy"] == []
     assert "no NVML energy counter" in info["energy_note"]
-    assert info["memory"]["peak_rss_growth_bytes"] is not None
+    assert info["memory"][0]["peak_rss_growth_bytes"] is not None
     assert info["fingerprint"]["torch"]
-    assert info["ceilings"]["copy_gbps"] > 0
-    assert info["note"] == "slow"
+    assert info["extra"]["ceilings"]["copy_gbps"] > 0
+    assert info["extra"]["note"] == "slow"
+    assert info["metrics"]["time"]["unit"] == "ms"
+    assert "memory" not in info["metrics"]  # a CPU's first-run RSS growth is no metric
     [comparison] = info["comparisons"]
     assert comparison["speedup"]["value"] > 1.3
     assert data["machine_info"]["gpugauge"]["gpu_count"] == 0

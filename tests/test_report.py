@@ -83,9 +83,17 @@ def test_report_of_two_saved_runs(saved_runs: list[Path], tmp_path: Path) -> Non
     row = next(line for line in md.splitlines() if line.startswith("| fast "))
     assert "REGRESSED" in row
     assert "![Time, current / baseline" in md
-    # the Markdown table is padded: every row is as wide as the header, so it reads as text
-    table = [line for line in md.splitlines() if line.startswith("|")]
-    assert len({len(line) for line in table}) == 1
+    # each Markdown table is padded: every row as wide as its header, so it reads as text
+    tables = [t for t in md.split("\n\n") if t.startswith("|")]
+    assert len(tables) == 3  # verdicts, results of this run, comparisons within it
+    for table in tables:
+        assert len({len(line) for line in table.splitlines()}) == 1
+    assert "## Comparisons within this run" in md
+    compared = next(line for line in md.splitlines() if line.startswith("| demo "))
+    assert "slow" in compared
+    assert "fast" in compared
+    current = [line for line in md.splitlines() if line.startswith("| fast ") and "cpu-" in line]
+    assert len(current) == 1  # the current run's own row, with its device class
 
     page = (tmp_path / "report.html").read_text()
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
@@ -137,34 +145,34 @@ def test_report_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     bad = tmp_path / "x.json"
     bad.write_text(json.dumps({"benchmarks": {"a": 1}}))
     assert main(["report", "--current", str(bad), "--out", str(tmp_path)]) == 2
-    assert "not a gpugauge pytest-benchmark JSON" in capsys.readouterr().err
+    assert "not a pytest-benchmark JSON" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"benchmarks": [{"name": "t", "extra_info": {}}]}))
+    assert main(["report", "--current", str(other), "--out", str(tmp_path)]) == 2
+    assert "no gpugauge results in it" in capsys.readouterr().err
     assert main(["report", "--storage", str(tmp_path / "empty"), "--out", str(tmp_path)]) == 2
     assert "no saved runs" in capsys.readouterr().err
 
 
 def test_combine_runs_keeps_every_runs_median() -> None:
     def e(ms: float) -> Entry:
-        return Entry("b", "f", "d", (ms, ms, ms))
+        return Entry("b", "f", "d", {"time": (ms, ms, ms), "memory": (5.0,)})
 
     [combined] = combine_runs([[e(1.0)], [e(1.1)], [e(1.05)]])
-    assert combined.time_ms == (1.05, 1.05, 1.05)
-    assert combined.run_medians_ms == (1.0, 1.1, 1.05)
-    assert combined.run_spread == pytest.approx(0.1)
+    assert combined.readings == {"time": (1.05, 1.05, 1.05), "memory": (5.0,)}
+    assert combined.run_medians == {"time": (1.0, 1.1, 1.05)}
+    assert combined.run_spread("time") == pytest.approx(0.1)
 
 
 def test_run_to_run_spread_widens_the_tolerance() -> None:
     rng = np.random.default_rng(3)
-    base = Entry(
-        "b",
-        "f",
-        "d",
-        tuple(100 * (1 + 0.005 * rng.standard_normal(30))),
-        run_medians_ms=(100.0, 108.0),
-    )
-    current = Entry("b", "f", "d", tuple(107 * (1 + 0.005 * rng.standard_normal(30))))
-    assert compare(current, base, Tolerance(time=0.03)).verdict is Verdict.UNCHANGED
-    slower = Entry("b", "f", "d", tuple(115 * (1 + 0.005 * rng.standard_normal(30))))
-    assert compare(slower, base, Tolerance(time=0.03)).verdict is Verdict.REGRESSED
+    def times(median: float) -> dict[str, tuple[float, ...]]:
+        return {"time": tuple(median * (1 + 0.005 * rng.standard_normal(30)))}
+
+    base = Entry("b", "f", "d", times(100), run_medians={"time": (100.0, 108.0)})
+    tol = Tolerance().with_(time=0.03)
+    assert compare(Entry("b", "f", "d", times(107)), base, tol).verdict is Verdict.UNCHANGED
+    assert compare(Entry("b", "f", "d", times(115)), base, tol).verdict is Verdict.REGRESSED
 
 
 def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:

@@ -8,14 +8,16 @@ at both ends of the window, so the host clock around it measures finished work.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.sampler import GpuSampler
+from gpugauge.plain import from_plain, to_plain
 
 MIN_WINDOW_S = 1.0
 SHORT_WINDOW_S = 2.0
@@ -23,8 +25,9 @@ SHORT_WINDOW_S = 2.0
 
 @dataclass(frozen=True)
 class Energy:
-    """Energy of ``iterations`` runs over ``window_s`` seconds, with the power around it."""
+    """Energy of one device over ``iterations`` runs in ``window_s`` seconds, with its power."""
 
+    device: str | None
     window_s: float
     iterations: int
     energy_j: float
@@ -55,40 +58,53 @@ class Energy:
     def as_dict(self) -> dict[str, Any]:
         """Fields plus derived values, for JSON."""
         return {
-            **{k: getattr(self, k) for k in self.__dataclass_fields__},
+            **to_plain(self),
             "joules_per_iter": self.joules_per_iter,
             "avg_power_w": self.avg_power_w,
             "dynamic_joules_per_iter": self.dynamic_joules_per_iter,
         }
 
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "energy") -> Energy:
+        """Read back :meth:`as_dict` (schema 1 had no device)."""
+        if isinstance(data, dict) and "device" not in data:
+            data = {**data, "device": None}
+        return from_plain(cls, data, where)
+
 
 def measure_energy(
     fn: Callable[[], object],
-    device: NvmlDevice,
+    devices: Sequence[NvmlDevice],
     synchronize: Callable[[], None],
     *,
     seconds_per_iter: float,
     window_s: float = 5.0,
     idle_s: float = 1.0,
-) -> Energy:
-    """Run ``fn`` for about ``window_s`` seconds and read the energy counter around it.
+    names: Sequence[str] = (),
+) -> tuple[Energy, ...]:
+    """Run ``fn`` for about ``window_s`` seconds and read each device's counter around it.
 
-    The iteration count comes from the already-measured ``seconds_per_iter``, topped up
-    until the window is full, so the host waits only at the end of each chunk. ``idle_s``
-    of idling first gives the idle power (the 1-second-averaged reading needs about that
-    long to settle).
+    The devices share one window (a split model, say): each gets its own energy, idle power
+    and power trace. The iteration count comes from the already-measured
+    ``seconds_per_iter``, topped up until the window is full, so the host waits only at the
+    end of each chunk. ``idle_s`` of idling first gives the idle power (the
+    1-second-averaged reading needs about that long to settle).
     """
     if window_s < MIN_WINDOW_S:
         raise ValueError(f"energy window must be at least {MIN_WINDOW_S} s, got {window_s}")
-    if device.energy_mj() is None:
+    if not devices:
+        raise ValueError("measure_energy needs at least one device")
+    if any(d.energy_mj() is None for d in devices):
         raise RuntimeError("this GPU has no NVML total-energy counter (needs Volta or newer)")
+    labels = list(names) or [None] * len(devices)
     synchronize()
     time.sleep(idle_s)
-    idle_w = device.power_w()
-    temp0 = device.temperature_c()
-    with GpuSampler(device, period_s=0.05) as sampler:
+    idle_w = [d.power_w() for d in devices]
+    temp0 = [d.temperature_c() for d in devices]
+    with contextlib.ExitStack() as stack:
+        samplers = [stack.enter_context(GpuSampler(d, period_s=0.05)) for d in devices]
         synchronize()
-        e0, t0 = device.energy_mj(), time.perf_counter()
+        e0, t0 = [d.energy_mj() for d in devices], time.perf_counter()
         iterations, per_iter = 0, max(seconds_per_iter, 1e-9)
         # Rounds can run faster here than when timed (a warm L2, no setup): top up in
         # chunks until the window is really window_s long; each chunk ends synchronized.
@@ -99,16 +115,22 @@ def measure_energy(
             synchronize()
             iterations += chunk
             per_iter = (time.perf_counter() - t0) / iterations
-        e1, t1 = device.energy_mj(), time.perf_counter()
-    powers = [s.power_w for s in sampler.between(t0, t1) if s.power_w is not None]
-    return Energy(
-        window_s=t1 - t0,
-        iterations=iterations,
-        energy_j=(e1 - e0) / 1000.0,
-        idle_power_w=idle_w,
-        power_trace_mean_w=sum(powers) / len(powers) if powers else None,
-        power_trace_max_w=max(powers) if powers else None,
-        temperature_before_c=temp0,
-        temperature_after_c=device.temperature_c(),
-        short_window=(t1 - t0) < SHORT_WINDOW_S,
-    )
+        e1, t1 = [d.energy_mj() for d in devices], time.perf_counter()
+    out = []
+    for i, d in enumerate(devices):
+        powers = [s.power_w for s in samplers[i].between(t0, t1) if s.power_w is not None]
+        out.append(
+            Energy(
+                device=labels[i],
+                window_s=t1 - t0,
+                iterations=iterations,
+                energy_j=(e1[i] - e0[i]) / 1000.0,
+                idle_power_w=idle_w[i],
+                power_trace_mean_w=sum(powers) / len(powers) if powers else None,
+                power_trace_max_w=max(powers) if powers else None,
+                temperature_before_c=temp0[i],
+                temperature_after_c=d.temperature_c(),
+                short_window=(t1 - t0) < SHORT_WINDOW_S,
+            )
+        )
+    return tuple(out)

@@ -11,12 +11,13 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gpugauge.measure.nvml import Nvml
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # of every saved result, baseline and fingerprint; 1 is still read
 
 
 def slug(text: str) -> str:
@@ -24,14 +25,26 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def device_class(device: str) -> str:
-    """Baseline key of a torch device string ('cuda', 'cuda:1', 'cpu')."""
+def device_class(device: str | Sequence[str]) -> str:
+    """Baseline key of one torch device string ('cuda', 'cuda:1', 'cpu') or of several.
+
+    Several devices (a split model, one per rank) say how many: ``2x-nvidia-h200``; one
+    device keeps the plain name, so single-GPU baselines keep their key.
+    """
     import torch
 
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return slug(torch.cuda.get_device_name(dev))
-    return slug(f"cpu-{platform.machine()}")
+    devices = [device] if isinstance(device, str) else list(device)
+    if not devices:
+        raise ValueError("device_class needs at least one device")
+    names = set()
+    for d in devices:
+        dev = torch.device(d)
+        if dev.type == "cuda":
+            names.add(slug(torch.cuda.get_device_name(dev)))
+        else:
+            names.add(slug(f"cpu-{platform.machine()}"))
+    base = "+".join(sorted(names))
+    return base if len(devices) == 1 else f"{len(devices)}x-{base}"
 
 
 def cpu_model() -> str:

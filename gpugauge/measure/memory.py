@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpugauge.measure.nvml import NvmlDevice
+from gpugauge.plain import from_plain, to_plain
 
 _STATUS = Path("/proc/self/status")
 
 
 @dataclass(frozen=True)
 class Memory:
-    """Memory of one run, bytes. GPU fields are None on a CPU and vice versa."""
+    """Memory of one run on one device, bytes. GPU fields are None on a CPU and vice versa."""
 
+    device: str | None = None
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     start_allocated_bytes: int | None = None
@@ -41,31 +43,43 @@ class Memory:
 
     def as_dict(self) -> dict[str, Any]:
         """Fields plus the headline, for JSON."""
-        return {
-            **{k: getattr(self, k) for k in self.__dataclass_fields__},
-            "peak_bytes": self.peak_bytes,
-        }
+        return {**to_plain(self), "peak_bytes": self.peak_bytes}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "memory") -> Memory:
+        """Read back :meth:`as_dict`."""
+        return from_plain(cls, data, where)
 
 
 def measure_cuda_memory(
-    fn: Callable[[], object], device: Any, nvml_device: NvmlDevice | None = None
-) -> Memory:
-    """Peak allocated/reserved bytes of one ``fn()`` above the allocator's state before it."""
+    fn: Callable[[], object],
+    devices: Sequence[Any],
+    nvml_devices: Sequence[NvmlDevice | None] = (),
+) -> tuple[Memory, ...]:
+    """Per device: peak allocated/reserved bytes of one ``fn()`` above the state before it."""
     import torch
 
-    torch.cuda.synchronize(device)
-    start_alloc = torch.cuda.memory_allocated(device)
-    start_res = torch.cuda.memory_reserved(device)
-    torch.cuda.reset_peak_memory_stats(device)
+    nvml = list(nvml_devices) or [None] * len(devices)
+    start = []
+    for d in devices:
+        torch.cuda.synchronize(d)
+        start.append((torch.cuda.memory_allocated(d), torch.cuda.memory_reserved(d)))
+        torch.cuda.reset_peak_memory_stats(d)
     fn()
-    torch.cuda.synchronize(device)
-    return Memory(
-        peak_allocated_bytes=torch.cuda.max_memory_allocated(device) - start_alloc,
-        peak_reserved_bytes=torch.cuda.max_memory_reserved(device) - start_res,
-        start_allocated_bytes=start_alloc,
-        start_reserved_bytes=start_res,
-        device_used_bytes=None if nvml_device is None else nvml_device.memory_used_bytes(),
-    )
+    out = []
+    for d, (alloc, res), nv in zip(devices, start, nvml, strict=True):
+        torch.cuda.synchronize(d)
+        out.append(
+            Memory(
+                device=str(d),
+                peak_allocated_bytes=torch.cuda.max_memory_allocated(d) - alloc,
+                peak_reserved_bytes=torch.cuda.max_memory_reserved(d) - res,
+                start_allocated_bytes=alloc,
+                start_reserved_bytes=res,
+                device_used_bytes=None if nv is None else nv.memory_used_bytes(),
+            )
+        )
+    return tuple(out)
 
 
 def _status_kib(field: str) -> int:
@@ -90,11 +104,11 @@ def measure_cpu_memory(fn: Callable[[], object]) -> Memory:
         growth = (_status_kib("VmHWM") - before) * 1024
     except OSError as err:
         fn()
-        return Memory(note=f"peak RSS unavailable: {err}")
+        return Memory(device="cpu", note=f"peak RSS unavailable: {err}")
     note = "first-run peak RSS growth; memory the process already held is not counted"
     if not reset:
         note += "; the peak could not be reset, so this is a lower bound"
-    return Memory(peak_rss_growth_bytes=max(growth, 0), note=note)
+    return Memory(device="cpu", peak_rss_growth_bytes=max(growth, 0), note=note)
 
 
 TOLERANCE = 0.05

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gpugauge.plain import from_plain, to_plain
+
 T = TypeVar("T")
 
 # Clock-event ("throttle") reason bits from nvml.h; names as NVML documents them.
@@ -55,7 +57,12 @@ class GpuState:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return to_plain(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "gpu_state") -> GpuState:
+        """Read back :meth:`as_dict`."""
+        return from_plain(cls, data, where, {"clock_event_reasons": tuple})
 
 
 class NvmlDevice:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpugauge.measure.ceilings import Ceilings
+from gpugauge.plain import from_plain
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,12 @@ class Roofline:
             "attainable_ms": self.attainable_ms,
             "roofline_share": self.share,
         }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "roofline") -> Roofline:
+        """Read back :meth:`as_dict`."""
+        work = from_plain(Work, data, where)
+        return cls(work, data["median_ms"], data["peak_tflops"], data["peak_gbps"])
 
 
 def roofline(work: Work, median_ms: float, ceilings: Ceilings) -> Roofline:

@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpugauge.measure.stats import Summary, summarize
+from gpugauge.plain import from_plain, to_plain
 
 
 @dataclass(frozen=True)
@@ -110,65 +111,91 @@ class HostClock:
 
 
 class CudaEventClock:
-    """CUDA events recorded on the current stream; one synchronize per batch."""
+    """CUDA events recorded on the current stream of each device; one synchronize per batch.
+
+    With several devices (a model split over GPUs) a round spans all of them: the first
+    device's start event is recorded, every other device's stream waits on it, and at the
+    end the first device's stream waits on an event recorded on every other device's
+    stream before its own end event. The first device's elapsed time then runs until the
+    work on every device has finished, and no device can start a round early.
+    ``cuda`` is ``torch.cuda`` (tests pass a fake with the same calls).
+    """
 
     name = "cuda_event"
 
-    def __init__(self, device: object) -> None:
+    def __init__(self, devices: object, cuda: Any = None) -> None:
         import torch
 
-        self._torch = torch
-        self._device = torch.device(device)
-        self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._cuda = cuda if cuda is not None else torch.cuda
+        listed = [devices] if isinstance(devices, str | torch.device) else list(devices)
+        self._devices = [torch.device(d) for d in listed]
+        self._rounds: list[tuple[Any, list[Any], Any]] = []
         self._i = 0
         self._rate: float | None = None
 
-    def prepare(self, rounds: int, head_start_s: float = 0.0) -> None:
-        """Pre-allocate ``rounds`` event pairs, then hold the stream for ``head_start_s``.
+    def _stream(self, device: Any) -> Any:
+        return self._cuda.current_stream(device)
 
-        The hold is a spin kernel (``torch.cuda._sleep``) queued before the first start
-        event, as nvbench's blocking kernel: while it spins, the host queues the batch, so
-        a round whose host dispatch is slower than its device work still runs back to back
-        on the device and no host gap lands between its two events.
+    def prepare(self, rounds: int, head_start_s: float = 0.0) -> None:
+        """Pre-allocate the events of ``rounds`` rounds, then hold for ``head_start_s``.
+
+        The hold is a spin kernel (``torch.cuda._sleep``) queued on the first device before
+        the first start event, as nvbench's blocking kernel: while it spins, the host queues
+        the batch, so a round whose host dispatch is slower than its device work still runs
+        back to back on the device and no host gap lands between its two events.
         """
-        ev = self._torch.cuda.Event
-        self._pairs = [(ev(enable_timing=True), ev(enable_timing=True)) for _ in range(rounds)]
+        ev = self._cuda.Event  # bound to a device when first recorded
+        others = len(self._devices) - 1
+        self._rounds = [
+            (ev(enable_timing=True), [ev() for _ in range(others)], ev(enable_timing=True))
+            for _ in range(rounds)
+        ]
         self._i = 0
         if head_start_s > 0:
-            self._torch.cuda._sleep(int(head_start_s * self._cycles_per_s()))
+            with self._cuda.device(self._devices[0]):
+                self._cuda._sleep(int(head_start_s * self._cycles_per_s()))
 
     def _cycles_per_s(self) -> float:
         """Spin-kernel cycles per second, calibrated once with events."""
         if self._rate is None:
-            torch = self._torch
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(1_000_000)  # load the kernel
+            cuda = self._cuda
+            start, stop = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+            cuda._sleep(1_000_000)  # load the kernel
             start.record()
-            torch.cuda._sleep(10_000_000)
+            cuda._sleep(10_000_000)
             stop.record()
             stop.synchronize()
             self._rate = 10_000_000 / (start.elapsed_time(stop) / 1e3)
         return self._rate
 
     def begin(self) -> None:
-        """Record the round's start event on the current stream."""
-        self._pairs[self._i][0].record(self._torch.cuda.current_stream(self._device))
+        """Record the round's start; other devices' streams wait for it."""
+        start, _, _ = self._rounds[self._i]
+        start.record(self._stream(self._devices[0]))
+        for d in self._devices[1:]:
+            self._stream(d).wait_event(start)
 
     def end(self) -> None:
-        """Record the round's end event on the current stream."""
-        self._pairs[self._i][1].record(self._torch.cuda.current_stream(self._device))
+        """Record the round's end once every device's stream has reached it."""
+        _, marks, stop = self._rounds[self._i]
+        first = self._stream(self._devices[0])
+        for d, mark in zip(self._devices[1:], marks, strict=True):
+            mark.record(self._stream(d))
+            first.wait_event(mark)
+        stop.record(first)
         self._i += 1
 
     def collect(self) -> list[float]:
-        """Synchronize once, then read every recorded pair's elapsed time, ms."""
+        """Synchronize once, then read every recorded round's elapsed time, ms."""
         self.synchronize()
-        out = [start.elapsed_time(stop) for start, stop in self._pairs[: self._i]]
-        self._pairs, self._i = [], 0
+        out = [start.elapsed_time(stop) for start, _, stop in self._rounds[: self._i]]
+        self._rounds, self._i = [], 0
         return out
 
     def synchronize(self) -> None:
-        """Wait for the device."""
-        self._torch.cuda.synchronize(self._device)
+        """Wait for every device."""
+        for d in self._devices:
+            self._cuda.synchronize(d)
 
 
 class ThrottleWatch(Protocol):
@@ -208,6 +235,39 @@ class Timing:
     def throttled_rounds(self) -> int:
         """How many rounds ran while the GPU had slowed down."""
         return sum(self.throttled)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every round and setting, plus the derived summaries, for JSON (units: ms, s)."""
+        return {
+            **to_plain(self),
+            "policy": to_plain(self.policy),
+            "unit": "ms",
+            "summary_ms": self.summary.as_dict(),
+            "host_dispatch_summary_ms": self.host_summary.as_dict(),
+            "throttled_rounds": self.throttled_rounds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "timing") -> Timing:
+        """Read back :meth:`as_dict` (also the schema-1 layout: ``clock_events_seen``)."""
+        if isinstance(data, dict) and "clock_events" not in data:
+            data = {**data, "clock_events": data.get("clock_events_seen", ())}
+            if "throttled" not in data:  # schema 1 kept the count only
+                n, k = len(data.get("device_ms", ())), data.get("throttled_rounds", 0)
+                data["throttled"] = [True] * k + [False] * (n - k)
+        floats = lambda xs: tuple(float(x) for x in xs)  # noqa: E731
+        return from_plain(
+            cls,
+            data,
+            where,
+            {
+                "device_ms": floats,
+                "host_ms": floats,
+                "throttled": lambda xs: tuple(bool(x) for x in xs),
+                "clock_events": tuple,
+                "policy": lambda p: from_plain(TimingPolicy, p, f"{where}.policy"),
+            },
+        )
 
 
 def stop_reason(

@@ -9,19 +9,19 @@ baseline.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import statistics
-import tempfile
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpugauge.measure.environment import SCHEMA_VERSION, device_class, slug
+from gpugauge.measure.environment import SCHEMA_VERSION
+from gpugauge.results.files import FileError, atomic_write_json, read_json
 from gpugauge.results.measurement import Measurement
+from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.results.runs import load_run
 
 
 class BaselineError(ValueError):
@@ -30,114 +30,84 @@ class BaselineError(ValueError):
 
 @dataclass(frozen=True)
 class Entry:
-    """One benchmark's numbers, as stored in a baseline or read from a run."""
+    """One benchmark's metric readings, as stored in a baseline or taken from a result.
+
+    ``readings`` maps registry metric names to their readings (every round's time in ms, one
+    peak in bytes, ...). ``run_medians`` holds, per samples metric, the median of each
+    independent run the baseline was recorded from: the gate reads their spread as
+    run-to-run noise. It is empty for a one-run baseline.
+    """
 
     id: str
     family: str
     device_class: str
-    time_ms: tuple[float, ...]
-    peak_bytes: int | None = None
-    energy_j: float | None = None
-    # median ms of each independent run the baseline was recorded from (the gate reads
-    # their spread as run-to-run noise); empty for a one-run baseline
-    run_medians_ms: tuple[float, ...] = ()
+    readings: Mapping[str, tuple[float, ...]]
+    run_medians: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
-    @property
-    def run_spread(self) -> float:
+    def run_spread(self, name: str) -> float:
         """Relative spread of the recorded runs' medians, max/min - 1 (0 for one run)."""
-        if len(self.run_medians_ms) < 2:
+        medians = self.run_medians.get(name, ())
+        if len(medians) < 2 or min(medians) <= 0:
             return 0.0
-        return max(self.run_medians_ms) / min(self.run_medians_ms) - 1
+        return max(medians) / min(medians) - 1
 
     def as_dict(self) -> dict[str, Any]:
-        """Stored form (id, family and device class are the file's keys)."""
-        out: dict[str, Any] = {
-            "time_ms": list(self.time_ms),
-            "peak_bytes": self.peak_bytes,
-            "energy_j_per_iter": self.energy_j,
-        }
-        if self.run_medians_ms:
-            out["run_medians_ms"] = list(self.run_medians_ms)
+        """Stored form, by metric (id, family and device class are the file's keys)."""
+        out: dict[str, Any] = {}
+        for name, values in self.readings.items():
+            m = METRICS[name]
+            stored: dict[str, Any] = {"unit": m.unit}
+            if m.kind is Kind.SAMPLES:
+                stored["samples"] = list(values)
+                if self.run_medians.get(name):
+                    stored["run_medians"] = list(self.run_medians[name])
+            else:
+                stored["value"] = values[0]
+            out[name] = stored
         return out
 
 
 def entry_of(m: Measurement) -> Entry:
-    """The storable numbers of a measurement."""
-    return Entry(
-        id=m.spec.id,
-        family=m.spec.family,
-        device_class=device_class(m.spec.device),
-        time_ms=m.timing.device_ms,
-        # allocator peaks only: a CPU's first-run RSS growth does not repeat run to run
-        peak_bytes=m.memory.peak_allocated_bytes if m.memory else None,
-        energy_j=m.energy.joules_per_iter if m.energy else None,
-    )
+    """The storable numbers of a measurement: its metric readings."""
+    return Entry(m.id, m.spec.family, m.device_class, m.readings())
 
 
 def entries_of_benchmark_json(path: Path) -> list[Entry]:
-    """Entries of a gpugauge run saved by pytest-benchmark (json or autosave).
-
-    Benchmarks without gpugauge's extra_info are skipped.
-    """
-    data = _read_json(path)
-    out = []
-    try:
-        for b in data["benchmarks"]:
-            info = b.get("extra_info") or {}
-            if "gpugauge_schema" not in info:
-                continue
-            memory, energy = info.get("memory") or {}, info.get("energy") or {}
-            out.append(
-                Entry(
-                    # runs saved before the id was stored: the pytest param id is the spec id
-                    id=info.get("id") or b["param"],
-                    family=info["family"],
-                    device_class=info.get("device_class") or _saved_device_class(info),
-                    time_ms=tuple(float(x) for x in info["timing"]["device_ms"]),
-                    peak_bytes=memory.get("peak_allocated_bytes"),
-                    energy_j=energy.get("joules_per_iter"),
-                )
-            )
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise BaselineError(f"{path}: not a gpugauge pytest-benchmark JSON ({err!r})") from None
-    return out
-
-
-def _saved_device_class(info: dict[str, Any]) -> str:
-    """Device class of a result saved before it was stored: from its fingerprint."""
-    device = info["spec"]["device"]
-    if not device.startswith("cuda"):
-        return slug(f"cpu-{info['fingerprint']['platform'].split('-')[-2]}")
-    index = int(device.partition(":")[2] or 0)
-    return info["fingerprint"]["gpus"][index]["device_class"]
+    """Entries of a gpugauge run saved by pytest-benchmark (json or autosave)."""
+    return [entry_of(m) for m in load_run(path).measurements]
 
 
 def combine_runs(runs: list[list[Entry]]) -> list[Entry]:
     """One entry per benchmark from several runs given oldest first.
 
-    Each entry holds the newest run's numbers and every run's median, so that the gate
-    can see the run-to-run noise.
+    Each entry holds the newest run's numbers and, per samples metric, every run's median,
+    so that the gate can see the run-to-run noise.
     """
     latest: dict[tuple[str, str, str], Entry] = {}
-    medians: dict[tuple[str, str, str], list[float]] = {}
+    medians: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     for run in runs:
         for e in run:
             key = (e.device_class, e.family, e.id)
             latest[key] = e
-            medians.setdefault(key, []).append(statistics.median(e.time_ms))
+            for name, values in e.readings.items():
+                if METRICS[name].kind is Kind.SAMPLES:
+                    medians.setdefault(key, {}).setdefault(name, []).append(
+                        statistics.median(values)
+                    )
     return [
-        replace(e, run_medians_ms=tuple(medians[k]) if len(medians[k]) > 1 else ())
+        replace(
+            e,
+            run_medians={n: tuple(v) for n, v in medians.get(k, {}).items() if len(v) > 1},
+        )
         for k, e in latest.items()
     ]
 
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except OSError as err:
-        raise BaselineError(f"{path}: cannot be read ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BaselineError(f"{path}: not valid JSON ({err})") from None
+        return read_json(path)
+    except FileError as err:
+        raise BaselineError(str(err)) from None
 
 
 def _number(value: Any, path: Path, where: str, *, integer: bool = False) -> Any:
@@ -154,15 +124,70 @@ def _number(value: Any, path: Path, where: str, *, integer: bool = False) -> Any
     return value
 
 
+def _v1_metrics(raw: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
+    """A schema-1 benchmark entry in the schema-2 layout (errors name the schema-1 keys)."""
+    unknown = set(raw) - {"time_ms", "peak_bytes", "energy_j_per_iter", "run_medians_ms"}
+    if unknown:
+        raise BaselineError(f"{path}: {where} has unknown key(s) {sorted(unknown)}")
+    time = {"unit": "ms", "samples": list(_numbers(raw.get("time_ms"), path, f"{where}.time_ms"))}
+    if raw.get("run_medians_ms"):
+        at = f"{where}.run_medians_ms"
+        time["run_medians"] = list(_numbers(raw["run_medians_ms"], path, at))
+    out: dict[str, Any] = {"time": time}
+    peak = _number(raw.get("peak_bytes"), path, f"{where}.peak_bytes", integer=True)
+    if peak is not None:
+        out["memory"] = {"unit": "bytes", "value": peak}
+    energy = _number(raw.get("energy_j_per_iter"), path, f"{where}.energy_j_per_iter")
+    if energy is not None:
+        out["energy"] = {"unit": "J", "value": energy}
+    return out
+
+
+def _numbers(values: Any, path: Path, where: str) -> tuple[float, ...]:
+    if not isinstance(values, list) or not values:
+        raise BaselineError(f"{path}: {where} must be a non-empty list of numbers")
+    return tuple(float(_number(x, path, f"{where}[{i}]")) for i, x in enumerate(values))
+
+
+def _parse_metrics(
+    raw: dict[str, Any], path: Path, where: str
+) -> tuple[dict[str, tuple[float, ...]], dict[str, tuple[float, ...]]]:
+    readings: dict[str, tuple[float, ...]] = {}
+    medians: dict[str, tuple[float, ...]] = {}
+    for name, stored in raw.items():
+        at = f"{where}.{name}"
+        if name not in METRICS:
+            raise BaselineError(f"{path}: {at}: unknown metric; metrics are {', '.join(METRICS)}")
+        m = METRICS[name]
+        if not isinstance(stored, dict):
+            raise BaselineError(f"{path}: {at} must be an object")
+        keys = {"unit", "samples", "run_medians"} if m.kind is Kind.SAMPLES else {"unit", "value"}
+        if set(stored) - keys:
+            raise BaselineError(f"{path}: {at} has unknown key(s) {sorted(set(stored) - keys)}")
+        if stored.get("unit") != m.unit:
+            raise BaselineError(f"{path}: {at}.unit is {stored.get('unit')!r}, not {m.unit!r}")
+        if m.kind is Kind.SAMPLES:
+            readings[name] = _numbers(stored.get("samples"), path, f"{at}.samples")
+            if "run_medians" in stored:
+                medians[name] = _numbers(stored["run_medians"], path, f"{at}.run_medians")
+        else:
+            value = _number(stored.get("value"), path, f"{at}.value")
+            if value is None:
+                raise BaselineError(f"{path}: {at}.value must be a number")
+            readings[name] = (float(value),)
+    return readings, medians
+
+
 def parse_baseline(path: Path) -> dict[str, Entry]:
-    """Read and validate one baseline file; entries by benchmark id."""
+    """Read and validate one baseline file (schema 2, or 1); entries by benchmark id."""
     data = _read_json(path)
     if not isinstance(data, dict):
         raise BaselineError(f"{path}: expected a JSON object at the top")
-    if data.get("schema_version") != SCHEMA_VERSION:
+    version = data.get("schema_version")
+    if version not in (1, SCHEMA_VERSION):
         raise BaselineError(
-            f"{path}: schema_version {data.get('schema_version')!r} is not "
-            f"{SCHEMA_VERSION}; re-record it with --update-baselines"
+            f"{path}: schema_version {version!r} is not 1 or {SCHEMA_VERSION}; "
+            f"re-record it with --update-baselines"
         )
     for key in ("device_class", "family", "benchmarks"):
         if key not in data:
@@ -174,50 +199,13 @@ def parse_baseline(path: Path) -> dict[str, Entry]:
         where = f"benchmarks[{bid!r}]"
         if not isinstance(raw, dict):
             raise BaselineError(f"{path}: {where} must be an object")
-        unknown = set(raw) - {"time_ms", "peak_bytes", "energy_j_per_iter", "run_medians_ms"}
-        if unknown:
-            raise BaselineError(f"{path}: {where} has unknown key(s) {sorted(unknown)}")
-        samples = raw.get("time_ms")
-        if not isinstance(samples, list) or not samples:
-            raise BaselineError(f"{path}: {where}.time_ms must be a non-empty list of ms")
-        times = tuple(_number(x, path, f"{where}.time_ms[{i}]") for i, x in enumerate(samples))
-        if any(t is None for t in times):
-            raise BaselineError(f"{path}: {where}.time_ms holds null")
-        medians = raw.get("run_medians_ms", [])
-        if not isinstance(medians, list) or any(
-            _number(x, path, f"{where}.run_medians_ms[{i}]") is None for i, x in enumerate(medians)
-        ):
-            raise BaselineError(f"{path}: {where}.run_medians_ms must be a list of ms")
-        out[bid] = Entry(
-            id=bid,
-            family=data["family"],
-            device_class=data["device_class"],
-            time_ms=times,
-            peak_bytes=_number(raw.get("peak_bytes"), path, f"{where}.peak_bytes", integer=True),
-            energy_j=_number(raw.get("energy_j_per_iter"), path, f"{where}.energy_j_per_iter"),
-            run_medians_ms=tuple(float(x) for x in medians),
-        )
+        if version == 1:
+            raw = _v1_metrics(raw, path, where)
+        readings, medians = _parse_metrics(raw, path, where)
+        if not readings:
+            raise BaselineError(f"{path}: {where} holds no metric")
+        out[bid] = Entry(bid, data["family"], data["device_class"], readings, medians)
     return out
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Serialize first (a bad value leaves nothing behind), then write atomically."""
-    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 class BaselineStore:

@@ -1,13 +1,15 @@
 """The regression gate: current against baseline, metric by metric, with a verdict.
 
-Time is judged on the bootstrap CI of current/baseline median: *regressed* only when the
-whole interval lies above 1 + tolerance, *improved* (the baseline is stale) when it lies
-wholly below 1 - tolerance, *unchanged* when it lies wholly inside, and *inconclusive*
-when it straddles a bound, so that noise alone never fails a build. Where the baseline was
-recorded from several runs, the tolerance widens to the spread of their medians: a
-within-run CI cannot see run-to-run noise, such as a short GEMM's clocks under the power
-cap. Memory (a deterministic allocator peak) and energy (one long window) are judged on
-their point ratio.
+Every metric of the registry that both sides hold is judged on current/baseline, in the
+metric's direction. A samples metric (time) is judged on the bootstrap CI of the ratio of
+medians: *regressed* only when the whole interval lies beyond the tolerance on the worse
+side (above 1 + tolerance for lower-is-better, below 1 - tolerance for higher-is-better),
+*improved* (the baseline is stale) when it lies wholly beyond it on the better side,
+*unchanged* when it lies wholly inside, and *inconclusive* when it straddles a bound, so
+that noise alone never fails a build. Where the baseline was recorded from several runs,
+the tolerance widens to the spread of their medians: a within-run CI cannot see run-to-run
+noise, such as a short GEMM's clocks under the power cap. Value metrics (a deterministic
+allocator peak, one long energy window, a count) are judged on their point ratio.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from gpugauge.measure.stats import ratio_of_medians
 from gpugauge.regress.baselines import BaselineStore, Entry
 from gpugauge.regress.tolerances import Tolerance, Tolerances
+from gpugauge.results.metrics import METRICS, Better, Kind, Metric
 
 MEMORY_SLACK_BYTES = 2 * 2**20  # allocator rounding: never a regression on its own
 
@@ -37,12 +40,12 @@ class Verdict(StrEnum):
 _ORDER = list(Verdict)
 
 
-def judge(low: float, high: float, tolerance: float) -> Verdict:
+def judge(low: float, high: float, tolerance: float, better: Better = Better.LOWER) -> Verdict:
     """Verdict of a current/baseline ratio known to lie in [low, high]."""
-    if low > 1 + tolerance:
-        return Verdict.REGRESSED
-    if high < 1 - tolerance:
-        return Verdict.IMPROVED
+    above, below = low > 1 + tolerance, high < 1 - tolerance
+    if above or below:
+        worse = above if better is Better.LOWER else below
+        return Verdict.REGRESSED if worse else Verdict.IMPROVED
     if low >= 1 - tolerance and high <= 1 + tolerance:
         return Verdict.UNCHANGED
     return Verdict.INCONCLUSIVE
@@ -50,7 +53,7 @@ def judge(low: float, high: float, tolerance: float) -> Verdict:
 
 @dataclass(frozen=True)
 class MetricCheck:
-    """One metric's comparison; ratio is current / baseline (above 1: worse)."""
+    """One metric's comparison; ratio is current / baseline (worse above 1 for time)."""
 
     metric: str
     baseline: float
@@ -61,14 +64,18 @@ class MetricCheck:
     tolerance: float
     verdict: Verdict
 
+    @property
+    def allowed(self) -> str:
+        """The bound the ratio must keep, in the metric's direction: '<= 1.030'."""
+        return METRICS[self.metric].allowed(self.tolerance)
+
     def describe(self) -> str:
-        """'time 1.102x [1.095, 1.110] > 1.030 allowed'."""
+        """'time 1.102x [1.095, 1.110] vs <= 1.030 allowed (regressed)'."""
         interval = (
             "" if self.ci_low == self.ci_high else f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
         )
         return (
-            f"{self.metric} {self.ratio:.3f}x{interval} vs {1 + self.tolerance:.3f} allowed "
-            f"({self.verdict})"
+            f"{self.metric} {self.ratio:.3f}x{interval} vs {self.allowed} allowed ({self.verdict})"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -76,6 +83,8 @@ class MetricCheck:
         return {
             **{k: getattr(self, k) for k in self.__dataclass_fields__},
             "verdict": self.verdict.value,
+            "better": METRICS[self.metric].better.value,
+            "allowed": self.allowed,
         }
 
 
@@ -115,48 +124,42 @@ class GateResult:
         }
 
 
-def _point(
-    metric: str, current: float, baseline: float, tol: float, slack: float = 0.0
-) -> MetricCheck:
-    if abs(current - baseline) <= slack:
+def _point(m: Metric, current: float, baseline: float, tol: float) -> MetricCheck:
+    if abs(current - baseline) <= m.slack:
         ratio, verdict = (current / baseline if baseline else 1.0), Verdict.UNCHANGED
     else:
         ratio = current / baseline if baseline else float("inf")
-        verdict = judge(ratio, ratio, tol)
-    return MetricCheck(metric, baseline, current, ratio, ratio, ratio, tol, verdict)
+        verdict = judge(ratio, ratio, tol, m.better)
+    return MetricCheck(m.name, baseline, current, ratio, ratio, ratio, tol, verdict)
+
+
+def _samples(
+    m: Metric, current: tuple[float, ...], baseline: Entry, tolerance: float
+) -> MetricCheck:
+    base = baseline.readings[m.name]
+    r = ratio_of_medians(current, base)
+    b_med = statistics.median(base)
+    # identical runs of the baseline already differed by run_spread: never call less a change
+    allowed = max(tolerance, baseline.run_spread(m.name))
+    verdict = judge(r.ci_low, r.ci_high, allowed, m.better)
+    return MetricCheck(
+        m.name, b_med, b_med * r.value, r.value, r.ci_low, r.ci_high, allowed, verdict
+    )
 
 
 def compare(current: Entry, baseline: Entry, tolerance: Tolerance) -> GateResult:
-    """Judge every metric both entries have."""
-    r = ratio_of_medians(current.time_ms, baseline.time_ms)
-    b_med = statistics.median(baseline.time_ms)
-    # identical runs of the baseline already differed by run_spread: never call less a change
-    allowed = max(tolerance.time, baseline.run_spread)
-    checks = [
-        MetricCheck(
-            "time",
-            b_med,
-            b_med * r.value,
-            r.value,
-            r.ci_low,
-            r.ci_high,
-            allowed,
-            judge(r.ci_low, r.ci_high, allowed),
-        )
-    ]
-    if current.peak_bytes is not None and baseline.peak_bytes is not None:
-        checks.append(
-            _point(
-                "memory",
-                current.peak_bytes,
-                baseline.peak_bytes,
-                tolerance.memory,
-                MEMORY_SLACK_BYTES,
-            )
-        )
-    if current.energy_j is not None and baseline.energy_j is not None:
-        checks.append(_point("energy", current.energy_j, baseline.energy_j, tolerance.energy))
-    return GateResult(current.id, current.family, current.device_class, tuple(checks))
+    """Judge every metric both entries hold, in registry order."""
+    checks = []
+    for name, m in METRICS.items():
+        if name not in current.readings or name not in baseline.readings:
+            continue
+        if m.kind is Kind.SAMPLES:
+            checks.append(_samples(m, current.readings[name], baseline, tolerance[name]))
+        else:
+            cur, base = current.readings[name][0], baseline.readings[name][0]
+            checks.append(_point(m, cur, base, tolerance[name]))
+    note = "" if checks else "no metric in common with the baseline"
+    return GateResult(current.id, current.family, current.device_class, tuple(checks), note)
 
 
 class Gate:

@@ -1,7 +1,9 @@
 """Regression tolerances (policy), read from ``tolerances/*.toml``; baselines are the data.
 
 Each metric's tolerance is the relative worsening allowed: ``time = 0.03`` lets the current
-median be up to 3% above the baseline's. A file has up to three kinds of table::
+median be up to 3% above the baseline's; ``max_layers = 0`` (a higher-is-better count)
+allows no drop at all. Keys are the metric names of :mod:`gpugauge.results.metrics`, whose
+entries also give the built-in defaults. A file has up to three kinds of table::
 
     [default]                  # every benchmark
     time = 0.03
@@ -20,24 +22,35 @@ from __future__ import annotations
 import fnmatch
 import math
 import tomllib
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-METRICS = ("time", "memory", "energy")
+from gpugauge.results.metrics import METRICS
 
 
 class ToleranceError(ValueError):
     """A tolerance file that cannot be used."""
 
 
+def _defaults() -> dict[str, float]:
+    return {name: m.tolerance for name, m in METRICS.items()}
+
+
 @dataclass(frozen=True)
 class Tolerance:
-    """Relative worsening allowed per metric (0.05 = 5%)."""
+    """Relative worsening allowed per metric (0.05 = 5%), for every registered metric."""
 
-    time: float = 0.03
-    memory: float = 0.01
-    energy: float = 0.15
+    by_metric: Mapping[str, float] = field(default_factory=_defaults)
+
+    def __getitem__(self, name: str) -> float:
+        """The tolerance of one metric."""
+        return self.by_metric[name]
+
+    def with_(self, **overrides: float) -> Tolerance:
+        """A copy with some metrics' tolerances replaced."""
+        return Tolerance({**self.by_metric, **overrides})
 
 
 @dataclass(frozen=True)
@@ -50,11 +63,11 @@ class Tolerances:
 
     def for_benchmark(self, family: str, bench_id: str) -> Tolerance:
         """Default, then the family's table, then matching benchmark globs (shortest first)."""
-        tol = replace(Tolerance(), **self.default)
-        tol = replace(tol, **self.families.get(family, {}))
+        tol = Tolerance().with_(**self.default)
+        tol = tol.with_(**self.families.get(family, {}))
         for pattern in sorted(self.benchmarks, key=len):
             if fnmatch.fnmatchcase(bench_id, pattern):
-                tol = replace(tol, **self.benchmarks[pattern])
+                tol = tol.with_(**self.benchmarks[pattern])
         return tol
 
 

@@ -93,8 +93,9 @@ class History:
         """One line per benchmark (the 12 that moved most)."""
         series: dict[str, list[tuple[int, float]]] = {}
         for i, run in enumerate(data.history):
-            for e in run.entries:
-                series.setdefault(e.id, []).append((i, sorted(e.time_ms)[len(e.time_ms) // 2]))
+            for m in run.measurements:
+                if m.timing is not None:
+                    series.setdefault(m.id, []).append((i, m.summary.median))
         moved = sorted(series, key=lambda k: -_span(v for _, v in series[k]))[:12]
         fig, ax = plt.subplots(figsize=(9, 4.5))
         for key in moved:
@@ -129,11 +130,11 @@ class Roofline:
 
     def applies(self, data: ReportData) -> bool:
         """Needs results with a roofline (the layers family)."""
-        return bool(data.current.rooflines)
+        return any(m.roofline for m in data.current.measurements)
 
     def draw(self, data: ReportData) -> Figure:
         """Log-log points per op, one roof per dtype."""
-        roofs = data.current.rooflines
+        roofs = {m.id: m.roofline.as_dict() for m in data.current.measurements if m.roofline}
         fig, ax = plt.subplots(figsize=(8, 5))
         peaks = {r["dtype"]: r["peak_tflops"] for r in roofs.values()}
         bw = next(iter(roofs.values()))["peak_gbps"]

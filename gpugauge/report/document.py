@@ -1,8 +1,10 @@
 """Comparison reports: a run against stored baselines, or any two saved runs.
 
-Reads pytest-benchmark's saved JSON (``--benchmark-json`` or the autosave storage),
-judges every benchmark with the gate's rules and tolerances, and writes Markdown and a
-self-contained HTML file (plots embedded as PNG) into ``reports/``.
+Reads saved runs through :func:`gpugauge.results.runs.load_run`, judges every result with
+the gate's rules and tolerances (never across device classes), and writes Markdown and a
+self-contained HTML page (plots embedded as PNG) into ``reports/``. Besides the verdicts it
+shows the current run itself: every metric of every result, its artifacts (linked), and
+the run's own comparisons, so a first report on a new machine has all its numbers.
 """
 
 from __future__ import annotations
@@ -10,57 +12,36 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gpugauge.regress.baselines import (
-    BaselineError,
-    BaselineStore,
-    Entry,
-    entries_of_benchmark_json,
-)
+from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare
 from gpugauge.regress.tolerances import Tolerances
-from gpugauge.report.tables import fmt_ms, fmt_ratio, fmt_verdict, verdict_counts, worst_first
-
-
-@dataclass(frozen=True)
-class Run:
-    """One saved pytest-benchmark run of gpugauge."""
-
-    path: Path
-    label: str
-    entries: list[Entry]
-    rooflines: dict[str, dict[str, Any]] = field(default_factory=dict)
-    machine: str = ""
-
-    @classmethod
-    def load(cls, path: Path) -> Run:
-        """Read a saved run (BaselineError if it is not one)."""
-        entries = entries_of_benchmark_json(path)
-        data = json.loads(path.read_text())
-        roofs = {
-            b["extra_info"].get("id") or b["param"]: b["extra_info"]["roofline"]
-            for b in data["benchmarks"]
-            if (b.get("extra_info") or {}).get("roofline")
-        }
-        fp = (data.get("machine_info") or {}).get("gpugauge") or {}
-        gpus = ", ".join(g["name"] for g in fp.get("gpus", [])) or fp.get("cpu", "")
-        machine = f"{gpus}; torch {fp.get('torch', '?')}; driver {fp.get('driver') or '-'}"
-        label = (data.get("datetime") or path.stem)[:19]
-        return cls(path, label, entries, roofs, machine)
+from gpugauge.report.tables import (
+    checked_metrics,
+    fmt_ms,
+    fmt_ratio,
+    fmt_value,
+    fmt_verdict,
+    value_metrics,
+    verdict_counts,
+    worst_first,
+)
+from gpugauge.results.files import atomic_write_text
+from gpugauge.results.metrics import METRICS
+from gpugauge.results.runs import RunError, SavedRun, load_run
 
 
 @dataclass(frozen=True)
 class ReportData:
     """Everything a report shows: the current run, its verdicts and the run history."""
 
-    current: Run
+    current: SavedRun
     against: str
     results: list[GateResult]
-    history: list[Run]
+    history: list[SavedRun]
 
 
 def newest_run(storage: Path) -> Path:
@@ -74,6 +55,27 @@ def newest_run(storage: Path) -> Path:
     return runs[-1]
 
 
+def _against_run(run: SavedRun, other: SavedRun, tolerances: Tolerances) -> list[GateResult]:
+    """Judge ``run`` against another saved run, result by result, within a device class."""
+    base = {(m.device_class, m.id): entry_of(m) for m in other.measurements}
+    classes = {m.id: m.device_class for m in other.measurements}
+    out = []
+    for m in run.measurements:
+        e = entry_of(m)
+        if (m.device_class, m.id) in base:
+            tol = tolerances.for_benchmark(e.family, e.id)
+            out.append(compare(e, base[(m.device_class, m.id)], tol))
+            continue
+        note = f"not in {other.path.name}"
+        if m.id in classes:
+            note = (
+                f"not compared: {other.path.name} measured it on {classes[m.id]}, this run "
+                f"on {m.device_class} (never compared across device classes)"
+            )
+        out.append(GateResult(e.id, e.family, e.device_class, (), note))
+    return out
+
+
 def collect(
     current: Path,
     *,
@@ -83,66 +85,115 @@ def collect(
     history: list[Path],
 ) -> ReportData:
     """Judge the current run against a saved run, or else against the stored baselines."""
-    run = Run.load(current)
+    run = load_run(current)
     if baseline_run is not None:
-        base = {e.id: e for e in Run.load(baseline_run).entries}
-        results = [
-            compare(e, base[e.id], tolerances.for_benchmark(e.family, e.id))
-            if e.id in base
-            else GateResult(e.id, e.family, e.device_class, (), f"not in {baseline_run.name}")
-            for e in run.entries
-        ]
+        results = _against_run(run, load_run(baseline_run), tolerances)
         against = f"saved run {baseline_run}"
     else:
         gate = Gate(BaselineStore(baselines), tolerances)
-        results = [gate.judge(e) for e in run.entries]
+        results = [gate.judge(entry_of(m)) for m in run.measurements]
         against = f"stored baselines in {baselines}/"
     runs = []
     for p in history:
         try:
-            runs.append(Run.load(p))
-        except BaselineError:
+            runs.append(load_run(p))
+        except RunError:
             continue  # not a gpugauge run: history shows only ours
     runs.sort(key=lambda r: r.label)
     return ReportData(run, against, results, runs)
 
 
-def _rows(data: ReportData) -> list[list[str]]:
-    rows = []
+Cell = str | tuple[str, str]  # text, or (text, link target)
+
+
+def _verdict_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
+    names = checked_metrics(data.results)
+    headers = [
+        "benchmark",
+        "verdict",
+        "baseline ms",
+        "current ms",
+        "time ratio [95% CI]",
+        "allowed",
+        *(f"{n} ratio" for n in names),
+        "note",
+    ]
+    rows: list[list[Cell]] = []
     for r in worst_first(data.results):
         t = r.check("time")
         rows.append(
             [
                 r.id,
+                fmt_verdict(r),
                 "-" if t is None else fmt_ms(t.baseline),
                 "-" if t is None else fmt_ms(t.current),
                 fmt_ratio(t),
-                "-" if t is None else f"{1 + t.tolerance:.3f}",
-                fmt_verdict(r),
-                fmt_ratio(r.check("memory")),
-                fmt_ratio(r.check("energy")),
+                "-" if t is None else t.allowed,
+                *(fmt_ratio(r.check(n)) for n in names),
                 r.note,
             ]
         )
-    return rows
+    return headers, rows
 
 
-HEADERS = [
-    "benchmark",
-    "baseline ms",
-    "current ms",
-    "time ratio [95% CI]",
-    "allowed",
-    "verdict",
-    "memory ratio",
-    "energy ratio",
-    "note",
-]
+def _link(path: str, out: Path) -> str:
+    try:
+        return os.path.relpath(Path(path).resolve(), out.resolve())
+    except ValueError:  # another drive
+        return str(path)
 
 
-def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+def _result_rows(data: ReportData, out: Path) -> tuple[list[str], list[list[Cell]]]:
+    ms = data.current.measurements
+    names = value_metrics(ms)
+    headers = ["benchmark", "device class", "median ms [95% CI]", "n"]
+    headers += [f"{n} ({METRICS[n].unit})" for n in names] + ["artifacts"]
+    rows: list[list[Cell]] = []
+    for m in ms:
+        timed = ["-", "-"]
+        if m.timing is not None:
+            s = m.summary
+            timed = [f"{fmt_ms(s.median)} [{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]", str(s.n)]
+        links: list[Cell] = [(name, _link(p, out)) for name, p in sorted(m.artifacts.items())]
+        rows.append(
+            [m.id, m.device_class, *timed, *(fmt_value(n, m.value(n)) for n in names)]
+            + (links or ["-"])
+        )
+    width = max(len(r) for r in rows) if rows else len(headers)
+    headers += [""] * (width - len(headers))
+    rows = [r + [""] * (width - len(r)) for r in rows]
+    return headers, rows
+
+
+def _comparison_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
+    headers = ["comparison", "baseline", "candidate", "speedup [95% CI]", "memory saved"]
+    rows: list[list[Cell]] = []
+    for c in data.current.comparisons:
+        try:
+            s = c["speedup"]
+            frac = c.get("memory_saved_fraction")
+            rows.append(
+                [
+                    str(c["title"]),
+                    f"{c['baseline_label']} {fmt_ms(c['baseline_median_ms'])} ms",
+                    f"{c['candidate_label']} {fmt_ms(c['candidate_median_ms'])} ms",
+                    f"{s['value']:.3f}x [{s['ci_low']:.3f}, {s['ci_high']:.3f}]",
+                    "-" if frac is None else f"{frac:+.1%}",
+                ]
+            )
+        except (KeyError, TypeError, ValueError):
+            continue  # a comparison saved by another version: shown where it can be read
+    return headers, rows
+
+
+def _text(cell: Cell) -> str:
+    return cell if isinstance(cell, str) else f"[{cell[0]}]({cell[1]})"
+
+
+def markdown_table(headers: list[str], rows: list[list[Cell]]) -> str:
     """A Markdown table padded so that it also reads as aligned plain text."""
-    widths = [max(len(c) for c in col) for col in zip(headers, *rows, strict=True)]
+    texts = [[_text(c) for c in r] for r in rows]
+    widths = [max(len(c) for c in col) for col in zip(headers, *texts, strict=True)]
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
@@ -151,12 +202,29 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
         [
             line(headers),
             "|" + "|".join("-" * (w + 2) for w in widths) + "|",
-            *(line(r) for r in rows),
+            *(line(r) for r in texts),
         ]
     )
 
 
-def render_markdown(data: ReportData, images: dict[str, str]) -> str:
+def _sections(data: ReportData, out: Path) -> list[tuple[str, list[str], list[list[Cell]]]]:
+    out_sections = [("Verdicts", *_verdict_rows(data))]
+    out_sections.append(("Results of this run", *_result_rows(data, out)))
+    headers, rows = _comparison_rows(data)
+    if rows:
+        out_sections.append(("Comparisons within this run", headers, rows))
+    return out_sections
+
+
+INTRO = (
+    "Each metric is judged on current/baseline in its own direction (lower is better for "
+    "time, memory and energy; higher for counts, throughput and bandwidth). Time is judged "
+    "on the 95% CI of the ratio of medians: a regression only when the whole interval lies "
+    "beyond the allowed bound. Other metrics are single values."
+)
+
+
+def render_markdown(data: ReportData, images: dict[str, str], out: Path = Path(".")) -> str:
     """The report as Markdown; ``images`` maps chart titles to PNG file names."""
     parts = [
         "# gpugauge report",
@@ -165,11 +233,10 @@ def render_markdown(data: ReportData, images: dict[str, str]) -> str:
         f"- against: {data.against}",
         f"- verdicts: {verdict_counts(data.results) or 'nothing compared'}",
         "",
-        "Time is judged on the 95% CI of current/baseline median: a regression only when the",
-        "whole interval lies beyond the allowed ratio. Memory and energy are single values.",
-        "",
-        markdown_table(HEADERS, _rows(data)),
+        INTRO,
     ]
+    for title, headers, rows in _sections(data, out):
+        parts += ["", f"## {title}", "", markdown_table(headers, rows)]
     for title, name in images.items():
         parts += ["", f"## {title}", "", f"![{title}]({name})"]
     return "\n".join(parts) + "\n"
@@ -181,14 +248,24 @@ td:not(:first-child){text-align:right}.regressed{background:#fadbd8}.improved{ba
 .inconclusive{background:#fdebd0}img{max-width:100%;border:1px solid #eee}"""
 
 
-def render_html(data: ReportData, pngs: dict[str, bytes]) -> str:
+def _html_cell(cell: Cell) -> str:
+    e = html.escape
+    if isinstance(cell, str):
+        return f"<td>{e(cell)}</td>"
+    return f'<td><a href="{e(cell[1])}">{e(cell[0])}</a></td>'
+
+
+def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path(".")) -> str:
     """The report as one self-contained HTML page (plots inlined as base64 PNG)."""
     e = html.escape
-    head = "".join(f"<th>{e(h)}</th>" for h in HEADERS)
-    body = "".join(
-        f'<tr class="{e(row[5].lower())}">' + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
-        for row in _rows(data)
-    )
+    tables = []
+    for title, headers, rows in _sections(data, out):
+        head = "".join(f"<th>{e(h)}</th>" for h in headers)
+        body = "".join(
+            f'<tr class="{e(str(row[1]).lower())}">' + "".join(map(_html_cell, row)) + "</tr>"
+            for row in rows
+        )
+        tables.append(f"<h2>{e(title)}</h2><table><tr>{head}</tr>{body}</table>")
     figs = "".join(
         f'<h2>{e(title)}</h2><img alt="{e(title)}" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
@@ -200,7 +277,7 @@ def render_html(data: ReportData, pngs: dict[str, bytes]) -> str:
         f"<p>current: <code>{e(str(data.current.path))}</code> ({e(data.current.label)}; "
         f"{e(data.current.machine)})<br>against: {e(data.against)}<br>"
         f"verdicts: {e(verdict_counts(data.results) or 'nothing compared')}</p>"
-        f"<table><tr>{head}</tr>{body}</table>{figs}</body></html>\n"
+        f"<p>{e(INTRO)}</p>{''.join(tables)}{figs}</body></html>\n"
     )
 
 
@@ -208,7 +285,6 @@ def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path
     """Draw every chart that applies and write ``<name>.md``, ``<name>.html`` and PNGs."""
     import matplotlib.pyplot as plt
 
-    from gpugauge.regress.baselines import atomic_write_text
     from gpugauge.report.charts import CHARTS
 
     out.mkdir(parents=True, exist_ok=True)
@@ -228,8 +304,8 @@ def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path
         images[chart.title] = png.name
         written.append(png)
     for suffix, text in (
-        (".md", render_markdown(data, images)),
-        (".html", render_html(data, pngs)),
+        (".md", render_markdown(data, images, out)),
+        (".html", render_html(data, pngs, out)),
     ):
         path = out / f"{name}{suffix}"
         atomic_write_text(path, text)

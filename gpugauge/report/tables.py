@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from gpugauge.results.measurement import Comparison, Measurement
+from gpugauge.results.metrics import METRICS, Kind
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -43,38 +44,69 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "
 
 def _notes(m: Measurement) -> str:
     notes = []
-    if m.timing.noisy:
-        notes.append("noisy")
-    if m.timing.throttled_rounds:
-        notes.append(f"{m.timing.throttled_rounds} throttled")
-    if m.summary.outliers:
-        notes.append(f"{m.summary.outliers} outliers")
-    if m.energy is not None and m.energy.short_window:
+    if m.timing is not None:
+        if m.timing.noisy:
+            notes.append("noisy")
+        if m.timing.throttled_rounds:
+            notes.append(f"{m.timing.throttled_rounds} throttled")
+        if m.summary.outliers:
+            notes.append(f"{m.summary.outliers} outliers")
+    if m.energy and m.energy[0].short_window:
         notes.append("short energy window")
+    if len(m.memory) > 1:
+        notes.append(" + ".join(fmt_bytes(x.peak_allocated_bytes) for x in m.memory))
     return ", ".join(notes)
 
 
+def fmt_value(name: str, value: float | None) -> str:
+    """One metric's value in its unit: bytes in binary units, others to 4 digits."""
+    if value is None:
+        return "-"
+    return fmt_bytes(value) if METRICS[name].unit == "bytes" else f"{value:.4g}"
+
+
+def value_metrics(measurements: Sequence[Measurement]) -> list[str]:
+    """Single-value metrics any of these results hold, in registry order."""
+    held = {name for m in measurements for name in m.readings()}
+    return [n for n, m in METRICS.items() if m.kind is Kind.VALUE and n in held]
+
+
 def results_table(measurements: Sequence[Measurement]) -> str:
-    """One row per benchmark: median and CI (ms), rounds, CV, peak memory, energy."""
+    """One row per result: median and CI (ms), rounds, CV, then each value metric held."""
+    names = value_metrics(measurements)
     rows = []
     for m in measurements:
-        s = m.summary
-        e = m.energy
+        if m.timing is None:
+            timed = ["-"] * 4
+        else:
+            s = m.summary
+            ci = f"[{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]"
+            timed = [fmt_ms(s.median), ci, str(s.n), f"{s.cv:.1%}"]
+        watts = sum(e.avg_power_w for e in m.energy) if m.energy else None
         rows.append(
             [
-                m.spec.id,
-                fmt_ms(s.median),
-                f"[{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]",
-                str(s.n),
-                f"{s.cv:.1%}",
-                fmt_bytes(m.memory.peak_bytes if m.memory else None),
-                "-" if e is None else f"{e.joules_per_iter:.3g}",
-                "-" if e is None else f"{e.avg_power_w:.0f}",
+                m.id,
+                *timed,
+                *(fmt_value(n, m.value(n)) for n in names),
+                "-" if watts is None else f"{watts:.0f}",
                 _notes(m),
             ]
         )
-    headers = ["benchmark", "median ms", "95% CI ms", "n", "CV", "peak mem", "J/iter", "W", "notes"]
+    headers = [
+        "benchmark",
+        "median ms",
+        "95% CI ms",
+        "n",
+        "CV",
+        *(_header(n) for n in names),
+        "W",
+        "notes",
+    ]
     return render(headers, rows, "gpugauge results (device-timed rounds)")
+
+
+def _header(name: str) -> str:
+    return {"memory": "peak mem", "energy": "J/iter"}.get(name, f"{name} {METRICS[name].unit}")
 
 
 def roofline_table(measurements: Sequence[Measurement]) -> str:
@@ -85,7 +117,7 @@ def roofline_table(measurements: Sequence[Measurement]) -> str:
         if r is None:
             continue
         check = m.memory_check or {}
-        e = m.energy
+        e = m.joules_per_iter
         rows.append(
             [
                 m.spec.id,
@@ -95,9 +127,9 @@ def roofline_table(measurements: Sequence[Measurement]) -> str:
                 r.bound,
                 f"{r.share:.0%}",
                 f"{r.achieved_gbps / r.peak_gbps:.0%}",
-                fmt_bytes(m.memory.peak_bytes if m.memory else None),
+                fmt_bytes(m.peak_bytes),
                 fmt_bytes(check.get("expected_bytes")),
-                "-" if e is None else f"{e.joules_per_iter:.3g}",
+                "-" if e is None else f"{e:.3g}",
             ]
         )
     headers = [
@@ -120,8 +152,7 @@ def comparison_table(comparisons: Sequence[Comparison]) -> str:
     rows = []
     for c in comparisons:
         r = c.speedup
-        base_mem = c.baseline.memory.peak_bytes if c.baseline.memory else None
-        cand_mem = c.candidate.memory.peak_bytes if c.candidate.memory else None
+        base_mem, cand_mem = c.baseline.peak_bytes, c.candidate.peak_bytes
         frac = c.memory_saved_fraction
         rows.append(
             [
@@ -129,7 +160,7 @@ def comparison_table(comparisons: Sequence[Comparison]) -> str:
                 f"{c.baseline_label} {fmt_ms(c.baseline.summary.median)}",
                 f"{c.candidate_label} {fmt_ms(c.candidate.summary.median)}",
                 f"{r.value:.3f}x [{r.ci_low:.3f}, {r.ci_high:.3f}]",
-                f"{fmt_bytes(base_mem)} -> {fmt_bytes(cand_mem)}",
+                "-" if base_mem is None else f"{fmt_bytes(base_mem)} -> {fmt_bytes(cand_mem)}",
                 "-" if frac is None else f"{frac:+.1%}",
             ]
         )
@@ -173,8 +204,15 @@ def verdict_counts(results: Sequence[GateResult]) -> str:
     )
 
 
+def checked_metrics(results: Sequence[GateResult]) -> list[str]:
+    """Metrics other than time that any of these verdicts checked, in registry order."""
+    held = {c.metric for r in results for c in r.checks}
+    return [n for n in METRICS if n != "time" and n in held]
+
+
 def gate_table(results: Sequence[GateResult], missing: Sequence[str] = ()) -> str:
     """One row per gated benchmark (regressions first), counts in the title, then missing."""
+    names = checked_metrics(results)
     rows = []
     for r in worst_first(results):
         t = r.check("time")
@@ -183,22 +221,13 @@ def gate_table(results: Sequence[GateResult], missing: Sequence[str] = ()) -> st
                 r.id,
                 fmt_verdict(r),
                 fmt_ratio(t),
-                "-" if t is None else f"<= {1 + t.tolerance:.3f}",
-                fmt_ratio(r.check("memory")),
-                fmt_ratio(r.check("energy")),
+                "-" if t is None else t.allowed,
+                *(fmt_ratio(r.check(n)) for n in names),
                 r.note,
             ]
         )
     counts = verdict_counts(results)
-    headers = [
-        "benchmark",
-        "verdict",
-        "time now/base [95% CI]",
-        "allowed",
-        "memory",
-        "energy",
-        "note",
-    ]
+    headers = ["benchmark", "verdict", "time now/base [95% CI]", "allowed", *names, "note"]
     text = render(headers, rows, f"gpugauge gate: {counts or 'nothing gated'}")
     if missing:
         text += "\nin the baseline but not run: " + ", ".join(missing)

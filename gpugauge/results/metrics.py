@@ -1,0 +1,116 @@
+"""The one registry of metrics: every number the suite stores, gates, tabulates and reports.
+
+A metric has a name (also its tolerance key and its column), a unit, a direction and a
+kind. ``samples`` metrics hold many readings per result (the time of every round) and are
+compared on the bootstrap CI of the ratio of medians; ``value`` metrics hold one reading
+(a peak, a count, an efficiency) and are compared on the ratio itself. Baselines, the
+tolerance files, the gate, the tables and the report all read this registry: adding a
+metric is one entry in :data:`METRICS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Better(StrEnum):
+    """Which way is good."""
+
+    LOWER = "lower"
+    HIGHER = "higher"
+
+
+class Kind(StrEnum):
+    """How many readings one result holds."""
+
+    SAMPLES = "samples"
+    VALUE = "value"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One kind of number a result can hold.
+
+    ``tolerance`` is the default relative worsening the gate allows (0: exact, any
+    worsening is a regression); ``slack`` an absolute difference, in ``unit``, that is
+    never a change on its own (allocator rounding).
+    """
+
+    name: str
+    unit: str
+    better: Better
+    kind: Kind
+    tolerance: float
+    description: str
+    slack: float = 0.0
+
+    def allowed(self, tolerance: float) -> str:
+        """The bound on current/baseline a result must keep: '<= 1.030' or '>= 0.970'."""
+        if self.better is Better.LOWER:
+            return f"<= {1 + tolerance:.3f}"
+        return f">= {1 - tolerance:.3f}"
+
+
+MiB = 2**20
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        Metric("time", "ms", Better.LOWER, Kind.SAMPLES, 0.03, "device time of one round"),
+        Metric(
+            "memory",
+            "bytes",
+            Better.LOWER,
+            Kind.VALUE,
+            0.01,
+            "peak allocated above the start, summed over devices",
+            slack=2 * MiB,
+        ),
+        Metric("energy", "J", Better.LOWER, Kind.VALUE, 0.15, "energy of one round, all devices"),
+        Metric(
+            "max_layers",
+            "layers",
+            Better.HIGHER,
+            Kind.VALUE,
+            0.0,
+            "largest layer count that fits the memory budget",
+        ),
+        Metric("throughput", "items/s", Better.HIGHER, Kind.VALUE, 0.03, "items per second"),
+        Metric("speedup", "x", Better.HIGHER, Kind.VALUE, 0.03, "reference time / this time"),
+        Metric(
+            "efficiency", "fraction", Better.HIGHER, Kind.VALUE, 0.03, "speedup / ideal speedup"
+        ),
+        Metric(
+            "busbw",
+            "GB/s",
+            Better.HIGHER,
+            Kind.VALUE,
+            0.05,
+            "all-reduce bus bandwidth as nccl-tests defines it",
+        ),
+    ]
+}
+
+
+class MetricError(ValueError):
+    """A metric name or reading the registry does not allow."""
+
+
+def metric(name: str) -> Metric:
+    """The registry entry of ``name``; MetricError naming the known metrics otherwise."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise MetricError(f"unknown metric {name!r}; metrics are {', '.join(METRICS)}") from None
+
+
+def check_readings(readings: Mapping[str, Sequence[float]]) -> None:
+    """Every name is registered, a value metric has one reading, a samples metric some."""
+    for name, values in readings.items():
+        m = metric(name)
+        if m.kind is Kind.VALUE and len(values) != 1:
+            raise MetricError(f"metric {name!r} is one value, got {len(values)} readings")
+        if not values:
+            raise MetricError(f"metric {name!r} has no readings")
