@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -228,6 +229,7 @@ class Gauge:
         self.session = session
         self._benchmark = benchmark
         self._recorded: Measurement | None = None
+        self._started = time.perf_counter()
 
     @property
     def options(self) -> Options:
@@ -340,13 +342,20 @@ class Gauge:
         bench = self._benchmark
         if bench is not None:
             bench.extra_info.update(info)
-            if not bench.disabled and m.timing is not None:
+            if not bench.disabled:
                 # pytest-benchmark has no public API for externally timed rounds: this is
                 # what its pedantic mode does per round (Metadata.update takes seconds).
                 stats = bench._make_stats(1)
-                stats.options["timer"] = m.timing.clock
-                for ms in m.timing.device_ms:
-                    stats.update(ms / 1e3)
+                if m.timing is not None:
+                    stats.options["timer"] = m.timing.clock
+                    for ms in m.timing.device_ms:
+                        stats.update(ms / 1e3)
+                else:
+                    # pytest-benchmark saves only rows with stats: a result with no timing
+                    # (a search) gets the test's host wall time, labelled so; it is no
+                    # metric of the result, which the gate and report read from extra_info
+                    stats.options["timer"] = "host wall time of the test (result has no timing)"
+                    stats.update(time.perf_counter() - self._started)
             # no public API either to say the fixture was used (it warns otherwise)
             bench._mode = "gpugauge.record"
             self.session._extra_infos[m.id] = bench.extra_info

@@ -8,10 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# The fingerprint imports torchvision, which loads triton's native module. pytester's
-# in-process runs restore sys.modules afterwards, and a second import of that module
-# aborts the interpreter: load it once here, before any pytester run takes its snapshot.
+# pytester's in-process runs restore sys.modules afterwards, so whatever they imported
+# first is imported again later. For two packages that breaks: torchvision (the
+# fingerprint) loads triton's native module, whose second import aborts the interpreter,
+# and matplotlib (the report) ends up with two GridSpec classes. Load both once here,
+# before any pytester run takes its snapshot.
 import torchvision  # noqa: F401
+
+import gpugauge.report.charts  # noqa: F401
 
 pytest_plugins = ["pytester"]
 

@@ -1,0 +1,89 @@
+"""One rank of a torchrun launch: join the process group, run a rank function, save its result.
+
+Started by torchrun (``python -m torch.distributed.run ... -m gpugauge.launch.worker``)
+once per rank. ``--call module:function`` names the rank function, which gets the spec
+(a plain dict) and a :class:`RankContext` and returns a plain dict, usually
+``{"timing": Timing.as_dict(), "values": {...}, "extra": {...}}``. The worker writes it to
+``<out>/rank<N>.json`` atomically; if the function raises, the traceback goes to
+``<out>/rank<N>.error`` first, so the launcher can say which rank failed and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpugauge.results.files import atomic_write_json, atomic_write_text
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Where this rank runs: its global and local rank, the world size and its device."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: str  # "cuda:<local_rank>" for a CUDA spec, else "cpu"
+    backend: str  # "nccl" or "gloo"
+
+
+def resolve_call(call: str) -> Callable[[dict[str, Any], RankContext], dict[str, Any]]:
+    """The function named ``module:function``; ValueError if there is none."""
+    module, _, name = call.partition(":")
+    if not module or not name:
+        raise ValueError(f"--call {call!r}: expected module:function")
+    fn = getattr(importlib.import_module(module), name, None)
+    if not callable(fn):
+        raise ValueError(f"--call {call!r}: {module} has no function {name!r}")
+    return fn
+
+
+def context(spec: dict[str, Any]) -> RankContext:
+    """The rank's context, from torchrun's environment and the spec's device."""
+    import torch
+
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    if str(spec.get("device", "cpu")).startswith("cuda"):
+        torch.cuda.set_device(local)
+        return RankContext(rank, local, world, f"cuda:{local}", "nccl")
+    return RankContext(rank, local, world, "cpu", "gloo")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one rank; the exit status is non-zero when the rank function failed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--call", required=True, help="module:function run on every rank")
+    parser.add_argument("--spec", required=True, help="the spec as a JSON object")
+    parser.add_argument("--out", type=Path, required=True, help="folder for rank<N>.json")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout")
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        import torch.distributed as dist
+
+        spec = json.loads(args.spec)
+        fn = resolve_call(args.call)
+        ctx = context(spec)
+        dist.init_process_group(ctx.backend, timeout=datetime.timedelta(seconds=args.timeout_s))
+        try:
+            result = fn(spec, ctx)
+        finally:
+            dist.destroy_process_group()
+        atomic_write_json(args.out / f"rank{rank}.json", {"rank": rank, **result})
+    except BaseException:
+        atomic_write_text(args.out / f"rank{rank}.error", traceback.format_exc())
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

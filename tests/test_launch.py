@@ -1,0 +1,119 @@
+"""torchrun launching on the CPU (gloo, two processes): results, a crash, a hang."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpugauge.launch.torchrun import Launch, LaunchError, launch, slowest_rank_rounds
+from gpugauge.measure.timing import Timing
+
+CALL = "tests.ranks_toy:run_rank"
+
+RECORDING_BENCH = """
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpugauge.launch.torchrun import Launch, launch, slowest_rank_rounds
+from gpugauge.results.measurement import Measurement
+
+@dataclass(frozen=True)
+class DdpSpec:
+    ranks: int
+    family = "demo_ddp"
+    device = "cpu"
+    @property
+    def devices(self): return ("cpu",) * self.ranks
+    @property
+    def id(self): return f"toy-ddp-{self.ranks}rank-cpu"
+    def as_dict(self): return {"ranks": self.ranks, "device": "cpu"}
+
+@pytest.mark.cpu
+def test_ddp(gauge, tmp_path_factory):
+    spec = DdpSpec(2)
+    out = Path(OUT)
+    job = Launch("tests.ranks_toy:run_rank",
+                 {"device": "cpu", "rounds": 6, "slow_rank": 1, "sleep_s": 0.02}, 2)
+    ranks = launch(job, out, timeout_s=120, note=gauge.session.note)
+    timing = slowest_rank_rounds([r.timing for r in ranks])
+    gauge.record(Measurement(spec, timing=timing, extra={"rank_medians_ms": [
+        r.timing.summary.median for r in ranks]}))
+"""
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention ``text`` (the launch's own folder)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline[:120]}")
+    return found
+
+
+def test_two_gloo_ranks_record_one_result_of_the_slowest_rank(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    out = gauge_pytester.path / "ranks"
+    gauge_pytester.makepyfile(test_ddp=f"OUT = {str(out)!r}\n" + RECORDING_BENCH)
+    saved = gauge_pytester.path / "run.json"
+    result = gauge_pytester.runpytest_subprocess(f"--benchmark-json={saved}")
+    result.assert_outcomes(passed=1)
+    [bench] = json.loads(saved.read_text())["benchmarks"]
+    rank_rounds = [
+        json.loads((out / f"rank{r}.json").read_text())["timing"]["device_ms"] for r in (0, 1)
+    ]
+    slowest = [max(a, b) for a, b in zip(*rank_rounds, strict=True)]
+    assert bench["extra_info"]["timing"]["device_ms"] == pytest.approx(slowest)
+    assert bench["stats"]["data"] == pytest.approx([ms / 1e3 for ms in slowest])
+    assert min(rank_rounds[1]) >= 20  # rank 1 slept 20 ms a step
+    assert bench["extra_info"]["device_class"].startswith("2x-cpu-")
+    assert not _processes_mentioning(str(out))
+
+
+def test_a_crashed_rank_is_named_and_nothing_is_left(tmp_path: Path) -> None:
+    job = Launch(CALL, {"device": "cpu", "rounds": 3, "crash_rank": 1}, 2)
+    with pytest.raises(LaunchError, match=r"rank 1 failed: RuntimeError: planned crash on rank 1"):
+        launch(job, tmp_path, timeout_s=120, note=lambda _: None)
+    assert not _processes_mentioning(str(tmp_path))
+
+
+def test_a_hung_rank_is_named_and_every_worker_is_stopped(tmp_path: Path) -> None:
+    job = Launch(CALL, {"device": "cpu", "rounds": 3, "hang_rank": 1}, 2)
+    with pytest.raises(LaunchError, match=r"rank 1 did not finish within 12 s") as err:
+        launch(job, tmp_path, timeout_s=12, note=lambda _: None)
+    assert "timed out; every worker was stopped" in str(err.value)
+    assert not _processes_mentioning(str(tmp_path))
+
+
+def _timing(ms: list[float]) -> Timing:
+    return Timing(tuple(ms), tuple(ms), "perf_counter", 0, 0.0, "fixed", False)
+
+
+def test_slowest_rank_rounds_takes_each_rounds_maximum() -> None:
+    merged = slowest_rank_rounds([_timing([1.0, 5.0, 1.0]), _timing([2.0, 2.0, 2.0])])
+    assert merged.device_ms == (2.0, 5.0, 2.0)
+    assert "slowest of 2 ranks" in merged.stop_reason
+    with pytest.raises(ValueError, match="different numbers of rounds"):
+        slowest_rank_rounds([_timing([1.0]), _timing([1.0, 2.0])])
+
+
+def test_several_nodes_need_a_rendezvous() -> None:
+    cmd = Launch(CALL, {}, 8, nnodes=2, rdzv_endpoint="node0:29500", node_rank=1).command(
+        Path("/o")
+    )
+    assert "--nnodes=2" in cmd
+    assert "--rdzv-endpoint=node0:29500" in cmd
+    assert "--node-rank=1" in cmd
+    with pytest.raises(ValueError, match="rendezvous endpoint"):
+        Launch(CALL, {}, 8, nnodes=2).command(Path("/o"))
