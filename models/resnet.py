@@ -2,13 +2,14 @@
 
 Unlike torchvision's ImageNet ResNet, the stem is one 3×3 convolution with stride 1 and no
 max-pooling, so a 32×32 image keeps its resolution into the first stage; the head is a
-global average pool (4×4 at 32×32 input) and one linear layer. 11,173,962 parameters with 10 classes.
+global average pool (4×4 at 32×32 input) and one linear layer. 11,173,962 parameters with
+10 classes.
 """
 
 from __future__ import annotations
 
 from torch import Tensor, nn
-from torch.nn import functional as F  # noqa: N812 - the usual name
+from torch.nn import functional as F
 
 
 class BasicBlock(nn.Module):
