@@ -32,6 +32,7 @@ from dataclasses import replace  # noqa: E402
 from gpugauge.measure.timing import CudaEventClock, measure  # noqa: E402
 from gpugauge.options import PROFILE_POLICIES  # noqa: E402
 from gpugauge.report.tables import render  # noqa: E402
+from gpugauge.results.runs import load_run  # noqa: E402
 
 
 def run_pytest(args: list[str], log: Path) -> int:
@@ -177,19 +178,17 @@ def layers(out: Path) -> None:
     )
     wall = time.perf_counter() - t0
     print(f"layers seed profile: pytest exit {rc} in {wall:.0f} s", flush=True)
-    saved = {}
-    if js.exists():
-        saved = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+    saved = {m.id: m for m in load_run(js).measurements} if js.exists() else {}
 
     policy = replace(PROFILE_POLICIES["seed"], flush_l2=True)
     from gpugauge.gauge import l2_flusher
 
     rows = []
     for case in (c for c in cases("seed") if c.device == "cuda"):
-        info = saved.get(case.id, {})
-        roof = info.get("roofline") or {}
-        mem = info.get("memory_check") or {}
-        energy = info.get("energy") or {}
+        m = saved.get(case.id)
+        roof = m.roofline.as_dict() if m and m.roofline else {}
+        mem = (m.memory_check if m else None) or {}
+        energy = m.energy[0].as_dict() if m and m.energy else {}
         cells = [case.id]
         if case.mode == "fwd":
             fn, _ = make_round(case)
@@ -342,6 +341,100 @@ def gate_check(out: Path) -> None:
     )
 
 
+def core_gate(out: Path) -> None:
+    """Issue 7: the seed vgg_swap and layers families gated against the committed baselines."""
+    js = out / "core_gate.json"
+    t0 = time.perf_counter()
+    rc = run_pytest([*GATED, "--gate", f"--benchmark-json={js}"], out / "core_gate.log")
+    wall = time.perf_counter() - t0
+    run = load_run(js) if js.exists() else None
+    verdicts = {}
+    for b in json.loads(js.read_text())["benchmarks"] if js.exists() else []:
+        verdicts[b["extra_info"]["id"]] = b["extra_info"].get("gate", {}).get("verdict", "-")
+    counts = {v: list(verdicts.values()).count(v) for v in sorted(set(verdicts.values()))}
+    print(f"core gate: pytest exit {rc} in {wall:.0f} s; verdicts {counts}")
+    if run is not None:
+        print(f"device classes: {sorted(run.device_classes)}")
+
+
+def clock_probe(out: Path) -> None:
+    """Issue 8 exploration: how a bf16 8192^3 matmul's time and the SM clock move with time.
+
+    Back to back for 4 s in batches of 20 rounds, each batch timed with events, the SM
+    clock, power and clock-event reasons sampled every 10 ms; then 2 s idle and a short
+    burst again. Prints one row per ~0.25 s.
+    """
+    import torch
+
+    from gpugauge.measure.nvml import Nvml, reason_names
+    from gpugauge.measure.sampler import GpuSampler
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm = lambda: torch.mm(a, b)  # noqa: E731
+    rows, log = [], []
+    with Nvml() as nvml:
+        dev = nvml.device(0)
+        with GpuSampler(dev, period_s=0.01) as sampler:
+            for phase, seconds in (("busy", 4.0), ("idle", 2.0), ("burst", 0.3)):
+                if phase == "idle":
+                    torch.cuda.synchronize()
+                    time.sleep(seconds)
+                    continue
+                t_phase = time.perf_counter()
+                while time.perf_counter() - t_phase < seconds:
+                    ev = [
+                        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                        for _ in range(20)
+                    ]
+                    t0 = time.perf_counter()
+                    for x, y in ev:
+                        x.record()
+                        mm()
+                        y.record()
+                    torch.cuda.synchronize()
+                    t1 = time.perf_counter()
+                    ms = sorted(x.elapsed_time(y) for x, y in ev)
+                    got = sampler.between(t0, t1)
+                    clocks = [g.sm_clock_mhz for g in got if g.sm_clock_mhz]
+                    power = [g.power_w for g in got if g.power_w]
+                    mask = 0
+                    for g in got:
+                        mask |= g.reason_mask or 0
+                    log.append(
+                        {
+                            "phase": phase,
+                            "t_s": t0 - t_phase,
+                            "median_ms": ms[10],
+                            "sm_mhz": clocks,
+                            "power_w": power,
+                            "reasons": reason_names(mask),
+                        }
+                    )
+        for entry in log:
+            if not rows or entry["t_s"] - float(rows[-1][1]) >= 0.25 or entry is log[-1]:
+                c = entry["sm_mhz"]
+                rows.append(
+                    [
+                        entry["phase"],
+                        f"{entry['t_s']:.2f}",
+                        f"{entry['median_ms']:.3f}",
+                        f"{min(c) if c else 0}-{max(c) if c else 0}",
+                        f"{max(entry['power_w']) if entry['power_w'] else 0:.0f}",
+                        ",".join(entry["reasons"]),
+                    ]
+                )
+    (out / "clock_probe.json").write_text(json.dumps(log))
+    print(
+        "\n"
+        + render(
+            ["phase", "t s", "median ms", "SM MHz", "max W", "reasons"],
+            rows,
+            "bf16 8192^3 matmul over time on " + _device_name(),
+        )
+    )
+
+
 def _device_name() -> str:
     import torch
 
@@ -357,12 +450,15 @@ def main() -> None:
         "gate-record": gate_record,
         "gate-check": gate_check,
         "timer-check": timer_check,
+        "core-gate": core_gate,
+        "clock-probe": clock_probe,
     }
-    parser.add_argument("check", choices=sorted(checks))
+    parser.add_argument("check", choices=sorted(checks), nargs="+")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    checks[args.check](args.out)
+    for name in args.check:
+        checks[name](args.out)
 
 
 if __name__ == "__main__":
