@@ -166,6 +166,7 @@ def test_combine_runs_keeps_every_runs_median() -> None:
 
 def test_run_to_run_spread_widens_the_tolerance() -> None:
     rng = np.random.default_rng(3)
+
     def times(median: float) -> dict[str, tuple[float, ...]]:
         return {"time": tuple(median * (1 + 0.005 * rng.standard_normal(30)))}
 
