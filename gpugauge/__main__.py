@@ -19,6 +19,7 @@ from gpugauge.regress.baselines import (
     entries_of_benchmark_json,
 )
 from gpugauge.regress.tolerances import ToleranceError, load_tolerances
+from gpugauge.results.files import FileError, check_dir
 from gpugauge.results.runs import RunError
 
 
@@ -39,17 +40,32 @@ def _env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _folder(given: Path | None, default: Path, option: str) -> Path:
+    """A folder named on the command line must exist; the default may be missing."""
+    return default if given is None else check_dir(given, option)
+
+
 def _report(args: argparse.Namespace) -> int:
     from gpugauge.report.document import collect, newest_run, write_report
 
+    if args.name in ("", ".", "..") or "/" in args.name or "\\" in args.name:
+        raise FileError(f"--name {args.name!r}: must be a plain file name stem")
+    if args.out.exists() and not args.out.is_dir():
+        raise FileError(f"--out {args.out}: not a directory")
+    baselines = _folder(args.baselines_dir, Path("baselines"), "--baselines-dir")
+    tolerances = _folder(args.tolerances_dir, Path("tolerances"), "--tolerances-dir")
+    if args.storage.exists() and not args.storage.is_dir():
+        raise FileError(f"--storage {args.storage}: not a directory")
     current = args.current or newest_run(args.storage)
     history = sorted(args.storage.rglob("*.json")) if args.storage.exists() else []
+    notes = [] if tolerances.is_dir() else [f"no {tolerances}/ folder: built-in tolerances"]
     data = collect(
         current,
         baseline_run=args.against,
-        baselines=args.baselines_dir,
-        tolerances=load_tolerances(args.tolerances_dir),
+        baselines=baselines,
+        tolerances=load_tolerances(tolerances),
         history=history,
+        notes=notes,
     )
     for path in write_report(data, args.out, args.name):
         print(f"wrote {path}")
@@ -83,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(".benchmarks"),
         help="pytest-benchmark storage: history and the default current run",
     )
-    rep.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
-    rep.add_argument("--tolerances-dir", type=Path, default=Path("tolerances"))
+    rep.add_argument(
+        "--baselines-dir", type=Path, default=None, help="stored baselines (default: baselines)"
+    )
+    rep.add_argument(
+        "--tolerances-dir", type=Path, default=None, help="tolerance TOML (default: tolerances)"
+    )
     rep.add_argument("--out", type=Path, default=Path("reports"))
     rep.add_argument("--name", default="report", help="file name stem of the outputs")
     rep.set_defaults(func=_report)
@@ -105,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (BaselineError, ToleranceError, RunError, FileNotFoundError) as err:
+    except (BaselineError, ToleranceError, RunError, FileError, FileNotFoundError) as err:
         print(f"gpugauge {args.command}: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a folder that cannot be made, a disk that is full
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"gpugauge {args.command}: {where}{err.strerror or err}", file=sys.stderr)
         return 2
 
 

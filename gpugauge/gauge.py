@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -31,7 +32,14 @@ from gpugauge.measure.memory import ExpectedMemory, measure_cpu_memory, measure_
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.measure.roofline import Work, roofline
 from gpugauge.measure.sampler import GpuSampler
-from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
+from gpugauge.measure.timing import (
+    CudaEventClock,
+    HostClock,
+    RoundClock,
+    Timing,
+    TimingPolicy,
+    measure,
+)
 from gpugauge.options import Options
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, Verdict
@@ -54,6 +62,7 @@ class GaugeSession:
     gate: Gate | None = None
     gate_results: list[GateResult] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    unmeasured: set[str] = field(default_factory=set)  # ids run once under --benchmark-disable
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
@@ -105,11 +114,12 @@ class GaugeSession:
 
     def tables(self) -> dict[str, str]:
         """The end-of-run tables, by name: printed, and saved in the JSON."""
-        out = {"results": results_table(self.measurements)} if self.measurements else {}
-        if any(m.roofline for m in self.measurements):
-            out["roofline"] = roofline_table(self.measurements)
+        ms, skip = self.measurements, self.unmeasured
+        out = {"results": results_table(ms, unmeasured=skip)} if ms else {}
+        if any(m.roofline for m in ms if m.id not in skip):
+            out["roofline"] = roofline_table([m for m in ms if m.id not in skip])
         if self.comparisons:
-            out["comparisons"] = comparison_table(self.comparisons)
+            out["comparisons"] = comparison_table(self.comparisons, unmeasured=skip)
         if self.gate is not None and self.measurements:
             out["gate"] = gate_table(self.gate_results, self.missing_from_run())
         return out
@@ -125,10 +135,34 @@ class GaugeSession:
             out += [f"{dev}/{fam}: {i}" for i in self.gate.missing(dev, fam, ids)]
         return out
 
+    def gate_notes(self) -> list[str]:
+        """Lines that say loudly when a gated run compared nothing, and why."""
+        if self.gate is None or not self.measurements:
+            return []
+        if self.unmeasured:
+            return ["gate: NOTHING GATED: --benchmark-disable ran each benchmark once, untimed"]
+        if self.gate_results and not any(r.checks for r in self.gate_results):
+            hint = "" if self.options.require_baselines else " (--require-baselines fails the run)"
+            return [
+                f"gate: NOTHING COMPARED: none of the {len(self.gate_results)} results had a "
+                f"baseline of its device class in {self.options.baselines_dir}{hint}"
+            ]
+        return []
+
     def write_baselines(self, passed: bool) -> None:
-        """Store this run's results as baselines (only a run in which every test passed)."""
+        """Store this run's results as baselines (only a run in which every test passed).
+
+        A run that did not measure properly (results taken under --benchmark-disable) never
+        writes: one cold round would become the reference every later run is judged by.
+        """
         if not passed:
             self.messages.append("baselines NOT written: the run had failures or errors")
+            return
+        if self.unmeasured:
+            self.messages.append(
+                f"baselines NOT written: {len(self.unmeasured)} result(s) were not measured "
+                f"(--benchmark-disable runs each benchmark once, untimed)"
+            )
             return
         if not self.measurements:
             self.messages.append("baselines NOT written: nothing was measured")
@@ -202,6 +236,50 @@ def _one_line(m: Measurement) -> str:
     line = f"median {s.median:.4g} ms [{s.ci_low:.4g}, {s.ci_high:.4g}] n={s.n} ({t.stop_reason})"
     line += f" [{', '.join(flags)}]" if flags else ""
     return f"{line}; {values}" if values else line
+
+
+def plain_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A test's parameters as JSON values, so pytest-benchmark stores and groups by them.
+
+    A spec parameter becomes its id, and its fields become parameters of their own (so
+    ``--benchmark-group-by=param:mode`` works); other values that JSON cannot hold, their repr.
+    """
+    if params is None:
+        return None
+    out: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    for name, value in params.items():
+        if hasattr(value, "as_dict") and hasattr(value, "id"):
+            out[name] = value.id
+            fields.update(value.as_dict())
+        else:
+            out[name] = value
+    for name, value in {**fields, **out}.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            value = repr(value)
+        out[name] = value
+    return out
+
+
+def stored_options(t: Timing) -> dict[str, Any]:
+    """What pytest-benchmark stores as a benchmark's ``options``: what gpugauge did (s, ms)."""
+    p = t.policy
+    return {
+        "timer": t.clock,
+        "rounds": p.rounds,
+        "min_rounds": p.min_rounds,
+        "max_rounds": p.max_rounds,
+        "max_time": p.budget_s,
+        "target_ci": p.target_ci,
+        "warmup": t.warmup_rounds,
+        "warmup_time": t.warmup_s,
+        "flush_l2": t.l2_flushed,
+        "disable_gc": False,
+        "stop_reason": t.stop_reason,
+        "measured_by": "gpugauge",
+    }
 
 
 def l2_flusher(device: str) -> Callable[[], object]:
@@ -342,19 +420,27 @@ class Gauge:
         bench = self._benchmark
         if bench is not None:
             bench.extra_info.update(info)
+            if bench.disabled:
+                self.session.unmeasured.add(m.id)
+            # read by pytest-benchmark when the stats are made: set them first
+            bench.group = bench.group or getattr(m.spec, "group", None) or m.spec.family
+            bench.params = plain_params(bench.params)
             if not bench.disabled:
                 # pytest-benchmark has no public API for externally timed rounds: this is
                 # what its pedantic mode does per round (Metadata.update takes seconds).
                 stats = bench._make_stats(1)
                 if m.timing is not None:
-                    stats.options["timer"] = m.timing.clock
+                    stats.options = stored_options(m.timing)
                     for ms in m.timing.device_ms:
                         stats.update(ms / 1e3)
                 else:
                     # pytest-benchmark saves only rows with stats: a result with no timing
                     # (a search) gets the test's host wall time, labelled so; it is no
                     # metric of the result, which the gate and report read from extra_info
-                    stats.options["timer"] = "host wall time of the test (result has no timing)"
+                    stats.options = {
+                        "timer": "host wall time of the test (result has no timing)",
+                        "measured_by": "gpugauge",
+                    }
                     stats.update(time.perf_counter() - self._started)
             # no public API either to say the fixture was used (it warns otherwise)
             bench._mode = "gpugauge.record"
@@ -395,6 +481,8 @@ class Gauge:
             self._benchmark.extra_info["gate"] = result.as_dict()
         if result.verdict is Verdict.REGRESSED:
             pytest.fail(f"gpugauge gate: {result.message()}", pytrace=False)
+        if result.verdict is Verdict.NEW and self.options.require_baselines:
+            pytest.fail(f"gpugauge gate: {result.message()} (--require-baselines)", pytrace=False)
 
     @property
     def _benchmark_disabled(self) -> bool:

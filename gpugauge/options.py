@@ -134,6 +134,13 @@ def add_options(group: Any) -> None:
         "baselines of this device class",
     )
     group.addoption(
+        "--require-baselines",
+        action="store_true",
+        default=False,
+        help="with --gate: a result with no baseline of its device class fails its test "
+        "(for nightly jobs, so that a missing baseline cannot pass as 'new')",
+    )
+    group.addoption(
         "--baselines-dir",
         type=Path,
         default=None,
@@ -166,6 +173,7 @@ class Options:
     cuda_available: bool
     gate: bool = False
     update_baselines: bool = False
+    require_baselines: bool = False
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
     artifacts_dir: Path = Path("artifacts")
@@ -181,6 +189,7 @@ class Options:
             "cuda_available": self.cuda_available,
             "gate": self.gate,
             "update_baselines": self.update_baselines,
+            "require_baselines": self.require_baselines,
             "baselines_dir": str(self.baselines_dir),
             "tolerances_dir": str(self.tolerances_dir),
             "artifacts_dir": str(self.artifacts_dir),
@@ -224,6 +233,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     if merged.get("target_ci", 0.5) >= 1:
         raise ValueError("--target-ci must be below 1 (0.01 means ±1%)")
     policy = replace(base, **merged)
+    _check_folders(get)
     return Options(
         profile,
         devices,
@@ -233,7 +243,36 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         cuda_available,
         gate=get("gate"),
         update_baselines=get("update_baselines"),
+        require_baselines=get("require_baselines"),
         baselines_dir=get("baselines_dir") or root / "baselines",
         tolerances_dir=get("tolerances_dir") or root / "tolerances",
         artifacts_dir=get("artifacts_dir") or root / "artifacts",
     )
+
+
+def _folder_error(option: str, path: Path, must_exist: bool) -> str | None:
+    if path.exists() and not path.is_dir():
+        return f"{option} {path}: not a directory"
+    if must_exist and not path.exists():
+        return f"{option} {path}: no such directory"
+    return None
+
+
+def _check_folders(get: Callable[[str], Any]) -> None:
+    """Folders named on the command line must be usable: a typo must not turn the gate off.
+
+    With ``--gate`` a given ``--baselines-dir`` must exist (else every result would be
+    'new'); a given ``--tolerances-dir`` must exist (else built-in tolerances would apply
+    unseen). ``--update-baselines`` may create the baselines folder; no folder may be a file.
+    """
+    if get("require_baselines") and not get("gate"):
+        raise ValueError("--require-baselines applies to --gate; add --gate")
+    checks = [
+        ("--baselines-dir", get("baselines_dir"), bool(get("gate"))),
+        ("--tolerances-dir", get("tolerances_dir"), True),
+        ("--artifacts-dir", get("artifacts_dir"), False),
+    ]
+    for option, path, must_exist in checks:
+        problem = None if path is None else _folder_error(option, path, must_exist)
+        if problem:
+            raise ValueError(problem)

@@ -45,20 +45,107 @@ def _note_writer(config: pytest.Config) -> Note:
     return note
 
 
+# pytest-benchmark options that drive its own timing loop, which gpugauge does not use:
+# (option dest, flag, the value that means "not given", what to use instead).
+_FOREIGN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
+    ("benchmark_min_rounds", "--benchmark-min-rounds", 5, "use --min-rounds N (or --rounds N)"),
+    ("benchmark_max_time", "--benchmark-max-time", 1.0, "use --time-budget S"),
+    ("benchmark_min_time", "--benchmark-min-time", 5e-6, "a round is one call; use --rounds N"),
+    ("benchmark_precision", "--benchmark-precision", None, "use --target-ci F"),
+    ("benchmark_confidence", "--benchmark-confidence", 0.99, "the CI is 95%; use --target-ci F"),
+    (
+        "benchmark_calibration_precision",
+        "--benchmark-calibration-precision",
+        10,
+        "rounds are not calibrated; use --rounds N",
+    ),
+    ("benchmark_warmup", "--benchmark-warmup", False, "use --warmup N and --warmup-time S"),
+    ("benchmark_warmup_iterations", "--benchmark-warmup-iterations", 100000, "use --warmup N"),
+    (
+        "benchmark_timer",
+        "--benchmark-timer",
+        "time.perf_counter",
+        "rounds are timed with CUDA events on a GPU, perf_counter_ns on a CPU",
+    ),
+    (
+        "benchmark_disable_gc",
+        "--benchmark-disable-gc",
+        False,
+        "the garbage collector stays on; the suite collects once before each benchmark",
+    ),
+    (
+        "benchmark_cprofile",
+        "--benchmark-cprofile",
+        None,
+        "rounds do not run through the benchmark fixture; use a profiler in the benchmark",
+    ),
+)
+
+
+def _given(config: pytest.Config, dest: str, flag: str, unset: Any) -> bool:
+    """Whether a pytest-benchmark option was set: on the command line, or to a new value."""
+    if any(a == flag or str(a).startswith(f"{flag}=") for a in config.invocation_params.args):
+        return True
+    value = config.getoption(dest, unset)
+    if isinstance(unset, float) and value is not None:
+        return float(value) != unset
+    return str(value) != str(unset)
+
+
+def _refuse_foreign_options(config: pytest.Config) -> None:
+    """Refuse pytest-benchmark options that gpugauge's timing would silently ignore."""
+    for dest, flag, unset, instead in _FOREIGN_OPTIONS:
+        if _given(config, dest, flag, unset):
+            raise pytest.UsageError(f"{flag} does not apply to gpugauge benchmarks: {instead}")
+    if config.getoption("benchmark_histogram", None):
+        try:
+            import pygal  # noqa: F401
+            import pygaljs  # noqa: F401
+        except ImportError:
+            raise pytest.UsageError(
+                "--benchmark-histogram needs pygal and pygaljs, which are not installed: "
+                "pip install 'gpugauge[histogram]'"
+            ) from None
+
+
+def _benchmark_disabled(config: pytest.Config) -> bool:
+    """--benchmark-disable in effect (pytest-benchmark's own rule)."""
+    return bool(
+        config.getoption("benchmark_disable", False)
+        and not config.getoption("benchmark_enable", False)
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Resolve and validate the options; keep the run's state in the stash."""
     import torch
 
+    _refuse_foreign_options(config)
+    messages = []
     try:
         options = resolve(config.getoption, torch.cuda.is_available(), config.rootpath)
+        if options.update_baselines and _benchmark_disabled(config):
+            raise ValueError(
+                "--update-baselines with --benchmark-disable: a run that does not measure "
+                "never writes baselines"
+            )
         gate = None
         if options.gate:
             store = BaselineStore(options.baselines_dir)
             store.validate_all()
             gate = Gate(store, load_tolerances(options.tolerances_dir))
+            for what, folder in (
+                ("baselines", options.baselines_dir),
+                ("tolerances", options.tolerances_dir),
+            ):
+                if not folder.is_dir():
+                    fallback = "every result is new" if what == "baselines" else "built-in ones"
+                    messages.append(f"gate: no {what} folder {folder}: {fallback}")
     except ValueError as err:  # also BaselineError, ToleranceError
         raise pytest.UsageError(str(err)) from None
-    config.stash[SESSION] = GaugeSession(options, config.rootpath, _note_writer(config), gate=gate)
+    config.stash[SESSION] = GaugeSession(
+        options, config.rootpath, _note_writer(config), gate=gate, messages=messages
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -177,7 +264,10 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Write baselines if asked (after a fully passing run); never raise from here."""
     gs = session.config.stash.get(SESSION, None)
-    if gs is None or not gs.options.update_baselines:
+    if gs is None:
+        return
+    gs.messages += gs.gate_notes()
+    if not gs.options.update_baselines:
         return
     try:
         gs.write_baselines(passed=exitstatus == pytest.ExitCode.OK)

@@ -16,6 +16,7 @@ DEFAULTS = {
     "idle_time": 1.0,
     "gate": False,
     "update_baselines": False,
+    "require_baselines": False,
     "baselines_dir": None,
     "tolerances_dir": None,
     "artifacts_dir": None,

@@ -4,7 +4,8 @@
 (ms), the peak memory (bytes) and the energy per iteration (J). Files are parsed as JSON
 only and validated; a bad file is a :class:`BaselineError` naming it. Writes go to a
 temporary file renamed over the old one, so a failed run never leaves a half-written
-baseline.
+baseline, and each file's read-merge-write runs under a lock, so two runs that update the
+same family at once both keep their entries.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.measure.environment import SCHEMA_VERSION
-from gpugauge.results.files import FileError, atomic_write_json, read_json
+from gpugauge.results.files import FileError, atomic_write_json, locked, read_json
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import load_run
@@ -110,7 +111,9 @@ def _read_json(path: Path) -> Any:
         raise BaselineError(str(err)) from None
 
 
-def _number(value: Any, path: Path, where: str, *, integer: bool = False) -> Any:
+def _number(
+    value: Any, path: Path, where: str, *, integer: bool = False, positive: bool = False
+) -> Any:
     kinds = (int,) if integer else (int, float)
     if value is None:
         return None
@@ -119,8 +122,10 @@ def _number(value: Any, path: Path, where: str, *, integer: bool = False) -> Any
         or not isinstance(value, kinds)
         or not math.isfinite(value)
         or value < 0
+        or (positive and value == 0)
     ):
-        raise BaselineError(f"{path}: {where} must be a non-negative number, got {value!r}")
+        what = "a positive" if positive else "a non-negative"
+        raise BaselineError(f"{path}: {where} must be {what} number, got {value!r}")
     return value
 
 
@@ -144,9 +149,12 @@ def _v1_metrics(raw: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
 
 
 def _numbers(values: Any, path: Path, where: str) -> tuple[float, ...]:
+    """Samples: positive (current/baseline divides by their median), finite, at least one."""
     if not isinstance(values, list) or not values:
         raise BaselineError(f"{path}: {where} must be a non-empty list of numbers")
-    return tuple(float(_number(x, path, f"{where}[{i}]")) for i, x in enumerate(values))
+    return tuple(
+        float(_number(x, path, f"{where}[{i}]", positive=True)) for i, x in enumerate(values)
+    )
 
 
 def _parse_metrics(
@@ -178,8 +186,12 @@ def _parse_metrics(
     return readings, medians
 
 
-def parse_baseline(path: Path) -> dict[str, Entry]:
-    """Read and validate one baseline file (schema 2, or 1); entries by benchmark id."""
+def parse_baseline(path: Path, place: tuple[str, str] | None = None) -> dict[str, Entry]:
+    """Read and validate one baseline file (schema 2, or 1); entries by benchmark id.
+
+    ``place`` is the (device class, family) its location in a store says it holds: a file
+    that holds another one would be compared across device classes, so it is an error.
+    """
     data = _read_json(path)
     if not isinstance(data, dict):
         raise BaselineError(f"{path}: expected a JSON object at the top")
@@ -192,6 +204,14 @@ def parse_baseline(path: Path) -> dict[str, Entry]:
     for key in ("device_class", "family", "benchmarks"):
         if key not in data:
             raise BaselineError(f"{path}: missing key {key!r}")
+    for key in ("device_class", "family"):
+        if not isinstance(data[key], str) or not data[key]:
+            raise BaselineError(f"{path}: {key!r} must be a non-empty string")
+    if place and place != (data["device_class"], data["family"]):
+        raise BaselineError(
+            f"{path}: holds device_class {data['device_class']!r} and family "
+            f"{data['family']!r}, but its place says {path.parent.name}/{path.stem}.json"
+        )
     if not isinstance(data["benchmarks"], dict):
         raise BaselineError(f"{path}: 'benchmarks' must be an object keyed by benchmark id")
     out = {}
@@ -226,37 +246,45 @@ class BaselineStore:
             p = self.path(device_cls, family)
             if not p.exists():
                 return None
-            self._cache[key] = parse_baseline(p)
+            self._cache[key] = parse_baseline(p, key)
         return self._cache[key]
 
     def validate_all(self) -> int:
         """Parse every baseline file (raises BaselineError on the first bad one)."""
         files = sorted(self.root.glob("*/*.json"))
         for p in files:
-            parse_baseline(p)
+            parse_baseline(p, (p.parent.name, p.stem))
         return len(files)
 
     def write(self, entries: Iterable[Entry], meta: dict[str, Any]) -> list[Path]:
-        """Merge entries into their files (others in the file are kept); atomic per file."""
+        """Merge entries into their files (others in the file are kept).
+
+        Per file, the read of the old entries, the merge and the atomic write happen under
+        one lock, so concurrent writers of the same family never lose each other's entries.
+        A root that exists but is not a directory is a BaselineError, before any write.
+        """
+        if self.root.exists() and not self.root.is_dir():
+            raise BaselineError(f"baselines folder {self.root}: not a directory")
         groups: dict[tuple[str, str], list[Entry]] = {}
         for e in entries:
             groups.setdefault((e.device_class, e.family), []).append(e)
         written = []
         for (dev, fam), group in sorted(groups.items()):
             p = self.path(dev, fam)
-            old = parse_baseline(p) if p.exists() else {}
-            merged = {**old, **{e.id: e for e in group}}
-            atomic_write_json(
-                p,
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "device_class": dev,
-                    "family": fam,
-                    "written": datetime.now(UTC).isoformat(timespec="seconds"),
-                    **meta,
-                    "benchmarks": {k: merged[k].as_dict() for k in sorted(merged)},
-                },
-            )
+            with locked(p):
+                old = parse_baseline(p, (dev, fam)) if p.exists() else {}
+                merged = {**old, **{e.id: e for e in group}}
+                atomic_write_json(
+                    p,
+                    {
+                        "schema_version": SCHEMA_VERSION,
+                        "device_class": dev,
+                        "family": fam,
+                        "written": datetime.now(UTC).isoformat(timespec="seconds"),
+                        **meta,
+                        "benchmarks": {k: merged[k].as_dict() for k in sorted(merged)},
+                    },
+                )
             self._cache.pop((dev, fam), None)
             written.append(p)
         return written

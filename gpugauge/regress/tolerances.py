@@ -88,19 +88,29 @@ def _metrics(table: Any, path: Path, where: str) -> dict[str, float]:
         ):
             raise ToleranceError(
                 f"{path}: [{where}] {key} = {value!r}: a tolerance is a "
-                f"relative number >= 0 (0.05 means 5%)"
+                f"relative number in [0, 10) (0.05 means 5%)"
             )
         out[key] = float(value)
     return out
 
 
 def load_tolerances(folder: Path) -> Tolerances:
-    """Read and merge every ``*.toml`` in ``folder`` (none: the built-in defaults)."""
+    """Read and merge every ``*.toml`` in ``folder`` (none: the built-in defaults).
+
+    A ``folder`` that exists but is not a directory is an error; whether a missing one is
+    is the caller's choice (a folder named on the command line must exist).
+    """
+    if folder.exists() and not folder.is_dir():
+        raise ToleranceError(f"tolerances folder {folder}: not a directory")
     merged = Tolerances()
     owner: dict[tuple[str, str, str], Path] = {}
     for path in sorted(folder.glob("*.toml")):
         try:
             data = tomllib.loads(path.read_text())
+        except IsADirectoryError:
+            raise ToleranceError(f"{path}: is a directory, not a TOML file") from None
+        except OSError as err:
+            raise ToleranceError(f"{path}: cannot be read ({err.strerror})") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ToleranceError(f"{path}: not valid TOML ({err})") from None
         for section, body in data.items():

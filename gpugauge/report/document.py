@@ -29,7 +29,7 @@ from gpugauge.report.tables import (
     verdict_counts,
     worst_first,
 )
-from gpugauge.results.files import atomic_write_text
+from gpugauge.results.files import atomic_write_bytes
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
 
@@ -42,6 +42,18 @@ class ReportData:
     against: str
     results: list[GateResult]
     history: list[SavedRun]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def verdict_line(self) -> str:
+        """'1 regressed, 35 unchanged', or a loud line when nothing could be compared."""
+        counts = verdict_counts(self.results)
+        if any(r.checks for r in self.results):
+            return counts
+        return (
+            f"NOTHING COMPARED: no result of this run had a counterpart of its device class "
+            f"in {self.against}" + (f" ({counts})" if counts else "")
+        )
 
 
 def newest_run(storage: Path) -> Path:
@@ -83,8 +95,12 @@ def collect(
     baselines: Path,
     tolerances: Tolerances,
     history: list[Path],
+    notes: list[str] | None = None,
 ) -> ReportData:
-    """Judge the current run against a saved run, or else against the stored baselines."""
+    """Judge the current run against a saved run, or else against the stored baselines.
+
+    ``notes`` are lines the report shows under its header (e.g. built-in tolerances used).
+    """
     run = load_run(current)
     if baseline_run is not None:
         results = _against_run(run, load_run(baseline_run), tolerances)
@@ -100,7 +116,7 @@ def collect(
         except RunError:
             continue  # not a gpugauge run: history shows only ours
     runs.sort(key=lambda r: r.label)
-    return ReportData(run, against, results, runs)
+    return ReportData(run, against, results, runs, tuple(notes or ()))
 
 
 Cell = str | tuple[str, str]  # text, or (text, link target)
@@ -119,14 +135,16 @@ def _verdict_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
         "note",
     ]
     rows: list[list[Cell]] = []
+    medians = {m.id: m.value("time") for m in data.current.measurements}
     for r in worst_first(data.results):
         t = r.check("time")
+        now = medians.get(r.id) if t is None else t.current
         rows.append(
             [
                 r.id,
                 fmt_verdict(r),
                 "-" if t is None else fmt_ms(t.baseline),
-                "-" if t is None else fmt_ms(t.current),
+                "-" if now is None else fmt_ms(now),
                 fmt_ratio(t),
                 "-" if t is None else t.allowed,
                 *(fmt_ratio(r.check(n)) for n in names),
@@ -231,7 +249,8 @@ def render_markdown(data: ReportData, images: dict[str, str], out: Path = Path("
         "",
         f"- current: `{data.current.path}` ({data.current.label}; {data.current.machine})",
         f"- against: {data.against}",
-        f"- verdicts: {verdict_counts(data.results) or 'nothing compared'}",
+        f"- verdicts: {data.verdict_line}",
+        *(f"- note: {n}" for n in data.notes),
         "",
         INTRO,
     ]
@@ -276,21 +295,26 @@ def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path("."))
         f"<style>{_CSS}</style></head><body><h1>gpugauge report</h1>"
         f"<p>current: <code>{e(str(data.current.path))}</code> ({e(data.current.label)}; "
         f"{e(data.current.machine)})<br>against: {e(data.against)}<br>"
-        f"verdicts: {e(verdict_counts(data.results) or 'nothing compared')}</p>"
+        f"verdicts: {e(data.verdict_line)}"
+        + "".join(f"<br>note: {e(n)}" for n in data.notes)
+        + "</p>"
         f"<p>{e(INTRO)}</p>{''.join(tables)}{figs}</body></html>\n"
     )
 
 
 def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path]:
-    """Draw every chart that applies and write ``<name>.md``, ``<name>.html`` and PNGs."""
+    """Draw every chart that applies and write ``<name>.md``, ``<name>.html`` and PNGs.
+
+    Everything is rendered in memory first, so an error while drawing leaves the previous
+    report as it was; each file is then written atomically (mode 0666 less the umask).
+    """
     import matplotlib.pyplot as plt
 
     from gpugauge.report.charts import CHARTS
 
-    out.mkdir(parents=True, exist_ok=True)
     pngs: dict[str, bytes] = {}
     images: dict[str, str] = {}
-    written = []
+    files: dict[Path, bytes] = {}
     for chart in CHARTS:
         if not chart.applies(data):
             continue
@@ -300,14 +324,10 @@ def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path
         plt.close(fig)
         pngs[chart.title] = buf.getvalue()
         png = out / f"{name}-{chart.name}.png"
-        png.write_bytes(pngs[chart.title])
+        files[png] = pngs[chart.title]
         images[chart.title] = png.name
-        written.append(png)
-    for suffix, text in (
-        (".md", render_markdown(data, images, out)),
-        (".html", render_html(data, pngs, out)),
-    ):
-        path = out / f"{name}{suffix}"
-        atomic_write_text(path, text)
-        written.append(path)
-    return written
+    files[out / f"{name}.md"] = render_markdown(data, images, out).encode()
+    files[out / f"{name}.html"] = render_html(data, pngs, out).encode()
+    for path, content in files.items():
+        atomic_write_bytes(path, content)
+    return list(files)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from gpugauge.results.measurement import Comparison, Measurement
@@ -71,12 +71,21 @@ def value_metrics(measurements: Sequence[Measurement]) -> list[str]:
     return [n for n, m in METRICS.items() if m.kind is Kind.VALUE and n in held]
 
 
-def results_table(measurements: Sequence[Measurement]) -> str:
-    """One row per result: median and CI (ms), rounds, CV, then each value metric held."""
+NOT_MEASURED = "not measured (--benchmark-disable)"
+
+
+def results_table(measurements: Sequence[Measurement], unmeasured: Collection[str] = ()) -> str:
+    """One row per result: median and CI (ms), rounds, CV, then each value metric held.
+
+    Results in ``unmeasured`` (ids run once under --benchmark-disable) say so instead of
+    showing one cold round as a median with a zero-width CI.
+    """
     names = value_metrics(measurements)
     rows = []
     for m in measurements:
-        if m.timing is None:
+        if m.id in unmeasured:
+            timed = [NOT_MEASURED, "", "", ""]
+        elif m.timing is None:
             timed = ["-"] * 4
         else:
             s = m.summary
@@ -109,8 +118,24 @@ def _header(name: str) -> str:
     return {"memory": "peak mem", "energy": "J/iter"}.get(name, f"{name} {METRICS[name].unit}")
 
 
+CACHE_MARK = " (cache)"
+CACHE_NOTE = (
+    "(cache): faster than the measured ceiling, so its data stayed in a cache; the "
+    "ceilings (a large copy, a large matmul) do not bound it, and the share is no efficiency"
+)
+
+
+def fmt_share(share: float) -> str:
+    """A share of a ceiling: '95%', or '131% (cache)' above 100%."""
+    return f"{share:.0%}" + (CACHE_MARK if share > 1 else "")
+
+
 def roofline_table(measurements: Sequence[Measurement]) -> str:
-    """One row per op with a roofline: time, rates, bound, % of roofline, memory, energy."""
+    """One row per op with a roofline: time, rates, bound, % of roofline, memory, energy.
+
+    A share above 100% is marked '(cache)' and explained under the table: a CPU's ceilings
+    are measured on data larger than its caches, so a cache-resident op can beat them.
+    """
     rows = []
     for m in measurements:
         r = m.roofline
@@ -125,8 +150,8 @@ def roofline_table(measurements: Sequence[Measurement]) -> str:
                 f"{r.achieved_tflops:.3g}",
                 f"{r.achieved_gbps:.4g}",
                 r.bound,
-                f"{r.share:.0%}",
-                f"{r.achieved_gbps / r.peak_gbps:.0%}",
+                fmt_share(r.share),
+                fmt_share(r.achieved_gbps / r.peak_gbps),
                 fmt_bytes(m.peak_bytes),
                 fmt_bytes(check.get("expected_bytes")),
                 "-" if e is None else f"{e:.3g}",
@@ -144,13 +169,21 @@ def roofline_table(measurements: Sequence[Measurement]) -> str:
         "expected",
         "J/iter",
     ]
-    return render(headers, rows, "gpugauge roofline (against this run's measured ceilings)")
+    text = render(headers, rows, "gpugauge roofline (against this run's measured ceilings)")
+    return text + ("\n" + CACHE_NOTE if CACHE_MARK in text else "")
 
 
-def comparison_table(comparisons: Sequence[Comparison]) -> str:
-    """One row per comparison: both medians, the speedup with its CI, memory saved."""
+def comparison_table(comparisons: Sequence[Comparison], unmeasured: Collection[str] = ()) -> str:
+    """One row per comparison: both medians, the speedup with its CI, memory saved.
+
+    A comparison with a side in ``unmeasured`` (--benchmark-disable) shows no speedup.
+    """
     rows = []
     for c in comparisons:
+        if {c.baseline.id, c.candidate.id} & set(unmeasured):
+            labels = [c.baseline_label, c.candidate_label]
+            rows.append([c.title, *labels, NOT_MEASURED, "", ""])
+            continue
         r = c.speedup
         base_mem, cand_mem = c.baseline.peak_bytes, c.candidate.peak_bytes
         frac = c.memory_saved_fraction

@@ -7,6 +7,7 @@ that merges results go through :func:`load_run`, which rebuilds every
 
 from __future__ import annotations
 
+import math
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from gpugauge.measure.environment import slug
 from gpugauge.plain import RecordError
 from gpugauge.results.files import FileError, read_json
 from gpugauge.results.measurement import Measurement
+from gpugauge.results.metrics import METRICS, Kind
 
 
 class RunError(ValueError):
@@ -55,6 +57,16 @@ def _schema1_device_class(info: dict[str, Any]) -> str:
     return fp["gpus"][index]["device_class"]
 
 
+def _check_readings(m: Measurement, where: str) -> None:
+    """Every reading finite; samples positive (ratios divide by their median), values >= 0."""
+    for name, values in m.readings().items():
+        low_ok = (lambda v: v > 0) if METRICS[name].kind is Kind.SAMPLES else (lambda v: v >= 0)
+        bad = [v for v in values if not (math.isfinite(v) and low_ok(v))]
+        if bad:
+            need = "positive" if METRICS[name].kind is Kind.SAMPLES else "non-negative"
+            raise RunError(f"{where}: metric {name!r} has {bad[0]!r}; readings must be {need}")
+
+
 def load_run(path: Path) -> SavedRun:
     """Every gpugauge result of a saved run; RunError if the file holds none.
 
@@ -80,9 +92,14 @@ def load_run(path: Path) -> SavedRun:
                     "id": info.get("id") or bench["param"],
                     "device_class": info.get("device_class") or _schema1_device_class(info),
                 }
-            found.append(Measurement.from_dict(info, where))
+            m = Measurement.from_dict(info, where)
         except (RecordError, KeyError, IndexError, TypeError, AttributeError) as err:
-            raise RunError(f"{where}: not a readable gpugauge result ({err})") from None
+            text = str(err)
+            if not text.startswith(where):
+                text = f"{where}: not a readable gpugauge result ({text})"
+            raise RunError(text) from None
+        _check_readings(m, where)
+        found.append(m)
     if not found:
         raise RunError(
             f"{path}: no gpugauge results in it (a pytest-benchmark run of other tests?)"

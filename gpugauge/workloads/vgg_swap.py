@@ -51,6 +51,15 @@ class SwapCase:
         """The same case with the variant normalized: what normal and swapped share."""
         return replace(self, variant="normal")
 
+    @property
+    def group(self) -> str:
+        """The pytest-benchmark group: the id without the variant, normal beside swapped.
+
+        pytest-benchmark's tables and ``compare`` then set ``vgg16-normal-infer-...`` next
+        to ``vgg16-swapped-infer-...`` (group ``vgg16-infer-fp32-b128-224px-cuda``).
+        """
+        return self.workload.id.replace("-normal-", "-", 1)
+
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
         return asdict(self)

@@ -1,0 +1,54 @@
+"""Small fake results and saved runs, built in memory: no benchmark has to run for them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gpugauge.measure.environment import device_class as class_of
+from gpugauge.measure.memory import Memory
+from gpugauge.measure.timing import Timing
+from gpugauge.regress.baselines import BaselineStore, entry_of
+from gpugauge.results.measurement import Comparison, Measurement, SavedSpec
+
+CLASS = class_of(("cpu",))  # this machine's CPU class, as the plugin names it
+
+
+def result(
+    bid: str,
+    ms: float = 2.0,
+    *,
+    family: str = "demo",
+    device_class: str = CLASS,
+    memory: tuple[Memory, ...] = (),
+) -> Measurement:
+    """A timed result of ``bid``: 8 rounds around ``ms`` milliseconds."""
+    rounds = tuple(ms * (1 + 0.001 * i) for i in range(8))
+    timing = Timing(rounds, rounds, "perf_counter", 1, 0.0, "fixed rounds", False)
+    spec = SavedSpec(family, bid, "cpu", ("cpu",), {"name": bid, "device": "cpu"})
+    return Measurement(spec, timing=timing, memory=memory, device_class=device_class)
+
+
+def run_json(results: list[Measurement], comparisons: list[Comparison] = ()) -> dict[str, Any]:
+    """A saved pytest-benchmark run holding ``results``, as gpugauge saves it."""
+    return {
+        "machine_info": {"gpugauge": {"gpus": [], "cpu": "fake", "torch": "2.x"}},
+        "datetime": "2026-11-22T10:00:00",
+        "benchmarks": [
+            {"name": f"test_demo[{m.id}]", "param": m.id, "extra_info": m.as_dict()}
+            for m in results
+        ],
+        "gpugauge": {"comparisons": [c.as_dict() for c in comparisons]},
+    }
+
+
+def save_run(path: Path, results: list[Measurement], comparisons: list[Comparison] = ()) -> Path:
+    """Write :func:`run_json` to ``path``."""
+    path.write_text(json.dumps(run_json(results, comparisons)))
+    return path
+
+
+def save_baselines(root: Path, results: list[Measurement]) -> list[Path]:
+    """Store ``results`` as baselines under ``root``."""
+    return BaselineStore(root).write(map(entry_of, results), {})
