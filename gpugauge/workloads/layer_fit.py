@@ -105,7 +105,7 @@ class Terms:
     optimizer: int
     activations: int
     workspace: int
-    peak_at: str  # "backward" (top of the backward pass), "optimizer step", "forward"
+    peak_at: str  # "backward" (top of the backward pass: train), "forward" (infer)
 
     @property
     def total(self) -> int:
@@ -222,9 +222,7 @@ class MemoryModel:
         else:
             in_flight = 0
         acts = received + labels + micro_batches * convs * act + in_flight + head_acts
-        backward = Terms(params, head_params, params, acts, self.workspace_bytes, "backward")
-        step = Terms(params, params, params, received + labels, 0, "optimizer step")
-        return backward if backward.total >= step.total else step
+        return Terms(params, head_params, params, acts, self.workspace_bytes, "backward")
 
     def predict(self, n: int, m: int, mode: str) -> Terms:
         """Peak of one step of the whole (N, M) model on one device."""
