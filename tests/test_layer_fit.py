@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -340,3 +341,30 @@ def test_split_case_ids_and_devices() -> None:
         SplitCase("naive", 138, 62, 4)
     with pytest.raises(ValueError, match="does not split"):
         SplitCase("gpipe", 138, 62, 3)
+
+
+# ---------------------------------------------------------------------------- chart
+
+
+def test_frontier_chart_draws_measured_and_predicted(tmp_path: Path) -> None:
+    from gpugauge.report.charts import CHARTS, Frontier
+    from gpugauge.report.document import ReportData
+    from gpugauge.results.measurement import Measurement
+    from gpugauge.results.runs import SavedRun
+
+    results = []
+    for m in (1, 62):
+        case = FitCase("train", m, SEED_BUDGET, "cpu", 4096)
+        search = run_search(case, SimulatedBackend(case.memory_model, "train", 11 * GiB))
+        results.append(
+            Measurement(case, values={"max_layers": search["max_n"]}, extra={"search": search})
+        )
+    data = ReportData(SavedRun(tmp_path / "run.json", "run", results), "-", [], [])
+    chart = Frontier()
+    assert any(isinstance(c, Frontier) for c in CHARTS)
+    assert chart.applies(data)
+    fig = chart.draw(data)
+    lines = fig.axes[0].get_lines()
+    assert [list(line.get_xdata()) for line in lines] == [[1, 62], [1, 62]]
+    assert list(lines[0].get_ydata()) == [r.values["max_layers"] for r in results]
+    assert not chart.applies(ReportData(SavedRun(tmp_path / "x", "x", []), "-", [], []))
