@@ -21,11 +21,11 @@ from gpugauge.workloads.layer_fit import (
     FitCase,
     MemoryModel,
     SplitCase,
-    SplitRunner,
     backend_for,
     budgets,
     cases,
     check_pipeline,
+    fitted_runner,
     flop_costs,
     measure_costs,
     parse_budget,
@@ -111,19 +111,31 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"GPipe gradients differ: {check}"
     costs = measure_costs(model, devices[0]) if on_gpu else flop_costs(model)
     with budgets(devices, parse_budget(case.budget)) as caps:
+        toward = 0
         if case.schedule == "single":
-            cut, predicted = n + case.fc, [model.predict(n, case.fc, "train").total]
+            cut = n + case.fc
         else:
             plan = plan_split(model, n, case.fc, (caps[0], caps[1]), costs)
             extra["plan"] = plan.as_dict()
-            cut = plan.chosen.k
+            cut, toward = plan.chosen.k, 1 - plan.limiting
+        runner, step, attempts = fitted_runner(
+            model, n, case.fc, cut, devices, case.micro_batches, toward
+        )
+        cut = attempts[-1]["cut"]
+        if case.schedule == "single":
+            predicted = [model.predict(n, case.fc, "train").total]
+        else:
             predicted = [
                 model.stage(n, case.fc, 0, cut, "train", case.micro_batches).total,
                 model.stage(n, case.fc, cut, n + case.fc, "train", case.micro_batches).total,
             ]
-        extra |= {"conv": n, "cut": cut, "predicted_bytes": predicted, "budgets": list(caps)}
-        runner = SplitRunner(model, n, case.fc, cut, devices)
-        step = runner.gpipe(case.micro_batches) if case.schedule == "gpipe" else runner.naive()
+        extra |= {
+            "conv": n,
+            "cut": cut,
+            "cut_attempts": attempts,
+            "predicted_bytes": predicted,
+            "budgets": list(caps),
+        }
         seed = measure(step, SEED_METHOD, round_clock(devices))
         extra["seed_method_ms"] = {"mean": seed.summary.mean, "rounds": list(seed.device_ms)}
         parts: list[float | None] = [None] * len(devices)

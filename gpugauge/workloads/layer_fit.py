@@ -30,6 +30,7 @@ import contextlib
 import gc
 import itertools
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -1195,16 +1196,56 @@ class SplitRunner:
         ]
 
 
+def fitted_runner(
+    model: MemoryModel,
+    n: int,
+    m: int,
+    cut: int,
+    devices: Sequence[str],
+    micro_batches: int,
+    toward: int,
+    tries: int = 4,
+    shift: int = 2,
+) -> tuple[SplitRunner, Callable[[], object], list[dict[str, Any]]]:
+    """A runner whose step ran once at ``cut`` or, after an OOM, at a cut moved away.
+
+    The model's prediction may miss a workspace; rather than fail, each OOM frees the
+    runner and moves the cut ``shift`` blocks so that the device ``toward`` (0 or 1) gets
+    more blocks, at most ``tries`` times. Every attempt is returned.
+    """
+    attempts: list[dict[str, Any]] = []
+    for _ in range(tries):
+        error = None
+        try:
+            runner = SplitRunner(model, n, m, cut, devices)
+            step = runner.gpipe(micro_batches) if micro_batches > 1 else runner.naive()
+            step()
+            attempts.append({"cut": cut, "fits": True})
+            return runner, step, attempts
+        except torch.OutOfMemoryError as err:
+            error = str(err).splitlines()[0][:200]
+        runner = step = None  # type: ignore[assignment]
+        gc.collect()
+        if devices[0].startswith("cuda"):
+            torch.cuda.empty_cache()
+        attempts.append({"cut": cut, "fits": False, "error": error})
+        cut = cut + shift if toward == 0 else cut - shift
+        if not 0 < cut < n + m:
+            break
+    raise SplitError(f"no cut fitted after {len(attempts)} attempts: {attempts}")
+
+
 @contextlib.contextmanager
 def budgets(devices: Sequence[str], budget: int | None) -> Iterator[tuple[float, ...]]:
     """Cap each CUDA device's caching allocator at ``budget`` bytes (emulated), then lift it.
 
     Yields each device's budget for the model (the cap, or its free memory without one;
-    unbounded on a CPU).
+    on a CPU the budget as given, else the machine's memory: nothing is enforced there).
     """
     unique = list(dict.fromkeys(devices))
     if not unique[0].startswith("cuda"):
-        yield tuple(float(budget) if budget else math.inf for _ in devices)
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        yield tuple(float(budget or ram) for _ in devices)
         return
     previous = {}
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
