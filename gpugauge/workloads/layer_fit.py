@@ -791,6 +791,7 @@ def run_search(
 ) -> dict[str, Any]:
     """Search the case's frontier on ``backend``; the result with prediction and error."""
     model = case.memory_model
+    backend.release()  # cached blocks (the warm-up's) are room a probe can use
     headroom = backend.headroom()
     predicted = model.frontier(case.fc, headroom, case.mode, case.cap)
     start = predicted if case.start == "model" else 1
