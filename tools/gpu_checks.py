@@ -10,6 +10,13 @@ forward case timed by the harness (cold L2) and by ``do_bench`` (which flushes L
 ``gate-record`` then ``gate-check`` (issue 4), on the same kind of GPU: record baselines of
 vgg_swap and layers at the seed profile; gate an identical run against them (must pass),
 then a run slowed by 5 ms a round through the test-only plugin (must fail, naming it).
+``layer_fit`` (issue 10, one H100 or H200): frontier searches in this process, each
+result written to ``--out`` as it finishes (11 GiB emulated budget: train M = 62, 61, 32,
+1, M = 62 from N = 1, infer M = 250 and 62; the whole device: train and infer M = 62),
+with probe counts, memory back at its start and predicted against measured; then the
+family's search and single-GPU cases through pytest at the seed profile.
+``layer_fit-split`` (issue 10, two H200s): the split cases through pytest at the seed
+profile (single, naive, GPipe with 2/4/8 micro-batches), per-device memory and speedups.
 Full logs and JSON go to ``--out``; nothing here changes clocks or power limits.
 """
 
@@ -435,6 +442,160 @@ def clock_probe(out: Path) -> None:
     )
 
 
+def layer_fit(out: Path) -> None:
+    """Issue 10, one GPU: frontier searches, then the family's one-GPU cases via pytest."""
+    import torch
+
+    from gpugauge.report.tables import fmt_bytes
+    from gpugauge.workloads.layer_fit import (
+        SEED_BUDGET,
+        FitCase,
+        backend_for,
+        probe_table,
+        run_search,
+    )
+
+    t_start = time.perf_counter()
+    print(f"{_device_name()}, {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+    todo = [
+        FitCase("train", 62, SEED_BUDGET, "cuda", 4096),
+        FitCase("train", 61, SEED_BUDGET, "cuda", 4096),
+        FitCase("train", 62, SEED_BUDGET, "cuda", 4096, start="one"),
+        FitCase("train", 1, SEED_BUDGET, "cuda", 4096),
+        FitCase("train", 32, SEED_BUDGET, "cuda", 4096),
+        FitCase("infer", 250, SEED_BUDGET, "cuda", 4096),
+        FitCase("infer", 62, SEED_BUDGET, "cuda", 4096),
+        FitCase("train", 62, "device", "cuda", 4096),
+        FitCase("infer", 62, "device", "cuda", 4096),
+    ]
+    with backend_for(FitCase("train", 1, "device", "cuda", 1)):
+        pass  # its warm-up step: cuBLAS's workspace stays allocated from here on
+    rows = []
+    log = out / "layer_fit_searches.jsonl"
+    for case in todo:
+        if time.perf_counter() - t_start > 300:
+            print(f"skipping {case.id}: 300 s spent", flush=True)
+            continue
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated()
+        t0 = time.perf_counter()
+        try:
+            with backend_for(case) as backend:
+                result = run_search(
+                    case, backend, on_probe=lambda p: print(f"  probe {p.as_dict()}", flush=True)
+                )
+        except Exception as err:  # one failed search must not lose the others
+            print(f"{case.id}: FAILED {type(err).__name__}: {err}", flush=True)
+            rows.append([case.id, "FAILED", "-", "-", "-", "-", "-", "-", str(err)[:60]])
+            continue
+        torch.cuda.empty_cache()
+        after = torch.cuda.memory_allocated()
+        result |= {"wall_s": time.perf_counter() - t0, "allocated_before": before}
+        result["allocated_after"] = after
+        with log.open("a") as fh:
+            fh.write(json.dumps({"id": case.id, **result}) + "\n")
+        table = probe_table(case, result)
+        (out / f"{case.id}.txt").write_text(table + "\n")
+        print(table, flush=True)
+        err = result["error_fraction"]
+        rows.append(
+            [
+                case.id,
+                str(result["max_n"]) + ("+" if result["censored"] else ""),
+                str(result["predicted_max_n"]),
+                "-" if err is None else f"{err:+.1%}",
+                f"{result['probe_count']}/{result['probe_bound']}",
+                "yes" if after == before else f"NO ({after - before:+d} B)",
+                fmt_bytes(result["headroom_bytes"]),
+                f"{result['wall_s']:.0f}",
+                result["backend"][:60],
+            ]
+        )
+    js = out / "layer_fit_seed.json"
+    rc = -1
+    if time.perf_counter() - t_start < 330:
+        rc = run_pytest(
+            [*seed_run("layer_fit and (search or single)", js), "--energy-window", "0"],
+            out / "layer_fit_seed.log",
+        )
+    table = render(
+        [
+            "search",
+            "largest N",
+            "predicted",
+            "error",
+            "probes/bound",
+            "memory back",
+            "headroom",
+            "s",
+            "backend",
+        ],
+        rows,
+        f"layer_fit searches on {_device_name()}; pytest (search, single) exit {rc}; "
+        f"{time.perf_counter() - t_start:.0f} s",
+    )
+    (out / "layer_fit_table.txt").write_text(table + "\n")
+    print("\n" + table)
+
+
+def layer_fit_split(out: Path) -> None:
+    """Issue 10, two GPUs: the split cases via pytest; a table from their saved results."""
+    from gpugauge.report.tables import fmt_bytes
+
+    print(f"{_device_name()}, {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+    js = out / "layer_fit_split.json"
+    t0 = time.perf_counter()
+    rc = run_pytest(seed_run("layer_fit and split", js), out / "layer_fit_split.log")
+    wall = time.perf_counter() - t0
+    rows = []
+    infos = {}
+    if js.exists():
+        infos = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+    naive = next((i for k, i in infos.items() if k.startswith("split-naive")), None)
+    naive_ms = naive and naive["timing"]["summary_ms"]["median"]
+    for key, info in infos.items():
+        extra, spec = info["extra"], info["spec"]
+        med = info["timing"]["summary_ms"]["median"]
+        for i, mem in enumerate(info["memory"]):
+            peak = mem["start_allocated_bytes"] + mem["peak_allocated_bytes"]
+            reserved = mem["start_reserved_bytes"] + mem["peak_reserved_bytes"]
+            cut, n, fc = extra["cut"], extra["conv"], spec["fc"]
+            c0 = min(cut, n)
+            layers = [(c0, cut - c0), (n - c0, fc - (cut - c0))][i]
+            rows.append(
+                [
+                    key if i == 0 else "",
+                    mem["device"],
+                    f"{layers[0]}+{layers[1]}",
+                    fmt_bytes(extra["predicted_bytes"][i]),
+                    fmt_bytes(peak),
+                    fmt_bytes(reserved),
+                    f"{extra['budgets'][i] / 2**30:.2f}",
+                    f"{med:.4g}" if i == 0 else "",
+                    f"{extra['seed_method_ms']['mean']:.4g}" if i == 0 else "",
+                    f"{naive_ms / med:.2f}x" if i == 0 and naive_ms else "",
+                ]
+            )
+    table = render(
+        [
+            "case",
+            "device",
+            "conv+fc",
+            "predicted",
+            "peak alloc",
+            "peak reserved",
+            "budget GiB",
+            "median ms",
+            "seed ms",
+            "naive/this",
+        ],
+        rows,
+        f"layer_fit split on {_device_name()}; pytest exit {rc} in {wall:.0f} s",
+    )
+    (out / "layer_fit_split_table.txt").write_text(table + "\n")
+    print("\n" + table)
+
+
 def _device_name() -> str:
     import torch
 
@@ -452,6 +613,8 @@ def main() -> None:
         "timer-check": timer_check,
         "core-gate": core_gate,
         "clock-probe": clock_probe,
+        "layer_fit": layer_fit,
+        "layer_fit-split": layer_fit_split,
     }
     parser.add_argument("check", choices=sorted(checks), nargs="+")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))

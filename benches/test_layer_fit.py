@@ -1,0 +1,166 @@
+"""layer_fit benchmarks: how many layers fit, and the model split over two GPUs (seed 004, Task-1).
+
+The model, the memory model, the search, the backends and the split live in
+:mod:`gpugauge.workloads.layer_fit`; this module parametrizes and records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+
+from gpugauge.measure.timing import measure
+from gpugauge.plugin import parametrize_cases
+from gpugauge.results.measurement import Measurement
+from gpugauge.workloads.layer_fit import (
+    SEED_METHOD,
+    SIM_UNMODELLED_BYTES,
+    FitCase,
+    MemoryModel,
+    SplitCase,
+    backend_for,
+    budgets,
+    cases,
+    check_pipeline,
+    fitted_runner,
+    flop_costs,
+    measure_costs,
+    parse_budget,
+    plan_split,
+    probe_table,
+    round_clock,
+    run_search,
+    split_cases,
+    split_table,
+)
+
+pytestmark = pytest.mark.layer_fit
+
+GRAD_REL_TOL = 1e-4  # fp32, TF32 off: the schedules differ only in summation order
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_cases(metafunc, "fit_case", cases)
+    parametrize_cases(metafunc, "split_case", split_cases)
+
+
+def _note_block(gauge: Any, text: str) -> None:
+    for line in text.splitlines():
+        gauge.session.note(line)
+
+
+def test_layer_fit_search(fit_case: FitCase, gauge: Any) -> None:
+    case = fit_case
+    with backend_for(case) as backend:
+        result = run_search(case, backend)
+    table = probe_table(case, result)
+    path = gauge.artifact_path(case, "probes.txt")
+    path.write_text(table + "\n")
+    _note_block(gauge, table)
+    gauge.record(
+        Measurement(
+            case,
+            values={"max_layers": result["max_n"]},
+            artifacts={"probes": str(path)},
+            extra={"search": result},
+        )
+    )
+    assert result["within_bound"], (
+        f"{result['probe_count']} probes, more than 2·⌈log2 N⌉ + 4 = {result['probe_bound']}"
+    )
+    if case.device == "cpu":
+        # the simulated device is the model plus a known unmodelled workspace: the search
+        # must land exactly on its frontier
+        budget = case.budget_bytes
+        assert budget is not None
+        truth = case.memory_model.frontier(
+            case.fc, budget - SIM_UNMODELLED_BYTES, case.mode, case.cap
+        )
+        assert result["max_n"] == truth, f"search found {result['max_n']}, the frontier is {truth}"
+
+
+def _largest_single(case: SplitCase, gauge: Any) -> tuple[int, dict[str, Any] | None]:
+    """The search's answer for one device: from this run if it searched, else searched now."""
+    found = gauge.session.find(case.fit_case)
+    if found is not None:
+        return int(found.values["max_layers"]), None
+    with backend_for(case.fit_case) as backend:
+        result = run_search(case.fit_case, backend)
+    return result["max_n"], result
+
+
+def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
+    case = split_case
+    model = case.memory_model
+    devices = case.devices
+    on_gpu = devices[0].startswith("cuda")
+    extra: dict[str, Any] = {}
+    n = case.conv
+    if case.schedule == "single":
+        n, search = _largest_single(case, gauge)
+        extra["single_search"] = search
+        assert n > 0, "no conv layer fits one device with this head"
+    if case.schedule == "gpipe":
+        check = check_pipeline(
+            MemoryModel(case.batch, case.image, 64), 4, 3, 3, devices, case.micro_batches
+        )
+        extra["pipeline_check"] = check
+        assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"GPipe gradients differ: {check}"
+    costs = measure_costs(model, devices[0]) if on_gpu else flop_costs(model)
+    with budgets(devices, parse_budget(case.budget)) as caps:
+        toward = 0
+        if case.schedule == "single":
+            cut = n + case.fc
+        else:
+            plan = plan_split(model, n, case.fc, (caps[0], caps[1]), costs)
+            extra["plan"] = plan.as_dict()
+            cut, toward = plan.chosen.k, 1 - plan.limiting
+        runner, step, attempts = fitted_runner(
+            model, n, case.fc, cut, devices, case.micro_batches, toward
+        )
+        cut = attempts[-1]["cut"]
+        if case.schedule == "single":
+            predicted = [model.predict(n, case.fc, "train").total]
+        else:
+            predicted = [
+                model.stage(n, case.fc, 0, cut, "train", case.micro_batches).total,
+                model.stage(n, case.fc, cut, n + case.fc, "train", case.micro_batches).total,
+            ]
+        extra |= {
+            "conv": n,
+            "cut": cut,
+            "cut_attempts": attempts,
+            "predicted_bytes": predicted,
+            "budgets": list(caps),
+        }
+        seed = measure(step, SEED_METHOD, round_clock(devices))
+        extra["seed_method_ms"] = {"mean": seed.summary.mean, "rounds": list(seed.device_ms)}
+        parts: list[float | None] = [None] * len(devices)
+        if case.schedule == "naive":
+            try:
+                part_fns = runner.stage_steps()
+                parts = [
+                    measure(fn, SEED_METHOD, round_clock((d,))).summary.mean
+                    for fn, d in zip(part_fns, devices, strict=True)
+                ]
+                del part_fns
+            except torch.OutOfMemoryError as err:
+                extra["part_times_note"] = f"not timed alone: {str(err).splitlines()[0]}"
+            extra["part_ms"] = parts
+        m = gauge.measure(case, step, extra=extra)
+        del step, runner
+    table = split_table(case, cut, n, predicted, caps, m.memory, parts)
+    _note_block(gauge, table)
+    gauge.session.note(f"seed method (warm-up 5, average of 10): {seed.summary.mean:.4g} ms")
+    if case.schedule == "gpipe":
+        naive = gauge.session.find(replace(case, schedule="naive", micro_batches=1))
+        if naive is not None:
+            gauge.compare(
+                naive,
+                m,
+                labels=("naive", f"gpipe x{case.micro_batches}"),
+                title=f"layer_fit split c{case.conv} m{case.fc} {case.budget}",
+            )

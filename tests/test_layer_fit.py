@@ -1,0 +1,370 @@
+"""layer_fit: the model, the memory model, the search, OOM handling and the split, on a CPU."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpugauge.workloads.layer_fit import (
+    SEED_BUDGET,
+    SIM_UNMODELLED_BYTES,
+    BlockCosts,
+    FitCase,
+    GiB,
+    MemoryModel,
+    MemoryNotReleased,
+    MiB,
+    Probe,
+    SimAllocator,
+    SimulatedBackend,
+    SplitCase,
+    SplitError,
+    SplitRunner,
+    allocator_bytes,
+    cases,
+    check_pipeline,
+    parse_budget,
+    plan_split,
+    probe,
+    probe_bound,
+    probe_table,
+    run_search,
+    search_frontier,
+    split_cases,
+)
+from models.stacked import HEAD_WIDTH, blocks, stacked
+
+SEED = MemoryModel()
+A = allocator_bytes(16 * 64 * 112 * 112 * 4)  # one conv activation: 49 MiB -> 50 MiB segment
+
+
+def n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def test_parameter_counts_are_pinned() -> None:
+    with torch.device("meta"):
+        assert n_params(stacked(1, 1)) == 36_928 + 65_000
+        w = HEAD_WIDTH
+        expected = 61 * 36_928 + (64 * w + w) + 60 * (w * w + w) + (w * 1000 + 1000)
+        assert n_params(stacked(61, 62)) == expected == 670_532_648
+
+
+def test_model_runs_and_keeps_the_shape() -> None:
+    net = stacked(3, 3, width=32)
+    out = net(torch.randn(2, 64, 8, 8))
+    assert out.shape == (2, 1000)
+    assert [type(b[0]).__name__ for b in blocks(2, 2, width=8)] == [
+        "Conv2d",
+        "Conv2d",
+        "AdaptiveAvgPool2d",
+        "Linear",
+    ]
+
+
+def test_blocks_take_one_device_per_block() -> None:
+    with pytest.raises(ValueError, match="3 devices given for 4 blocks"):
+        blocks(2, 2, device=["cpu"] * 3)
+    with pytest.raises(ValueError, match="at least one linear"):
+        stacked(2, 0)
+
+
+# ---------------------------------------------------------------------- memory model
+
+
+def test_allocator_rounding() -> None:
+    assert allocator_bytes(1) == 512
+    assert allocator_bytes(147_456) == 147_456
+    assert allocator_bytes(11 * MiB + 1) == 12 * MiB
+    assert 50 * MiB == A
+
+
+def test_train_terms_by_hand() -> None:
+    n, m = 61, 62
+    t = SEED.predict(n, m, "train")
+    conv_p = n * (147_456 + 512)
+    w = HEAD_WIDTH
+    head_p = (
+        allocator_bytes(64 * w * 4)
+        + allocator_bytes(w * 4)
+        + 60 * (allocator_bytes(w * w * 4) + allocator_bytes(w * 4))
+        + allocator_bytes(w * 1000 * 4)
+        + allocator_bytes(4000)
+    )
+    assert t.params == conv_p + head_p
+    assert t.optimizer == t.params  # one momentum buffer per parameter
+    assert t.grads == head_p  # at the top of the backward pass only the head's exist
+    # input + N ReLU outputs + 2 gradients in flight; the rest is small head activations
+    assert (n + 3) * A <= t.activations < (n + 3) * A + 16 * MiB
+    assert t.peak_at == "backward"
+    assert t.total == sum(b for _, b in SEED.plan(n, m, "train"))
+
+
+def test_infer_holds_two_outputs_and_the_input() -> None:
+    t = SEED.predict(100, 62, "infer")
+    assert t.grads == t.optimizer == 0
+    assert 3 * A <= t.activations < 3 * A + MiB
+    assert SEED.predict(1, 62, "infer").activations < 3 * A
+
+
+def test_seed_table_is_reproduced_in_training_not_in_inference() -> None:
+    budget = parse_budget(SEED_BUDGET)
+    assert budget == 11 * GiB
+    # the seed: 61 conv + 62 fc fit, 62 + 61 fit, 62 + 62 did not (needs > 17 MiB workspace)
+    with_ws = MemoryModel(workspace_bytes=32 * MiB)
+    assert with_ws.frontier(62, budget, "train", 4096) == 61
+    assert with_ws.frontier(61, budget, "train", 4096) >= 62
+    assert SEED.frontier(62, budget, "train", 4096) == 62
+    # in inference the conv stack costs only its parameters: tens of thousands fit
+    assert SEED.frontier(62, budget, "infer", 10**6) > 50_000
+
+
+def test_stages_add_up_to_about_the_whole() -> None:
+    n, m = 138, 62
+    whole = SEED.predict(n, m, "train")
+    s0 = SEED.stage(n, m, 0, 80, "train")
+    s1 = SEED.stage(n, m, 80, n + m, "train")
+    assert s0.params + s1.params == whole.params
+    # the receiving device holds its own copy of the cut activation and 2 in flight
+    assert s0.activations + s1.activations == whole.activations + 3 * A
+    with pytest.raises(ValueError, match="not inside"):
+        SEED.stage(n, m, 10, 10, "train")
+
+
+def test_micro_batches_shrink_only_the_gradients_in_flight() -> None:
+    one = SEED.stage(138, 62, 0, 80, "train", 1)
+    four = SEED.stage(138, 62, 0, 80, "train", 4)
+    quarter = allocator_bytes(4 * 64 * 112 * 112 * 4)
+    assert one.activations - four.activations == 2 * A - 2 * quarter + 80 * (A - 4 * quarter)
+
+
+def test_budget_parsing_is_strict() -> None:
+    assert parse_budget("device") is None
+    assert parse_budget("512MiB") == 512 * MiB
+    for bad in ("11", "GiB", "-1GiB", "eleven GiB", "0GiB"):
+        with pytest.raises(ValueError, match="budget"):
+            parse_budget(bad)
+
+
+# --------------------------------------------------------------------------- search
+
+
+def threshold_probe(limit: int, m: int = 1) -> tuple[list[int], object]:
+    tried: list[int] = []
+
+    def try_n(n: int) -> Probe:
+        tried.append(n)
+        return Probe(n, m, n <= limit, 0, 0, None, 0.0, 0)
+
+    return tried, try_n
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2, 3, 61, 64, 65, 221, 1000, 4095, 4096])
+@pytest.mark.parametrize("start", [1, 50, 62, 3000])
+def test_search_finds_every_frontier_within_the_bound(limit: int, start: int) -> None:
+    tried, try_n = threshold_probe(limit)
+    result = search_frontier(try_n, 4096, start)
+    assert result.max_n == limit
+    assert result.censored == (limit == 4096)
+    assert len(tried) == len(set(tried)), "a size was probed twice"
+    if start == 1 or abs(start - limit) <= limit:
+        assert len(tried) <= probe_bound(limit), tried
+
+
+def test_search_from_one_is_exponential_then_binary() -> None:
+    tried, try_n = threshold_probe(61)
+    search_frontier(try_n, 4096, 1)
+    assert tried[:7] == [1, 2, 4, 8, 16, 32, 64]
+    assert len(tried) == 12 <= probe_bound(61) == 16
+
+
+def test_search_from_a_close_guess_takes_few_probes() -> None:
+    tried, try_n = threshold_probe(61)
+    search_frontier(try_n, 4096, 62)
+    assert tried == [62, 61]
+
+
+def test_search_rejects_a_bad_cap() -> None:
+    with pytest.raises(ValueError, match="cap"):
+        search_frontier(lambda n: Probe(n, 1, True, 0, 0, None, 0, 0), 0)
+
+
+# ----------------------------------------------------------------- OOM and release
+
+
+def test_simulated_allocator_fails_like_cuda_and_frees_on_collection() -> None:
+    sim = SimAllocator(100)
+    a = sim.alloc(60, "a")
+    with pytest.raises(torch.OutOfMemoryError, match="simulated allocator: out of memory"):
+        sim.alloc(50, "b")
+    assert sim.allocated == 60
+    del a
+    assert sim.allocated == 0
+    assert sim.peak_allocated == 60
+
+
+def test_probe_survives_oom_and_memory_is_back_at_start() -> None:
+    backend = SimulatedBackend(SEED, "train", 11 * GiB)
+    keep = backend.allocator.alloc(3 * MiB, "held by the caller")  # a nonzero start
+    fit = probe(backend, 10, 62, 0)
+    oom = probe(backend, 500, 62, 0)
+    assert fit.fits
+    assert not oom.fits
+    assert "out of memory" in (oom.error or "")
+    assert oom.peak_allocated_bytes <= 11 * GiB - 3 * MiB
+    assert fit.peak_allocated_bytes == SEED.predict(10, 62, "train").total + SIM_UNMODELLED_BYTES
+    assert backend.allocated() == 3 * MiB
+    del keep
+
+
+class LeakingBackend(SimulatedBackend):
+    """A run that stashes a block where the probe cannot free it."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.stash: list[object] = []
+
+    def run(self, n: int, m: int) -> float | None:
+        self.stash.append(self.allocator.alloc(MiB, "leaked"))
+        return super().run(n, m)
+
+
+def test_probe_refuses_memory_left_behind() -> None:
+    backend = LeakingBackend(SEED, "train", 11 * GiB)
+    with pytest.raises(MemoryNotReleased, match="left 1048576 bytes allocated"):
+        probe(backend, 10, 62, 0)
+
+
+class CyclicBackend(SimulatedBackend):
+    """A run whose blocks sit in a reference cycle: only the garbage collector frees them."""
+
+    def run(self, n: int, m: int) -> float | None:
+        a: list[object] = [self.allocator.alloc(MiB, "cyclic")]
+        a.append(a)
+        return None
+
+
+def test_probe_collects_reference_cycles() -> None:
+    backend = CyclicBackend(SEED, "train", GiB)
+    assert probe(backend, 1, 1, 0).fits
+    assert backend.allocated() == 0
+
+
+def test_probe_lets_other_errors_through() -> None:
+    class Broken(SimulatedBackend):
+        def run(self, n: int, m: int) -> float | None:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        probe(Broken(SEED, "train", GiB), 1, 1, 0)
+
+
+@pytest.mark.parametrize("m", [1, 62])
+def test_simulated_search_lands_on_the_simulated_frontier(m: int) -> None:
+    case = FitCase("train", m, SEED_BUDGET, "cpu", 4096)
+    backend = SimulatedBackend(case.memory_model, "train", 11 * GiB)
+    result = run_search(case, backend)
+    truth = SEED.frontier(m, 11 * GiB - SIM_UNMODELLED_BYTES, "train", 4096)
+    assert result["max_n"] == truth
+    assert result["predicted_max_n"] > truth  # the model does not know the unmodelled bytes
+    assert result["within_bound"]
+    assert backend.allocated() == 0
+    table = probe_table(case, result)
+    assert "num_of_conv  num_of_fc  out_of_memory?" in table
+    assert "(emulated)" in table
+
+
+def test_cases_have_unique_ids_and_the_seed_heads() -> None:
+    for profile in ("smoke", "seed", "full"):
+        ids = [c.id for c in cases(profile)] + [c.id for c in split_cases(profile)]
+        assert len(ids) == len(set(ids)), profile
+    seed = [c for c in cases("seed") if c.device == "cuda"]
+    assert {c.fc for c in seed if c.mode == "train" and c.budget == SEED_BUDGET} >= {61, 62}
+    assert any(c.budget == "device" for c in seed)
+    assert FitCase("train", 62, SEED_BUDGET, "cpu", 4096).id == "fit-train-m62-11gib-sim-cpu"
+    with pytest.raises(ValueError, match="simulated search needs a budget"):
+        FitCase("train", 62, "device", "cpu", 4096)
+
+
+# ---------------------------------------------------------------------------- split
+
+
+def test_seed_split_is_limited_by_the_head_device() -> None:
+    budget = float(11 * GiB)
+    costs = BlockCosts(conv=1.0, linear=0.1, source="test")
+    plan = plan_split(SEED, 138, 62, (budget, budget), costs)
+    # balancing time would put half the convs with the whole head: too much for one device
+    assert plan.by_time.layers[0][0] >= 69
+    assert plan.by_time.bytes[1] > budget
+    chosen = plan.chosen
+    assert all(b <= budget * (1 - plan.margin) for b in chosen.bytes)
+    c0 = chosen.layers[0][0]
+    assert 75 <= c0 <= 90, chosen.layers  # the seed put 84 on GPU0
+    assert plan.limiting == 1
+    assert plan.by_memory.memory_share((budget, budget)) <= chosen.memory_share((budget, budget))
+
+
+def test_split_that_fits_nowhere_is_an_error() -> None:
+    with pytest.raises(SplitError, match="fits no cut"):
+        plan_split(SEED, 400, 62, (float(GiB), float(GiB)), BlockCosts(1, 1, "test"))
+
+
+def test_gpipe_gradients_equal_the_naive_split() -> None:
+    check = check_pipeline(MemoryModel(batch=4, image=8, width=32), 3, 3, 2, ("cpu", "cpu"), 4)
+    assert check["max_grad_rel_diff"] < 1e-5
+    assert check["parameters"] == 2 * 6
+
+
+def test_split_runner_cuts_where_asked() -> None:
+    runner = SplitRunner(MemoryModel(batch=2, image=8, width=16), 3, 2, 4, ("cpu", "cpu"))
+    assert len(runner.stages[0]) == 4
+    assert len(runner.stages[1]) == 1
+    loss = runner.naive()()
+    assert math.isfinite(float(loss.detach()))  # type: ignore[attr-defined]
+    part0, part1 = runner.stage_steps()
+    part0()
+    part1()
+
+
+def test_split_case_ids_and_devices() -> None:
+    case = SplitCase("gpipe", 138, 62, 4)
+    assert case.id == "split-gpipe4-c138-m62-11gib-cuda"
+    assert case.devices == ("cuda:0", "cuda:1")
+    assert SplitCase("single", 0, 62).devices == ("cuda:0",)
+    with pytest.raises(ValueError, match="micro_batches"):
+        SplitCase("naive", 138, 62, 4)
+    with pytest.raises(ValueError, match="does not split"):
+        SplitCase("gpipe", 138, 62, 3)
+
+
+# ---------------------------------------------------------------------------- chart
+
+
+def test_frontier_chart_draws_measured_and_predicted(tmp_path: Path) -> None:
+    from gpugauge.report.charts import CHARTS, Frontier
+    from gpugauge.report.document import ReportData
+    from gpugauge.results.measurement import Measurement
+    from gpugauge.results.runs import SavedRun
+
+    results = []
+    for m in (1, 62):
+        case = FitCase("train", m, SEED_BUDGET, "cpu", 4096)
+        search = run_search(case, SimulatedBackend(case.memory_model, "train", 11 * GiB))
+        results.append(
+            Measurement(case, values={"max_layers": search["max_n"]}, extra={"search": search})
+        )
+    data = ReportData(SavedRun(tmp_path / "run.json", "run", results), "-", [], [])
+    chart = Frontier()
+    assert any(isinstance(c, Frontier) for c in CHARTS)
+    assert chart.applies(data)
+    fig = chart.draw(data)
+    lines = fig.axes[0].get_lines()
+    assert [list(line.get_xdata()) for line in lines] == [[1, 62], [1, 62]]
+    assert list(lines[0].get_ydata()) == [r.values["max_layers"] for r in results]
+    assert not chart.applies(ReportData(SavedRun(tmp_path / "x", "x", []), "-", [], []))
