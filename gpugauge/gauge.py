@@ -273,6 +273,8 @@ def stored_options(t: Timing) -> dict[str, Any]:
         "max_rounds": p.max_rounds,
         "max_time": p.budget_s,
         "target_ci": p.target_ci,
+        "regime": t.regime,
+        "min_time": p.min_time_s,
         "warmup": t.warmup_rounds,
         "warmup_time": t.warmup_s,
         "flush_l2": t.l2_flushed,
@@ -364,24 +366,36 @@ class Gauge:
         prepare()
         # CPU allocators keep freed memory, so only the first run shows RSS growth.
         memory = () if on_gpu else (measure_cpu_memory(fn),)
-        self.session.note(f"{spec.id}: warm-up {policy.warmup_rounds} rounds, timing ...")
+        clock = _clock(devices)
+        energy_devs = known if len(known) == len(devices) else []
+        why_not = self._no_energy(energy, energy_devs, policy)
+        idle_w = None
+        if why_not is None:
+            # idle power first, so that warm-up, timing and the energy window that follows
+            # it right away all run in the same (sustained) regime
+            clock.synchronize()
+            time.sleep(self.options.idle_s)
+            idle_w = [d.power_w() for d in energy_devs]
+        self.session.note(f"{spec.id}: {policy.regime} warm-up, timing ...")
         before = tuple(d.state() for d in known)
         flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None
         between = setup if flush is None else _chain(prepare, flush)
-        clock = _clock(devices)
         with _watch(nvdev) as watch:
             timing = measure(fn, policy, clock, between=between, watch=watch)
         if on_gpu:
             prepare()
             memory = measure_cuda_memory(fn, devices, nvdevs)
-        result_energy, energy_note = self._energy(
-            fn if setup is None else _chain(setup, fn),
-            known if len(known) == len(devices) else [],
-            devices,
-            clock,
-            energy and not self._benchmark_disabled,
-            timing.summary.median,
-        )
+        result_energy: tuple[Energy, ...] = ()
+        energy_note = why_not
+        if why_not is None:
+            result_energy, energy_note = self._energy(
+                fn if setup is None else _chain(setup, fn),
+                energy_devs,
+                devices,
+                clock,
+                timing.summary.median,
+                idle_w,
+            )
         m = Measurement(
             spec=spec,
             timing=timing,
@@ -488,23 +502,34 @@ class Gauge:
     def _benchmark_disabled(self) -> bool:
         return self._benchmark is not None and self._benchmark.disabled
 
+    def _no_energy(
+        self, wanted: bool, nvdevs: list[NvmlDevice], policy: TimingPolicy
+    ) -> str | None:
+        """Why energy is not read for this measurement, or None when it is."""
+        if not wanted or self._benchmark_disabled:
+            return "energy not measured for this benchmark"
+        if self.options.energy_window_s == 0:
+            return "energy turned off with --energy-window 0"
+        if policy.regime != "sustained":
+            return (
+                f"energy is read in the sustained regime only: a {policy.regime} run is "
+                f"shorter than NVML's counter can resolve"
+            )
+        if not nvdevs:
+            reason = self.session.nvml_reason or "not a CUDA device"
+            return f"no NVML energy counter on this device: {reason}"
+        return None
+
     def _energy(
         self,
         fn: Callable[[], object],
         nvdevs: list[NvmlDevice],
         devices: tuple[str, ...],
         clock: RoundClock,
-        wanted: bool,
         median_ms: float,
+        idle_w: list[float | None] | None,
     ) -> tuple[tuple[Energy, ...], str | None]:
         window = self.options.energy_window_s
-        if not wanted:
-            return (), "energy not measured for this benchmark"
-        if window == 0:
-            return (), "energy turned off with --energy-window 0"
-        if not nvdevs:
-            reason = self.session.nvml_reason or "not a CUDA device"
-            return (), f"no NVML energy counter on this device: {reason}"
         self.session.note(f"energy window {window:g} s ...")
         try:
             e = measure_energy(
@@ -513,7 +538,7 @@ class Gauge:
                 clock.synchronize,
                 seconds_per_iter=median_ms / 1e3,
                 window_s=window,
-                idle_s=self.options.idle_s,
+                idle_power_w=idle_w,
                 names=devices,
             )
         except RuntimeError as err:

@@ -148,6 +148,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Take the fingerprint now, outside any test's precision context (TF32 and such)."""
+    gs = session.config.stash.get(SESSION, None)
+    if gs is not None:
+        gs.fingerprint()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Close NVML."""
     session = config.stash.get(SESSION, None)

@@ -30,6 +30,9 @@ class FakeGpu:
     def sm_clock_mhz(self) -> int:
         return self.clock
 
+    def mem_clock_mhz(self) -> int:
+        return 3201
+
     def max_sm_clock_mhz(self) -> int:
         return 1980
 

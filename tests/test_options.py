@@ -12,6 +12,8 @@ DEFAULTS = {
     "target_ci": None,
     "time_budget": None,
     "flush_l2": False,
+    "regime": "sustained",
+    "min_time": None,
     "energy_window": 5.0,
     "idle_time": 1.0,
     "gate": False,

@@ -119,6 +119,7 @@ def test_an_artifact_survives_into_the_report(
         test_art=SPECS
         + """
 import pytest
+from gpugauge.results.measurement import Measurement
 
 @pytest.mark.cpu
 def test_art(gauge):
@@ -131,18 +132,21 @@ def test_art(gauge):
 def test_missing(gauge):
     from gpugauge.gauge import GaugeError
     with pytest.raises(GaugeError, match="artifact file"):
-        gauge.measure(Spec("no-file"), lambda: None, artifacts={"trace": "/nonexistent.json"})
+        gauge.record(Measurement(Spec("no-file"), artifacts={"trace": "/nonexistent.json"}))
+    gauge.record(Measurement(Spec("no-file")))
 """
     )
     saved = gauge_pytester.path / "art.json"
     arts = gauge_pytester.path / "arts"
     _run(gauge_pytester, "--rounds", "3", f"--artifacts-dir={arts}", f"--benchmark-json={saved}")
-    [row] = json.loads(saved.read_text())["benchmarks"]
-    path = Path(row["extra_info"]["artifacts"]["operator table"])
+    rows = {r["extra_info"]["id"]: r for r in json.loads(saved.read_text())["benchmarks"]}
+    assert rows["no-file"]["extra_info"]["artifacts"] == {}  # the refused record left nothing
+    path = Path(rows["with-table"]["extra_info"]["artifacts"]["operator table"])
     assert path.read_text().startswith("op,ms")
     assert path.parent.name == "with-table"
     assert path.parent.parent.parent == arts  # <artifacts-dir>/<run>/<spec id>/ops.csv
     out = tmp_path / "rep"
+    (tmp_path / "b").mkdir()
     assert (
         main(
             [

@@ -174,6 +174,8 @@ def test_stored_options_are_what_gpugauge_did(demo: pytest.Pytester) -> None:
         "max_rounds": 10_000,
         "max_time": 2.0,
         "target_ci": 0.05,
+        "regime": "sustained",
+        "min_time": 0.0,
         "warmup": 0,
         "warmup_time": bench["extra_info"]["timing"]["warmup_s"],
         "flush_l2": False,

@@ -5,7 +5,9 @@ import pytest
 from gpugauge.measure.timing import (
     MAX_BATCH,
     MAX_HEAD_START_S,
+    BatchState,
     HostClock,
+    Timing,
     TimingPolicy,
     _next_batch,
     measure,
@@ -79,15 +81,81 @@ def test_between_runs_before_every_round_outside_the_timing() -> None:
     assert order == ["flush", "fn", "flush", "begin", "fn", "flush", "begin", "fn"]
 
 
-def test_throttle_watch_flags_batches() -> None:
+def test_clock_watch_records_every_batch_and_flags_throttled_ones() -> None:
     class Watch:
-        def throttled_between(self, t0: float, t1: float) -> tuple[bool, tuple[str, ...]]:
-            return True, ("sw_power_cap",)
+        def __init__(self) -> None:
+            self.mhz = iter([1980.0, 1500.0, 1440.0, 1530.0])
 
-    clock = FakeClock(noisy_ms(1.0, 0.0))
-    t = measure(lambda: None, TimingPolicy(warmup_rounds=0, rounds=4), clock, watch=Watch())
-    assert t.throttled_rounds == 4
+        def state_between(self, t0: float, t1: float, rounds: int) -> BatchState:
+            mhz = next(self.mhz)
+            return BatchState(rounds, mhz, 3201.0, 690.0, ("sw_power_cap",), mhz < 1485)
+
+    clock = FakeClock(noisy_ms(1.0, 0.05))
+    policy = TimingPolicy(warmup_rounds=0, min_rounds=2, target_ci=1e-9, max_rounds=16)
+    t = measure(lambda: None, policy, clock, watch=Watch(), now=lambda: clock.t)
+    assert [b.rounds for b in t.batches] == [2, 2, 4, 8]
+    assert t.throttled_rounds == 4  # the batch of 4 rounds at 1440 MHz
     assert t.clock_events == ("sw_power_cap",)
+    c = t.clocks()
+    assert (c["sm_min_mhz"], c["sm_max_mhz"], c["mem_median_mhz"]) == (1440.0, 1980.0, 3201.0)
+    assert c["sm_median_mhz"] == 1530.0  # weighted by rounds: 8 of 16 rounds ran at 1530
+    assert t.clock_moved == pytest.approx((1980 - 1440) / 1530)
+    back = Timing.from_dict(t.as_dict())
+    assert back.batches == t.batches
+    assert back.clocks() == c
+
+
+def _boost_then_sustained(boost_rounds: int) -> object:
+    """Rounds as a power-capped GPU runs them: fast while boosting, 15% slower after."""
+    for _ in range(boost_rounds):
+        yield 1.0
+    yield from noisy_ms(1.15, 0.002, seed=1)
+
+
+def test_sustained_warm_up_waits_for_the_clock_to_settle() -> None:
+    clock = FakeClock(_boost_then_sustained(150))
+    policy = TimingPolicy(
+        warmup_rounds=0, warmup_s=0.3, settle=0.02, min_rounds=20, target_ci=0.01, budget_s=5
+    )
+    t = measure(lambda: None, policy, clock, now=lambda: clock.t)
+    assert t.settled is True
+    assert t.warmup_batch_ms[0] == pytest.approx(1.0)  # boost seen in warm-up ...
+    assert abs(t.warmup_batch_ms[-1] / t.warmup_batch_ms[-2] - 1) <= 0.02
+    assert min(t.device_ms) > 1.1  # ... and none of it in the timed rounds
+    assert t.regime == "sustained"
+
+
+def test_a_warm_up_that_never_settles_says_so() -> None:
+    clock = FakeClock(iter([1.0, 2.0] * 100_000))
+    policy = TimingPolicy(
+        warmup_rounds=0,
+        warmup_s=0.2,
+        settle=0.001,
+        max_warmup_s=0.5,
+        warmup_batch_s=0.001,
+        rounds=5,
+    )
+    t = measure(lambda: None, policy, clock, now=lambda: clock.t)
+    assert t.settled is False
+    assert 0.5 <= t.warmup_s < 0.6
+
+
+def test_min_time_keeps_timing_past_a_met_ci() -> None:
+    clock = FakeClock(noisy_ms(1.0, 0.001))
+    policy = TimingPolicy(warmup_rounds=0, min_rounds=10, min_time_s=0.5, budget_s=100)
+    t = measure(lambda: None, policy, clock, now=lambda: clock.t)
+    assert sum(t.device_ms) >= 500
+    assert t.summary.n < 700  # batches aim at the minimum, not far past it
+    assert stop_reason([1.0] * 20, 100.0, TimingPolicy(min_rounds=5, min_time_s=1.0))[1]
+
+
+def test_burst_idles_first() -> None:
+    clock = FakeClock(noisy_ms(1.0, 0.0))
+    t0 = time.perf_counter()
+    t = measure(lambda: None, TimingPolicy(regime="burst", idle_s=0.05, rounds=3), clock)
+    assert time.perf_counter() - t0 >= 0.05
+    assert t.regime == "burst"
+    assert t.settled is None
 
 
 def test_batches_are_capped_and_get_a_head_start_covering_host_queueing() -> None:
@@ -123,6 +191,10 @@ def test_stop_reason_needs_min_rounds() -> None:
         dict(target_ci=1.5),
         dict(budget_s=0),
         dict(min_rounds=20, max_rounds=10),
+        dict(regime="boost"),
+        dict(min_time_s=-1),
+        dict(settle=1.0),
+        dict(warmup_s=20, max_warmup_s=10),
     ],
 )
 def test_invalid_policy_is_rejected(bad: dict) -> None:

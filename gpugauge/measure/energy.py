@@ -80,6 +80,7 @@ def measure_energy(
     seconds_per_iter: float,
     window_s: float = 5.0,
     idle_s: float = 1.0,
+    idle_power_w: Sequence[float | None] | None = None,
     names: Sequence[str] = (),
 ) -> tuple[Energy, ...]:
     """Run ``fn`` for about ``window_s`` seconds and read each device's counter around it.
@@ -88,7 +89,8 @@ def measure_energy(
     and power trace. The iteration count comes from the already-measured
     ``seconds_per_iter``, topped up until the window is full, so the host waits only at the
     end of each chunk. ``idle_s`` of idling first gives the idle power (the
-    1-second-averaged reading needs about that long to settle).
+    1-second-averaged reading needs about that long to settle), unless ``idle_power_w``
+    was read already: then the window starts at once, in the regime the work left.
     """
     if window_s < MIN_WINDOW_S:
         raise ValueError(f"energy window must be at least {MIN_WINDOW_S} s, got {window_s}")
@@ -98,8 +100,11 @@ def measure_energy(
         raise RuntimeError("this GPU has no NVML total-energy counter (needs Volta or newer)")
     labels = list(names) or [None] * len(devices)
     synchronize()
-    time.sleep(idle_s)
-    idle_w = [d.power_w() for d in devices]
+    if idle_power_w is None:
+        time.sleep(idle_s)
+        idle_w = [d.power_w() for d in devices]
+    else:
+        idle_w = list(idle_power_w)
     temp0 = [d.temperature_c() for d in devices]
     with contextlib.ExitStack() as stack:
         samplers = [stack.enter_context(GpuSampler(d, period_s=0.05)) for d in devices]

@@ -88,7 +88,11 @@ def torch_flags() -> dict[str, Any]:
 
 
 def fingerprint(root: Path, nvml: Nvml | None, nvml_reason: str | None = None) -> dict[str, Any]:
-    """Everything about the software and hardware that a number depends on."""
+    """Everything about the software and hardware settings that a number depends on.
+
+    Taken once, at session start, before any test changes a numerics flag: the TF32 and
+    cuDNN flags here are the run's defaults, not one test's context.
+    """
     import torch
 
     try:
@@ -128,11 +132,12 @@ def fingerprint(root: Path, nvml: Nvml | None, nvml_reason: str | None = None) -
                 "l2_bytes": getattr(props, "L2_cache_size", None),
             }
             if nvml is not None:
+                # settings only: live clocks, power and temperature are in each result's
+                # gpu_before/gpu_after, so identical runs have identical fingerprints
                 dev = nvml.device(i)
                 gpu.update(
                     max_sm_clock_mhz=dev.max_sm_clock_mhz(),
                     power_limit_w=dev.power_limit_w(),
-                    state=dev.state().as_dict(),
                 )
             info["gpus"].append(gpu)
     return info

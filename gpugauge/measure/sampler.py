@@ -1,18 +1,21 @@
-"""A background thread that samples one GPU's SM clock, clock-event reasons and power.
+"""A background thread that samples one GPU's clocks, clock-event reasons and power.
 
-It backs two things: the throttle flags on timed rounds (a round is flagged when, during
-its batch, the SM clock fell below 75% of the GPU's maximum, as nvbench does, or a
-slowdown reason was raised) and the power trace beside an energy window. NVML calls run
-through ctypes and release the GIL, so a 10 ms period costs the timed thread little.
+It backs two things: the clocks of every timed batch (SM and memory clock, power,
+reasons; a batch is flagged throttled when the SM clock fell below 75% of the GPU's
+maximum, as nvbench does, or a slowdown reason was raised) and the power trace beside an
+energy window. NVML calls run through ctypes and release the GIL, so a 10 ms period costs
+the timed thread little.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from dataclasses import dataclass
 
 from gpugauge.measure.nvml import SLOWDOWN_MASK, NvmlDevice, reason_names
+from gpugauge.measure.timing import BatchState
 
 THROTTLE_CLOCK_FRACTION = 0.75
 
@@ -25,6 +28,7 @@ class GpuSample:
     sm_clock_mhz: int | None
     reason_mask: int | None
     power_w: float | None
+    mem_clock_mhz: int | None = None
 
 
 class GpuSampler:
@@ -45,6 +49,7 @@ class GpuSampler:
             self._dev.sm_clock_mhz(),
             self._dev.clock_event_mask(),
             self._dev.power_w(),
+            self._dev.mem_clock_mhz(),
         )
 
     def _run(self) -> None:
@@ -71,12 +76,34 @@ class GpuSampler:
 
     def throttled_between(self, t0: float, t1: float) -> tuple[bool, tuple[str, ...]]:
         """(slowed down?, reasons seen) over [t0, t1]."""
-        flag = False
-        mask = 0
-        for s in self.between(t0, t1):
+        state = self.state_between(t0, t1, 0)
+        return state.throttled, state.reasons
+
+    def state_between(self, t0: float, t1: float, rounds: int) -> BatchState:
+        """Median clocks, mean power and every reason over [t0, t1], for ``rounds`` rounds.
+
+        A window shorter than the sampling period holds no sample: the last sample taken
+        before its end stands in for it.
+        """
+        samples = self.between(t0, t1)
+        if not samples:
+            before = [s for s in list(self._samples) if s.t_s <= t1]
+            samples = before[-1:]
+        flag, mask = False, 0
+        for s in samples:
             mask |= s.reason_mask or 0
             if s.reason_mask and s.reason_mask & SLOWDOWN_MASK:
                 flag = True
             if self._floor_mhz and s.sm_clock_mhz and s.sm_clock_mhz < self._floor_mhz:
                 flag = True
-        return flag, reason_names(mask)
+        sm = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz]
+        mem = [s.mem_clock_mhz for s in samples if s.mem_clock_mhz]
+        power = [s.power_w for s in samples if s.power_w is not None]
+        return BatchState(
+            rounds=rounds,
+            sm_clock_mhz=float(statistics.median(sm)) if sm else None,
+            mem_clock_mhz=float(statistics.median(mem)) if mem else None,
+            power_w=sum(power) / len(power) if power else None,
+            reasons=reason_names(mask),
+            throttled=flag,
+        )

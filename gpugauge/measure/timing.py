@@ -5,14 +5,24 @@ events are allocated before the rounds they time, and the host synchronizes once
 batch of rounds to read them; nothing else (no ``.item()``, no printing, no I/O) runs
 between a round's two events. On a CPU each round is timed with ``perf_counter_ns``.
 
-Warm-up runs first, by count and by time. Then either a fixed number of rounds (the seeds'
-"average of 10"), or adaptive batches until the 95% CI of the median is narrow enough or
-the time budget is spent; the latter is recorded as the stop reason and marks the
-result noisy. Every round's time is kept.
+Every measurement is taken in a named clock *regime*. A GPU at its power limit boosts for
+the first fraction of a second of heavy work and then settles lower (an H200 at 700 W:
+1980 MHz, then 1400-1700 MHz), so the same kernel runs 10-15% slower after a second than
+in its first milliseconds. ``sustained`` (the default: what training sees) warms up for at
+least ``warmup_s`` of back-to-back batches and until two consecutive batch medians agree,
+then times rounds for at least ``min_time_s``; ``burst`` idles first so that the clock
+recovers, then takes a short run (latency questions). Each timed batch keeps the SM and
+memory clocks, power and clock-event reasons seen while it ran.
+
+Then either a fixed number of rounds (the seeds' "average of 10"), or adaptive batches
+until the 95% CI of the median is narrow enough or the time budget is spent; the latter is
+recorded as the stop reason and marks the result noisy. Every round's time is kept.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,15 +32,22 @@ from typing import Any, Protocol
 from gpugauge.measure.stats import Summary, summarize
 from gpugauge.plain import from_plain, to_plain
 
+REGIMES = ("sustained", "burst")
+
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    """How long to warm up and when to stop timing.
+    """How long to warm up and when to stop timing, in which clock regime.
 
-    ``rounds`` fixes the round count (adaptive stopping is then off); otherwise rounds are
-    added until ``target_ci`` (relative half-width of the 95% CI of the median, 0.01 =
-    ±1%) is met, at least ``min_rounds`` are taken, and no more than ``budget_s`` seconds
-    (wall time of the timed batches) or ``max_rounds`` rounds are spent.
+    Warm-up: ``idle_s`` of idling first (the burst regime), ``warmup_rounds`` queued back
+    to back, then timed batches of about ``warmup_batch_s`` until ``warmup_s`` has passed
+    and, with ``settle`` > 0, two consecutive batch medians differ by at most ``settle``
+    (relative), but no longer than ``max_warmup_s``. ``rounds`` fixes the round count
+    (adaptive stopping is then off); otherwise rounds are added until at least
+    ``min_rounds`` rounds and ``min_time_s`` seconds of measured (device) time are taken
+    and ``target_ci`` (relative half-width of the 95% CI of the median, 0.01 = ±1%) is
+    met, with no more than ``budget_s`` seconds (wall time of the timed batches) or
+    ``max_rounds`` rounds spent.
     """
 
     warmup_rounds: int = 5
@@ -41,6 +58,12 @@ class TimingPolicy:
     target_ci: float = 0.01
     budget_s: float = 10.0
     flush_l2: bool = False
+    regime: str = "sustained"
+    min_time_s: float = 0.0
+    settle: float = 0.0
+    max_warmup_s: float = 10.0
+    warmup_batch_s: float = 0.1
+    idle_s: float = 0.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -51,6 +74,12 @@ class TimingPolicy:
             "max_rounds": self.max_rounds >= self.min_rounds,
             "target_ci": 0 < self.target_ci < 1,
             "budget_s": self.budget_s > 0,
+            "regime": self.regime in REGIMES,
+            "min_time_s": self.min_time_s >= 0,
+            "settle": 0 <= self.settle < 1,
+            "max_warmup_s": self.max_warmup_s >= self.warmup_s,
+            "warmup_batch_s": self.warmup_batch_s > 0,
+            "idle_s": self.idle_s >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -198,11 +227,30 @@ class CudaEventClock:
             self._cuda.synchronize(d)
 
 
-class ThrottleWatch(Protocol):
-    """Says whether the GPU slowed down during a host-time window."""
+@dataclass(frozen=True)
+class BatchState:
+    """What the GPU did while one batch of rounds ran: clocks (MHz), power (W), reasons.
 
-    def throttled_between(self, t0: float, t1: float) -> tuple[bool, tuple[str, ...]]:
-        """(throttled?, clock-event reasons seen) for ``perf_counter`` times t0..t1."""
+    Readings are NVML's, which update every 20-100 ms (power is a 1-second average on
+    Ampere and newer): a short batch shows the state around it rather than inside it.
+    """
+
+    rounds: int
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    power_w: float | None = None
+    reasons: tuple[str, ...] = ()
+    throttled: bool = False
+
+
+class ClockWatch(Protocol):
+    """Says what the GPU's clocks did during a host-time window."""
+
+    def state_between(self, t0: float, t1: float, rounds: int) -> BatchState:
+        """Clocks, power and clock-event reasons for ``perf_counter`` times t0..t1."""
+
+
+CLOCK_MOVED = 0.05  # relative SM-clock range across batches that a result reports as moved
 
 
 @dataclass(frozen=True)
@@ -220,6 +268,10 @@ class Timing:
     clock_events: tuple[str, ...] = ()
     l2_flushed: bool = False
     policy: TimingPolicy = field(default_factory=TimingPolicy)
+    regime: str = "sustained"
+    warmup_batch_ms: tuple[float, ...] = ()  # median of each timed warm-up batch
+    settled: bool | None = None  # None: no settling asked for
+    batches: tuple[BatchState, ...] = ()
 
     @cached_property
     def summary(self) -> Summary:
@@ -236,15 +288,45 @@ class Timing:
         """How many rounds ran while the GPU had slowed down."""
         return sum(self.throttled)
 
+    def clocks(self) -> dict[str, float | None]:
+        """SM clock over the timed batches, MHz: median (by rounds), min, max; memory clock."""
+        sm = [(b.sm_clock_mhz, b.rounds) for b in self.batches if b.sm_clock_mhz]
+        mem = [b.mem_clock_mhz for b in self.batches if b.mem_clock_mhz]
+        if not sm:
+            return {
+                "sm_median_mhz": None,
+                "sm_min_mhz": None,
+                "sm_max_mhz": None,
+                "mem_median_mhz": None,
+            }
+        weighted = sorted(v for v, n in sm for _ in range(n))
+        return {
+            "sm_median_mhz": weighted[len(weighted) // 2],
+            "sm_min_mhz": min(v for v, _ in sm),
+            "sm_max_mhz": max(v for v, _ in sm),
+            "mem_median_mhz": sorted(mem)[len(mem) // 2] if mem else None,
+        }
+
+    @property
+    def clock_moved(self) -> float | None:
+        """Range of the SM clock across timed batches relative to its median; None unknown."""
+        c = self.clocks()
+        if c["sm_median_mhz"] is None:
+            return None
+        return (c["sm_max_mhz"] - c["sm_min_mhz"]) / c["sm_median_mhz"]
+
     def as_dict(self) -> dict[str, Any]:
         """Every round and setting, plus the derived summaries, for JSON (units: ms, s)."""
         return {
             **to_plain(self),
             "policy": to_plain(self.policy),
             "unit": "ms",
+            "batches": [to_plain(b) for b in self.batches],
             "summary_ms": self.summary.as_dict(),
             "host_dispatch_summary_ms": self.host_summary.as_dict(),
             "throttled_rounds": self.throttled_rounds,
+            "clocks": self.clocks(),
+            "clock_moved": self.clock_moved,
         }
 
     @classmethod
@@ -266,6 +348,10 @@ class Timing:
                 "throttled": lambda xs: tuple(bool(x) for x in xs),
                 "clock_events": tuple,
                 "policy": lambda p: from_plain(TimingPolicy, p, f"{where}.policy"),
+                "warmup_batch_ms": floats,
+                "batches": lambda bs: tuple(
+                    from_plain(BatchState, b, f"{where}.batches", {"reasons": tuple}) for b in bs
+                ),
             },
         )
 
@@ -277,9 +363,15 @@ def stop_reason(
     n = len(samples)
     if policy.rounds is not None:
         return (f"fixed {policy.rounds} rounds", False) if n >= policy.rounds else None
-    if n < policy.min_rounds:
+    short = sum(samples) / 1e3 < policy.min_time_s
+    if n < policy.min_rounds or (short and elapsed_s < policy.budget_s):
         return None
     width = summarize(samples).ci_rel_halfwidth
+    if short:
+        return (
+            f"time budget {policy.budget_s:g} s spent before {policy.min_time_s:g} s measured",
+            True,
+        )
     if width <= policy.target_ci:
         return f"CI ±{width:.2%} within target ±{policy.target_ci:.2%}", False
     if n >= policy.max_rounds:
@@ -309,7 +401,86 @@ def _wanted(done: Sequence[float], elapsed_s: float, policy: TimingPolicy) -> in
         return policy.min_rounds - len(done)
     per_round_s = max(sorted(done)[len(done) // 2] / 1e3, 1e-6)
     fits = int(max(policy.budget_s - elapsed_s, 0.0) / per_round_s)
-    return max(1, min(len(done), fits, policy.max_rounds - len(done)))
+    to_min_time = math.ceil(max(policy.min_time_s - sum(done) / 1e3, 0.0) / per_round_s)
+    return max(1, min(max(len(done), to_min_time), fits, policy.max_rounds - len(done)))
+
+
+def _timed_batch(
+    fn: Callable[[], object],
+    clock: RoundClock,
+    batch: int,
+    head_start_s: float,
+    between: Callable[[], object] | None,
+    host: list[float] | None = None,
+) -> tuple[list[float], float]:
+    """Time ``batch`` rounds behind a head start; (their times in ms, host s per round)."""
+    clock.prepare(batch, head_start_s)
+    q0 = time.perf_counter()
+    for _ in range(batch):
+        if between is not None:
+            between()
+        h0 = time.perf_counter_ns()
+        clock.begin()
+        fn()
+        clock.end()
+        if host is not None:
+            host.append((time.perf_counter_ns() - h0) / 1e6)
+    queued = (time.perf_counter() - q0) / batch
+    return clock.collect(), queued
+
+
+def _head_start(host_per_round_s: float, batch: int) -> float:
+    return min(1.2 * host_per_round_s * batch, MAX_HEAD_START_S)
+
+
+@dataclass(frozen=True)
+class _Warm:
+    rounds: int
+    seconds: float
+    host_per_round_s: float
+    batch_ms: tuple[float, ...]
+    settled: bool | None
+
+
+def _warm_up(
+    fn: Callable[[], object],
+    policy: TimingPolicy,
+    clock: RoundClock,
+    between: Callable[[], object] | None,
+    now: Callable[[], float],
+) -> _Warm:
+    """Idle if asked, queue the counted rounds, then timed batches until settled."""
+    if policy.idle_s:
+        clock.synchronize()
+        time.sleep(policy.idle_s)  # let the clock recover: the burst regime
+    t0 = now()
+    q0 = time.perf_counter()
+    for _ in range(policy.warmup_rounds):
+        if between is not None:
+            between()
+        fn()
+    queued = (time.perf_counter() - q0) / max(policy.warmup_rounds, 1)
+    clock.synchronize()
+    per_round_s = (now() - t0) / max(policy.warmup_rounds, 1)
+    rounds = policy.warmup_rounds
+    medians: list[float] = []
+    settled: bool | None = None
+    if policy.warmup_s > 0:
+        settled = False
+        while True:
+            elapsed = now() - t0
+            agree = len(medians) >= 2 and abs(medians[-1] / medians[-2] - 1) <= policy.settle
+            if elapsed >= policy.warmup_s and (policy.settle == 0 or agree):
+                settled = True
+                break
+            if elapsed >= policy.max_warmup_s:
+                break
+            batch = max(1, min(MAX_BATCH, int(policy.warmup_batch_s / max(per_round_s, 1e-6))))
+            times, queued = _timed_batch(fn, clock, batch, _head_start(queued, batch), between)
+            rounds += batch
+            medians.append(statistics.median(times))
+            per_round_s = max(medians[-1] / 1e3, 1e-6)
+    return _Warm(rounds, now() - t0, queued, tuple(medians), settled)
 
 
 def measure(
@@ -318,54 +489,33 @@ def measure(
     clock: RoundClock,
     *,
     between: Callable[[], object] | None = None,
-    watch: ThrottleWatch | None = None,
+    watch: ClockWatch | None = None,
     now: Callable[[], float] = time.perf_counter,
 ) -> Timing:
-    """Warm up, then time rounds of ``fn`` until ``policy`` says stop.
+    """Warm up in the policy's regime, then time rounds of ``fn`` until the policy says stop.
 
     ``between`` runs before every round outside the timed region (an L2 flush, say).
-    ``watch`` flags the rounds of any batch during which the GPU slowed down.
+    ``watch`` reads the GPU's clocks, power and clock-event reasons for every timed batch
+    and flags the rounds of a batch during which the GPU slowed down.
     """
-    t0 = now()
-    warm = 0
-    queueing_s = 0.0  # host seconds spent queueing warm-up rounds (fn and between)
-    while warm < policy.warmup_rounds or now() - t0 < policy.warmup_s:
-        q0 = time.perf_counter()
-        if between is not None:
-            between()
-        fn()
-        queueing_s += time.perf_counter() - q0
-        warm += 1
-        if policy.warmup_s:
-            clock.synchronize()  # so that the host clock above sees finished work
-    clock.synchronize()
-    warmup_s = now() - t0
-
-    # the head start a batch needs: the host's time to queue it
-    host_per_round = queueing_s / max(warm, 1)
+    warm = _warm_up(fn, policy, clock, between, now)
+    host_per_round = warm.host_per_round_s
     samples: list[float] = []
     host: list[float] = []
     throttled: list[bool] = []
-    events: set[str] = set()
+    batches: list[BatchState] = []
     start = now()
     while True:
         batch = _next_batch(samples, now() - start, policy)
-        clock.prepare(batch, min(1.2 * host_per_round * batch, MAX_HEAD_START_S))
-        b0, q0 = now(), time.perf_counter()
-        for _ in range(batch):
-            if between is not None:
-                between()
-            h0 = time.perf_counter_ns()
-            clock.begin()
-            fn()
-            clock.end()
-            host.append((time.perf_counter_ns() - h0) / 1e6)
-        host_per_round = (time.perf_counter() - q0) / batch
-        samples.extend(clock.collect())
+        b0 = now()
+        times, host_per_round = _timed_batch(
+            fn, clock, batch, _head_start(host_per_round, batch), between, host
+        )
+        samples.extend(times)
         if watch is not None:
-            flag, seen = watch.throttled_between(b0, now())
-            throttled.extend([flag] * batch)
-            events.update(seen)
+            state = watch.state_between(b0, now(), batch)
+            batches.append(state)
+            throttled.extend([state.throttled] * batch)
         verdict = stop_reason(samples, now() - start, policy)
         if verdict is not None:
             break
@@ -374,12 +524,16 @@ def measure(
         device_ms=tuple(samples),
         host_ms=tuple(host),
         clock=clock.name,
-        warmup_rounds=warm,
-        warmup_s=warmup_s,
+        warmup_rounds=warm.rounds,
+        warmup_s=warm.seconds,
         stop_reason=reason,
         noisy=noisy,
         throttled=tuple(throttled),
-        clock_events=tuple(sorted(events)),
+        clock_events=tuple(sorted({r for b in batches for r in b.reasons})),
         l2_flushed=policy.flush_l2,
         policy=policy,
+        regime=policy.regime,
+        warmup_batch_ms=warm.batch_ms,
+        settled=warm.settled,
+        batches=tuple(batches),
     )

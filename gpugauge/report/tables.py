@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from gpugauge.measure.timing import CLOCK_MOVED
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from gpugauge.results.measurement import Comparison, Measurement
 from gpugauge.results.metrics import METRICS, Kind
@@ -51,6 +52,11 @@ def _notes(m: Measurement) -> str:
             notes.append(f"{m.timing.throttled_rounds} throttled")
         if m.summary.outliers:
             notes.append(f"{m.summary.outliers} outliers")
+        if m.timing.settled is False:
+            notes.append("warm-up did not settle")
+        moved = m.timing.clock_moved
+        if moved is not None and moved > CLOCK_MOVED:
+            notes.append(f"clock moved {moved:.0%}")
     if m.energy and m.energy[0].short_window:
         notes.append("short energy window")
     if len(m.memory) > 1:
@@ -96,6 +102,7 @@ def results_table(measurements: Sequence[Measurement], unmeasured: Collection[st
             [
                 m.id,
                 *timed,
+                fmt_clocks(m),
                 *(fmt_value(n, m.value(n)) for n in names),
                 "-" if watts is None else f"{watts:.0f}",
                 _notes(m),
@@ -107,11 +114,26 @@ def results_table(measurements: Sequence[Measurement], unmeasured: Collection[st
         "95% CI ms",
         "n",
         "CV",
+        "SM MHz",
         *(_header(n) for n in names),
         "W",
         "notes",
     ]
-    return render(headers, rows, "gpugauge results (device-timed rounds)")
+    regimes = sorted({m.timing.regime for m in measurements if m.timing and m.timing.batches})
+    where = f", {'/'.join(regimes)} regime" if regimes else ""
+    return render(headers, rows, f"gpugauge results (device-timed rounds{where})")
+
+
+def fmt_clocks(m: Measurement) -> str:
+    """SM clock while timed, MHz: '1530 [1440-1620]', the median over rounds and the range."""
+    if m.timing is None:
+        return "-"
+    c = m.timing.clocks()
+    if c["sm_median_mhz"] is None:
+        return "-"
+    if c["sm_min_mhz"] == c["sm_max_mhz"]:
+        return f"{c['sm_median_mhz']:.0f}"
+    return f"{c['sm_median_mhz']:.0f} [{c['sm_min_mhz']:.0f}-{c['sm_max_mhz']:.0f}]"
 
 
 def _header(name: str) -> str:
