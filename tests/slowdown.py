@@ -1,15 +1,19 @@
-"""Test-only pytest plugin: make every gauge-timed round slower by a fixed time.
+"""Test-only pytest plugin: make every gauge-timed round slower, as device time.
 
 It proves that the gate fails a real slowdown. Load it explicitly, it is no product option:
 
     python3 -m pytest benches -k vgg_swap --gate -p tests.slowdown --slowdown-ms 5
+    python3 -m pytest benches --gate -p tests.slowdown --slowdown-frac 0.03
 
+``--slowdown-ms`` adds a fixed time to every round; ``--slowdown-frac`` adds that fraction
+of the case's own baseline median (so a 3% slowdown is 3% for every case; needs --gate).
 On a GPU the delay is ``torch.cuda._sleep`` (device time inside the timed region,
-calibrated once); on a CPU it is ``time.sleep``.
+calibrated once per case); on a CPU it is ``time.sleep``.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +21,8 @@ from typing import Any
 import pytest
 
 from gpugauge.gauge import Gauge
+from gpugauge.measure.environment import device_class
+from gpugauge.results.measurement import devices_of
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -25,6 +31,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=0.0,
         help="(test only) add this many ms to every timed round",
+    )
+    parser.addoption(
+        "--slowdown-frac",
+        type=float,
+        default=0.0,
+        help="(test only) add this fraction of the case's baseline median to every round",
     )
 
 
@@ -42,16 +54,32 @@ def _gpu_delay(ms: float) -> Callable[[], None]:
     return lambda: torch.cuda._sleep(need)
 
 
+def _baseline_median_ms(gauge: Gauge, spec: Any) -> float | None:
+    gate = gauge.session.gate
+    if gate is None:
+        return None
+    stored = gate.store.load(device_class(devices_of(spec)), spec.family) or {}
+    entry = stored.get(spec.id)
+    times = entry.readings.get("time") if entry else None
+    return statistics.median(times) if times else None
+
+
 @pytest.fixture(autouse=True)
 def _slow_every_round(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    ms = request.config.getoption("slowdown_ms")
-    if ms:
+    fixed = request.config.getoption("slowdown_ms")
+    frac = request.config.getoption("slowdown_frac")
+    if fixed or frac:
         measure = Gauge.measure
 
         def slowed(self: Gauge, spec: Any, fn: Callable[[], object], **kw: Any) -> Any:
-            delay = (
-                _gpu_delay(ms) if spec.device.startswith("cuda") else lambda: time.sleep(ms / 1e3)
-            )
+            ms = fixed
+            if frac:
+                base = _baseline_median_ms(self, spec)
+                if base is None:
+                    pytest.fail(f"--slowdown-frac: no baseline median for {spec.id}")
+                ms += frac * base
+            on_gpu = spec.device.startswith("cuda")
+            delay = _gpu_delay(ms) if on_gpu else (lambda: time.sleep(ms / 1e3))
 
             def slower() -> object:
                 out = fn()

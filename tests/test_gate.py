@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from gpugauge.regress.baselines import (
     atomic_write_json,
     parse_baseline,
 )
-from gpugauge.regress.gate import Gate, Verdict, compare, judge
+from gpugauge.regress.gate import Gate, Verdict, allowed_change, compare, judge
 from gpugauge.regress.tolerances import Tolerance, ToleranceError, Tolerances, load_tolerances
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,8 +153,8 @@ def test_corrupt_baselines_are_clear_errors(tmp_path: Path, text: str, message: 
 
 def test_repository_tolerances_load_and_resolve() -> None:
     tol = load_tolerances(ROOT / "tolerances")
-    assert tol.for_benchmark("vgg_swap", "vgg16-normal-train-fp32-b128-224px-cuda")["time"] == 0.03
-    assert tol.for_benchmark("layers", "relu-fwd-fp32-seed-cuda")["time"] == 0.05
+    assert tol.for_benchmark("vgg_swap", "vgg16-normal-train-fp32-b128-224px-cuda")["time"] == 0.015
+    assert tol.for_benchmark("layers", "relu-fwd-fp32-seed-cuda")["time"] == 0.015
     assert tol.for_benchmark("layers", "relu-fwd-fp32-smoke-cpu")["time"] == 0.30
     assert tol.for_benchmark("layers", "relu-fwd-fp32-smoke-cpu")["memory"] == 0.01
     assert tol.for_benchmark("layer_fit", "x")["max_layers"] == 0.0  # the registry default
@@ -241,3 +242,23 @@ def test_v1_and_v2_files_of_the_same_numbers_judge_alike(tmp_path: Path) -> None
     new = parse_baseline(p)["x"]
     assert new == old
     assert new.run_spread("time") == pytest.approx(0.05)
+
+
+def test_the_time_tolerance_is_a_floor_widened_by_the_recorded_runs() -> None:
+    """max(floor, 2 x spread) from two or more runs; twice the floor from one."""
+    two = Entry("b", "f", "d", {"time": (1.0,)}, run_medians={"time": (100.0, 104.0)})
+    assert allowed_change(0.015, two, "time") == pytest.approx(0.08)
+    steady = Entry("b", "f", "d", {"time": (1.0,)}, run_medians={"time": (100.0, 100.2)})
+    assert allowed_change(0.015, steady, "time") == 0.015
+    assert allowed_change(0.015, entry([1.0]), "time") == 0.03
+    # a 3% slowdown of a steady case is caught; of a case whose runs differ 4%, it is not
+    rng = np.random.default_rng(5)
+    slow = entry(103 * (1 + 0.002 * rng.standard_normal(20)))
+    base = 100 * (1 + 0.002 * rng.standard_normal(20))
+    tol = Tolerance()
+    caught = compare(slow, replace(steady, readings={"time": tuple(base)}), tol)
+    assert caught.verdict is Verdict.REGRESSED
+    assert compare(slow, replace(two, readings={"time": tuple(base)}), tol).verdict in (
+        Verdict.UNCHANGED,
+        Verdict.INCONCLUSIVE,
+    )

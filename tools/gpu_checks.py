@@ -267,38 +267,214 @@ def gate_record(out: Path) -> None:
     print(f"record: pytest exits {rc1}, {rc2}; baseline command exit {rc3}")
 
 
+def _power_heavy_ops() -> list[tuple[str, Callable[[], object]]]:
+    """The matmul of issue 8's table and two more ops that run at the power cap."""
+    import torch
+
+    a16 = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b16 = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    h16 = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    conv = torch.nn.Conv2d(256, 256, 3, padding=1).cuda().to(torch.bfloat16)
+    x = torch.randn(128, 256, 56, 56, device="cuda", dtype=torch.bfloat16)
+    conv.requires_grad_(False)
+
+    def conv_fwd() -> object:
+        with torch.inference_mode():
+            return conv(x)
+
+    return [
+        ("matmul-8192-bf16", lambda: torch.mm(a16, b16)),
+        ("matmul-8192-fp16", lambda: torch.mm(h16, h16)),
+        ("conv3x3-256ch-56px-b128-bf16", conv_fwd),
+    ]
+
+
 def timer_check(out: Path) -> None:
-    """Harness median against do_bench for the layers' forward cases and VGG training."""
+    """Issue 8: harness (seed policy, sustained) against do_bench with 1 s of repetitions.
+
+    Every forward layers case, every vgg_swap GPU case and three power-heavy ops; the SM
+    clock beside each (the harness's timed batches; samples taken while do_bench ran).
+    """
+    import statistics
+
     import torch
     import triton.testing
 
     from gpugauge.gauge import l2_flusher
     from gpugauge.measure.ceilings import matmul_precision
+    from gpugauge.measure.nvml import Nvml
+    from gpugauge.measure.sampler import GpuSampler
     from gpugauge.workloads.layers import cases as layer_cases
     from gpugauge.workloads.layers import make_round
     from gpugauge.workloads.vgg_swap import cases as vgg_cases
     from gpugauge.workloads.vgg_swap import make_step
 
-    rows = []
     seed = PROFILE_POLICIES["seed"]
-    todo = [(c, True) for c in layer_cases("seed") if c.device == "cuda" and c.mode == "fwd"]
-    todo += [(c, False) for c in vgg_cases("seed") if c.device == "cuda" and c.mode == "train"]
-    for case, cold in todo:
-        fn = make_round(case)[0] if cold else make_step(case)
-        flush = l2_flusher("cuda") if cold else None
-        with matmul_precision(getattr(case, "dtype", "fp32") if cold else "none"):
-            t = measure(fn, replace(seed, flush_l2=cold), CudaEventClock("cuda"), between=flush)
-            bench = triton.testing.do_bench(fn, warmup=200, rep=1000, return_mode="median")
-        h, d = t.host_summary.median, t.summary.median
-        rows.append([case.id, f"{d:.4g}", f"{bench:.4g}", f"{d / bench - 1:+.1%}", f"{h / d:.2f}"])
-        del fn
-        torch.cuda.empty_cache()
+    todo: list[tuple[str, Callable[[], object], bool, str]] = []
+    for c in layer_cases("seed"):
+        if c.device == "cuda" and c.mode == "fwd":
+            todo.append((c.id, make_round(c)[0], True, c.dtype))
+    for c in vgg_cases("seed"):
+        if c.device == "cuda":
+            todo.append((c.id, make_step(c), False, "none"))
+    todo += [(name, fn, False, "none") for name, fn in _power_heavy_ops()]
+    rows, worst = [], 0.0
+    with Nvml() as nvml:
+        dev = nvml.device(0)
+        for name, fn, cold, dtype in todo:
+            flush = l2_flusher("cuda") if cold else None
+            with matmul_precision(dtype), GpuSampler(dev) as watch:
+                t = measure(
+                    fn,
+                    replace(seed, flush_l2=cold),
+                    CudaEventClock("cuda"),
+                    between=flush,
+                    watch=watch,
+                )
+                b0 = time.perf_counter()
+                bench = triton.testing.do_bench(fn, warmup=500, rep=1000, return_mode="median")
+                seen = [s.sm_clock_mhz for s in watch.between(b0, time.perf_counter())]
+            d = t.summary.median
+            worst = max(worst, abs(d / bench - 1))
+            c = t.clocks()
+            bench_mhz = statistics.median([m for m in seen if m]) if any(seen) else 0
+            rows.append(
+                [
+                    name,
+                    f"{d:.4g}",
+                    f"{bench:.4g}",
+                    f"{d / bench - 1:+.2%}",
+                    f"{c['sm_median_mhz'] or 0:.0f} [{c['sm_min_mhz'] or 0:.0f}-"
+                    f"{c['sm_max_mhz'] or 0:.0f}]",
+                    f"{bench_mhz:.0f}",
+                    f"{t.warmup_s:.1f}",
+                    str(t.settled),
+                    str(t.summary.n),
+                ]
+            )
+            print(" ".join(rows[-1]), flush=True)
+            del fn
+            torch.cuda.empty_cache()
     table = render(
-        ["case", "harness ms", "do_bench ms", "diff", "host/device"],
+        [
+            "case",
+            "harness ms",
+            "do_bench ms",
+            "diff",
+            "harness SM MHz",
+            "do_bench MHz",
+            "warm-up s",
+            "settled",
+            "n",
+        ],
         rows,
-        "harness (with head start) vs do_bench on " + _device_name(),
+        f"sustained harness vs do_bench (rep 1 s) on {_device_name()}; worst {worst:.2%}",
     )
     (out / "timer_table.txt").write_text(table + "\n")
+    print("\n" + table)
+
+
+def _verdicts(js: Path) -> dict[str, str]:
+    if not js.exists():
+        return {}
+    return {
+        b["extra_info"]["id"]: (b["extra_info"].get("gate") or {}).get("verdict", "-")
+        for b in json.loads(js.read_text())["benchmarks"]
+    }
+
+
+def _seed_runs(out: Path, runs: list[tuple[str, list[str]]]) -> list[list[str]]:
+    """Run the seed vgg_swap+layers profile once per (name, extra args); a summary row each."""
+    rows = []
+    for name, extra in runs:
+        js = out / f"{name}.json"
+        t0 = time.perf_counter()
+        rc = run_pytest([*GATED, *extra, f"--benchmark-json={js}"], out / f"{name}.log")
+        wall = time.perf_counter() - t0
+        v = _verdicts(js)
+        counts = ", ".join(f"{list(v.values()).count(k)} {k}" for k in sorted(set(v.values())))
+        rows.append([name, str(rc), f"{wall:.0f}", counts or "-"])
+        print(f"{name}: pytest exit {rc} in {wall:.0f} s; {counts}", flush=True)
+    return rows
+
+
+def regime_record(out: Path) -> None:
+    """Issue 8: two seed runs (full, then time only) and baselines from both into --out."""
+    rows = _seed_runs(out, [("record_full", []), ("record_time", ["--energy-window", "0"])])
+    runs = [str(out / "record_full.json"), str(out / "record_time.json")]
+    rc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpugauge",
+            "baseline",
+            "--baselines-dir",
+            str(out / "baselines"),
+            *runs,
+        ],
+        cwd=ROOT,
+        check=False,
+    ).returncode
+    print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, f"baseline exit {rc}"))
+
+
+def regime_gate(out: Path) -> None:
+    """Issue 8: two fresh seed runs gated against the committed baselines (false alarms)."""
+    rows = _seed_runs(
+        out,
+        [("gate_full", ["--gate"]), ("gate_time", ["--gate", "--energy-window", "0"])],
+    )
+    print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, "fresh runs, gated"))
+
+
+def regime_detect(out: Path) -> None:
+    """Issue 8: 3% and 7% of each case's baseline median injected as device time."""
+    slow = ["--gate", "--energy-window", "0", "-p", "tests.slowdown", "--slowdown-frac"]
+    rows = _seed_runs(out, [("slow3", [*slow, "0.03"]), ("slow7", [*slow, "0.07"])])
+    print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, "slowed runs, gated"))
+    for name in ("slow3", "slow7"):
+        missed = [k for k, v in _verdicts(out / f"{name}.json").items() if v != "regressed"]
+        print(f"{name}: not caught: {', '.join(missed) or 'none'}")
+
+
+def cudnn_probe(out: Path) -> None:
+    """Issue 8: which cuDNN kernels the seed conv forward runs, with benchmark off and on."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpugauge.measure.ceilings import matmul_precision
+
+    x = torch.randn(256, 3, 224, 224, device="cuda")
+    rows = []
+    for dtype in ("fp32", "tf32", "bf16"):
+        for bench in (False, True):
+            torch.backends.cudnn.benchmark = bench
+            torch.manual_seed(0)
+            conv = torch.nn.Conv2d(3, 128, 3, padding=1).cuda()
+            inp = x
+            if dtype == "bf16":
+                conv, inp = conv.to(torch.bfloat16), x.to(torch.bfloat16)
+            conv.requires_grad_(False)
+            with matmul_precision(dtype), torch.inference_mode():
+                for _ in range(5):
+                    conv(inp)
+                torch.cuda.synchronize()
+                t = measure(
+                    lambda c=conv, i=inp: c(i), PROFILE_POLICIES["seed"], CudaEventClock("cuda")
+                )
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    conv(inp)
+                    torch.cuda.synchronize()
+            kernels = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+            rows.append([dtype, str(bench), f"{t.summary.median:.3f}", " | ".join(kernels)[:150]])
+            print(rows[-1], flush=True)
+    torch.backends.cudnn.benchmark = False
+    table = render(
+        ["dtype", "cudnn.benchmark", "median ms", "kernels"],
+        rows,
+        f"Conv2d(3,128,3) fwd on (256,3,224,224), {_device_name()}",
+    )
+    (out / "cudnn_table.txt").write_text(table + "\n")
     print("\n" + table)
 
 
@@ -612,6 +788,10 @@ def main() -> None:
         "gate-check": gate_check,
         "timer-check": timer_check,
         "core-gate": core_gate,
+        "regime-record": regime_record,
+        "regime-gate": regime_gate,
+        "regime-detect": regime_detect,
+        "cudnn-probe": cudnn_probe,
         "clock-probe": clock_probe,
         "layer_fit": layer_fit,
         "layer_fit-split": layer_fit_split,

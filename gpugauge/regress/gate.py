@@ -6,10 +6,11 @@ medians: *regressed* only when the whole interval lies beyond the tolerance on t
 side (above 1 + tolerance for lower-is-better, below 1 - tolerance for higher-is-better),
 *improved* (the baseline is stale) when it lies wholly beyond it on the better side,
 *unchanged* when it lies wholly inside, and *inconclusive* when it straddles a bound, so
-that noise alone never fails a build. Where the baseline was recorded from several runs,
-the tolerance widens to the spread of their medians: a within-run CI cannot see run-to-run
-noise, such as a short GEMM's clocks under the power cap. Value metrics (a deterministic
-allocator peak, one long energy window, a count) are judged on their point ratio.
+that noise alone never fails a build. The time tolerance is a floor: the change allowed is
+derived from the recorded baseline runs (:func:`allowed_change`), because a within-run CI
+cannot see run-to-run noise, such as a short GEMM's clocks under the power cap. Value
+metrics (a deterministic allocator peak, one long energy window, a count) are judged on
+their point ratio against their tolerance.
 """
 
 from __future__ import annotations
@@ -133,14 +134,31 @@ def _point(m: Metric, current: float, baseline: float, tol: float) -> MetricChec
     return MetricCheck(m.name, baseline, current, ratio, ratio, ratio, tol, verdict)
 
 
+# How far past the recorded runs' own spread a change must go: the spread of two runs
+# underestimates the run-to-run noise, and a new run differs from both.
+SPREAD_FACTOR = 2.0
+# A baseline of one run shows no run-to-run noise at all: allow this many times the floor.
+ONE_RUN_FACTOR = 2.0
+
+
+def allowed_change(floor: float, baseline: Entry, metric: str) -> float:
+    """The relative change a samples metric may show before it counts: the tolerance rule.
+
+    Recorded from two or more runs: ``max(floor, SPREAD_FACTOR x spread)``, the spread
+    being max/min - 1 of the runs' medians. From one run: ``ONE_RUN_FACTOR x floor``.
+    """
+    if len(baseline.run_medians.get(metric, ())) >= 2:
+        return max(floor, SPREAD_FACTOR * baseline.run_spread(metric))
+    return ONE_RUN_FACTOR * floor
+
+
 def _samples(
     m: Metric, current: tuple[float, ...], baseline: Entry, tolerance: float
 ) -> MetricCheck:
     base = baseline.readings[m.name]
     r = ratio_of_medians(current, base)
     b_med = statistics.median(base)
-    # identical runs of the baseline already differed by run_spread: never call less a change
-    allowed = max(tolerance, baseline.run_spread(m.name))
+    allowed = allowed_change(tolerance, baseline, m.name)
     verdict = judge(r.ci_low, r.ci_high, allowed, m.better)
     return MetricCheck(
         m.name, b_med, b_med * r.value, r.value, r.ci_low, r.ci_high, allowed, verdict

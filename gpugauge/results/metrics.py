@@ -58,7 +58,7 @@ MiB = 2**20
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in [
-        Metric("time", "ms", Better.LOWER, Kind.SAMPLES, 0.03, "device time of one round"),
+        Metric("time", "ms", Better.LOWER, Kind.SAMPLES, 0.015, "device time of one round"),
         Metric(
             "memory",
             "bytes",
