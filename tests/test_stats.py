@@ -61,3 +61,14 @@ def test_ratio_of_medians() -> None:
 def test_bad_samples_are_rejected(bad: list) -> None:
     with pytest.raises(ValueError, match="samples"):
         summarize(bad)
+
+
+def test_large_samples_use_order_statistics_that_agree_with_the_bootstrap() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.lognormal(0, 0.1, 5000)
+    lo, hi = median_ci(a)
+    boot = np.median(a[rng.integers(0, a.size, size=(1000, a.size))], axis=1)
+    b_lo, b_hi = np.percentile(boot, [2.5, 97.5])
+    assert lo == pytest.approx(b_lo, rel=2e-3)
+    assert hi == pytest.approx(b_hi, rel=2e-3)
+    assert lo < np.median(a) < hi

@@ -146,7 +146,28 @@ def test_min_time_keeps_timing_past_a_met_ci() -> None:
     t = measure(lambda: None, policy, clock, now=lambda: clock.t)
     assert sum(t.device_ms) >= 500
     assert t.summary.n < 700  # batches aim at the minimum, not far past it
-    assert stop_reason([1.0] * 20, 100.0, TimingPolicy(min_rounds=5, min_time_s=1.0))[1]
+    assert stop_reason([1.0] * 20, 0.5, TimingPolicy(min_rounds=5, min_time_s=1.0)) is None
+    policy = TimingPolicy(min_rounds=5, min_time_s=20.0, budget_s=10.0)
+    assert stop_reason([1.0] * 20, 10.0, policy) == (
+        "time budget 10 s spent before 20 s were measured",
+        True,
+    )
+
+
+def test_min_time_is_wall_time_so_a_flushed_micro_op_stops_in_time() -> None:
+    """0.04 ms rounds behind 0.16 ms of flush and host work each: 1 s of wall time is
+    ~5000 rounds, not the 25000 that 1 s of device time would take."""
+
+    class Flushed(FakeClock):
+        def end(self) -> None:
+            super().end()
+            self.t += 0.16e-3  # the flush and launch gap the device time does not see
+
+    clock = Flushed(noisy_ms(0.04, 0.01))
+    policy = TimingPolicy(warmup_rounds=0, min_rounds=10, min_time_s=1.0, budget_s=10)
+    t = measure(lambda: None, policy, clock, now=lambda: clock.t)
+    assert not t.noisy
+    assert 4000 <= t.summary.n <= 8000
 
 
 def test_burst_idles_first() -> None:

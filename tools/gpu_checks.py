@@ -415,7 +415,19 @@ def regime_record(out: Path) -> None:
         cwd=ROOT,
         check=False,
     ).returncode
+    _gzip(out)
     print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, f"baseline exit {rc}"))
+
+
+def _gzip(out: Path) -> None:
+    """Compress the run JSONs: thousands of rounds a case outgrow what comes back (16 MiB)."""
+    import gzip
+    import shutil
+
+    for js in out.glob("*.json"):
+        with js.open("rb") as src, gzip.open(f"{js}.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        js.unlink()
 
 
 def regime_gate(out: Path) -> None:
@@ -424,6 +436,7 @@ def regime_gate(out: Path) -> None:
         out,
         [("gate_full", ["--gate"]), ("gate_time", ["--gate", "--energy-window", "0"])],
     )
+    _gzip(out)
     print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, "fresh runs, gated"))
 
 
@@ -435,6 +448,7 @@ def regime_detect(out: Path) -> None:
     for name in ("slow3", "slow7"):
         missed = [k for k, v in _verdicts(out / f"{name}.json").items() if v != "regressed"]
         print(f"{name}: not caught: {', '.join(missed) or 'none'}")
+    _gzip(out)
 
 
 def cudnn_probe(out: Path) -> None:

@@ -44,9 +44,10 @@ class TimingPolicy:
     and, with ``settle`` > 0, two consecutive batch medians differ by at most ``settle``
     (relative), but no longer than ``max_warmup_s``. ``rounds`` fixes the round count
     (adaptive stopping is then off); otherwise rounds are added until at least
-    ``min_rounds`` rounds and ``min_time_s`` seconds of measured (device) time are taken
-    and ``target_ci`` (relative half-width of the 95% CI of the median, 0.01 = ±1%) is
-    met, with no more than ``budget_s`` seconds (wall time of the timed batches) or
+    ``min_rounds`` rounds are taken, the timed batches span at least ``min_time_s``
+    seconds of wall time (the GPU busy with them: rounds, flushes, launch gaps), and
+    ``target_ci`` (relative half-width of the 95% CI of the median, 0.01 = ±1%) is met,
+    with no more than ``budget_s`` seconds (wall time of the timed batches) or
     ``max_rounds`` rounds spent.
     """
 
@@ -363,13 +364,13 @@ def stop_reason(
     n = len(samples)
     if policy.rounds is not None:
         return (f"fixed {policy.rounds} rounds", False) if n >= policy.rounds else None
-    short = sum(samples) / 1e3 < policy.min_time_s
+    short = elapsed_s < policy.min_time_s
     if n < policy.min_rounds or (short and elapsed_s < policy.budget_s):
         return None
     width = summarize(samples).ci_rel_halfwidth
     if short:
         return (
-            f"time budget {policy.budget_s:g} s spent before {policy.min_time_s:g} s measured",
+            f"time budget {policy.budget_s:g} s spent before {policy.min_time_s:g} s were measured",
             True,
         )
     if width <= policy.target_ci:
@@ -401,7 +402,9 @@ def _wanted(done: Sequence[float], elapsed_s: float, policy: TimingPolicy) -> in
         return policy.min_rounds - len(done)
     per_round_s = max(sorted(done)[len(done) // 2] / 1e3, 1e-6)
     fits = int(max(policy.budget_s - elapsed_s, 0.0) / per_round_s)
-    to_min_time = math.ceil(max(policy.min_time_s - sum(done) / 1e3, 0.0) / per_round_s)
+    # the wall time per round (host work, flushes) is elapsed/rounds, not the device median
+    wall_per_round_s = max(elapsed_s / len(done), per_round_s)
+    to_min_time = math.ceil(max(policy.min_time_s - elapsed_s, 0.0) / wall_per_round_s)
     return max(1, min(max(len(done), to_min_time), fits, policy.max_rounds - len(done)))
 
 
