@@ -17,6 +17,7 @@ import torchvision
 
 from gpugauge.measure.profile import (
     KERNEL_HEADERS,
+    LoaderShare,
     OpRow,
     Schedule,
     device_events,
@@ -384,25 +385,34 @@ class FakeTime:
 
 def test_loader_share_from_fake_times() -> None:
     t = FakeTime()
+    # two fetches before the windows (first batch, warm-up), then 3 windows; the 2nd disturbed
+    fetch_ms = iter([3.0] * 2 + [3.0] * 5 + [30.0] * 5 + [3.0] * 5)
 
     class Loader:
         def __iter__(self) -> Iterator[int]:
             for i in range(2):  # two batches an epoch: the loop needs several epochs
-                t.ns += 3_000_000  # 3 ms to fetch
+                t.ns += int(next(fetch_ms) * 1e6)
                 yield i
 
     def step(batch: int) -> None:
         t.ns += 1_000_000  # 1 ms to train
 
     share = loader_share(Loader(), step, HostClock(now_ns=t), steps=5, warmup=1, now_ns=t)
-    assert share.fetch_ms == (3.0,) * 5
-    assert share.loop_ms == pytest.approx(20.0)
-    assert share.fixed_ms == pytest.approx(5.0)
-    assert share.fetch_share == pytest.approx(0.75)
+    assert share.fetch_ms == (3.0,) * 5 + (30.0,) * 5 + (3.0,) * 5
+    assert share.loop_ms == pytest.approx((20.0, 155.0, 20.0))
+    assert share.fixed_ms == pytest.approx((5.0, 5.0, 5.0))
+    assert share.fetch_share == pytest.approx(0.75)  # the median ignores the disturbed window
     assert share.cost_share == pytest.approx(0.75)
     d = share.as_dict()
     assert d["loop_ms_per_step"] == pytest.approx(4.0)
     assert d["clock"] == "perf_counter"
+
+
+def test_loader_share_checks_its_windows() -> None:
+    with pytest.raises(ValueError, match="equal loop and fixed windows"):
+        LoaderShare(2, (1.0, 1.0), (5.0,), (4.0, 4.0), "x")
+    with pytest.raises(ValueError, match="steps, repeats >= 1"):
+        loader_share([1], lambda b: None, HostClock(), repeats=0)
 
 
 def test_endless_refuses_an_empty_loader() -> None:
@@ -435,7 +445,8 @@ def test_profile_pass_writes_the_cpu_tables_and_trace(tmp_path: Path) -> None:
     assert "| name | calls |" in files["ops_by_self_cpu_md"].read_text()
     load_trace(files["trace"])
     loader = summary["loader"]
-    assert len(loader["fetch_ms"]) == loader["steps"] > 0
+    assert len(loader["fetch_ms"]) == 3 * loader["steps"] > 0
+    assert len(loader["loop_ms"]) == len(loader["fixed_ms"]) == 3
     assert 0 < loader["fetch_share"] < 1
     assert summary["profile"]["device_tables"].startswith("none")
 

@@ -18,6 +18,7 @@ import csv
 import gzip
 import io
 import json
+import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -299,42 +300,55 @@ def to_markdown(headers: Sequence[str], cells: Sequence[Sequence[str]], title: s
 
 @dataclass(frozen=True)
 class LoaderShare:
-    """The data loader's share of a training loop, from one window with and one without it.
+    """The data loader's share of a training loop, from windows with and without it.
 
-    ``fetch_ms`` is the host time of every ``next()`` on the loader (CPU work, timed with
-    ``perf_counter``); ``loop_ms`` is the whole window of ``steps`` loader-fed steps and
-    ``fixed_ms`` the same number of steps on one batch already fetched, both timed by the
-    round clock of the device (CUDA events on a GPU), synchronized before and after.
+    ``repeats`` times, one window of ``steps`` loader-fed steps, then one of as many steps
+    on a batch already fetched; both are one round of the device's clock (CUDA events on a
+    GPU), synchronized before and after. ``fetch_ms`` is the host time of every ``next()``
+    on the loader (CPU work, ``perf_counter``), ``steps`` per loader-fed window.
+    Shares are medians over the repeats, so one disturbed window does not decide them.
     """
 
     steps: int
     fetch_ms: tuple[float, ...]
-    loop_ms: float
-    fixed_ms: float
+    loop_ms: tuple[float, ...]
+    fixed_ms: tuple[float, ...]
     clock: str
     settings: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        n = len(self.loop_ms)
+        if n < 1 or len(self.fixed_ms) != n or len(self.fetch_ms) != n * self.steps:
+            raise ValueError(
+                f"LoaderShare needs equal loop and fixed windows and {self.steps} fetches each"
+            )
+
     @property
     def fetch_share(self) -> float:
-        """Host time fetching batches / wall time of the loader-fed loop."""
-        return sum(self.fetch_ms) / self.loop_ms
+        """Host time fetching batches / wall time of the loader-fed window (median)."""
+        k = self.steps
+        return statistics.median(
+            sum(self.fetch_ms[i * k : (i + 1) * k]) / loop for i, loop in enumerate(self.loop_ms)
+        )
 
     @property
     def cost_share(self) -> float:
-        """1 - fixed-batch loop / loader-fed loop: the share the loader actually costs.
+        """1 - fixed-batch window / loader-fed window (medians): what the loader costs.
 
-        Below ``fetch_share`` where fetching overlaps device work still running.
+        Below ``fetch_share`` where fetching overlaps device work still queued.
         """
-        return 1 - self.fixed_ms / self.loop_ms
+        return 1 - statistics.median(self.fixed_ms) / statistics.median(self.loop_ms)
 
     def as_dict(self) -> dict[str, Any]:
         """Raw samples and derived shares, for JSON (ms)."""
         return {
             **asdict(self),
             "fetch_ms": list(self.fetch_ms),
-            "fetch_ms_per_step": sum(self.fetch_ms) / self.steps,
-            "loop_ms_per_step": self.loop_ms / self.steps,
-            "fixed_ms_per_step": self.fixed_ms / self.steps,
+            "loop_ms": list(self.loop_ms),
+            "fixed_ms": list(self.fixed_ms),
+            "fetch_ms_per_step": statistics.median(self.fetch_ms),
+            "loop_ms_per_step": statistics.median(self.loop_ms) / self.steps,
+            "fixed_ms_per_step": statistics.median(self.fixed_ms) / self.steps,
             "fetch_share": self.fetch_share,
             "cost_share": self.cost_share,
         }
@@ -357,23 +371,27 @@ def loader_share(
     clock: RoundClock,
     *,
     steps: int = 5,
+    repeats: int = 3,
     warmup: int = 1,
     settings: dict[str, Any] | None = None,
     now_ns: Callable[[], int] = time.perf_counter_ns,
 ) -> LoaderShare:
-    """Time ``steps`` steps fed by ``loader``, then as many on one fixed batch.
+    """Time windows of ``steps`` steps fed by ``loader`` and on one fixed batch, alternating.
 
     ``step(batch)`` copies the batch to the device and trains on it. Each window is one
     round of ``clock`` (its start after a synchronize, its end after the last step), so a
     device that waits for the host's next batch is counted as waiting.
     """
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"loader_share needs steps >= 1 and warmup >= 0, got {steps}, {warmup}")
+    if steps < 1 or repeats < 1 or warmup < 0:
+        raise ValueError(
+            f"loader_share needs steps, repeats >= 1 and warmup >= 0, got {steps}, {repeats}, "
+            f"{warmup}"
+        )
     batches = endless(loader)
-    batch = None
+    batch = next(batches)
     for _ in range(warmup):
-        batch = next(batches)
         step(batch)
+        batch = next(batches)
 
     def window(feed: Callable[[], Any]) -> float:
         clock.synchronize()
@@ -388,13 +406,15 @@ def loader_share(
     fetch: list[float] = []
 
     def fetched() -> Any:
-        nonlocal batch
         t0 = now_ns()
-        batch = next(batches)
+        b = next(batches)
         fetch.append((now_ns() - t0) / 1e6)
-        return batch
+        return b
 
-    loop_ms = window(fetched)
-    fixed = batch
-    fixed_ms = window(lambda: fixed)
-    return LoaderShare(steps, tuple(fetch), loop_ms, fixed_ms, clock.name, dict(settings or {}))
+    loop_ms, fixed_ms = [], []
+    for _ in range(repeats):
+        loop_ms.append(window(fetched))
+        fixed_ms.append(window(lambda: batch))
+    return LoaderShare(
+        steps, tuple(fetch), tuple(loop_ms), tuple(fixed_ms), clock.name, dict(settings or {})
+    )

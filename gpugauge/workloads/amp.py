@@ -467,7 +467,7 @@ PROFILE_SCHEDULE = {
     "seed": Schedule(wait=1, warmup=1, active=3),  # the seeds' tables: 3 ProfilerSteps
     "full": Schedule(wait=1, warmup=2, active=5),
 }
-LOADER_STEPS = {"smoke": 3, "seed": 5, "full": 10}
+LOADER_STEPS = {"smoke": 3, "seed": 4, "full": 8}  # per window; 3 windows each way
 TOP_MARKDOWN = 30  # rows in the Markdown operator tables; the CSVs hold every operator
 
 
@@ -489,7 +489,7 @@ def profile_pass(case: AmpCase, path: Callable[[str], Path]) -> tuple[dict[str, 
     trainer = Trainer(case)
     schedule = PROFILE_SCHEDULE[case.profile]
     steps = LOADER_STEPS[case.profile]
-    loader = host_loader(case, schedule.steps + steps + 1)
+    loader = host_loader(case, schedule.steps + 3 * steps + 2)
     sync = _synchronizer(case.device)
 
     def train(batch: tuple[torch.Tensor, torch.Tensor]) -> object:
