@@ -683,7 +683,7 @@ def amp_artifact_rows(infos: dict[str, dict]) -> tuple[list[list[str]], list[Pat
                 "yes" if trace is not None else f"NO {error}",
                 str(len(kernels)),
                 f"{len(real)}/{min(len(listed), 30)}",
-                (real[0][:50] if real else "-"),
+                real[0][:50] if real else f"none (top row: {(listed or ['-'])[0][:40]})",
                 _num(loader.get("fetch_share"), ".0%"),
                 _num(loader.get("cost_share"), ".0%"),
                 "ok" if good else "FAIL",

@@ -191,7 +191,7 @@ GPU_SIZES = {
     "full": [(m, b, MODELS[m].input_shape[1]) for m in MODELS for b in (64, 128, 256)],
 }
 CPU_SIZES = {
-    "smoke": [("mlp", 32, 28), ("lenet", 32, 32), ("resnet18", 2, 32)],
+    "smoke": [("mlp", 32, 28), ("lenet", 32, 32), ("resnet18", 2, 16)],
     "seed": [("mlp", 128, 28), ("lenet", 128, 32), ("resnet18", 16, 32)],
     "full": [("mlp", 128, 28), ("lenet", 128, 32), ("resnet18", 32, 32)],
 }
