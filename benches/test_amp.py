@@ -6,20 +6,17 @@ The cases, steps, profiler pass and agreement check live in :mod:`gpugauge.workl
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
-import torch
 
-from gpugauge.measure.timing import HostClock, measure
 from gpugauge.plugin import parametrize_cases
 from gpugauge.results.measurement import Measurement
 from gpugauge.workloads.amp import (
     AmpCase,
     InferCase,
     cases,
-    compare_outputs,
+    cpu_reference,
     make_inference,
     make_step,
     profile_pass,
@@ -76,19 +73,11 @@ def test_amp_inference(infer_case: InferCase, gauge: Any) -> None:
         extra: dict[str, Any] = {"tf32": flags}
         cpu_side: Measurement | None = None
         if case.device != "cpu":
-            # --device auto skips CPU cases on a GPU host: time the CPU side here, host-timed
-            cpu = make_inference(case, "cpu")
-            agree = extra["agreement"] = compare_outputs(cpu(), gpu(), flags).as_dict()
+            # --device auto skips CPU cases on a GPU host: the GPU case carries the CPU side
+            cpu_side, side = cpu_reference(case, gpu, gauge.options.policy, flags)
+            extra.update(side)
+            agree = side["agreement"]
             assert agree["ok"], f"CPU and GPU outputs disagree: {agree}"
-            timing = measure(cpu, gauge.options.policy, HostClock())
-            cpu_side = Measurement(replace(case, device="cpu"), timing=timing)
-            extra["cpu"] = {
-                "timing": timing.as_dict(),
-                "median_ms": timing.summary.median,
-                "throughput_items_per_s": case.batch / (timing.summary.median / 1e3),
-                "num_threads": torch.get_num_threads(),
-            }
-            del cpu
         m = gauge.measure(case, gpu, extra=extra)
     if cpu_side is not None:
         gauge.compare(

@@ -31,7 +31,7 @@ from gpugauge.measure.profile import (
     to_csv,
     to_markdown,
 )
-from gpugauge.measure.timing import HostClock
+from gpugauge.measure.timing import HostClock, TimingPolicy
 from gpugauge.workloads.amp import (
     AGREE_TOL_FP32,
     AGREE_TOL_TF32,
@@ -43,6 +43,7 @@ from gpugauge.workloads.amp import (
     Trainer,
     cases,
     compare_outputs,
+    cpu_reference,
     current_tf32,
     make_inference,
     make_step,
@@ -286,6 +287,24 @@ def test_inference_is_the_same_model_and_input_on_each_build() -> None:
     assert out.shape == (100, 10)
     assert torch.equal(out, b())
     assert compare_outputs(out, b(), FP32).ok
+
+
+def test_cpu_reference_checks_then_times_the_cpu_side() -> None:
+    case = InferCase(100, "cuda", "seed")
+    other = make_inference(case, "cpu")  # stands in for the GPU run: same weights and input
+    m, side = cpu_reference(case, other, TimingPolicy(warmup_rounds=1, rounds=3), FP32)
+    assert m.spec.device == "cpu"
+    assert m.id == "lenet28-infer-fp32-b100-cpu"
+    assert m.timing is not None
+    assert len(m.timing.device_ms) == 3
+    assert side["agreement"]["ok"]
+    assert side["agreement"]["max_abs_err"] == 0.0
+    assert side["cpu"]["throughput_items_per_s"] == pytest.approx(100 / (m.summary.median / 1e3))
+    # a different model must fail the check
+    with torch.no_grad():
+        other.model.classifier[-1].bias.add_(1.0)
+    _, bad = cpu_reference(case, other, TimingPolicy(warmup_rounds=0, rounds=1), FP32)
+    assert not bad["agreement"]["ok"]
 
 
 # --- profiler tables ------------------------------------------------------------------

@@ -41,7 +41,8 @@ from gpugauge.measure.profile import (
     to_csv,
     to_markdown,
 )
-from gpugauge.measure.timing import CudaEventClock, HostClock
+from gpugauge.measure.timing import CudaEventClock, HostClock, TimingPolicy, measure
+from gpugauge.results.measurement import Measurement
 from models.alexnet import alexnet
 from models.lenet import lenet
 from models.mlp import mlp
@@ -460,6 +461,33 @@ def make_inference(case: InferCase, device: str) -> Inference:
     model = INFER_MODEL.build().eval()
     x, _ = _inputs((case.batch, *INFER_MODEL.input_shape), INFER_MODEL.num_classes)
     return Inference(model.to(device), x.to(device))
+
+
+def cpu_reference(
+    case: InferCase, device_run: Inference, policy: TimingPolicy, flags: dict[str, Any]
+) -> tuple[Measurement, dict[str, Any]]:
+    """The CPU side of a GPU inference case: agreement with the CPU, then CPU timing.
+
+    On a GPU host ``--device auto`` skips the CPU cases, so the GPU case carries the CPU
+    side: the same model and input on the CPU, checked against ``device_run``'s output
+    (:class:`Agreement`, under ``flags``), then timed with ``perf_counter`` per round under
+    ``policy``. Returns the CPU measurement (not recorded: it is compared with the GPU
+    result) and what goes into the GPU result's ``extra``.
+    """
+    cpu = make_inference(case, "cpu")
+    agree = compare_outputs(cpu(), device_run(), flags)
+    timing = measure(cpu, policy, HostClock())
+    median = timing.summary.median
+    side = {
+        "agreement": agree.as_dict(),
+        "cpu": {
+            "timing": timing.as_dict(),
+            "median_ms": median,
+            "throughput_items_per_s": case.batch / (median / 1e3),
+            "num_threads": torch.get_num_threads(),
+        },
+    }
+    return Measurement(replace(case, device="cpu"), timing=timing), side
 
 
 PROFILE_SCHEDULE = {
