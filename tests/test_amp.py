@@ -110,6 +110,10 @@ def test_seed_profile_is_five_models_by_three_precisions_on_the_gpu() -> None:
     nchw = {(c.model, c.precision) for c in train if not c.channels_last}
     assert nchw == {(m, p) for m in MODELS for p in ("fp32", "fp16", "bf16")}
     assert {c.tf32 for c in train} == {"default"}
+    assert {(c.model, c.precision) for c in train if c.channels_last} == {
+        ("resnet18", "bf16"),
+        ("vgg16", "bf16"),
+    }
     vgg = [c for c in train if c.model == "vgg16"]
     assert {(c.batch, c.image) for c in vgg} == {(128, 224)}
     infer = [c for c in seed if isinstance(c, InferCase) and c.device == "cuda"]
@@ -122,8 +126,10 @@ def test_ids_unique_and_fp32_first(profile: str) -> None:
     assert len({c.id for c in all_cases}) == len(all_cases)
     order = {c: i for i, c in enumerate(all_cases)}
     for c in all_cases:
-        if isinstance(c, AmpCase) and c.precision != "fp32":
+        if isinstance(c, AmpCase) and c.precision != "fp32" and c.reference in order:
             assert order[c.reference] < order[c], c.id  # the speedup's reference ran before
+        if isinstance(c, AmpCase) and not c.channels_last:
+            assert c.reference in order, c.id  # every NCHW AMP case has its fp32 reference
         if isinstance(c, AmpCase) and c.channels_last:
             assert order[c.nchw] < order[c], c.id
 

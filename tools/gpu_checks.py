@@ -722,7 +722,7 @@ def amp_inference_rows(infos: dict[str, dict]) -> tuple[list[list[str]], bool]:
 
 
 def amp_unprofiled_rows(infos: dict[str, dict]) -> list[list[str]]:
-    """VGG-16 and ResNet-18 steps timed again here, in a process the profiler never touched."""
+    """VGG-16 steps timed again here, in a process the profiler never touched."""
     import torch
 
     from gpugauge.workloads.amp import cases, make_step, tf32_flags
@@ -730,7 +730,7 @@ def amp_unprofiled_rows(infos: dict[str, dict]) -> list[list[str]]:
     rows = []
     policy = PROFILE_POLICIES["seed"]
     for case in cases("seed"):
-        if getattr(case, "model", None) not in ("vgg16", "resnet18") or case.device != "cuda":
+        if getattr(case, "model", None) != "vgg16" or case.device != "cuda":
             continue
         if getattr(case, "channels_last", True) or case.precision == "fp16":
             continue
