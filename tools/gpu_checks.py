@@ -17,12 +17,17 @@ with probe counts, memory back at its start and predicted against measured; then
 family's search and single-GPU cases through pytest at the seed profile.
 ``layer_fit-split`` (issue 10, two H200s): the split cases through pytest at the seed
 profile (single, naive, GPipe with 2/4/8 micro-batches), per-device memory and speedups.
+``amp`` (issue 12): the amp family at the seed profile (its wall time), then a speedup table
+(five models × fp32/fp16/bf16), the profiler artifacts checked (each Chrome trace loads as
+JSON and holds device kernel events; the operator table by self device time lists kernels
+that the trace holds) and the CPU-against-GPU inference table with its agreement check.
 Full logs and JSON go to ``--out``; nothing here changes clocks or power limits.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -788,6 +793,235 @@ def layer_fit_split(out: Path) -> None:
     print("\n" + table)
 
 
+def _fmt_ci(ratio: dict | None) -> str:
+    if not ratio:
+        return "-"
+    return f"{ratio['value']:.2f}x [{ratio['ci_low']:.2f}, {ratio['ci_high']:.2f}]"
+
+
+def _gib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.2f}"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def amp_speedup_rows(infos: dict[str, dict]) -> list[list[str]]:
+    """One row per training case on the GPU: time, speedup over fp32, memory, energy, clock."""
+    rows = []
+    for key, info in infos.items():
+        spec = info.get("spec") or {}
+        if "precision" not in spec or spec.get("device") != "cuda":
+            continue
+        metrics = info.get("metrics") or {}
+        summary = (info.get("timing") or {}).get("summary_ms") or {}
+        speedup = next(
+            (
+                c["speedup"]
+                for c in info.get("comparisons", [])
+                if c["candidate"] == key and c["baseline_label"] == "fp32"
+            ),
+            None,
+        )
+        after = (info.get("gpu_after") or [{}])[0]
+        energy = (info.get("energy") or [{}])[0]
+        tf32 = (info.get("extra") or {}).get("tf32") or {}
+        rows.append(
+            [
+                key,
+                _num(summary.get("median"), ".4g"),
+                f"[{_num(summary.get('ci_low'), '.4g')}, {_num(summary.get('ci_high'), '.4g')}]",
+                "ref" if spec["precision"] == "fp32" else _fmt_ci(speedup),
+                _gib((metrics.get("memory") or {}).get("value")),
+                _num((metrics.get("energy") or {}).get("value"), ".3g"),
+                _num(energy.get("avg_power_w"), ".0f"),
+                str(after.get("sm_clock_mhz", "-")),
+                str((info.get("timing") or {}).get("throttled_rounds", "-")),
+                f"conv {'on' if tf32.get('cudnn_allow_tf32') else 'off'}, "
+                f"mm {'on' if tf32.get('cuda_matmul_allow_tf32') else 'off'}",
+            ]
+        )
+    return rows
+
+
+def amp_artifact_rows(infos: dict[str, dict]) -> tuple[list[list[str]], list[Path], bool]:
+    """Per profiled case: trace kernel events, kernels named in the op table, loader share."""
+    from gpugauge.measure.profile import device_events, load_trace
+
+    rows, files, ok = [], [], True
+    for key, info in infos.items():
+        art = info.get("artifacts") or {}
+        if "trace" not in art:
+            continue
+        files += [Path(p) for p in art.values()]
+        try:
+            trace = load_trace(Path(art["trace"]))
+            kernels = {e["name"] for e in device_events(trace) if e.get("cat") == "kernel"}
+            error = ""
+        except (OSError, ValueError) as err:
+            trace, kernels, error = None, set(), str(err)[:60]
+        listed = []
+        if "ops_by_self_device_csv" in art:
+            with open(art["ops_by_self_device_csv"]) as fh:
+                listed = [r["name"] for r in csv.DictReader(fh)]
+        real = [n for n in listed[:30] if n in kernels]
+        loader = (info.get("extra") or {}).get("loader") or {}
+        good = trace is not None and bool(kernels) and bool(real)
+        ok &= good
+        rows.append(
+            [
+                key,
+                "yes" if trace is not None else f"NO {error}",
+                str(len(kernels)),
+                f"{len(real)}/{min(len(listed), 30)}",
+                real[0][:50] if real else f"none (top row: {(listed or ['-'])[0][:40]})",
+                _num(loader.get("fetch_share"), ".0%"),
+                _num(loader.get("cost_share"), ".0%"),
+                "ok" if good else "FAIL",
+            ]
+        )
+    return rows, files, ok
+
+
+def amp_inference_rows(infos: dict[str, dict]) -> tuple[list[list[str]], bool]:
+    """CPU against GPU inference: latency and throughput on both, and the agreement."""
+    rows, ok = [], True
+    for key, info in infos.items():
+        extra = info.get("extra") or {}
+        if "agreement" not in extra:
+            continue
+        batch = (info.get("spec") or {})["batch"]
+        gpu_ms = info["timing"]["summary_ms"]["median"]
+        cpu_ms = extra["cpu"]["median_ms"]
+        a = extra["agreement"]
+        ok &= bool(a["ok"])
+        rows.append(
+            [
+                key,
+                f"{cpu_ms:.4g}",
+                f"{gpu_ms:.4g}",
+                f"{batch / cpu_ms * 1e3:.4g}",
+                f"{batch / gpu_ms * 1e3:.4g}",
+                f"{cpu_ms / gpu_ms:.1f}x",
+                f"{a['rel_err']:.2e}",
+                f"{a['tolerance']:g}",
+                f"{a['argmax_agree']:.4f}",
+                "ok" if a["ok"] else "FAIL",
+            ]
+        )
+    return rows, ok
+
+
+def amp_unprofiled_rows(infos: dict[str, dict]) -> list[list[str]]:
+    """VGG-16 steps timed again here, in a process the profiler never touched."""
+    import torch
+
+    from gpugauge.workloads.amp import cases, make_step, tf32_flags
+
+    rows = []
+    policy = PROFILE_POLICIES["seed"]
+    for case in cases("seed"):
+        if getattr(case, "model", None) != "vgg16" or case.device != "cuda":
+            continue
+        if getattr(case, "channels_last", True) or case.precision == "fp16":
+            continue
+        with tf32_flags(case.tf32):
+            here = measure(make_step(case), policy, CudaEventClock("cuda")).summary.median
+        torch.cuda.empty_cache()
+        run = ((infos.get(case.id) or {}).get("timing") or {}).get("summary_ms", {}).get("median")
+        rows.append(
+            [case.id, _num(run, ".4g"), f"{here:.4g}", "-" if run is None else f"{here / run:.3f}"]
+        )
+    return rows
+
+
+def amp(out: Path) -> None:
+    """Issue 12's checks."""
+    import tarfile
+
+    import torch
+
+    print(
+        f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
+        flush=True,
+    )
+    js = out / "amp_seed.json"
+    t0 = time.perf_counter()
+    rc = run_pytest(seed_run("amp", js), out / "amp_seed.log")
+    wall = time.perf_counter() - t0
+    print(f"amp seed profile: pytest exit {rc} in {wall:.0f} s", flush=True)
+    infos = {}
+    if js.exists():
+        infos = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+    name = _device_name()
+    speed = render(
+        [
+            "case",
+            "median ms",
+            "95% CI ms",
+            "speedup vs fp32 [CI]",
+            "peak GiB",
+            "J/step",
+            "W",
+            "SM MHz after",
+            "throttled",
+            "TF32",
+        ],
+        amp_speedup_rows(infos),
+        f"amp training steps on {name}; pytest wall {wall:.0f} s, exit {rc}",
+    )
+    art_rows, files, art_ok = amp_artifact_rows(infos)
+    arts = render(
+        [
+            "case",
+            "trace loads",
+            "kernels",
+            "op table kernels",
+            "top listed kernel",
+            "loader fetch",
+            "loader cost",
+            "check",
+        ],
+        art_rows,
+        "profiler artifacts (traces, operator tables) and loader share: "
+        + ("ok" if art_ok and art_rows else "FAIL"),
+    )
+    inf_rows, inf_ok = amp_inference_rows(infos)
+    inf = render(
+        [
+            "case",
+            "CPU ms",
+            "GPU ms",
+            "CPU img/s",
+            "GPU img/s",
+            "GPU speedup",
+            "max rel err",
+            "tolerance",
+            "argmax agree",
+            "agree",
+        ],
+        inf_rows,
+        f"CPU against GPU inference, LeNet-5 on 1x28x28 ({torch.get_num_threads()} CPU threads): "
+        f"{'ok' if inf_ok and len(inf_rows) == 3 else 'FAIL'}",
+    )
+    clean = render(
+        ["case", "in pytest run ms", "here ms", "here/run"],
+        amp_unprofiled_rows(infos),
+        "the same steps timed in this process, where no profiler ever ran (contamination check)",
+    )
+    tables = "\n\n".join([speed, arts, inf, clean])
+    (out / "amp_tables.txt").write_text(tables + "\n")
+    # every table and the kernels of each case; the traces of two cases (the rest are large)
+    keep = ("resnet18-train-bf16-b128-32px-cuda", "vgg16-train-bf16-b128-224px-cuda")
+    with tarfile.open(out / "amp_profiles.tar.gz", "w:gz") as tar:
+        for f in files:
+            if f.exists() and (not f.name.endswith(".json") or f.parent.name in keep):
+                tar.add(f, arcname=f"{f.parent.name}/{f.name}")
+    print("\n" + tables)
+
+
 def _device_name() -> str:
     import torch
 
@@ -811,6 +1045,7 @@ def main() -> None:
         "clock-probe": clock_probe,
         "layer_fit": layer_fit,
         "layer_fit-split": layer_fit_split,
+        "amp": amp,
     }
     parser.add_argument("check", choices=sorted(checks), nargs="+")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))

@@ -1,0 +1,578 @@
+"""amp workload: training steps in fp32, AMP fp16 and AMP bf16; CPU against GPU inference.
+
+Seeds 003 (MLP, LeNet, AlexNet, VGG, ResNet with and without AMP, profiler tables) and 001
+(a small CNN's inference at batch 100, 1000 and 10000 on CPU and GPU).
+
+A training step (:class:`Trainer`): gradients set to None, forward under
+``torch.autocast`` for fp16/bf16 (none for fp32), cross-entropy, backward, SGD step
+(lr 0.01, momentum 0.9). fp16 scales the loss with ``torch.amp.GradScaler``, whose
+``step`` reads the overflow flag on the host once per step, as in real fp16 training; the
+scale is calibrated before timing (see :func:`make_step`). bf16 needs no scaler.
+``channels_last`` puts the conv nets' weights and inputs in NHWC.
+
+TF32: what an "fp32" number means depends on two flags, so every case sets them
+(:func:`tf32_flags`) and every result records them. ``default`` is torch's default:
+cuDNN convolutions in TF32, matmuls in full fp32; ``off`` and ``on`` set both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from gpugauge.measure.profile import (
+    KERNEL_HEADERS,
+    OP_HEADERS,
+    Schedule,
+    endless,
+    kernel_cells,
+    kernel_table,
+    load_trace,
+    loader_share,
+    op_cells,
+    op_table,
+    profile_steps,
+    to_csv,
+    to_markdown,
+)
+from gpugauge.measure.timing import CudaEventClock, HostClock, TimingPolicy, measure
+from gpugauge.results.measurement import Measurement
+from models.alexnet import alexnet
+from models.lenet import lenet
+from models.mlp import mlp
+from models.resnet import resnet18
+from models.vgg import vgg
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+TF32_MODES = {"default": (True, False), "off": (False, False), "on": (True, True)}  # cudnn, mm
+
+
+@dataclass(frozen=True)
+class ModelDef:
+    """A model of the family: builder, input shape (C, H, W) at its seed size, classes."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    params: int  # pinned in tests
+    conv: bool  # channels_last applies
+
+    @property
+    def channels(self) -> int:
+        """Input channels."""
+        return self.input_shape[0]
+
+
+MODELS: dict[str, ModelDef] = {
+    d.name: d
+    for d in [
+        ModelDef("mlp", mlp, (1, 28, 28), 10, 669_706, conv=False),
+        ModelDef("lenet", lenet, (3, 32, 32), 10, 62_006, conv=True),
+        ModelDef("alexnet", alexnet, (3, 224, 224), 1000, 61_100_840, conv=True),
+        ModelDef("vgg16", lambda: vgg("vgg16"), (3, 224, 224), 1000, 138_357_544, conv=True),
+        ModelDef("resnet18", resnet18, (3, 32, 32), 10, 11_173_962, conv=True),
+    ]
+}
+
+# The small CNN of the CPU-against-GPU cases: LeNet-5 on single-channel 28×28 images.
+INFER_MODEL = ModelDef("lenet28", lambda: lenet(1, 28), (1, 28, 28), 10, 44_426, conv=True)
+
+
+@dataclass(frozen=True)
+class AmpCase:
+    """One training-step benchmark: model, precision, batch, image side, layout, TF32, device."""
+
+    family: ClassVar[str] = "amp"
+    model: str
+    precision: str  # "fp32" | "fp16" | "bf16"
+    batch: int
+    image: int  # square input side, px; channels from the model
+    device: str  # "cpu" | "cuda"
+    profile: str
+    channels_last: bool = False
+    tf32: str = "default"  # see TF32_MODES
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"unknown amp model {self.model!r}; choose from {sorted(MODELS)}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose from {PRECISIONS}")
+        if self.tf32 not in TF32_MODES:
+            raise ValueError(f"unknown tf32 mode {self.tf32!r}; choose from {sorted(TF32_MODES)}")
+        if self.channels_last and not self.defn.conv:
+            raise ValueError(f"channels_last applies to conv nets only, not {self.model}")
+        if self.batch < 1 or self.image < 1:
+            raise ValueError(f"batch and image must be >= 1: {self}")
+
+    @property
+    def id(self) -> str:
+        """Readable id, also the pytest id: ``resnet18-train-bf16-b128-32px-cl-cuda``."""
+        cl = "-cl" if self.channels_last else ""
+        tf32 = "" if self.tf32 == "default" else f"-tf32{self.tf32}"
+        return (
+            f"{self.model}-train-{self.precision}-b{self.batch}-{self.image}px{cl}{tf32}-"
+            f"{self.device}"
+        )
+
+    @property
+    def defn(self) -> ModelDef:
+        """The model's registry entry."""
+        return MODELS[self.model]
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        """(batch, channels, image, image)."""
+        return (self.batch, self.defn.channels, self.image, self.image)
+
+    @property
+    def reference(self) -> AmpCase:
+        """The fp32 case this one's speedup is taken against (same layout and TF32 mode)."""
+        return replace(self, precision="fp32")
+
+    @property
+    def nchw(self) -> AmpCase:
+        """The same case in the default (NCHW) layout."""
+        return replace(self, channels_last=False)
+
+    @property
+    def profiled(self) -> bool:
+        """Whether the case gets a profiler pass: every NCHW case."""
+        return not self.channels_last
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {**asdict(self), "family": self.family, "input_shape": list(self.input_shape)}
+
+
+@dataclass(frozen=True)
+class InferCase:
+    """CPU against GPU inference of the small CNN (seed 001) at one batch size."""
+
+    family: ClassVar[str] = "amp"
+    batch: int
+    device: str
+    profile: str
+    model: str = INFER_MODEL.name
+
+    @property
+    def id(self) -> str:
+        """Readable id, also the pytest id: ``lenet28-infer-fp32-b10000-cuda``."""
+        return f"{self.model}-infer-fp32-b{self.batch}-{self.device}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {**asdict(self), "family": self.family, "input_shape": [self.batch, 1, 28, 28]}
+
+
+# Per profile: (model, batch, image) on the GPU and on the CPU. The CPU trains only the small
+# models: AlexNet's and VGG-16's fully connected heads (58 M and 120 M parameters) make one
+# CPU step 0.3 s to 1.4 s.
+GPU_SIZES = {
+    "smoke": [
+        ("mlp", 64, 28),
+        ("lenet", 64, 32),
+        ("alexnet", 8, 64),
+        ("vgg16", 4, 64),
+        ("resnet18", 16, 32),
+    ],
+    "seed": [
+        ("mlp", 128, 28),
+        ("lenet", 128, 32),
+        ("alexnet", 128, 224),
+        ("vgg16", 128, 224),
+        ("resnet18", 128, 32),
+    ],
+    "full": [(m, b, MODELS[m].input_shape[1]) for m in MODELS for b in (64, 128, 256)],
+}
+CPU_SIZES = {
+    "smoke": [("mlp", 32, 28), ("lenet", 32, 32), ("resnet18", 2, 16)],
+    "seed": [("mlp", 128, 28), ("lenet", 128, 32), ("resnet18", 16, 32)],
+    "full": [("mlp", 128, 28), ("lenet", 128, 32), ("resnet18", 32, 32)],
+}
+# Conv nets that also run channels_last, and in which precisions, per profile and device.
+# The seed profile keeps to bf16 (compared with NCHW bf16) so that one GPU runs it in
+# minutes; smoke and full run every precision.
+CHANNELS_LAST: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    "smoke": {"cpu": (("resnet18",), PRECISIONS), "cuda": (("resnet18",), PRECISIONS)},
+    "seed": {"cpu": ((), ()), "cuda": (("resnet18", "vgg16"), ("bf16",))},
+    "full": {
+        "cpu": (("resnet18",), PRECISIONS),
+        "cuda": (("lenet", "alexnet", "vgg16", "resnet18"), PRECISIONS),
+    },
+}
+INFER_BATCHES = {
+    "smoke": {"cpu": (100, 1000), "cuda": (100, 1000, 10000)},
+    "seed": {"cpu": (100, 1000, 10000), "cuda": (100, 1000, 10000)},
+    "full": {"cpu": (100, 1000, 10000), "cuda": (100, 1000, 10000)},
+}
+
+
+def cases(profile: str) -> list[AmpCase | InferCase]:
+    """Every case of a profile, fp32 before the precisions compared with it."""
+    out: list[AmpCase | InferCase] = []
+    for device, sizes, precisions in (
+        ("cpu", CPU_SIZES, ("fp32", "bf16")),
+        ("cuda", GPU_SIZES, PRECISIONS),
+    ):
+        cl_models, cl_precisions = CHANNELS_LAST[profile][device]
+        tf32s = ("default", "off", "on") if profile == "full" and device == "cuda" else ("default",)
+        for model, batch, image in sizes[profile]:
+            layouts = (False, True) if model in cl_models else (False,)
+            for cl in layouts:
+                for tf32 in tf32s:
+                    # TF32 variants only change fp32 numbers: AMP cases keep the default
+                    for precision in precisions if tf32 == "default" else ("fp32",):
+                        if cl and precision not in cl_precisions:
+                            continue
+                        out.append(
+                            AmpCase(model, precision, batch, image, device, profile, cl, tf32)
+                        )
+        out += [InferCase(b, device, profile) for b in INFER_BATCHES[profile][device]]
+    return out
+
+
+@contextlib.contextmanager
+def tf32_flags(mode: str) -> Iterator[dict[str, Any]]:
+    """Set cuDNN's and cuBLAS's TF32 flags for ``mode``; restore them afterwards.
+
+    Yields the flags as they are inside, read back from torch (what the result records).
+    """
+    cudnn_tf32, matmul_tf32 = TF32_MODES[mode]
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = cudnn_tf32
+    torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+    try:
+        yield current_tf32(mode)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def current_tf32(mode: str | None = None) -> dict[str, Any]:
+    """The numerics flags an fp32 number depends on, as torch has them now."""
+    return {
+        "mode": mode,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+    }
+
+
+def _autocast(device: str, precision: str) -> contextlib.AbstractContextManager[Any]:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+class Trainer:
+    """A model, its SGD optimizer and (fp16) GradScaler; :meth:`step` trains on one batch."""
+
+    def __init__(self, case: AmpCase) -> None:
+        self.case = case
+        torch.manual_seed(0)
+        layout = torch.channels_last if case.channels_last else torch.contiguous_format
+        self.model = case.defn.build().to(case.device, memory_format=layout).train()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.scaler = (
+            torch.amp.GradScaler(torch.device(case.device).type)
+            if case.precision == "fp16"
+            else None
+        )
+
+    def to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A host batch on the case's device and in its layout."""
+        x = x.to(self.case.device, non_blocking=True)
+        if self.case.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, y.to(self.case.device, non_blocking=True)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One training step on a device batch; returns the loss (not read on the host)."""
+        self.opt.zero_grad(set_to_none=True)
+        with _autocast(self.case.device, self.case.precision):
+            loss = self.loss_fn(self.model(x), y)
+        if self.scaler is None:
+            loss.backward()
+            self.opt.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        return loss
+
+    def calibrate_scale(self, x: torch.Tensor, y: torch.Tensor, max_steps: int = 30) -> dict:
+        """Step until GradScaler stops lowering its scale (steps it skips are cheaper).
+
+        Untimed, before the warm-up. Returns the scale reached and the steps taken.
+        """
+        if self.scaler is None:
+            return {}
+        for n in range(1, max_steps + 1):
+            before = self.scaler.get_scale()
+            self.step(x, y)
+            if self.scaler.get_scale() >= before:
+                return {"grad_scale": self.scaler.get_scale(), "calibration_steps": n}
+        raise RuntimeError(
+            f"{self.case.id}: GradScaler still lowering its scale after {max_steps} steps "
+            f"(scale {self.scaler.get_scale()}): fp16 overflows on every step"
+        )
+
+
+def _inputs(shape: tuple[int, ...], classes: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Image-like inputs: uint8 pixels scaled to [0, 1], normalized by mean 0.5, std 0.5."""
+    g = torch.Generator().manual_seed(seed)
+    pixels = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+    x = pixels.float().div_(255).sub_(0.5).div_(0.5)
+    return x, torch.randint(0, classes, (shape[0],), generator=g)
+
+
+@dataclass
+class TrainStep:
+    """The timed callable of a case (one training step on a fixed device batch)."""
+
+    trainer: Trainer
+    x: torch.Tensor
+    y: torch.Tensor
+    scaler_info: dict[str, Any]
+
+    def __call__(self) -> torch.Tensor:
+        """One step."""
+        return self.trainer.step(self.x, self.y)
+
+
+def make_step(case: AmpCase) -> TrainStep:
+    """A fresh model, its optimizer and a fixed device batch; fp16's scale calibrated."""
+    trainer = Trainer(case)
+    x, y = trainer.to_device(*_inputs(case.input_shape, case.defn.num_classes))
+    return TrainStep(trainer, x, y, trainer.calibrate_scale(x, y))
+
+
+class HostImages(torch.utils.data.Dataset):
+    """A dataset on the host, as MNIST/CIFAR keep it: uint8 images, converted per item.
+
+    ``__getitem__`` does what ``ToTensor`` + ``Normalize(0.5, 0.5)`` do: uint8 to float in
+    [0, 1], then normalized. ``length`` items; only ``min(length, stored)`` distinct images
+    are kept, item ``i`` is image ``i % stored`` (the per-item work is the same).
+    """
+
+    def __init__(self, shape: tuple[int, int, int], classes: int, length: int, stored: int = 256):
+        g = torch.Generator().manual_seed(1)
+        n = min(length, stored)
+        self.images = torch.randint(0, 256, (n, *shape), generator=g, dtype=torch.uint8)
+        self.labels = torch.randint(0, classes, (n,), generator=g)
+        self.length = length
+
+    def __len__(self) -> int:
+        """Items in one epoch."""
+        return self.length
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Image ``i`` as a normalized float tensor, and its label."""
+        j = i % len(self.images)
+        return self.images[j].float().div_(255).sub_(0.5).div_(0.5), self.labels[j]
+
+
+# The seeds' loader: one process (num_workers 0), shuffled, no pinned memory.
+LOADER_SETTINGS = {"num_workers": 0, "pin_memory": False, "shuffle": True, "drop_last": True}
+
+
+def host_loader(case: AmpCase, batches: int) -> torch.utils.data.DataLoader:
+    """A real DataLoader over a :class:`HostImages` of ``batches`` batches of the case."""
+    shape = case.input_shape[1:]
+    data = HostImages(shape, case.defn.num_classes, batches * case.batch)
+    g = torch.Generator().manual_seed(2)
+    return torch.utils.data.DataLoader(data, batch_size=case.batch, generator=g, **LOADER_SETTINGS)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """CPU against GPU outputs of the same model and input: worst error against a tolerance.
+
+    ``rel_err`` is max |gpu - cpu| / max |cpu| over all logits; it must be at most
+    ``tolerance``. ``argmax_agree`` is the share of inputs whose predicted class is the same
+    (the seed's 'Correctness' compared across devices); reported, not judged.
+    """
+
+    max_abs_err: float
+    max_abs_ref: float
+    tolerance: float
+    argmax_agree: float
+    tf32: dict[str, Any]
+
+    @property
+    def rel_err(self) -> float:
+        """Worst error relative to the largest reference logit."""
+        return self.max_abs_err / self.max_abs_ref if self.max_abs_ref > 0 else self.max_abs_err
+
+    @property
+    def ok(self) -> bool:
+        """Whether the outputs agree within the tolerance."""
+        return self.rel_err <= self.tolerance
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {**asdict(self), "rel_err": self.rel_err, "ok": self.ok}
+
+
+# TF32 rounds conv/matmul inputs to a 10-bit mantissa (relative 2^-11 ≈ 5e-4 per operand);
+# without it only the summation order differs from the CPU.
+AGREE_TOL_TF32 = 1e-2
+AGREE_TOL_FP32 = 1e-4
+
+
+def agreement_tolerance(flags: dict[str, Any]) -> float:
+    """The tolerance of :class:`Agreement` under these TF32 flags."""
+    tf32 = flags["cudnn_allow_tf32"] or flags["cuda_matmul_allow_tf32"]
+    return AGREE_TOL_TF32 if tf32 else AGREE_TOL_FP32
+
+
+def compare_outputs(ref: torch.Tensor, out: torch.Tensor, flags: dict[str, Any]) -> Agreement:
+    """Agreement of ``out`` with the CPU reference ``ref`` (both logits, same shape)."""
+    if ref.shape != out.shape:
+        raise ValueError(f"output shapes differ: {tuple(ref.shape)} vs {tuple(out.shape)}")
+    ref, out = ref.detach().double().cpu(), out.detach().double().cpu()
+    return Agreement(
+        max_abs_err=float((out - ref).abs().max()),
+        max_abs_ref=float(ref.abs().max()),
+        tolerance=agreement_tolerance(flags),
+        argmax_agree=float((out.argmax(1) == ref.argmax(1)).double().mean()),
+        tf32=flags,
+    )
+
+
+@dataclass
+class Inference:
+    """The small CNN and one input batch on a device; calling it runs one inference."""
+
+    model: nn.Module
+    x: torch.Tensor
+
+    def __call__(self) -> torch.Tensor:
+        """Logits of the batch (inference mode)."""
+        with torch.inference_mode():
+            return self.model(self.x)
+
+
+def make_inference(case: InferCase, device: str) -> Inference:
+    """The seed-001 model (the same weights on every device) and its input on ``device``."""
+    torch.manual_seed(0)
+    model = INFER_MODEL.build().eval()
+    x, _ = _inputs((case.batch, *INFER_MODEL.input_shape), INFER_MODEL.num_classes)
+    return Inference(model.to(device), x.to(device))
+
+
+def cpu_reference(
+    case: InferCase, device_run: Inference, policy: TimingPolicy, flags: dict[str, Any]
+) -> tuple[Measurement, dict[str, Any]]:
+    """The CPU side of a GPU inference case: agreement with the CPU, then CPU timing.
+
+    On a GPU host ``--device auto`` skips the CPU cases, so the GPU case carries the CPU
+    side: the same model and input on the CPU, checked against ``device_run``'s output
+    (:class:`Agreement`, under ``flags``), then timed with ``perf_counter`` per round under
+    ``policy``. Returns the CPU measurement (not recorded: it is compared with the GPU
+    result) and what goes into the GPU result's ``extra``.
+    """
+    cpu = make_inference(case, "cpu")
+    agree = compare_outputs(cpu(), device_run(), flags)
+    timing = measure(cpu, policy, HostClock())
+    median = timing.summary.median
+    side = {
+        "agreement": agree.as_dict(),
+        "cpu": {
+            "timing": timing.as_dict(),
+            "median_ms": median,
+            "throughput_items_per_s": case.batch / (median / 1e3),
+            "num_threads": torch.get_num_threads(),
+        },
+    }
+    return Measurement(replace(case, device="cpu"), timing=timing), side
+
+
+PROFILE_SCHEDULE = {
+    "smoke": Schedule(wait=1, warmup=1, active=2),
+    "seed": Schedule(wait=1, warmup=1, active=3),  # the seeds' tables: 3 ProfilerSteps
+    "full": Schedule(wait=1, warmup=2, active=5),
+}
+LOADER_STEPS = {"smoke": 2, "seed": 4, "full": 8}  # per window; 3 windows each way
+TOP_MARKDOWN = 30  # rows in the Markdown operator tables; the CSVs hold every operator
+
+
+def _synchronizer(device: str) -> Callable[[], None] | None:
+    if torch.device(device).type != "cuda":
+        return None
+    return lambda: torch.cuda.synchronize(device)
+
+
+def profile_pass(case: AmpCase, path: Callable[[str], Path]) -> tuple[dict[str, Path], dict]:
+    """The case's profiler pass and loader share, on a fresh model; never timed rounds.
+
+    The profiled steps are fed by a real DataLoader (as in the seeds, whose tables show
+    ``enumerate(DataLoader)`` on top). ``path(name)`` is where a file goes. Writes the
+    operator tables by self device time (CUDA only) and by self CPU time, CSV and
+    Markdown, the device kernel table (CUDA only) and the Chrome trace. Returns the files
+    by label and a summary for the result's ``extra``.
+    """
+    trainer = Trainer(case)
+    schedule = PROFILE_SCHEDULE[case.profile]
+    steps = LOADER_STEPS[case.profile]
+    loader = host_loader(case, schedule.steps + 3 * steps + 2)
+    sync = _synchronizer(case.device)
+
+    def train(batch: tuple[torch.Tensor, torch.Tensor]) -> object:
+        return trainer.step(*trainer.to_device(*batch))
+
+    batches = endless(loader)
+    trace = path("profile.pt.trace.json")
+    prof = profile_steps(
+        lambda: train(next(batches)), trace, device=case.device, schedule=schedule, synchronize=sync
+    )
+    files: dict[str, Path] = {"trace": trace}
+    on_gpu = torch.device(case.device).type == "cuda"
+    sorts = ("self_device", "self_cpu") if on_gpu else ("self_cpu",)
+    for by in sorts:
+        rows = op_table(prof.rows, by)
+        title = f"{case.id}: top operators by {by.replace('_', ' ')} time ({schedule.active} steps)"
+        files[f"ops_by_{by}_csv"] = _write(
+            path(f"ops_by_{by}.csv"), to_csv(OP_HEADERS, op_cells(rows, prof.rows))
+        )
+        files[f"ops_by_{by}_md"] = _write(
+            path(f"ops_by_{by}.md"),
+            to_markdown(OP_HEADERS, op_cells(rows[:TOP_MARKDOWN], prof.rows), title),
+        )
+    summary: dict[str, Any] = {"profile": prof.summary()}
+    if on_gpu:
+        kernels = kernel_table(load_trace(trace))
+        if not kernels:
+            raise RuntimeError(f"{case.id}: the trace {trace} holds no device kernel events")
+        files["kernels_csv"] = _write(
+            path("kernels.csv"), to_csv(KERNEL_HEADERS, kernel_cells(kernels))
+        )
+        files["kernels_md"] = _write(
+            path("kernels.md"),
+            to_markdown(
+                KERNEL_HEADERS,
+                kernel_cells(kernels)[:TOP_MARKDOWN],
+                f"{case.id}: device kernels and copies ({schedule.active} steps)",
+            ),
+        )
+        summary["profile"]["top_kernels"] = [k.name for k in kernels[:5]]
+    else:
+        summary["profile"]["device_tables"] = "none: no device activity on a CPU"
+    clock = CudaEventClock(case.device) if on_gpu else HostClock()
+    share = loader_share(loader, train, clock, steps=steps, settings=dict(LOADER_SETTINGS))
+    summary["loader"] = share.as_dict()
+    return files, summary
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -1,0 +1,524 @@
+"""The amp family at CPU sizes: models, cases, steps, agreement, profiler tables, loader share."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+
+from gpugauge.measure.profile import (
+    KERNEL_HEADERS,
+    LoaderShare,
+    OpRow,
+    Schedule,
+    device_events,
+    endless,
+    kernel_cells,
+    kernel_table,
+    load_trace,
+    loader_share,
+    op_table,
+    profile_steps,
+    to_csv,
+    to_markdown,
+)
+from gpugauge.measure.timing import HostClock, TimingPolicy
+from gpugauge.workloads.amp import (
+    AGREE_TOL_FP32,
+    AGREE_TOL_TF32,
+    INFER_MODEL,
+    MODELS,
+    AmpCase,
+    HostImages,
+    InferCase,
+    Trainer,
+    cases,
+    compare_outputs,
+    cpu_reference,
+    current_tf32,
+    make_inference,
+    make_step,
+    profile_pass,
+    tf32_flags,
+)
+from models.alexnet import alexnet
+from models.resnet import resnet18
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def n_params(m: torch.nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+# --- models ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_documented_parameter_counts_and_input_shapes(name: str) -> None:
+    d = MODELS[name]
+    with torch.device("meta"):  # shapes only
+        model = d.build()
+        out = model(torch.empty(2, *d.input_shape))
+    assert n_params(model) == d.params
+    assert tuple(out.shape) == (2, d.num_classes)
+
+
+def test_pinned_counts() -> None:
+    assert {k: d.params for k, d in MODELS.items()} == {
+        "mlp": 669_706,
+        "lenet": 62_006,
+        "alexnet": 61_100_840,
+        "vgg16": 138_357_544,
+        "resnet18": 11_173_962,
+    }
+    assert n_params(INFER_MODEL.build()) == INFER_MODEL.params == 44_426
+    assert INFER_MODEL.input_shape == (1, 28, 28)
+
+
+def test_alexnet_state_dict_matches_torchvision() -> None:
+    with torch.device("meta"):
+        ours = alexnet().state_dict()
+        ref = torchvision.models.alexnet(weights=None).state_dict()
+    assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in ref.items()}
+
+
+def test_resnet18_is_the_cifar_variant() -> None:
+    with torch.device("meta"):
+        model = resnet18()
+    assert model.conv1.kernel_size == (3, 3)
+    assert model.conv1.stride == (1, 1)
+    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in model.modules())
+    assert n_params(model) != n_params(torchvision.models.resnet18(num_classes=10))
+
+
+# --- cases ----------------------------------------------------------------------------
+
+
+def test_seed_profile_is_five_models_by_three_precisions_on_the_gpu() -> None:
+    seed = cases("seed")
+    train = [c for c in seed if isinstance(c, AmpCase) and c.device == "cuda"]
+    nchw = {(c.model, c.precision) for c in train if not c.channels_last}
+    assert nchw == {(m, p) for m in MODELS for p in ("fp32", "fp16", "bf16")}
+    assert {c.tf32 for c in train} == {"default"}
+    assert {(c.model, c.precision) for c in train if c.channels_last} == {
+        ("resnet18", "bf16"),
+        ("vgg16", "bf16"),
+    }
+    vgg = [c for c in train if c.model == "vgg16"]
+    assert {(c.batch, c.image) for c in vgg} == {(128, 224)}
+    infer = [c for c in seed if isinstance(c, InferCase) and c.device == "cuda"]
+    assert sorted(c.batch for c in infer) == [100, 1000, 10000]
+
+
+@pytest.mark.parametrize("profile", ["smoke", "seed", "full"])
+def test_ids_unique_and_fp32_first(profile: str) -> None:
+    all_cases = cases(profile)
+    assert len({c.id for c in all_cases}) == len(all_cases)
+    order = {c: i for i, c in enumerate(all_cases)}
+    for c in all_cases:
+        if isinstance(c, AmpCase) and c.precision != "fp32" and c.reference in order:
+            assert order[c.reference] < order[c], c.id  # the speedup's reference ran before
+        if isinstance(c, AmpCase) and not c.channels_last:
+            assert c.reference in order, c.id  # every NCHW AMP case has its fp32 reference
+        if isinstance(c, AmpCase) and c.channels_last:
+            assert order[c.nchw] < order[c], c.id
+
+
+def test_cpu_smoke_runs_fp32_and_bf16_only() -> None:
+    cpu = [c for c in cases("smoke") if isinstance(c, AmpCase) and c.device == "cpu"]
+    assert {c.precision for c in cpu} == {"fp32", "bf16"}
+    assert any(c.channels_last for c in cpu)
+    assert any(c.profiled for c in cpu)
+
+
+def test_case_ids_read_well() -> None:
+    c = AmpCase("resnet18", "bf16", 128, 32, "cuda", "seed", channels_last=True)
+    assert c.id == "resnet18-train-bf16-b128-32px-cl-cuda"
+    assert AmpCase("vgg16", "fp32", 8, 64, "cuda", "full", tf32="off").id == (
+        "vgg16-train-fp32-b8-64px-tf32off-cuda"
+    )
+    assert c.reference.precision == "fp32"
+    assert c.reference.channels_last
+    assert InferCase(100, "cuda", "seed").id == "lenet28-infer-fp32-b100-cuda"
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"model": "gpt2"}, "unknown amp model"),
+        ({"precision": "fp8"}, "unknown precision"),
+        ({"tf32": "maybe"}, "unknown tf32 mode"),
+        ({"model": "mlp", "channels_last": True}, "conv nets only"),
+        ({"batch": 0}, "must be >= 1"),
+    ],
+)
+def test_bad_cases_are_refused(kw: dict, message: str) -> None:
+    base = dict(model="lenet", precision="fp32", batch=2, image=32, device="cpu", profile="smoke")
+    with pytest.raises(ValueError, match=message):
+        AmpCase(**{**base, **kw})
+
+
+# --- TF32 flags -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "cudnn", "matmul"), [("off", 0, 0), ("on", 1, 1), ("default", 1, 0)]
+)
+def test_tf32_flags_are_set_recorded_and_restored(mode: str, cudnn: int, matmul: int) -> None:
+    before = current_tf32()
+    torch.backends.cudnn.allow_tf32 = not cudnn  # start from the opposite
+    torch.backends.cuda.matmul.allow_tf32 = not matmul
+    try:
+        inside: dict = {}
+
+        def fail_inside() -> None:
+            with tf32_flags(mode) as flags:
+                inside.update(flags, now=torch.backends.cudnn.allow_tf32)
+                raise RuntimeError("restored even so")
+
+        with pytest.raises(RuntimeError, match="restored even so"):
+            fail_inside()
+        assert inside["cudnn_allow_tf32"] is bool(cudnn)
+        assert inside["cuda_matmul_allow_tf32"] is bool(matmul)
+        assert inside["now"] is bool(cudnn)
+        assert torch.backends.cudnn.allow_tf32 is (not cudnn)
+        assert torch.backends.cuda.matmul.allow_tf32 is (not matmul)
+    finally:
+        torch.backends.cudnn.allow_tf32 = before["cudnn_allow_tf32"]
+        torch.backends.cuda.matmul.allow_tf32 = before["cuda_matmul_allow_tf32"]
+
+
+# --- training steps -------------------------------------------------------------------
+
+
+def small(**kw: object) -> AmpCase:
+    base = dict(model="lenet", precision="fp32", batch=4, image=32, device="cpu", profile="smoke")
+    return AmpCase(**{**base, **kw})
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_a_step_trains_the_model(precision: str) -> None:
+    step = make_step(small(precision=precision))
+    before = [p.detach().clone() for p in step.trainer.model.parameters()]
+    loss = step()
+    assert torch.isfinite(loss)
+    assert loss.dtype == torch.float32  # cross-entropy autocasts to fp32
+    moved = [
+        not torch.equal(a, b) for a, b in zip(before, step.trainer.model.parameters(), strict=True)
+    ]
+    assert all(moved)
+    if precision == "fp16":
+        assert step.scaler_info["calibration_steps"] >= 1
+        assert step.scaler_info["grad_scale"] > 0
+    else:
+        assert step.scaler_info == {}
+
+
+def test_bf16_autocast_runs_convs_in_bf16() -> None:
+    step = make_step(small(precision="bf16"))
+    seen: list[torch.dtype] = []
+    conv = step.trainer.model.features[0]
+    handle = conv.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    step()
+    handle.remove()
+    assert seen == [torch.bfloat16]
+
+
+def test_channels_last_puts_weights_and_inputs_in_nhwc() -> None:
+    step = make_step(small(channels_last=True))
+    conv = step.trainer.model.features[0]
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert step.x.is_contiguous(memory_format=torch.channels_last)
+    assert not step.x.is_contiguous()
+    x, _ = step.trainer.to_device(torch.randn(4, 3, 32, 32), torch.zeros(4, dtype=torch.long))
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    step()
+
+
+def test_fp16_calibration_fails_when_every_step_overflows() -> None:
+    trainer = Trainer(small(precision="fp16"))
+    real = trainer.loss_fn
+    trainer.loss_fn = lambda out, y: real(out, y) * float("inf")  # type: ignore[assignment]
+    x, y = torch.randn(4, 3, 32, 32), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(RuntimeError, match="overflows on every step"):
+        trainer.calibrate_scale(x, y, max_steps=5)
+
+
+# --- CPU against GPU agreement ----------------------------------------------------------
+
+FP32 = {"cudnn_allow_tf32": False, "cuda_matmul_allow_tf32": False}
+TF32 = {"cudnn_allow_tf32": True, "cuda_matmul_allow_tf32": False}
+
+
+def test_agreement_within_and_beyond_tolerance() -> None:
+    ref = torch.tensor([[1.0, -2.0], [0.5, 4.0]])
+    same = compare_outputs(ref, ref.clone(), FP32)
+    assert same.ok
+    assert same.max_abs_err == 0
+    assert same.argmax_agree == 1.0
+    near = compare_outputs(ref, ref + 4 * AGREE_TOL_FP32 / 2, FP32)  # 2e-4 of max |ref| 4
+    assert near.rel_err == pytest.approx(AGREE_TOL_FP32 / 2, rel=1e-3)
+    assert near.ok
+    far = compare_outputs(ref, ref + 4 * AGREE_TOL_FP32 * 2, FP32)
+    assert not far.ok
+    assert compare_outputs(ref, ref + 4 * AGREE_TOL_FP32 * 2, TF32).ok  # looser under TF32
+    assert compare_outputs(ref, ref, TF32).tolerance == AGREE_TOL_TF32
+    swapped = compare_outputs(ref, ref[:, [1, 0]], FP32)
+    assert swapped.argmax_agree == 0.0
+    assert not swapped.ok
+
+
+def test_agreement_refuses_different_shapes() -> None:
+    with pytest.raises(ValueError, match="output shapes differ"):
+        compare_outputs(torch.zeros(2, 10), torch.zeros(2, 9), FP32)
+
+
+def test_inference_is_the_same_model_and_input_on_each_build() -> None:
+    a, b = (
+        make_inference(InferCase(100, "cpu", "smoke"), "cpu"),
+        make_inference(InferCase(100, "cpu", "smoke"), "cpu"),
+    )
+    assert a.x.shape == (100, 1, 28, 28)
+    out = a()
+    assert out.shape == (100, 10)
+    assert torch.equal(out, b())
+    assert compare_outputs(out, b(), FP32).ok
+
+
+def test_cpu_reference_checks_then_times_the_cpu_side() -> None:
+    case = InferCase(100, "cuda", "seed")
+    other = make_inference(case, "cpu")  # stands in for the GPU run: same weights and input
+    m, side = cpu_reference(case, other, TimingPolicy(warmup_rounds=1, rounds=3), FP32)
+    assert m.spec.device == "cpu"
+    assert m.id == "lenet28-infer-fp32-b100-cpu"
+    assert m.timing is not None
+    assert len(m.timing.device_ms) == 3
+    assert side["agreement"]["ok"]
+    assert side["agreement"]["max_abs_err"] == 0.0
+    assert side["cpu"]["throughput_items_per_s"] == pytest.approx(100 / (m.summary.median / 1e3))
+    # a different model must fail the check
+    with torch.no_grad():
+        other.model.classifier[-1].bias.add_(1.0)
+    _, bad = cpu_reference(case, other, TimingPolicy(warmup_rounds=0, rounds=1), FP32)
+    assert not bad["agreement"]["ok"]
+
+
+# --- profiler tables ------------------------------------------------------------------
+
+
+def row(name: str, cpu: float, dev: float) -> OpRow:
+    return OpRow(name, 1, cpu, cpu, dev, dev)
+
+
+def test_op_tables_sort_and_drop_zero_rows() -> None:
+    rows = [row("a", 5, 0), row("b", 1, 9), row("c", 3, 2)]
+    assert [r.name for r in op_table(rows, "self_device")] == ["b", "c"]
+    assert [r.name for r in op_table(rows, "self_cpu")] == ["a", "c", "b"]
+    with pytest.raises(ValueError, match="unknown sort key"):
+        op_table(rows, "total")
+
+
+TRACE = {
+    "traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "sgemm_128x64", "dur": 30.0},
+        {"ph": "X", "cat": "kernel", "name": "sgemm_128x64", "dur": 10.0},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "dur": 60.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 500.0},
+        {"ph": "f", "cat": "kernel", "name": "flow"},
+    ]
+}
+
+
+def test_kernel_table_is_nvprof_like() -> None:
+    assert len(device_events(TRACE)) == 3
+    rows = kernel_table(TRACE)
+    assert [(r.name, r.calls, r.total_us, r.min_us, r.max_us) for r in rows] == [
+        ("Memcpy HtoD", 1, 60.0, 60.0, 60.0),
+        ("sgemm_128x64", 2, 40.0, 10.0, 30.0),
+    ]
+    cells = kernel_cells(rows)
+    assert cells[1] == ["40.00", "0.0400", "2", "20.000", "10.000", "30.000", "sgemm_128x64"]
+    parsed = list(csv.reader(io.StringIO(to_csv(KERNEL_HEADERS, cells))))
+    assert parsed[0] == KERNEL_HEADERS
+    assert parsed[2][-1] == "sgemm_128x64"
+
+
+def test_traces_load_plain_or_gzipped_and_others_are_refused(tmp_path: Path) -> None:
+    plain = tmp_path / "t.json"
+    plain.write_text(json.dumps(TRACE))
+    zipped = tmp_path / "t.json.gz"
+    zipped.write_bytes(gzip.compress(json.dumps(TRACE).encode()))
+    assert load_trace(plain) == load_trace(zipped) == TRACE
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a Chrome trace"):
+        load_trace(bad)
+
+
+def test_markdown_escapes_pipes() -> None:
+    md = to_markdown(["name", "ms"], [["a|b", "1.0"]], "title")
+    assert "| a\\|b | 1.0 |" in md
+    assert md.startswith("**title**")
+    assert "| --- | --- |" in md
+
+
+def test_schedule_validates() -> None:
+    assert Schedule(1, 1, 3).steps == 5
+    with pytest.raises(ValueError, match="invalid profiler schedule"):
+        Schedule(active=0)
+
+
+def test_profile_steps_on_the_cpu(tmp_path: Path) -> None:
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    prof = profile_steps(
+        lambda: model(x).sum().backward(), tmp_path / "p.pt.trace.json", device="cpu"
+    )
+    names = {r.name for r in prof.rows}
+    assert "aten::addmm" in names
+    step = next(r for r in prof.rows if r.name.startswith("ProfilerStep"))
+    assert step.calls == Schedule().active
+    assert prof.self_cpu_total_us > 0
+    assert prof.self_device_total_us == 0
+    trace = load_trace(prof.trace)
+    assert any(e.get("cat") == "cpu_op" for e in trace["traceEvents"])
+    assert device_events(trace) == []
+
+
+# --- the data loader's share ------------------------------------------------------------
+
+
+class FakeTime:
+    """A clock that moves only when the fake loader or step says so."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def test_loader_share_from_fake_times() -> None:
+    t = FakeTime()
+    # two fetches before the windows (first batch, warm-up), then 3 windows; the 2nd disturbed
+    fetch_ms = iter([3.0] * 2 + [3.0] * 5 + [30.0] * 5 + [3.0] * 5)
+
+    class Loader:
+        def __iter__(self) -> Iterator[int]:
+            for i in range(2):  # two batches an epoch: the loop needs several epochs
+                t.ns += int(next(fetch_ms) * 1e6)
+                yield i
+
+    def step(batch: int) -> None:
+        t.ns += 1_000_000  # 1 ms to train
+
+    share = loader_share(Loader(), step, HostClock(now_ns=t), steps=5, warmup=1, now_ns=t)
+    assert share.fetch_ms == (3.0,) * 5 + (30.0,) * 5 + (3.0,) * 5
+    assert share.loop_ms == pytest.approx((20.0, 155.0, 20.0))
+    assert share.fixed_ms == pytest.approx((5.0, 5.0, 5.0))
+    assert share.fetch_share == pytest.approx(0.75)  # the median ignores the disturbed window
+    assert share.cost_share == pytest.approx(0.75)
+    d = share.as_dict()
+    assert d["loop_ms_per_step"] == pytest.approx(4.0)
+    assert d["clock"] == "perf_counter"
+
+
+def test_loader_share_checks_its_windows() -> None:
+    with pytest.raises(ValueError, match="equal loop and fixed windows"):
+        LoaderShare(2, (1.0, 1.0), (5.0,), (4.0, 4.0), "x")
+    with pytest.raises(ValueError, match="steps, repeats >= 1"):
+        loader_share([1], lambda b: None, HostClock(), repeats=0)
+
+
+def test_endless_refuses_an_empty_loader() -> None:
+    with pytest.raises(ValueError, match="yields no batches"):
+        next(endless([]))
+
+
+def test_host_images_convert_per_item() -> None:
+    data = HostImages((3, 8, 8), 10, length=10, stored=4)
+    assert len(data) == 10
+    x, y = data[5]
+    assert x.dtype == torch.float32
+    assert x.shape == (3, 8, 8)
+    assert float(x.min()) >= -1.0
+    assert float(x.max()) <= 1.0
+    assert torch.equal(x, data[1][0])
+    assert 0 <= int(y) < 10
+
+
+def test_profile_pass_writes_the_cpu_tables_and_trace(tmp_path: Path) -> None:
+    case = AmpCase("mlp", "bf16", 8, 28, "cpu", "smoke")
+    files, summary = profile_pass(case, lambda name: tmp_path / name)
+    assert set(files) == {"trace", "ops_by_self_cpu_csv", "ops_by_self_cpu_md"}
+    assert all(p.exists() for p in files.values())
+    table = list(csv.DictReader(io.StringIO(files["ops_by_self_cpu_csv"].read_text())))
+    names = [r["name"] for r in table]
+    assert any(n.startswith("enumerate(DataLoader)") for n in names)  # the real loader ran
+    assert "aten::addmm" in names or "aten::mm" in names
+    assert float(table[0]["self_cpu_ms"]) >= float(table[-1]["self_cpu_ms"])
+    assert "| name | calls |" in files["ops_by_self_cpu_md"].read_text()
+    load_trace(files["trace"])
+    loader = summary["loader"]
+    assert len(loader["fetch_ms"]) == 3 * loader["steps"] > 0
+    assert len(loader["loop_ms"]) == len(loader["fixed_ms"]) == 3
+    assert 0 < loader["fetch_share"] < 1
+    assert summary["profile"]["device_tables"].startswith("none")
+
+
+# --- the bench module end to end, at CPU smoke size ------------------------------------
+
+
+def test_bench_module_end_to_end(tmp_path: Path) -> None:
+    js = tmp_path / "run.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "benches/test_amp.py",
+            "-k",
+            "mlp and cpu or b100- and cpu",
+            "--rounds",
+            "3",
+            "--warmup",
+            "1",
+            f"--benchmark-json={js}",
+            f"--artifacts-dir={tmp_path / 'artifacts'}",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    bench = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+    assert set(bench) == {
+        "mlp-train-fp32-b32-28px-cpu",
+        "mlp-train-bf16-b32-28px-cpu",
+        "lenet28-infer-fp32-b100-cpu",
+    }
+    bf16 = bench["mlp-train-bf16-b32-28px-cpu"]
+    assert bf16["extra"]["tf32"]["mode"] == "default"
+    assert bf16["extra"]["tf32"]["cudnn_allow_tf32"] is True
+    (comparison,) = bf16["comparisons"]
+    assert comparison["baseline"] == "mlp-train-fp32-b32-28px-cpu"
+    assert comparison["speedup"]["value"] > 0
+    assert {"trace", "ops_by_self_cpu_csv", "ops_by_self_cpu_md"} <= set(bf16["artifacts"])
+    assert all(Path(p).exists() for p in bf16["artifacts"].values())
+    assert bf16["extra"]["loader"]["steps"] > 0
+    assert bench["lenet28-infer-fp32-b100-cpu"]["timing"]["device_ms"]
