@@ -429,7 +429,7 @@ class Trainer:
                 out = self.model(x.to(self.device, non_blocking=True))
                 nn.functional.cross_entropy(out, y.to(self.device, non_blocking=True)).backward()
                 del out
-        except torch.OutOfMemoryError as err:
+        except torch.cuda.OutOfMemoryError as err:
             error = str(err).splitlines()[0][:300]
         self.opt.zero_grad(set_to_none=True)
         if self.case.mode == "ddp":
@@ -546,7 +546,7 @@ def run_series(spec: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     series = [DistCase.from_dict(c) for c in spec["cases"]]
     out = Path(spec["out"])
     if series[0].device == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.world_size))
+        torch.set_num_threads(1)  # one core per process: N processes get N cores, as N GPUs
     pin = series[0].device == "cuda"
     loaded = cifar_epochs(series[0], ctx, pin) if series[0].model == "resnet18" else None
     results: dict[str, Any] = {}
@@ -755,3 +755,55 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
         extra["scaling"] = f"no one-GPU result of {c.reference().id} in this run: no speedup"
     artifacts = {k: v for p in r.ranks for k, v in p["artifacts"].items()}
     return Measurement(c, timing=timing, values=values, artifacts=artifacts, extra=extra)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one series across nodes: the same command on every node, a shared ``--out``.
+
+    Prints the torchrun command, runs it, and (on the node whose ``--out`` then holds
+    every rank's file) prints each case's slowest-rank median step time.
+    """
+    import argparse
+    import shlex
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(OPTIMIZERS), required=True)
+    parser.add_argument("--mode", choices=["ddp", "single"], default="ddp")
+    parser.add_argument("--nproc-per-node", type=int, required=True)
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=None)
+    parser.add_argument("--rdzv-endpoint", default=None, help="host:port of node 0")
+    parser.add_argument("--batch", type=int, action="append", help="per-GPU batch (repeat)")
+    parser.add_argument("--profile", choices=["smoke", "seed", "full"], default="seed")
+    parser.add_argument("--out", type=Path, required=True, help="folder shared by every node")
+    parser.add_argument("--timeout-s", type=float, default=3600.0)
+    parser.add_argument("--print-only", action="store_true", help="print the command only")
+    args = parser.parse_args(argv)
+    gpus = args.nproc_per_node * args.nnodes
+    members = sorted(
+        {
+            replace(c, mode=args.mode, gpus=gpus)
+            for c in cases(args.profile)
+            if c.model == args.model
+            and c.device == "cuda"
+            and c.mode == "single"
+            and (not args.batch or c.batch in args.batch)
+        },
+        key=lambda c: c.batch,
+    )
+    if not members:
+        parser.error(f"no {args.model} cases in profile {args.profile} for {args.batch}")
+    folder = series_dir(args.out, members[0])
+    spec = {"device": "cuda", "cases": [c.as_dict() for c in members], "out": str(folder)}
+    job = Launch(CALL, spec, args.nproc_per_node, args.nnodes, args.rdzv_endpoint, args.node_rank)
+    print(shlex.join(job.command(folder)))
+    if args.print_only:
+        return 0
+    ranks = launch(job, folder, timeout_s=args.timeout_s)
+    for cid, r in read_series(members, [x.extra for x in ranks]).items():
+        print(f"{cid}: {r.skipped or f'median step {r.timing.summary.median:.3f} ms'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
