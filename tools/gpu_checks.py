@@ -21,6 +21,9 @@ profile (single, naive, GPipe with 2/4/8 micro-batches), per-device memory and s
 (five models × fp32/fp16/bf16), the profiler artifacts checked (each Chrome trace loads as
 JSON and holds device kernel events; the operator table by self device time lists kernels
 that the trace holds) and the CPU-against-GPU inference table with its agreement check.
+``distributed`` (issue 11, on 2 GPUs): the distributed family at the seed profile (VGG-16
+1 vs DDP 2, the ResNet-18 sweep with DP and DDP, AlexNet kernel tables), its report, then a
+DDP launch whose rank 1 is killed mid-run (the error and the process list), a table last.
 Full logs and JSON go to ``--out``; nothing here changes clocks or power limits.
 """
 
@@ -803,10 +806,6 @@ def _gib(n: float | None) -> str:
     return "-" if n is None else f"{n / 2**30:.2f}"
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def amp_speedup_rows(infos: dict[str, dict]) -> list[list[str]]:
     """One row per training case on the GPU: time, speedup over fp32, memory, energy, clock."""
     rows = []
@@ -1022,6 +1021,204 @@ def amp(out: Path) -> None:
     print("\n" + tables)
 
 
+def _processes_mentioning(text: str) -> list[str]:
+    """``pid: command line`` of live processes whose command line contains ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline[:150]}")
+    return found
+
+
+def _kill_rank_mid_run(out: Path) -> list[str]:
+    """Launch a 2-GPU DDP ResNet-18 series, SIGKILL rank 1 mid-run; report what happened."""
+    import signal
+    import tempfile
+    import threading
+
+    from gpugauge.launch.torchrun import LaunchError
+    from gpugauge.workloads.distributed import DistCase, launch_series, series_dir
+
+    case = DistCase("resnet18", "ddp", 2, 32, 32, 10, 50_000, 2, "cuda", "seed")
+    root = Path(tempfile.mkdtemp(prefix="gg-crash-"))
+    folder = series_dir(root, case)
+    lines: list[str] = []
+    caught: list[BaseException] = []
+    timeout_s = 180.0
+
+    def run() -> None:
+        try:
+            launch_series([case], root, note=lambda _: None, timeout_s=timeout_s)
+        except BaseException as err:  # handed to the main thread
+            caught.append(err)
+
+    t0 = time.monotonic()
+    worker = threading.Thread(target=run)
+    worker.start()
+    pid = None
+    while pid is None and time.monotonic() - t0 < 120:
+        for line in _processes_mentioning(str(folder)):
+            p = int(line.split(":")[0])
+            try:
+                env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"gpugauge.launch.worker" in cmd and b"RANK=1" in env:
+                pid = p
+        time.sleep(0.2)
+    if pid is None:
+        worker.join()
+        return [f"rank 1 never started: {caught}"]
+    time.sleep(25.0)  # well into its epochs (data loaded, steps running)
+    lines.append(f"processes before the kill ({time.monotonic() - t0:.0f} s in):")
+    lines += [f"  {p}" for p in _processes_mentioning(str(folder))]
+    os.kill(pid, signal.SIGKILL)
+    lines.append(f"SIGKILL sent to rank 1 (pid {pid})")
+    worker.join()
+    took = time.monotonic() - t0
+    err = caught[0] if caught else None
+    ok = isinstance(err, LaunchError) and "rank 1" in str(err)
+    lines.append(
+        f"launch ended after {took:.0f} s (timeout {timeout_s:.0f} s): "
+        f"{type(err).__name__ if err else 'no error'}"
+    )
+    lines += [f"  {ln}" for ln in str(err).splitlines()[:40]]
+    left = _processes_mentioning(str(root))
+    lines.append(f"processes left after the launch: {left or 'none'}")
+    lines.append(f"crash check: {'pass' if ok and not left else 'FAIL'}")
+    (out / "distributed_crash.txt").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _num(x: float | None, fmt: str = ".4g") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def distributed(out: Path) -> None:
+    """Issue 11's checks (two GPUs)."""
+    import shutil
+    import tarfile
+    import tempfile
+
+    import torch
+
+    print(
+        f"torch {torch.__version__}, {torch.cuda.device_count()} x {torch.cuda.get_device_name()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
+        flush=True,
+    )
+    work = Path(tempfile.mkdtemp(prefix="gg-dist-"))
+    js = out / "distributed_seed.json"
+    log = out / "distributed_seed.log"
+    t0 = time.perf_counter()
+    rc = run_pytest([*seed_run("distributed", js), f"--artifacts-dir={work / 'artifacts'}"], log)
+    wall = time.perf_counter() - t0
+    print(f"distributed seed profile: pytest exit {rc} in {wall:.0f} s", flush=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpugauge",
+            "report",
+            "--current",
+            str(js),
+            "--out",
+            str(work / "report"),
+        ],
+        cwd=ROOT,
+        check=False,
+    )
+    if (work / "report").exists():
+        with tarfile.open(out / "distributed_report.tar.gz", "w:gz") as tar:
+            tar.add(work / "report", arcname="report")
+    traces = [p for p in (work / "artifacts").rglob("trace-*.json.gz")]
+    with tarfile.open(out / "distributed_artifacts.tar.gz", "w:gz") as tar:
+        for p in (work / "artifacts").rglob("*"):
+            if p.is_file() and p not in traces:
+                tar.add(p, arcname=str(p.relative_to(work)))
+    with tarfile.open(out / "distributed_traces.tar.gz", "w:gz") as tar:
+        for p in traces:
+            if "cycle0" in p.name:
+                tar.add(p, arcname=str(p.relative_to(work)))
+
+    infos = {}
+    if js.exists():
+        infos = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+    # AlexNet kernel tables (rank 0), top rows
+    for info in infos.values():
+        md = info.get("artifacts", {}).get("kernels_rank0_md")
+        if md and Path(md).exists():
+            text = Path(md).read_text().splitlines()
+            print("\n".join(ln[:160] for ln in text[:10]), flush=True)
+    skipped = (
+        [ln.strip() for ln in log.read_text().splitlines() if ln.startswith("SKIPPED")]
+        if log.exists()
+        else []
+    )
+    crash = _kill_rank_mid_run(out)
+    print("\n".join(crash), flush=True)
+
+    rows = []
+    for bid, info in infos.items():
+        v, x = info.get("values", {}), info.get("extra", {})
+        t = info.get("timing") or {}
+        med = (t.get("summary_ms") or {}).get("median")
+        sub = x.get("subtraction") or {}
+        rows.append(
+            [
+                bid.replace("-cuda", ""),
+                _num(med),
+                _num(v.get("epoch_time"), ".3f"),
+                _num(v.get("throughput"), ".0f"),
+                _num(v.get("speedup"), ".3f"),
+                _num(v.get("weak_speedup"), ".3f"),
+                _pct(v.get("efficiency")),
+                _pct(v.get("comm_fraction")),
+                _pct(v.get("exposed_comm_fraction")),
+                _pct(v.get("subtraction_comm_fraction")),
+                _num(v.get("busbw"), ".0f"),
+                _pct(v.get("busbw_utilization")),
+                _pct(sub.get("busbw_utilization")),
+            ]
+        )
+    table = render(
+        [
+            "case",
+            "step ms",
+            "epoch s",
+            "img/s",
+            "T1/TN",
+            "N t1/tN",
+            "eff",
+            "comm",
+            "exposed",
+            "sub comm",
+            "ref busbw",
+            "util tr",
+            "util sub",
+        ],
+        rows,
+        f"distributed seed on {torch.cuda.device_count()} x {_device_name()}; pytest exit {rc}, "
+        f"{wall:.0f} s; comm/exposed from traces (slowest-exposed rank), sub = seed subtraction; "
+        "ref busbw: all-reduce of the gradient bytes, GB/s",
+    )
+    text = table + "\n" + "\n".join(s[:200] for s in skipped) + "\n" + crash[-1] + "\n"
+    (out / "distributed_table.txt").write_text(text)
+    shutil.rmtree(work, ignore_errors=True)
+    print("\n" + text)
+
+
 def _device_name() -> str:
     import torch
 
@@ -1046,6 +1243,7 @@ def main() -> None:
         "layer_fit": layer_fit,
         "layer_fit-split": layer_fit_split,
         "amp": amp,
+        "distributed": distributed,
     }
     parser.add_argument("check", choices=sorted(checks), nargs="+")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))

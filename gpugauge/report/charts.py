@@ -8,7 +8,7 @@ appending a class here; nothing else in the report changes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import matplotlib
 
@@ -185,7 +185,7 @@ class Frontier:
             sim = " simulated" if "simulated" in s["backend"] else ""
             key = f"{s['mode']} {s['budget']}{' emulated' if s['emulated'] else ''}{sim}"
             series.setdefault(f"{key} ({s['device_class']})", []).append(s)
-        fig, ax = plt.subplots(figsize=(8, 5))
+        _fig, ax = plt.subplots(figsize=(8, 5))
         for i, (label, rows) in enumerate(sorted(series.items())):
             rows.sort(key=lambda r: r["fc"])
             color = f"C{i % 10}"
@@ -206,8 +206,121 @@ class Frontier:
         ax.set_yscale("log")
         ax.set_title(self.title, fontsize=10)
         ax.legend(fontsize=6)
+
+
+def _distributed(data: ReportData) -> list[Any]:
+    """The current run's distributed results (with their spec parameters)."""
+    return [
+        m
+        for m in data.current.measurements
+        if m.spec.family == "distributed" and m.timing is not None
+    ]
+
+
+def _param(m: Any, key: str) -> Any:
+    return m.spec.as_dict().get(key)
+
+
+class ScalingCurves:
+    """Throughput against GPUs (one line per model, mode and batch), efficiency against batch."""
+
+    name = "scaling"
+    title = "Distributed scaling: throughput vs GPUs, weak-scaling efficiency vs per-GPU batch"
+
+    def applies(self, data: ReportData) -> bool:
+        """Needs distributed results."""
+        return bool(_distributed(data))
+
+    def draw(self, data: ReportData) -> Figure:
+        """Left: images/s against GPUs; right: efficiency t(1)/t(N) against batch (log x)."""
+        ms = _distributed(data)
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+        lines: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+        for m in ms:
+            tput = m.value("throughput")
+            if tput is None:
+                continue
+            model, mode, batch = _param(m, "model"), _param(m, "mode"), _param(m, "batch")
+            modes = ["dp", "ddp"] if mode == "single" else [mode]
+            for md in modes:  # the one-GPU point starts every mode's line
+                lines.setdefault((model, md, batch), []).append((_param(m, "gpus"), tput))
+        for (model, mode, batch), pts in sorted(lines.items()):
+            if len(pts) < 2:
+                continue
+            pts.sort()
+            left.plot(*zip(*pts, strict=True), marker="o", ms=3, label=f"{model} {mode} b{batch}")
+        left.set_xlabel("GPUs (CPU: processes)")
+        left.set_ylabel("images / s")
+        left.set_title("throughput", fontsize=9)
+        eff: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+        for m in ms:
+            e = m.value("efficiency")
+            if e is not None:
+                key = (_param(m, "model"), _param(m, "mode"), _param(m, "gpus"))
+                eff.setdefault(key, []).append((_param(m, "batch"), e))
+        for (model, mode, gpus), pts in sorted(eff.items()):
+            pts.sort()
+            right.plot(*zip(*pts, strict=True), marker="o", ms=3, label=f"{model} {mode} x{gpus}")
+        right.axhline(1, color="black", lw=0.8)
+        right.axhline(0.8, color="grey", lw=0.6, ls="--")
+        right.set_xscale("log", base=2)
+        right.set_xlabel("batch per GPU")
+        right.set_ylabel("efficiency t(1)/t(N)")
+        right.set_title("weak-scaling efficiency (dashed: 80%)", fontsize=9)
+        for ax in (left, right):
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6)
+        fig.suptitle(self.title, fontsize=10)
         fig.tight_layout()
         return fig
 
 
-CHARTS: list[Chart] = [RatioBars(), History(), Roofline(), Frontier()]
+class CommBars:
+    """Per multi-GPU result: a step split into no-communication, overlapped and exposed time."""
+
+    name = "comm"
+    title = "Distributed step: compute and communication (profiler traces; x: seed's subtraction)"
+
+    def applies(self, data: ReportData) -> bool:
+        """Needs multi-GPU distributed results with a trace split."""
+        return any(self._split(m) for m in _distributed(data))
+
+    @staticmethod
+    def _split(m: Any) -> dict[str, float] | None:
+        s = m.extra.get("trace_split")
+        return s if s and (_param(m, "gpus") or 1) > 1 else None
+
+    def draw(self, data: ReportData) -> Figure:
+        """Stacked horizontal bars, ms per step; the subtraction estimate as a marker."""
+        rows = [(m, self._split(m)) for m in _distributed(data) if self._split(m)]
+        fig, ax = plt.subplots(figsize=(9, 0.34 * len(rows) + 1.6))
+        parts = [("no communication", "#7f8c8d"), ("overlapped comm", "#5dade2")]
+        parts.append(("exposed comm", "#c0392b"))
+        for i, (m, s) in enumerate(rows):
+            widths = [s["step_ms"] - s["comm_ms"], s["overlapped_ms"], s["exposed_ms"]]
+            left = 0.0
+            for (label, color), w in zip(parts, widths, strict=True):
+                ax.barh(i, w, left=left, color=color, height=0.7, label=label if i == 0 else None)
+                left += w
+            sub = m.extra.get("subtraction")
+            steps = m.extra.get("steps_per_epoch")
+            if sub and steps:
+                ax.plot(
+                    sub["comm_s"] / steps * 1e3, i, "kx", label="subtraction" if i == 0 else None
+                )
+        ax.set_yticks(range(len(rows)), [m.id for m, _ in rows], fontsize=7)
+        ax.set_xlabel("ms per step (traced device timeline)")
+        ax.set_title(self.title, fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
+
+
+CHARTS: list[Chart] = [
+    RatioBars(),
+    History(),
+    Roofline(),
+    Frontier(),
+    ScalingCurves(),
+    CommBars(),
+]

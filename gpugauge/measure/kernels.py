@@ -1,0 +1,395 @@
+"""Profiler traces read back: nvprof-style kernel tables and the compute/communication split.
+
+Both work on a Chrome trace written by ``torch.profiler`` (``export_chrome_trace``), parsed
+into :class:`Activity` records (times in microseconds, as the trace stores them).
+
+- :func:`kernel_table`: the seeds' nvprof "GPU activities" summary (seeds 000, 001): per
+  kernel or copy name, Time% of all GPU activity, total, calls, avg, min, max. On a CPU
+  trace (no device activity) the rows are CPU operators by self time instead.
+- :func:`comm_split`: interval arithmetic on the device timeline. Communication is every
+  NCCL kernel (and peer-to-peer copy); compute is every other kernel, copy and memset
+  (host-to-device copies count as compute, as in seed 002). ``exposed`` is the part of
+  the communication's time during which no compute runs on any device of the process: the
+  time communication adds to a step. On a CPU trace communication is gloo's
+  ``gloo:*`` spans on its worker threads and compute every CPU operator elsewhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+Interval = tuple[float, float]
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read as a profiler trace; the message names it."""
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One span of a trace: a GPU kernel, copy or memset, or a CPU operator (µs)."""
+
+    name: str
+    cat: str  # "kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "user_annotation"
+    start_us: float
+    dur_us: float
+    device: int | None = None
+    thread: int = 0
+
+    @property
+    def end_us(self) -> float:
+        """Start plus duration, µs."""
+        return self.start_us + self.dur_us
+
+    @property
+    def on_device(self) -> bool:
+        """A GPU activity (kernel, copy, memset)."""
+        return self.cat in DEVICE_CATS
+
+    @property
+    def is_comm(self) -> bool:
+        """Communication: an NCCL kernel, a peer-to-peer copy, or a gloo collective span."""
+        if self.cat == "kernel":
+            return "nccl" in self.name.lower()
+        if self.cat == "gpu_memcpy":
+            return "PtoP" in self.name
+        return self.cat == "user_annotation" and self.name.startswith("gloo:")
+
+
+def read_trace(path: Path) -> list[Activity]:
+    """Every complete span ("ph": "X") of a Chrome trace (plain or ``.gz``)."""
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        data = json.loads(raw)
+        events = data["traceEvents"] if isinstance(data, dict) else data
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise TraceError(f"{path}: not a readable profiler trace ({err})") from None
+    return parse_events(events)
+
+
+def parse_events(events: Iterable[dict[str, Any]]) -> list[Activity]:
+    """Activities from Chrome trace events; other phases and categories are dropped."""
+    out = []
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        cat = str(e.get("cat", ""))
+        if cat not in (*DEVICE_CATS, "cpu_op", "user_annotation"):
+            continue
+        args = e.get("args") or {}
+        device = args.get("device") if cat in DEVICE_CATS else None
+        out.append(
+            Activity(
+                name=str(e["name"]),
+                cat=cat,
+                start_us=float(e["ts"]),
+                dur_us=float(e["dur"]),
+                device=None if device is None else int(device),
+                thread=int(e.get("tid", 0)) if str(e.get("tid", 0)).isdigit() else 0,
+            )
+        )
+    return out
+
+
+# --- interval arithmetic -------------------------------------------------------------
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint intervals covering exactly what the given ones cover."""
+    merged: list[Interval] = []
+    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def length(intervals: Iterable[Interval]) -> float:
+    """Total length of the union."""
+    return sum(e - s for s, e in union(intervals))
+
+
+def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
+    """The parts of ``a`` covered by no interval of ``b``."""
+    out: list[Interval] = []
+    cut = union(b)
+    for s, e in union(a):
+        cur = s
+        for bs, be in cut:
+            if be <= cur:
+                continue
+            if bs >= e:
+                break
+            if bs > cur:
+                out.append((cur, bs))
+            cur = max(cur, be)
+            if cur >= e:
+                break
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+# --- compute / communication ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommSplit:
+    """One traced window: compute, communication and its exposed part, ms per step.
+
+    ``comm_ms`` is the union of communication spans, ``comm_kernel_ms`` their summed
+    durations (nvprof's "NCCL kernel time"; above ``comm_ms`` only where they overlap each
+    other). ``exposed_ms`` is communication during which nothing computes. ``step_ms``:
+    the device timeline from the first to the last activity, per step (CPU: the
+    ``ProfilerStep`` spans). An NCCL kernel's time includes waiting for its peers.
+    """
+
+    steps: int
+    step_ms: float
+    compute_ms: float
+    comm_ms: float
+    comm_kernel_ms: float
+    exposed_ms: float
+    timeline: str  # "device" or "cpu"
+
+    @property
+    def comm_fraction(self) -> float:
+        """Communication time per step / step time."""
+        return self.comm_ms / self.step_ms if self.step_ms else 0.0
+
+    @property
+    def exposed_fraction(self) -> float:
+        """Exposed communication per step / step time."""
+        return self.exposed_ms / self.step_ms if self.step_ms else 0.0
+
+    @property
+    def overlapped_ms(self) -> float:
+        """Communication hidden under compute, ms per step."""
+        return self.comm_ms - self.exposed_ms
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON (ms per step, fractions of the step)."""
+        return {
+            "steps": self.steps,
+            "step_ms": self.step_ms,
+            "compute_ms": self.compute_ms,
+            "comm_ms": self.comm_ms,
+            "comm_kernel_ms": self.comm_kernel_ms,
+            "exposed_ms": self.exposed_ms,
+            "overlapped_ms": self.overlapped_ms,
+            "comm_fraction": self.comm_fraction,
+            "exposed_fraction": self.exposed_fraction,
+            "timeline": self.timeline,
+        }
+
+
+def comm_split(activities: Sequence[Activity], steps: int) -> CommSplit:
+    """Split a traced window of ``steps`` steps into compute and communication."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    device = [a for a in activities if a.on_device]
+    if device:
+        comm = [a for a in device if a.is_comm]
+        compute = [a for a in device if not a.is_comm]
+        span = max(a.end_us for a in device) - min(a.start_us for a in device)
+        timeline = "device"
+    else:
+        comm = [a for a in activities if a.is_comm]
+        comm_threads = {a.thread for a in comm}
+        compute = [
+            a
+            for a in activities
+            if a.cat == "cpu_op"
+            and a.thread not in comm_threads
+            and not a.name.startswith("c10d::")
+        ]
+        span = sum(a.dur_us for a in activities if a.name.startswith("ProfilerStep#"))
+        timeline = "cpu"
+    iv = lambda xs: [(a.start_us, a.end_us) for a in xs]  # noqa: E731
+    per = 1e3 * steps  # µs in the window -> ms per step
+    return CommSplit(
+        steps=steps,
+        step_ms=span / per,
+        compute_ms=length(iv(compute)) / per,
+        comm_ms=length(iv(comm)) / per,
+        comm_kernel_ms=sum(a.dur_us for a in comm) / per,
+        exposed_ms=sum(e - s for s, e in subtract(iv(comm), iv(compute))) / per,
+        timeline=timeline,
+    )
+
+
+# --- kernel tables -------------------------------------------------------------------
+
+
+def nvprof_name(a: Activity) -> str:
+    """The nvprof name of a copy or memset ('[CUDA memcpy HtoD]'); a kernel keeps its own."""
+    if a.cat == "gpu_memcpy":
+        m = re.match(r"Memcpy (\w+)", a.name)
+        return f"[CUDA memcpy {m.group(1) if m else a.name}]"
+    if a.cat == "gpu_memset":
+        return "[CUDA memset]"
+    return a.name
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """Every call of one kernel (or copy, or CPU operator) in a traced window, µs."""
+
+    name: str
+    kind: str  # "kernel", "memcpy", "memset", "cpu_op"
+    calls: int
+    total_us: float
+    min_us: float
+    max_us: float
+
+    @property
+    def avg_us(self) -> float:
+        """Mean time of one call, µs."""
+        return self.total_us / self.calls
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """An nvprof-style summary: the top rows of a window, and the window's total time.
+
+    ``total_us`` is all GPU activity of the window (every kernel, copy and memset, also
+    those not listed), which Time% is a share of, as in nvprof; on a CPU trace it is all
+    operators' self time.
+    """
+
+    rows: tuple[KernelRow, ...]
+    total_us: float
+    activity: str  # "GPU activities" or "CPU operators (self time)"
+    listed_of: int  # how many distinct names the window had
+
+    def percent(self, row: KernelRow) -> float:
+        """Time% of the row."""
+        return 100.0 * row.total_us / self.total_us if self.total_us else 0.0
+
+    HEADERS = ("Type", "Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name")
+
+    def cells(self) -> list[list[str]]:
+        """Rows as nvprof prints them: times with units, Time% with two decimals."""
+        return [
+            [
+                self.activity if i == 0 else "",
+                f"{self.percent(r):.2f}%",
+                fmt_us(r.total_us),
+                str(r.calls),
+                fmt_us(r.avg_us),
+                fmt_us(r.min_us),
+                fmt_us(r.max_us),
+                r.name,
+            ]
+            for i, r in enumerate(self.rows)
+        ]
+
+    def to_csv(self) -> str:
+        """Machine-readable: one row per name, times in µs, Time% unrounded."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["type", "time_pct", "total_us", "calls", "avg_us", "min_us", "max_us", "name"])
+        for r in self.rows:
+            w.writerow(
+                [
+                    r.kind,
+                    f"{self.percent(r):.4f}",
+                    f"{r.total_us:.3f}",
+                    r.calls,
+                    f"{r.avg_us:.3f}",
+                    f"{r.min_us:.3f}",
+                    f"{r.max_us:.3f}",
+                    r.name,
+                ]
+            )
+        return buf.getvalue()
+
+    def to_markdown(self, title: str = "") -> str:
+        """A Markdown table like the seeds' nvprof output (names shortened to 100 chars)."""
+        head = f"{title}\n\n" if title else ""
+        lines = ["| " + " | ".join(self.HEADERS) + " |", "|" + "---|" * len(self.HEADERS)]
+        for c in self.cells():
+            c[-1] = "`" + (c[-1] if len(c[-1]) <= 100 else c[-1][:97] + "...") + "`"
+            lines.append("| " + " | ".join(x.replace("|", "\\|") for x in c) + " |")
+        shown = sum(r.total_us for r in self.rows)
+        foot = (
+            f"\n\n{len(self.rows)} of {self.listed_of} names, "
+            f"{100 * shown / self.total_us if self.total_us else 0:.1f}% of "
+            f"{fmt_us(self.total_us)} total {self.activity.lower()}."
+        )
+        return head + "\n".join(lines) + foot + "\n"
+
+
+def fmt_us(us: float) -> str:
+    """A time in nvprof's format: 992ns, 180.94us, 1.7844ms, 2.3513s."""
+    if us < 1:
+        return f"{us * 1e3:.0f}ns"
+    if us < 1e3:
+        return f"{us:.2f}us"
+    if us < 1e6:
+        return f"{us / 1e3:.4f}ms"
+    return f"{us / 1e6:.4f}s"
+
+
+def self_times(activities: Sequence[Activity]) -> list[tuple[Activity, float]]:
+    """Each CPU operator with its self time (its span less its children's), µs."""
+    out: list[tuple[Activity, float]] = []
+    by_thread: dict[int, list[Activity]] = {}
+    for a in activities:
+        if a.cat == "cpu_op":
+            by_thread.setdefault(a.thread, []).append(a)
+    for ops in by_thread.values():
+        ops.sort(key=lambda a: (a.start_us, -a.dur_us))
+        stack: list[list[Any]] = []  # [activity, children's time]
+        for a in ops:
+            while stack and stack[-1][0].end_us <= a.start_us:
+                done, kids = stack.pop()
+                out.append((done, max(done.dur_us - kids, 0.0)))
+            if stack:
+                stack[-1][1] += a.dur_us
+            stack.append([a, 0.0])
+        out += [(done, max(done.dur_us - kids, 0.0)) for done, kids in reversed(stack)]
+    return out
+
+
+def kernel_table(activities: Sequence[Activity], top: int = 15) -> KernelTable:
+    """The ``top`` names by total time; every copy row is listed even outside the top.
+
+    GPU activity when the trace has any, else CPU operators by self time.
+    """
+    device = [a for a in activities if a.on_device]
+    rows: dict[str, list[float]] = {}
+    kinds: dict[str, str] = {}
+    if device:
+        timed = [(a, a.dur_us) for a in device]
+        activity = "GPU activities"
+    else:
+        timed = self_times(activities)
+        activity = "CPU operators (self time)"
+    for a, us in timed:
+        name = nvprof_name(a)
+        rows.setdefault(name, []).append(us)
+        kinds[name] = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}.get(
+            a.cat, "cpu_op"
+        )
+    all_rows = [
+        KernelRow(n, kinds[n], len(ts), sum(ts), min(ts), max(ts)) for n, ts in rows.items()
+    ]
+    all_rows.sort(key=lambda r: -r.total_us)
+    chosen = all_rows[:top] + [r for r in all_rows[top:] if r.kind == "memcpy"]
+    return KernelTable(
+        rows=tuple(chosen),
+        total_us=sum(r.total_us for r in all_rows),
+        activity=activity,
+        listed_of=len(all_rows),
+    )

@@ -1,0 +1,408 @@
+"""The distributed family: trace arithmetic, kernel tables, cases, scaling maths, and the
+gloo two-process path end to end (a killed rank too)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gpugauge.launch.torchrun import LaunchError
+from gpugauge.launch.worker import RankContext
+from gpugauge.measure import kernels as k
+from gpugauge.measure.timing import Timing
+from gpugauge.workloads import distributed as d
+
+from .test_launch import _processes_mentioning
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ev(name: str, cat: str, ts: float, dur: float, tid: int = 1, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "tid": tid, "args": args}
+
+
+# --- interval arithmetic and the split ----------------------------------------------------
+
+
+def test_union_subtract_and_length() -> None:
+    assert k.union([(5, 7), (0, 2), (1, 3), (9, 9)]) == [(0, 3), (5, 7)]
+    assert k.length([(0, 2), (1, 3), (5, 7)]) == 5
+    assert k.subtract([(0, 10)], [(2, 3), (5, 12)]) == [(0, 2), (3, 5)]
+    assert k.subtract([(0, 4), (6, 8)], []) == [(0, 4), (6, 8)]
+    assert k.subtract([(0, 4)], [(-1, 5)]) == []
+
+
+def test_device_split_counts_only_comm_that_no_compute_overlaps() -> None:
+    acts = k.parse_events(
+        [
+            _ev("volta_sgemm", "kernel", 0, 10, device=0),
+            _ev("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 12, 8, device=0),
+            _ev("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", 8, 7, device=0),
+            _ev("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", 30, 10, device=0),
+            _ev("aten::mm", "cpu_op", 0, 50),
+            {"ph": "M", "name": "process_name"},
+        ]
+    )
+    s = k.comm_split(acts, steps=2)
+    assert s.timeline == "device"
+    assert s.step_ms == pytest.approx(40 / 2 / 1e3)  # first to last device activity
+    assert s.comm_ms == pytest.approx(17 / 2 / 1e3)
+    assert s.exposed_ms == pytest.approx((2 + 10) / 2 / 1e3)  # 10..12 and 30..40
+    assert s.compute_ms == pytest.approx(18 / 2 / 1e3)  # the H2D copy counts as compute
+    assert s.overlapped_ms == pytest.approx(5 / 2 / 1e3)
+    assert s.exposed_fraction == pytest.approx(12 / 40)
+
+
+def test_cpu_split_uses_gloo_spans_and_other_threads_ops() -> None:
+    acts = k.parse_events(
+        [
+            _ev("ProfilerStep#3", "user_annotation", 0, 100, tid=1),
+            _ev("aten::convolution", "cpu_op", 0, 60, tid=1),
+            _ev("c10d::allreduce_", "cpu_op", 60, 1, tid=1),
+            _ev("gloo:all_reduce", "user_annotation", 40, 50, tid=9),
+            _ev("aten::copy_", "cpu_op", 40, 50, tid=9),  # gloo's thread: not compute
+        ]
+    )
+    s = k.comm_split(acts, steps=1)
+    assert s.timeline == "cpu"
+    assert (s.step_ms, s.comm_ms, s.exposed_ms) == pytest.approx((0.1, 0.05, 0.03))
+    with pytest.raises(ValueError, match="steps"):
+        k.comm_split(acts, steps=0)
+
+
+# --- kernel tables ------------------------------------------------------------------------
+
+
+def _gpu_window() -> list[k.Activity]:
+    events = [_ev("sgemm_128x64_nt", "kernel", i * 10, 4 + i, device=0) for i in range(3)]
+    events += [_ev(f"small_kernel_{i}", "kernel", 100 + i, 0.5, device=0) for i in range(4)]
+    events += [_ev("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 200, 0.25, device=0)]
+    events += [_ev("Memset (Device)", "gpu_memset", 210, 0.5, device=0)]
+    return k.parse_events(events)
+
+
+def test_kernel_table_rows_like_nvprof() -> None:
+    table = k.kernel_table(_gpu_window(), top=2)
+    names = [r.name for r in table.rows]
+    # the top two by total time (ties keep trace order), then every copy outside the top
+    assert names == ["sgemm_128x64_nt", "small_kernel_0", "[CUDA memcpy HtoD]"]
+    gemm = table.rows[0]
+    assert (gemm.calls, gemm.total_us, gemm.min_us, gemm.max_us) == (3, 15, 4, 6)
+    assert gemm.avg_us == 5
+    assert table.total_us == pytest.approx(15 + 2 + 0.25 + 0.5)
+    assert table.percent(gemm) == pytest.approx(100 * 15 / 17.75)
+    assert "[CUDA memcpy HtoD]" in names
+    assert table.listed_of == 7
+    rows = list(csv.DictReader(io.StringIO(table.to_csv())))
+    assert rows[0]["name"] == "sgemm_128x64_nt"
+    assert rows[0]["calls"] == "3"
+    assert float(rows[0]["time_pct"]) == pytest.approx(84.507, abs=1e-3)
+    md = table.to_markdown("AlexNet b8")
+    assert "| Type | Time(%) | Time | Calls | Avg | Min | Max | Name |" in md
+    assert "| GPU activities | 84.51% | 15.00us | 3 | 5.00us | 4.00us | 6.00us |" in md
+    assert "of 7 names, " in md
+
+
+def test_cpu_table_uses_self_time() -> None:
+    acts = k.parse_events(
+        [
+            _ev("aten::linear", "cpu_op", 0, 10),
+            _ev("aten::addmm", "cpu_op", 1, 6),
+            _ev("aten::copy_", "cpu_op", 2, 1),
+            _ev("aten::relu", "cpu_op", 12, 2),
+        ]
+    )
+    table = k.kernel_table(acts)
+    got = {r.name: r.total_us for r in table.rows}
+    assert got == {"aten::linear": 4, "aten::addmm": 5, "aten::copy_": 1, "aten::relu": 2}
+    assert table.activity.startswith("CPU operators")
+
+
+def test_times_print_in_nvprof_units() -> None:
+    assert [k.fmt_us(x) for x in (0.992, 180.94, 1784.4, 2.3513e6)] == [
+        "992ns",
+        "180.94us",
+        "1.7844ms",
+        "2.3513s",
+    ]
+
+
+def test_read_trace_plain_gz_and_garbage(tmp_path: Path) -> None:
+    events = {"traceEvents": [_ev("ncclKernel_AllReduce", "kernel", 0, 3, device=1)]}
+    (tmp_path / "t.json.gz").write_bytes(gzip.compress(json.dumps(events).encode()))
+    [a] = k.read_trace(tmp_path / "t.json.gz")
+    assert (a.is_comm, a.device, a.end_us) == (True, 1, 3)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(k.TraceError, match=r"bad\.json"):
+        k.read_trace(tmp_path / "bad.json")
+
+
+# --- cases --------------------------------------------------------------------------------
+
+
+def test_seed_cases_have_the_seeds_shapes() -> None:
+    seed = d.cases("seed")
+    ids = [c.id for c in seed]
+    assert len(ids) == len(set(ids))
+    vgg = [c for c in seed if c.model == "vgg16" and c.device == "cuda"]
+    assert {(c.mode, c.gpus) for c in vgg} == {("single", 1), ("ddp", 2)}
+    assert {(c.images, c.batch, c.image, c.classes, c.epochs) for c in vgg} == {
+        (8192, 64, 224, 1000, 1)
+    }
+    assert [c.steps_per_epoch for c in vgg] == [128, 64]
+    assert all(c.schedule == (1, 2, 5, 2) for c in vgg)
+    res = [c for c in seed if c.model == "resnet18" and c.device == "cuda"]
+    assert {c.batch for c in res} == {32, 128, 512, 2048, 8192}
+    assert {(c.mode, c.gpus) for c in res} == {("single", 1), ("dp", 2), ("ddp", 2)}
+    assert {(c.images, c.epochs, c.classes, c.workers) for c in res} == {(50_000, 2, 10, 2)}
+    alex = [c for c in seed if c.model == "alexnet" and c.device == "cuda"]
+    assert {(c.batch, c.gpus) for c in alex} == {(b, g) for b in (8, 16, 32, 128) for g in (1, 2)}
+    assert {c.gpus for c in d.cases("full") if c.device == "cuda"} == {1, 2, 4}
+    # every multi-GPU case comes after the one-GPU case that scales it
+    for p in ("smoke", "seed", "full"):
+        order = [c.id for c in d.cases(p)]
+        for c in d.cases(p):
+            if c.gpus > 1:
+                assert order.index(c.reference().id) < order.index(c.id), c.id
+    cpu = [c for c in d.cases("smoke") if c.device == "cpu"]
+    assert {c.gpus for c in cpu} == {1, 2}
+    assert all(c.mode != "dp" for c in cpu)
+
+
+def test_case_geometry_and_validation() -> None:
+    c = d.DistCase("resnet18", "ddp", 2, 128, 32, 10, 50_000, 2, "cuda", "seed")
+    assert c.id == "resnet18-ddp-2gpu-b128-32px-cuda"
+    assert (c.ranks, c.devices, c.steps_per_epoch) == (2, ("cuda:0", "cuda:1"), 196)
+    dp = d.DistCase("resnet18", "dp", 2, 128, 32, 10, 50_000, 2, "cuda", "seed")
+    assert (dp.ranks, dp.steps_per_epoch, dp.profiled_steps) == (1, 196, 16)
+    assert d.DistCase.from_dict(json.loads(json.dumps(c.as_dict()))) == c
+    assert c.reference().id == "resnet18-single-1gpu-b128-32px-cuda"
+    with pytest.raises(ValueError, match="single is 1 GPU"):
+        d.DistCase("resnet18", "single", 2, 8, 32, 10, 64, 2, "cuda", "seed")
+    with pytest.raises(ValueError, match="DataParallel on the CPU"):
+        d.DistCase("resnet18", "dp", 2, 8, 32, 10, 64, 2, "cpu", "seed")
+
+
+def test_cifar_data_goes_through_the_seed_transforms() -> None:
+    case = d.DistCase("resnet18", "ddp", 2, 2, 32, 10, 8, 2, "cpu", "smoke", workers=0)
+    halves = [d.cifar_epochs(case, RankContext(r, r, 2, "cpu", "gloo"), pin=False) for r in (0, 1)]
+    (x0, y0), (x1, _) = halves[0][0], halves[1][0]
+    assert x0.shape == (4, 3, 32, 32)
+    assert y0.dtype == torch.int64
+    assert x0.min() < -1.5
+    assert x0.max() > 1.5
+    assert not torch.equal(halves[0][0][0], halves[0][1][0])  # a new order each epoch
+    assert not torch.equal(x0, x1)  # the two ranks hold different halves
+    step = d.batches_of(case, halves[0], None)
+    assert torch.equal(step(0)[0], x0[:2])
+    assert torch.equal(step(2)[0], halves[0][1][0][:2])
+
+
+# --- series and results -------------------------------------------------------------------
+
+
+def _timing(ms: list[float]) -> dict[str, Any]:
+    return Timing(tuple(ms), tuple(ms), "fake", 0, 0.0, "fixed", False).as_dict()
+
+
+def _rank(step_ms: list[float], *, comm: float = 0.0, allreduce_ms: float | None = None) -> dict:
+    split = k.CommSplit(1, 10.0, 9.0, comm, comm, comm / 2, "device").as_dict()
+    out = {"status": "ok", "timing": _timing(step_ms), "splits": [split, split]}
+    out |= {"grad_bytes": 4_000_000, "artifacts": {}, "kernel_rows": 0}
+    if allreduce_ms is not None:
+        out["allreduce"] = _timing([allreduce_ms] * 3)
+    return out
+
+
+def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
+    one = d.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
+    two = d.DistCase("alexnet", "ddp", 2, 8, 64, 10, 32, 1, "cpu", "smoke")
+    ref = d.CaseResult(one, (_rank([10.0] * 4),))
+    run = d.CaseResult(
+        two,
+        (_rank([11.0, 12.0], comm=2.0, allreduce_ms=1.0), _rank([12.5, 11.0], allreduce_ms=1.5)),
+    )
+    assert run.timing.device_ms == (12.5, 12.0)  # each step the slowest rank
+    m = d.to_measurement(run, ref)
+    v = m.values
+    assert v["epoch_time"] == pytest.approx(0.0245)
+    assert v["throughput"] == pytest.approx(32 / 0.0245)
+    assert v["speedup"] == pytest.approx(0.040 / 0.0245)  # T(1)/T(N), epochs
+    assert v["weak_speedup"] == pytest.approx(2 * 10 / 12.25)  # N t(1)/t(N), medians
+    assert v["efficiency"] == pytest.approx(10 / 12.25)
+    assert v["subtraction_comm_fraction"] == pytest.approx((0.0245 - 0.020) / 0.0245)
+    assert v["comm_fraction"] == pytest.approx(0.2)
+    assert v["exposed_comm_fraction"] == 0.1
+    # the reference all-reduce: 4 MB in 1.5 ms (slowest rank) -> busbw 4e6 * 2(1)/2 / 1.5e-3
+    assert v["busbw"] == pytest.approx(4e6 / 1.5e-3 / 1e9)
+    assert v["busbw_utilization"] == pytest.approx(1.5 / 2.0)
+    assert m.extra["subtraction"]["busbw_utilization"] == pytest.approx(1.5 / 2.25)
+    assert m.device_class.startswith("2x-cpu")
+    alone = d.to_measurement(run, None)
+    assert "speedup" not in alone.values
+    assert "no one-GPU result" in alone.extra["scaling"]
+
+
+def test_a_sweep_stops_at_its_first_out_of_memory() -> None:
+    members = [
+        d.DistCase("resnet18", "ddp", 2, b, 32, 10, 50_000, 2, "cuda", "seed")
+        for b in (512, 2048, 8192)
+    ]
+    stop = "per-GPU batch 2048 ran out of memory in ... the sweep stopped there"
+    per_rank = [
+        {
+            "cases": {
+                members[0].id: _rank([1.0]),
+                members[1].id: {"status": "oom", "error": "CUDA out of memory"}
+                if r == 1
+                else {"status": "oom", "error": "another rank ran out of memory"},
+                members[2].id: {"status": "skipped", "reason": stop},
+            }
+        }
+        for r in (0, 1)
+    ]
+    got = d.read_series(members, per_rank)
+    assert got[members[0].id].skipped is None
+    assert got[members[1].id].skipped.startswith("out of memory at per-GPU batch 2048 on rank 0")
+    assert got[members[2].id].skipped == stop
+
+
+def test_run_series_skips_every_case_after_an_oom(monkeypatch: pytest.MonkeyPatch) -> None:
+    members = [
+        d.DistCase("alexnet", "single", 1, b, 16, 10, 4 * b, 1, "cpu", "smoke") for b in (1, 2, 4)
+    ]
+    ran = []
+
+    def fake(case: d.DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[str, Any]:
+        ran.append(case.batch)
+        return {"status": "oom", "error": "boom"} if case.batch == 2 else {"status": "ok"}
+
+    monkeypatch.setattr(d, "run_case", fake)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # leave this process's threads
+    out = d.run_series(
+        {"cases": [c.as_dict() for c in members], "out": "/nonexistent"},
+        RankContext(0, 0, 1, "cpu", "gloo"),
+    )["extra"]["cases"]
+    assert ran == [1, 2]
+    assert out[members[2].id]["status"] == "skipped"
+    assert "per-GPU batch 2 ran out of memory" in out[members[2].id]["reason"]
+
+
+# --- the gloo path, end to end --------------------------------------------------------------
+
+
+def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> None:
+    saved = tmp_path / "run.json"
+    art = tmp_path / "art"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "benches/test_distributed.py",
+            "-k",
+            "resnet18 and cpu",
+            "--profile",
+            "smoke",
+            f"--benchmark-json={saved}",
+            f"--artifacts-dir={art}",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    benches = {b["param"]: b["extra_info"] for b in json.loads(saved.read_text())["benchmarks"]}
+    assert set(benches) == {"resnet18-single-1proc-b2-32px-cpu", "resnet18-ddp-2proc-b2-32px-cpu"}
+    ddp = benches["resnet18-ddp-2proc-b2-32px-cpu"]
+    assert ddp["device_class"].startswith("2x-cpu")
+    assert "each round the slowest of 2 ranks" in ddp["timing"]["stop_reason"]
+    assert len(ddp["timing"]["device_ms"]) == 2  # the second epoch: 4 images per rank, batch 2
+    for name in ("speedup", "weak_speedup", "efficiency", "comm_fraction", "busbw"):
+        assert name in ddp["values"], name
+    assert ddp["extra"]["trace_split"]["timeline"] == "cpu"
+    assert ddp["extra"]["trace_split"]["comm_ms"] > 0  # gloo's all-reduce spans were seen
+    assert all(Path(p).exists() for p in ddp["artifacts"].values())
+    assert not _processes_mentioning(str(art))
+
+
+def _rank_pid(folder: Path, rank: int, timeout_s: float = 120) -> int:
+    """The pid of the worker of ``rank`` launched into ``folder``, once it runs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in _processes_mentioning(str(folder)):
+            pid = int(line.split(":")[0])
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"gpugauge.launch.worker" in Path(f"/proc/{pid}/cmdline").read_bytes() and (
+                f"RANK={rank}".encode() in env
+            ):
+                return pid
+        time.sleep(0.2)
+    raise AssertionError(f"rank {rank} of {folder} never started")
+
+
+def test_a_rank_killed_mid_run_fails_the_launch_naming_it(tmp_path: Path) -> None:
+    case = d.DistCase("resnet18", "ddp", 2, 2, 32, 10, 64, 2, "cpu", "smoke", workers=0)
+    caught: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            d.launch_series([case], tmp_path, note=lambda _: None, timeout_s=240)
+        except BaseException as err:
+            caught.append(err)
+
+    t = threading.Thread(target=run)
+    t.start()
+    pid = _rank_pid(d.series_dir(tmp_path, case), rank=1)
+    time.sleep(3.0)  # let it get into its steps
+    os.kill(pid, signal.SIGKILL)
+    t.join(timeout=240)
+    assert not t.is_alive()
+    [err] = caught
+    assert isinstance(err, LaunchError)
+    assert "rank 1 wrote no result" in str(err)
+    assert "Signal 9 (SIGKILL) received by PID" in str(err) or "exitcode: -9" in str(err)
+    left = _processes_mentioning(str(tmp_path))
+    print("processes left after the kill:", left or "none")
+    assert not left
+
+
+def test_report_draws_scaling_curves_and_comm_bars(tmp_path: Path) -> None:
+    from gpugauge.report.charts import CHARTS, CommBars, ScalingCurves
+    from gpugauge.report.document import ReportData
+    from gpugauge.results.runs import SavedRun
+
+    one = d.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
+    two = d.DistCase("alexnet", "ddp", 2, 8, 64, 10, 32, 1, "cpu", "smoke")
+    ref = d.CaseResult(one, (_rank([10.0] * 4),))
+    run = d.CaseResult(two, (_rank([12.0] * 2, comm=2.0, allreduce_ms=1.0),) * 2)
+    ms = [d.to_measurement(ref, None), d.to_measurement(run, ref)]
+    data = ReportData(SavedRun(tmp_path / "r.json", "now", ms), "-", [], [])
+    names = [c.name for c in CHARTS if c.applies(data)]
+    assert names == ["scaling", "comm"]
+    for chart in (ScalingCurves(), CommBars()):
+        fig = chart.draw(data)
+        assert fig.axes
+    empty = ReportData(SavedRun(tmp_path / "r.json", "now", ms[:1]), "-", [], [])
+    assert not CommBars().applies(empty)
