@@ -185,7 +185,7 @@ class Frontier:
             sim = " simulated" if "simulated" in s["backend"] else ""
             key = f"{s['mode']} {s['budget']}{' emulated' if s['emulated'] else ''}{sim}"
             series.setdefault(f"{key} ({s['device_class']})", []).append(s)
-        _fig, ax = plt.subplots(figsize=(8, 5))
+        fig, ax = plt.subplots(figsize=(8, 5))
         for i, (label, rows) in enumerate(sorted(series.items())):
             rows.sort(key=lambda r: r["fc"])
             color = f"C{i % 10}"
@@ -206,6 +206,8 @@ class Frontier:
         ax.set_yscale("log")
         ax.set_title(self.title, fontsize=10)
         ax.legend(fontsize=6)
+        fig.tight_layout()
+        return fig
 
 
 def _distributed(data: ReportData) -> list[Any]:
