@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpugauge.launch.torchrun import Launch, LaunchError, launch, slowest_rank_rounds
+from gpugauge.launch.torchrun import processes_mentioning as _processes_mentioning
 from gpugauge.measure.timing import Timing
 
 CALL = "tests.ranks_toy:run_rank"
@@ -44,21 +45,6 @@ def test_ddp(gauge, tmp_path_factory):
     gauge.record(Measurement(spec, timing=timing, extra={"rank_medians_ms": [
         r.timing.summary.median for r in ranks]}))
 """
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that mention ``text`` (the launch's own folder)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(f"{proc.name}: {cmdline[:120]}")
-    return found
 
 
 def test_two_gloo_ranks_record_one_result_of_the_slowest_rank(

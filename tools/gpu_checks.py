@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from dataclasses import replace  # noqa: E402
 
+from gpugauge.launch.torchrun import processes_mentioning  # noqa: E402
 from gpugauge.measure.timing import CudaEventClock, measure  # noqa: E402
 from gpugauge.options import PROFILE_POLICIES  # noqa: E402
 from gpugauge.report.tables import render  # noqa: E402
@@ -1021,21 +1022,6 @@ def amp(out: Path) -> None:
     print("\n" + tables)
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    """``pid: command line`` of live processes whose command line contains ``text``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(f"{proc.name}: {cmdline[:150]}")
-    return found
-
-
 def _kill_rank_mid_run(out: Path) -> list[str]:
     """Launch a 2-GPU DDP ResNet-18 series, SIGKILL rank 1 mid-run; report what happened."""
     import signal
@@ -1063,7 +1049,7 @@ def _kill_rank_mid_run(out: Path) -> list[str]:
     worker.start()
     pid = None
     while pid is None and time.monotonic() - t0 < 120:
-        for line in _processes_mentioning(str(folder)):
+        for line in processes_mentioning(str(folder)):
             p = int(line.split(":")[0])
             try:
                 env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
@@ -1078,7 +1064,7 @@ def _kill_rank_mid_run(out: Path) -> list[str]:
         return [f"rank 1 never started: {caught}"]
     time.sleep(25.0)  # well into its epochs (data loaded, steps running)
     lines.append(f"processes before the kill ({time.monotonic() - t0:.0f} s in):")
-    lines += [f"  {p}" for p in _processes_mentioning(str(folder))]
+    lines += [f"  {p}" for p in processes_mentioning(str(folder))]
     os.kill(pid, signal.SIGKILL)
     lines.append(f"SIGKILL sent to rank 1 (pid {pid})")
     worker.join()
@@ -1090,7 +1076,7 @@ def _kill_rank_mid_run(out: Path) -> list[str]:
         f"{type(err).__name__ if err else 'no error'}"
     )
     lines += [f"  {ln}" for ln in str(err).splitlines()[:40]]
-    left = _processes_mentioning(str(root))
+    left = processes_mentioning(str(root))
     lines.append(f"processes left after the launch: {left or 'none'}")
     lines.append(f"crash check: {'pass' if ok and not left else 'FAIL'}")
     (out / "distributed_crash.txt").write_text("\n".join(lines) + "\n")

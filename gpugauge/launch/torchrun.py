@@ -112,6 +112,25 @@ def _stop_group(pgid: int, grace_s: float = 5.0) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def processes_mentioning(text: str) -> list[str]:
+    """``pid: command line`` of live processes whose command line contains ``text``.
+
+    The proof that a launch left nothing behind: its workers' command lines name its
+    output folder (Linux ``/proc``).
+    """
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline[:150]}")
+    return found
+
+
 def _tail(path: Path, lines: int = 12) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
