@@ -15,20 +15,15 @@ import pytest
 import torch
 import torchvision
 
+from gpugauge.measure.kernels import TraceError, kernel_table, parse_events, read_trace
 from gpugauge.measure.profile import (
-    KERNEL_HEADERS,
     LoaderShare,
     OpRow,
     Schedule,
-    device_events,
     endless,
-    kernel_cells,
-    kernel_table,
-    load_trace,
     loader_share,
     op_table,
     profile_steps,
-    to_csv,
     to_markdown,
 )
 from gpugauge.measure.timing import HostClock, TimingPolicy
@@ -330,27 +325,41 @@ def test_op_tables_sort_and_drop_zero_rows() -> None:
 
 TRACE = {
     "traceEvents": [
-        {"ph": "X", "cat": "kernel", "name": "sgemm_128x64", "dur": 30.0},
-        {"ph": "X", "cat": "kernel", "name": "sgemm_128x64", "dur": 10.0},
-        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "dur": 60.0},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 500.0},
-        {"ph": "f", "cat": "kernel", "name": "flow"},
+        {"ph": "X", "cat": "kernel", "name": "sgemm_128x64", "ts": 0.0, "dur": 30.0},
+        {"ph": "X", "cat": "kernel", "name": "sgemm_128x64", "ts": 40.0, "dur": 10.0},
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pageable -> Device)",
+            "ts": 60.0,
+            "dur": 60.0,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 500.0},
+        {"ph": "f", "cat": "kernel", "name": "flow", "ts": 1.0},
     ]
 }
 
 
 def test_kernel_table_is_nvprof_like() -> None:
-    assert len(device_events(TRACE)) == 3
-    rows = kernel_table(TRACE)
-    assert [(r.name, r.calls, r.total_us, r.min_us, r.max_us) for r in rows] == [
-        ("Memcpy HtoD", 1, 60.0, 60.0, 60.0),
+    acts = parse_events(TRACE["traceEvents"])
+    assert sum(a.on_device for a in acts) == 3
+    table = kernel_table(acts, top=None)
+    assert table.on_device
+    assert [(r.name, r.calls, r.total_us, r.min_us, r.max_us) for r in table.rows] == [
+        ("[CUDA memcpy HtoD]", 1, 60.0, 60.0, 60.0),
         ("sgemm_128x64", 2, 40.0, 10.0, 30.0),
     ]
-    cells = kernel_cells(rows)
-    assert cells[1] == ["40.00", "0.0400", "2", "20.000", "10.000", "30.000", "sgemm_128x64"]
-    parsed = list(csv.reader(io.StringIO(to_csv(KERNEL_HEADERS, cells))))
-    assert parsed[0] == KERNEL_HEADERS
-    assert parsed[2][-1] == "sgemm_128x64"
+    assert table.rows[1].avg_us == 20.0
+    assert table.percent(table.rows[1]) == pytest.approx(40.0)  # of all device time
+    parsed = list(csv.DictReader(io.StringIO(table.to_csv())))
+    assert [r["name"] for r in parsed] == ["[CUDA memcpy HtoD]", "sgemm_128x64"]
+    assert parsed[1]["total_us"] == "40.000"
+    assert parsed[1]["avg_us"] == "20.000"
+    assert float(parsed[1]["time_pct"]) == pytest.approx(40.0)
+    md = table.head(1).to_markdown("amp")
+    assert "| GPU activities | 60.00% | 60.00us | 1 | 60.00us | 60.00us | 60.00us |" in md
+    assert "sgemm" not in md.split("\n\n")[1]
+    assert "1 of 2 names, 60.0% of 100.00us total gpu activities." in md
 
 
 def test_traces_load_plain_or_gzipped_and_others_are_refused(tmp_path: Path) -> None:
@@ -358,11 +367,11 @@ def test_traces_load_plain_or_gzipped_and_others_are_refused(tmp_path: Path) -> 
     plain.write_text(json.dumps(TRACE))
     zipped = tmp_path / "t.json.gz"
     zipped.write_bytes(gzip.compress(json.dumps(TRACE).encode()))
-    assert load_trace(plain) == load_trace(zipped) == TRACE
+    assert read_trace(plain) == read_trace(zipped) == parse_events(TRACE["traceEvents"])
     bad = tmp_path / "bad.json"
-    bad.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="not a Chrome trace"):
-        load_trace(bad)
+    bad.write_text('{"traceEvents": 3}')
+    with pytest.raises(TraceError, match="not a readable profiler trace"):
+        read_trace(bad)
 
 
 def test_markdown_escapes_pipes() -> None:
@@ -390,9 +399,10 @@ def test_profile_steps_on_the_cpu(tmp_path: Path) -> None:
     assert step.calls == Schedule().active
     assert prof.self_cpu_total_us > 0
     assert prof.self_device_total_us == 0
-    trace = load_trace(prof.trace)
-    assert any(e.get("cat") == "cpu_op" for e in trace["traceEvents"])
-    assert device_events(trace) == []
+    trace = read_trace(prof.trace)
+    assert any(a.cat == "cpu_op" for a in trace)
+    assert not any(a.on_device for a in trace)
+    assert not prof.kernels().on_device  # a CPU trace: the table is CPU operators
 
 
 # --- the data loader's share ------------------------------------------------------------
@@ -468,7 +478,7 @@ def test_profile_pass_writes_the_cpu_tables_and_trace(tmp_path: Path) -> None:
     assert "aten::addmm" in names or "aten::mm" in names
     assert float(table[0]["self_cpu_ms"]) >= float(table[-1]["self_cpu_ms"])
     assert "| name | calls |" in files["ops_by_self_cpu_md"].read_text()
-    load_trace(files["trace"])
+    read_trace(files["trace"])
     loader = summary["loader"]
     assert len(loader["fetch_ms"]) == 3 * loader["steps"] > 0
     assert len(loader["loop_ms"]) == len(loader["fixed_ms"]) == 3

@@ -847,7 +847,7 @@ def amp_speedup_rows(infos: dict[str, dict]) -> list[list[str]]:
 
 def amp_artifact_rows(infos: dict[str, dict]) -> tuple[list[list[str]], list[Path], bool]:
     """Per profiled case: trace kernel events, kernels named in the op table, loader share."""
-    from gpugauge.measure.profile import device_events, load_trace
+    from gpugauge.measure.kernels import read_trace
 
     rows, files, ok = [], [], True
     for key, info in infos.items():
@@ -856,8 +856,8 @@ def amp_artifact_rows(infos: dict[str, dict]) -> tuple[list[list[str]], list[Pat
             continue
         files += [Path(p) for p in art.values()]
         try:
-            trace = load_trace(Path(art["trace"]))
-            kernels = {e["name"] for e in device_events(trace) if e.get("cat") == "kernel"}
+            trace = read_trace(Path(art["trace"]))
+            kernels = {a.name for a in trace if a.cat == "kernel"}
             error = ""
         except (OSError, ValueError) as err:
             trace, kernels, error = None, set(), str(err)[:60]

@@ -5,7 +5,9 @@ into :class:`Activity` records (times in microseconds, as the trace stores them)
 
 - :func:`kernel_table`: the seeds' nvprof "GPU activities" summary (seeds 000, 001): per
   kernel or copy name, Time% of all GPU activity, total, calls, avg, min, max. On a CPU
-  trace (no device activity) the rows are CPU operators by self time instead.
+  trace (no device activity) the rows are CPU operators by self time instead. Both the
+  distributed family (per rank) and the amp family's profiler pass
+  (:meth:`gpugauge.measure.profile.Profile.kernels`) write it, as CSV (µs) and Markdown.
 - :func:`comm_split`: interval arithmetic on the device timeline. Communication is every
   NCCL kernel (and peer-to-peer copy); compute is every other kernel, copy and memset
   (host-to-device copies count as compute, as in seed 002). ``exposed`` is the part of
@@ -22,11 +24,12 @@ import io
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+GPU_ACTIVITIES = "GPU activities"  # a kernel table's rows on a GPU trace, as nvprof says
 Interval = tuple[float, float]
 
 
@@ -73,6 +76,8 @@ def read_trace(path: Path) -> list[Activity]:
         events = data["traceEvents"] if isinstance(data, dict) else data
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise TraceError(f"{path}: not a readable profiler trace ({err})") from None
+    if not isinstance(events, list):
+        raise TraceError(f"{path}: not a readable profiler trace (no list of trace events)")
     return parse_events(events)
 
 
@@ -80,7 +85,7 @@ def parse_events(events: Iterable[dict[str, Any]]) -> list[Activity]:
     """Activities from Chrome trace events; other phases and categories are dropped."""
     out = []
     for e in events:
-        if e.get("ph") != "X" or "dur" not in e:
+        if not isinstance(e, dict) or e.get("ph") != "X" or "dur" not in e:
             continue
         cat = str(e.get("cat", ""))
         if cat not in (*DEVICE_CATS, "cpu_op", "user_annotation"):
@@ -272,6 +277,15 @@ class KernelTable:
     activity: str  # "GPU activities" or "CPU operators (self time)"
     listed_of: int  # how many distinct names the window had
 
+    @property
+    def on_device(self) -> bool:
+        """The rows are GPU activity (not CPU operators)."""
+        return self.activity == GPU_ACTIVITIES
+
+    def head(self, top: int) -> KernelTable:
+        """The same table with only its ``top`` rows (and every copy row below them)."""
+        return replace(self, rows=top_rows(self.rows, top))
+
     def percent(self, row: KernelRow) -> float:
         """Time% of the row."""
         return 100.0 * row.total_us / self.total_us if self.total_us else 0.0
@@ -362,8 +376,13 @@ def self_times(activities: Sequence[Activity]) -> list[tuple[Activity, float]]:
     return out
 
 
-def kernel_table(activities: Sequence[Activity], top: int = 15) -> KernelTable:
-    """The ``top`` names by total time; every copy row is listed even outside the top.
+def top_rows(rows: Sequence[KernelRow], top: int) -> tuple[KernelRow, ...]:
+    """The first ``top`` of ``rows`` (sorted largest first), then every copy row after them."""
+    return (*rows[:top], *(r for r in rows[top:] if r.kind == "memcpy"))
+
+
+def kernel_table(activities: Sequence[Activity], top: int | None = 15) -> KernelTable:
+    """The ``top`` names by total time (None: all), and every copy row outside the top.
 
     GPU activity when the trace has any, else CPU operators by self time.
     """
@@ -372,7 +391,7 @@ def kernel_table(activities: Sequence[Activity], top: int = 15) -> KernelTable:
     kinds: dict[str, str] = {}
     if device:
         timed = [(a, a.dur_us) for a in device]
-        activity = "GPU activities"
+        activity = GPU_ACTIVITIES
     else:
         timed = self_times(activities)
         activity = "CPU operators (self time)"
@@ -386,9 +405,8 @@ def kernel_table(activities: Sequence[Activity], top: int = 15) -> KernelTable:
         KernelRow(n, kinds[n], len(ts), sum(ts), min(ts), max(ts)) for n, ts in rows.items()
     ]
     all_rows.sort(key=lambda r: -r.total_us)
-    chosen = all_rows[:top] + [r for r in all_rows[top:] if r.kind == "memcpy"]
     return KernelTable(
-        rows=tuple(chosen),
+        rows=top_rows(all_rows, len(all_rows) if top is None else top),
         total_us=sum(r.total_us for r in all_rows),
         activity=activity,
         listed_of=len(all_rows),

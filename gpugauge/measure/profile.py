@@ -4,9 +4,10 @@
 (wait, warm-up, active steps) and returns the active steps' operator averages
 (:class:`OpRow`, times in µs as torch reports them) and writes a Chrome trace that Perfetto
 (ui.perfetto.dev) and TensorBoard's profiler plugin open. :func:`op_table` sorts them (by
-self device time or self CPU time, as the seeds' tables); :func:`kernel_table` reads the
-device kernels and copies out of a trace into nvprof-style rows (Time%, total, calls, avg,
-min, max, name). Renderers write CSV and Markdown. :func:`loader_share` times a real
+self device time or self CPU time, as the seeds' tables) and :func:`to_csv` and
+:func:`to_markdown` write them. :meth:`Profile.kernels` reads the trace back into the
+nvprof-style kernel table of :mod:`gpugauge.measure.kernels` (Time%, total, calls, avg,
+min, max, name; its own CSV and Markdown). :func:`loader_share` times a real
 training loop fed by a data loader, to give the loader's share of a step.
 
 Nothing here runs inside a timed round: the profiler adds host overhead to every op.
@@ -15,9 +16,7 @@ Nothing here runs inside a timed round: the profiler adds host overhead to every
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-import json
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,10 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpugauge.measure.kernels import KernelTable, kernel_table, read_trace
 from gpugauge.measure.timing import RoundClock
-
-# Chrome-trace categories of device activity (kineto's names).
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,14 @@ class Profile:
     def self_device_total_us(self) -> float:
         """Sum of self device time over all rows ('Self CUDA time total'), µs."""
         return sum(r.self_device_us for r in self.rows)
+
+    def kernels(self, top: int | None = None) -> KernelTable:
+        """The trace's nvprof-style kernel table: the ``top`` names (None: all), µs.
+
+        GPU activity when the trace holds any, else CPU operators by self time
+        (``KernelTable.activity`` says which).
+        """
+        return kernel_table(read_trace(self.trace), top)
 
     def summary(self) -> dict[str, Any]:
         """Totals and settings for a result's ``extra`` (µs; the rows go to the tables)."""
@@ -207,71 +212,6 @@ def op_cells(rows: Sequence[OpRow], everything: Sequence[OpRow]) -> list[list[st
             f"{_pct(r.self_device_us, dev):.2f}",
             f"{r.device_total_us / 1e3:.4f}",
             f"{r.device_total_us / max(r.calls, 1):.3f}",
-        ]
-        for r in rows
-    ]
-
-
-@dataclass(frozen=True)
-class KernelRow:
-    """One device kernel or copy by name, over a trace: durations in µs."""
-
-    name: str
-    calls: int
-    total_us: float
-    min_us: float
-    max_us: float
-
-    @property
-    def avg_us(self) -> float:
-        """Mean duration, µs."""
-        return self.total_us / self.calls
-
-
-def load_trace(path: Path) -> dict[str, Any]:
-    """A Chrome trace (``.json`` or ``.json.gz``) as a dict; ValueError if it is not one."""
-    raw = path.read_bytes()
-    if path.suffix == ".gz":
-        raw = gzip.decompress(raw)
-    data = json.loads(raw)
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ValueError(f"{path}: not a Chrome trace (no 'traceEvents' list)")
-    return data
-
-
-def device_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    """The trace's complete device events: kernels, copies and memsets."""
-    return [
-        e
-        for e in trace["traceEvents"]
-        if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES
-    ]
-
-
-def kernel_table(trace: dict[str, Any]) -> list[KernelRow]:
-    """Device kernels and copies grouped by name, largest total time first (nvprof's table)."""
-    by_name: dict[str, list[float]] = {}
-    for e in device_events(trace):
-        by_name.setdefault(str(e.get("name", "?")), []).append(float(e.get("dur", 0.0)))
-    rows = [KernelRow(n, len(d), sum(d), min(d), max(d)) for n, d in by_name.items()]
-    return sorted(rows, key=lambda r: -r.total_us)
-
-
-KERNEL_HEADERS = ["time_pct", "total_ms", "calls", "avg_us", "min_us", "max_us", "name"]
-
-
-def kernel_cells(rows: Sequence[KernelRow]) -> list[list[str]]:
-    """Formatted cells under :data:`KERNEL_HEADERS`; Time% is of all device time listed."""
-    total = sum(r.total_us for r in rows)
-    return [
-        [
-            f"{_pct(r.total_us, total):.2f}",
-            f"{r.total_us / 1e3:.4f}",
-            str(r.calls),
-            f"{r.avg_us:.3f}",
-            f"{r.min_us:.3f}",
-            f"{r.max_us:.3f}",
-            r.name,
         ]
         for r in rows
     ]

@@ -27,13 +27,9 @@ import torch
 from torch import nn
 
 from gpugauge.measure.profile import (
-    KERNEL_HEADERS,
     OP_HEADERS,
     Schedule,
     endless,
-    kernel_cells,
-    kernel_table,
-    load_trace,
     loader_share,
     op_cells,
     op_table,
@@ -550,21 +546,17 @@ def profile_pass(case: AmpCase, path: Callable[[str], Path]) -> tuple[dict[str, 
         )
     summary: dict[str, Any] = {"profile": prof.summary()}
     if on_gpu:
-        kernels = kernel_table(load_trace(trace))
-        if not kernels:
+        kernels = prof.kernels()
+        if not kernels.rows or not kernels.on_device:
             raise RuntimeError(f"{case.id}: the trace {trace} holds no device kernel events")
-        files["kernels_csv"] = _write(
-            path("kernels.csv"), to_csv(KERNEL_HEADERS, kernel_cells(kernels))
-        )
+        files["kernels_csv"] = _write(path("kernels.csv"), kernels.to_csv())
         files["kernels_md"] = _write(
             path("kernels.md"),
-            to_markdown(
-                KERNEL_HEADERS,
-                kernel_cells(kernels)[:TOP_MARKDOWN],
-                f"{case.id}: device kernels and copies ({schedule.active} steps)",
+            kernels.head(TOP_MARKDOWN).to_markdown(
+                f"{case.id}: device kernels and copies ({schedule.active} steps)"
             ),
         )
-        summary["profile"]["top_kernels"] = [k.name for k in kernels[:5]]
+        summary["profile"]["top_kernels"] = [k.name for k in kernels.rows[:5]]
     else:
         summary["profile"]["device_tables"] = "none: no device activity on a CPU"
     clock = CudaEventClock(case.device) if on_gpu else HostClock()
