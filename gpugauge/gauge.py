@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
-from gpugauge.measure.energy import Energy, measure_energy
+from gpugauge.measure.energy import Energy, idle_power, measure_energy
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.memory import ExpectedMemory, measure_cpu_memory, measure_cuda_memory
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
@@ -373,9 +373,7 @@ class Gauge:
         if why_not is None:
             # idle power first, so that warm-up, timing and the energy window that follows
             # it right away all run in the same (sustained) regime
-            clock.synchronize()
-            time.sleep(self.options.idle_s)
-            idle_w = [d.power_w() for d in energy_devs]
+            idle_w = idle_power(energy_devs, clock.synchronize, self.options.idle_s)
         self.session.note(f"{spec.id}: {policy.regime} warm-up, timing ...")
         before = tuple(d.state() for d in known)
         flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None

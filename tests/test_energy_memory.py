@@ -97,13 +97,15 @@ def test_devices_share_one_window_each_with_its_own_energy() -> None:
 def test_sampler_flags_low_clocks_and_slowdown_reasons() -> None:
     with GpuSampler(FakeGpu(clock_mhz=1000), period_s=0.001) as s:
         time.sleep(0.02)
-    assert s.throttled_between(0, time.perf_counter())[0]
+    assert s.state_between(0, time.perf_counter(), 0).throttled
     with GpuSampler(FakeGpu(mask=0x4), period_s=0.001) as s:  # power cap at full clock
         time.sleep(0.02)
-    assert s.throttled_between(0, time.perf_counter()) == (False, ("sw_power_cap",))
+    state = s.state_between(0, time.perf_counter(), 0)
+    assert (state.throttled, state.reasons) == (False, ("sw_power_cap",))
     with GpuSampler(FakeGpu(mask=0x40), period_s=0.001) as s:
         time.sleep(0.02)
-    assert s.throttled_between(0, time.perf_counter()) == (True, ("hw_thermal_slowdown",))
+    state = s.state_between(0, time.perf_counter(), 0)
+    assert (state.throttled, state.reasons) == (True, ("hw_thermal_slowdown",))
 
 
 def test_reason_names() -> None:

@@ -72,6 +72,19 @@ class Energy:
         return from_plain(cls, data, where)
 
 
+def idle_power(
+    devices: Sequence[NvmlDevice], synchronize: Callable[[], None], idle_s: float
+) -> list[float | None]:
+    """Each device's power after ``idle_s`` seconds of idling, W.
+
+    The reading is a 1-second average on Ampere and newer, so about a second of idle is
+    what it needs to show the idle draw.
+    """
+    synchronize()
+    time.sleep(idle_s)
+    return [d.power_w() for d in devices]
+
+
 def measure_energy(
     fn: Callable[[], object],
     devices: Sequence[NvmlDevice],
@@ -99,12 +112,9 @@ def measure_energy(
     if any(d.energy_mj() is None for d in devices):
         raise RuntimeError("this GPU has no NVML total-energy counter (needs Volta or newer)")
     labels = list(names) or [None] * len(devices)
-    synchronize()
     if idle_power_w is None:
-        time.sleep(idle_s)
-        idle_w = [d.power_w() for d in devices]
-    else:
-        idle_w = list(idle_power_w)
+        idle_power_w = idle_power(devices, synchronize, idle_s)
+    idle_w = list(idle_power_w)
     temp0 = [d.temperature_c() for d in devices]
     with contextlib.ExitStack() as stack:
         samplers = [stack.enter_context(GpuSampler(d, period_s=0.05)) for d in devices]

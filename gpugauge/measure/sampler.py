@@ -74,11 +74,6 @@ class GpuSampler:
         """Samples taken in [t0, t1] (perf_counter seconds)."""
         return [s for s in list(self._samples) if t0 <= s.t_s <= t1]
 
-    def throttled_between(self, t0: float, t1: float) -> tuple[bool, tuple[str, ...]]:
-        """(slowed down?, reasons seen) over [t0, t1]."""
-        state = self.state_between(t0, t1, 0)
-        return state.throttled, state.reasons
-
     def state_between(self, t0: float, t1: float, rounds: int) -> BatchState:
         """Median clocks, mean power and every reason over [t0, t1], for ``rounds`` rounds.
 
