@@ -269,7 +269,6 @@ class Timing:
     clock_events: tuple[str, ...] = ()
     l2_flushed: bool = False
     policy: TimingPolicy = field(default_factory=TimingPolicy)
-    regime: str = "sustained"
     warmup_batch_ms: tuple[float, ...] = ()  # median of each timed warm-up batch
     settled: bool | None = None  # None: no settling asked for
     batches: tuple[BatchState, ...] = ()
@@ -283,6 +282,11 @@ class Timing:
     def host_summary(self) -> Summary:
         """Statistics of the host dispatch time per round, ms (shows launch-bound cases)."""
         return summarize(self.host_ms)
+
+    @property
+    def regime(self) -> str:
+        """The clock regime the rounds were timed in (the policy's)."""
+        return self.policy.regime
 
     @property
     def throttled_rounds(self) -> int:
@@ -323,6 +327,7 @@ class Timing:
             "policy": to_plain(self.policy),
             "unit": "ms",
             "batches": [to_plain(b) for b in self.batches],
+            "regime": self.regime,
             "summary_ms": self.summary.as_dict(),
             "host_dispatch_summary_ms": self.host_summary.as_dict(),
             "throttled_rounds": self.throttled_rounds,
@@ -535,7 +540,6 @@ def measure(
         clock_events=tuple(sorted({r for b in batches for r in b.reasons})),
         l2_flushed=policy.flush_l2,
         policy=policy,
-        regime=policy.regime,
         warmup_batch_ms=warm.batch_ms,
         settled=warm.settled,
         batches=tuple(batches),
