@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpugauge.results.files import FileError, read_parsed
 from gpugauge.results.metrics import METRICS
 
 
@@ -106,13 +107,9 @@ def load_tolerances(folder: Path) -> Tolerances:
     owner: dict[tuple[str, str, str], Path] = {}
     for path in sorted(folder.glob("*.toml")):
         try:
-            data = tomllib.loads(path.read_text())
-        except IsADirectoryError:
-            raise ToleranceError(f"{path}: is a directory, not a TOML file") from None
-        except OSError as err:
-            raise ToleranceError(f"{path}: cannot be read ({err.strerror})") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-            raise ToleranceError(f"{path}: not valid TOML ({err})") from None
+            data = read_parsed(path, tomllib.loads, "TOML", (tomllib.TOMLDecodeError,))
+        except FileError as err:
+            raise ToleranceError(str(err)) from None
         for section, body in data.items():
             if section == "default":
                 tables = {"": body}

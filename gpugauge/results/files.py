@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +25,29 @@ class FileError(ValueError):
     """A file that cannot be read as what it should be; the message names it."""
 
 
-def read_json(path: Path) -> Any:
-    """Parse a JSON file; FileError naming the file when it cannot be read or parsed."""
+def read_parsed(
+    path: Path,
+    parse: Callable[[str], Any],
+    what: str,
+    errors: tuple[type[Exception], ...],
+) -> Any:
+    """Read a text file and ``parse`` it; FileError naming the file and what went wrong.
+
+    ``what`` names the format ('JSON', 'TOML'); ``errors`` are the parser's own exceptions.
+    """
     try:
-        return json.loads(Path(path).read_text())
+        return parse(Path(path).read_text())
     except IsADirectoryError:
-        raise FileError(f"{path}: is a directory, not a JSON file") from None
+        raise FileError(f"{path}: is a directory, not a {what} file") from None
     except OSError as err:
         raise FileError(f"{path}: cannot be read ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise FileError(f"{path}: not valid JSON ({err})") from None
+    except (*errors, UnicodeDecodeError) as err:
+        raise FileError(f"{path}: not valid {what} ({err})") from None
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file; FileError naming the file when it cannot be read or parsed."""
+    return read_parsed(path, json.loads, "JSON", (json.JSONDecodeError,))
 
 
 def check_dir(path: Path, what: str) -> Path:
