@@ -7,6 +7,7 @@ Loaded by the root ``conftest.py``. All run state lives in ``config.stash`` (a
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -216,6 +217,30 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if seen < need:
             pytest.skip(f"needs {need} GPUs; {seen} visible")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Let a failed test's memory go before the next test runs.
+
+    pytest keeps the last failure in ``sys.last_traceback`` for post-mortem debugging, and
+    its frames hold the test's locals: a model that ran out of memory would stay on the GPU
+    and make every later case of the session run out too. By teardown the failure's report
+    is written, so the frames' locals are cleared and the CUDA cache emptied.
+    """
+    tb = getattr(sys, "last_traceback", None)
+    while tb is not None:
+        # before Python 3.13, frame.clear() leaves the f_locals snapshot that pytest's
+        # report read (it holds every local); 3.13's write-through proxy refuses clear()
+        with contextlib.suppress(Exception):
+            tb.tb_frame.f_locals.clear()
+        with contextlib.suppress(RuntimeError):  # a frame still executing
+            tb.tb_frame.clear()
+        tb = tb.tb_next
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 @pytest.fixture(scope="session")

@@ -160,3 +160,30 @@ def test_corrupt_baseline_is_a_usage_error(gauge_pytester: pytest.Pytester) -> N
     result = gauge_pytester.runpytest("--gate", f"--baselines-dir={bad.parent}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "demo.json: not valid JSON" in result.stderr.str()
+
+
+def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.Pytester) -> None:
+    # pytest keeps the last failure's traceback, and a model's tensors often sit in
+    # reference cycles that only the collector frees: on a GPU they would stay allocated
+    gauge_pytester.makepyfile(
+        """
+        import gc, weakref
+        gc.disable()  # only an explicit collection frees a cycle here
+        FREED = []
+
+        class Big:
+            pass
+
+        def test_fails_holding_memory():
+            big = Big()
+            big.me = big  # a cycle
+            weakref.finalize(big, FREED.append, "big")
+            raise MemoryError("out of memory")
+
+        def test_next_sees_it_freed():
+            assert FREED == ["big"]
+        """
+    )
+    # in a subprocess: pytester's in-process run records every hook call, failures included
+    result = gauge_pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1, passed=1)
