@@ -121,7 +121,7 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         runner, step, attempts = fitted_runner(
             model, n, case.fc, cut, devices, case.micro_batches, toward
         )
-        cut = attempts[-1]["cut"]
+        n, cut = attempts[-1]["conv"], attempts[-1]["cut"]
         if case.schedule == "single":
             predicted = [model.predict(n, case.fc, "train").total]
         else:

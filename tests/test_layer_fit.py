@@ -368,3 +368,34 @@ def test_frontier_chart_draws_measured_and_predicted(tmp_path: Path) -> None:
     assert [list(line.get_xdata()) for line in lines] == [[1, 62], [1, 62]]
     assert list(lines[0].get_ydata()) == [r.values["max_layers"] for r in results]
     assert not chart.applies(ReportData(SavedRun(tmp_path / "x", "x", []), "-", [], []))
+
+
+class _FragmentingRunner:
+    """A SplitRunner stand-in whose step runs out of memory on its second call above N=5."""
+
+    def __init__(self, model, n, m, cut, devices) -> None:
+        self.n, self.calls = n, 0
+
+    def naive(self):
+        def step() -> None:
+            self.calls += 1
+            if self.n > 5 and self.calls > 1:
+                raise torch.OutOfMemoryError("CUDA out of memory (fragmented)")
+
+        return step
+
+
+def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(monkeypatch):
+    import gpugauge.workloads.layer_fit as lf
+
+    monkeypatch.setattr(lf, "SplitRunner", _FragmentingRunner)
+    model = MemoryModel(4, 32, 64)
+    # one device: the search's N = 7 fitted one step; the timed rounds would not
+    runner, _, attempts = lf.fitted_runner(model, 7, 3, 10, ("cpu", "cpu"), 1, 0)
+    assert [a["conv"] for a in attempts] == [7, 6, 5]
+    assert [a["fits"] for a in attempts] == [False, False, True]
+    assert attempts[-1]["cut"] == 8
+    assert runner.n == 5
+    # a split moves the cut instead, and gives up after its tries with every attempt named
+    with pytest.raises(lf.SplitError, match="no cut fitted after 2 attempts"):
+        lf.fitted_runner(model, 7, 3, 4, ("cpu", "cpu"), 1, 0, tries=2)

@@ -1207,21 +1207,28 @@ def fitted_runner(
     toward: int,
     tries: int = 4,
     shift: int = 2,
+    steps: int = 3,
 ) -> tuple[SplitRunner, Callable[[], object], list[dict[str, Any]]]:
-    """A runner whose step ran once at ``cut`` or, after an OOM, at a cut moved away.
+    """A runner whose step ran ``steps`` times at ``cut`` or, after an OOM, a smaller model.
 
-    The model's prediction may miss a workspace; rather than fail, each OOM frees the
-    runner and moves the cut ``shift`` blocks so that the device ``toward`` (0 or 1) gets
-    more blocks, at most ``tries`` times. Every attempt is returned.
+    ``steps`` reach the steady state: the first step adds the momentum buffers, later
+    ones the allocator's fragmentation, and one step that fits does not mean the timed
+    rounds will. The model's prediction may miss a workspace; rather than fail, each OOM
+    frees the runner and moves the cut ``shift`` blocks so that the device ``toward`` (0
+    or 1) gets more blocks; a model on one device (``cut == n + m``) sheds a conv block
+    instead (its search's answer fitted once, near the edge). At most ``tries`` times;
+    every attempt is returned, the last with the ``conv`` count and ``cut`` that fitted.
     """
     attempts: list[dict[str, Any]] = []
+    single = cut == n + m
     for _ in range(tries):
         error = None
         try:
             runner = SplitRunner(model, n, m, cut, devices)
             step = runner.gpipe(micro_batches) if micro_batches > 1 else runner.naive()
-            step()
-            attempts.append({"cut": cut, "fits": True})
+            for _ in range(steps):
+                step()
+            attempts.append({"conv": n, "cut": cut, "fits": True})
             return runner, step, attempts
         except torch.OutOfMemoryError as err:
             error = str(err).splitlines()[0][:200]
@@ -1229,10 +1236,15 @@ def fitted_runner(
         gc.collect()
         if devices[0].startswith("cuda"):
             torch.cuda.empty_cache()
-        attempts.append({"cut": cut, "fits": False, "error": error})
-        cut = cut + shift if toward == 0 else cut - shift
-        if not 0 < cut < n + m:
-            break
+        attempts.append({"conv": n, "cut": cut, "fits": False, "error": error})
+        if single:
+            n, cut = n - 1, cut - 1
+            if n < 1:
+                break
+        else:
+            cut = cut + shift if toward == 0 else cut - shift
+            if not 0 < cut < n + m:
+                break
     raise SplitError(f"no cut fitted after {len(attempts)} attempts: {attempts}")
 
 
@@ -1250,6 +1262,7 @@ def budgets(devices: Sequence[str], budget: int | None) -> Iterator[tuple[float,
         return
     previous = {}
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    gc.collect()  # what an earlier case left in reference cycles is not this one's budget
     try:
         out = []
         for d in unique:
