@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +255,25 @@ def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
     alone = d.to_measurement(run, None)
     assert "speedup" not in alone.values
     assert "no one-GPU result" in alone.extra["scaling"]
+
+
+def test_per_step_scaling_leaves_out_a_short_last_step() -> None:
+    # 40 images: batch 16 on one GPU is 16 + 16 + 8, DDP on two is 16 + 4 per rank
+    one = d.DistCase("alexnet", "single", 1, 16, 64, 10, 40, 1, "cpu", "smoke")
+    two = d.DistCase("alexnet", "ddp", 2, 16, 64, 10, 40, 1, "cpu", "smoke")
+    assert one.last_step_short
+    assert two.last_step_short
+    assert not d.DistCase("alexnet", "single", 1, 8, 64, 10, 40, 1, "cpu", "smoke").last_step_short
+    ref = d.CaseResult(one, (_rank([10.0, 10.0, 5.0]),))
+    run = d.CaseResult(two, (_rank([11.0, 3.0]),) * 2)
+    v = d.to_measurement(run, ref).values
+    assert v["efficiency"] == pytest.approx(10 / 11)  # not the medians 10 / 7
+    assert v["weak_speedup"] == pytest.approx(2 * 10 / 11)
+    assert v["speedup"] == pytest.approx(0.025 / 0.014)  # epochs: all the work
+    lone = d.CaseResult(replace(two, images=20), (_rank([3.0]),) * 2)  # one short step
+    m = d.to_measurement(lone, ref)
+    assert "efficiency" not in m.values
+    assert "no full-batch step" in m.extra["full_steps"]
 
 
 def test_a_sweep_stops_at_its_first_out_of_memory() -> None:

@@ -138,6 +138,13 @@ class DistCase:
         return math.ceil(per_rank / (self.batch * (self.gpus if self.mode == "dp" else 1)))
 
     @property
+    def last_step_short(self) -> bool:
+        """Whether an epoch's last step trains fewer images than the others."""
+        per_rank = math.ceil(self.images / self.ranks)
+        per_step = self.batch * (self.gpus if self.mode == "dp" else 1)
+        return per_rank % per_step != 0
+
+    @property
     def profiled_steps(self) -> int:
         """Steps the profiler schedule takes."""
         wait, warm, active, repeat = self.schedule
@@ -591,6 +598,16 @@ class CaseResult:
         return slowest_rank_rounds([Timing.from_dict(r["timing"]) for r in self.ranks])
 
     @property
+    def full_step_ms(self) -> tuple[float, ...]:
+        """The timed steps of full batches, ms: an epoch's short last step left out.
+
+        Per-step ratios (weak scaling, efficiency) compare equal work only; at the largest
+        batches an epoch is two to four steps, and a short last one moves the median.
+        """
+        ms = self.timing.device_ms
+        return ms[:-1] if self.case.last_step_short else ms
+
+    @property
     def epoch_s(self) -> float:
         """The timed epoch, seconds: the sum of its steps."""
         return sum(self.timing.device_ms) / 1e3
@@ -743,10 +760,15 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
                 extra["achieved_busbw_gbps_trace"] = busbw_gbps(grad, c.gpus, split.comm_kernel_ms)
     if reference is not None and c.gpus > 1:
         t1, tn = reference.epoch_s, r.epoch_s
-        s1, sn = reference.timing.summary.median, timing.summary.median
         values["speedup"] = t1 / tn
-        values["weak_speedup"] = c.gpus * s1 / sn
-        values["efficiency"] = s1 / sn
+        full1, fulln = reference.full_step_ms, r.full_step_ms
+        if full1 and fulln:
+            s1, sn = statistics.median(full1), statistics.median(fulln)
+            values["weak_speedup"] = c.gpus * s1 / sn
+            values["efficiency"] = s1 / sn
+            extra["full_steps"] = {"reference": len(full1), "this": len(fulln)}
+        else:
+            extra["full_steps"] = "no full-batch step in an epoch: no per-step scaling"
         comm_s = tn - t1 / c.gpus
         values["subtraction_comm_fraction"] = comm_s / tn
         sub = {"compute_s": t1 / c.gpus, "comm_s": comm_s, "reference": reference.case.id}
