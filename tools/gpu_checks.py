@@ -30,6 +30,7 @@ Full logs and JSON go to ``--out``; nothing here changes clocks or power limits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dataclasses import replace  # noqa: E402
+from functools import partial  # noqa: E402
 
 from gpugauge.launch.torchrun import processes_mentioning  # noqa: E402
 from gpugauge.measure.timing import CudaEventClock, measure  # noqa: E402
@@ -51,8 +53,15 @@ from gpugauge.report.tables import render  # noqa: E402
 from gpugauge.results.runs import load_run  # noqa: E402
 
 
-def run_pytest(args: list[str], log: Path) -> int:
-    """Run pytest from the checkout, streaming its output to stdout and ``log``."""
+def run_pytest(args: list[str], log: Path, timeout_s: float | None = None) -> int:
+    """Run pytest from the checkout, streaming its output to stdout and ``log``.
+
+    Past ``timeout_s`` pytest gets SIGINT, as from a keyboard: it stops the test in hand
+    (a torchrun launch stops its workers) and still writes its JSON; SIGKILL 60 s later.
+    """
+    import signal
+    import threading
+
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "pytest", *args]
     print("$", " ".join(cmd), flush=True)
@@ -60,22 +69,37 @@ def run_pytest(args: list[str], log: Path) -> int:
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+
+        def stop() -> None:
+            print(f"[gpu_checks] {timeout_s:.0f} s passed: interrupting pytest", flush=True)
+            proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(60)
+            proc.kill()
+
+        timer = threading.Timer(timeout_s, stop) if timeout_s else None
+        if timer:
+            timer.daemon = True
+            timer.start()
         assert proc.stdout is not None
         for line in proc.stdout:
             fh.write(line)
             if line.startswith(("[gpugauge]", "FAILED", "ERROR", "=")):
                 print(line, end="", flush=True)
-        return proc.wait()
+        rc = proc.wait()
+        if timer:
+            timer.cancel()
+        return rc
 
 
-def seed_run(family: str, js: Path) -> list[str]:
-    """Pytest arguments of one family's seed profile, autosaved and written to ``js``."""
+def seed_run(family: str, js: Path, profile: str = "seed") -> list[str]:
+    """Pytest arguments of one family's seed (or other) profile, autosaved, JSON to ``js``."""
     return [
         "benches",
         "-k",
         family,
         "--profile",
-        "seed",
+        profile,
         "--benchmark-autosave",
         f"--benchmark-json={js}",
         "-p",
@@ -746,7 +770,7 @@ def layer_fit_split(out: Path) -> None:
     print(f"{_device_name()}, {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
     js = out / "layer_fit_split.json"
     t0 = time.perf_counter()
-    rc = run_pytest(seed_run("layer_fit and split", js), out / "layer_fit_split.log")
+    rc = run_pytest(seed_run("layer_fit and split", js), out / "layer_fit_split.log", 200)
     wall = time.perf_counter() - t0
     rows = []
     infos = {}
@@ -936,8 +960,8 @@ def amp_unprofiled_rows(infos: dict[str, dict]) -> list[list[str]]:
     return rows
 
 
-def amp(out: Path) -> None:
-    """Issue 12's checks."""
+def amp(out: Path, pytest_args: tuple[str, ...] = (), deadline_s: float = 560.0) -> None:
+    """Issue 12's checks; ``pytest_args`` go to the family's run, which stops by ``deadline_s``."""
     import tarfile
 
     import torch
@@ -949,11 +973,11 @@ def amp(out: Path) -> None:
     )
     js = out / "amp_seed.json"
     t0 = time.perf_counter()
-    rc = run_pytest(seed_run("amp", js), out / "amp_seed.log")
+    rc = run_pytest([*seed_run("amp", js), *pytest_args], out / "amp_seed.log", deadline_s)
     wall = time.perf_counter() - t0
     print(f"amp seed profile: pytest exit {rc} in {wall:.0f} s", flush=True)
     infos = {}
-    if js.exists():
+    if js.exists() and js.stat().st_size:  # pytest-benchmark opens it empty at the start
         infos = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
     name = _device_name()
     speed = render(
@@ -1091,68 +1115,71 @@ def _num(x: float | None, fmt: str = ".4g") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def distributed(out: Path) -> None:
-    """Issue 11's checks (two GPUs)."""
+def distributed(
+    out: Path, profile: str = "seed", select: str = "", deadline_s: float = 560.0
+) -> None:
+    """Issue 11's checks (two GPUs; issue 13's with ``--profile full`` on four).
+
+    ``select`` narrows the family (a pytest ``-k`` expression, e.g. ``resnet18`` or
+    ``not resnet18``); ``crash`` in it runs the killed-rank check too. Everything pytest
+    runs stops by ``deadline_s`` after the start, with its JSON written.
+    """
     import shutil
     import tarfile
     import tempfile
 
     import torch
 
+    t_start = time.perf_counter()
     print(
         f"torch {torch.__version__}, {torch.cuda.device_count()} x {torch.cuda.get_device_name()}, "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
         flush=True,
     )
+    parts = [x.strip() for x in select.split(",") if x.strip() and x.strip() != "crash"]
     work = Path(tempfile.mkdtemp(prefix="gg-dist-"))
-    js = out / "distributed_seed.json"
-    log = out / "distributed_seed.log"
-    t0 = time.perf_counter()
-    rc = run_pytest([*seed_run("distributed", js), f"--artifacts-dir={work / 'artifacts'}"], log)
-    wall = time.perf_counter() - t0
-    print(f"distributed seed profile: pytest exit {rc} in {wall:.0f} s", flush=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpugauge",
-            "report",
-            "--current",
-            str(js),
-            "--out",
-            str(work / "report"),
-        ],
-        cwd=ROOT,
-        check=False,
-    )
-    if (work / "report").exists():
-        with tarfile.open(out / "distributed_report.tar.gz", "w:gz") as tar:
-            tar.add(work / "report", arcname="report")
-    traces = [p for p in (work / "artifacts").rglob("trace-*.json.gz")]
-    with tarfile.open(out / "distributed_artifacts.tar.gz", "w:gz") as tar:
-        for p in (work / "artifacts").rglob("*"):
-            if p.is_file() and p not in traces:
-                tar.add(p, arcname=str(p.relative_to(work)))
-    with tarfile.open(out / "distributed_traces.tar.gz", "w:gz") as tar:
-        for p in traces:
-            if "cycle0" in p.name:
-                tar.add(p, arcname=str(p.relative_to(work)))
-
-    infos = {}
-    if js.exists():
-        infos = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+    infos: dict[str, dict] = {}
+    skipped: list[str] = []
+    summary = []
+    for i, part in enumerate(parts or [""]):
+        js, log = work / f"part{i}.json", work / f"part{i}.log"
+        family = f"distributed and ({part})" if part else "distributed"
+        t0 = time.perf_counter()
+        left = deadline_s - (t0 - t_start)
+        if left < 30:
+            summary.append(f"{family!r}: not run, {deadline_s:.0f} s deadline")
+            continue
+        args = [*seed_run(family, js, profile), f"--artifacts-dir={work / 'artifacts'}"]
+        rc = run_pytest(args, log, timeout_s=left)
+        wall = time.perf_counter() - t0
+        summary.append(f"{family!r} ({profile}): pytest exit {rc} in {wall:.0f} s")
+        print(summary[-1], flush=True)
+        if js.exists():
+            infos |= {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpugauge",
+                    "report",
+                    "--current",
+                    str(js),
+                    "--out",
+                    str(work / f"report{i}"),
+                ],
+                cwd=ROOT,
+                check=False,
+            )
+        skipped += [ln.strip() for ln in log.read_text().splitlines() if ln.startswith("SKIPPED")]
     # AlexNet kernel tables (rank 0), top rows
     for info in infos.values():
         md = info.get("artifacts", {}).get("kernels_rank0_md")
         if md and Path(md).exists():
             text = Path(md).read_text().splitlines()
             print("\n".join(ln[:160] for ln in text[:10]), flush=True)
-    skipped = (
-        [ln.strip() for ln in log.read_text().splitlines() if ln.startswith("SKIPPED")]
-        if log.exists()
-        else []
+    crash = (
+        _kill_rank_mid_run(work) if "crash" in select or not select else ["crash check: not run"]
     )
-    crash = _kill_rank_mid_run(out)
     print("\n".join(crash), flush=True)
 
     rows = []
@@ -1195,14 +1222,33 @@ def distributed(out: Path) -> None:
             "util sub",
         ],
         rows,
-        f"distributed seed on {torch.cuda.device_count()} x {_device_name()}; pytest exit {rc}, "
-        f"{wall:.0f} s; comm/exposed from traces (slowest-exposed rank), sub = seed subtraction; "
+        f"distributed {profile} on {torch.cuda.device_count()} x {_device_name()}; "
+        + "; ".join(summary)
+        + "; comm/exposed from traces (slowest-exposed rank), sub = seed subtraction; "
         "ref busbw: all-reduce of the gradient bytes, GB/s",
     )
     text = table + "\n" + "\n".join(s[:200] for s in skipped) + "\n" + crash[-1] + "\n"
-    (out / "distributed_table.txt").write_text(text)
+    tag = f"distributed_{_slug(select or 'all')}"
+    (out / f"{tag}_table.txt").write_text(text)
+    traces = list((work / "artifacts").rglob("trace-*.json.gz"))
+    with tarfile.open(out / f"{tag}_results.tar.gz", "w:gz") as tar:
+        for p in work.iterdir():
+            if p.name != "artifacts":
+                tar.add(p, arcname=p.name)
+        for p in (work / "artifacts").rglob("*"):
+            if p.is_file() and p not in traces:
+                tar.add(p, arcname=str(p.relative_to(work)))
+    with tarfile.open(out / f"{tag}_traces.tar.gz", "w:gz") as tar:
+        for p in traces:
+            if "cycle0" in p.name and "rank0" in p.name:
+                tar.add(p, arcname=str(p.relative_to(work)))
     shutil.rmtree(work, ignore_errors=True)
     print("\n" + text)
+
+
+def _slug(text: str) -> str:
+    """A file-name-safe form of a selection: letters, digits, '-' and '_'."""
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text).strip("-")[:40]
 
 
 def _device_name() -> str:
@@ -1233,8 +1279,27 @@ def main() -> None:
     }
     parser.add_argument("check", choices=sorted(checks), nargs="+")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
+    parser.add_argument(
+        "--profile", choices=["seed", "full"], default="seed", help="distributed: the profile"
+    )
+    parser.add_argument(
+        "--select",
+        default="",
+        help="distributed: comma-separated -k parts run one after another ('crash' adds the "
+        "killed-rank check; empty: the whole family and the check)",
+    )
+    parser.add_argument(
+        "--deadline-s", type=float, default=560.0, help="distributed, amp: pytest stops by then"
+    )
+    parser.add_argument(
+        "--pytest-arg", action="append", default=[], help="amp: one more pytest argument (repeat)"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    checks["distributed"] = partial(
+        distributed, profile=args.profile, select=args.select, deadline_s=args.deadline_s
+    )
+    checks["amp"] = partial(amp, pytest_args=tuple(args.pytest_arg), deadline_s=args.deadline_s)
     for name in args.check:
         checks[name](args.out)
 
