@@ -276,6 +276,15 @@ def test_per_step_scaling_leaves_out_a_short_last_step() -> None:
     assert "no full-batch step" in m.extra["full_steps"]
 
 
+def test_every_series_writes_to_a_folder_of_its_own(tmp_path: Path) -> None:
+    cases = [c for c in d.cases("seed") if c.device == "cuda"]
+    folders = {}
+    for c in cases:
+        folders.setdefault(d.series_dir(tmp_path, c), set()).add(c.series)
+    assert all(len(keys) == 1 for keys in folders.values())  # no two series share one
+    assert len(folders) == len({c.series for c in cases})
+
+
 def test_a_sweep_stops_at_its_first_out_of_memory() -> None:
     members = [
         d.DistCase("resnet18", "ddp", 2, b, 32, 10, 50_000, 2, "cuda", "seed")

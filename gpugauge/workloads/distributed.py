@@ -677,8 +677,15 @@ class SeriesRuns:
 
 
 def series_dir(out_root: Path, case: DistCase) -> Path:
-    """Where a series' ranks write: ``<root>/<model>-<mode>-<N><unit>-<px>-<device>``."""
-    return out_root / case.id.replace(f"-b{case.batch}-", "-")
+    """Where a series' ranks write: one folder per series key (everything but the batch).
+
+    ``<root>/<model>-<mode>-<N><unit>-<px>-<images>img-<device>``: AlexNet's data grows
+    with its batch, so each of its batches is a series of its own and needs its own folder.
+    """
+    unit = "gpu" if case.device == "cuda" else "proc"
+    return out_root / (
+        f"{case.model}-{case.mode}-{case.gpus}{unit}-{case.image}px-{case.images}img-{case.device}"
+    )
 
 
 def launch_series(
