@@ -119,7 +119,8 @@ def collect(
     return ReportData(run, against, results, runs, tuple(notes or ()))
 
 
-Cell = str | tuple[str, str]  # text, or (text, link target)
+Links = tuple[tuple[str, str], ...]  # (text, link target) pairs, shown in one cell
+Cell = str | Links
 
 
 def _verdict_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
@@ -172,14 +173,10 @@ def _result_rows(data: ReportData, out: Path) -> tuple[list[str], list[list[Cell
         if m.timing is not None:
             s = m.summary
             timed = [f"{fmt_ms(s.median)} [{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]", str(s.n)]
-        links: list[Cell] = [(name, _link(p, out)) for name, p in sorted(m.artifacts.items())]
+        links: Links = tuple((name, _link(p, out)) for name, p in sorted(m.artifacts.items()))
         rows.append(
-            [m.id, m.device_class, *timed, *(fmt_value(n, m.value(n)) for n in names)]
-            + (links or ["-"])
+            [m.id, m.device_class, *timed, *(fmt_value(n, m.value(n)) for n in names), links or "-"]
         )
-    width = max(len(r) for r in rows) if rows else len(headers)
-    headers += [""] * (width - len(headers))
-    rows = [r + [""] * (width - len(r)) for r in rows]
     return headers, rows
 
 
@@ -205,7 +202,7 @@ def _comparison_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
 
 
 def _text(cell: Cell) -> str:
-    return cell if isinstance(cell, str) else f"[{cell[0]}]({cell[1]})"
+    return cell if isinstance(cell, str) else ", ".join(f"[{t}]({href})" for t, href in cell)
 
 
 def markdown_table(headers: list[str], rows: list[list[Cell]]) -> str:
@@ -271,7 +268,7 @@ def _html_cell(cell: Cell) -> str:
     e = html.escape
     if isinstance(cell, str):
         return f"<td>{e(cell)}</td>"
-    return f'<td><a href="{e(cell[1])}">{e(cell[0])}</a></td>'
+    return "<td>" + ", ".join(f'<a href="{e(href)}">{e(t)}</a>' for t, href in cell) + "</td>"
 
 
 def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path(".")) -> str:
