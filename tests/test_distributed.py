@@ -435,3 +435,8 @@ def test_report_draws_scaling_curves_and_comm_bars(tmp_path: Path) -> None:
         assert fig.axes
     empty = ReportData(SavedRun(tmp_path / "r.json", "now", ms[:1]), "-", [], [])
     assert not CommBars().applies(empty)
+    # the split CommSplit(steps=1, step 10, compute 9, comm 2, kernel 2, exposed 1):
+    # compute alone 8, overlapped 1, exposed 1, idle 10 - 9 - 1 = 0; they sum to the step
+    split = ms[1].extra["trace_split"]
+    assert CommBars.parts(split) == [8.0, 1.0, 1.0, 0.0]
+    assert CommBars.parts(split | {"step_ms": 14.0})[3] == 4.0  # no kernel for 4 ms: idle

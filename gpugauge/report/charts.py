@@ -278,10 +278,17 @@ class ScalingCurves:
 
 
 class CommBars:
-    """Per multi-GPU result: a step split into no-communication, overlapped and exposed time."""
+    """Per multi-GPU result: a step split into compute, overlapped and exposed comm, and idle.
+
+    Idle is device time with neither a kernel nor a copy: a host that cannot issue work
+    fast enough (DataParallel's replication, launch-bound small batches). The seed's
+    subtraction charges it to communication; the bars keep it apart.
+    """
 
     name = "comm"
-    title = "Distributed step: compute and communication (profiler traces; x: seed's subtraction)"
+    title = (
+        "Distributed step: compute, communication, idle (profiler traces; x: seed's subtraction)"
+    )
 
     def applies(self, data: ReportData) -> bool:
         """Needs multi-GPU distributed results with a trace split."""
@@ -292,16 +299,25 @@ class CommBars:
         s = m.extra.get("trace_split")
         return s if s and (_param(m, "gpus") or 1) > 1 else None
 
+    @staticmethod
+    def parts(s: dict[str, float]) -> list[float]:
+        """Compute alone, overlapped comm, exposed comm, idle: ms that sum to the step."""
+        idle = max(s["step_ms"] - s["compute_ms"] - s["exposed_ms"], 0.0)
+        return [s["compute_ms"] - s["overlapped_ms"], s["overlapped_ms"], s["exposed_ms"], idle]
+
     def draw(self, data: ReportData) -> Figure:
         """Stacked horizontal bars, ms per step; the subtraction estimate as a marker."""
         rows = [(m, self._split(m)) for m in _distributed(data) if self._split(m)]
         fig, ax = plt.subplots(figsize=(9, 0.34 * len(rows) + 1.6))
-        parts = [("no communication", "#7f8c8d"), ("overlapped comm", "#5dade2")]
-        parts.append(("exposed comm", "#c0392b"))
+        parts = [
+            ("compute", "#7f8c8d"),
+            ("overlapped comm", "#5dade2"),
+            ("exposed comm", "#c0392b"),
+            ("idle (no kernel)", "#f5cba7"),
+        ]
         for i, (m, s) in enumerate(rows):
-            widths = [s["step_ms"] - s["comm_ms"], s["overlapped_ms"], s["exposed_ms"]]
             left = 0.0
-            for (label, color), w in zip(parts, widths, strict=True):
+            for (label, color), w in zip(parts, self.parts(s), strict=True):
                 ax.barh(i, w, left=left, color=color, height=0.7, label=label if i == 0 else None)
                 left += w
             sub = m.extra.get("subtraction")
@@ -311,7 +327,7 @@ class CommBars:
                     sub["comm_s"] / steps * 1e3, i, "kx", label="subtraction" if i == 0 else None
                 )
         ax.set_yticks(range(len(rows)), [m.id for m, _ in rows], fontsize=7)
-        ax.set_xlabel("ms per step (traced device timeline)")
+        ax.set_xlabel("ms per step (traced device timeline, profiler on)")
         ax.set_title(self.title, fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
