@@ -257,7 +257,7 @@ def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
     assert "no one-GPU result" in alone.extra["scaling"]
 
 
-def test_per_step_scaling_leaves_out_a_short_last_step() -> None:
+def test_per_step_scaling_leaves_out_a_short_last_step(monkeypatch: pytest.MonkeyPatch) -> None:
     # 40 images: batch 16 on one GPU is 16 + 16 + 8, DDP on two is 16 + 4 per rank
     one = d.DistCase("alexnet", "single", 1, 16, 64, 10, 40, 1, "cpu", "smoke")
     two = d.DistCase("alexnet", "ddp", 2, 16, 64, 10, 40, 1, "cpu", "smoke")
@@ -270,6 +270,10 @@ def test_per_step_scaling_leaves_out_a_short_last_step() -> None:
     assert v["efficiency"] == pytest.approx(10 / 11)  # not the medians 10 / 7
     assert v["weak_speedup"] == pytest.approx(2 * 10 / 11)
     assert v["speedup"] == pytest.approx(0.025 / 0.014)  # epochs: all the work
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "NVIDIA H200")  # device class
+    capped = replace(one, model="resnet18", device="cuda", batch=d.RESNET_BATCHES[-1])
+    note = d.to_measurement(d.CaseResult(capped, (_rank([10.0]),)), None).extra["sweep_end"]
+    assert "ends at its cap" in note
     lone = d.CaseResult(replace(two, images=20), (_rank([3.0]),) * 2)  # one short step
     m = d.to_measurement(lone, ref)
     assert "efficiency" not in m.values

@@ -733,7 +733,7 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
     With the one-GPU ``reference`` (same model, batch, data): strong-scaling speedup
     T(1)/T(N) of epoch times, weak-scaling speedup N·t(1)/t(N) of median step times,
     efficiency t(1)/t(N), and the seed's subtraction: compute T(1)/N, communication
-    T(N) − T(1)/N per epoch.
+    T(N) − T(1)/N per epoch. The sweep's last batch says that the sweep ended at its cap.
     """
     c, timing = r.case, r.timing
     values: dict[str, float] = {"epoch_time": r.epoch_s, "throughput": c.images / r.epoch_s}
@@ -749,6 +749,10 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
             zip(("wait", "warmup", "active", "repeat"), c.schedule, strict=True)
         ),
     }
+    if c.model == "resnet18" and c.device == "cuda" and c.batch == RESNET_BATCHES[-1]:
+        extra["sweep_end"] = (
+            f"per-GPU batch {c.batch} fitted: the sweep ends at its cap, not at an out-of-memory"
+        )
     if c.gpus > 1:
         values["comm_fraction"] = split.comm_fraction
         values["exposed_comm_fraction"] = split.exposed_fraction
