@@ -371,15 +371,17 @@ def test_frontier_chart_draws_measured_and_predicted(tmp_path: Path) -> None:
 
 
 class _FragmentingRunner:
-    """A SplitRunner stand-in whose step runs out of memory on its second call above N=5."""
+    """A SplitRunner stand-in: its second step runs out of memory above N=5 on one device,
+    and on two whenever device 1 holds more than 7 blocks."""
 
     def __init__(self, model, n, m, cut, devices) -> None:
-        self.n, self.calls = n, 0
+        self.n, self.m, self.cut, self.calls = n, m, cut, 0
 
     def naive(self):
         def step() -> None:
             self.calls += 1
-            if self.n > 5 and self.calls > 1:
+            too_big = self.n > 5 if self.cut == self.n + self.m else self.n + self.m - self.cut > 7
+            if too_big and self.calls > 1:
                 raise torch.OutOfMemoryError("CUDA out of memory (fragmented)")
 
         return step
@@ -396,6 +398,10 @@ def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(mo
     assert [a["fits"] for a in attempts] == [False, False, True]
     assert attempts[-1]["cut"] == 8
     assert runner.n == 5
-    # a split moves the cut instead, and gives up after its tries with every attempt named
+    # a split moves the cut toward device 0 by 2, 4, 8, ... blocks from the planned cut
+    _, _, attempts = lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), 1, 0)
+    assert [a["cut"] for a in attempts] == [4, 6, 8, 12, 20]  # device 1: 19, 17, 15, 11, 3
+    assert [a["fits"] for a in attempts] == [False] * 4 + [True]
+    # and gives up after its tries with every attempt named
     with pytest.raises(lf.SplitError, match="no cut fitted after 2 attempts"):
-        lf.fitted_runner(model, 7, 3, 4, ("cpu", "cpu"), 1, 0, tries=2)
+        lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), 1, 0, tries=2)

@@ -1205,7 +1205,7 @@ def fitted_runner(
     devices: Sequence[str],
     micro_batches: int,
     toward: int,
-    tries: int = 4,
+    tries: int = 6,
     shift: int = 2,
     steps: int = 3,
 ) -> tuple[SplitRunner, Callable[[], object], list[dict[str, Any]]]:
@@ -1213,14 +1213,17 @@ def fitted_runner(
 
     ``steps`` reach the steady state: the first step adds the momentum buffers, later
     ones the allocator's fragmentation, and one step that fits does not mean the timed
-    rounds will. The model's prediction may miss a workspace; rather than fail, each OOM
-    frees the runner and moves the cut ``shift`` blocks so that the device ``toward`` (0
-    or 1) gets more blocks; a model on one device (``cut == n + m``) sheds a conv block
-    instead (its search's answer fitted once, near the edge). At most ``tries`` times;
-    every attempt is returned, the last with the ``conv`` count and ``cut`` that fitted.
+    rounds will. The model's prediction may miss a term (a workspace, fragmentation);
+    rather than fail, each OOM frees the runner and moves the cut so that the device
+    ``toward`` (0 or 1) gets more blocks: ``shift`` blocks, then twice as many each time
+    (2, 4, 8, 16, ... away), so that a miss of a few hundred MiB is found in a few tries. A
+    model on one device (``cut == n + m``) sheds a conv block instead (its search's answer
+    fitted once, near the edge). At most ``tries`` times; every attempt is returned, the
+    last with the ``conv`` count and ``cut`` that fitted.
     """
     attempts: list[dict[str, Any]] = []
     single = cut == n + m
+    origin, move = cut, shift
     for _ in range(tries):
         error = None
         try:
@@ -1242,7 +1245,8 @@ def fitted_runner(
             if n < 1:
                 break
         else:
-            cut = cut + shift if toward == 0 else cut - shift
+            cut = origin + move if toward == 0 else origin - move
+            move *= 2
             if not 0 < cut < n + m:
                 break
     raise SplitError(f"no cut fitted after {len(attempts)} attempts: {attempts}")
