@@ -840,13 +840,14 @@ def amp_speedup_rows(infos: dict[str, dict]) -> list[list[str]]:
             continue
         metrics = info.get("metrics") or {}
         summary = (info.get("timing") or {}).get("summary_ms") or {}
-        speedup = next(
+        # over fp32; a channels_last case is compared with its NCHW twin instead
+        speedup, label = next(
             (
-                c["speedup"]
+                (c["speedup"], "" if c["baseline_label"] == "fp32" else " vs NCHW")
                 for c in info.get("comparisons", [])
-                if c["candidate"] == key and c["baseline_label"] == "fp32"
+                if c["candidate"] == key and c["baseline_label"] in ("fp32", "NCHW")
             ),
-            None,
+            (None, ""),
         )
         after = (info.get("gpu_after") or [{}])[0]
         energy = (info.get("energy") or [{}])[0]
@@ -856,7 +857,9 @@ def amp_speedup_rows(infos: dict[str, dict]) -> list[list[str]]:
                 key,
                 _num(summary.get("median"), ".4g"),
                 f"[{_num(summary.get('ci_low'), '.4g')}, {_num(summary.get('ci_high'), '.4g')}]",
-                "ref" if spec["precision"] == "fp32" else _fmt_ci(speedup),
+                "ref"
+                if speedup is None and spec["precision"] == "fp32"
+                else _fmt_ci(speedup) + label,
                 _gib((metrics.get("memory") or {}).get("value")),
                 _num((metrics.get("energy") or {}).get("value"), ".3g"),
                 _num(energy.get("avg_power_w"), ".0f"),
