@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -229,14 +230,21 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     is written, so the frames' locals are cleared and the CUDA cache emptied.
     """
     tb = getattr(sys, "last_traceback", None)
+    if tb is None:  # the test passed, or its failure was cleared already
+        return
     while tb is not None:
-        # before Python 3.13, frame.clear() leaves the f_locals snapshot that pytest's
-        # report read (it holds every local); 3.13's write-through proxy refuses clear()
-        with contextlib.suppress(Exception):
-            tb.tb_frame.f_locals.clear()
+        frame = tb.tb_frame
+        if frame.f_code.co_flags & inspect.CO_OPTIMIZED:  # a function's frame, not a module's
+            # before Python 3.13, frame.clear() leaves the f_locals snapshot that pytest's
+            # report read (it holds every local); 3.13's write-through proxy refuses clear()
+            with contextlib.suppress(Exception):
+                frame.f_locals.clear()
         with contextlib.suppress(RuntimeError):  # a frame still executing
-            tb.tb_frame.clear()
+            frame.clear()
         tb = tb.tb_next
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    if hasattr(sys, "last_exc"):
+        sys.last_exc = None
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():

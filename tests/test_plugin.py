@@ -182,8 +182,24 @@ def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.
 
         def test_next_sees_it_freed():
             assert FREED == ["big"]
+
+        def test_a_module_level_failure_keeps_its_globals():
+            namespace = {"kept": 1}
+            try:
+                exec("kept = 2\\nraise RuntimeError('in a module frame')", namespace)
+            except RuntimeError:
+                pass
+            assert namespace["kept"] == 2
+
+        def test_then_a_failure_inside_exec():
+            exec("value = 3\\nraise AssertionError('module-level failure')", GLOBALS)
+
+        def test_exec_namespace_survives():
+            assert GLOBALS["value"] == 3  # a module frame's namespace is not wiped
+
+        GLOBALS = {}
         """
     )
     # in a subprocess: pytester's in-process run records every hook call, failures included
     result = gauge_pytester.runpytest_subprocess()
-    result.assert_outcomes(failed=1, passed=1)
+    result.assert_outcomes(failed=2, passed=3)
