@@ -259,11 +259,12 @@ def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
 
 def test_per_step_scaling_leaves_out_a_short_last_step(monkeypatch: pytest.MonkeyPatch) -> None:
     # 40 images: batch 16 on one GPU is 16 + 16 + 8, DDP on two is 16 + 4 per rank
-    one = d.DistCase("alexnet", "single", 1, 16, 64, 10, 40, 1, "cpu", "smoke")
-    two = d.DistCase("alexnet", "ddp", 2, 16, 64, 10, 40, 1, "cpu", "smoke")
+    one = d.DistCase("resnet18", "single", 1, 16, 32, 10, 40, 2, "cpu", "smoke")
+    two = d.DistCase("resnet18", "ddp", 2, 16, 32, 10, 40, 2, "cpu", "smoke")
     assert one.last_step_short
     assert two.last_step_short
-    assert not d.DistCase("alexnet", "single", 1, 8, 64, 10, 40, 1, "cpu", "smoke").last_step_short
+    assert not replace(one, batch=8).last_step_short
+    assert not replace(one, model="alexnet").last_step_short  # full synthetic batches
     ref = d.CaseResult(one, (_rank([10.0, 10.0, 5.0]),))
     run = d.CaseResult(two, (_rank([11.0, 3.0]),) * 2)
     v = d.to_measurement(run, ref).values
