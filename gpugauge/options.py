@@ -164,6 +164,13 @@ def add_options(group: Any) -> None:
         help="idle seconds before each energy window, for the idle power",
     )
     group.addoption(
+        "--stop-after",
+        type=positive_seconds,
+        default=None,
+        help="start no new test once this many seconds have passed; the run ends as "
+        "usual, its results saved (for jobs with a time limit)",
+    )
+    group.addoption(
         "--gate",
         action="store_true",
         default=False,

@@ -10,6 +10,7 @@ import contextlib
 import gc
 import inspect
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results.measurement import Spec, devices_of
 
 SESSION = pytest.StashKey[GaugeSession]()
+STARTED = pytest.StashKey[float]()  # time.monotonic() at the session's start
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -152,9 +154,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Take the fingerprint now, outside any test's precision context (TF32 and such)."""
+    session.config.stash[STARTED] = time.monotonic()
     gs = session.config.stash.get(SESSION, None)
     if gs is not None:
         gs.fingerprint()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """``--stop-after``: past the limit, let the test in hand finish and start no other.
+
+    The session then ends as usual: results and pytest-benchmark's JSON are written, which
+    a signal or a killed job would lose.
+    """
+    yield
+    limit = item.config.getoption("stop_after", None)
+    started = item.config.stash.get(STARTED, None)
+    late = limit and started is not None and time.monotonic() - started > limit
+    if late and nextitem is not None:
+        item.session.shouldstop = (
+            f"--stop-after {limit:g} s passed: the tests after {item.name} were not run"
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

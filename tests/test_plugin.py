@@ -203,3 +203,9 @@ def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.
     # in a subprocess: pytester's in-process run records every hook call, failures included
     result = gauge_pytester.runpytest_subprocess()
     result.assert_outcomes(failed=2, passed=3)
+
+
+def test_stop_after_ends_the_run_cleanly_with_its_json(run) -> None:
+    result, data = run("--stop-after", "0.001")
+    result.stdout.fnmatch_lines(["*--stop-after 0.001 s passed: the tests after * were not run*"])
+    assert len(data["benchmarks"]) == 1  # the first case finished and was saved; no other ran
