@@ -56,14 +56,18 @@ from gpugauge.results.runs import load_run  # noqa: E402
 def run_pytest(args: list[str], log: Path, timeout_s: float | None = None) -> int:
     """Run pytest from the checkout, streaming its output to stdout and ``log``.
 
-    Past ``timeout_s`` pytest gets SIGINT, as from a keyboard: it stops the test in hand
-    (a torchrun launch stops its workers) and still writes its JSON; SIGKILL 60 s later.
+    With ``timeout_s``, pytest starts no new test after ``timeout_s`` − 90 s
+    (``--stop-after``) and ends as usual, its JSON written. Should a test still run at
+    ``timeout_s``, pytest gets SIGINT, as from a keyboard: it stops the test in hand (a
+    torchrun launch stops its workers), and may lose its JSON; SIGKILL 60 s later.
     """
     import signal
     import threading
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "pytest", *args]
+    if timeout_s:
+        cmd.append(f"--stop-after={max(timeout_s - 90.0, 1.0):g}")
     print("$", " ".join(cmd), flush=True)
     with log.open("w") as fh:
         proc = subprocess.Popen(
@@ -71,6 +75,8 @@ def run_pytest(args: list[str], log: Path, timeout_s: float | None = None) -> in
         )
 
         def stop() -> None:
+            if proc.poll() is not None:
+                return
             print(f"[gpu_checks] {timeout_s:.0f} s passed: interrupting pytest", flush=True)
             proc.send_signal(signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -1140,11 +1146,13 @@ def distributed(
         flush=True,
     )
     parts = [x.strip() for x in select.split(",") if x.strip() and x.strip() != "crash"]
+    if not select:
+        parts = [""]  # the whole family; "crash" alone runs only the killed-rank check
     work = Path(tempfile.mkdtemp(prefix="gg-dist-"))
     infos: dict[str, dict] = {}
     skipped: list[str] = []
     summary = []
-    for i, part in enumerate(parts or [""]):
+    for i, part in enumerate(parts):
         js, log = work / f"part{i}.json", work / f"part{i}.log"
         family = f"distributed and ({part})" if part else "distributed"
         t0 = time.perf_counter()
@@ -1157,7 +1165,7 @@ def distributed(
         wall = time.perf_counter() - t0
         summary.append(f"{family!r} ({profile}): pytest exit {rc} in {wall:.0f} s")
         print(summary[-1], flush=True)
-        if js.exists():
+        if js.exists() and js.stat().st_size:  # pytest-benchmark opens it empty at the start
             infos |= {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
             subprocess.run(
                 [
