@@ -402,6 +402,20 @@ def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(mo
     _, _, attempts = lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), 1, 0)
     assert [a["cut"] for a in attempts] == [4, 6, 8, 12, 20]  # device 1: 19, 17, 15, 11, 3
     assert [a["fits"] for a in attempts] == [False] * 4 + [True]
-    # and gives up after its tries with every attempt named
+    # the last try is the end of the range, then it gives up with every attempt named
+    with pytest.raises(lf.SplitError, match="no cut fitted after 3 attempts") as err:
+        lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), 1, 1)
+    assert "'cut': 1," in str(err.value)  # 4, 2, 1 (clamped), then nowhere left
     with pytest.raises(lf.SplitError, match="no cut fitted after 2 attempts"):
         lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), 1, 0, tries=2)
+
+
+def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
+    import gpugauge.workloads.layer_fit as lf
+
+    reserved = iter([10, 20, 30, 40, 40, 40, 40, 40])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: next(reserved))
+    calls = []
+    assert lf.settle(lambda: calls.append(1), ("cuda:0",)) == 6  # grew for 4 steps, then 2 flat
+    assert len(calls) == 6
+    assert lf.settle(lambda: None, ("cpu",)) == 3

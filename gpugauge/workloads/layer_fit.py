@@ -1197,6 +1197,30 @@ class SplitRunner:
         ]
 
 
+def settle(
+    step: Callable[[], object], devices: Sequence[str], least: int = 3, most: int = 12
+) -> int:
+    """Run ``step`` until no CUDA device's reserved memory grew for two steps; the count.
+
+    One step that fits does not mean the timed rounds will: the first adds the momentum
+    buffers, later ones the caching allocator's fragmentation (a GPipe step on two H200s
+    ran 3 steps and then ran out of memory in its warm-up). At least ``least`` steps, at
+    most ``most``; on a CPU, ``least``.
+    """
+    cuda = [d for d in dict.fromkeys(devices) if d.startswith("cuda")]
+    seen: list[tuple[int, ...]] = []
+    for i in range(1, most + 1):
+        step()
+        if not cuda:
+            if i >= least:
+                return i
+            continue
+        seen.append(tuple(torch.cuda.memory_reserved(d) for d in cuda))
+        if i >= least and len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]:
+            return i
+    return most
+
+
 def fitted_runner(
     model: MemoryModel,
     n: int,
@@ -1207,19 +1231,17 @@ def fitted_runner(
     toward: int,
     tries: int = 6,
     shift: int = 2,
-    steps: int = 3,
 ) -> tuple[SplitRunner, Callable[[], object], list[dict[str, Any]]]:
-    """A runner whose step ran ``steps`` times at ``cut`` or, after an OOM, a smaller model.
+    """A runner whose step reached a steady state at ``cut`` or, after an OOM, a smaller part.
 
-    ``steps`` reach the steady state: the first step adds the momentum buffers, later
-    ones the allocator's fragmentation, and one step that fits does not mean the timed
-    rounds will. The model's prediction may miss a term (a workspace, fragmentation);
-    rather than fail, each OOM frees the runner and moves the cut so that the device
-    ``toward`` (0 or 1) gets more blocks: ``shift`` blocks, then twice as many each time
-    (2, 4, 8, 16, ... away), so that a miss of a few hundred MiB is found in a few tries. A
-    model on one device (``cut == n + m``) sheds a conv block instead (its search's answer
-    fitted once, near the edge). At most ``tries`` times; every attempt is returned, the
-    last with the ``conv`` count and ``cut`` that fitted.
+    The step runs until its reserved memory stops growing (:func:`settle`). The model's
+    prediction may miss a term (a workspace, fragmentation); rather than fail, each OOM
+    frees the runner and moves the cut so that the device ``toward`` (0 or 1) gets more
+    blocks: ``shift`` blocks, then twice as many each time (2, 4, 8, 16, ... away, the last
+    try at the end of the range), so that a miss of a few hundred MiB is found in a few
+    tries. A model on one device (``cut == n + m``) sheds a conv block instead (its search's
+    answer fitted once, near the edge). At most ``tries`` times; every attempt is returned,
+    the last with the ``conv`` count, ``cut`` and ``steps`` that fitted.
     """
     attempts: list[dict[str, Any]] = []
     single = cut == n + m
@@ -1229,9 +1251,8 @@ def fitted_runner(
         try:
             runner = SplitRunner(model, n, m, cut, devices)
             step = runner.gpipe(micro_batches) if micro_batches > 1 else runner.naive()
-            for _ in range(steps):
-                step()
-            attempts.append({"conv": n, "cut": cut, "fits": True})
+            steps = settle(step, devices)
+            attempts.append({"conv": n, "cut": cut, "fits": True, "steps": steps})
             return runner, step, attempts
         except torch.OutOfMemoryError as err:
             error = str(err).splitlines()[0][:200]
@@ -1244,11 +1265,13 @@ def fitted_runner(
             n, cut = n - 1, cut - 1
             if n < 1:
                 break
-        else:
-            cut = origin + move if toward == 0 else origin - move
-            move *= 2
-            if not 0 < cut < n + m:
-                break
+            continue
+        edge = n + m - 1 if toward == 0 else 1
+        if cut == edge:
+            break
+        wanted = origin + move if toward == 0 else origin - move
+        cut = min(wanted, edge) if toward == 0 else max(wanted, edge)
+        move *= 2
     raise SplitError(f"no cut fitted after {len(attempts)} attempts: {attempts}")
 
 
