@@ -280,9 +280,10 @@ class ScalingCurves:
 class CommBars:
     """Per multi-GPU result: a step split into compute, overlapped and exposed comm, and idle.
 
-    Idle is device time with neither a kernel nor a copy: a host that cannot issue work
+    Idle is device time with no kernel, copy or memset: a host that cannot issue work
     fast enough (DataParallel's replication, launch-bound small batches). The seed's
-    subtraction charges it to communication; the bars keep it apart.
+    subtraction charges it to communication; the bars keep it apart. Each bar is 100% of
+    its traced step (labelled with the step's ms), so short steps read as well as long ones.
     """
 
     name = "comm"
@@ -306,31 +307,31 @@ class CommBars:
         return [s["compute_ms"] - s["overlapped_ms"], s["overlapped_ms"], s["exposed_ms"], idle]
 
     def draw(self, data: ReportData) -> Figure:
-        """Stacked horizontal bars, ms per step; the subtraction estimate as a marker."""
+        """Stacked horizontal bars, % of each traced step; the subtraction as a marker."""
         rows = [(m, self._split(m)) for m in _distributed(data) if self._split(m)]
         fig, ax = plt.subplots(figsize=(9, 0.34 * len(rows) + 1.6))
         parts = [
             ("compute", "#7f8c8d"),
             ("overlapped comm", "#5dade2"),
             ("exposed comm", "#c0392b"),
-            ("idle (no kernel)", "#f5cba7"),
+            ("idle (no kernel or copy)", "#f5cba7"),
         ]
         for i, (m, s) in enumerate(rows):
             left = 0.0
-            for (label, color), w in zip(parts, self.parts(s), strict=True):
+            widths = [100 * w / s["step_ms"] for w in self.parts(s)] if s["step_ms"] else []
+            for (label, color), w in zip(parts, widths, strict=False):
                 ax.barh(i, w, left=left, color=color, height=0.7, label=label if i == 0 else None)
                 left += w
-            sub = m.extra.get("subtraction")
-            steps = m.extra.get("steps_per_epoch")
-            if sub and steps:
-                ax.plot(
-                    sub["comm_s"] / steps * 1e3, i, "kx", label="subtraction" if i == 0 else None
-                )
-        ax.set_yticks(range(len(rows)), [m.id for m, _ in rows], fontsize=7)
-        ax.set_xlabel("ms per step (traced device timeline, profiler on)")
+            sub = m.values.get("subtraction_comm_fraction")
+            if sub is not None:
+                ax.plot(100 * sub, i, "kx", label="subtraction" if i == 0 else None)
+        labels = [f"{m.id} ({s['step_ms']:.3g} ms)" for m, s in rows]
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("% of the traced step (profiler on; its ms in brackets)")
         ax.set_title(self.title, fontsize=10)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+        fig.legend(fontsize=7, loc="lower center", ncol=5, frameon=False)
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
         return fig
 
 
