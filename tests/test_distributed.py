@@ -445,3 +445,29 @@ def test_report_draws_scaling_curves_and_comm_bars(tmp_path: Path) -> None:
     split = ms[1].extra["trace_split"]
     assert CommBars.parts(split) == [8.0, 1.0, 1.0, 0.0]
     assert CommBars.parts(split | {"step_ms": 14.0})[3] == 4.0  # no kernel for 4 ms: idle
+
+
+def test_device_work_counts_for_the_step_that_launched_it() -> None:
+    # the window opens while the step before it still runs: its tail (launched before the
+    # first ProfilerStep span) is no part of the window's steps
+    def x(name: str, cat: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "args": args}
+
+    events = [
+        x("ProfilerStep#3", "user_annotation", 100, 100),
+        x("cudaLaunchKernel", "cuda_runtime", 90, 2, correlation=1),  # the step before
+        x("cudaLaunchKernel", "cuda_runtime", 110, 2, correlation=2),
+        x("cuLaunchKernelEx", "cuda_driver", 150, 2, correlation=3),  # NCCL, driver API
+        x("tail_of_step_2", "kernel", 101, 40, device=0, correlation=1),
+        x("gemm", "kernel", 141, 30, device=0, correlation=2),
+        x("ncclDevKernel_AllReduce", "kernel", 171, 20, device=0, correlation=3),
+    ]
+    acts = k.parse_events(events)
+    assert [a.name for a in acts if a.on_device] == ["gemm", "ncclDevKernel_AllReduce"]
+    s = k.comm_split(acts, 1)
+    assert s.step_ms == pytest.approx(0.050)  # 141 to 191 µs, not from 101
+    assert s.comm_ms == pytest.approx(0.020)
+    # no launch records (an older trace) or no steps: everything is kept
+    bare = [{**e, "args": {"device": 0}} if e["cat"] == "kernel" else e for e in events]
+    assert len([a for a in k.parse_events(bare) if a.on_device]) == 3
+    assert len([a for a in k.parse_events(events[1:]) if a.on_device]) == 3

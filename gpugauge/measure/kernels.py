@@ -8,6 +8,8 @@ into :class:`Activity` records (times in microseconds, as the trace stores them)
   trace (no device activity) the rows are CPU operators by self time instead. Both the
   distributed family (per rank) and the amp family's profiler pass
   (:meth:`gpugauge.measure.profile.Profile.kernels`) write it, as CSV (µs) and Markdown.
+- Device work counts for the steps that launched it (:func:`launched_in_steps`), not for
+  the window it happened to run in.
 - :func:`comm_split`: interval arithmetic on the device timeline. Communication is every
   NCCL kernel (and peer-to-peer copy); compute is every other kernel, copy and memset
   (host-to-device copies count as compute, as in seed 002). ``exposed`` is the part of
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")  # the host calls that queue device work
 GPU_ACTIVITIES = "GPU activities"  # a kernel table's rows on a GPU trace, as nvprof says
 Interval = tuple[float, float]
 
@@ -47,6 +50,7 @@ class Activity:
     dur_us: float
     device: int | None = None
     thread: int = 0
+    correlation: int | None = None  # a device activity's launch call (args.correlation)
 
     @property
     def end_us(self) -> float:
@@ -69,7 +73,11 @@ class Activity:
 
 
 def read_trace(path: Path) -> list[Activity]:
-    """Every complete span ("ph": "X") of a Chrome trace (plain or ``.gz``)."""
+    """The complete spans ("ph": "X") of a Chrome trace (plain or ``.gz``).
+
+    Device work is kept only where it was launched inside a profiled step: see
+    :func:`launched_in_steps`.
+    """
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
         data = json.loads(raw)
@@ -82,16 +90,24 @@ def read_trace(path: Path) -> list[Activity]:
 
 
 def parse_events(events: Iterable[dict[str, Any]]) -> list[Activity]:
-    """Activities from Chrome trace events; other phases and categories are dropped."""
+    """Activities from Chrome trace events, device work of the profiled steps only.
+
+    Other phases and categories are dropped; launch calls only place device work in steps.
+    """
     out = []
+    launches: dict[int, float] = {}  # correlation id -> when the host queued the work, µs
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X" or "dur" not in e:
             continue
         cat = str(e.get("cat", ""))
+        args = e.get("args") or {}
+        if cat in LAUNCH_CATS and isinstance(args.get("correlation"), int):
+            launches[args["correlation"]] = float(e["ts"])
+            continue
         if cat not in (*DEVICE_CATS, "cpu_op", "user_annotation"):
             continue
-        args = e.get("args") or {}
         device = args.get("device") if cat in DEVICE_CATS else None
+        corr = args.get("correlation") if cat in DEVICE_CATS else None
         out.append(
             Activity(
                 name=str(e["name"]),
@@ -100,9 +116,34 @@ def parse_events(events: Iterable[dict[str, Any]]) -> list[Activity]:
                 dur_us=float(e["dur"]),
                 device=None if device is None else int(device),
                 thread=int(e.get("tid", 0)) if str(e.get("tid", 0)).isdigit() else 0,
+                correlation=corr if isinstance(corr, int) else None,
             )
         )
-    return out
+    return launched_in_steps(out, launches)
+
+
+def launched_in_steps(activities: list[Activity], launches: dict[int, float]) -> list[Activity]:
+    """Drop device work that the host launched outside every ``ProfilerStep#`` span.
+
+    A traced window opens while the GPU still runs the step before it (it runs behind the
+    host): on two H200s a VGG-16 window of 5 steps held 6.3 steps of device time, and its
+    per-step time read 67 ms against 48.5 ms timed. Work is placed by its launch call
+    (``args.correlation``). A trace with no steps or no launch records is kept whole.
+    """
+    spans = [
+        (a.start_us, a.end_us)
+        for a in activities
+        if a.cat == "user_annotation" and a.name.startswith("ProfilerStep#")
+    ]
+    device = [a for a in activities if a.on_device]
+    if not spans or not any(a.correlation in launches for a in device):
+        return activities
+
+    def inside(a: Activity) -> bool:
+        at = launches.get(a.correlation) if a.correlation is not None else None
+        return at is not None and any(s <= at <= e for s, e in spans)
+
+    return [a for a in activities if not a.on_device or inside(a)]
 
 
 # --- interval arithmetic -------------------------------------------------------------
