@@ -81,7 +81,12 @@ def run_pytest(args: list[str], log: Path, timeout_s: float | None = None) -> in
             proc.send_signal(signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(60)
+                return
             proc.kill()
+            # a torchrun launch runs in a session of its own: stop what pytest left behind
+            for line in processes_mentioning("gpugauge.launch.worker"):
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(line.split(":")[0]), signal.SIGKILL)
 
         timer = threading.Timer(timeout_s, stop) if timeout_s else None
         if timer:
