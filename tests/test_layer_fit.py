@@ -419,3 +419,20 @@ def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
     assert lf.settle(lambda: calls.append(1), ("cuda:0",)) == 6  # grew for 4 steps, then 2 flat
     assert len(calls) == 6
     assert lf.settle(lambda: None, ("cpu",)) == 3
+
+
+def test_block_costs_are_measured_at_a_micro_batch(monkeypatch):
+    import gpugauge.workloads.layer_fit as lf
+
+    shapes = []
+    real = lf.measure
+
+    def spy(step, policy, clock):
+        shapes.append(step.__defaults__[1].shape)  # the step's input
+        return real(step, policy, clock)
+
+    monkeypatch.setattr(lf, "measure", spy)
+    costs = lf.measure_costs(MemoryModel(16, 8, 64), "cpu", batch=2)
+    assert costs.conv > 0
+    assert costs.linear > 0
+    assert [s[0] for s in shapes] == [2, 2]  # conv input and linear input at batch 2

@@ -17,6 +17,8 @@ with probe counts, memory back at its start and predicted against measured; then
 family's search and single-GPU cases through pytest at the seed profile.
 ``layer_fit-split`` (issue 10, two H200s): the split cases through pytest at the seed
 profile (single, naive, GPipe with 2/4/8 micro-batches), per-device memory and speedups.
+``layer_fit-microbatch`` (issue 10, one GPU): a conv block's and a head linear's step at
+batch 16, 8, 4, 2 (GPipe's micro-batches), against a proportional share of batch 16's.
 ``amp`` (issue 12): the amp family at the seed profile (its wall time), then a speedup table
 (five models × fp32/fp16/bf16), the profiler artifacts checked (each Chrome trace loads as
 JSON and holds device kernel events; the operator table by self device time lists kernels
@@ -832,6 +834,38 @@ def layer_fit_split(out: Path) -> None:
     print("\n" + table)
 
 
+def layer_fit_microbatch(out: Path) -> None:
+    """Issue 10, one GPU: block steps at GPipe's micro-batch sizes, against batch 16's.
+
+    A conv block's and a head linear's training step at the seed's batch 16 split in 1, 2,
+    4 and 8 parts; "x parts / full" is what a step split in that many parts costs.
+    """
+    from gpugauge.workloads.layer_fit import MemoryModel, measure_costs
+
+    model = MemoryModel()
+    rows, full = [], None
+    for parts in (1, 2, 4, 8):
+        costs = measure_costs(model, "cuda:0", batch=model.batch // parts)
+        full = full or costs
+        rows.append(
+            [
+                str(model.batch // parts),
+                f"{costs.conv:.4g}",
+                f"{parts * costs.conv / full.conv:.2f}x",
+                f"{costs.linear:.4g}",
+                f"{parts * costs.linear / full.linear:.2f}x",
+            ]
+        )
+    table = render(
+        ["batch", "conv block ms", "x parts / full", "linear ms", "x parts / full"],
+        rows,
+        f"layer_fit block costs per micro-batch on {_device_name()} (seed method; "
+        "'x parts / full' > 1: a step split in parts costs that much more)",
+    )
+    (out / "layer_fit_microbatch.txt").write_text(table + "\n")
+    print(table)
+
+
 def _fmt_ci(ratio: dict | None) -> str:
     if not ratio:
         return "-"
@@ -1290,6 +1324,7 @@ def main() -> None:
         "clock-probe": clock_probe,
         "layer_fit": layer_fit,
         "layer_fit-split": layer_fit_split,
+        "layer_fit-microbatch": layer_fit_microbatch,
         "amp": amp,
         "distributed": distributed,
     }

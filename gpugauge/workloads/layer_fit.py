@@ -882,16 +882,21 @@ def flop_costs(model: MemoryModel) -> BlockCosts:
     return BlockCosts(float(conv), float(linear), "flops")
 
 
-def measure_costs(model: MemoryModel, device: str) -> BlockCosts:
-    """Device time of one training step (SGD + momentum) of each block kind, seed method."""
+def measure_costs(model: MemoryModel, device: str, batch: int | None = None) -> BlockCosts:
+    """Device time of one training step (SGD + momentum) of each block kind, seed method.
+
+    ``batch`` (default the model's) times a GPipe micro-batch: a block's cost need not
+    shrink in proportion to its batch.
+    """
+    batch = model.batch if batch is None else batch
     clock = round_clock((device,))
     out = []
     for net, shape in (
         (conv_block(device), None),
-        (nn.Linear(model.width, model.width, device=device), (model.batch, model.width)),
+        (nn.Linear(model.width, model.width, device=device), (batch, model.width)),
     ):
         if shape is None:
-            x = torch.randn(model.batch, CHANNELS, model.image, model.image, device=device)
+            x = torch.randn(batch, CHANNELS, model.image, model.image, device=device)
         else:
             x = torch.randn(*shape, device=device)
         x.requires_grad_()
