@@ -105,12 +105,14 @@ def test_autosave_writes_pytest_benchmark_storage(gauge_pytester: pytest.Pyteste
 
 def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
     """Record baselines, pass an identical run, fail a slowed run naming the benchmark."""
-    gauge_pytester.makepyfile(test_demo=BENCH)
+    # sleeps of 20 and 40 ms: a 2 ms sleep on a busy two-core runner took 7.5 ms at times
+    slower = BENCH.replace('("slow", 0.004), ("fast", 0.002)', '("slow", 0.04), ("fast", 0.02)')
+    assert slower != BENCH
+    gauge_pytester.makepyfile(test_demo=slower)
     base = gauge_pytester.path / "baselines"
     tols = gauge_pytester.mkdir("tolerances")
-    # sleeps of 2-4 ms on a busy host jitter by tens of percent: a 50% tolerance (2x for a
-    # one-run baseline) keeps the identical run from a false alarm; the slowdowns below are
-    # 2.5x and more
+    # a 50% tolerance (2x for a one-run baseline) keeps the identical run from a false
+    # alarm; the slowdowns below are 2.5x and more
     (tols / "t.toml").write_text("[default]\ntime = 0.5\n")
     common = [
         "--rounds",
@@ -134,7 +136,7 @@ def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
     same.stdout.fnmatch_lines(["gpugauge gate: *", "*slow*", "*fast*"])
     assert "REGRESSED" not in same.stdout.str()
 
-    slowed = gauge_pytester.runpytest(*common, "--gate", "--slowdown-ms", "6")
+    slowed = gauge_pytester.runpytest(*common, "--gate", "--slowdown-ms", "60")
     assert slowed.ret == pytest.ExitCode.TESTS_FAILED
     slowed.assert_outcomes(failed=2, skipped=1)
     slowed.stdout.fnmatch_lines(["*gpugauge gate: fast: regressed: time *x*", "*fast*REGRESSED*"])
