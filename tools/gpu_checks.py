@@ -120,6 +120,16 @@ def seed_run(family: str, js: Path, profile: str = "seed") -> list[str]:
     ]
 
 
+def extra_infos(js: Path) -> dict[str, dict]:
+    """Benchmark id -> its gpugauge record from a pytest-benchmark JSON; {} if none was written.
+
+    pytest-benchmark opens the file empty at the start, so a run stopped early leaves it so.
+    """
+    if not js.exists() or not js.stat().st_size:
+        return {}
+    return {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+
+
 def medians(path: Path) -> dict[str, float]:
     """Benchmark id -> median ms from a pytest-benchmark JSON."""
     data = json.loads(path.read_text())
@@ -421,11 +431,9 @@ def timer_check(out: Path) -> None:
 
 
 def _verdicts(js: Path) -> dict[str, str]:
-    if not js.exists():
-        return {}
     return {
-        b["extra_info"]["id"]: (b["extra_info"].get("gate") or {}).get("verdict", "-")
-        for b in json.loads(js.read_text())["benchmarks"]
+        info["id"]: (info.get("gate") or {}).get("verdict", "-")
+        for info in extra_infos(js).values()
     }
 
 
@@ -593,9 +601,7 @@ def core_gate(out: Path) -> None:
     rc = run_pytest([*GATED, "--gate", f"--benchmark-json={js}"], out / "core_gate.log")
     wall = time.perf_counter() - t0
     run = load_run(js) if js.exists() else None
-    verdicts = {}
-    for b in json.loads(js.read_text())["benchmarks"] if js.exists() else []:
-        verdicts[b["extra_info"]["id"]] = b["extra_info"].get("gate", {}).get("verdict", "-")
+    verdicts = _verdicts(js)
     counts = {v: list(verdicts.values()).count(v) for v in sorted(set(verdicts.values()))}
     print(f"core gate: pytest exit {rc} in {wall:.0f} s; verdicts {counts}")
     if run is not None:
@@ -786,9 +792,7 @@ def layer_fit_split(out: Path) -> None:
     rc = run_pytest(seed_run("layer_fit and split", js), out / "layer_fit_split.log", 200)
     wall = time.perf_counter() - t0
     rows = []
-    infos = {}
-    if js.exists():
-        infos = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+    infos = extra_infos(js)
     naive = next((i for k, i in infos.items() if k.startswith("split-naive")), None)
     naive_ms = naive and naive["timing"]["summary_ms"]["median"]
     for key, info in infos.items():
@@ -1024,9 +1028,7 @@ def amp(out: Path, pytest_args: tuple[str, ...] = (), deadline_s: float = 560.0)
     rc = run_pytest([*seed_run("amp", js), *pytest_args], out / "amp_seed.log", deadline_s)
     wall = time.perf_counter() - t0
     print(f"amp seed profile: pytest exit {rc} in {wall:.0f} s", flush=True)
-    infos = {}
-    if js.exists() and js.stat().st_size:  # pytest-benchmark opens it empty at the start
-        infos = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+    infos = extra_infos(js)
     name = _device_name()
     speed = render(
         [
@@ -1204,8 +1206,9 @@ def distributed(
         wall = time.perf_counter() - t0
         summary.append(f"{family!r} ({profile}): pytest exit {rc} in {wall:.0f} s")
         print(summary[-1], flush=True)
-        if js.exists() and js.stat().st_size:  # pytest-benchmark opens it empty at the start
-            infos |= {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
+        found = extra_infos(js)
+        infos |= found
+        if found:
             subprocess.run(
                 [
                     sys.executable,
