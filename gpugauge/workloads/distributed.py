@@ -132,10 +132,19 @@ class DistCase:
         return (self.model, self.mode, self.gpus, self.image, self.images, self.device)
 
     @property
+    def step_images(self) -> int:
+        """Images one process trains per step: the batch, times the GPUs for DataParallel."""
+        return self.batch * (self.gpus if self.mode == "dp" else 1)
+
+    @property
+    def rank_images(self) -> int:
+        """Images of one epoch on each rank (DistributedSampler pads to equal shares)."""
+        return math.ceil(self.images / self.ranks)
+
+    @property
     def steps_per_epoch(self) -> int:
         """Steps of one epoch on every rank (the last batch may be short)."""
-        per_rank = math.ceil(self.images / self.ranks)  # DistributedSampler pads
-        return math.ceil(per_rank / (self.batch * (self.gpus if self.mode == "dp" else 1)))
+        return math.ceil(self.rank_images / self.step_images)
 
     @property
     def last_step_short(self) -> bool:
@@ -144,11 +153,7 @@ class DistCase:
         Only ResNet-18 slices its epochs from loaded data; VGG-16 and AlexNet step through a
         pool of full synthetic batches, so every step of theirs is full.
         """
-        if self.model != "resnet18":
-            return False
-        per_rank = math.ceil(self.images / self.ranks)
-        per_step = self.batch * (self.gpus if self.mode == "dp" else 1)
-        return per_rank % per_step != 0
+        return self.model == "resnet18" and self.rank_images % self.step_images != 0
 
     @property
     def profiled_steps(self) -> int:
@@ -359,11 +364,10 @@ def synthetic_pool(
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A few distinct random batches (images, labels) in host memory, used in turn."""
     g = torch.Generator().manual_seed(1)
-    global_batch = case.batch * (case.gpus if case.mode == "dp" else 1)
     pool = []
     for _ in range(size):
-        x = torch.randn(global_batch, 3, case.image, case.image, generator=g)
-        y = torch.randint(0, case.classes, (global_batch,), generator=g)
+        x = torch.randn(case.step_images, 3, case.image, case.image, generator=g)
+        y = torch.randint(0, case.classes, (case.step_images,), generator=g)
         pool.append((x.pin_memory(), y.pin_memory()) if pin else (x, y))
     return pool
 
@@ -374,7 +378,7 @@ def batches_of(
     pool: list[tuple[torch.Tensor, torch.Tensor]] | None,
 ) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
     """Step i's (images, labels): epoch-ordered slices of the loaded data, or the pool."""
-    per_step = case.batch * (case.gpus if case.mode == "dp" else 1)
+    per_step = case.step_images
     if epochs is not None:
         steps = case.steps_per_epoch
 
