@@ -6,8 +6,6 @@ import csv
 import gzip
 import io
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,7 +46,7 @@ from gpugauge.workloads.amp import (
 from models.alexnet import alexnet
 from models.resnet import resnet18
 
-ROOT = Path(__file__).resolve().parents[1]
+from .bench_run import run_bench_module
 
 
 def n_params(m: torch.nn.Module) -> int:
@@ -490,33 +488,17 @@ def test_profile_pass_writes_the_cpu_tables_and_trace(tmp_path: Path) -> None:
 
 
 def test_bench_module_end_to_end(tmp_path: Path) -> None:
-    js = tmp_path / "run.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "benches/test_amp.py",
-            "-k",
-            "mlp and cpu or b100- and cpu",
-            "--rounds",
-            "3",
-            "--warmup",
-            "1",
-            f"--benchmark-json={js}",
-            f"--artifacts-dir={tmp_path / 'artifacts'}",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    bench = run_bench_module(
+        "benches/test_amp.py",
+        tmp_path / "run.json",
+        "-k",
+        "mlp and cpu or b100- and cpu",
+        "--rounds",
+        "3",
+        "--warmup",
+        "1",
+        f"--artifacts-dir={tmp_path / 'artifacts'}",
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    bench = {b["param"]: b["extra_info"] for b in json.loads(js.read_text())["benchmarks"]}
     assert set(bench) == {
         "mlp-train-fp32-b32-28px-cpu",
         "mlp-train-bf16-b32-28px-cpu",

@@ -9,8 +9,6 @@ import io
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -26,9 +24,8 @@ from gpugauge.measure import kernels as k
 from gpugauge.measure.timing import Timing
 from gpugauge.workloads import distributed as d
 
+from .bench_run import run_bench_module
 from .test_launch import _processes_mentioning
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _ev(name: str, cat: str, ts: float, dur: float, tid: int = 1, **args: Any) -> dict[str, Any]:
@@ -339,32 +336,16 @@ def test_run_series_skips_every_case_after_an_oom(monkeypatch: pytest.MonkeyPatc
 
 
 def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> None:
-    saved = tmp_path / "run.json"
     art = tmp_path / "art"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "benches/test_distributed.py",
-            "-k",
-            "resnet18 and cpu",
-            "--profile",
-            "smoke",
-            f"--benchmark-json={saved}",
-            f"--artifacts-dir={art}",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    benches = run_bench_module(
+        "benches/test_distributed.py",
+        tmp_path / "run.json",
+        "-k",
+        "resnet18 and cpu",
+        "--profile",
+        "smoke",
+        f"--artifacts-dir={art}",
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    benches = {b["param"]: b["extra_info"] for b in json.loads(saved.read_text())["benchmarks"]}
     assert set(benches) == {"resnet18-single-1proc-b2-32px-cpu", "resnet18-ddp-2proc-b2-32px-cpu"}
     ddp = benches["resnet18-ddp-2proc-b2-32px-cpu"]
     assert ddp["device_class"].startswith("2x-cpu")
