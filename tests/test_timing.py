@@ -191,6 +191,16 @@ def test_batches_are_capped_and_get_a_head_start_covering_host_queueing() -> Non
     assert max(clock.head_starts) <= MAX_HEAD_START_S
 
 
+def test_a_device_slower_than_the_host_gets_one_round_of_head_start() -> None:
+    """5 ms rounds queued in ~0 ms: the device builds its own queue, and a long spin
+    kernel (little power) would let a power-capped clock recover between batches."""
+    clock = FakeClock(noisy_ms(5.0, 0.01))
+    policy = TimingPolicy(warmup_rounds=3, min_rounds=10, target_ci=0.0001, max_rounds=300)
+    measure(lambda: None, policy, clock, now=lambda: clock.t)
+    assert len(clock.head_starts) > 3
+    assert max(clock.head_starts) < 0.001  # one round's dispatch, not batch x dispatch
+
+
 def test_host_clock_measures_real_work() -> None:
     t = measure(lambda: time.sleep(0.01), TimingPolicy(warmup_rounds=1, rounds=5), HostClock())
     assert t.clock == "perf_counter"

@@ -437,8 +437,18 @@ def _timed_batch(
     return clock.collect(), queued
 
 
-def _head_start(host_per_round_s: float, batch: int) -> float:
-    return min(1.2 * host_per_round_s * batch, MAX_HEAD_START_S)
+def _head_start(host_per_round_s: float, device_per_round_s: float, batch: int) -> float:
+    """The lead the device needs so that no round of ``batch`` waits for the host, s.
+
+    Round j is queued j·host after the batch starts and reached at lead + j·device, so
+    the lead must cover one round's dispatch plus, when the host is the slower one,
+    (batch − 1)·(host − device); 20% spare. A device that is slower than the host builds
+    its own queue: it gets one round's lead only, since a spin kernel draws little power
+    and a long one would let a power-capped GPU's clock recover between batches (the
+    harness then ran a 0.1 ms GEMM at 1935 MHz where a gapless loop ran it at 1545).
+    """
+    deficit = max(host_per_round_s - device_per_round_s, 0.0)
+    return min(1.2 * (host_per_round_s + (batch - 1) * deficit), MAX_HEAD_START_S)
 
 
 @dataclass(frozen=True)
@@ -446,6 +456,7 @@ class _Warm:
     rounds: int
     seconds: float
     host_per_round_s: float
+    device_per_round_s: float
     batch_ms: tuple[float, ...]
     settled: bool | None
 
@@ -484,11 +495,12 @@ def _warm_up(
             if elapsed >= policy.max_warmup_s:
                 break
             batch = max(1, min(MAX_BATCH, int(policy.warmup_batch_s / max(per_round_s, 1e-6))))
-            times, queued = _timed_batch(fn, clock, batch, _head_start(queued, batch), between)
+            lead = _head_start(queued, per_round_s, batch)
+            times, queued = _timed_batch(fn, clock, batch, lead, between)
             rounds += batch
             medians.append(statistics.median(times))
             per_round_s = max(medians[-1] / 1e3, 1e-6)
-    return _Warm(rounds, now() - t0, queued, tuple(medians), settled)
+    return _Warm(rounds, now() - t0, queued, per_round_s, tuple(medians), settled)
 
 
 def measure(
@@ -507,7 +519,7 @@ def measure(
     and flags the rounds of a batch during which the GPU slowed down.
     """
     warm = _warm_up(fn, policy, clock, between, now)
-    host_per_round = warm.host_per_round_s
+    host_per_round, device_per_round = warm.host_per_round_s, warm.device_per_round_s
     samples: list[float] = []
     host: list[float] = []
     throttled: list[bool] = []
@@ -516,10 +528,10 @@ def measure(
     while True:
         batch = _next_batch(samples, now() - start, policy)
         b0 = now()
-        times, host_per_round = _timed_batch(
-            fn, clock, batch, _head_start(host_per_round, batch), between, host
-        )
+        lead = _head_start(host_per_round, device_per_round, batch)
+        times, host_per_round = _timed_batch(fn, clock, batch, lead, between, host)
         samples.extend(times)
+        device_per_round = statistics.median(times) / 1e3
         if watch is not None:
             state = watch.state_between(b0, now(), batch)
             batches.append(state)
