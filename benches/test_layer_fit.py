@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 import torch
 
+from gpugauge.measure.kernels import TraceError
 from gpugauge.measure.timing import measure
 from gpugauge.plugin import parametrize_cases
 from gpugauge.results.measurement import Measurement
 from gpugauge.workloads.layer_fit import (
+    PIPELINED,
     SEED_METHOD,
     SIM_UNMODELLED_BYTES,
     FitCase,
@@ -35,6 +37,7 @@ from gpugauge.workloads.layer_fit import (
     run_search,
     split_cases,
     split_table,
+    trace_overlap,
 )
 
 pytestmark = pytest.mark.layer_fit
@@ -103,32 +106,30 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         n, search = _largest_single(case, gauge)
         extra["single_search"] = search
         assert n > 0, "no conv layer fits one device with this head"
-    if case.schedule == "gpipe":
-        check = check_pipeline(
-            MemoryModel(case.batch, case.image, 64), 4, 3, 3, devices, case.micro_batches
-        )
+    pipelined = case.schedule in PIPELINED
+    if pipelined:
+        small = MemoryModel(case.batch, case.image, 64)
+        check = check_pipeline(small, 4, 3, 3, devices, case.schedule, case.micro_batches)
         extra["pipeline_check"] = check
-        assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"GPipe gradients differ: {check}"
-    costs = measure_costs(model, devices[0]) if on_gpu else flop_costs(model)
+        assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"gradients differ: {check}"
+    # a pipeline is balanced by what a block costs at its micro-batch size
+    part = case.batch // case.micro_batches
+    costs = measure_costs(model, devices[0], batch=part) if on_gpu else flop_costs(model)
     with budgets(devices, parse_budget(case.budget)) as caps:
         toward = 0
         if case.schedule == "single":
             cut = n + case.fc
         else:
-            plan = plan_split(model, n, case.fc, (caps[0], caps[1]), costs)
+            plan = plan_split(
+                model, n, case.fc, caps[:2], costs, case.micro_batches, schedule=case.schedule
+            )
             extra["plan"] = plan.as_dict()
             cut, toward = plan.chosen.k, 1 - plan.limiting
         runner, step, attempts = fitted_runner(
-            model, n, case.fc, cut, devices, case.micro_batches, toward
+            model, n, case.fc, cut, devices, case.schedule, case.micro_batches, toward
         )
         n, cut = attempts[-1]["conv"], attempts[-1]["cut"]
-        if case.schedule == "single":
-            predicted = [model.predict(n, case.fc, "train").total]
-        else:
-            predicted = [
-                model.stage(n, case.fc, 0, cut, "train", case.micro_batches).total,
-                model.stage(n, case.fc, cut, n + case.fc, "train", case.micro_batches).total,
-            ]
+        predicted = case.predicted(n, cut)
         extra |= {
             "conv": n,
             "cut": cut,
@@ -150,17 +151,25 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
             except torch.OutOfMemoryError as err:
                 extra["part_times_note"] = f"not timed alone: {str(err).splitlines()[0]}"
             extra["part_ms"] = parts
-        m = gauge.measure(case, step, extra=extra)
+        artifacts = {}
+        if on_gpu:
+            try:
+                trace = gauge.artifact_path(case, "trace.json.gz")
+                extra["trace"] = trace_overlap(step, devices, trace)
+                artifacts["trace"] = trace
+            except (torch.OutOfMemoryError, TraceError, RuntimeError) as err:
+                extra["trace_note"] = f"not traced: {str(err).splitlines()[0]}"
+        m = gauge.measure(case, step, artifacts=artifacts, extra=extra)
         del step, runner
     table = split_table(case, cut, n, predicted, caps, m.memory, parts)
     _note_block(gauge, table)
     gauge.session.note(f"seed method (warm-up 5, average of 10): {seed.summary.mean:.4g} ms")
-    if case.schedule == "gpipe":
+    if pipelined:
         naive = gauge.session.find(replace(case, schedule="naive", micro_batches=1))
         if naive is not None:
             gauge.compare(
                 naive,
                 m,
-                labels=("naive", f"gpipe x{case.micro_batches}"),
+                labels=("naive", f"{case.schedule} x{case.micro_batches}"),
                 title=f"layer_fit split c{case.conv} m{case.fc} {case.budget}",
             )

@@ -26,6 +26,7 @@ from gpugauge.workloads.layer_fit import (
     allocator_bytes,
     cases,
     check_pipeline,
+    held_parts,
     parse_budget,
     plan_split,
     probe,
@@ -83,6 +84,11 @@ def test_allocator_rounding() -> None:
     assert allocator_bytes(147_456) == 147_456
     assert allocator_bytes(11 * MiB + 1) == 12 * MiB
     assert 50 * MiB == A
+    # 1-10 MiB: a share of a 20 MiB segment (three batch-2 activations of 6.125 MiB fit one)
+    assert allocator_bytes(MiB) == MiB
+    assert allocator_bytes(6 * MiB + 128 * 1024) == -(-20 * MiB // 3 // 512) * 512
+    assert allocator_bytes(2 * MiB) == 2 * MiB  # ten to a segment
+    assert allocator_bytes(7 * MiB) == 10 * MiB  # two to a segment, 6 MiB left over
 
 
 def test_train_terms_by_hand() -> None:
@@ -142,6 +148,33 @@ def test_micro_batches_shrink_only_the_gradients_in_flight() -> None:
     four = SEED.stage(138, 62, 0, 80, "train", 4)
     quarter = allocator_bytes(4 * 64 * 112 * 112 * 4)
     assert one.activations - four.activations == 2 * A - 2 * quarter + 80 * (A - 4 * quarter)
+
+
+def test_one_f_one_b_holds_two_parts_then_one() -> None:
+    n, m, k = 138, 62, 8
+    part = allocator_bytes(2 * 64 * 112 * 112 * 4)
+    gpipe = [SEED.stage(n, m, 0, 80, "train", k), SEED.stage(n, m, 80, n + m, "train", k)]
+    held = held_parts("1f1b", k)
+    assert held == (2, 1)
+    ofob = [SEED.stage(n, m, 0, 80, "train", k, 2), SEED.stage(n, m, 80, n + m, "train", k, 1)]
+    assert gpipe[0].activations - ofob[0].activations == (k - 2) * 80 * part
+    # device 1 also keeps the input of the part sent ahead (2 received, not 8), and the
+    # head's small outputs of one part instead of eight
+    convs = (k - 1) * 58 * part + (k - 2) * part
+    assert 0 < gpipe[1].activations - ofob[1].activations - convs < 16 * MiB
+    assert held_parts("gpipe", 4) == (4, 4)
+    with pytest.raises(ValueError, match="holds 1 to 8"):
+        SEED.stage(n, m, 0, 80, "train", k, 9)
+
+
+def test_one_f_one_b_lets_the_cut_move_toward_time_balance() -> None:
+    budget = float(11 * GiB)
+    costs = BlockCosts(conv=1.0, linear=0.1, source="test")
+    gpipe = plan_split(SEED, 138, 62, (budget, budget), costs, 8, schedule="gpipe")
+    ofob = plan_split(SEED, 138, 62, (budget, budget), costs, 8, schedule="1f1b")
+    assert ofob.chosen.time_share() < gpipe.chosen.time_share()
+    assert ofob.chosen.layers[0][0] < gpipe.chosen.layers[0][0]
+    assert all(b <= budget * 0.98 for b in ofob.chosen.bytes)
 
 
 def test_budget_parsing_is_strict() -> None:
@@ -315,10 +348,22 @@ def test_split_that_fits_nowhere_is_an_error() -> None:
         plan_split(SEED, 400, 62, (float(GiB), float(GiB)), BlockCosts(1, 1, "test"))
 
 
-def test_gpipe_gradients_equal_the_naive_split() -> None:
-    check = check_pipeline(MemoryModel(batch=4, image=8, width=32), 3, 3, 2, ("cpu", "cpu"), 4)
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pipelined_gradients_equal_the_naive_split(schedule: str) -> None:
+    model = MemoryModel(batch=4, image=8, width=32)
+    check = check_pipeline(model, 3, 3, 2, ("cpu", "cpu"), schedule, 4)
     assert check["max_grad_rel_diff"] < 1e-5
     assert check["parameters"] == 2 * 6
+    assert check["schedule"] == schedule
+    # and they are not equal by accident: a step with a part missing differs
+    runner = SplitRunner(model, 3, 3, 2, ("cpu", "cpu"))
+    runner.x, runner.y = runner.x[:3], runner.y[:3]
+    runner.schedule(schedule, 3)()
+    fewer = runner.gradients()
+    whole = SplitRunner(model, 3, 3, 2, ("cpu", "cpu"))
+    whole.naive()()
+    pairs = zip(whole.gradients(), fewer, strict=True)
+    assert max(float((a - b).norm() / a.norm()) for a, b in pairs) > 1e-3
 
 
 def test_split_runner_cuts_where_asked() -> None:
@@ -341,6 +386,11 @@ def test_split_case_ids_and_devices() -> None:
         SplitCase("naive", 138, 62, 4)
     with pytest.raises(ValueError, match="does not split"):
         SplitCase("gpipe", 138, 62, 3)
+    assert SplitCase("1f1b", 138, 62, 8).id == "split-1f1b8-c138-m62-11gib-cuda"
+    with pytest.raises(ValueError, match="micro_batches > 1"):
+        SplitCase("1f1b", 138, 62)
+    with pytest.raises(ValueError, match="schedules are"):
+        SplitCase("pipedream", 138, 62, 2)
 
 
 # ---------------------------------------------------------------------------- chart
@@ -377,7 +427,7 @@ class _FragmentingRunner:
     def __init__(self, model, n, m, cut, devices) -> None:
         self.n, self.m, self.cut, self.calls = n, m, cut, 0
 
-    def naive(self):
+    def schedule(self, name, micro_batches):
         def step() -> None:
             self.calls += 1
             too_big = self.n > 5 if self.cut == self.n + self.m else self.n + self.m - self.cut > 7
@@ -393,21 +443,21 @@ def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(mo
     monkeypatch.setattr(lf, "SplitRunner", _FragmentingRunner)
     model = MemoryModel(4, 32, 64)
     # one device: the search's N = 7 fitted one step; the timed rounds would not
-    runner, _, attempts = lf.fitted_runner(model, 7, 3, 10, ("cpu", "cpu"), 1, 0)
+    runner, _, attempts = lf.fitted_runner(model, 7, 3, 10, ("cpu", "cpu"), "single", 1, 0)
     assert [a["conv"] for a in attempts] == [7, 6, 5]
     assert [a["fits"] for a in attempts] == [False, False, True]
     assert attempts[-1]["cut"] == 8
     assert runner.n == 5
     # a split moves the cut toward device 0 by 2, 4, 8, ... blocks from the planned cut
-    _, _, attempts = lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), 1, 0)
+    _, _, attempts = lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), "naive", 1, 0)
     assert [a["cut"] for a in attempts] == [4, 6, 8, 12, 20]  # device 1: 19, 17, 15, 11, 3
     assert [a["fits"] for a in attempts] == [False] * 4 + [True]
     # the last try is the end of the range, then it gives up with every attempt named
     with pytest.raises(lf.SplitError, match="no cut fitted after 3 attempts") as err:
-        lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), 1, 1)
+        lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), "naive", 1, 1)
     assert "'cut': 1," in str(err.value)  # 4, 2, 1 (clamped), then nowhere left
     with pytest.raises(lf.SplitError, match="no cut fitted after 2 attempts"):
-        lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), 1, 0, tries=2)
+        lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), "naive", 1, 0, tries=2)
 
 
 def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
@@ -436,3 +486,39 @@ def test_block_costs_are_measured_at_a_micro_batch(monkeypatch):
     assert costs.conv > 0
     assert costs.linear > 0
     assert [s[0] for s in shapes] == [2, 2]  # conv input and linear input at batch 2
+
+
+# ------------------------------------------------------------------- pipeline evidence
+
+
+def _kernel(device: int, start: float, dur: float) -> dict:
+    args = {"device": device}
+    return {"ph": "X", "cat": "kernel", "name": "k", "ts": start, "dur": dur, "args": args}
+
+
+def test_device_overlap_measures_how_long_both_devices_work_together() -> None:
+    from gpugauge.measure.kernels import TraceError, device_overlap, parse_events
+
+    # device 0 busy 0-40 µs, device 1 busy 30-50 and 60-80 µs: together 30-40 only
+    acts = parse_events(
+        [_kernel(0, 0, 25), _kernel(0, 20, 20), _kernel(1, 30, 20), _kernel(1, 60, 20)]
+    )
+    o = device_overlap(acts, steps=2)
+    assert o.devices == (0, 1)
+    assert o.busy_ms == pytest.approx((40 / 2e3, 40 / 2e3))
+    assert o.together_ms == pytest.approx(10 / 2e3)
+    assert o.step_ms == pytest.approx(80 / 2e3)
+    assert o.as_dict()["utilisation"] == pytest.approx([0.5, 0.5])
+    with pytest.raises(TraceError, match="no device activity"):
+        device_overlap(parse_events([]), steps=1)
+    with pytest.raises(ValueError, match="steps"):
+        device_overlap(acts, steps=0)
+
+
+def test_send_and_receive_are_plain_copies_off_cuda() -> None:
+    from gpugauge.workloads.pipe import CopyStreams, receive, send
+
+    x = torch.randn(3, requires_grad=True)
+    y = receive(send(x * 2, "cpu", CopyStreams()), CopyStreams())
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 2.0))

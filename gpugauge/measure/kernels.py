@@ -16,6 +16,8 @@ into :class:`Activity` records (times in microseconds, as the trace stores them)
   the communication's time during which no compute runs on any device of the process: the
   time communication adds to a step. On a CPU trace communication is gloo's
   ``gloo:*`` spans on its worker threads and compute every CPU operator elsewhere.
+- :func:`device_overlap`: per-device busy time and the time all devices work at once (a
+  model split over GPUs: how much a pipeline overlaps its stages).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import io
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +273,51 @@ def comm_split(activities: Sequence[Activity], steps: int) -> CommSplit:
         comm_kernel_ms=sum(a.dur_us for a in comm) / per,
         exposed_ms=sum(e - s for s, e in subtract(iv(comm), iv(compute))) / per,
         timeline=timeline,
+    )
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How much of a traced window each device worked, and all of them at once (ms/step).
+
+    A pipeline over devices is only faster than running them one after another by the
+    time they work together: ``together_ms`` near 0 is the naive split, near the busiest
+    device's ``busy_ms`` a pipeline without bubbles. ``step_ms`` is the device timeline
+    from the first to the last activity, per step.
+    """
+
+    steps: int
+    step_ms: float
+    devices: tuple[int, ...]
+    busy_ms: tuple[float, ...]
+    together_ms: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON (ms per step), with each device's share of the step."""
+        busy = [b / self.step_ms if self.step_ms else 0.0 for b in self.busy_ms]
+        return {**asdict(self), "utilisation": busy}
+
+
+def device_overlap(activities: Sequence[Activity], steps: int) -> Overlap:
+    """Per-device busy time and the time every traced device was busy at once."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    work = [a for a in activities if a.on_device and a.device is not None]
+    if not work:
+        raise TraceError("the trace holds no device activity")
+    devices = tuple(sorted({a.device for a in work if a.device is not None}))
+    busy = [union((a.start_us, a.end_us) for a in work if a.device == d) for d in devices]
+    together = busy[0]
+    for other in busy[1:]:
+        together = subtract(together, subtract(together, other))  # intersection
+    per = 1e3 * steps
+    span = max(a.end_us for a in work) - min(a.start_us for a in work)
+    return Overlap(
+        steps=steps,
+        step_ms=span / per,
+        devices=devices,
+        busy_ms=tuple(length(b) / per for b in busy),
+        together_ms=length(together) / per,
     )
 
 

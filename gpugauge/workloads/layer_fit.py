@@ -34,17 +34,22 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
 
+from gpugauge.measure.kernels import device_overlap, read_trace
+from gpugauge.measure.profile import Schedule, profile_steps
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.report.tables import fmt_bytes, render
+from gpugauge.workloads.pipe import CopyStreams, receive, send
 from models.stacked import CHANNELS, CLASSES, HEAD_WIDTH, blocks, conv_block, head_widths
 
 MiB = 2**20
 GiB = 2**30
+LARGE_SEGMENT = 20 * MiB  # the caching allocator's segment for tensors of 1-10 MiB
 MODES = ("infer", "train")
 SEED_INPUT = (16, CHANNELS, 112, 112)
 SEED_BUDGET = "11GiB"
@@ -86,14 +91,20 @@ def allocator_bytes(nbytes: int) -> int:
 
     Sizes round up to 512 B; a tensor of 10 MiB or more gets a segment of its own, rounded
     up to 2 MiB (the remainder is unusable unless it exceeds 1 MiB, and then only by
-    another large tensor, which this model does not have). Smaller tensors share 2 MiB and
-    20 MiB segments and are counted at their 512 B-rounded size.
+    another large tensor, which this model does not have). Tensors over 1 MiB and under
+    10 MiB are carved out of 20 MiB segments: as many as fit in one (the model's are of
+    one size: a micro-batch's activations), each counted at its share of the segment
+    (a 6.1 MiB activation, batch 2 of the seed's, costs 6.7 MiB). Tensors of 1 MiB or
+    less share 2 MiB segments and are counted at their rounded size.
     """
     if nbytes <= 0:
         return 0
     rounded = -(-nbytes // 512) * 512
-    if rounded < 10 * MiB:
+    if rounded <= MiB:
         return rounded
+    if rounded < 10 * MiB:
+        per_segment = LARGE_SEGMENT // rounded
+        return -(-LARGE_SEGMENT // per_segment // 512) * 512
     return -(-rounded // (2 * MiB)) * (2 * MiB)
 
 
@@ -164,14 +175,23 @@ class MemoryModel:
         return head_widths(m, self.width, self.classes)[1:]
 
     def stage(
-        self, n: int, m: int, first: int, last: int, mode: str, micro_batches: int = 1
+        self,
+        n: int,
+        m: int,
+        first: int,
+        last: int,
+        mode: str,
+        micro_batches: int = 1,
+        held: int | None = None,
     ) -> Terms:
         """Peak of blocks ``[first, last)`` of the (N, M) model on one device.
 
         A stage after the first receives its input from the device before it (one tensor
-        per micro-batch, which needs a gradient); GPipe keeps every micro-batch's
-        activations until the backward pass, so activations scale with the micro-batch
-        size only in the two gradients in flight.
+        per micro-batch, which needs a gradient). ``held`` is how many micro-batches'
+        activations the stage holds at its peak: all of them under GPipe (the default),
+        so that activations shrink with the micro-batch size only in the two gradients in
+        flight; one or two under 1F1B (:func:`held_parts`), whose stage after the first
+        also holds the input of the part sent ahead.
         """
         total = n + m
         if not 0 <= first < last <= total:
@@ -181,6 +201,9 @@ class MemoryModel:
         if self.batch % micro_batches:
             raise ValueError(f"batch {self.batch} does not split into {micro_batches} parts")
         mb = self.batch // micro_batches
+        held = micro_batches if held is None else held
+        if not 1 <= held <= micro_batches:
+            raise ValueError(f"a stage holds 1 to {micro_batches} micro-batches, not {held}")
         tensors = self.block_tensors(n, m)[first:last]
         params = sum(allocator_bytes(t) for blk in tensors for t in blk)
         head = range(max(first, n), last)
@@ -190,7 +213,7 @@ class MemoryModel:
         outs = self.head_outputs(m)
 
         def small(features: int) -> int:
-            return micro_batches * allocator_bytes(mb * features * self.itemsize)
+            return held * allocator_bytes(mb * features * self.itemsize)
 
         if first == 0:
             received, image_input, input_grad = (
@@ -199,7 +222,7 @@ class MemoryModel:
                 False,
             )
         elif first <= n:
-            received, image_input, input_grad = micro_batches * act, True, True
+            received, image_input, input_grad = min(held + 1, micro_batches) * act, True, True
         else:
             received, image_input, input_grad = small(outs[first - 1 - n]), False, True
         labels = allocator_bytes(self.batch * 8) if last == total else 0
@@ -222,7 +245,7 @@ class MemoryModel:
             in_flight = act  # the mean's gradient, expanded back to image shape
         else:
             in_flight = 0
-        acts = received + labels + micro_batches * convs * act + in_flight + head_acts
+        acts = received + labels + held * convs * act + in_flight + head_acts
         return Terms(params, head_params, params, acts, self.workspace_bytes, "backward")
 
     def predict(self, n: int, m: int, mode: str) -> Terms:
@@ -882,18 +905,29 @@ def flop_costs(model: MemoryModel) -> BlockCosts:
     return BlockCosts(float(conv), float(linear), "flops")
 
 
+COST_STACK = 8  # blocks timed together, so the device, not the host's launches, sets the pace
+
+
 def measure_costs(model: MemoryModel, device: str, batch: int | None = None) -> BlockCosts:
     """Device time of one training step (SGD + momentum) of each block kind, seed method.
 
-    ``batch`` (default the model's) times a GPipe micro-batch: a block's cost need not
+    Each kind is timed as a stack of :data:`COST_STACK` blocks and divided: one block
+    alone is launch-bound at a micro-batch's size (on an H200 a conv block's step took
+    0.71 ms at batch 16, 8 and 4 alike, where inside the model it took 0.35 ms at batch
+    8). ``batch`` (default the model's) times a GPipe micro-batch: a block's cost need not
     shrink in proportion to its batch.
     """
     batch = model.batch if batch is None else batch
     clock = round_clock((device,))
     out = []
     for net, shape in (
-        (conv_block(device), None),
-        (nn.Linear(model.width, model.width, device=device), (batch, model.width)),
+        (nn.Sequential(*(conv_block(device) for _ in range(COST_STACK))), None),
+        (
+            nn.Sequential(
+                *(nn.Linear(model.width, model.width, device=device) for _ in range(COST_STACK))
+            ),
+            (batch, model.width),
+        ),
     ):
         if shape is None:
             x = torch.randn(batch, CHANNELS, model.image, model.image, device=device)
@@ -908,9 +942,9 @@ def measure_costs(model: MemoryModel, device: str, batch: int | None = None) -> 
             net(x).sum().backward()
             opt.step()
 
-        out.append(measure(step, SEED_METHOD, clock).summary.mean)
+        out.append(measure(step, SEED_METHOD, clock).summary.mean / COST_STACK)
         del net, x, opt
-    return BlockCosts(out[0], out[1], f"measured on {device} (seed method)")
+    return BlockCosts(out[0], out[1], f"measured on {device} (seed method, {COST_STACK} stacked)")
 
 
 @dataclass(frozen=True)
@@ -987,6 +1021,18 @@ class SplitPlan:
         }
 
 
+def held_parts(schedule: str, micro_batches: int) -> tuple[int, int]:
+    """Micro-batches whose activations each of the two stages holds at its peak.
+
+    GPipe (and the naive split, one part) holds every part until the drain; 1F1B holds
+    two on device 0 (the part whose backward runs and the one it forwarded ahead) and one
+    on device 1.
+    """
+    if schedule == "1f1b":
+        return min(2, micro_batches), 1
+    return micro_batches, micro_batches
+
+
 def plan_split(
     model: MemoryModel,
     n: int,
@@ -995,13 +1041,19 @@ def plan_split(
     costs: BlockCosts,
     micro_batches: int = 1,
     margin: float = 0.02,
+    schedule: str = "gpipe",
 ) -> SplitPlan:
-    """Every cut's predicted per-device peak and cost; the balanced ones and the chosen one."""
+    """Every cut's predicted per-device peak and cost; the balanced ones and the chosen one.
+
+    Peaks are the ``schedule``'s at ``micro_batches`` parts (:func:`held_parts`); costs are
+    per step, so measure them at the micro-batch size when they are to balance a pipeline.
+    """
     per_block = costs.per_block(model, n, m)
+    held = held_parts(schedule, micro_batches)
     cuts = []
     for k in range(1, n + m):
-        b0 = model.stage(n, m, 0, k, "train", micro_batches).total
-        b1 = model.stage(n, m, k, n + m, "train", micro_batches).total
+        b0 = model.stage(n, m, 0, k, "train", micro_batches, held[0]).total
+        b1 = model.stage(n, m, k, n + m, "train", micro_batches, held[1]).total
         cuts.append(Cut(k, n, m, (b0, b1), (sum(per_block[:k]), sum(per_block[k:]))))
     if not cuts:
         raise SplitError(f"(N={n}, M={m}) has one block: nothing to split")
@@ -1018,7 +1070,8 @@ def plan_split(
     return SplitPlan(n, m, micro_batches, budgets, by_memory, by_time, chosen, costs, margin)
 
 
-SCHEDULES = ("single", "naive", "gpipe")
+SCHEDULES = ("single", "naive", "gpipe", "1f1b")
+PIPELINED = ("gpipe", "1f1b")
 
 
 @dataclass(frozen=True)
@@ -1028,6 +1081,8 @@ class SplitCase:
     ``naive``: device 0's blocks, a copy, device 1's blocks, loss, backward, step: one
     device works at a time. ``gpipe``: the batch in ``micro_batches`` parts, all forwards
     first (fill), then all backwards (drain), one optimizer step; the devices overlap.
+    ``1f1b``: the same parts, each part's backward issued right after its forward, so a
+    stage holds one or two parts' activations instead of all (:func:`held_parts`).
     ``single``: the largest N that fits one device under the same budget (the frontier
     search's answer) with the same head, for comparison.
     """
@@ -1047,8 +1102,8 @@ class SplitCase:
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}; schedules are {SCHEDULES}")
-        if (self.schedule == "gpipe") != (self.micro_batches > 1):
-            raise ValueError("gpipe takes micro_batches > 1; the others take 1")
+        if (self.schedule in PIPELINED) != (self.micro_batches > 1):
+            raise ValueError(f"{PIPELINED} take micro_batches > 1; the others take 1")
         if self.batch % self.micro_batches:
             raise ValueError(f"batch {self.batch} does not split into {self.micro_batches}")
         parse_budget(self.budget)
@@ -1064,7 +1119,8 @@ class SplitCase:
     @property
     def id(self) -> str:
         """``split-gpipe4-c138-m62-11gib-cuda``; ``split-single-m62-11gib-cuda``."""
-        sched = f"gpipe{self.micro_batches}" if self.schedule == "gpipe" else self.schedule
+        pipelined = self.schedule in PIPELINED
+        sched = f"{self.schedule}{self.micro_batches}" if pipelined else self.schedule
         size = "" if self.schedule == "single" else f"c{self.conv}-"
         small = (
             "" if (self.batch, self.image) == SEED_INPUT[::2] else f"b{self.batch}-{self.image}px-"
@@ -1075,6 +1131,17 @@ class SplitCase:
     def memory_model(self) -> MemoryModel:
         """The analytic model at this case's shapes."""
         return MemoryModel(batch=self.batch, image=self.image, width=self.width)
+
+    def predicted(self, n: int, cut: int) -> list[int]:
+        """Predicted peak bytes per device of this case's schedule with ``n`` conv blocks."""
+        model, m = self.memory_model, self.fc
+        if self.schedule == "single":
+            return [model.predict(n, m, "train").total]
+        held = held_parts(self.schedule, self.micro_batches)
+        return [
+            model.stage(n, m, first, last, "train", self.micro_batches, h).total
+            for (first, last), h in zip(((0, cut), (cut, n + m)), held, strict=True)
+        ]
 
     @property
     def fit_case(self) -> FitCase:
@@ -1087,17 +1154,22 @@ class SplitCase:
 
 
 def split_cases(profile: str) -> list[SplitCase]:
-    """The seed's split (138 conv + 62 fc, 11 GiB per GPU); a tiny CPU run in smoke."""
+    """The seed's split (138 conv + 62 fc, 11 GiB per GPU), naive and pipelined.
+
+    GPipe and 1F1B at 2, 4 and 8 micro-batches (and 16 in the full profile); tiny CPU
+    runs in smoke.
+    """
     seed = [
         SplitCase("single", 0, 62, profile=profile),
         SplitCase("naive", 138, 62, profile=profile),
-        *(SplitCase("gpipe", 138, 62, mb, profile=profile) for mb in (2, 4, 8)),
+        *(SplitCase(s, 138, 62, mb, profile=profile) for s in PIPELINED for mb in (2, 4, 8)),
     ]
     if profile == "smoke":
         tiny = dict(budget="64MiB", device="cpu", batch=2, image=8, width=64, profile=profile)
-        return [SplitCase("naive", 4, 3, **tiny), SplitCase("gpipe", 4, 3, 2, **tiny), *seed]
+        small = [SplitCase(s, 4, 3, 2, **tiny) for s in PIPELINED]
+        return [SplitCase("naive", 4, 3, **tiny), *small, *seed]
     if profile == "full":
-        seed.append(SplitCase("gpipe", 138, 62, 16, profile=profile))
+        seed += [SplitCase(s, 138, 62, 16, profile=profile) for s in PIPELINED]
     return seed
 
 
@@ -1148,27 +1220,65 @@ class SplitRunner:
         """One step over ``micro_batches`` parts: fill (every forward), drain (backward).
 
         Issued from one thread: kernel launches are asynchronous, so device 0 runs part
-        i + 1's forward while device 1 runs part i's; each cross-device copy orders the
-        two devices' streams with events. The backward of all parts is one autograd call,
-        whose engine runs each device's nodes on a thread of its own, so the drain
-        overlaps too. Each part's loss is scaled by 1 / parts: the gradients are the
-        full batch's.
+        i + 1's forward while device 1 runs part i's. Each part crosses to device 1 by
+        :func:`~gpugauge.workloads.pipe.send` (a copy on side streams that waits for its
+        producer only), so neither device waits for the other's queue. The backward of
+        all parts is one autograd call, whose engine runs each device's nodes on a thread
+        of its own, so the drain overlaps too. Each part's loss is scaled by 1 / parts:
+        the gradients are the full batch's.
         """
         s0, s1 = self.stages
-        d1 = self.devices[1]
+        d1, streams = self.devices[1], CopyStreams()
         xs, ys = self.x.chunk(micro_batches), self.y.chunk(micro_batches)
 
         def step() -> object:
             self.opt.zero_grad(set_to_none=True)
+            sent = [send(s0(x), d1, streams) for x in xs]
             losses = [
-                self.loss_fn(s1(s0(x).to(d1)), y) / micro_batches
-                for x, y in zip(xs, ys, strict=True)
+                self.loss_fn(s1(receive(h, streams)), y) / micro_batches
+                for h, y in zip(sent, ys, strict=True)
             ]
             torch.autograd.backward(losses)
             self.opt.step()
             return losses
 
         return step
+
+    def one_f_one_b(self, micro_batches: int) -> Callable[[], object]:
+        """One step over ``micro_batches`` parts, one forward then one backward (1F1B).
+
+        The schedule of PipeDream-Flush (``Schedule1F1B`` in ``torch.distributed.pipelining``):
+        device 0 runs one part ahead, and each part's backward is issued as soon as its
+        forward is, so device 0 holds the activations of two parts and device 1 of one,
+        where GPipe holds all of them. Same gradients as GPipe and the naive split, same
+        bubble as GPipe; the memory it frees lets the cut move toward time balance.
+        """
+        s0, s1 = self.stages
+        d1, streams = self.devices[1], CopyStreams()
+        xs, ys = self.x.chunk(micro_batches), self.y.chunk(micro_batches)
+
+        def step() -> object:
+            self.opt.zero_grad(set_to_none=True)
+            losses = []
+            ahead = send(s0(xs[0]), d1, streams)
+            for i in range(micro_batches):
+                loss = self.loss_fn(s1(receive(ahead, streams)), ys[i]) / micro_batches
+                if i + 1 < micro_batches:
+                    ahead = send(s0(xs[i + 1]), d1, streams)  # device 0 runs a part ahead
+                loss.backward()
+                losses.append(loss.detach())
+            self.opt.step()
+            return losses
+
+        return step
+
+    def schedule(self, name: str, micro_batches: int) -> Callable[[], object]:
+        """The step of ``name`` (one of :data:`SCHEDULES`; ``single`` is the naive step)."""
+        if name == "gpipe":
+            return self.gpipe(micro_batches)
+        if name == "1f1b":
+            return self.one_f_one_b(micro_batches)
+        return self.naive()
 
     def stage_steps(self) -> tuple[Callable[[], object], Callable[[], object]]:
         """Each device's part alone (forward + backward, no step), as the seed timed them."""
@@ -1232,6 +1342,7 @@ def fitted_runner(
     m: int,
     cut: int,
     devices: Sequence[str],
+    schedule: str,
     micro_batches: int,
     toward: int,
     tries: int = 6,
@@ -1255,7 +1366,7 @@ def fitted_runner(
         error = None
         try:
             runner = SplitRunner(model, n, m, cut, devices)
-            step = runner.gpipe(micro_batches) if micro_batches > 1 else runner.naive()
+            step = runner.schedule(schedule, micro_batches)
             steps = settle(step, devices)
             attempts.append({"conv": n, "cut": cut, "fits": True, "steps": steps})
             return runner, step, attempts
@@ -1317,25 +1428,57 @@ def budgets(devices: Sequence[str], budget: int | None) -> Iterator[tuple[float,
 
 
 def check_pipeline(
-    model: MemoryModel, n: int, m: int, cut: int, devices: Sequence[str], micro_batches: int
+    model: MemoryModel,
+    n: int,
+    m: int,
+    cut: int,
+    devices: Sequence[str],
+    schedule: str,
+    micro_batches: int,
 ) -> dict[str, Any]:
-    """GPipe's gradients against the naive split's after one step from the same weights.
+    """A pipeline's gradients against the naive split's after one step from the same weights.
 
     Runs in full fp32 (TF32 off): the schedules sum the same per-sample terms in another
     order, so only rounding may differ. Returns the largest relative difference.
     """
     grads = []
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
-        for micro in (1, micro_batches):
+        for name in ("naive", schedule):
             runner = SplitRunner(model, n, m, cut, devices)
-            step = runner.naive() if micro == 1 else runner.gpipe(micro)
+            step = runner.schedule(name, micro_batches)
             step()
             grads.append(runner.gradients())
             del runner, step
     worst = 0.0
     for a, b in zip(grads[0], grads[1], strict=True):
         worst = max(worst, float((a - b).norm() / a.norm().clamp_min(1e-30)))
-    return {"max_grad_rel_diff": worst, "parameters": len(grads[0]), "micro_batches": micro_batches}
+    return {
+        "max_grad_rel_diff": worst,
+        "parameters": len(grads[0]),
+        "schedule": schedule,
+        "micro_batches": micro_batches,
+    }
+
+
+TRACE_SCHEDULE = Schedule(wait=0, warmup=1, active=2)
+
+
+def trace_overlap(step: Callable[[], object], devices: Sequence[str], path: Path) -> dict[str, Any]:
+    """Profile a split's steps into ``path``; each device's busy time and both at once.
+
+    What the timed median cannot say: whether a pipelined step is slow because its
+    devices do not overlap (``together_ms`` small) or because each works longer at the
+    micro-batch size (``busy_ms`` above the naive split's). ms per step; CUDA only.
+    """
+    unique = list(dict.fromkeys(devices))
+
+    def synchronize() -> None:
+        for d in unique:
+            torch.cuda.synchronize(d)
+
+    profile_steps(step, path, device=unique[0], schedule=TRACE_SCHEDULE, synchronize=synchronize)
+    overlap = device_overlap(read_trace(path), TRACE_SCHEDULE.active)
+    return {**overlap.as_dict(), "trace": str(path)}
 
 
 # ------------------------------------------------------------------------------ tables

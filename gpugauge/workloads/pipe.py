@@ -1,0 +1,111 @@
+"""Cross-device sends for a model split over devices, ordered by events instead of barriers.
+
+``x.to("cuda:1")`` from a tensor on cuda:0 is a two-way barrier: the source device's
+current stream waits for *all* work queued so far on the destination's current stream, and
+the destination's for the source's. Issued from one thread, a pipeline then runs in
+lockstep: in a one-forward-one-backward schedule, device 1's backward of micro-batch i
+cannot start before device 0 has finished the forward of micro-batch i + 1, and device 0
+stalls behind device 1's queue at every copy.
+
+:func:`send` copies on a side stream of each device instead (torchgpipe does the same:
+its ``Copy`` and ``Wait`` functions), and :func:`receive` makes the consumer's stream wait
+for that copy only, at the point where the consumer is issued. Both are autograd functions
+whose backward orders the gradient's copy the same way in reverse. On a CPU, or between
+two tensors on one device, they are plain ``.to`` and identity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class CopyStreams:
+    """One side stream per CUDA device, for the copies of a pipeline (created on first use)."""
+
+    def __init__(self) -> None:
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    def __call__(self, device: torch.device) -> torch.cuda.Stream:
+        """The copy stream of ``device``."""
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device)
+        return self._streams[device]
+
+
+def _wait(waiter: torch.cuda.Stream, on: torch.cuda.Stream) -> None:
+    """``waiter`` waits for the work queued on ``on`` so far (not what comes later)."""
+    waiter.wait_stream(on)
+
+
+class _Copy(torch.autograd.Function):
+    """The copy itself, between two copy streams (so the barrier is between them only)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, dst: torch.device, streams: CopyStreams) -> Any:
+        src_copy, dst_copy = streams(x.device), streams(dst)
+        ctx.src, ctx.streams = x.device, streams
+        consumer = torch.cuda.current_stream(dst)
+        with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
+            y = x.to(dst)
+        x.record_stream(src_copy)  # read on the copy stream, not where it was made
+        y.record_stream(consumer)  # made on the copy stream, read on the compute stream
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        src_copy, dst_copy = ctx.streams(ctx.src), ctx.streams(grad.device)
+        consumer = torch.cuda.current_stream(ctx.src)
+        _wait(dst_copy, torch.cuda.current_stream(grad.device))  # the gradient is ready
+        with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
+            g = grad.to(ctx.src)
+        grad.record_stream(dst_copy)
+        g.record_stream(consumer)
+        _wait(consumer, src_copy)  # the source device's backward reads the copied gradient
+        return g, None, None
+
+
+class _Ready(torch.autograd.Function):
+    """The producer's output is complete before its copy starts (forward only)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, streams: CopyStreams) -> torch.Tensor:
+        _wait(streams(x.device), torch.cuda.current_stream(x.device))
+        return x.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return grad, None
+
+
+class _Receive(torch.autograd.Function):
+    """The consumer's compute stream waits for the copy, where the consumer is issued."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor, streams: CopyStreams) -> torch.Tensor:
+        _wait(torch.cuda.current_stream(y.device), streams(y.device))
+        return y.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return grad, None
+
+
+def send(x: torch.Tensor, device: str | torch.device, streams: CopyStreams) -> torch.Tensor:
+    """``x`` copied to ``device`` on the two devices' copy streams; pass it to :func:`receive`.
+
+    Only the copy waits for ``x``'s producer; nothing on either compute stream waits for
+    the copy until :func:`receive` says so.
+    """
+    dst = torch.device(device)
+    if x.device == dst or x.device.type != "cuda" or dst.type != "cuda":
+        return x.to(dst)
+    return _Copy.apply(_Ready.apply(x, streams), dst, streams)
+
+
+def receive(y: torch.Tensor, streams: CopyStreams) -> torch.Tensor:
+    """``y`` from :func:`send`, safe to read on its device's current stream from here on."""
+    if y.device.type != "cuda":
+        return y
+    return _Receive.apply(y, streams)
