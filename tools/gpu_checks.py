@@ -38,6 +38,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -452,10 +453,14 @@ def _seed_runs(out: Path, runs: list[tuple[str, list[str]]]) -> list[list[str]]:
     return rows
 
 
-def regime_record(out: Path) -> None:
-    """Issue 8: two seed runs (full, then time only) and baselines from both into --out."""
-    rows = _seed_runs(out, [("record_full", []), ("record_time", ["--energy-window", "0"])])
-    runs = [str(out / "record_full.json"), str(out / "record_time.json")]
+def regime_record(out: Path, energy: bool = True) -> None:
+    """Issue 8: two seed runs (full, then time only) and baselines from both into --out.
+
+    ``energy=False`` (``regime-record-time``): both runs time only, no energy baselines.
+    """
+    first = ("record_full", []) if energy else ("record_time1", ["--energy-window", "0"])
+    rows = _seed_runs(out, [first, ("record_time", ["--energy-window", "0"])])
+    runs = [str(out / f"{first[0]}.json"), str(out / "record_time.json")]
     rc = subprocess.run(
         [
             sys.executable,
@@ -487,11 +492,12 @@ def _gzip(out: Path) -> None:
 
 
 def regime_gate(out: Path) -> None:
-    """Issue 8: two fresh seed runs gated against the committed baselines (false alarms)."""
-    rows = _seed_runs(
-        out,
-        [("gate_full", ["--gate"]), ("gate_time", ["--gate", "--energy-window", "0"])],
-    )
+    """Issue 8: two fresh seed runs (time only) gated against the committed baselines.
+
+    False alarms: any regression here is one. Energy is left out to keep the call short.
+    """
+    gated = ["--gate", "--energy-window", "0"]
+    rows = _seed_runs(out, [("gate_1", gated), ("gate_2", gated)])
     _gzip(out)
     print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, "fresh runs, gated"))
 
@@ -789,7 +795,7 @@ def layer_fit_split(out: Path) -> None:
     print(f"{_device_name()}, {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
     js = out / "layer_fit_split.json"
     t0 = time.perf_counter()
-    rc = run_pytest(seed_run("layer_fit and split", js), out / "layer_fit_split.log", 200)
+    rc = run_pytest(seed_run("layer_fit and split", js), out / "layer_fit_split.log", 480)
     wall = time.perf_counter() - t0
     rows = []
     infos = extra_infos(js)
@@ -798,6 +804,8 @@ def layer_fit_split(out: Path) -> None:
     for key, info in infos.items():
         extra, spec = info["extra"], info["spec"]
         med = info["timing"]["summary_ms"]["median"]
+        trace = extra.get("trace") or {}
+        busy = trace.get("busy_ms") or [None] * len(info["memory"])
         for i, mem in enumerate(info["memory"]):
             peak = mem["start_allocated_bytes"] + mem["peak_allocated_bytes"]
             reserved = mem["start_reserved_bytes"] + mem["peak_reserved_bytes"]
@@ -816,8 +824,12 @@ def layer_fit_split(out: Path) -> None:
                     f"{med:.4g}" if i == 0 else "",
                     f"{extra['seed_method_ms']['mean']:.4g}" if i == 0 else "",
                     f"{naive_ms / med:.2f}x" if i == 0 and naive_ms else "",
+                    "-" if busy[i] is None else f"{busy[i]:.4g}",
+                    f"{trace['together_ms']:.4g}" if i == 0 and trace else "",
                 ]
             )
+        if extra.get("trace_note"):
+            rows.append(["", "", extra["trace_note"][:80], *[""] * 9])
     table = render(
         [
             "case",
@@ -830,10 +842,19 @@ def layer_fit_split(out: Path) -> None:
             "median ms",
             "seed ms",
             "naive/this",
+            "busy ms",
+            "both ms",
         ],
         rows,
-        f"layer_fit split on {_device_name()}; pytest exit {rc} in {wall:.0f} s",
+        f"layer_fit split on {_device_name()}; pytest exit {rc} in {wall:.0f} s "
+        "(busy: each device's kernels, both: the two at once, per traced step)",
     )
+    traces = sorted(ROOT.glob("artifacts/*/split-*/trace.json.gz"))
+    if traces:
+        newest = traces[-1].parent.parent  # this run's folder
+        with tarfile.open(out / "layer_fit_traces.tar", "w") as tar:
+            for t in newest.glob("split-*/trace.json.gz"):
+                tar.add(t, arcname=f"{t.parent.name}.json.gz")
     (out / "layer_fit_split_table.txt").write_text(table + "\n")
     print("\n" + table)
 
@@ -1321,6 +1342,7 @@ def main() -> None:
         "timer-check": timer_check,
         "core-gate": core_gate,
         "regime-record": regime_record,
+        "regime-record-time": partial(regime_record, energy=False),
         "regime-gate": regime_gate,
         "regime-detect": regime_detect,
         "cudnn-probe": cudnn_probe,
