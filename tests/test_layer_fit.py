@@ -509,6 +509,16 @@ def test_device_overlap_measures_how_long_both_devices_work_together() -> None:
     assert o.together_ms == pytest.approx(10 / 2e3)
     assert o.step_ms == pytest.approx(80 / 2e3)
     assert o.as_dict()["utilisation"] == pytest.approx([0.5, 0.5])
+    assert o.queued_ms == (None, None)  # no launch records in this trace
+    # with launch records: device 0's kernels waited 5 µs in its queue, device 1's 0
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "dur": 1}
+    events = [
+        {**_kernel(0, 10, 5), "args": {"device": 0, "correlation": 1}},
+        {**launch, "ts": 5, "args": {"correlation": 1}},
+        {**_kernel(1, 30, 5), "args": {"device": 1, "correlation": 2}},
+        {**launch, "ts": 30, "args": {"correlation": 2}},
+    ]
+    assert device_overlap(parse_events(events), steps=1).queued_ms == pytest.approx((0.005, 0.0))
     with pytest.raises(TraceError, match="no device activity"):
         device_overlap(parse_events([]), steps=1)
     with pytest.raises(ValueError, match="steps"):

@@ -806,6 +806,7 @@ def layer_fit_split(out: Path) -> None:
         med = info["timing"]["summary_ms"]["median"]
         trace = extra.get("trace") or {}
         busy = trace.get("busy_ms") or [None] * len(info["memory"])
+        queued = trace.get("queued_ms") or [None] * len(info["memory"])
         for i, mem in enumerate(info["memory"]):
             peak = mem["start_allocated_bytes"] + mem["peak_allocated_bytes"]
             reserved = mem["start_reserved_bytes"] + mem["peak_reserved_bytes"]
@@ -826,10 +827,11 @@ def layer_fit_split(out: Path) -> None:
                     f"{naive_ms / med:.2f}x" if i == 0 and naive_ms else "",
                     "-" if busy[i] is None else f"{busy[i]:.4g}",
                     f"{trace['together_ms']:.4g}" if i == 0 and trace else "",
+                    "-" if queued[i] is None else f"{queued[i]:.3g}",
                 ]
             )
         if extra.get("trace_note"):
-            rows.append(["", "", extra["trace_note"][:80], *[""] * 9])
+            rows.append(["", "", extra["trace_note"][:80], *[""] * 10])
     table = render(
         [
             "case",
@@ -844,10 +846,12 @@ def layer_fit_split(out: Path) -> None:
             "naive/this",
             "busy ms",
             "both ms",
+            "queued ms",
         ],
         rows,
         f"layer_fit split on {_device_name()}; pytest exit {rc} in {wall:.0f} s "
-        "(busy: each device's kernels, both: the two at once, per traced step)",
+        "(busy: each device's kernels, both: the two at once, per traced step; queued: "
+        "median launch-to-start of a kernel, near 0 when the host sets the pace)",
     )
     traces = sorted(ROOT.glob("artifacts/*/split-*/trace.json.gz"))
     if traces:

@@ -53,6 +53,7 @@ class Activity:
     device: int | None = None
     thread: int = 0
     correlation: int | None = None  # a device activity's launch call (args.correlation)
+    launched_us: float | None = None  # when the host called that launch, µs
 
     @property
     def end_us(self) -> float:
@@ -121,6 +122,12 @@ def parse_events(events: Iterable[dict[str, Any]]) -> list[Activity]:
                 correlation=corr if isinstance(corr, int) else None,
             )
         )
+    out = [
+        replace(a, launched_us=launches[a.correlation])
+        if a.on_device and a.correlation in launches
+        else a
+        for a in out
+    ]
     return launched_in_steps(out, launches)
 
 
@@ -283,7 +290,9 @@ class Overlap:
     A pipeline over devices is only faster than running them one after another by the
     time they work together: ``together_ms`` near 0 is the naive split, near the busiest
     device's ``busy_ms`` a pipeline without bubbles. ``step_ms`` is the device timeline
-    from the first to the last activity, per step.
+    from the first to the last activity, per step. ``queued_ms`` is, per device, the
+    median time from a kernel's launch call to its start: near 0, the device ran what the
+    host had just issued (the host set the pace); None without launch records.
     """
 
     steps: int
@@ -291,6 +300,7 @@ class Overlap:
     devices: tuple[int, ...]
     busy_ms: tuple[float, ...]
     together_ms: float
+    queued_ms: tuple[float | None, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON (ms per step), with each device's share of the step."""
@@ -312,12 +322,21 @@ def device_overlap(activities: Sequence[Activity], steps: int) -> Overlap:
         together = subtract(together, subtract(together, other))  # intersection
     per = 1e3 * steps
     span = max(a.end_us for a in work) - min(a.start_us for a in work)
+    queued = []
+    for d in devices:
+        waits = sorted(
+            a.start_us - a.launched_us
+            for a in work
+            if a.device == d and a.cat == "kernel" and a.launched_us is not None
+        )
+        queued.append(waits[len(waits) // 2] / 1e3 if waits else None)
     return Overlap(
         steps=steps,
         step_ms=span / per,
         devices=devices,
         busy_ms=tuple(length(b) / per for b in busy),
         together_ms=length(together) / per,
+        queued_ms=tuple(queued),
     )
 
 
