@@ -30,6 +30,7 @@ from gpugauge.measure.energy import Energy, idle_power, measure_energy
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.memory import ExpectedMemory, measure_cpu_memory, measure_cuda_memory
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
+from gpugauge.measure.profile import round_kernels
 from gpugauge.measure.roofline import Work, roofline
 from gpugauge.measure.sampler import GpuSampler
 from gpugauge.measure.timing import (
@@ -394,6 +395,9 @@ class Gauge:
                 timing.summary.median,
                 idle_w,
             )
+        if on_gpu and self.options.record_kernels:
+            prepare()
+            extra = {**(extra or {}), "kernels": round_kernels(fn, clock.synchronize)}
         m = Measurement(
             spec=spec,
             timing=timing,

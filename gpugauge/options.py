@@ -185,6 +185,15 @@ def add_options(group: Any) -> None:
         "baselines of this device class",
     )
     group.addoption(
+        "--record-kernels",
+        action="store_true",
+        default=False,
+        help="after each GPU result is measured, run one more round under torch.profiler "
+        "and keep its kernels (name, calls, µs) in extra_info['kernels']: which cuDNN or "
+        "cuBLAS algorithm ran. Off by default until a GPU run shows that it leaves the "
+        "timing of later cases alone",
+    )
+    group.addoption(
         "--require-baselines",
         action="store_true",
         default=False,
@@ -225,6 +234,7 @@ class Options:
     gate: bool = False
     update_baselines: bool = False
     require_baselines: bool = False
+    record_kernels: bool = False
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
     artifacts_dir: Path = Path("artifacts")
@@ -241,6 +251,7 @@ class Options:
             "gate": self.gate,
             "update_baselines": self.update_baselines,
             "require_baselines": self.require_baselines,
+            "record_kernels": self.record_kernels,
             "baselines_dir": str(self.baselines_dir),
             "tolerances_dir": str(self.tolerances_dir),
             "artifacts_dir": str(self.artifacts_dir),
@@ -298,6 +309,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         gate=get("gate"),
         update_baselines=get("update_baselines"),
         require_baselines=get("require_baselines"),
+        record_kernels=bool(get("record_kernels")),
         baselines_dir=get("baselines_dir") or root / "baselines",
         tolerances_dir=get("tolerances_dir") or root / "tolerances",
         artifacts_dir=get("artifacts_dir") or root / "artifacts",

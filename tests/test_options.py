@@ -19,6 +19,7 @@ DEFAULTS = {
     "gate": False,
     "update_baselines": False,
     "require_baselines": False,
+    "record_kernels": False,
     "baselines_dir": None,
     "tolerances_dir": None,
     "artifacts_dir": None,
@@ -86,3 +87,39 @@ def test_bad_command_lines_fail_with_a_message(
     result = gauge_pytester.runpytest(*argv)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_record_kernels_sums_each_device_kernel_of_one_round(monkeypatch) -> None:
+    """--record-kernels keeps one round's kernels (name, calls, µs), largest first."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch.profiler
+
+    from gpugauge.measure.profile import round_kernels
+
+    def event(name: str, device: str, us: float) -> SimpleNamespace:
+        span = SimpleNamespace(elapsed_us=lambda: us)
+        return SimpleNamespace(name=name, device_type=SimpleNamespace(name=device), time_range=span)
+
+    seen = [
+        event("sm90_xmma_fprop_tf32", "CUDA", 90.0),
+        event("aten::conv2d", "CPU", 500.0),  # host side: not a kernel
+        event("elementwise_kernel", "CUDA", 5.0),
+        event("sm90_xmma_fprop_tf32", "CUDA", 80.0),
+    ]
+    calls = []
+
+    @contextlib.contextmanager
+    def fake_profile(activities):
+        yield SimpleNamespace(events=lambda: seen)
+
+    monkeypatch.setattr(torch.profiler, "profile", fake_profile)
+    rows = round_kernels(lambda: calls.append("fn"), lambda: calls.append("sync"))
+    assert calls == ["fn", "sync"]
+    assert rows == [
+        {"name": "sm90_xmma_fprop_tf32", "calls": 2, "us": 170.0},
+        {"name": "elementwise_kernel", "calls": 1, "us": 5.0},
+    ]
+    assert resolve_with(record_kernels=True).record_kernels
+    assert not resolve_with().record_kernels
