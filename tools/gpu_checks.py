@@ -513,6 +513,25 @@ def regime_detect(out: Path) -> None:
     _gzip(out)
 
 
+def kernels_check(out: Path) -> None:
+    """Issue 8: a gated seed run with --record-kernels; each case's top kernel beside its verdict.
+
+    Two things at once: whether recording a round's kernels disturbs the cases timed
+    after it (the verdicts against baselines recorded without it), and which algorithm
+    each conv and VGG case ran (conv-fwd-tf32 ran at 9.52 or 9.78 ms on one H200).
+    """
+    rows = _seed_runs(out, [("kernels", ["--gate", "--energy-window", "0", "--record-kernels"])])
+    lines = []
+    for info in extra_infos(out / "kernels.json").values():
+        top = (info.get("extra") or {}).get("kernels") or [{}]
+        verdict = (info.get("gate") or {}).get("verdict", "-")
+        median = info["timing"]["summary_ms"]["median"]
+        lines.append([info["id"], f"{median:.4g}", verdict, str(top[0].get("name", "-"))[:90]])
+    _gzip(out)
+    print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, "gated, kernels recorded"))
+    print(render(["case", "median ms", "verdict", "top kernel"], lines, "top kernel per case"))
+
+
 def cudnn_probe(out: Path) -> None:
     """Issue 8: which cuDNN kernels the seed conv forward runs, with benchmark off and on."""
     import torch
@@ -1350,6 +1369,7 @@ def main() -> None:
         "regime-gate": regime_gate,
         "regime-detect": regime_detect,
         "cudnn-probe": cudnn_probe,
+        "kernels-check": kernels_check,
         "clock-probe": clock_probe,
         "layer_fit": layer_fit,
         "layer_fit-split": layer_fit_split,
