@@ -201,6 +201,71 @@ def test_a_device_slower_than_the_host_gets_one_round_of_head_start() -> None:
     assert max(clock.head_starts) < 0.001  # one round's dispatch, not batch x dispatch
 
 
+class QueueClock:
+    """A device that runs each kernel when it is issued or when it is free, whichever is
+    later (host time is real time): rounds the device waits for read as the host's time,
+    as CUDA events would show them."""
+
+    name = "queue"
+
+    def __init__(self) -> None:
+        self.free = 0.0
+        self.rounds: list[float] = []
+        self.leads: list[float] = []
+
+    def prepare(self, rounds: int, head_start_s: float = 0.0) -> None:
+        self.leads.append(head_start_s)
+        self.free = max(self.free, time.perf_counter()) + head_start_s
+
+    def begin(self) -> None:
+        self.free = max(self.free, time.perf_counter())
+        self._start = self.free
+
+    def kernel(self, seconds: float) -> None:
+        self.free = max(self.free, time.perf_counter()) + seconds
+
+    def end(self) -> None:
+        self.free = max(self.free, time.perf_counter())
+        self.rounds.append((self.free - self._start) * 1e3)
+
+    def collect(self) -> list[float]:
+        self.synchronize()
+        out, self.rounds = self.rounds, []
+        return out
+
+    def synchronize(self) -> None:
+        while time.perf_counter() < self.free:
+            pass
+
+
+def _host_bound_round(clock: QueueClock, host_s: float, device_s: float, kernels: int = 10):
+    def fn() -> None:
+        for _ in range(kernels):
+            until = time.perf_counter() + host_s / kernels
+            while time.perf_counter() < until:
+                pass
+            clock.kernel(device_s / kernels)
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        TimingPolicy(warmup_rounds=5, rounds=10),  # the seeds' method: no timed warm-up
+        TimingPolicy(warmup_rounds=5, warmup_s=0.05, min_rounds=10, budget_s=0.5),
+    ],
+    ids=["fixed", "adaptive"],
+)
+def test_a_host_slower_than_the_device_still_measures_device_time(policy) -> None:
+    """2 ms of dispatch for 0.5 ms of device work a round: the lead must cover the batch,
+    or the rounds time the host (a lead sized from such rounds stays too short)."""
+    clock = QueueClock()
+    t = measure(_host_bound_round(clock, 2e-3, 0.5e-3), policy, clock)
+    assert t.summary.median == pytest.approx(0.5, rel=0.1)
+    assert max(clock.leads) > 5 * 2e-3  # several rounds' dispatch, not one
+
+
 def test_host_clock_measures_real_work() -> None:
     t = measure(lambda: time.sleep(0.01), TimingPolicy(warmup_rounds=1, rounds=5), HostClock())
     assert t.clock == "perf_counter"

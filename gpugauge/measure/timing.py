@@ -437,15 +437,27 @@ def _timed_batch(
     return clock.collect(), queued
 
 
+def _gapless_round_s(times: Sequence[float]) -> float:
+    """A round's device time without host gaps, s: the batch's fastest round.
+
+    The lead always covers the first round's dispatch, so at least one round ran back to
+    back; rounds the device waited for include the host's time and are slower.
+    """
+    return min(times) / 1e3
+
+
 def _head_start(host_per_round_s: float, device_per_round_s: float, batch: int) -> float:
     """The lead the device needs so that no round of ``batch`` waits for the host, s.
 
     Round j is queued j·host after the batch starts and reached at lead + j·device, so
     the lead must cover one round's dispatch plus, when the host is the slower one,
     (batch − 1)·(host − device); 20% spare. A device that is slower than the host builds
-    its own queue: it gets one round's lead only, since a spin kernel draws little power
-    and a long one would let a power-capped GPU's clock recover between batches (the
-    harness then ran a 0.1 ms GEMM at 1935 MHz where a gapless loop ran it at 1545).
+    its own queue and gets one round's lead only: the lead is a spin kernel, which draws
+    little power, and a long one lets a power-capped GPU's clock recover between batches.
+    ``device_per_round_s`` must be a round's device time measured with no host gap in it
+    (0 when none was measured yet: then the whole batch's dispatch is covered); a round
+    the device had to wait for reads as the host's time, and would shrink the lead that
+    caused the wait.
     """
     deficit = max(host_per_round_s - device_per_round_s, 0.0)
     return min(1.2 * (host_per_round_s + (batch - 1) * deficit), MAX_HEAD_START_S)
@@ -482,6 +494,7 @@ def _warm_up(
     clock.synchronize()
     per_round_s = (now() - t0) / max(policy.warmup_rounds, 1)
     rounds = policy.warmup_rounds
+    device_s = 0.0  # no round timed yet: the first lead covers the whole batch's dispatch
     medians: list[float] = []
     settled: bool | None = None
     if policy.warmup_s > 0:
@@ -495,12 +508,13 @@ def _warm_up(
             if elapsed >= policy.max_warmup_s:
                 break
             batch = max(1, min(MAX_BATCH, int(policy.warmup_batch_s / max(per_round_s, 1e-6))))
-            lead = _head_start(queued, per_round_s, batch)
+            lead = _head_start(queued, device_s, batch)
             times, queued = _timed_batch(fn, clock, batch, lead, between)
             rounds += batch
+            device_s = _gapless_round_s(times)
             medians.append(statistics.median(times))
             per_round_s = max(medians[-1] / 1e3, 1e-6)
-    return _Warm(rounds, now() - t0, queued, per_round_s, tuple(medians), settled)
+    return _Warm(rounds, now() - t0, queued, device_s, tuple(medians), settled)
 
 
 def measure(
@@ -531,7 +545,7 @@ def measure(
         lead = _head_start(host_per_round, device_per_round, batch)
         times, host_per_round = _timed_batch(fn, clock, batch, lead, between, host)
         samples.extend(times)
-        device_per_round = statistics.median(times) / 1e3
+        device_per_round = _gapless_round_s(times)
         if watch is not None:
             state = watch.state_between(b0, now(), batch)
             batches.append(state)
