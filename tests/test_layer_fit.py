@@ -375,6 +375,8 @@ def test_split_runner_cuts_where_asked() -> None:
     part0, part1 = runner.stage_steps()
     part0()
     part1()
+    with pytest.raises(ValueError, match="schedules are"):
+        runner.schedule("pipedream", 2)
 
 
 def test_split_case_ids_and_devices() -> None:
@@ -519,6 +521,7 @@ def test_device_overlap_measures_how_long_both_devices_work_together() -> None:
         {**launch, "ts": 30, "args": {"correlation": 2}},
     ]
     assert device_overlap(parse_events(events), steps=1).queued_ms == pytest.approx((0.005, 0.0))
+    assert device_overlap(parse_events([_kernel(0, 0, 10)]), steps=1).together_ms is None
     with pytest.raises(TraceError, match="no device activity"):
         device_overlap(parse_events([]), steps=1)
     with pytest.raises(ValueError, match="steps"):

@@ -845,7 +845,7 @@ def layer_fit_split(out: Path) -> None:
                     f"{extra['seed_method_ms']['mean']:.4g}" if i == 0 else "",
                     f"{naive_ms / med:.2f}x" if i == 0 and naive_ms else "",
                     "-" if busy[i] is None else f"{busy[i]:.4g}",
-                    f"{trace['together_ms']:.4g}" if i == 0 and trace else "",
+                    _num(trace.get("together_ms")) if i == 0 and trace else "",
                     "-" if queued[i] is None else f"{queued[i]:.3g}",
                 ]
             )

@@ -287,19 +287,22 @@ def comm_split(activities: Sequence[Activity], steps: int) -> CommSplit:
 class Overlap:
     """How much of a traced window each device worked, and all of them at once (ms/step).
 
-    A pipeline over devices is only faster than running them one after another by the
-    time they work together: ``together_ms`` near 0 is the naive split, near the busiest
-    device's ``busy_ms`` a pipeline without bubbles. ``step_ms`` is the device timeline
-    from the first to the last activity, per step. ``queued_ms`` is, per device, the
-    median time from a kernel's launch call to its start: near 0, the device ran what the
-    host had just issued (the host set the pace); None without launch records.
+    ``busy_ms`` is each device's kernels, copies and memsets (their union). A pipeline
+    over devices is only faster than running them one after another by the time they
+    work together: ``together_ms`` near 0 is the naive split, near the busiest device's
+    ``busy_ms`` a pipeline without bubbles (None with one device). ``step_ms`` is the
+    device timeline from the first to the last activity over the window, per step: it
+    includes the gaps between traced steps, so ``utilisation`` is a lower bound.
+    ``queued_ms`` is, per device, the median time from a kernel's launch call to its
+    start: near 0, the device ran what the host had just issued (the host set the pace);
+    None without launch records.
     """
 
     steps: int
     step_ms: float
     devices: tuple[int, ...]
     busy_ms: tuple[float, ...]
-    together_ms: float
+    together_ms: float | None
     queued_ms: tuple[float | None, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
@@ -335,7 +338,7 @@ def device_overlap(activities: Sequence[Activity], steps: int) -> Overlap:
         step_ms=span / per,
         devices=devices,
         busy_ms=tuple(length(b) / per for b in busy),
-        together_ms=length(together) / per,
+        together_ms=length(together) / per if len(devices) > 1 else None,
         queued_ms=tuple(queued),
     )
 

@@ -129,19 +129,22 @@ def profile_steps(
     device: str,
     schedule: Schedule = Schedule(),
     synchronize: Callable[[], None] | None = None,
+    cpu: bool = True,
 ) -> Profile:
     """Run ``step`` ``schedule.steps`` times under the profiler; write the trace to ``trace``.
 
     On a CUDA device the device activity is recorded too, and ``synchronize`` runs at the
     end of every step so that each ProfilerStep span holds its kernels and none is lost
-    when the profiler stops.
+    when the profiler stops. ``cpu=False`` (CUDA devices only) records the device and its
+    launch calls but not the host's operators, whose tracing slows the host.
     """
     import torch
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler import schedule as make_schedule
 
     on_gpu = torch.device(device).type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    activities = [ProfilerActivity.CPU] if cpu or not on_gpu else []
+    activities += [ProfilerActivity.CUDA] if on_gpu else []
     seen: dict[str, tuple[OpRow, ...]] = {}
 
     def ready(prof: Any) -> None:

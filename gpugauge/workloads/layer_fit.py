@@ -99,13 +99,17 @@ def allocator_bytes(nbytes: int) -> int:
     """
     if nbytes <= 0:
         return 0
-    rounded = -(-nbytes // 512) * 512
+    rounded = _round_up(nbytes, 512)
     if rounded <= MiB:
         return rounded
     if rounded < 10 * MiB:
-        per_segment = LARGE_SEGMENT // rounded
-        return -(-LARGE_SEGMENT // per_segment // 512) * 512
-    return -(-rounded // (2 * MiB)) * (2 * MiB)
+        return _round_up(LARGE_SEGMENT // (LARGE_SEGMENT // rounded), 512)
+    return _round_up(rounded, 2 * MiB)
+
+
+def _round_up(n: int, step: int) -> int:
+    """``n`` rounded up to a multiple of ``step``."""
+    return -(-n // step) * step
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,10 @@ class MemoryModel:
         elif first <= n:
             received, image_input, input_grad = min(held + 1, micro_batches) * act, True, True
         else:
-            received, image_input, input_grad = small(outs[first - 1 - n]), False, True
+            received = min(held + 1, micro_batches) * allocator_bytes(
+                mb * outs[first - 1 - n] * self.itemsize
+            )
+            image_input, input_grad = False, True
         labels = allocator_bytes(self.batch * 8) if last == total else 0
 
         if mode == "infer":
@@ -905,16 +912,15 @@ def flop_costs(model: MemoryModel) -> BlockCosts:
     return BlockCosts(float(conv), float(linear), "flops")
 
 
-COST_STACK = 8  # blocks timed together, so the device, not the host's launches, sets the pace
+COST_STACK = 8  # blocks timed together: the step's fixed kernels are spread over 8
 
 
 def measure_costs(model: MemoryModel, device: str, batch: int | None = None) -> BlockCosts:
     """Device time of one training step (SGD + momentum) of each block kind, seed method.
 
-    Each kind is timed as a stack of :data:`COST_STACK` blocks and divided: one block
-    alone is launch-bound at a micro-batch's size (on an H200 a conv block's step took
-    0.71 ms at batch 16, 8 and 4 alike, where inside the model it took 0.35 ms at batch
-    8). ``batch`` (default the model's) times a GPipe micro-batch: a block's cost need not
+    Each kind is timed as a stack of :data:`COST_STACK` blocks and divided, so that the
+    step's fixed kernels (zeroing, the sum, the optimizer's) are a small part of it.
+    ``batch`` (default the model's) times a GPipe micro-batch: a block's cost need not
     shrink in proportion to its batch.
     """
     batch = model.batch if batch is None else batch
@@ -1041,7 +1047,7 @@ def plan_split(
     costs: BlockCosts,
     micro_batches: int = 1,
     margin: float = 0.02,
-    schedule: str = "gpipe",
+    schedule: str = "naive",
 ) -> SplitPlan:
     """Every cut's predicted per-device peak and cost; the balanced ones and the chosen one.
 
@@ -1219,10 +1225,11 @@ class SplitRunner:
     def gpipe(self, micro_batches: int) -> Callable[[], object]:
         """One step over ``micro_batches`` parts: fill (every forward), drain (backward).
 
-        Issued from one thread: kernel launches are asynchronous, so device 0 runs part
-        i + 1's forward while device 1 runs part i's. Each part crosses to device 1 by
-        :func:`~gpugauge.workloads.pipe.send` (a copy on side streams that waits for its
-        producer only), so neither device waits for the other's queue. The backward of
+        Issued from one thread, part after part: kernel launches are asynchronous, so
+        device 0 can run part i + 1's forward while device 1 runs part i's. Each part
+        crosses to device 1 by :func:`~gpugauge.workloads.pipe.send` (a copy on side
+        streams that waits for its producer only), so neither device waits for the
+        other's queue. The backward of
         all parts is one autograd call, whose engine runs each device's nodes on a thread
         of its own, so the drain overlaps too. Each part's loss is scaled by 1 / parts:
         the gradients are the full batch's.
@@ -1233,10 +1240,9 @@ class SplitRunner:
 
         def step() -> object:
             self.opt.zero_grad(set_to_none=True)
-            sent = [send(s0(x), d1, streams) for x in xs]
             losses = [
-                self.loss_fn(s1(receive(h, streams)), y) / micro_batches
-                for h, y in zip(sent, ys, strict=True)
+                self.loss_fn(s1(receive(send(s0(x), d1, streams), streams)), y) / micro_batches
+                for x, y in zip(xs, ys, strict=True)
             ]
             torch.autograd.backward(losses)
             self.opt.step()
@@ -1278,7 +1284,9 @@ class SplitRunner:
             return self.gpipe(micro_batches)
         if name == "1f1b":
             return self.one_f_one_b(micro_batches)
-        return self.naive()
+        if name in ("naive", "single"):
+            return self.naive()
+        raise ValueError(f"schedule {name!r}; schedules are {SCHEDULES}")
 
     def stage_steps(self) -> tuple[Callable[[], object], Callable[[], object]]:
         """Each device's part alone (forward + backward, no step), as the seed timed them."""
@@ -1476,7 +1484,14 @@ def trace_overlap(step: Callable[[], object], devices: Sequence[str], path: Path
         for d in unique:
             torch.cuda.synchronize(d)
 
-    profile_steps(step, path, device=unique[0], schedule=TRACE_SCHEDULE, synchronize=synchronize)
+    profile_steps(
+        step,
+        path,
+        device=unique[0],
+        schedule=TRACE_SCHEDULE,
+        synchronize=synchronize,
+        cpu=False,  # CPU-side tracing slows the host, and a host-bound step looks worse
+    )
     overlap = device_overlap(read_trace(path), TRACE_SCHEDULE.active)
     return {**overlap.as_dict(), "trace": str(path)}
 

@@ -40,13 +40,20 @@ def _wait(waiter: torch.cuda.Stream, on: torch.cuda.Stream) -> None:
 
 
 class _Copy(torch.autograd.Function):
-    """The copy itself, between two copy streams (so the barrier is between them only)."""
+    """The copy itself, between two copy streams (so the barrier is between them only).
+
+    Forward: the source's copy stream waits for the producer's stream, then copies. The
+    compute streams are the ones current in the forward; the backward's copy feeds the
+    source's (the autograd engine runs a node's backward on its forward's stream, but a
+    device worker thread's current stream for *another* device is that thread's own).
+    """
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, dst: torch.device, streams: CopyStreams) -> Any:
         src_copy, dst_copy = streams(x.device), streams(dst)
-        ctx.src, ctx.streams = x.device, streams
-        consumer = torch.cuda.current_stream(dst)
+        producer, consumer = torch.cuda.current_stream(x.device), torch.cuda.current_stream(dst)
+        ctx.src, ctx.streams, ctx.compute = x.device, streams, (producer, consumer)
+        _wait(src_copy, producer)  # x is complete before it is read
         with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
             y = x.to(dst)
         x.record_stream(src_copy)  # read on the copy stream, not where it was made
@@ -56,27 +63,14 @@ class _Copy(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         src_copy, dst_copy = ctx.streams(ctx.src), ctx.streams(grad.device)
-        consumer = torch.cuda.current_stream(ctx.src)
-        _wait(dst_copy, torch.cuda.current_stream(grad.device))  # the gradient is ready
+        src_compute, dst_compute = ctx.compute
+        _wait(dst_copy, dst_compute)  # the gradient is complete before it is read
         with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
             g = grad.to(ctx.src)
         grad.record_stream(dst_copy)
-        g.record_stream(consumer)
-        _wait(consumer, src_copy)  # the source device's backward reads the copied gradient
+        g.record_stream(src_compute)
+        _wait(src_compute, src_copy)  # the source's backward reads the copied gradient
         return g, None, None
-
-
-class _Ready(torch.autograd.Function):
-    """The producer's output is complete before its copy starts (forward only)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, streams: CopyStreams) -> torch.Tensor:
-        _wait(streams(x.device), torch.cuda.current_stream(x.device))
-        return x.detach()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        return grad, None
 
 
 class _Receive(torch.autograd.Function):
@@ -101,7 +95,7 @@ def send(x: torch.Tensor, device: str | torch.device, streams: CopyStreams) -> t
     dst = torch.device(device)
     if x.device == dst or x.device.type != "cuda" or dst.type != "cuda":
         return x.to(dst)
-    return _Copy.apply(_Ready.apply(x, streams), dst, streams)
+    return _Copy.apply(x, dst, streams)
 
 
 def receive(y: torch.Tensor, streams: CopyStreams) -> torch.Tensor:
