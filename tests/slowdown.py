@@ -53,7 +53,10 @@ def _gpu_delay(ms: float) -> Callable[[], None]:
     Copies of a 64 MiB buffer are bound by memory bandwidth, so their length follows the
     memory clock (fixed under the power limit), not the SM clock that the limit moves, and
     the count calibrated here holds while the case runs. The remainder below one copy
-    (about 35 µs on an H200) is a spin.
+    (about 35 µs on an H200) is a spin. The copies also evict L2; the layers family
+    flushes L2 before every round anyway, and VGG-16's working set is far beyond L2, so
+    for the suite's cases this adds nothing measurable (3% injected read 1.025-1.035x on
+    an H200, run 24); a case whose data lives in L2 would see more than was injected.
     """
     import torch
 
