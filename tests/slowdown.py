@@ -55,8 +55,9 @@ def _gpu_delay(ms: float) -> Callable[[], None]:
     the count calibrated here holds while the case runs. The remainder below one copy
     (about 35 µs on an H200) is a spin. The copies also evict L2; the layers family
     flushes L2 before every round anyway, and VGG-16's working set is far beyond L2, so
-    for the suite's cases this adds nothing measurable (3% injected read 1.025-1.035x on
-    an H200, run 24); a case whose data lives in L2 would see more than was injected.
+    for the suite's cases this adds nothing measurable (cases of 1.2 ms and more, which get
+    copies at 3%, read 1.025-1.035x on an H200, run 24); a case whose data lives in L2
+    would see more than was injected.
     """
     import torch
 
