@@ -844,9 +844,9 @@ def layer_fit_split(out: Path) -> None:
                     f"{med:.4g}" if i == 0 else "",
                     f"{extra['seed_method_ms']['mean']:.4g}" if i == 0 else "",
                     f"{naive_ms / med:.2f}x" if i == 0 and naive_ms else "",
-                    "-" if busy[i] is None else f"{busy[i]:.4g}",
+                    _num(busy[i]),
                     _num(trace.get("together_ms")) if i == 0 and trace else "",
-                    "-" if queued[i] is None else f"{queued[i]:.3g}",
+                    _num(queued[i], ".3g"),
                 ]
             )
         if extra.get("trace_note"):

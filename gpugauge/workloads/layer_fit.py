@@ -1039,6 +1039,17 @@ def held_parts(schedule: str, micro_batches: int) -> tuple[int, int]:
     return micro_batches, micro_batches
 
 
+def split_peaks(
+    model: MemoryModel, n: int, m: int, cut: int, micro_batches: int, schedule: str
+) -> tuple[int, int]:
+    """Predicted peak bytes of each device when (N, M) is cut after block ``cut``."""
+    held = held_parts(schedule, micro_batches)
+    return (
+        model.stage(n, m, 0, cut, "train", micro_batches, held[0]).total,
+        model.stage(n, m, cut, n + m, "train", micro_batches, held[1]).total,
+    )
+
+
 def plan_split(
     model: MemoryModel,
     n: int,
@@ -1055,12 +1066,16 @@ def plan_split(
     per step, so measure them at the micro-batch size when they are to balance a pipeline.
     """
     per_block = costs.per_block(model, n, m)
-    held = held_parts(schedule, micro_batches)
-    cuts = []
-    for k in range(1, n + m):
-        b0 = model.stage(n, m, 0, k, "train", micro_batches, held[0]).total
-        b1 = model.stage(n, m, k, n + m, "train", micro_batches, held[1]).total
-        cuts.append(Cut(k, n, m, (b0, b1), (sum(per_block[:k]), sum(per_block[k:]))))
+    cuts = [
+        Cut(
+            k,
+            n,
+            m,
+            split_peaks(model, n, m, k, micro_batches, schedule),
+            (sum(per_block[:k]), sum(per_block[k:])),
+        )
+        for k in range(1, n + m)
+    ]
     if not cuts:
         raise SplitError(f"(N={n}, M={m}) has one block: nothing to split")
     by_memory = min(cuts, key=lambda c: c.memory_share(budgets))
@@ -1143,11 +1158,7 @@ class SplitCase:
         model, m = self.memory_model, self.fc
         if self.schedule == "single":
             return [model.predict(n, m, "train").total]
-        held = held_parts(self.schedule, self.micro_batches)
-        return [
-            model.stage(n, m, first, last, "train", self.micro_batches, h).total
-            for (first, last), h in zip(((0, cut), (cut, n + m)), held, strict=True)
-        ]
+        return list(split_peaks(model, n, m, cut, self.micro_batches, self.schedule))
 
     @property
     def fit_case(self) -> FitCase:
@@ -1478,18 +1489,12 @@ def trace_overlap(step: Callable[[], object], devices: Sequence[str], path: Path
     devices do not overlap (``together_ms`` small) or because each works longer at the
     micro-batch size (``busy_ms`` above the naive split's). ms per step; CUDA only.
     """
-    unique = list(dict.fromkeys(devices))
-
-    def synchronize() -> None:
-        for d in unique:
-            torch.cuda.synchronize(d)
-
     profile_steps(
         step,
         path,
-        device=unique[0],
+        device=devices[0],
         schedule=TRACE_SCHEDULE,
-        synchronize=synchronize,
+        synchronize=round_clock(tuple(dict.fromkeys(devices))).synchronize,
         cpu=False,  # CPU-side tracing slows the host, and a host-bound step looks worse
     )
     overlap = device_overlap(read_trace(path), TRACE_SCHEDULE.active)
