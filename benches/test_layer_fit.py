@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gpugauge.measure.kernels import TraceError
+from gpugauge.measure.memory import allocator_events, events_per_call
 from gpugauge.measure.timing import measure
 from gpugauge.plugin import parametrize_cases
 from gpugauge.results.measurement import Measurement
@@ -137,8 +138,12 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
             "predicted_bytes": predicted,
             "budgets": list(caps),
         }
+        events = allocator_events(devices) if on_gpu else None
         seed = measure(step, SEED_METHOD, round_clock(devices))
         extra["seed_method_ms"] = {"mean": seed.summary.mean, "rounds": list(seed.device_ms)}
+        if events is not None:  # a step that frees and retries serializes the devices
+            calls = SEED_METHOD.warmup_rounds + len(seed.device_ms)
+            extra["allocator_per_step"] = events_per_call(events, allocator_events(devices), calls)
         parts: list[float | None] = [None] * len(devices)
         if case.schedule == "naive":
             try:

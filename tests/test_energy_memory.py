@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from gpugauge.measure.energy import Energy, measure_energy
-from gpugauge.measure.memory import measure_cpu_memory
+from gpugauge.measure.memory import ALLOCATOR_EVENTS, events_per_call, measure_cpu_memory
 from gpugauge.measure.nvml import reason_names
 from gpugauge.measure.sampler import GpuSampler
 
@@ -119,3 +119,12 @@ def test_cpu_memory_sees_a_large_allocation() -> None:
     assert m.peak_rss_growth_bytes >= 60 * 2**20
     assert m.peak_bytes == m.peak_rss_growth_bytes
     assert m.peak_allocated_bytes is None
+
+
+def test_allocator_events_are_counted_per_call_and_device() -> None:
+    before = [dict.fromkeys(ALLOCATOR_EVENTS, 0), dict.fromkeys(ALLOCATOR_EVENTS, 5)]
+    after = [dict.fromkeys(ALLOCATOR_EVENTS, 30), {**before[1], "num_alloc_retries": 20}]
+    per = events_per_call(before, after, calls=15)
+    assert per[0] == dict.fromkeys(ALLOCATOR_EVENTS, 2.0)
+    assert per[1]["num_alloc_retries"] == 1.0
+    assert per[1]["num_ooms"] == 0.0

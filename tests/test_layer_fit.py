@@ -323,6 +323,10 @@ def test_cases_have_unique_ids_and_the_seed_heads() -> None:
     assert FitCase("train", 62, SEED_BUDGET, "cpu", 4096).id == "fit-train-m62-11gib-sim-cpu"
     with pytest.raises(ValueError, match="simulated search needs a budget"):
         FitCase("train", 62, "device", "cpu", 4096)
+    free = [c for c in split_cases("full") if c.budget == "device"]
+    assert {c.schedule for c in free} == {"naive", "gpipe", "1f1b"}
+    assert "split-gpipe2-c138-m62-device-cuda" in {c.id for c in free}
+    assert not any(c.budget == "device" for c in split_cases("seed"))
 
 
 # ---------------------------------------------------------------------------- split

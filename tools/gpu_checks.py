@@ -16,7 +16,9 @@ result written to ``--out`` as it finishes (11 GiB emulated budget: train M = 62
 with probe counts, memory back at its start and predicted against measured; then the
 family's search and single-GPU cases through pytest at the seed profile.
 ``layer_fit-split`` (issue 10, two H200s): the split cases through pytest at the seed
-profile (single, naive, GPipe with 2/4/8 micro-batches), per-device memory and speedups.
+profile (single, naive, GPipe and 1F1B with 2/4/8 micro-batches), per-device memory,
+speedups, overlap and the allocator's retries per step. ``layer_fit-split-free`` (two H200s):
+the same split on the whole devices (naive, GPipe and 1F1B with 2 and 4), no budget.
 ``layer_fit-microbatch`` (issue 10, one GPU): a conv block's and a head linear's step at
 batch 16, 8, 4, 2 (GPipe's micro-batches), against a proportional share of batch 16's.
 ``amp`` (issue 12): the amp family at the seed profile (its wall time), then a speedup table
@@ -807,14 +809,26 @@ def layer_fit(out: Path) -> None:
     print("\n" + table)
 
 
-def layer_fit_split(out: Path) -> None:
-    """Issue 10, two GPUs: the split cases via pytest; a table from their saved results."""
+def layer_fit_split(out: Path, free: bool = False) -> None:
+    """Issue 10, two GPUs: the split cases via pytest; a table from their saved results.
+
+    ``free``: the full profile's split on the whole devices (no budget), energy off and
+    about 1 s of timed rounds a case, to fit one call beside the seed run.
+    """
     from gpugauge.report.tables import fmt_bytes
 
     print(f"{_device_name()}, {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
-    js = out / "layer_fit_split.json"
+    name = "layer_fit_split_free" if free else "layer_fit_split"
+    js = out / f"{name}.json"
     t0 = time.perf_counter()
-    rc = run_pytest(seed_run("layer_fit and split", js), out / "layer_fit_split.log", 480)
+    if free:
+        args = [
+            *seed_run("layer_fit and split and device", js, profile="full"),
+            *("--energy-window", "0", "--time-budget", "10", "--min-time", "1"),
+        ]
+    else:
+        args = seed_run("layer_fit and split", js)
+    rc = run_pytest(args, out / f"{name}.log", 480)
     wall = time.perf_counter() - t0
     rows = []
     infos = extra_infos(js)
@@ -826,12 +840,14 @@ def layer_fit_split(out: Path) -> None:
         trace = extra.get("trace") or {}
         busy = trace.get("busy_ms") or [None] * len(info["memory"])
         queued = trace.get("queued_ms") or [None] * len(info["memory"])
+        events = extra.get("allocator_per_step") or [None] * len(info["memory"])
         for i, mem in enumerate(info["memory"]):
             peak = mem["start_allocated_bytes"] + mem["peak_allocated_bytes"]
             reserved = mem["start_reserved_bytes"] + mem["peak_reserved_bytes"]
             cut, n, fc = extra["cut"], extra["conv"], spec["fc"]
             c0 = min(cut, n)
             layers = [(c0, cut - c0), (n - c0, fc - (cut - c0))][i]
+            ev = events[i]
             rows.append(
                 [
                     key if i == 0 else "",
@@ -847,10 +863,12 @@ def layer_fit_split(out: Path) -> None:
                     _num(busy[i]),
                     _num(trace.get("together_ms")) if i == 0 and trace else "",
                     _num(queued[i], ".3g"),
+                    "-" if ev is None else f"{ev['num_alloc_retries']:.3g}/{ev['num_ooms']:.3g}",
+                    "-" if ev is None else f"{ev['num_device_alloc']:.3g}",
                 ]
             )
         if extra.get("trace_note"):
-            rows.append(["", "", extra["trace_note"][:80], *[""] * 10])
+            rows.append(["", "", extra["trace_note"][:80], *[""] * 12])
     table = render(
         [
             "case",
@@ -866,19 +884,17 @@ def layer_fit_split(out: Path) -> None:
             "busy ms",
             "both ms",
             "queued ms",
+            "retry/oom",
+            "mallocs",
         ],
         rows,
         f"layer_fit split on {_device_name()}; pytest exit {rc} in {wall:.0f} s "
         "(busy: each device's kernels, both: the two at once, per traced step; queued: "
-        "median launch-to-start of a kernel, near 0 when the host sets the pace)",
+        "median launch-to-start of a kernel, near 0 when the host sets the pace; "
+        "retry/oom, mallocs: the allocator's free-and-retries, OOMs raised and cudaMallocs "
+        "per step over the seed method's 15)",
     )
-    traces = sorted(ROOT.glob("artifacts/*/split-*/trace.json.gz"))
-    if traces:
-        newest = traces[-1].parent.parent  # this run's folder
-        with tarfile.open(out / "layer_fit_traces.tar", "w") as tar:
-            for t in newest.glob("split-*/trace.json.gz"):
-                tar.add(t, arcname=f"{t.parent.name}.json.gz")
-    (out / "layer_fit_split_table.txt").write_text(table + "\n")
+    (out / f"{name}_table.txt").write_text(table + "\n")
     print("\n" + table)
 
 
@@ -1058,8 +1074,6 @@ def amp_unprofiled_rows(infos: dict[str, dict]) -> list[list[str]]:
 
 def amp(out: Path, pytest_args: tuple[str, ...] = (), deadline_s: float = 560.0) -> None:
     """Issue 12's checks; ``pytest_args`` go to the family's run, which stops by ``deadline_s``."""
-    import tarfile
-
     import torch
 
     print(
@@ -1219,7 +1233,6 @@ def distributed(
     runs stops by ``deadline_s`` after the start, with its JSON written.
     """
     import shutil
-    import tarfile
     import tempfile
 
     import torch
@@ -1373,6 +1386,7 @@ def main() -> None:
         "clock-probe": clock_probe,
         "layer_fit": layer_fit,
         "layer_fit-split": layer_fit_split,
+        "layer_fit-split-free": partial(layer_fit_split, free=True),
         "layer_fit-microbatch": layer_fit_microbatch,
         "amp": amp,
         "distributed": distributed,

@@ -82,6 +82,34 @@ def measure_cuda_memory(
     return tuple(out)
 
 
+ALLOCATOR_EVENTS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
+"""The caching allocator's costly events: a retry frees every cached block (a device-wide
+synchronization) and allocates again; an OOM was raised, and perhaps caught (cuDNN then
+takes a plan with a smaller workspace); a device alloc or free is a cudaMalloc or cudaFree,
+which a warm steady state does not call."""
+
+
+def allocator_events(devices: Sequence[Any]) -> list[dict[str, int]]:
+    """Per CUDA device, the counts of :data:`ALLOCATOR_EVENTS` so far in this process."""
+    import torch
+
+    out = []
+    for d in devices:
+        stats = torch.cuda.memory_stats(d)
+        out.append({k: int(stats.get(k, 0)) for k in ALLOCATOR_EVENTS})
+    return out
+
+
+def events_per_call(
+    before: Sequence[dict[str, int]], after: Sequence[dict[str, int]], calls: int
+) -> list[dict[str, float]]:
+    """The events between two :func:`allocator_events` readings, per call of what ran between."""
+    return [
+        {k: (a[k] - b[k]) / calls for k in ALLOCATOR_EVENTS}
+        for b, a in zip(before, after, strict=True)
+    ]
+
+
 def _status_kib(field: str) -> int:
     match = re.search(rf"^{field}:\s+(\d+) kB", _STATUS.read_text(), re.MULTILINE)
     if match is None:

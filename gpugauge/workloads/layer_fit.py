@@ -1173,8 +1173,9 @@ class SplitCase:
 def split_cases(profile: str) -> list[SplitCase]:
     """The seed's split (138 conv + 62 fc, 11 GiB per GPU), naive and pipelined.
 
-    GPipe and 1F1B at 2, 4 and 8 micro-batches (and 16 in the full profile); tiny CPU
-    runs in smoke.
+    GPipe and 1F1B at 2, 4 and 8 micro-batches; tiny CPU runs in smoke. The full profile
+    adds 16 micro-batches, and the split on the whole devices (no budget), where the
+    schedules run without memory pressure.
     """
     seed = [
         SplitCase("single", 0, 62, profile=profile),
@@ -1187,6 +1188,12 @@ def split_cases(profile: str) -> list[SplitCase]:
         return [SplitCase("naive", 4, 3, **tiny), *small, *seed]
     if profile == "full":
         seed += [SplitCase(s, 138, 62, 16, profile=profile) for s in PIPELINED]
+        # the same split with the whole devices: the schedules without memory pressure
+        free = dict(budget="device", profile=profile)
+        seed += [
+            SplitCase("naive", 138, 62, **free),
+            *(SplitCase(s, 138, 62, mb, **free) for s in PIPELINED for mb in (2, 4)),
+        ]
     return seed
 
 
