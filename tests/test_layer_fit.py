@@ -539,3 +539,14 @@ def test_send_and_receive_are_plain_copies_off_cuda() -> None:
     y = receive(send(x * 2, "cpu", CopyStreams()), CopyStreams())
     y.sum().backward()
     assert torch.equal(x.grad, torch.full((3,), 2.0))
+
+
+def test_plan_predicts_the_step_by_the_bubble_model() -> None:
+    budget = float(100 * GiB)
+    costs = BlockCosts(conv=1.0, linear=0.0, source="test")  # per micro-batch
+    naive = plan_split(SEED, 10, 1, (budget, budget), costs)
+    assert naive.predicted_step == pytest.approx(10.0)  # one stage after the other
+    gpipe = plan_split(SEED, 10, 1, (budget, budget), costs, 4, schedule="gpipe")
+    assert gpipe.chosen.cost == (5.0, 5.0)
+    assert gpipe.predicted_step == pytest.approx(5 * 5.0)  # m + 1 slots of the slower stage
+    assert gpipe.as_dict()["predicted_step"] == gpipe.predicted_step

@@ -859,6 +859,7 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
                     f"{extra['budgets'][i] / 2**30:.2f}",
                     f"{med:.4g}" if i == 0 else "",
                     f"{extra['seed_method_ms']['mean']:.4g}" if i == 0 else "",
+                    _num(extra.get("plan", {}).get("predicted_step")) if i == 0 else "",
                     f"{naive_ms / med:.2f}x" if i == 0 and naive_ms else "",
                     _num(busy[i]),
                     _num(trace.get("together_ms")) if i == 0 and trace else "",
@@ -868,7 +869,7 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
                 ]
             )
         if extra.get("trace_note"):
-            rows.append(["", "", extra["trace_note"][:80], *[""] * 12])
+            rows.append(["", "", extra["trace_note"][:80], *[""] * 13])
     table = render(
         [
             "case",
@@ -880,6 +881,7 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
             "budget GiB",
             "median ms",
             "seed ms",
+            "bubble ms",
             "naive/this",
             "busy ms",
             "both ms",
@@ -889,7 +891,7 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
         ],
         rows,
         f"layer_fit split on {_device_name()}; pytest exit {rc} in {wall:.0f} s "
-        "(busy: each device's kernels, both: the two at once, per traced step; queued: "
+        "(bubble: the plan's step by the bubble model from its block costs; busy: each device's kernels, both: the two at once, per traced step; queued: "
         "median launch-to-start of a kernel, near 0 when the host sets the pace; "
         "retry/oom, mallocs: the allocator's free-and-retries, OOMs raised and cudaMallocs "
         "per step over the seed method's 15)",

@@ -34,6 +34,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -44,7 +45,7 @@ from gpugauge.measure.kernels import device_overlap, read_trace
 from gpugauge.measure.profile import Schedule, profile_steps
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.report.tables import fmt_bytes, render
-from gpugauge.workloads.pipe import CopyStreams, receive, send
+from gpugauge.workloads.pipe import CopyStreams, Workers, receive, send
 from models.stacked import CHANNELS, CLASSES, HEAD_WIDTH, blocks, conv_block, head_widths
 
 MiB = 2**20
@@ -1004,6 +1005,20 @@ class SplitPlan:
     chosen: Cut
     costs: BlockCosts
     margin: float
+    schedule: str = "naive"
+
+    @property
+    def predicted_step(self) -> float:
+        """The chosen cut's step by the bubble model, in the costs' units (ms if measured).
+
+        Naive: one stage after the other. Pipelined over two stages: m + 1 slots of the
+        slower stage's micro-batch (GPipe's bubble, which 1F1B shares), with no launch
+        gaps and no time for the copies; a lower bound the schedules can approach.
+        """
+        cost = self.chosen.cost
+        if self.schedule in PIPELINED:
+            return (self.micro_batches + 1) * max(cost)  # cost: one micro-batch's
+        return sum(cost)
 
     @property
     def limiting(self) -> int:
@@ -1024,6 +1039,8 @@ class SplitPlan:
             "limiting_device": self.limiting,
             "costs": self.costs.as_dict(),
             "margin": self.margin,
+            "schedule": self.schedule,
+            "predicted_step": self.predicted_step,
         }
 
 
@@ -1088,7 +1105,9 @@ def plan_split(
             f"the most memory-balanced cut needs {by_memory.bytes} bytes"
         )
     chosen = min(feasible, key=lambda c: (c.time_share(), c.memory_share(budgets)))
-    return SplitPlan(n, m, micro_batches, budgets, by_memory, by_time, chosen, costs, margin)
+    return SplitPlan(
+        n, m, micro_batches, budgets, by_memory, by_time, chosen, costs, margin, schedule
+    )
 
 
 SCHEDULES = ("single", "naive", "gpipe", "1f1b")
@@ -1243,25 +1262,35 @@ class SplitRunner:
     def gpipe(self, micro_batches: int) -> Callable[[], object]:
         """One step over ``micro_batches`` parts: fill (every forward), drain (backward).
 
-        Issued from one thread, part after part: kernel launches are asynchronous, so
-        device 0 can run part i + 1's forward while device 1 runs part i's. Each part
-        crosses to device 1 by :func:`~gpugauge.workloads.pipe.send` (a copy on side
-        streams that waits for its producer only), so neither device waits for the
-        other's queue. The backward of
-        all parts is one autograd call, whose engine runs each device's nodes on a thread
-        of its own, so the drain overlaps too. Each part's loss is scaled by 1 / parts:
-        the gradients are the full batch's.
+        The fill runs in clock cycles, torchgpipe's: in cycle k, device 0's thread issues
+        part k's forward while device 1's issues part k - 1's (:class:`Workers`), so
+        neither device waits for the host to issue the other's work. Each part crosses to
+        device 1 by :func:`~gpugauge.workloads.pipe.send` (a copy on side streams that
+        waits for its producer only). The backward of all parts is one autograd call,
+        whose engine issues each device's nodes from a thread of its own, so the drain
+        overlaps too. Each part's loss is scaled by 1 / parts: the gradients are the full
+        batch's.
         """
         s0, s1 = self.stages
-        d1, streams = self.devices[1], CopyStreams()
+        d1, streams, workers = self.devices[1], CopyStreams(), Workers(self.devices)
         xs, ys = self.x.chunk(micro_batches), self.y.chunk(micro_batches)
 
         def step() -> object:
             self.opt.zero_grad(set_to_none=True)
-            losses = [
-                self.loss_fn(s1(receive(send(s0(x), d1, streams), streams)), y) / micro_batches
-                for x, y in zip(xs, ys, strict=True)
-            ]
+            sent: list[torch.Tensor] = []
+            losses: list[torch.Tensor] = []
+
+            def forward0(i: int) -> None:
+                sent.append(send(s0(xs[i]), d1, streams))
+
+            def forward1(i: int) -> None:
+                losses.append(self.loss_fn(s1(receive(sent[i], streams)), ys[i]) / micro_batches)
+
+            for k in range(micro_batches + 1):
+                tasks = [(0, partial(forward0, k))] if k < micro_batches else []
+                if k:
+                    tasks.append((1, partial(forward1, k - 1)))
+                workers.run(tasks)
             torch.autograd.backward(losses)
             self.opt.step()
             return losses
@@ -1275,22 +1304,33 @@ class SplitRunner:
         device 0 runs one part ahead, and each part's backward is issued as soon as its
         forward is, so device 0 holds the activations of two parts and device 1 of one,
         where GPipe holds all of them. Same gradients as GPipe and the naive split, same
-        bubble as GPipe; the memory it frees lets the cut move toward time balance.
+        bubble as GPipe; the memory it frees lets the cut move toward time balance. In
+        cycle k, device 0's thread issues part k's forward and device 1's part k - 1's
+        forward and backward (whose device-0 half the autograd engine's thread issues).
         """
         s0, s1 = self.stages
-        d1, streams = self.devices[1], CopyStreams()
+        d1, streams, workers = self.devices[1], CopyStreams(), Workers(self.devices)
         xs, ys = self.x.chunk(micro_batches), self.y.chunk(micro_batches)
 
         def step() -> object:
             self.opt.zero_grad(set_to_none=True)
-            losses = []
-            ahead = send(s0(xs[0]), d1, streams)
-            for i in range(micro_batches):
-                loss = self.loss_fn(s1(receive(ahead, streams)), ys[i]) / micro_batches
-                if i + 1 < micro_batches:
-                    ahead = send(s0(xs[i + 1]), d1, streams)  # device 0 runs a part ahead
+            sent: list[torch.Tensor | None] = []
+            losses: list[torch.Tensor] = []
+
+            def forward0(i: int) -> None:
+                sent.append(send(s0(xs[i]), d1, streams))
+
+            def forward_backward1(i: int) -> None:
+                loss = self.loss_fn(s1(receive(sent[i], streams)), ys[i]) / micro_batches
                 loss.backward()
+                sent[i] = None  # part i's input on device 1 is no longer needed
                 losses.append(loss.detach())
+
+            for k in range(micro_batches + 1):
+                tasks = [(0, partial(forward0, k))] if k < micro_batches else []
+                if k:
+                    tasks.append((1, partial(forward_backward1, k - 1)))
+                workers.run(tasks)
             self.opt.step()
             return losses
 

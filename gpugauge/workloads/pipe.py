@@ -12,10 +12,19 @@ its ``Copy`` and ``Wait`` functions), and :func:`receive` makes the consumer's s
 for that copy only, at the point where the consumer is issued. Both are autograd functions
 whose backward orders the gradient's copy the same way in reverse. On a CPU, or between
 two tensors on one device, they are plain ``.to`` and identity.
+
+:class:`Workers` issues each device's share of a pipeline from a thread of its own (as
+torchgpipe's workers do): from one thread, a step whose kernels are short is paced by the
+host, and device 0's next micro-batch waits while the host issues device 1's current one.
+PyTorch drops the GIL inside each op, so the threads' host work overlaps too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -103,3 +112,47 @@ def receive(y: torch.Tensor, streams: CopyStreams) -> torch.Tensor:
     if y.device.type != "cuda":
         return y
     return _Receive.apply(y, streams)
+
+
+class Workers:
+    """One issuing thread per pipeline stage; :meth:`run` runs one clock cycle's tasks.
+
+    A task runs under the caller's current CUDA streams (a new thread starts on each
+    device's default stream) and the caller's grad mode. :meth:`run` returns once every task
+    has been issued (not finished on the device: the work stays asynchronous) and raises
+    the first task's error only after all of them have stopped, so that nothing is still
+    issuing when the caller frees memory after an out-of-memory error.
+    """
+
+    def __init__(self, devices: Sequence[str | torch.device]) -> None:
+        self.devices = [torch.device(d) for d in devices]
+        self._pools = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stage{i}")
+            for i in range(len(self.devices))
+        ]
+        for pool in self._pools:
+            weakref.finalize(self, pool.shutdown, wait=False)
+
+    def run(self, tasks: Sequence[tuple[int, Callable[[], object]]]) -> list[object]:
+        """Run each ``(stage, fn)`` on that stage's thread, all at once; their results."""
+        grad = torch.is_grad_enabled()
+        streams = [torch.cuda.current_stream(d) for d in self.devices if d.type == "cuda"]
+        futures = [self._pools[stage].submit(_issue, fn, streams, grad) for stage, fn in tasks]
+        errors = [f.exception() for f in futures]  # waits for every task
+        for err in errors:
+            if err is not None:
+                raise err
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        """Stop the threads (idle ones exit at once)."""
+        for pool in self._pools:
+            pool.shutdown(wait=True)
+
+
+def _issue(fn: Callable[[], object], streams: Sequence[torch.cuda.Stream], grad: bool) -> object:
+    """``fn()`` on the caller's ``streams`` and grad mode (both are per thread in PyTorch)."""
+    with torch.set_grad_enabled(grad), contextlib.ExitStack() as stack:
+        for stream in streams:
+            stack.enter_context(torch.cuda.stream(stream))
+        return fn()
