@@ -891,7 +891,8 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
         ],
         rows,
         f"layer_fit split on {_device_name()}; pytest exit {rc} in {wall:.0f} s "
-        "(bubble: the plan's step by the bubble model from its block costs; busy: each device's kernels, both: the two at once, per traced step; queued: "
+        "(bubble: the plan's step by the bubble model from its block costs; "
+        "busy: each device's kernels, both: the two at once, per traced step; queued: "
         "median launch-to-start of a kernel, near 0 when the host sets the pace; "
         "retry/oom, mallocs: the allocator's free-and-retries, OOMs raised and cudaMallocs "
         "per step over the seed method's 15)",
