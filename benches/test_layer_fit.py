@@ -24,7 +24,6 @@ from gpugauge.workloads.layer_fit import (
     FitCase,
     MemoryModel,
     SplitCase,
-    backend_for,
     budgets,
     cases,
     check_pipeline,
@@ -33,9 +32,10 @@ from gpugauge.workloads.layer_fit import (
     measure_costs,
     parse_budget,
     plan_split,
+    prime_conv_plans,
     probe_table,
     round_clock,
-    run_search,
+    search_case,
     split_cases,
     split_table,
     trace_overlap,
@@ -58,8 +58,7 @@ def _note_block(gauge: Any, text: str) -> None:
 
 def test_layer_fit_search(fit_case: FitCase, gauge: Any) -> None:
     case = fit_case
-    with backend_for(case) as backend:
-        result = run_search(case, backend)
+    result = search_case(case)
     table = probe_table(case, result)
     path = gauge.artifact_path(case, "probes.txt")
     path.write_text(table + "\n")
@@ -91,8 +90,7 @@ def _largest_single(case: SplitCase, gauge: Any) -> tuple[int, dict[str, Any] | 
     found = gauge.session.find(case.fit_case)
     if found is not None:
         return int(found.values["max_layers"]), None
-    with backend_for(case.fit_case) as backend:
-        result = run_search(case.fit_case, backend)
+    result = search_case(case.fit_case)
     return result["max_n"], result
 
 
@@ -116,6 +114,7 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
     # a pipeline is balanced by what a block costs at its micro-batch size
     part = case.batch // case.micro_batches
     costs = measure_costs(model, devices[0], batch=part) if on_gpu else flop_costs(model)
+    prime_conv_plans(model, devices, part)  # plans chosen on the whole device, not at a peak
     with budgets(devices, parse_budget(case.budget)) as caps:
         toward = 0
         if case.schedule == "single":
@@ -126,9 +125,12 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
             )
             extra["plan"] = plan.as_dict()
             cut, toward = plan.chosen.k, 1 - plan.limiting
+        setup = allocator_events(devices) if on_gpu else None
         runner, step, attempts = fitted_runner(
             model, n, case.fc, cut, devices, case.schedule, case.micro_batches, toward
         )
+        if setup is not None:  # an OOM while fitting that no attempt reports: a plan fell back
+            extra["allocator_setup"] = events_per_call(setup, allocator_events(devices), 1)
         n, cut = attempts[-1]["conv"], attempts[-1]["cut"]
         predicted = case.predicted(n, cut)
         extra |= {

@@ -33,6 +33,7 @@ from gpugauge.workloads.layer_fit import (
     probe_bound,
     probe_table,
     run_search,
+    search_case,
     search_frontier,
     split_cases,
 )
@@ -516,6 +517,7 @@ def test_device_overlap_measures_how_long_both_devices_work_together() -> None:
     assert o.step_ms == pytest.approx(80 / 2e3)
     assert o.as_dict()["utilisation"] == pytest.approx([0.5, 0.5])
     assert o.queued_ms == (None, None)  # no launch records in this trace
+    assert o.top_kernels == ((("k", pytest.approx(45 / 2e3)),), (("k", pytest.approx(40 / 2e3)),))
     # with launch records: device 0's kernels waited 5 µs in its queue, device 1's 0
     launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "dur": 1}
     events = [
@@ -550,3 +552,15 @@ def test_plan_predicts_the_step_by_the_bubble_model() -> None:
     assert gpipe.chosen.cost == (5.0, 5.0)
     assert gpipe.predicted_step == pytest.approx(5 * 5.0)  # m + 1 slots of the slower stage
     assert gpipe.as_dict()["predicted_step"] == gpipe.predicted_step
+
+
+def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> None:
+    case = FitCase("train", 62, SEED_BUDGET, "cpu", 4096)
+    here = search_case(case)
+    there = search_case(case, isolate=True)  # a spawned child, as on a GPU
+    assert there["max_n"] == here["max_n"]
+
+    def path(result: dict) -> list[tuple[int, bool]]:
+        return [(p["n"], p["fits"]) for p in result["probes"]]
+
+    assert path(there) == path(here)

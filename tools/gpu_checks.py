@@ -830,7 +830,7 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
         args = seed_run("layer_fit and split", js)
     rc = run_pytest(args, out / f"{name}.log", 480)
     wall = time.perf_counter() - t0
-    rows = []
+    rows, kernel_lines = [], []
     infos = extra_infos(js)
     naive = next((i for k, i in infos.items() if k.startswith("split-naive")), None)
     naive_ms = naive and naive["timing"]["summary_ms"]["median"]
@@ -841,6 +841,10 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
         busy = trace.get("busy_ms") or [None] * len(info["memory"])
         queued = trace.get("queued_ms") or [None] * len(info["memory"])
         events = extra.get("allocator_per_step") or [None] * len(info["memory"])
+        setup = extra.get("allocator_setup") or [None] * len(info["memory"])
+        for i, kernels in enumerate(trace.get("top_kernels") or []):
+            top = "; ".join(f"{name[:60]} {ms:.3g} ms" for name, ms in kernels[:2])
+            kernel_lines.append(f"{key} cuda:{i}: {top}")
         for i, mem in enumerate(info["memory"]):
             peak = mem["start_allocated_bytes"] + mem["peak_allocated_bytes"]
             reserved = mem["start_reserved_bytes"] + mem["peak_reserved_bytes"]
@@ -866,10 +870,11 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
                     _num(queued[i], ".3g"),
                     "-" if ev is None else f"{ev['num_alloc_retries']:.3g}/{ev['num_ooms']:.3g}",
                     "-" if ev is None else f"{ev['num_device_alloc']:.3g}",
+                    "-" if setup[i] is None else f"{setup[i]['num_ooms']:.0f}",
                 ]
             )
         if extra.get("trace_note"):
-            rows.append(["", "", extra["trace_note"][:80], *[""] * 13])
+            rows.append(["", "", extra["trace_note"][:80], *[""] * 14])
     table = render(
         [
             "case",
@@ -888,6 +893,7 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
             "queued ms",
             "retry/oom",
             "mallocs",
+            "setup ooms",
         ],
         rows,
         f"layer_fit split on {_device_name()}; pytest exit {rc} in {wall:.0f} s "
@@ -895,8 +901,10 @@ def layer_fit_split(out: Path, free: bool = False) -> None:
         "busy: each device's kernels, both: the two at once, per traced step; queued: "
         "median launch-to-start of a kernel, near 0 when the host sets the pace; "
         "retry/oom, mallocs: the allocator's free-and-retries, OOMs raised and cudaMallocs "
-        "per step over the seed method's 15)",
+        "per step over the seed method's 15; setup ooms: OOMs while the cut was fitted, a "
+        "cuDNN plan falling back where no attempt failed)",
     )
+    table += "\n\ntop kernels per traced step:\n" + "\n".join(kernel_lines)
     (out / f"{name}_table.txt").write_text(table + "\n")
     print("\n" + table)
 

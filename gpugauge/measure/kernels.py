@@ -34,6 +34,7 @@ from typing import Any
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")  # the host calls that queue device work
+TOP_KERNELS = 3  # kernels per device named in an overlap
 GPU_ACTIVITIES = "GPU activities"  # a kernel table's rows on a GPU trace, as nvprof says
 Interval = tuple[float, float]
 
@@ -295,7 +296,8 @@ class Overlap:
     includes the gaps between traced steps, so ``utilisation`` is a lower bound.
     ``queued_ms`` is, per device, the median time from a kernel's launch call to its
     start: near 0, the device ran what the host had just issued (the host set the pace);
-    None without launch records.
+    None without launch records. ``top_kernels`` is, per device, the kernels that took
+    the most time, as (name, ms per step): which cuDNN or cuBLAS algorithm ran.
     """
 
     steps: int
@@ -304,6 +306,7 @@ class Overlap:
     busy_ms: tuple[float, ...]
     together_ms: float | None
     queued_ms: tuple[float | None, ...] = ()
+    top_kernels: tuple[tuple[tuple[str, float], ...], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON (ms per step), with each device's share of the step."""
@@ -333,6 +336,14 @@ def device_overlap(activities: Sequence[Activity], steps: int) -> Overlap:
             if a.device == d and a.cat == "kernel" and a.launched_us is not None
         )
         queued.append(waits[len(waits) // 2] / 1e3 if waits else None)
+    top = []
+    for d in devices:
+        totals: dict[str, float] = {}
+        for a in work:
+            if a.device == d and a.cat == "kernel":
+                totals[a.name] = totals.get(a.name, 0.0) + a.dur_us
+        ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
+        top.append(tuple((name, us / per) for name, us in ranked))
     return Overlap(
         steps=steps,
         step_ms=span / per,
@@ -340,6 +351,7 @@ def device_overlap(activities: Sequence[Activity], steps: int) -> Overlap:
         busy_ms=tuple(length(b) / per for b in busy),
         together_ms=length(together) / per if len(devices) > 1 else None,
         queued_ms=tuple(queued),
+        top_kernels=tuple(top),
     )
 
 

@@ -30,9 +30,12 @@ import contextlib
 import gc
 import itertools
 import math
+import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -848,6 +851,48 @@ def run_search(
     }
 
 
+def search_case(case: FitCase, isolate: bool | None = None) -> dict[str, Any]:
+    """:func:`run_search` of ``case``; on a GPU (or with ``isolate``) in a fresh process.
+
+    A GPU search runs out of memory on purpose, and a process remembers it: PyTorch keeps
+    the first cuDNN plan that ran for a convolution's shapes, and a plan whose workspace
+    could not be allocated is skipped for a slower one. Run in the benchmark's process,
+    the search chose the seed's batch-16 conv plans under its budget, and every later case
+    at that batch ran them: the naive split read 220 ms on two H200s where a process that
+    had not searched ran it in 101 ms. The child starts with this process's cuDNN and TF32
+    settings; its error, or its death, is raised here.
+    """
+    if not (case.device != "cpu" if isolate is None else isolate):
+        with backend_for(case) as backend:
+            return run_search(case, backend)
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+        try:
+            return pool.submit(_search_child, case, _precision()).result()
+        except BrokenProcessPool as err:
+            raise RuntimeError(f"{case.id}: the search's process died ({err})") from None
+
+
+def _precision() -> dict[str, bool]:
+    """The settings that choose kernels: cuDNN's benchmark, determinism and TF32 switches."""
+    return {
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+    }
+
+
+def _search_child(case: FitCase, precision: dict[str, bool]) -> dict[str, Any]:
+    """:func:`search_case`'s child: the same settings, then the search."""
+    torch.backends.cudnn.benchmark = precision["cudnn_benchmark"]
+    torch.backends.cudnn.deterministic = precision["cudnn_deterministic"]
+    torch.backends.cudnn.allow_tf32 = precision["cudnn_tf32"]
+    torch.backends.cuda.matmul.allow_tf32 = precision["matmul_tf32"]
+    with backend_for(case) as backend:
+        return run_search(case, backend)
+
+
 # head sizes searched at 11 GiB: the seed's 61 and 62, a small head, and none to speak of
 SEED_HEADS = (1, 32, 61, 62)
 
@@ -1214,6 +1259,25 @@ def split_cases(profile: str) -> list[SplitCase]:
             *(SplitCase(s, 138, 62, mb, **free) for s in PIPELINED for mb in (2, 4)),
         ]
     return seed
+
+
+def prime_conv_plans(model: MemoryModel, devices: Sequence[str], batch: int) -> None:
+    """Run a conv block's training step at ``batch`` on each CUDA device, before a budget.
+
+    The first convolution of given shapes fixes its cuDNN plan for the process. Run first
+    inside a case's budget, at its peak, its backward's workspace may not fit and cuDNN
+    keeps a slower plan for every later step and case. Primed on the whole device, a case
+    runs the plan cuDNN's heuristic ranks first, and falls back only where that plan's
+    workspace does not fit its steady state (the allocator's OOM count then shows it).
+    """
+    for d in dict.fromkeys(devices):
+        if not d.startswith("cuda"):
+            continue
+        net = conv_block(d)
+        x = torch.randn(batch, CHANNELS, model.image, model.image, device=d, requires_grad=True)
+        net(x).sum().backward()
+        torch.cuda.synchronize(d)
+        del net, x
 
 
 def round_clock(devices: Sequence[str]) -> RoundClock:
