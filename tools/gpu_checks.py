@@ -809,29 +809,55 @@ def layer_fit(out: Path) -> None:
     print("\n" + table)
 
 
-def layer_fit_split(out: Path, free: bool = False) -> None:
+def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) -> None:
     """Issue 10, two GPUs: the split cases via pytest; a table from their saved results.
 
     ``free``: the full profile's split on the whole devices (no budget), energy off and
-    about 1 s of timed rounds a case, to fit one call beside the seed run.
+    about 1 s of timed rounds a case, to fit one call beside the seed run. ``alone``: only
+    the seed cases whose ids hold these parts, each in a pytest process of its own (cuDNN
+    keeps a convolution's first plan for the process, so a case that fell back to a slow
+    plan under memory pressure passes it to later cases on that device).
     """
     from gpugauge.report.tables import fmt_bytes
 
     print(f"{_device_name()}, {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
-    name = "layer_fit_split_free" if free else "layer_fit_split"
-    js = out / f"{name}.json"
+    name = (
+        "layer_fit_split_free" if free else "layer_fit_split_alone" if alone else "layer_fit_split"
+    )
     t0 = time.perf_counter()
+    runs: list[tuple[list[str], Path]] = []
     if free:
-        args = [
-            *seed_run("layer_fit and split and device", js, profile="full"),
-            *("--energy-window", "0", "--time-budget", "10", "--min-time", "1"),
-        ]
+        js = out / f"{name}.json"
+        runs.append(
+            (
+                [
+                    *seed_run("layer_fit and split and device", js, profile="full"),
+                    *("--energy-window", "0", "--time-budget", "10", "--min-time", "1"),
+                ],
+                js,
+            )
+        )
+    elif alone:
+        for part in alone:
+            js = out / f"{name}-{_slug(part)}.json"
+            runs.append((seed_run(f"layer_fit and split and {part} and 11gib", js), js))
     else:
-        args = seed_run("layer_fit and split", js)
-    rc = run_pytest(args, out / f"{name}.log", 480)
+        js = out / f"{name}.json"
+        runs.append((seed_run("layer_fit and split", js), js))
+    rcs, infos = [], {}
+    for args, js in runs:
+        rcs.append(run_pytest(args, out / f"{js.stem}.log", 480))
+        infos |= extra_infos(js)
+    rc = max(rcs)
     wall = time.perf_counter() - t0
+    if len(runs) > 1:  # a few files come back from the device: one archive of them all
+        with tarfile.open(out / f"{name}.tar.gz", "w:gz") as tar:
+            for _, js in runs:
+                for f in (js, out / f"{js.stem}.log"):
+                    if f.exists():
+                        tar.add(f, arcname=f.name)
+                        f.unlink()
     rows, kernel_lines = [], []
-    infos = extra_infos(js)
     naive = next((i for k, i in infos.items() if k.startswith("split-naive")), None)
     naive_ms = naive and naive["timing"]["summary_ms"]["median"]
     for key, info in infos.items():
@@ -1398,6 +1424,9 @@ def main() -> None:
         "layer_fit": layer_fit,
         "layer_fit-split": layer_fit_split,
         "layer_fit-split-free": partial(layer_fit_split, free=True),
+        "layer_fit-split-alone": partial(
+            layer_fit_split, alone=("naive", "gpipe2", "1f1b2", "gpipe4")
+        ),
         "layer_fit-microbatch": layer_fit_microbatch,
         "amp": amp,
         "distributed": distributed,
