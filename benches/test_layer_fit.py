@@ -94,6 +94,26 @@ def _largest_single(case: SplitCase, gauge: Any) -> tuple[int, dict[str, Any] | 
     return result["max_n"], result
 
 
+def _note_inherited_plans(
+    case: SplitCase, devices: tuple[str, ...], gauge: Any, extra: dict[str, Any]
+) -> None:
+    """Say so where this process already ran out of memory on a device the case uses.
+
+    cuDNN keeps a convolution's first plan for the process, and an OOM on its workspace
+    makes it keep a slower one: a case after such an OOM may run the plans an earlier
+    case fell back to (the naive split read 220 ms after the single-GPU case, 147 ms
+    alone, on two H200s). The allocator's OOM count is the process's record of it.
+    """
+    before = {d: int(torch.cuda.memory_stats(d).get("num_ooms", 0)) for d in set(devices)}
+    extra["ooms_before_case"] = before
+    hit = [f"{d} ({n})" for d, n in sorted(before.items()) if n]
+    if hit:
+        gauge.session.note(
+            f"{case.id}: this process ran out of memory before on {', '.join(hit)}; its "
+            f"conv plans may be an earlier case's fallbacks: time it alone (-k {case.id})"
+        )
+
+
 def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
     case = split_case
     model = case.memory_model
@@ -115,6 +135,8 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
     part = case.batch // case.micro_batches
     costs = measure_costs(model, devices[0], batch=part) if on_gpu else flop_costs(model)
     prime_conv_plans(model, devices, part)  # plans chosen on the whole device, not at a peak
+    if on_gpu:
+        _note_inherited_plans(case, devices, gauge, extra)
     with budgets(devices, parse_budget(case.budget)) as caps:
         toward = 0
         if case.schedule == "single":
