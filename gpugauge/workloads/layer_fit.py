@@ -1329,8 +1329,8 @@ class SplitRunner:
         """One step over ``micro_batches`` parts: fill (every forward), drain (backward).
 
         The fill runs in clock cycles, torchgpipe's: in cycle k, device 0's thread issues
-        part k's forward while device 1's issues part k - 1's (:class:`Workers`), so
-        neither device waits for the host to issue the other's work. Each part crosses to
+        part k's forward while device 1's issues part k - 1's (:class:`Workers`), so the
+        host issues the two devices' work at once. Each part crosses to
         device 1 by :func:`~gpugauge.workloads.pipe.send` (a copy on side streams that
         waits for its producer only). The backward of all parts is one autograd call,
         whose engine issues each device's nodes from a thread of its own, so the drain
