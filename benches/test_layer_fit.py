@@ -166,7 +166,7 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         seed = measure(step, SEED_METHOD, round_clock(devices))
         extra["seed_method_ms"] = {"mean": seed.summary.mean, "rounds": list(seed.device_ms)}
         if events is not None:  # a step that frees and retries serializes the devices
-            calls = SEED_METHOD.warmup_rounds + len(seed.device_ms)
+            calls = seed.warmup_rounds + len(seed.device_ms)
             extra["allocator_per_step"] = events_per_call(events, allocator_events(devices), calls)
         parts: list[float | None] = [None] * len(devices)
         if case.schedule == "naive":

@@ -329,7 +329,8 @@ def test_cases_have_unique_ids_and_the_seed_heads() -> None:
     assert "split-gpipe2-c138-m62-device-cuda" in {c.id for c in free}
     assert not any(c.budget == "device" for c in split_cases("seed"))
     # the single-GPU case fills cuda:0 to its cap: it runs after the cases that share it
-    assert [c.schedule for c in split_cases("seed")][-1] == "single"
+    for profile in ("smoke", "seed", "full"):
+        assert [c.schedule for c in split_cases(profile)][-1] == "single", profile
 
 
 # ---------------------------------------------------------------------------- split

@@ -48,3 +48,14 @@ def test_workers_carry_the_callers_grad_mode() -> None:
     with torch.no_grad():
         assert workers.run([(0, torch.is_grad_enabled)]) == [False]
     assert workers.run([(0, torch.is_grad_enabled)]) == [True]
+
+
+def test_workers_raise_the_first_error_and_name_the_others() -> None:
+    workers = Workers(["cpu", "cpu"])
+
+    def fails(what: str) -> None:
+        raise RuntimeError(what)
+
+    with pytest.raises(RuntimeError, match="stage 0") as info:
+        workers.run([(0, lambda: fails("stage 0")), (1, lambda: fails("stage 1"))])
+    assert any("stage 1" in note for note in info.value.__notes__)

@@ -854,23 +854,26 @@ def run_search(
 def search_case(case: FitCase, isolate: bool | None = None) -> dict[str, Any]:
     """:func:`run_search` of ``case``; on a GPU (or with ``isolate``) in a fresh process.
 
-    A GPU search runs out of memory on purpose, and a process remembers it: PyTorch keeps
-    the first cuDNN plan that ran for a convolution's shapes, and a plan whose workspace
-    could not be allocated is skipped for a slower one. Run in the benchmark's process,
-    the search chose the seed's batch-16 conv plans under its budget, and every later case
-    at that batch ran them: the naive split read 220 ms on two H200s where a process that
-    had not searched ran it in 101 ms. The child starts with this process's cuDNN and TF32
-    settings; its error, or its death, is raised here.
+    A GPU search runs out of memory on purpose, and a process remembers it: each thread
+    keeps the first cuDNN plan that ran for a convolution's shapes (the backward's threads,
+    one per device, live as long as the process), and a plan whose workspace could not be
+    allocated is skipped for a slower one. A case that ran out of memory before the naive
+    split, on its device, left it fallback plans (220 ms on two H200s, 147 ms alone:
+    docs/layer_fit.md). The child starts with this process's cuDNN and TF32 settings and
+    with the cached memory returned; its error, or its death, is raised here.
     """
     if not (case.device != "cpu" if isolate is None else isolate):
         with backend_for(case) as backend:
             return run_search(case, backend)
+    if torch.cuda.is_available():  # the whole-device budget is the free memory
+        gc.collect()
+        torch.cuda.empty_cache()
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
         try:
             return pool.submit(_search_child, case, _precision()).result()
         except BrokenProcessPool as err:
-            raise RuntimeError(f"{case.id}: the search's process died ({err})") from None
+            raise RuntimeError(f"{case.id}: the search's process died ({err})") from err
 
 
 def _precision() -> dict[str, bool]:
@@ -1058,7 +1061,8 @@ class SplitPlan:
 
         Naive: one stage after the other. Pipelined over two stages: m + 1 slots of the
         slower stage's micro-batch (GPipe's bubble, which 1F1B shares), with no launch
-        gaps and no time for the copies; a lower bound the schedules can approach.
+        gaps and no time for the copies: an estimate, not a bound (an unbalanced cut can
+        beat it by up to the faster stage's slot).
         """
         cost = self.chosen.cost
         if self.schedule in PIPELINED:
@@ -1246,12 +1250,12 @@ def split_cases(profile: str) -> list[SplitCase]:
     seed = [
         SplitCase("naive", 138, 62, profile=profile),
         *(SplitCase(s, 138, 62, mb, profile=profile) for s in PIPELINED for mb in (2, 4, 8)),
-        SplitCase("single", 0, 62, profile=profile),
     ]
+    single = SplitCase("single", 0, 62, profile=profile)
     if profile == "smoke":
         tiny = dict(budget="64MiB", device="cpu", batch=2, image=8, width=64, profile=profile)
         small = [SplitCase(s, 4, 3, 2, **tiny) for s in PIPELINED]
-        return [SplitCase("naive", 4, 3, **tiny), *small, *seed]
+        return [SplitCase("naive", 4, 3, **tiny), *small, *seed, single]
     if profile == "full":
         seed += [SplitCase(s, 138, 62, 16, profile=profile) for s in PIPELINED]
         # the same split with the whole devices: the schedules without memory pressure
@@ -1260,17 +1264,19 @@ def split_cases(profile: str) -> list[SplitCase]:
             SplitCase("naive", 138, 62, **free),
             *(SplitCase(s, 138, 62, mb, **free) for s in PIPELINED for mb in (2, 4)),
         ]
-    return seed
+    return [*seed, single]
 
 
 def prime_conv_plans(model: MemoryModel, devices: Sequence[str], batch: int) -> None:
     """Run a conv block's training step at ``batch`` on each CUDA device, before a budget.
 
-    The first convolution of given shapes fixes its cuDNN plan for the process. Run first
-    inside a case's budget, at its peak, its backward's workspace may not fit and cuDNN
-    keeps a slower plan for every later step and case. Primed on the whole device, a case
-    runs the plan cuDNN's heuristic ranks first, and falls back only where that plan's
-    workspace does not fit its steady state (the allocator's OOM count then shows it).
+    The first convolution of given shapes fixes its cuDNN plan for the thread that ran it.
+    Run first inside a case's budget, at its peak, a backward's workspace may not fit and
+    cuDNN keeps a slower plan on that device's autograd thread, for every later step and
+    case. Primed on the whole device, the backward plans (and the forward plans of this
+    thread, the naive split's) are the ones cuDNN's heuristic ranks first; a pipeline's
+    forwards run on threads of their own and choose theirs in their first step. A plan
+    that falls back later (its workspace not fitting) is kept: OOM counts show it.
     """
     for d in dict.fromkeys(devices):
         if not d.startswith("cuda"):

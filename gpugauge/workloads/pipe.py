@@ -139,11 +139,17 @@ class Workers:
         grad = torch.is_grad_enabled()
         streams = [torch.cuda.current_stream(d) for d in self.devices if d.type == "cuda"]
         futures = [self._pools[stage].submit(_issue, fn, streams, grad) for stage, fn in tasks]
-        errors = [f.exception() for f in futures]  # waits for every task
-        for err in errors:
-            if err is not None:
-                raise err
-        return [f.result() for f in futures]
+        errors = [e for e in (f.exception() for f in futures) if e is not None]  # waits for all
+        if not errors:
+            return [f.result() for f in futures]
+        first = errors[0]
+        for other in errors[1:]:
+            first.add_note(f"another stage failed too: {other!r}")
+        del futures, errors  # nothing here may keep the failed frames (and their memory) alive
+        try:
+            raise first
+        finally:
+            first = None  # type: ignore[assignment]
 
     def close(self) -> None:
         """Stop the threads (idle ones exit at once)."""
