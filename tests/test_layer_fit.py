@@ -567,3 +567,25 @@ def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> N
         return [(p["n"], p["fits"]) for p in result["probes"]]
 
     assert path(there) == path(here)
+
+
+def test_a_cut_is_fitted_in_processes_of_their_own() -> None:
+    import gpugauge.workloads.layer_fit as lf
+
+    model = MemoryModel(batch=2, image=8, width=16)
+    attempts = lf.fit_cut(model, 3, 2, 3, ("cpu", "cpu"), "gpipe", 2, 0, None)
+    assert attempts == [{"conv": 3, "cut": 3, "fits": True, "steps": 3, "where": "child"}]
+
+
+def test_fit_attempts_moves_the_cut_after_each_miss() -> None:
+    import gpugauge.workloads.layer_fit as lf
+
+    seen = []
+
+    def attempt(n: int, cut: int) -> dict:
+        seen.append(cut)
+        return {"fits": cut >= 9, "error": None if cut >= 9 else "cuDNN plans fell back"}
+
+    attempts = lf.fit_attempts(20, 3, 3, 0, attempt)
+    assert seen == [3, 5, 7, 11]
+    assert attempts[-1] == {"conv": 20, "cut": 11, "fits": True, "error": None}

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from gpugauge.measure.kernels import device_overlap, read_trace
+from gpugauge.measure.memory import allocator_events, events_per_call
 from gpugauge.measure.profile import Schedule, profile_steps
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.report.tables import fmt_bytes, render
@@ -854,26 +855,40 @@ def run_search(
 def search_case(case: FitCase, isolate: bool | None = None) -> dict[str, Any]:
     """:func:`run_search` of ``case``; on a GPU (or with ``isolate``) in a fresh process.
 
-    A GPU search runs out of memory on purpose, and a process remembers it: each thread
-    keeps the first cuDNN plan that ran for a convolution's shapes (the backward's threads,
-    one per device, live as long as the process), and a plan whose workspace could not be
-    allocated is skipped for a slower one. A case that ran out of memory before the naive
-    split, on its device, left it fallback plans (220 ms on two H200s, 147 ms alone:
-    docs/layer_fit.md). The child starts with this process's cuDNN and TF32 settings and
-    with the cached memory returned; its error, or its death, is raised here.
+    A GPU search runs out of memory on purpose, and a process remembers that: see
+    :func:`in_fresh_process`.
     """
     if not (case.device != "cpu" if isolate is None else isolate):
-        with backend_for(case) as backend:
-            return run_search(case, backend)
-    if torch.cuda.is_available():  # the whole-device budget is the free memory
+        return _search(case)
+    return in_fresh_process(f"{case.id}: the search", _search, case)
+
+
+def _search(case: FitCase) -> dict[str, Any]:
+    with backend_for(case) as backend:
+        return run_search(case, backend)
+
+
+def in_fresh_process(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a spawned process with this one's cuDNN and TF32 settings.
+
+    For work that runs out of memory on purpose (a frontier search, fitting a cut). A
+    process remembers it: each thread keeps the first cuDNN plan that ran for a
+    convolution's shapes (the autograd engine's threads, one per device, live as long as
+    the process), and a plan whose workspace could not be allocated is skipped for a
+    slower one. After a case had run out of memory on its device, the naive split read
+    220 ms on two H200s; alone, 147 ms (docs/layer_fit.md). The cached memory is returned
+    first (a whole-device budget is the free memory); ``fn``'s error is raised here, and
+    the child's death as a RuntimeError naming ``what``.
+    """
+    if torch.cuda.is_available():
         gc.collect()
         torch.cuda.empty_cache()
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
         try:
-            return pool.submit(_search_child, case, _precision()).result()
+            return pool.submit(_child, _precision(), fn, args).result()
         except BrokenProcessPool as err:
-            raise RuntimeError(f"{case.id}: the search's process died ({err})") from err
+            raise RuntimeError(f"{what}: its process died ({err})") from err
 
 
 def _precision() -> dict[str, bool]:
@@ -886,14 +901,13 @@ def _precision() -> dict[str, bool]:
     }
 
 
-def _search_child(case: FitCase, precision: dict[str, bool]) -> dict[str, Any]:
-    """:func:`search_case`'s child: the same settings, then the search."""
+def _child(precision: dict[str, bool], fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """:func:`in_fresh_process`'s child: the parent's settings, then the work."""
     torch.backends.cudnn.benchmark = precision["cudnn_benchmark"]
     torch.backends.cudnn.deterministic = precision["cudnn_deterministic"]
     torch.backends.cudnn.allow_tf32 = precision["cudnn_tf32"]
     torch.backends.cuda.matmul.allow_tf32 = precision["matmul_tf32"]
-    with backend_for(case) as backend:
-        return run_search(case, backend)
+    return fn(*args)
 
 
 # head sizes searched at 11 GiB: the seed's 61 and 62, a small head, and none to speak of
@@ -1353,10 +1367,11 @@ class SplitRunner:
             losses: list[torch.Tensor] = []
 
             def forward0(i: int) -> None:
-                sent.append(send(s0(xs[i]), d1, streams))
+                sent.append(send(s0(xs[i]), d1, streams, i))
 
             def forward1(i: int) -> None:
-                losses.append(self.loss_fn(s1(receive(sent[i], streams)), ys[i]) / micro_batches)
+                y = s1(receive(sent[i], streams, i))
+                losses.append(self.loss_fn(y, ys[i]) / micro_batches)
 
             for k in range(micro_batches + 1):
                 tasks = [(0, partial(forward0, k))] if k < micro_batches else []
@@ -1390,10 +1405,10 @@ class SplitRunner:
             losses: list[torch.Tensor] = []
 
             def forward0(i: int) -> None:
-                sent.append(send(s0(xs[i]), d1, streams))
+                sent.append(send(s0(xs[i]), d1, streams, i))
 
             def forward_backward1(i: int) -> None:
-                loss = self.loss_fn(s1(receive(sent[i], streams)), ys[i]) / micro_batches
+                loss = self.loss_fn(s1(receive(sent[i], streams, i)), ys[i]) / micro_batches
                 loss.backward()
                 sent[i] = None  # part i's input on device 1 is no longer needed
                 losses.append(loss.detach())
@@ -1474,6 +1489,47 @@ def settle(
     return most
 
 
+def fit_attempts(
+    n: int,
+    m: int,
+    cut: int,
+    toward: int,
+    attempt: Callable[[int, int], dict[str, Any]],
+    tries: int = 6,
+    shift: int = 2,
+) -> list[dict[str, Any]]:
+    """Try ``attempt(n, cut)`` at ``cut``, moving it after each miss; every attempt made.
+
+    The model's prediction may miss a term (a workspace, fragmentation); rather than fail,
+    each miss (an attempt whose ``"fits"`` is false) moves the cut so that the device
+    ``toward`` (0 or 1) gets more blocks: ``shift`` blocks, then twice as many each time
+    (2, 4, 8, 16, ... away, the last try at the end of the range), so that a miss of a few
+    hundred MiB is found in a few tries. A model on one device (``cut == n + m``) sheds a
+    conv block instead (its search's answer fitted once, near the edge). At most
+    ``tries``; the last attempt returned fits, with its ``conv`` count and ``cut``.
+    """
+    attempts: list[dict[str, Any]] = []
+    single = cut == n + m
+    origin, move = cut, shift
+    for _ in range(tries):
+        result = attempt(n, cut)
+        attempts.append({"conv": n, "cut": cut, **result})
+        if result["fits"]:
+            return attempts
+        if single:
+            n, cut = n - 1, cut - 1
+            if n < 1:
+                break
+            continue
+        edge = n + m - 1 if toward == 0 else 1
+        if cut == edge:
+            break
+        wanted = origin + move if toward == 0 else origin - move
+        cut = min(wanted, edge) if toward == 0 else max(wanted, edge)
+        move *= 2
+    raise SplitError(f"no cut fitted after {len(attempts)} attempts: {attempts}")
+
+
 def fitted_runner(
     model: MemoryModel,
     n: int,
@@ -1488,45 +1544,97 @@ def fitted_runner(
 ) -> tuple[SplitRunner, Callable[[], object], list[dict[str, Any]]]:
     """A runner whose step reached a steady state at ``cut`` or, after an OOM, a smaller part.
 
-    The step runs until its reserved memory stops growing (:func:`settle`). The model's
-    prediction may miss a term (a workspace, fragmentation); rather than fail, each OOM
-    frees the runner and moves the cut so that the device ``toward`` (0 or 1) gets more
-    blocks: ``shift`` blocks, then twice as many each time (2, 4, 8, 16, ... away, the last
-    try at the end of the range), so that a miss of a few hundred MiB is found in a few
-    tries. A model on one device (``cut == n + m``) sheds a conv block instead (its search's
-    answer fitted once, near the edge). At most ``tries`` times; every attempt is returned,
-    the last with the ``conv`` count, ``cut`` and ``steps`` that fitted.
+    The step runs until its reserved memory stops growing (:func:`settle`); an OOM frees
+    the runner and moves the cut (:func:`fit_attempts`). Every attempt is returned, the
+    last with the ``conv`` count, ``cut`` and ``steps`` that fitted.
     """
-    attempts: list[dict[str, Any]] = []
-    single = cut == n + m
-    origin, move = cut, shift
-    for _ in range(tries):
-        error = None
+    built: list[tuple[SplitRunner, Callable[[], object]]] = []
+
+    def attempt(n: int, cut: int) -> dict[str, Any]:
         try:
             runner = SplitRunner(model, n, m, cut, devices)
             step = runner.schedule(schedule, micro_batches)
             steps = settle(step, devices)
-            attempts.append({"conv": n, "cut": cut, "fits": True, "steps": steps})
-            return runner, step, attempts
         except torch.OutOfMemoryError as err:
             error = str(err).splitlines()[0][:200]
+        else:
+            built.append((runner, step))
+            return {"fits": True, "steps": steps}
         runner = step = None  # type: ignore[assignment]
         gc.collect()
         if devices[0].startswith("cuda"):
             torch.cuda.empty_cache()
-        attempts.append({"conv": n, "cut": cut, "fits": False, "error": error})
-        if single:
-            n, cut = n - 1, cut - 1
-            if n < 1:
-                break
-            continue
-        edge = n + m - 1 if toward == 0 else 1
-        if cut == edge:
-            break
-        wanted = origin + move if toward == 0 else origin - move
-        cut = min(wanted, edge) if toward == 0 else max(wanted, edge)
-        move *= 2
-    raise SplitError(f"no cut fitted after {len(attempts)} attempts: {attempts}")
+        return {"fits": False, "error": error}
+
+    attempts = fit_attempts(n, m, cut, toward, attempt, tries, shift)
+    runner, step = built[-1]
+    return runner, step, attempts
+
+
+def fit_cut(
+    model: MemoryModel,
+    n: int,
+    m: int,
+    cut: int,
+    devices: Sequence[str],
+    schedule: str,
+    micro_batches: int,
+    toward: int,
+    budget: int | None,
+) -> list[dict[str, Any]]:
+    """:func:`fit_attempts` with each attempt in a fresh process under ``budget``.
+
+    A cut fits when its steps settle without any out-of-memory error, raised or caught: a
+    caught one is a cuDNN plan whose workspace did not fit, replaced by a slower one for
+    the rest of that process (:func:`in_fresh_process`). Hence a process per attempt, and
+    this one builds only the cut that fitted. Each attempt is marked ``"where": "child"``.
+    """
+    conv_batch = model.batch // micro_batches
+
+    def attempt(n: int, cut: int) -> dict[str, Any]:
+        result = in_fresh_process(
+            f"a {schedule} split's attempt at cut {cut}",
+            _attempt,
+            model,
+            n,
+            m,
+            cut,
+            tuple(devices),
+            schedule,
+            micro_batches,
+            budget,
+            conv_batch,
+        )
+        return {**result, "where": "child"}
+
+    return fit_attempts(n, m, cut, toward, attempt)
+
+
+def _attempt(
+    model: MemoryModel,
+    n: int,
+    m: int,
+    cut: int,
+    devices: tuple[str, ...],
+    schedule: str,
+    micro_batches: int,
+    budget: int | None,
+    conv_batch: int,
+) -> dict[str, Any]:
+    """:func:`fit_cut`'s attempt: plans primed, then the step settled under the budget."""
+    prime_conv_plans(model, devices, conv_batch)
+    cuda = [d for d in dict.fromkeys(devices) if d.startswith("cuda")]
+    with budgets(devices, budget):
+        before = allocator_events(cuda)
+        try:
+            runner = SplitRunner(model, n, m, cut, devices)
+            steps = settle(runner.schedule(schedule, micro_batches), devices)
+        except torch.OutOfMemoryError as err:
+            return {"fits": False, "error": str(err).splitlines()[0][:200]}
+        ooms = [e["num_ooms"] for e in events_per_call(before, allocator_events(cuda), 1)]
+    if any(ooms):
+        return {"fits": False, "error": f"cuDNN plans fell back: OOMs caught per device {ooms}"}
+    return {"fits": True, "steps": steps}
 
 
 @contextlib.contextmanager

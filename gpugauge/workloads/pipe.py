@@ -7,9 +7,10 @@ lockstep: in a one-forward-one-backward schedule, device 1's backward of micro-b
 cannot start before device 0 has finished the forward of micro-batch i + 1, and device 0
 stalls behind device 1's queue at every copy.
 
-:func:`send` copies on a side stream of each device instead (torchgpipe does the same:
-its ``Copy`` and ``Wait`` functions), and :func:`receive` makes the consumer's stream wait
-for that copy only, at the point where the consumer is issued. Both are autograd functions
+:func:`send` copies on side streams of each device instead, one per micro-batch
+(torchgpipe does the same: its ``Copy`` and ``Wait`` functions and per-chunk copy
+streams), and :func:`receive` makes the consumer's stream wait for that copy only, at the
+point where the consumer is issued. Both are autograd functions
 whose backward orders the gradient's copy the same way in reverse. On a CPU, or between
 two tensors on one device, they are plain ``.to`` and identity.
 
@@ -23,6 +24,7 @@ H200s it moved a host-paced GPipe step of 2 micro-batches by 1% only: docs/layer
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,16 +34,25 @@ import torch
 
 
 class CopyStreams:
-    """One side stream per CUDA device, for the copies of a pipeline (created on first use)."""
+    """A side stream per CUDA device and micro-batch, for a pipeline's copies.
+
+    Per micro-batch, as torchgpipe's: a cross-device copy makes the two copy streams wait
+    for each other, so copies of different parts sharing a stream would wait for each
+    other's producers (and, issued from several threads, in no fixed order). Created on
+    first use, by whichever thread comes first.
+    """
 
     def __init__(self) -> None:
-        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self._streams: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
+        self._lock = threading.Lock()
 
-    def __call__(self, device: torch.device) -> torch.cuda.Stream:
-        """The copy stream of ``device``."""
-        if device not in self._streams:
-            self._streams[device] = torch.cuda.Stream(device)
-        return self._streams[device]
+    def __call__(self, device: torch.device, part: int = 0) -> torch.cuda.Stream:
+        """The copy stream of ``device`` for micro-batch ``part``."""
+        with self._lock:
+            key = (device, part)
+            if key not in self._streams:
+                self._streams[key] = torch.cuda.Stream(device)
+            return self._streams[key]
 
 
 def _wait(waiter: torch.cuda.Stream, on: torch.cuda.Stream) -> None:
@@ -59,10 +70,13 @@ class _Copy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dst: torch.device, streams: CopyStreams) -> Any:
-        src_copy, dst_copy = streams(x.device), streams(dst)
+    def forward(
+        ctx: Any, x: torch.Tensor, dst: torch.device, streams: CopyStreams, part: int
+    ) -> Any:
+        src_copy, dst_copy = streams(x.device, part), streams(dst, part)
         producer, consumer = torch.cuda.current_stream(x.device), torch.cuda.current_stream(dst)
-        ctx.src, ctx.streams, ctx.compute = x.device, streams, (producer, consumer)
+        ctx.src, ctx.streams, ctx.part = x.device, streams, part
+        ctx.compute = (producer, consumer)
         _wait(src_copy, producer)  # x is complete before it is read
         with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
             y = x.to(dst)
@@ -72,7 +86,7 @@ class _Copy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        src_copy, dst_copy = ctx.streams(ctx.src), ctx.streams(grad.device)
+        src_copy, dst_copy = ctx.streams(ctx.src, ctx.part), ctx.streams(grad.device, ctx.part)
         src_compute, dst_compute = ctx.compute
         _wait(dst_copy, dst_compute)  # the gradient is complete before it is read
         with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
@@ -80,24 +94,26 @@ class _Copy(torch.autograd.Function):
         grad.record_stream(dst_copy)
         g.record_stream(src_compute)
         _wait(src_compute, src_copy)  # the source's backward reads the copied gradient
-        return g, None, None
+        return g, None, None, None
 
 
 class _Receive(torch.autograd.Function):
     """The consumer's compute stream waits for the copy, where the consumer is issued."""
 
     @staticmethod
-    def forward(ctx: Any, y: torch.Tensor, streams: CopyStreams) -> torch.Tensor:
-        _wait(torch.cuda.current_stream(y.device), streams(y.device))
+    def forward(ctx: Any, y: torch.Tensor, streams: CopyStreams, part: int) -> torch.Tensor:
+        _wait(torch.cuda.current_stream(y.device), streams(y.device, part))
         return y.detach()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        return grad, None
+        return grad, None, None
 
 
-def send(x: torch.Tensor, device: str | torch.device, streams: CopyStreams) -> torch.Tensor:
-    """``x`` copied to ``device`` on the two devices' copy streams; pass it to :func:`receive`.
+def send(
+    x: torch.Tensor, device: str | torch.device, streams: CopyStreams, part: int = 0
+) -> torch.Tensor:
+    """``x`` (micro-batch ``part``) copied to ``device`` on its copy streams; see :func:`receive`.
 
     Only the copy waits for ``x``'s producer; nothing on either compute stream waits for
     the copy until :func:`receive` says so.
@@ -105,14 +121,14 @@ def send(x: torch.Tensor, device: str | torch.device, streams: CopyStreams) -> t
     dst = torch.device(device)
     if x.device == dst or x.device.type != "cuda" or dst.type != "cuda":
         return x.to(dst)
-    return _Copy.apply(x, dst, streams)
+    return _Copy.apply(x, dst, streams, part)
 
 
-def receive(y: torch.Tensor, streams: CopyStreams) -> torch.Tensor:
-    """``y`` from :func:`send`, safe to read on its device's current stream from here on."""
+def receive(y: torch.Tensor, streams: CopyStreams, part: int = 0) -> torch.Tensor:
+    """``y`` from :func:`send` of ``part``, safe to read on its device's current stream."""
     if y.device.type != "cuda":
         return y
-    return _Receive.apply(y, streams)
+    return _Receive.apply(y, streams, part)
 
 
 class Workers:
