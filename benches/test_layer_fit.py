@@ -105,7 +105,8 @@ def _note_inherited_plans(
     case fell back to (the naive split read 220 ms after the single-GPU case, 147 ms
     alone, on two H200s). The allocator's OOM count is the process's record of it.
     """
-    before = {d: int(torch.cuda.memory_stats(d).get("num_ooms", 0)) for d in set(devices)}
+    unique = sorted(set(devices))
+    before = {d: e["num_ooms"] for d, e in zip(unique, allocator_events(unique), strict=True)}
     extra["ooms_before_case"] = before
     hit = [f"{d} ({n})" for d, n in sorted(before.items()) if n]
     if hit:

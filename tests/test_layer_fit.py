@@ -589,3 +589,24 @@ def test_fit_attempts_moves_the_cut_after_each_miss() -> None:
     attempts = lf.fit_attempts(20, 3, 3, 0, attempt)
     assert seen == [3, 5, 7, 11]
     assert attempts[-1] == {"conv": 20, "cut": 11, "fits": True, "error": None}
+
+
+def test_a_fresh_process_starts_with_this_ones_kernel_settings() -> None:
+    import gpugauge.workloads.layer_fit as lf
+
+    saved = torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cudnn.deterministic = not saved[0]
+        torch.backends.cuda.matmul.allow_tf32 = not saved[1]
+        here = lf._precision()
+        assert lf.in_fresh_process("the settings", lf._precision) == here
+    finally:
+        torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_bubble_model_takes_the_slower_stage_of_an_unbalanced_cut() -> None:
+    budget = float(100 * GiB)
+    costs = BlockCosts(conv=1.0, linear=0.0, source="test")
+    plan = plan_split(SEED, 9, 1, (budget, budget), costs, 2, schedule="gpipe")
+    assert max(plan.chosen.cost) > min(plan.chosen.cost)  # 9 blocks do not halve
+    assert plan.predicted_step == pytest.approx(3 * max(plan.chosen.cost))

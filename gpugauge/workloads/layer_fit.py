@@ -1357,32 +1357,7 @@ class SplitRunner:
         overlaps too. Each part's loss is scaled by 1 / parts: the gradients are the full
         batch's.
         """
-        s0, s1 = self.stages
-        d1, streams, workers = self.devices[1], CopyStreams(), Workers(self.devices)
-        xs, ys = self.x.chunk(micro_batches), self.y.chunk(micro_batches)
-
-        def step() -> object:
-            self.opt.zero_grad(set_to_none=True)
-            sent: list[torch.Tensor] = []
-            losses: list[torch.Tensor] = []
-
-            def forward0(i: int) -> None:
-                sent.append(send(s0(xs[i]), d1, streams, i))
-
-            def forward1(i: int) -> None:
-                y = s1(receive(sent[i], streams, i))
-                losses.append(self.loss_fn(y, ys[i]) / micro_batches)
-
-            for k in range(micro_batches + 1):
-                tasks = [(0, partial(forward0, k))] if k < micro_batches else []
-                if k:
-                    tasks.append((1, partial(forward1, k - 1)))
-                workers.run(tasks)
-            torch.autograd.backward(losses)
-            self.opt.step()
-            return losses
-
-        return step
+        return self._cycles(micro_batches, backward_each=False)
 
     def one_f_one_b(self, micro_batches: int) -> Callable[[], object]:
         """One step over ``micro_batches`` parts, one forward then one backward (1F1B).
@@ -1395,6 +1370,10 @@ class SplitRunner:
         cycle k, device 0's thread issues part k's forward and device 1's part k - 1's
         forward and backward (whose device-0 half the autograd engine's thread issues).
         """
+        return self._cycles(micro_batches, backward_each=True)
+
+    def _cycles(self, micro_batches: int, backward_each: bool) -> Callable[[], object]:
+        """GPipe's step, or with ``backward_each`` 1F1B's: clock cycles over two threads."""
         s0, s1 = self.stages
         d1, streams, workers = self.devices[1], CopyStreams(), Workers(self.devices)
         xs, ys = self.x.chunk(micro_batches), self.y.chunk(micro_batches)
@@ -1407,17 +1386,21 @@ class SplitRunner:
             def forward0(i: int) -> None:
                 sent.append(send(s0(xs[i]), d1, streams, i))
 
-            def forward_backward1(i: int) -> None:
+            def stage1(i: int) -> None:
                 loss = self.loss_fn(s1(receive(sent[i], streams, i)), ys[i]) / micro_batches
-                loss.backward()
-                sent[i] = None  # part i's input on device 1 is no longer needed
-                losses.append(loss.detach())
+                if backward_each:
+                    loss.backward()
+                    sent[i] = None  # part i's input on device 1 is no longer needed
+                    loss = loss.detach()
+                losses.append(loss)
 
             for k in range(micro_batches + 1):
                 tasks = [(0, partial(forward0, k))] if k < micro_batches else []
                 if k:
-                    tasks.append((1, partial(forward_backward1, k - 1)))
+                    tasks.append((1, partial(stage1, k - 1)))
                 workers.run(tasks)
+            if not backward_each:
+                torch.autograd.backward(losses)
             self.opt.step()
             return losses
 
