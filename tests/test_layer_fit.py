@@ -574,7 +574,9 @@ def test_a_cut_is_fitted_in_processes_of_their_own() -> None:
 
     model = MemoryModel(batch=2, image=8, width=16)
     attempts = lf.fit_cut(model, 3, 2, 3, ("cpu", "cpu"), "gpipe", 2, 0, None)
-    assert attempts == [{"conv": 3, "cut": 3, "fits": True, "steps": 3, "where": "child"}]
+    assert attempts == [
+        {"conv": 3, "cut": 3, "fits": True, "steps": 3, "caught_ooms": [], "where": "child"}
+    ]
 
 
 def test_fit_attempts_moves_the_cut_after_each_miss() -> None:
