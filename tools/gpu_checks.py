@@ -19,6 +19,8 @@ family's search and single-GPU cases through pytest at the seed profile.
 profile (single, naive, GPipe and 1F1B with 2/4/8 micro-batches), per-device memory,
 speedups, overlap and the allocator's retries per step. ``layer_fit-split-free`` (two H200s):
 the same split on the whole devices (naive, GPipe and 1F1B with 2 and 4), no budget.
+``layer_fit-split-alone`` (two H200s): naive, GPipe ×2, 1F1B ×2 and GPipe ×4 at 11 GiB,
+each in a pytest process of its own (a process keeps its cuDNN plans).
 ``layer_fit-microbatch`` (issue 10, one GPU): a conv block's and a head linear's step at
 batch 16, 8, 4, 2 (GPipe's micro-batches), against a proportional share of batch 16's.
 ``amp`` (issue 12): the amp family at the seed profile (its wall time), then a speedup table
