@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from gpugauge.measure.kernels import device_overlap, read_trace
-from gpugauge.measure.memory import allocator_events, events_per_call
+from gpugauge.measure.memory import allocator_events
 from gpugauge.measure.profile import Schedule, profile_steps
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.report.tables import fmt_bytes, render
@@ -1073,14 +1073,15 @@ class SplitPlan:
     def predicted_step(self) -> float:
         """The chosen cut's step by the bubble model, in the costs' units (ms if measured).
 
-        Naive: one stage after the other. Pipelined over two stages: m + 1 slots of the
-        slower stage's micro-batch (GPipe's bubble, which 1F1B shares), with no launch
-        gaps and no time for the copies: an estimate, not a bound (an unbalanced cut can
-        beat it by up to the faster stage's slot).
+        Naive: one stage after the other. Pipelined over two stages whose micro-batch
+        costs are a >= b: m · a + b, the slower stage busy m slots and the other's one
+        slot of fill or drain (GPipe's bubble, which 1F1B shares; (m + 1) · a when the cut
+        is balanced), with no launch gaps and no time for the copies: the ideal the
+        schedules can approach.
         """
-        cost = self.chosen.cost
+        cost = self.chosen.cost  # one micro-batch's, per stage
         if self.schedule in PIPELINED:
-            return (self.micro_batches + 1) * max(cost)  # cost: one micro-batch's
+            return self.micro_batches * max(cost) + min(cost)
         return sum(cost)
 
     @property
@@ -1564,15 +1565,18 @@ def fit_cut(
     micro_batches: int,
     toward: int,
     budget: int | None,
+    tries: int = 8,
 ) -> list[dict[str, Any]]:
     """:func:`fit_attempts` with each attempt in a fresh process under ``budget``.
 
     A cut fits when its steps settle without any out-of-memory error, raised or caught: a
     caught one is a cuDNN plan whose workspace did not fit, replaced by a slower one for
     the rest of that process (:func:`in_fresh_process`). Hence a process per attempt, and
-    this one builds only the cut that fitted. The one-device case (``single``, the largest
+    this one builds only the cut that fitted; ``tries`` is two more than in-process, as
+    misses are more (GPipe ×2 on two H200s needed 6 tries by raised errors alone). The
+    one-device case (``single``, the largest
     model that fits, as the search counts it) fails on a raised error only. Each attempt
-    records its caught OOMs per device and is marked ``"where": "child"``.
+    records its OOMs per device (``ooms``, raised and caught) and ``"where": "child"``.
     """
     conv_batch = model.batch // micro_batches
 
@@ -1593,7 +1597,7 @@ def fit_cut(
         )
         return {**result, "where": "child"}
 
-    return fit_attempts(n, m, cut, toward, attempt)
+    return fit_attempts(n, m, cut, toward, attempt, tries)
 
 
 def _attempt(
@@ -1616,13 +1620,14 @@ def _attempt(
         try:
             runner = SplitRunner(model, n, m, cut, devices)
             steps = settle(runner.schedule(schedule, micro_batches), devices)
+            result: dict[str, Any] = {"fits": True, "steps": steps}
         except torch.OutOfMemoryError as err:
-            return {"fits": False, "error": str(err).splitlines()[0][:200]}
-        ooms = [e["num_ooms"] for e in events_per_call(before, allocator_events(cuda), 1)]
-    if strict and any(ooms):
-        error = f"cuDNN plans fell back: OOMs caught per device {ooms}"
-        return {"fits": False, "error": error, "caught_ooms": ooms}
-    return {"fits": True, "steps": steps, "caught_ooms": ooms}
+            result = {"fits": False, "error": str(err).splitlines()[0][:200]}
+        after = allocator_events(cuda)
+    ooms = [a["num_ooms"] - b["num_ooms"] for b, a in zip(before, after, strict=True)]
+    if result["fits"] and strict and any(ooms):  # every one of them was caught
+        result = {"fits": False, "error": f"cuDNN plans fell back: OOMs caught {ooms}"}
+    return {**result, "ooms": ooms}  # per CUDA device, raised and caught
 
 
 @contextlib.contextmanager
