@@ -1536,15 +1536,12 @@ def fitted_runner(
 
     def attempt(n: int, cut: int) -> dict[str, Any]:
         try:
-            runner = SplitRunner(model, n, m, cut, devices)
-            step = runner.schedule(schedule, micro_batches)
-            steps = settle(step, devices)
+            runner, step, steps = _settled(model, n, m, cut, devices, schedule, micro_batches)
         except torch.OutOfMemoryError as err:
-            error = str(err).splitlines()[0][:200]
+            error = _first_line(err)
         else:
             built.append((runner, step))
             return {"fits": True, "steps": steps}
-        runner = step = None  # type: ignore[assignment]
         gc.collect()
         if devices[0].startswith("cuda"):
             torch.cuda.empty_cache()
@@ -1553,6 +1550,26 @@ def fitted_runner(
     attempts = fit_attempts(n, m, cut, toward, attempt, tries, shift)
     runner, step = built[-1]
     return runner, step, attempts
+
+
+def _settled(
+    model: MemoryModel,
+    n: int,
+    m: int,
+    cut: int,
+    devices: Sequence[str],
+    schedule: str,
+    micro_batches: int,
+) -> tuple[SplitRunner, Callable[[], object], int]:
+    """The runner at ``cut``, its ``schedule``'s step, and the steps it took to settle."""
+    runner = SplitRunner(model, n, m, cut, devices)
+    step = runner.schedule(schedule, micro_batches)
+    return runner, step, settle(step, devices)
+
+
+def _first_line(err: BaseException) -> str:
+    """An error's first line, at most 200 characters: enough to say which device and how much."""
+    return str(err).splitlines()[0][:200]
 
 
 def fit_cut(
@@ -1574,28 +1591,15 @@ def fit_cut(
     the rest of that process (:func:`in_fresh_process`). Hence a process per attempt, and
     this one builds only the cut that fitted; ``tries`` is two more than in-process, as
     misses are more (GPipe ×2 on two H200s needed 6 tries by raised errors alone). The
-    one-device case (``single``, the largest
-    model that fits, as the search counts it) fails on a raised error only. Each attempt
-    records its OOMs per device (``ooms``, raised and caught) and ``"where": "child"``.
+    one-device case (``single``, the largest model that fits, as the search counts it)
+    fails on a raised error only. Each attempt records its OOMs per device (``ooms``,
+    raised and caught) and ``"where": "child"``.
     """
-    conv_batch = model.batch // micro_batches
 
     def attempt(n: int, cut: int) -> dict[str, Any]:
-        result = in_fresh_process(
-            f"a {schedule} split's attempt at cut {cut}",
-            _attempt,
-            model,
-            n,
-            m,
-            cut,
-            tuple(devices),
-            schedule,
-            micro_batches,
-            budget,
-            conv_batch,
-            schedule != "single",
-        )
-        return {**result, "where": "child"}
+        what = f"a {schedule} split's attempt at cut {cut}"
+        args = (model, n, m, cut, tuple(devices), schedule, micro_batches, budget)
+        return {**in_fresh_process(what, _attempt, *args), "where": "child"}
 
     return fit_attempts(n, m, cut, toward, attempt, tries)
 
@@ -1609,22 +1613,20 @@ def _attempt(
     schedule: str,
     micro_batches: int,
     budget: int | None,
-    conv_batch: int,
-    strict: bool,
 ) -> dict[str, Any]:
     """:func:`fit_cut`'s attempt: plans primed, then the step settled under the budget."""
-    prime_conv_plans(model, devices, conv_batch)
+    prime_conv_plans(model, devices, model.batch // micro_batches)
     cuda = [d for d in dict.fromkeys(devices) if d.startswith("cuda")]
     with budgets(devices, budget):
         before = allocator_events(cuda)
         try:
-            runner = SplitRunner(model, n, m, cut, devices)
-            steps = settle(runner.schedule(schedule, micro_batches), devices)
+            steps = _settled(model, n, m, cut, devices, schedule, micro_batches)[2]
             result: dict[str, Any] = {"fits": True, "steps": steps}
         except torch.OutOfMemoryError as err:
-            result = {"fits": False, "error": str(err).splitlines()[0][:200]}
+            result = {"fits": False, "error": _first_line(err)}
         after = allocator_events(cuda)
     ooms = [a["num_ooms"] - b["num_ooms"] for b, a in zip(before, after, strict=True)]
+    strict = schedule != "single"  # the largest model on one device fits as searched
     if result["fits"] and strict and any(ooms):  # every one of them was caught
         result = {"fits": False, "error": f"cuDNN plans fell back: OOMs caught {ooms}"}
     return {**result, "ooms": ooms}  # per CUDA device, raised and caught
