@@ -100,10 +100,11 @@ def _note_inherited_plans(
 ) -> None:
     """Say so where this process already ran out of memory on a device the case uses.
 
-    cuDNN keeps a convolution's first plan for the process, and an OOM on its workspace
-    makes it keep a slower one: a case after such an OOM may run the plans an earlier
-    case fell back to (the naive split read 220 ms after the single-GPU case, 147 ms
-    alone, on two H200s). The allocator's OOM count is the process's record of it.
+    cuDNN keeps a convolution's first plan per thread (the backward's threads, one per
+    device, live as long as the process), and an OOM on its workspace makes it keep a
+    slower one: a case after such an OOM may run the plans an earlier case fell back to
+    (the naive split read 220 ms after the single-GPU case, 147 ms alone, on two H200s).
+    The allocator's OOM count is the process's record of it.
     """
     unique = sorted(set(devices))
     before = {d: e["num_ooms"] for d, e in zip(unique, allocator_events(unique), strict=True)}
@@ -139,7 +140,8 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
     prime_conv_plans(model, devices, part)  # plans chosen on the whole device, not at a peak
     if on_gpu:
         _note_inherited_plans(case, devices, gauge, extra)
-    with budgets(devices, parse_budget(case.budget)) as caps:
+    budget = parse_budget(case.budget)
+    with budgets(devices, budget) as caps:
         toward = 0
         if case.schedule == "single":
             cut = n + case.fc
@@ -151,7 +153,6 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
             cut, toward = plan.chosen.k, 1 - plan.limiting
         tried: list[dict[str, Any]] = []
         if on_gpu:  # the misses run out of memory: in processes of their own
-            budget = parse_budget(case.budget)
             sched, parts = case.schedule, case.micro_batches
             tried = fit_cut(model, n, case.fc, cut, devices, sched, parts, toward, budget)
             n, cut = tried[-1]["conv"], tried[-1]["cut"]

@@ -817,8 +817,9 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
     ``free``: the full profile's split on the whole devices (no budget), energy off and
     about 1 s of timed rounds a case, to fit one call beside the seed run. ``alone``: only
     the seed cases whose ids hold these parts, each in a pytest process of its own (cuDNN
-    keeps a convolution's first plan for the process, so a case that fell back to a slow
-    plan under memory pressure passes it to later cases on that device).
+    keeps a convolution's first plan per thread, and the backward's threads live as long
+    as the process, so a case that fell back to a slow plan under memory pressure passes
+    it to later cases on that device).
     """
     from gpugauge.report.tables import fmt_bytes
 
@@ -929,8 +930,8 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
         "busy: each device's kernels, both: the two at once, per traced step; queued: "
         "median launch-to-start of a kernel, near 0 when the host sets the pace; "
         "retry/oom, mallocs: the allocator's free-and-retries, OOMs raised and cudaMallocs "
-        "per step over the seed method's 15; setup ooms: OOMs while the cut was fitted, a "
-        "cuDNN plan falling back where no attempt failed)",
+        "per step over the seed method's 15; setup ooms: OOMs while the cut was built in "
+        "the benchmark's process, a cuDNN plan falling back where no attempt failed)",
     )
     table += "\n\ntop kernels per traced step:\n" + "\n".join(kernel_lines)
     (out / f"{name}_table.txt").write_text(table + "\n")
