@@ -141,7 +141,7 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
     if on_gpu:
         _note_inherited_plans(case, devices, gauge, extra)
     budget = parse_budget(case.budget)
-    with budgets(devices, budget) as caps:
+    with budgets(devices, budget, case.allocator) as caps:
         toward = 0
         if case.schedule == "single":
             cut = n + case.fc
@@ -154,7 +154,8 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         tried: list[dict[str, Any]] = []
         if on_gpu:  # the misses run out of memory: in processes of their own
             sched, parts = case.schedule, case.micro_batches
-            tried = fit_cut(model, n, case.fc, cut, devices, sched, parts, toward, budget)
+            alloc = case.allocator
+            tried = fit_cut(model, n, case.fc, cut, devices, sched, parts, toward, budget, alloc)
             n, cut = tried[-1]["conv"], tried[-1]["cut"]
         setup = allocator_events(devices) if on_gpu else None
         # on a GPU the child's cut is built as it is: a miss here would run out of memory

@@ -24,6 +24,7 @@ from gpugauge.workloads.layer_fit import (
     SplitError,
     SplitRunner,
     allocator_bytes,
+    budgets,
     cases,
     check_pipeline,
     held_parts,
@@ -356,10 +357,11 @@ def test_split_that_fits_nowhere_is_an_error() -> None:
         plan_split(SEED, 400, 62, (float(GiB), float(GiB)), BlockCosts(1, 1, "test"))
 
 
+@pytest.mark.parametrize("threads", [False, True], ids=["inline", "threads"])
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_pipelined_gradients_equal_the_naive_split(schedule: str) -> None:
+def test_pipelined_gradients_equal_the_naive_split(schedule: str, threads: bool) -> None:
     model = MemoryModel(batch=4, image=8, width=32)
-    check = check_pipeline(model, 3, 3, 2, ("cpu", "cpu"), schedule, 4)
+    check = check_pipeline(model, 3, 3, 2, ("cpu", "cpu"), schedule, 4, threads)
     assert check["max_grad_rel_diff"] < 1e-5
     assert check["parameters"] == 2 * 6
     assert check["schedule"] == schedule
@@ -401,6 +403,23 @@ def test_split_case_ids_and_devices() -> None:
         SplitCase("1f1b", 138, 62)
     with pytest.raises(ValueError, match="schedules are"):
         SplitCase("pipedream", 138, 62, 2)
+    grown = SplitCase("1f1b", 138, 62, 2, allocator="expandable")
+    assert grown.id == "split-1f1b2-c138-m62-11gib-expseg-cuda"
+    with pytest.raises(ValueError, match="allocators are"):
+        SplitCase("naive", 138, 62, allocator="cudaMallocAsync")
+
+
+def test_seed_split_compares_schedules_under_one_allocator() -> None:
+    seed = [c for c in split_cases("seed") if c.schedule != "single"]
+    grown = [c for c in seed if c.allocator == "expandable"]
+    assert {c.schedule for c in grown} == {"naive", "gpipe", "1f1b"}
+    assert [c.schedule for c in seed if c.allocator == "default"] == ["naive"]
+    assert split_cases("seed")[-1].schedule == "single"
+
+
+def test_budgets_refuse_an_unknown_allocator() -> None:
+    with pytest.raises(ValueError, match="allocators are"), budgets(("cpu",), None, "pooled"):
+        pass
 
 
 # ---------------------------------------------------------------------------- chart

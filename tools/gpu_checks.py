@@ -19,8 +19,9 @@ family's search and single-GPU cases through pytest at the seed profile.
 profile (single, naive, GPipe and 1F1B with 2/4/8 micro-batches), per-device memory,
 speedups, overlap and the allocator's retries per step. ``layer_fit-split-free`` (two H200s):
 the same split on the whole devices (naive, GPipe and 1F1B with 2 and 4), no budget.
-``layer_fit-split-alone`` (two H200s): naive, GPipe ×2, 1F1B ×2 and GPipe ×4 at 11 GiB,
-each in a pytest process of its own (a process keeps its cuDNN plans).
+``layer_fit-split-alone`` (two H200s): the naive split (both allocators), GPipe ×2, 1F1B
+×2, 1F1B ×4 and GPipe ×4 at 11 GiB, each schedule in a pytest process of its own (a
+process keeps its cuDNN plans); speedups against the naive split of the same allocator.
 ``layer_fit-microbatch`` (issue 10, one GPU): a conv block's and a head linear's step at
 batch 16, 8, 4, 2 (GPipe's micro-batches), against a proportional share of batch 16's.
 ``amp`` (issue 12): the amp family at the seed profile (its wall time), then a speedup table
@@ -865,10 +866,14 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
                         tar.add(f, arcname=f.name)
                         f.unlink()
     rows, kernel_lines = [], []
-    naive = next((i for k, i in infos.items() if k.startswith("split-naive")), None)
-    naive_ms = naive and naive["timing"]["summary_ms"]["median"]
+    naive_ms = {  # each case against the naive split with the same budget and allocator
+        k.split("-", 3)[-1]: i["timing"]["summary_ms"]["median"]
+        for k, i in infos.items()
+        if k.startswith("split-naive")
+    }
     for key, info in infos.items():
         extra, spec = info["extra"], info["spec"]
+        where = key.split("-", 3)[-1]  # c138-m62-11gib[-expseg]-cuda
         med = info["timing"]["summary_ms"]["median"]
         trace = extra.get("trace") or {}
         busy = trace.get("busy_ms") or [None] * len(info["memory"])
@@ -897,7 +902,7 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
                     f"{med:.4g}" if i == 0 else "",
                     f"{extra['seed_method_ms']['mean']:.4g}" if i == 0 else "",
                     _num(extra.get("plan", {}).get("predicted_step")) if i == 0 else "",
-                    f"{naive_ms / med:.2f}x" if i == 0 and naive_ms else "",
+                    f"{naive_ms[where] / med:.2f}x" if i == 0 and where in naive_ms else "",
                     _num(busy[i]),
                     _num(trace.get("together_ms")) if i == 0 and trace else "",
                     _num(queued[i], ".3g"),
@@ -1432,7 +1437,7 @@ def main() -> None:
         "layer_fit-split": layer_fit_split,
         "layer_fit-split-free": partial(layer_fit_split, free=True),
         "layer_fit-split-alone": partial(
-            layer_fit_split, alone=("naive", "gpipe2", "1f1b2", "gpipe4")
+            layer_fit_split, alone=("naive", "gpipe2", "1f1b2", "1f1b4", "gpipe4")
         ),
         "layer_fit-microbatch": layer_fit_microbatch,
         "amp": amp,

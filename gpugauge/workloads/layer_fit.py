@@ -1202,10 +1202,13 @@ class SplitCase:
     image: int = SEED_INPUT[2]
     width: int = HEAD_WIDTH
     profile: str = "seed"
+    allocator: str = "default"  # a key of ALLOCATORS; "expandable" ids end in "-expseg"
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}; schedules are {SCHEDULES}")
+        if self.allocator not in ALLOCATORS:
+            raise ValueError(f"allocator {self.allocator!r}; allocators are {sorted(ALLOCATORS)}")
         if (self.schedule in PIPELINED) != (self.micro_batches > 1):
             raise ValueError(f"{PIPELINED} take micro_batches > 1; the others take 1")
         if self.batch % self.micro_batches:
@@ -1222,14 +1225,16 @@ class SplitCase:
 
     @property
     def id(self) -> str:
-        """``split-gpipe4-c138-m62-11gib-cuda``; ``split-single-m62-11gib-cuda``."""
+        """``split-gpipe4-c138-m62-11gib-expseg-cuda``; ``split-single-m62-11gib-cuda``."""
         pipelined = self.schedule in PIPELINED
         sched = f"{self.schedule}{self.micro_batches}" if pipelined else self.schedule
         size = "" if self.schedule == "single" else f"c{self.conv}-"
         small = (
             "" if (self.batch, self.image) == SEED_INPUT[::2] else f"b{self.batch}-{self.image}px-"
         )
-        return f"split-{sched}-{size}m{self.fc}-{small}{budget_label(self.budget)}-{self.device}"
+        alloc = "-expseg" if self.allocator == "expandable" else ""
+        where = f"{budget_label(self.budget)}{alloc}-{self.device}"
+        return f"split-{sched}-{size}m{self.fc}-{small}{where}"
 
     @property
     def memory_model(self) -> MemoryModel:
@@ -1256,15 +1261,21 @@ class SplitCase:
 def split_cases(profile: str) -> list[SplitCase]:
     """The seed's split (138 conv + 62 fc, 11 GiB per GPU), naive and pipelined.
 
-    GPipe and 1F1B at 2, 4 and 8 micro-batches; tiny CPU runs in smoke. The full profile
-    adds 16 micro-batches, and the split on the whole devices (no budget), where the
-    schedules run without memory pressure.
+    The naive split with PyTorch's default allocator (the seed's), then naive, GPipe and
+    1F1B at 2, 4 and 8 micro-batches with expandable segments: the default allocator's
+    fragmentation (2.8 GiB reserved beyond allocated on cuda:1 for GPipe ×2, 0.9 GiB for
+    the naive split, two H200s) decides the cut more than the schedule's own memory does.
+    Tiny CPU runs in smoke. The full profile adds 16 micro-batches, the pipelines with the
+    default allocator, and the split on the whole devices (no budget), where the schedules
+    run without memory pressure.
     """
     # ``single`` last: its model fills cuda:0 to the cap, and the slower cuDNN plans it
     # falls back to there would serve the naive split's cuda:0 (same shapes) after it
+    grow = dict(profile=profile, allocator="expandable")
     seed = [
         SplitCase("naive", 138, 62, profile=profile),
-        *(SplitCase(s, 138, 62, mb, profile=profile) for s in PIPELINED for mb in (2, 4, 8)),
+        SplitCase("naive", 138, 62, **grow),
+        *(SplitCase(s, 138, 62, mb, **grow) for s in PIPELINED for mb in (2, 4, 8)),
     ]
     single = SplitCase("single", 0, 62, profile=profile)
     if profile == "smoke":
@@ -1272,7 +1283,8 @@ def split_cases(profile: str) -> list[SplitCase]:
         small = [SplitCase(s, 4, 3, 2, **tiny) for s in PIPELINED]
         return [SplitCase("naive", 4, 3, **tiny), *small, *seed, single]
     if profile == "full":
-        seed += [SplitCase(s, 138, 62, 16, profile=profile) for s in PIPELINED]
+        seed += [SplitCase(s, 138, 62, 16, **grow) for s in PIPELINED]
+        seed += [SplitCase(s, 138, 62, mb, profile=profile) for s in PIPELINED for mb in (2, 4)]
         # the same split with the whole devices: the schedules without memory pressure
         free = dict(budget="device", profile=profile)
         seed += [
@@ -1289,9 +1301,9 @@ def prime_conv_plans(model: MemoryModel, devices: Sequence[str], batch: int) -> 
     Run first inside a case's budget, at its peak, a backward's workspace may not fit and
     cuDNN keeps a slower plan on that device's autograd thread, for every later step and
     case. Primed on the whole device, the backward plans (and the forward plans of this
-    thread, the naive split's) are the ones cuDNN's heuristic ranks first; a pipeline's
-    forwards run on threads of their own and choose theirs in their first step. A plan
-    that falls back later (its workspace not fitting) is kept: OOM counts show it.
+    thread, which issues every forward unless a pipeline runs with ``threads``) are the
+    ones cuDNN's heuristic ranks first. A plan that falls back later (its workspace not
+    fitting) is kept: OOM counts show it.
     """
     for d in dict.fromkeys(devices):
         if not d.startswith("cuda"):
@@ -1315,10 +1327,19 @@ class SplitRunner:
     """
 
     def __init__(
-        self, model: MemoryModel, n: int, m: int, cut: int, devices: Sequence[str]
+        self,
+        model: MemoryModel,
+        n: int,
+        m: int,
+        cut: int,
+        devices: Sequence[str],
+        threads: bool = False,
     ) -> None:
         d0, d1 = (devices[0], devices[-1])
         self.devices = (d0, d1)
+        # pipelines: each stage issued from a thread of its own (Workers), or all from
+        # this one: on two H200s inline was as fast or faster, and steadier (run 34)
+        self.threads = threads
         torch.manual_seed(0)
         placement = [d0] * cut + [d1] * (n + m - cut)
         bl = blocks(n, m, model.width, model.classes, device=placement)
@@ -1349,9 +1370,9 @@ class SplitRunner:
     def gpipe(self, micro_batches: int) -> Callable[[], object]:
         """One step over ``micro_batches`` parts: fill (every forward), drain (backward).
 
-        The fill runs in clock cycles, torchgpipe's: in cycle k, device 0's thread issues
-        part k's forward while device 1's issues part k - 1's (:class:`Workers`), so the
-        host issues the two devices' work at once. Each part crosses to
+        The fill runs in clock cycles, torchgpipe's: in cycle k, device 0's part k's
+        forward, then device 1's part k - 1's (from a thread each with ``threads``:
+        :class:`Workers`). Each part crosses to
         device 1 by :func:`~gpugauge.workloads.pipe.send` (a copy on side streams that
         waits for its producer only). The backward of all parts is one autograd call,
         whose engine issues each device's nodes from a thread of its own, so the drain
@@ -1368,15 +1389,15 @@ class SplitRunner:
         forward is, so device 0 holds the activations of two parts and device 1 of one,
         where GPipe holds all of them. Same gradients as GPipe and the naive split, same
         bubble as GPipe; the memory it frees lets the cut move toward time balance. In
-        cycle k, device 0's thread issues part k's forward and device 1's part k - 1's
-        forward and backward (whose device-0 half the autograd engine's thread issues).
+        cycle k, device 0's part k's forward, then device 1's part k - 1's forward and
+        backward (whose device-0 half the autograd engine's thread issues).
         """
         return self._cycles(micro_batches, backward_each=True)
 
     def _cycles(self, micro_batches: int, backward_each: bool) -> Callable[[], object]:
-        """GPipe's step, or with ``backward_each`` 1F1B's: clock cycles over two threads."""
+        """GPipe's step, or with ``backward_each`` 1F1B's, in clock cycles."""
         s0, s1 = self.stages
-        d1, streams, workers = self.devices[1], CopyStreams(), Workers(self.devices)
+        d1, streams, workers = self.devices[1], CopyStreams(), Workers(self.devices, self.threads)
         xs, ys = self.x.chunk(micro_batches), self.y.chunk(micro_batches)
 
         def step() -> object:
@@ -1582,6 +1603,7 @@ def fit_cut(
     micro_batches: int,
     toward: int,
     budget: int | None,
+    allocator: str = "default",
     tries: int = 8,
 ) -> list[dict[str, Any]]:
     """:func:`fit_attempts` with each attempt in a fresh process under ``budget``.
@@ -1598,7 +1620,7 @@ def fit_cut(
 
     def attempt(n: int, cut: int) -> dict[str, Any]:
         what = f"a {schedule} split's attempt at cut {cut}"
-        args = (model, n, m, cut, tuple(devices), schedule, micro_batches, budget)
+        args = (model, n, m, cut, tuple(devices), schedule, micro_batches, budget, allocator)
         return {**in_fresh_process(what, _attempt, *args), "where": "child"}
 
     return fit_attempts(n, m, cut, toward, attempt, tries)
@@ -1613,11 +1635,12 @@ def _attempt(
     schedule: str,
     micro_batches: int,
     budget: int | None,
+    allocator: str,
 ) -> dict[str, Any]:
     """:func:`fit_cut`'s attempt: plans primed, then the step settled under the budget."""
     prime_conv_plans(model, devices, model.batch // micro_batches)
     cuda = [d for d in dict.fromkeys(devices) if d.startswith("cuda")]
-    with budgets(devices, budget):
+    with budgets(devices, budget, allocator):
         before = allocator_events(cuda)
         try:
             steps = _settled(model, n, m, cut, devices, schedule, micro_batches)[2]
@@ -1632,13 +1655,43 @@ def _attempt(
     return {**result, "ooms": ooms}  # per CUDA device, raised and caught
 
 
+# the caching allocator's two ways to grow: fixed segments (PyTorch's default), or segments
+# that grow in place, which the OOM message suggests when reserved memory is fragmented
+ALLOCATORS = {"default": "expandable_segments:False", "expandable": "expandable_segments:True"}
+
+
+def set_allocator(name: str) -> None:
+    """Make new CUDA segments ``name``'s kind (:data:`ALLOCATORS`); cached ones stay as made.
+
+    PyTorch reads ``PYTORCH_CUDA_ALLOC_CONF`` once per process; its setter for a running
+    process is private (``torch._C._accelerator_setAllocatorSettings`` from 2.9, before
+    that ``torch.cuda.memory._set_allocator_settings``) but what PyTorch's own tests use.
+    """
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if setter is None:
+        setter = torch.cuda.memory._set_allocator_settings
+    setter(ALLOCATORS[name])
+
+
+def _process_allocator() -> str:
+    """The allocator this process was started with (``PYTORCH_CUDA_ALLOC_CONF``)."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "")
+    return "expandable" if "expandable_segments:True" in conf else "default"
+
+
 @contextlib.contextmanager
-def budgets(devices: Sequence[str], budget: int | None) -> Iterator[tuple[float, ...]]:
+def budgets(
+    devices: Sequence[str], budget: int | None, allocator: str = "default"
+) -> Iterator[tuple[float, ...]]:
     """Cap each CUDA device's caching allocator at ``budget`` bytes (emulated), then lift it.
 
-    Yields each device's budget for the model (the cap, or its free memory without one;
-    on a CPU the budget as given, else the machine's memory: nothing is enforced there).
+    The allocator (:data:`ALLOCATORS`) is ``allocator`` inside, with nothing cached from
+    before, and the process's own after. Yields each device's budget for the model (the
+    cap, or its free memory without one; on a CPU the budget as given, else the machine's
+    memory: nothing is enforced there).
     """
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"allocator {allocator!r}; allocators are {sorted(ALLOCATORS)}")
     unique = list(dict.fromkeys(devices))
     if not unique[0].startswith("cuda"):
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -1647,6 +1700,8 @@ def budgets(devices: Sequence[str], budget: int | None) -> Iterator[tuple[float,
     previous = {}
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     gc.collect()  # what an earlier case left in reference cycles is not this one's budget
+    torch.cuda.empty_cache()
+    set_allocator(allocator)
     try:
         out = []
         for d in unique:
@@ -1666,6 +1721,9 @@ def budgets(devices: Sequence[str], budget: int | None) -> Iterator[tuple[float,
     finally:
         for d, fraction in previous.items():
             torch.cuda.set_per_process_memory_fraction(fraction, d)
+        gc.collect()
+        torch.cuda.empty_cache()
+        set_allocator(_process_allocator())
 
 
 def check_pipeline(
@@ -1676,6 +1734,7 @@ def check_pipeline(
     devices: Sequence[str],
     schedule: str,
     micro_batches: int,
+    threads: bool = False,
 ) -> dict[str, Any]:
     """A pipeline's gradients against the naive split's after one step from the same weights.
 
@@ -1685,7 +1744,7 @@ def check_pipeline(
     grads = []
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
         for name in ("naive", schedule):
-            runner = SplitRunner(model, n, m, cut, devices)
+            runner = SplitRunner(model, n, m, cut, devices, threads)
             step = runner.schedule(name, micro_batches)
             step()
             grads.append(runner.gradients())

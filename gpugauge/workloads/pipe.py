@@ -15,10 +15,11 @@ whose backward orders the gradient's copy the same way in reverse. On a CPU, or 
 two tensors on one device, they are plain ``.to`` and identity.
 
 :class:`Workers` issues each device's share of a pipeline from a thread of its own (as
-torchgpipe's workers do): from one thread, a step whose kernels are short is paced by the
-host, and device 0's next micro-batch waits while the host issues device 1's current one.
-PyTorch drops the GIL inside each op, so the threads' host work can overlap (on two
-H200s it moved a host-paced GPipe step of 2 micro-batches by 1% only: docs/layer_fit.md).
+torchgpipe's workers do), or with ``threads=False`` from the caller's. Threads let the
+host issue two devices' work at once (PyTorch drops the GIL inside each op), but on two
+H200s they did not pay: GPipe ×2 ran as fast either way, and 1F1B ×2 slower and less
+steadily from threads (95.6 against 94.4 ms back to back, 109.7 against 99.2 ms with the
+devices synchronized between steps: docs/layer_fit.md, run 34).
 """
 
 from __future__ import annotations
@@ -132,7 +133,9 @@ def receive(y: torch.Tensor, streams: CopyStreams, part: int = 0) -> torch.Tenso
 
 
 class Workers:
-    """One issuing thread per pipeline stage; :meth:`run` runs one clock cycle's tasks.
+    """One issuing thread per pipeline stage (or, ``threads=False``, the caller's).
+
+    :meth:`run` runs one clock cycle's tasks.
 
     A task runs under the caller's current CUDA streams (a new thread starts on each
     device's default stream) and the caller's grad mode. :meth:`run` returns once every task
@@ -141,17 +144,23 @@ class Workers:
     issuing when the caller frees memory after an out-of-memory error.
     """
 
-    def __init__(self, devices: Sequence[str | torch.device]) -> None:
+    def __init__(self, devices: Sequence[str | torch.device], threads: bool = True) -> None:
         self.devices = [torch.device(d) for d in devices]
+        self.threads = threads
         self._pools = [
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stage{i}")
-            for i in range(len(self.devices))
+            for i in range(len(self.devices) if threads else 0)
         ]
         for pool in self._pools:
             weakref.finalize(self, pool.shutdown, wait=False)
 
     def run(self, tasks: Sequence[tuple[int, Callable[[], object]]]) -> list[object]:
-        """Run each ``(stage, fn)`` on that stage's thread, all at once; their results."""
+        """Run each ``(stage, fn)`` on that stage's thread, all at once; their results.
+
+        Without ``threads``, the tasks run here, one after another (for comparison).
+        """
+        if not self.threads:
+            return [fn() for _, fn in tasks]
         grad = torch.is_grad_enabled()
         streams = [torch.cuda.current_stream(d) for d in self.devices if d.type == "cuda"]
         futures = [self._pools[stage].submit(_issue, fn, streams, grad) for stage, fn in tasks]

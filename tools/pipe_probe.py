@@ -1,0 +1,163 @@
+"""Issue 10: why a pipelined split's timed rounds vary, and what its memory costs (two GPUs).
+
+On the whole devices (no budget), for the seed's model (138 conv + 62 fc), each case is
+timed three ways with the suite's timer: rounds back to back (``b2b``), the same with the
+NVML sampler the suite's ``gauge.measure`` runs beside it (``b2b+nvml``), and with both
+devices synchronized before every round (``sync``). Pipelines are issued from a thread per
+stage (``threads``) or from this thread (``inline``). Each case also reports its peak
+allocated and reserved bytes per device, settled (the caching allocator's fragmentation is
+reserved − allocated). ``--trace`` profiles four back-to-back 1F1B ×2 steps for Perfetto.
+Writes ``pipe_probe.json`` (every round) and prints a table. Run it twice to compare
+allocators, the second time under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpugauge.measure.nvml import Nvml
+from gpugauge.measure.sampler import GpuSampler
+from gpugauge.measure.timing import TimingPolicy, measure
+from gpugauge.report.tables import fmt_bytes, render
+from gpugauge.workloads.layer_fit import (
+    SplitCase,
+    SplitRunner,
+    prime_conv_plans,
+    round_clock,
+    settle,
+)
+
+DEVICES = ("cuda:0", "cuda:1")
+POLICY = TimingPolicy(warmup_rounds=5, rounds=30)
+
+
+def _sync() -> None:
+    for d in DEVICES:
+        torch.cuda.synchronize(d)
+
+
+def _memory() -> list[tuple[int, int]]:
+    peak = torch.cuda
+    return [(peak.max_memory_allocated(d), peak.max_memory_reserved(d)) for d in DEVICES]
+
+
+def probe(schedule: str, parts: int, cut: int, threads: bool, modes: list[str]) -> dict:
+    """One case: settle it, read its memory, time it each way in ``modes``."""
+    model = SplitCase("naive", 138, 62).memory_model
+    for d in DEVICES:
+        torch.cuda.reset_peak_memory_stats(d)
+    runner = SplitRunner(model, 138, 62, cut, DEVICES, threads=threads)
+    step = runner.schedule(schedule, parts)
+    settle(step, DEVICES)
+    _sync()
+    row: dict = {"schedule": schedule, "parts": parts, "cut": cut, "threads": threads}
+    row["memory"] = _memory()
+    clock = round_clock(DEVICES)
+    for mode in modes:
+        if mode == "b2b+nvml":
+            with Nvml() as nvml, GpuSampler(nvml.device(0)) as watch:
+                t = measure(step, POLICY, clock, watch=watch)
+        else:
+            t = measure(step, POLICY, clock, between=_sync if mode == "sync" else None)
+        row[mode] = {"device_ms": list(t.device_ms), "host_ms": list(t.host_ms)}
+        s = t.summary
+        print(
+            f"{schedule}{parts} cut {cut} {'threads' if threads else 'inline'} {mode}: "
+            f"median {s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}] min {s.min:.1f} "
+            f"cv {s.cv:.1%}",
+            flush=True,
+        )
+    del step, runner
+    gc.collect()
+    torch.cuda.empty_cache()
+    return row
+
+
+def trace(out: Path) -> None:
+    """Four back-to-back 1F1B x2 steps at cut 85 (threads), host and devices, for Perfetto."""
+    model = SplitCase("naive", 138, 62).memory_model
+    runner = SplitRunner(model, 138, 62, 85, DEVICES)
+    step = runner.schedule("1f1b", 2)
+    settle(step, DEVICES)
+    _sync()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(4):
+            step()
+        _sync()
+    raw = out / "trace_1f1b2.json"
+    prof.export_chrome_trace(str(raw))
+    with raw.open("rb") as src, gzip.open(out / "trace_1f1b2.json.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+    del step, runner
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--memory-only", action="store_true", help="settle and read memory")
+    parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--tag", default="default")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, alloc conf {alloc!r}")
+    model = SplitCase("naive", 138, 62).memory_model
+    for batch in (16, 8):
+        prime_conv_plans(model, DEVICES, batch)
+    timed = [] if args.memory_only else ["b2b", "b2b+nvml", "sync"]
+    cases = [
+        ("naive", 1, 85, True, timed[:1] + timed[2:]),
+        ("naive", 1, 89, True, timed[:1]),
+        ("gpipe", 2, 85, True, timed),
+        ("gpipe", 2, 85, False, timed),
+        ("1f1b", 2, 85, True, timed),
+        ("1f1b", 2, 85, False, timed),
+        ("gpipe", 2, 117, True, timed[:1]),
+    ]
+    if args.memory_only:
+        cases = [c for c in cases if c[3]]
+    rows, t0 = [], time.perf_counter()
+    for c in cases:
+        rows.append(probe(*c))
+    if args.trace:
+        trace(args.out)
+    (args.out / f"pipe_probe_{args.tag}.json").write_text(json.dumps(rows))
+    table = []
+    for r in rows:
+        mem = " / ".join(f"{fmt_bytes(a)} ({fmt_bytes(b - a)})" for a, b in r["memory"])
+        cells = []
+        for mode in ("b2b", "b2b+nvml", "sync"):
+            if mode in r:
+                ms = r[mode]["device_ms"]
+                cells.append(f"{statistics.median(ms):.1f} / {min(ms):.1f}")
+            else:
+                cells.append("-")
+        name = f"{r['schedule']}{r['parts'] if r['parts'] > 1 else ''}"
+        how = "threads" if r["threads"] else "inline"
+        table.append([name, str(r["cut"]), how, mem, *cells])
+    heads = ["case", "cut", "issue", "alloc (reserved - alloc) cuda:0 / cuda:1"]
+    heads += ["b2b med/min ms", "b2b+nvml", "sync"]
+    took = time.perf_counter() - t0
+    title = f"pipe probe ({alloc or 'default allocator'}), whole devices, {took:.0f} s"
+    print(render(heads, table, title), flush=True)
+
+
+if __name__ == "__main__":
+    main()
