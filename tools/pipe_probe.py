@@ -6,7 +6,8 @@ NVML sampler the suite's ``gauge.measure`` runs beside it (``b2b+nvml``), and wi
 devices synchronized before every round (``sync``). Pipelines are issued from a thread per
 stage (``threads``) or from this thread (``inline``). Each case also reports its peak
 allocated and reserved bytes per device, settled (the caching allocator's fragmentation is
-reserved − allocated). ``--trace`` profiles four back-to-back 1F1B ×2 steps for Perfetto.
+reserved − allocated). ``--trace`` profiles four back-to-back 1F1B ×2 steps for Perfetto;
+``--profiler-effect`` times GPipe and 1F1B ×2 before and after the suite's traced step.
 Writes ``pipe_probe.json`` (every round) and prints a table. Run it twice to compare
 allocators, the second time under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
 """
@@ -38,6 +39,7 @@ from gpugauge.workloads.layer_fit import (
     prime_conv_plans,
     round_clock,
     settle,
+    trace_overlap,
 )
 
 DEVICES = ("cuda:0", "cuda:1")
@@ -86,6 +88,36 @@ def probe(schedule: str, parts: int, cut: int, threads: bool, modes: list[str]) 
     return row
 
 
+def profiler_effect(out: Path) -> list[dict]:
+    """GPipe and 1F1B ×2 at cut 85, timed back to back before and after a traced step."""
+    model = SplitCase("naive", 138, 62).memory_model
+    clock, rows = round_clock(DEVICES), []
+    for schedule in ("gpipe", "1f1b"):
+        runner = SplitRunner(model, 138, 62, 85, DEVICES)
+        step = runner.schedule(schedule, 2)
+        settle(step, DEVICES)
+        before = measure(step, POLICY, clock)
+        with Nvml() as nvml, GpuSampler(nvml.device(0)) as watch:
+            sampled = measure(step, POLICY, clock, watch=watch)
+        trace_overlap(step, DEVICES, out / f"effect_{schedule}.json.gz")
+        after = measure(step, POLICY, clock)
+        row = {"schedule": schedule, "teardown": os.environ.get("TEARDOWN_CUPTI")}
+        for name, t in (("before", before), ("nvml-sampled, before", sampled), ("after", after)):
+            row[name] = list(t.device_ms)
+            s = t.summary
+            print(
+                f"{schedule}2 {name} trace (TEARDOWN_CUPTI={row['teardown']}): median "
+                f"{s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}] min {s.min:.1f} cv {s.cv:.1%}",
+                flush=True,
+            )
+        (out / f"effect_{schedule}.json.gz").unlink()
+        rows.append(row)
+        del step, runner
+        gc.collect()
+        torch.cuda.empty_cache()
+    return rows
+
+
 def trace(out: Path) -> None:
     """Four back-to-back 1F1B x2 steps at cut 85 (threads), host and devices, for Perfetto."""
     model = SplitCase("naive", 138, 62).memory_model
@@ -113,6 +145,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--memory-only", action="store_true", help="settle and read memory")
     parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--profiler-effect", action="store_true", help="time, trace, time")
     parser.add_argument("--tag", default="default")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -121,6 +154,10 @@ def main() -> None:
     model = SplitCase("naive", 138, 62).memory_model
     for batch in (16, 8):
         prime_conv_plans(model, DEVICES, batch)
+    if args.profiler_effect:
+        rows = profiler_effect(args.out)
+        (args.out / f"pipe_probe_effect_{args.tag}.json").write_text(json.dumps(rows))
+        return
     timed = [] if args.memory_only else ["b2b", "b2b+nvml", "sync"]
     cases = [
         ("naive", 1, 85, True, timed[:1] + timed[2:]),
