@@ -6,6 +6,7 @@ import csv
 import gzip
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from gpugauge.measure.profile import (
     loader_share,
     op_table,
     profile_steps,
+    release_cupti_on_stop,
     to_markdown,
 )
 from gpugauge.measure.timing import HostClock, TimingPolicy
@@ -401,6 +403,17 @@ def test_profile_steps_on_the_cpu(tmp_path: Path) -> None:
     assert any(a.cat == "cpu_op" for a in trace)
     assert not any(a.on_device for a in trace)
     assert not prof.kernels().on_device  # a CPU trace: the table is CPU operators
+
+
+def test_profilers_have_cupti_torn_down_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    profile_steps(lambda: torch.ones(2).sum(), tmp_path / "p.json", device="cpu")
+    assert os.environ["TEARDOWN_CUPTI"] == "1"  # else later launches pay for CUPTI
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    release_cupti_on_stop()
+    assert os.environ["TEARDOWN_CUPTI"] == "0"  # the user's choice stands
 
 
 # --- the data loader's share ------------------------------------------------------------

@@ -543,6 +543,7 @@ def cudnn_probe(out: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from gpugauge.measure.ceilings import matmul_precision
+    from gpugauge.measure.profile import release_cupti_on_stop
 
     x = torch.randn(256, 3, 224, 224, device="cuda")
     rows = []
@@ -562,6 +563,7 @@ def cudnn_probe(out: Path) -> None:
                 t = measure(
                     lambda c=conv, i=inp: c(i), PROFILE_POLICIES["seed"], CudaEventClock("cuda")
                 )
+                release_cupti_on_stop()
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     conv(inp)
                     torch.cuda.synchronize()

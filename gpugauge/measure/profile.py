@@ -10,13 +10,15 @@ nvprof-style kernel table of :mod:`gpugauge.measure.kernels` (Time%, total, call
 min, max, name; its own CSV and Markdown). :func:`loader_share` times a real
 training loop fed by a data loader, to give the loader's share of a step.
 
-Nothing here runs inside a timed round: the profiler adds host overhead to every op.
+Nothing here runs inside a timed round: the profiler adds host overhead to every op. Nor
+after one: every profiler here first calls :func:`release_cupti_on_stop`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,6 +28,18 @@ from typing import Any
 
 from gpugauge.measure.kernels import KernelTable, kernel_table, read_trace
 from gpugauge.measure.timing import RoundClock
+
+
+def release_cupti_on_stop() -> None:
+    """Have Kineto tear CUPTI down when a trace stops (``TEARDOWN_CUPTI=1``), unless set.
+
+    Kineto leaves CUPTI subscribed after a trace unless told, and every later kernel
+    launch in the process pays for it: on two H200s (torch 2.11) a host-paced GPipe ×2
+    step read 111.2 ms [111.1, 111.3] before a traced step and 115.9 [115.5, 117.1] after;
+    with teardown, 111.2 both (docs/gpu-runs.md, run 36). Kineto reads the variable when
+    a trace stops; PyTorch sets it to 0 itself where CUDA graphs need CUPTI kept.
+    """
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
 @dataclass(frozen=True)
@@ -142,6 +156,7 @@ def profile_steps(
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler import schedule as make_schedule
 
+    release_cupti_on_stop()
     on_gpu = torch.device(device).type == "cuda"
     activities = [ProfilerActivity.CPU] if cpu or not on_gpu else []
     activities += [ProfilerActivity.CUDA] if on_gpu else []
@@ -181,6 +196,7 @@ def round_kernels(
     """
     from torch.profiler import ProfilerActivity, profile
 
+    release_cupti_on_stop()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         synchronize()

@@ -43,6 +43,7 @@ from torch import nn
 from gpugauge.launch.torchrun import Launch, LaunchError, launch, slowest_rank_rounds
 from gpugauge.launch.worker import RankContext
 from gpugauge.measure.kernels import CommSplit, comm_split, kernel_table, read_trace
+from gpugauge.measure.profile import release_cupti_on_stop
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, Timing, TimingPolicy
 from gpugauge.measure.timing import measure as time_rounds
 from gpugauge.results.measurement import Measurement
@@ -474,6 +475,7 @@ def profile_steps(trainer: Trainer, folder: Path, rank: int) -> list[Path]:
     """Run the profiler schedule over training steps; one Chrome trace per cycle."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    release_cupti_on_stop()
     wait, warm, active, repeat = trainer.case.schedule
     acts = [ProfilerActivity.CPU]
     if trainer.case.device == "cuda":
