@@ -7,7 +7,9 @@ devices synchronized before every round (``sync``). Pipelines are issued from a 
 stage (``threads``) or from this thread (``inline``). Each case also reports its peak
 allocated and reserved bytes per device, settled (the caching allocator's fragmentation is
 reserved − allocated). ``--trace`` profiles four back-to-back 1F1B ×2 steps for Perfetto;
-``--profiler-effect`` times GPipe and 1F1B ×2 before and after the suite's traced step.
+``--profiler-effect`` times GPipe and 1F1B ×2 before and after the suite's traced step;
+``--budget-effect`` times 1F1B ×2 on the whole devices and under 11 GiB with each allocator;
+``--bisect`` times it after each thing the benchmark does before timing it.
 Writes ``pipe_probe.json`` (every round) and prints a table. Run it twice to compare
 allocators, the second time under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
 """
@@ -29,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpugauge.measure.memory import allocator_events, events_per_call
 from gpugauge.measure.nvml import Nvml
 from gpugauge.measure.sampler import GpuSampler
 from gpugauge.measure.timing import TimingPolicy, measure
@@ -36,6 +39,7 @@ from gpugauge.report.tables import fmt_bytes, render
 from gpugauge.workloads.layer_fit import (
     SplitCase,
     SplitRunner,
+    budgets,
     prime_conv_plans,
     round_clock,
     settle,
@@ -118,6 +122,88 @@ def profiler_effect(out: Path) -> list[dict]:
     return rows
 
 
+def budget_effect() -> list[dict]:
+    """1F1B ×2 at cut 85 timed on the whole devices, then under 11 GiB with each allocator."""
+    model = SplitCase("naive", 138, 62).memory_model
+    clock, rows = round_clock(DEVICES), []
+    for budget, alloc in ((None, "default"), (11 * 2**30, "expandable"), (11 * 2**30, "default")):
+        with budgets(DEVICES, budget, alloc):
+            runner = SplitRunner(model, 138, 62, 85, DEVICES)
+            step = runner.schedule("1f1b", 2)
+            settle(step, DEVICES)
+            before = allocator_events(DEVICES)
+            t = measure(step, POLICY, clock)
+            events = events_per_call(before, allocator_events(DEVICES), 5 + 30)
+            del step, runner
+        s = t.summary
+        print(
+            f"1f1b2 budget {budget} {alloc}: median {s.median:.1f} [{s.ci_low:.1f}, "
+            f"{s.ci_high:.1f}] min {s.min:.1f} cv {s.cv:.1%}; per step {events}",
+            flush=True,
+        )
+        rows.append({"budget": budget, "allocator": alloc, "device_ms": list(t.device_ms)})
+    return rows
+
+
+def _timed_1f1b(label: str, sampled: bool = False) -> dict:
+    """1F1B ×2 at cut 85 under 11 GiB (expandable segments): built, settled, timed."""
+    model = SplitCase("naive", 138, 62).memory_model
+    clock = round_clock(DEVICES)
+    with budgets(DEVICES, 11 * 2**30, "expandable"):
+        runner = SplitRunner(model, 138, 62, 85, DEVICES)
+        step = runner.schedule("1f1b", 2)
+        settle(step, DEVICES)
+        if sampled:
+            with Nvml() as nvml, GpuSampler(nvml.device(0)) as watch:
+                t = measure(step, POLICY, clock, watch=watch)
+        else:
+            t = measure(step, POLICY, clock)
+        del step, runner
+    s = t.summary
+    print(
+        f"1f1b2 after {label}: median {s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}] "
+        f"min {s.min:.1f} cv {s.cv:.1%}; host median {statistics.median(t.host_ms):.1f} ms",
+        flush=True,
+    )
+    return {"after": label, "device_ms": list(t.device_ms), "host_ms": list(t.host_ms)}
+
+
+def bisect(out: Path) -> list[dict]:
+    """1F1B ×2 timed after each thing the benchmark's process does before timing it, in order.
+
+    In pytest the case read 94 ms by the seed method and 109 ms (cv 7.7%) by the suite's
+    measure; in a plain process, 91.0 ms (cv 0.5-1%) under the same budget (runs 37, 38).
+    """
+    from gpugauge.measure.ceilings import measure_ceilings
+    from gpugauge.workloads.layer_fit import (
+        MemoryModel,
+        check_pipeline,
+        fit_cut,
+        measure_costs,
+    )
+
+    model = SplitCase("naive", 138, 62).memory_model
+    rows = [_timed_1f1b("priming only")]
+    measure_costs(model, DEVICES[0], batch=8)
+    rows.append(_timed_1f1b("block costs"))
+    check_pipeline(MemoryModel(16, 112, 64), 4, 3, 3, DEVICES, "1f1b", 2)
+    rows.append(_timed_1f1b("the gradient check"))
+    fit_cut(model, 138, 62, 85, DEVICES, "1f1b", 2, 1, 11 * 2**30, "expandable", tries=1)
+    rows.append(_timed_1f1b("a child's fitting attempt"))
+    with budgets(DEVICES, 11 * 2**30, "expandable"):
+        runner = SplitRunner(model, 138, 62, 85, DEVICES)
+        step = runner.schedule("1f1b", 2)
+        settle(step, DEVICES)
+        trace_overlap(step, DEVICES, out / "bisect_trace.json.gz")
+        del step, runner
+    (out / "bisect_trace.json.gz").unlink()
+    rows.append(_timed_1f1b("a traced step"))
+    measure_ceilings(DEVICES[0])
+    rows.append(_timed_1f1b("the ceilings"))
+    rows.append(_timed_1f1b("all that, with the NVML sampler", sampled=True))
+    return rows
+
+
 def trace(out: Path) -> None:
     """Four back-to-back 1F1B x2 steps at cut 85 (threads), host and devices, for Perfetto."""
     model = SplitCase("naive", 138, 62).memory_model
@@ -146,6 +232,10 @@ def main() -> None:
     parser.add_argument("--memory-only", action="store_true", help="settle and read memory")
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--profiler-effect", action="store_true", help="time, trace, time")
+    parser.add_argument("--budget-effect", action="store_true", help="1F1B x2 under budgets")
+    parser.add_argument(
+        "--bisect", action="store_true", help="1F1B x2 after each step of the bench's setup"
+    )
     parser.add_argument("--tag", default="default")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -154,6 +244,14 @@ def main() -> None:
     model = SplitCase("naive", 138, 62).memory_model
     for batch in (16, 8):
         prime_conv_plans(model, DEVICES, batch)
+    if args.bisect:
+        rows = bisect(args.out)
+        (args.out / f"pipe_probe_bisect_{args.tag}.json").write_text(json.dumps(rows))
+        return
+    if args.budget_effect:
+        rows = budget_effect()
+        (args.out / f"pipe_probe_budget_{args.tag}.json").write_text(json.dumps(rows))
+        return
     if args.profiler_effect:
         rows = profiler_effect(args.out)
         (args.out / f"pipe_probe_effect_{args.tag}.json").write_text(json.dumps(rows))
