@@ -22,6 +22,8 @@ the same split on the whole devices (naive, GPipe and 1F1B with 2 and 4), no bud
 ``layer_fit-split-alone`` (two H200s): the naive split (both allocators), GPipe ×2, 1F1B
 ×2, 1F1B ×4 and GPipe ×4 at 11 GiB, each schedule in a pytest process of its own (a
 process keeps its cuDNN plans); speedups against the naive split of the same allocator.
+``layer_fit-bisect`` (issue 10, two H200s): 1F1B ×2 timed after each step of the
+benchmark's setup in a plain process (``tools/pipe_probe.py --bisect``), then in pytest.
 ``layer_fit-microbatch`` (issue 10, one GPU): a conv block's and a head linear's step at
 batch 16, 8, 4, 2 (GPipe's micro-batches), against a proportional share of batch 16's.
 ``amp`` (issue 12): the amp family at the seed profile (its wall time), then a speedup table
@@ -949,6 +951,35 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
     print("\n" + table)
 
 
+def layer_fit_bisect(out: Path) -> None:
+    """Issue 10, two GPUs: why 1F1B ×2 varies in the benchmark's process and not in a plain one.
+
+    ``tools/pipe_probe.py --bisect`` times it after each step of the benchmark's setup in
+    one plain process; then the benchmark's case alone, in pytest, for comparison.
+    """
+    t0 = time.perf_counter()
+    probe = [sys.executable, str(ROOT / "tools" / "pipe_probe.py"), "--bisect", "--out", str(out)]
+    with (out / "pipe_probe_bisect.log").open("w") as log:
+        try:
+            done = subprocess.run(probe, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=300)
+            rc: int | str = done.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timed out after 300 s"
+    print((out / "pipe_probe_bisect.log").read_text()[-3000:], flush=True)
+    js = out / "layer_fit_1f1b2.json"
+    left = 560.0 - (time.perf_counter() - t0)
+    args = seed_run("layer_fit and split and 1f1b2 and expseg", js)
+    pytest_rc = run_pytest(args, out / "layer_fit_1f1b2.log", left) if left > 90 else None
+    for key, info in extra_infos(js).items():
+        s, x = info["timing"]["summary_ms"], info["extra"]
+        print(
+            f"{key}: median {s['median']:.1f} [{s['ci_low']:.1f}, {s['ci_high']:.1f}] cv "
+            f"{s['cv']:.1%}; seed method {x['seed_method_ms']['mean']:.1f} ms",
+            flush=True,
+        )
+    print(f"probe exit {rc}, pytest exit {pytest_rc}", flush=True)
+
+
 def layer_fit_microbatch(out: Path) -> None:
     """Issue 10, one GPU: block steps at GPipe's micro-batch sizes, against batch 16's.
 
@@ -1442,6 +1473,7 @@ def main() -> None:
             layer_fit_split, alone=("naive", "gpipe2", "1f1b2", "1f1b4", "gpipe4")
         ),
         "layer_fit-microbatch": layer_fit_microbatch,
+        "layer_fit-bisect": layer_fit_bisect,
         "amp": amp,
         "distributed": distributed,
     }
