@@ -961,7 +961,9 @@ def layer_fit_bisect(out: Path) -> None:
     probe = [sys.executable, str(ROOT / "tools" / "pipe_probe.py"), "--bisect", "--out", str(out)]
     with (out / "pipe_probe_bisect.log").open("w") as log:
         try:
-            done = subprocess.run(probe, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=300)
+            done = subprocess.run(
+                probe, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=300
+            )
             rc: int | str = done.returncode
         except subprocess.TimeoutExpired:
             rc = "timed out after 300 s"
