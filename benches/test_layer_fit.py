@@ -103,7 +103,7 @@ def _note_inherited_plans(
     cuDNN keeps a convolution's first plan per thread (the backward's threads, one per
     device, live as long as the process), and an OOM on its workspace makes it keep a
     slower one: a case after such an OOM may run the plans an earlier case fell back to
-    (the naive split read 220 ms after the single-GPU case, 147 ms alone, on two H200s).
+    (on two H200s the naive split read 220 ms after the single-GPU case, 147 ms alone).
     The allocator's OOM count is the process's record of it.
     """
     unique = sorted(set(devices))

@@ -44,6 +44,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from gpugauge.measure.allocator import check_allocator, use_allocator
 from gpugauge.measure.kernels import device_overlap, read_trace
 from gpugauge.measure.memory import allocator_events
 from gpugauge.measure.profile import Schedule, profile_steps
@@ -876,7 +877,8 @@ def in_fresh_process(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     convolution's shapes (the autograd engine's threads, one per device, live as long as
     the process), and a plan whose workspace could not be allocated is skipped for a
     slower one. After a case had run out of memory on its device, the naive split read
-    220 ms on two H200s; alone, 147 ms (docs/layer_fit.md). The cached memory is returned
+    220 ms on two H200s; alone, 147 ms (its own attempts' fallbacks; fitted this way, 100
+    ms: docs/layer_fit.md). The cached memory is returned
     first (a whole-device budget is the free memory); ``fn``'s error is raised here, and
     the child's death as a RuntimeError naming ``what``.
     """
@@ -1202,13 +1204,12 @@ class SplitCase:
     image: int = SEED_INPUT[2]
     width: int = HEAD_WIDTH
     profile: str = "seed"
-    allocator: str = "default"  # a key of ALLOCATORS; "expandable" ids end in "-expseg"
+    allocator: str = "default"  # gpugauge.measure.allocator.ALLOCATORS; "expandable": "-expseg"
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}; schedules are {SCHEDULES}")
-        if self.allocator not in ALLOCATORS:
-            raise ValueError(f"allocator {self.allocator!r}; allocators are {sorted(ALLOCATORS)}")
+        check_allocator(self.allocator)
         if (self.schedule in PIPELINED) != (self.micro_batches > 1):
             raise ValueError(f"{PIPELINED} take micro_batches > 1; the others take 1")
         if self.batch % self.micro_batches:
@@ -1263,8 +1264,9 @@ def split_cases(profile: str) -> list[SplitCase]:
 
     The naive split with PyTorch's default allocator (the seed's), then naive, GPipe and
     1F1B at 2, 4 and 8 micro-batches with expandable segments: the default allocator's
-    fragmentation (2.8 GiB reserved beyond allocated on cuda:1 for GPipe ×2, 0.9 GiB for
-    the naive split, two H200s) decides the cut more than the schedule's own memory does.
+    fragmentation (on whole H200s 2.8 GiB reserved beyond allocated on cuda:1 for GPipe
+    ×2, 0.9 GiB for the naive split) decides the cut more than the schedule's own memory
+    does (GPipe ×2 fitted at cut 117 with it under 11 GiB, at 85 without).
     Tiny CPU runs in smoke. The full profile adds 16 micro-batches, the pipelines with the
     default allocator, and the split on the whole devices (no budget), where the schedules
     run without memory pressure.
@@ -1337,8 +1339,10 @@ class SplitRunner:
     ) -> None:
         d0, d1 = (devices[0], devices[-1])
         self.devices = (d0, d1)
-        # pipelines: each stage issued from a thread of its own (Workers), or all from
-        # this one: on two H200s inline was as fast or faster, and steadier (run 34)
+        # pipelines: all issued from this thread, whose cuDNN forward plans were primed on
+        # the whole device, or each stage from a thread of its own (Workers), whose plans
+        # are chosen in its first step, under the case's budget. Timed, neither won on
+        # two H200s (docs/gpu-runs.md, run 34).
         self.threads = threads
         torch.manual_seed(0)
         placement = [d0] * cut + [d1] * (n + m - cut)
@@ -1655,75 +1659,43 @@ def _attempt(
     return {**result, "ooms": ooms}  # per CUDA device, raised and caught
 
 
-# the caching allocator's two ways to grow: fixed segments (PyTorch's default), or segments
-# that grow in place, which the OOM message suggests when reserved memory is fragmented
-ALLOCATORS = {"default": "expandable_segments:False", "expandable": "expandable_segments:True"}
-
-
-def set_allocator(name: str) -> None:
-    """Make new CUDA segments ``name``'s kind (:data:`ALLOCATORS`); cached ones stay as made.
-
-    PyTorch reads ``PYTORCH_CUDA_ALLOC_CONF`` once per process; its setter for a running
-    process is private (``torch._C._accelerator_setAllocatorSettings`` from 2.9, before
-    that ``torch.cuda.memory._set_allocator_settings``) but what PyTorch's own tests use.
-    """
-    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
-    if setter is None:
-        setter = torch.cuda.memory._set_allocator_settings
-    setter(ALLOCATORS[name])
-
-
-def _process_allocator() -> str:
-    """The allocator this process was started with (``PYTORCH_CUDA_ALLOC_CONF``)."""
-    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "")
-    return "expandable" if "expandable_segments:True" in conf else "default"
-
-
 @contextlib.contextmanager
 def budgets(
     devices: Sequence[str], budget: int | None, allocator: str = "default"
 ) -> Iterator[tuple[float, ...]]:
     """Cap each CUDA device's caching allocator at ``budget`` bytes (emulated), then lift it.
 
-    The allocator (:data:`ALLOCATORS`) is ``allocator`` inside, with nothing cached from
-    before, and the process's own after. Yields each device's budget for the model (the
-    cap, or its free memory without one; on a CPU the budget as given, else the machine's
+    Inside, the allocator is ``allocator`` (:func:`~gpugauge.measure.allocator.use_allocator`)
+    with nothing cached from before. Yields each device's budget for the model (the cap,
+    or its free memory without one; on a CPU the budget as given, else the machine's
     memory: nothing is enforced there).
     """
-    if allocator not in ALLOCATORS:
-        raise ValueError(f"allocator {allocator!r}; allocators are {sorted(ALLOCATORS)}")
-    unique = list(dict.fromkeys(devices))
-    if not unique[0].startswith("cuda"):
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        yield tuple(float(budget or ram) for _ in devices)
-        return
-    previous = {}
-    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    gc.collect()  # what an earlier case left in reference cycles is not this one's budget
-    torch.cuda.empty_cache()
-    set_allocator(allocator)
-    try:
-        out = []
-        for d in unique:
-            total = torch.cuda.get_device_properties(d).total_memory
-            if budget is not None:
-                if budget > total:
-                    raise ValueError(f"budget {budget} B exceeds {d}'s {total} B")
-                previous[d] = getter(torch.device(d)) if getter else 1.0
-                torch.cuda.set_per_process_memory_fraction(budget / total, d)
-        for d in devices:
-            torch.cuda.empty_cache()
-            if budget is not None:
-                out.append(float(budget - torch.cuda.memory_reserved(d)))
-            else:
-                out.append(float(torch.cuda.mem_get_info(d)[0]))
-        yield tuple(out)
-    finally:
-        for d, fraction in previous.items():
-            torch.cuda.set_per_process_memory_fraction(fraction, d)
-        gc.collect()
-        torch.cuda.empty_cache()
-        set_allocator(_process_allocator())
+    with use_allocator(allocator, devices):
+        unique = list(dict.fromkeys(devices))
+        if not unique[0].startswith("cuda"):
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            yield tuple(float(budget or ram) for _ in devices)
+            return
+        previous = {}
+        getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+        try:
+            out = []
+            for d in unique:
+                total = torch.cuda.get_device_properties(d).total_memory
+                if budget is not None:
+                    if budget > total:
+                        raise ValueError(f"budget {budget} B exceeds {d}'s {total} B")
+                    previous[d] = getter(torch.device(d)) if getter else 1.0
+                    torch.cuda.set_per_process_memory_fraction(budget / total, d)
+            for d in devices:
+                if budget is not None:
+                    out.append(float(budget - torch.cuda.memory_reserved(d)))
+                else:
+                    out.append(float(torch.cuda.mem_get_info(d)[0]))
+            yield tuple(out)
+        finally:
+            for d, fraction in previous.items():
+                torch.cuda.set_per_process_memory_fraction(fraction, d)
 
 
 def check_pipeline(
