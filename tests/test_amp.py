@@ -408,7 +408,8 @@ def test_profile_steps_on_the_cpu(tmp_path: Path) -> None:
 def test_profilers_have_cupti_torn_down_unless_told_otherwise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    monkeypatch.setenv("TEARDOWN_CUPTI", "x")  # records the real value, restored after
+    monkeypatch.delenv("TEARDOWN_CUPTI")
     profile_steps(lambda: torch.ones(2).sum(), tmp_path / "p.json", device="cpu")
     assert os.environ["TEARDOWN_CUPTI"] == "1"  # else later launches pay for CUPTI
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")

@@ -16,7 +16,8 @@ result written to ``--out`` as it finishes (11 GiB emulated budget: train M = 62
 with probe counts, memory back at its start and predicted against measured; then the
 family's search and single-GPU cases through pytest at the seed profile.
 ``layer_fit-split`` (issue 10, two H200s): the split cases through pytest at the seed
-profile (single, naive, GPipe and 1F1B with 2/4/8 micro-batches), per-device memory,
+profile (single; naive with the default allocator and with expandable segments; GPipe and
+1F1B with 2/4/8 micro-batches with expandable segments), per-device memory,
 speedups, overlap and the allocator's retries per step. ``layer_fit-split-free`` (two H200s):
 the same split on the whole devices (naive, GPipe and 1F1B with 2 and 4), no budget.
 ``layer_fit-split-alone`` (two H200s): the naive split (both allocators), GPipe ×2, 1F1B
@@ -857,6 +858,7 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
         left = min(480.0, 570.0 - (time.perf_counter() - t0))
         if left < 60:
             print(f"[gpu_checks] {js.stem}: not run, {left:.0f} s left", flush=True)
+            rcs.append(1)  # a check that skipped a run did not pass
             continue
         rcs.append(run_pytest(args, out / f"{js.stem}.log", left))
         infos |= extra_infos(js)
@@ -871,13 +873,13 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
                         f.unlink()
     rows, kernel_lines = [], []
     naive_ms = {  # each case against the naive split with the same budget and allocator
-        k.split("-", 3)[-1]: i["timing"]["summary_ms"]["median"]
+        _split_where(k): i["timing"]["summary_ms"]["median"]
         for k, i in infos.items()
         if k.startswith("split-naive")
     }
     for key, info in infos.items():
         extra, spec = info["extra"], info["spec"]
-        where = key.split("-", 3)[-1]  # c138-m62-11gib[-expseg]-cuda
+        where = _split_where(key)
         med = info["timing"]["summary_ms"]["median"]
         trace = extra.get("trace") or {}
         busy = trace.get("busy_ms") or [None] * len(info["memory"])
@@ -949,6 +951,11 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
     table += "\n\ntop kernels per traced step:\n" + "\n".join(kernel_lines)
     (out / f"{name}_table.txt").write_text(table + "\n")
     print("\n" + table)
+
+
+def _split_where(case_id: str) -> str:
+    """A split case's head, budget, allocator and device: ``m62-11gib-expseg-cuda``."""
+    return case_id[case_id.index("-m") + 1 :]
 
 
 def layer_fit_bisect(out: Path) -> None:

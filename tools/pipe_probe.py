@@ -25,6 +25,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,11 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpugauge.measure.memory import allocator_events, events_per_call
 from gpugauge.measure.nvml import Nvml
+from gpugauge.measure.profile import release_cupti_on_stop
 from gpugauge.measure.sampler import GpuSampler
 from gpugauge.measure.timing import TimingPolicy, measure
 from gpugauge.report.tables import fmt_bytes, render
 from gpugauge.workloads.layer_fit import (
     SplitCase,
+    SplitError,
     SplitRunner,
     budgets,
     prime_conv_plans,
@@ -48,169 +51,154 @@ from gpugauge.workloads.layer_fit import (
 
 DEVICES = ("cuda:0", "cuda:1")
 POLICY = TimingPolicy(warmup_rounds=5, rounds=30)
+MODEL = SplitCase("naive", 138, 62).memory_model  # the seed's 138 conv + 62 fc
+BUDGET = 11 * 2**30  # the seed's 11 GiB per GPU
 
 
 def _sync() -> None:
-    for d in DEVICES:
-        torch.cuda.synchronize(d)
+    round_clock(DEVICES).synchronize()
 
 
-def _memory() -> list[tuple[int, int]]:
-    peak = torch.cuda
-    return [(peak.max_memory_allocated(d), peak.max_memory_reserved(d)) for d in DEVICES]
+def _free() -> None:
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _settled(schedule: str, parts: int, cut: int, threads: bool = False) -> Callable[[], object]:
+    """The seed model's step, cut after block ``cut``, settled (its runner lives in it)."""
+    step = SplitRunner(MODEL, 138, 62, cut, DEVICES, threads=threads).schedule(schedule, parts)
+    settle(step, DEVICES)
+    _sync()
+    return step
+
+
+def _timed(label: str, step: Callable[[], object], mode: str = "b2b") -> dict:
+    """``step`` timed by the suite's primitive ``mode``'s way; one printed line, its rounds.
+
+    ``b2b``: rounds back to back; ``b2b+nvml``: the same beside the suite's NVML sampler;
+    ``sync``: both devices synchronized before every round. The allocator's events per
+    round (retries, OOMs, cudaMallocs) are kept.
+    """
+    clock = round_clock(DEVICES)
+    before = allocator_events(DEVICES)
+    if mode == "b2b+nvml":
+        with Nvml() as nvml, GpuSampler(nvml.device(0)) as watch:
+            t = measure(step, POLICY, clock, watch=watch)
+    else:
+        t = measure(step, POLICY, clock, between=_sync if mode == "sync" else None)
+    calls = POLICY.warmup_rounds + len(t.device_ms)
+    events = events_per_call(before, allocator_events(DEVICES), calls)
+    s = t.summary
+    print(
+        f"{label} {mode}: median {s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}] min "
+        f"{s.min:.1f} cv {s.cv:.1%}; host median {statistics.median(t.host_ms):.1f} ms; "
+        f"retries/OOMs/mallocs per round "
+        + " | ".join(
+            f"{e['num_alloc_retries']:g}/{e['num_ooms']:g}/{e['num_device_alloc']:g}"
+            for e in events
+        ),
+        flush=True,
+    )
+    return {"device_ms": list(t.device_ms), "host_ms": list(t.host_ms), "events": events}
 
 
 def probe(schedule: str, parts: int, cut: int, threads: bool, modes: list[str]) -> dict:
-    """One case: settle it, read its memory, time it each way in ``modes``."""
-    model = SplitCase("naive", 138, 62).memory_model
+    """One case on the whole devices: settle it, read its memory, time it each way."""
     for d in DEVICES:
         torch.cuda.reset_peak_memory_stats(d)
-    runner = SplitRunner(model, 138, 62, cut, DEVICES, threads=threads)
-    step = runner.schedule(schedule, parts)
-    settle(step, DEVICES)
-    _sync()
+    step = _settled(schedule, parts, cut, threads)
     row: dict = {"schedule": schedule, "parts": parts, "cut": cut, "threads": threads}
-    row["memory"] = _memory()
-    clock = round_clock(DEVICES)
+    row["memory"] = [
+        (torch.cuda.max_memory_allocated(d), torch.cuda.max_memory_reserved(d)) for d in DEVICES
+    ]
+    label = f"{schedule}{parts} cut {cut} {'threads' if threads else 'inline'}"
     for mode in modes:
-        if mode == "b2b+nvml":
-            with Nvml() as nvml, GpuSampler(nvml.device(0)) as watch:
-                t = measure(step, POLICY, clock, watch=watch)
-        else:
-            t = measure(step, POLICY, clock, between=_sync if mode == "sync" else None)
-        row[mode] = {"device_ms": list(t.device_ms), "host_ms": list(t.host_ms)}
-        s = t.summary
-        print(
-            f"{schedule}{parts} cut {cut} {'threads' if threads else 'inline'} {mode}: "
-            f"median {s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}] min {s.min:.1f} "
-            f"cv {s.cv:.1%}",
-            flush=True,
-        )
-    del step, runner
-    gc.collect()
-    torch.cuda.empty_cache()
+        row[mode] = _timed(label, step, mode)
+    del step
+    _free()
     return row
 
 
 def profiler_effect(out: Path) -> list[dict]:
-    """GPipe and 1F1B ×2 at cut 85, timed back to back before and after a traced step."""
-    model = SplitCase("naive", 138, 62).memory_model
-    clock, rows = round_clock(DEVICES), []
+    """GPipe and 1F1B ×2 at cut 85, timed back to back before and after a traced step.
+
+    The suite's trace sets ``TEARDOWN_CUPTI=1`` unless it is set: run with
+    ``TEARDOWN_CUPTI=0`` to see what a trace leaves behind without it (run 36).
+    """
+    teardown = os.environ.get("TEARDOWN_CUPTI")  # before the trace sets it
+    rows = []
     for schedule in ("gpipe", "1f1b"):
-        runner = SplitRunner(model, 138, 62, 85, DEVICES)
-        step = runner.schedule(schedule, 2)
-        settle(step, DEVICES)
-        before = measure(step, POLICY, clock)
-        with Nvml() as nvml, GpuSampler(nvml.device(0)) as watch:
-            sampled = measure(step, POLICY, clock, watch=watch)
+        step = _settled(schedule, 2, 85)
+        label = f"{schedule}2 (TEARDOWN_CUPTI={teardown})"
+        row = {"schedule": schedule, "teardown": teardown}
+        row["before"] = _timed(f"{label} before trace", step)
+        row["nvml-sampled, before"] = _timed(f"{label} before trace", step, "b2b+nvml")
         trace_overlap(step, DEVICES, out / f"effect_{schedule}.json.gz")
-        after = measure(step, POLICY, clock)
-        row = {"schedule": schedule, "teardown": os.environ.get("TEARDOWN_CUPTI")}
-        for name, t in (("before", before), ("nvml-sampled, before", sampled), ("after", after)):
-            row[name] = list(t.device_ms)
-            s = t.summary
-            print(
-                f"{schedule}2 {name} trace (TEARDOWN_CUPTI={row['teardown']}): median "
-                f"{s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}] min {s.min:.1f} cv {s.cv:.1%}",
-                flush=True,
-            )
         (out / f"effect_{schedule}.json.gz").unlink()
+        row["after"] = _timed(f"{label} after trace", step)
         rows.append(row)
-        del step, runner
-        gc.collect()
-        torch.cuda.empty_cache()
+        del step
+        _free()
     return rows
 
 
 def budget_effect() -> list[dict]:
     """1F1B ×2 at cut 85 timed on the whole devices, then under 11 GiB with each allocator."""
-    model = SplitCase("naive", 138, 62).memory_model
-    clock, rows = round_clock(DEVICES), []
-    for budget, alloc in ((None, "default"), (11 * 2**30, "expandable"), (11 * 2**30, "default")):
+    rows = []
+    for budget, alloc in ((None, "default"), (BUDGET, "expandable"), (BUDGET, "default")):
         with budgets(DEVICES, budget, alloc):
-            runner = SplitRunner(model, 138, 62, 85, DEVICES)
-            step = runner.schedule("1f1b", 2)
-            settle(step, DEVICES)
-            before = allocator_events(DEVICES)
-            t = measure(step, POLICY, clock)
-            events = events_per_call(before, allocator_events(DEVICES), 5 + 30)
-            del step, runner
-        s = t.summary
-        print(
-            f"1f1b2 budget {budget} {alloc}: median {s.median:.1f} [{s.ci_low:.1f}, "
-            f"{s.ci_high:.1f}] min {s.min:.1f} cv {s.cv:.1%}; per step {events}",
-            flush=True,
-        )
-        rows.append({"budget": budget, "allocator": alloc, "device_ms": list(t.device_ms)})
+            step = _settled("1f1b", 2, 85)
+            row = {"budget": budget, "allocator": alloc}
+            rows.append(row | _timed(f"1f1b2 budget {budget} {alloc}", step))
+            del step
     return rows
 
 
-def _timed_1f1b(label: str, sampled: bool = False) -> dict:
+def _timed_1f1b(label: str, mode: str = "b2b") -> dict:
     """1F1B ×2 at cut 85 under 11 GiB (expandable segments): built, settled, timed."""
-    model = SplitCase("naive", 138, 62).memory_model
-    clock = round_clock(DEVICES)
-    with budgets(DEVICES, 11 * 2**30, "expandable"):
-        runner = SplitRunner(model, 138, 62, 85, DEVICES)
-        step = runner.schedule("1f1b", 2)
-        settle(step, DEVICES)
-        if sampled:
-            with Nvml() as nvml, GpuSampler(nvml.device(0)) as watch:
-                t = measure(step, POLICY, clock, watch=watch)
-        else:
-            t = measure(step, POLICY, clock)
-        del step, runner
-    s = t.summary
-    print(
-        f"1f1b2 after {label}: median {s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}] "
-        f"min {s.min:.1f} cv {s.cv:.1%}; host median {statistics.median(t.host_ms):.1f} ms",
-        flush=True,
-    )
-    return {"after": label, "device_ms": list(t.device_ms), "host_ms": list(t.host_ms)}
+    with budgets(DEVICES, BUDGET, "expandable"):
+        step = _settled("1f1b", 2, 85)
+        row = {"after": label} | _timed(f"1f1b2 after {label}", step, mode)
+        del step
+    return row
 
 
 def bisect(out: Path) -> list[dict]:
     """1F1B ×2 timed after each thing the benchmark's process does before timing it, in order.
 
     In pytest the case read 94 ms by the seed method and 109 ms (cv 7.7%) by the suite's
-    measure; in a plain process, 91.0 ms (cv 0.5-1%) under the same budget (runs 37, 38).
+    measure; in a plain process, 91.0-91.1 ms (cv 0.5-1.1%) under the same budget (runs
+    37, 38).
     """
     from gpugauge.measure.ceilings import measure_ceilings
-    from gpugauge.workloads.layer_fit import (
-        MemoryModel,
-        check_pipeline,
-        fit_cut,
-        measure_costs,
-    )
+    from gpugauge.workloads.layer_fit import MemoryModel, check_pipeline, fit_cut, measure_costs
 
-    model = SplitCase("naive", 138, 62).memory_model
     rows = [_timed_1f1b("priming only")]
-    measure_costs(model, DEVICES[0], batch=8)
+    measure_costs(MODEL, DEVICES[0], batch=8)
     rows.append(_timed_1f1b("block costs"))
     check_pipeline(MemoryModel(16, 112, 64), 4, 3, 3, DEVICES, "1f1b", 2)
     rows.append(_timed_1f1b("the gradient check"))
-    fit_cut(model, 138, 62, 85, DEVICES, "1f1b", 2, 1, 11 * 2**30, "expandable", tries=1)
-    rows.append(_timed_1f1b("a child's fitting attempt"))
-    with budgets(DEVICES, 11 * 2**30, "expandable"):
-        runner = SplitRunner(model, 138, 62, 85, DEVICES)
-        step = runner.schedule("1f1b", 2)
-        settle(step, DEVICES)
+    try:
+        fit_cut(MODEL, 138, 62, 85, DEVICES, "1f1b", 2, 1, BUDGET, "expandable")
+    except SplitError as err:  # the attempts ran all the same
+        print(f"fitting: {err}", flush=True)
+    rows.append(_timed_1f1b("children's fitting attempts"))
+    with budgets(DEVICES, BUDGET, "expandable"):
+        step = _settled("1f1b", 2, 85)
         trace_overlap(step, DEVICES, out / "bisect_trace.json.gz")
-        del step, runner
+        del step
     (out / "bisect_trace.json.gz").unlink()
     rows.append(_timed_1f1b("a traced step"))
     measure_ceilings(DEVICES[0])
     rows.append(_timed_1f1b("the ceilings"))
-    rows.append(_timed_1f1b("all that, with the NVML sampler", sampled=True))
+    rows.append(_timed_1f1b("all that", "b2b+nvml"))
     return rows
 
 
 def trace(out: Path) -> None:
-    """Four back-to-back 1F1B x2 steps at cut 85 (threads), host and devices, for Perfetto."""
-    model = SplitCase("naive", 138, 62).memory_model
-    runner = SplitRunner(model, 138, 62, 85, DEVICES)
-    step = runner.schedule("1f1b", 2)
-    settle(step, DEVICES)
-    _sync()
+    """Four back-to-back 1F1B x2 steps at cut 85 (inline), host and devices, for Perfetto."""
+    step = _settled("1f1b", 2, 85)
+    release_cupti_on_stop()
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(4):
@@ -221,9 +209,8 @@ def trace(out: Path) -> None:
     with raw.open("rb") as src, gzip.open(out / "trace_1f1b2.json.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
-    del step, runner
-    gc.collect()
-    torch.cuda.empty_cache()
+    del step
+    _free()
 
 
 def main() -> None:
@@ -241,9 +228,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, alloc conf {alloc!r}")
-    model = SplitCase("naive", 138, 62).memory_model
     for batch in (16, 8):
-        prime_conv_plans(model, DEVICES, batch)
+        prime_conv_plans(MODEL, DEVICES, batch)
     if args.bisect:
         rows = bisect(args.out)
         (args.out / f"pipe_probe_bisect_{args.tag}.json").write_text(json.dumps(rows))

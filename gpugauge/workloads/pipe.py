@@ -16,10 +16,10 @@ two tensors on one device, they are plain ``.to`` and identity.
 
 :class:`Workers` issues each device's share of a pipeline from a thread of its own (as
 torchgpipe's workers do), or with ``threads=False`` from the caller's. Threads let the
-host issue two devices' work at once (PyTorch drops the GIL inside each op), but on two
-H200s they did not pay: GPipe ×2 ran as fast either way, and 1F1B ×2 slower and less
-steadily from threads (95.6 against 94.4 ms back to back, 109.7 against 99.2 ms with the
-devices synchronized between steps: docs/layer_fit.md, run 34).
+host issue two devices' work at once (PyTorch drops the GIL inside each op). On two H200s
+neither way won (docs/gpu-runs.md, run 34, 30 rounds each, ms): GPipe ×2 111.6 from
+threads against 112.3 inline back to back, 118.5 against 125.7 with the devices
+synchronized between steps; 1F1B ×2 95.6 against 94.4, and 109.7 against 99.2.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class Workers:
     def run(self, tasks: Sequence[tuple[int, Callable[[], object]]]) -> list[object]:
         """Run each ``(stage, fn)`` on that stage's thread, all at once; their results.
 
-        Without ``threads``, the tasks run here, one after another (for comparison).
+        Without ``threads``, the tasks run here, one after another, in the given order.
         """
         if not self.threads:
             return [fn() for _, fn in tasks]
