@@ -37,6 +37,7 @@ from gpugauge.measure.nvml import Nvml
 from gpugauge.measure.profile import release_cupti_on_stop
 from gpugauge.measure.sampler import GpuSampler
 from gpugauge.measure.timing import TimingPolicy, measure
+from gpugauge.options import PROFILE_POLICIES
 from gpugauge.report.tables import fmt_bytes, render
 from gpugauge.workloads.layer_fit import (
     SplitCase,
@@ -72,7 +73,9 @@ def _settled(schedule: str, parts: int, cut: int, threads: bool = False) -> Call
     return step
 
 
-def _timed(label: str, step: Callable[[], object], mode: str = "b2b") -> dict:
+def _timed(
+    label: str, step: Callable[[], object], mode: str = "b2b", policy: TimingPolicy = POLICY
+) -> dict:
     """``step`` timed by the suite's primitive ``mode``'s way; one printed line, its rounds.
 
     ``b2b``: rounds back to back; ``b2b+nvml``: the same beside the suite's NVML sampler;
@@ -83,10 +86,10 @@ def _timed(label: str, step: Callable[[], object], mode: str = "b2b") -> dict:
     before = allocator_events(DEVICES)
     if mode == "b2b+nvml":
         with Nvml() as nvml, GpuSampler(nvml.device(0)) as watch:
-            t = measure(step, POLICY, clock, watch=watch)
+            t = measure(step, policy, clock, watch=watch)
     else:
-        t = measure(step, POLICY, clock, between=_sync if mode == "sync" else None)
-    calls = POLICY.warmup_rounds + len(t.device_ms)
+        t = measure(step, policy, clock, between=_sync if mode == "sync" else None)
+    calls = t.warmup_rounds + len(t.device_ms)
     events = events_per_call(before, allocator_events(DEVICES), calls)
     s = t.summary
     print(
@@ -154,11 +157,17 @@ def budget_effect() -> list[dict]:
     return rows
 
 
-def _timed_1f1b(label: str, mode: str = "b2b") -> dict:
-    """1F1B ×2 at cut 85 under 11 GiB (expandable segments): built, settled, timed."""
+def _timed_1f1b(
+    label: str, mode: str = "b2b", policy: TimingPolicy = POLICY, idle_s: float = 0.0
+) -> dict:
+    """1F1B ×2 at cut 85 under 11 GiB (expandable segments): built, settled, timed.
+
+    ``idle_s`` of idling first, as ``gauge.measure`` reads idle power before it times.
+    """
     with budgets(DEVICES, BUDGET, "expandable"):
         step = _settled("1f1b", 2, 85)
-        row = {"after": label} | _timed(f"1f1b2 after {label}", step, mode)
+        time.sleep(idle_s)
+        row = {"after": label} | _timed(f"1f1b2 after {label}", step, mode, policy)
         del step
     return row
 
@@ -192,6 +201,8 @@ def bisect(out: Path) -> list[dict]:
     measure_ceilings(DEVICES[0])
     rows.append(_timed_1f1b("the ceilings"))
     rows.append(_timed_1f1b("all that", "b2b+nvml"))
+    seed = PROFILE_POLICIES["seed"]  # as gauge.measure times a seed-profile case
+    rows.append(_timed_1f1b("all that, 1 s idle, the seed profile's policy", "b2b+nvml", seed, 1))
     return rows
 
 
