@@ -153,17 +153,13 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
             cut, toward = plan.chosen.k, 1 - plan.limiting
         tried: list[dict[str, Any]] = []
         if on_gpu:  # the misses run out of memory: in processes of their own
-            sched, parts = case.schedule, case.micro_batches
-            alloc = case.allocator
-            tried = fit_cut(model, n, case.fc, cut, devices, sched, parts, toward, budget, alloc)
+            tried = fit_cut(case, n, cut, toward)
             n, cut = tried[-1]["conv"], tried[-1]["cut"]
         setup = allocator_events(devices) if on_gpu else None
         # on a GPU the child's cut is built as it is: a miss here would run out of memory
         # in this process, which keeps what that did to its cuDNN plans
         tries = 1 if on_gpu else 6
-        runner, step, attempts = fitted_runner(
-            model, n, case.fc, cut, devices, case.schedule, case.micro_batches, toward, tries
-        )
+        runner, step, attempts = fitted_runner(case, n, cut, toward, tries)
         attempts = tried + attempts
         if setup is not None:  # OOMs caught while it settled: a cuDNN plan fell back
             extra["allocator_setup"] = events_per_call(setup, allocator_events(devices), 1)

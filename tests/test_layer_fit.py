@@ -470,23 +470,24 @@ def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(mo
     import gpugauge.workloads.layer_fit as lf
 
     monkeypatch.setattr(lf, "SplitRunner", _FragmentingRunner)
-    model = MemoryModel(4, 32, 64)
+    tiny = dict(batch=4, image=32, width=64, device="cpu")
+    single, naive = SplitCase("single", 0, 3, **tiny), SplitCase("naive", 20, 3, **tiny)
     # one device: the search's N = 7 fitted one step; the timed rounds would not
-    runner, _, attempts = lf.fitted_runner(model, 7, 3, 10, ("cpu", "cpu"), "single", 1, 0)
+    runner, _, attempts = lf.fitted_runner(single, 7, 10, 0)
     assert [a["conv"] for a in attempts] == [7, 6, 5]
     assert [a["fits"] for a in attempts] == [False, False, True]
     assert attempts[-1]["cut"] == 8
     assert runner.n == 5
     # a split moves the cut toward device 0 by 2, 4, 8, ... blocks from the planned cut
-    _, _, attempts = lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), "naive", 1, 0)
+    _, _, attempts = lf.fitted_runner(naive, 20, 4, 0)
     assert [a["cut"] for a in attempts] == [4, 6, 8, 12, 20]  # device 1: 19, 17, 15, 11, 3
     assert [a["fits"] for a in attempts] == [False] * 4 + [True]
     # the last try is the end of the range, then it gives up with every attempt named
     with pytest.raises(lf.SplitError, match="no cut fitted after 3 attempts") as err:
-        lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), "naive", 1, 1)
+        lf.fitted_runner(naive, 20, 4, 1)
     assert "'cut': 1," in str(err.value)  # 4, 2, 1 (clamped), then nowhere left
     with pytest.raises(lf.SplitError, match="no cut fitted after 2 attempts"):
-        lf.fitted_runner(model, 20, 3, 4, ("cpu", "cpu"), "naive", 1, 0, tries=2)
+        lf.fitted_runner(naive, 20, 4, 0, tries=2)
 
 
 def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
@@ -591,8 +592,8 @@ def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> N
 def test_a_cut_is_fitted_in_processes_of_their_own() -> None:
     import gpugauge.workloads.layer_fit as lf
 
-    model = MemoryModel(batch=2, image=8, width=16)
-    attempts = lf.fit_cut(model, 3, 2, 3, ("cpu", "cpu"), "gpipe", 2, 0, None)
+    case = SplitCase("gpipe", 3, 2, 2, "device", "cpu", batch=2, image=8, width=16)
+    attempts = lf.fit_cut(case, 3, 3, 0)
     assert attempts == [
         {"conv": 3, "cut": 3, "fits": True, "steps": 3, "ooms": [], "where": "child"}
     ]

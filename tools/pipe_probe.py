@@ -188,7 +188,7 @@ def bisect(out: Path) -> list[dict]:
     check_pipeline(MemoryModel(16, 112, 64), 4, 3, 3, DEVICES, "1f1b", 2)
     rows.append(_timed_1f1b("the gradient check"))
     try:
-        fit_cut(MODEL, 138, 62, 85, DEVICES, "1f1b", 2, 1, BUDGET, "expandable")
+        fit_cut(SplitCase("1f1b", 138, 62, 2, allocator="expandable"), 138, 85, 1)
     except SplitError as err:  # the attempts ran all the same
         print(f"fitting: {err}", flush=True)
     rows.append(_timed_1f1b("children's fitting attempts"))

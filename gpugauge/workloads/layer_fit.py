@@ -1540,18 +1540,9 @@ def fit_attempts(
 
 
 def fitted_runner(
-    model: MemoryModel,
-    n: int,
-    m: int,
-    cut: int,
-    devices: Sequence[str],
-    schedule: str,
-    micro_batches: int,
-    toward: int,
-    tries: int = 6,
-    shift: int = 2,
+    case: SplitCase, n: int, cut: int, toward: int, tries: int = 6, shift: int = 2
 ) -> tuple[SplitRunner, Callable[[], object], list[dict[str, Any]]]:
-    """A runner whose step reached a steady state at ``cut`` or, after an OOM, a smaller part.
+    """``case``'s runner with ``n`` conv blocks, settled at ``cut`` or, after an OOM, another.
 
     The step runs until its reserved memory stops growing (:func:`settle`); an OOM frees
     the runner and moves the cut (:func:`fit_attempts`). Every attempt is returned, the
@@ -1561,35 +1552,27 @@ def fitted_runner(
 
     def attempt(n: int, cut: int) -> dict[str, Any]:
         try:
-            runner, step, steps = _settled(model, n, m, cut, devices, schedule, micro_batches)
+            runner, step, steps = _settled(case, n, cut)
         except torch.OutOfMemoryError as err:
             error = _first_line(err)
         else:
             built.append((runner, step))
             return {"fits": True, "steps": steps}
         gc.collect()
-        if devices[0].startswith("cuda"):
+        if case.devices[0].startswith("cuda"):
             torch.cuda.empty_cache()
         return {"fits": False, "error": error}
 
-    attempts = fit_attempts(n, m, cut, toward, attempt, tries, shift)
+    attempts = fit_attempts(n, case.fc, cut, toward, attempt, tries, shift)
     runner, step = built[-1]
     return runner, step, attempts
 
 
-def _settled(
-    model: MemoryModel,
-    n: int,
-    m: int,
-    cut: int,
-    devices: Sequence[str],
-    schedule: str,
-    micro_batches: int,
-) -> tuple[SplitRunner, Callable[[], object], int]:
-    """The runner at ``cut``, its ``schedule``'s step, and the steps it took to settle."""
-    runner = SplitRunner(model, n, m, cut, devices)
-    step = runner.schedule(schedule, micro_batches)
-    return runner, step, settle(step, devices)
+def _settled(case: SplitCase, n: int, cut: int) -> tuple[SplitRunner, Callable[[], object], int]:
+    """``case``'s runner at ``cut``, its schedule's step, and the steps it took to settle."""
+    runner = SplitRunner(case.memory_model, n, case.fc, cut, case.devices)
+    step = runner.schedule(case.schedule, case.micro_batches)
+    return runner, step, settle(step, case.devices)
 
 
 def _first_line(err: BaseException) -> str:
@@ -1597,20 +1580,8 @@ def _first_line(err: BaseException) -> str:
     return str(err).splitlines()[0][:200]
 
 
-def fit_cut(
-    model: MemoryModel,
-    n: int,
-    m: int,
-    cut: int,
-    devices: Sequence[str],
-    schedule: str,
-    micro_batches: int,
-    toward: int,
-    budget: int | None,
-    allocator: str = "default",
-    tries: int = 8,
-) -> list[dict[str, Any]]:
-    """:func:`fit_attempts` with each attempt in a fresh process under ``budget``.
+def fit_cut(case: SplitCase, n: int, cut: int, toward: int, tries: int = 8) -> list[dict[str, Any]]:
+    """:func:`fit_attempts` with each attempt in a fresh process (``case``'s budget, allocator).
 
     A cut fits when its steps settle without any out-of-memory error, raised or caught: a
     caught one is a cuDNN plan whose workspace did not fit, replaced by a slower one for
@@ -1623,37 +1594,27 @@ def fit_cut(
     """
 
     def attempt(n: int, cut: int) -> dict[str, Any]:
-        what = f"a {schedule} split's attempt at cut {cut}"
-        args = (model, n, m, cut, tuple(devices), schedule, micro_batches, budget, allocator)
-        return {**in_fresh_process(what, _attempt, *args), "where": "child"}
+        what = f"a {case.schedule} split's attempt at cut {cut}"
+        return {**in_fresh_process(what, _attempt, case, n, cut), "where": "child"}
 
-    return fit_attempts(n, m, cut, toward, attempt, tries)
+    return fit_attempts(n, case.fc, cut, toward, attempt, tries)
 
 
-def _attempt(
-    model: MemoryModel,
-    n: int,
-    m: int,
-    cut: int,
-    devices: tuple[str, ...],
-    schedule: str,
-    micro_batches: int,
-    budget: int | None,
-    allocator: str,
-) -> dict[str, Any]:
+def _attempt(case: SplitCase, n: int, cut: int) -> dict[str, Any]:
     """:func:`fit_cut`'s attempt: plans primed, then the step settled under the budget."""
-    prime_conv_plans(model, devices, model.batch // micro_batches)
+    devices = case.devices
+    prime_conv_plans(case.memory_model, devices, case.batch // case.micro_batches)
     cuda = [d for d in dict.fromkeys(devices) if d.startswith("cuda")]
-    with budgets(devices, budget, allocator):
+    with budgets(devices, parse_budget(case.budget), case.allocator):
         before = allocator_events(cuda)
         try:
-            steps = _settled(model, n, m, cut, devices, schedule, micro_batches)[2]
+            steps = _settled(case, n, cut)[2]
             result: dict[str, Any] = {"fits": True, "steps": steps}
         except torch.OutOfMemoryError as err:
             result = {"fits": False, "error": _first_line(err)}
         after = allocator_events(cuda)
     ooms = [a["num_ooms"] - b["num_ooms"] for b, a in zip(before, after, strict=True)]
-    strict = schedule != "single"  # the largest model on one device fits as searched
+    strict = case.schedule != "single"  # the largest model on one device fits as searched
     if result["fits"] and strict and any(ooms):  # every one of them was caught
         result = {"fits": False, "error": f"cuDNN plans fell back: OOMs caught {ooms}"}
     return {**result, "ooms": ooms}  # per CUDA device, raised and caught
