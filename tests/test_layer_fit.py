@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpugauge.measure.environment import torch_flags
 from gpugauge.workloads.layer_fit import (
     SEED_BUDGET,
     SIM_UNMODELLED_BYTES,
@@ -620,8 +621,8 @@ def test_a_fresh_process_starts_with_this_ones_kernel_settings() -> None:
     try:
         torch.backends.cudnn.deterministic = not saved[0]
         torch.backends.cuda.matmul.allow_tf32 = not saved[1]
-        here = lf._precision()
-        assert lf.in_fresh_process("the settings", lf._precision) == here
+        here = torch_flags()
+        assert lf.in_fresh_process("the settings", torch_flags) == here
     finally:
         torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32 = saved
 

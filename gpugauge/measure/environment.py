@@ -87,6 +87,21 @@ def torch_flags() -> dict[str, Any]:
     }
 
 
+def apply_torch_flags(flags: dict[str, Any]) -> None:
+    """Set this process's numerics flags to ``flags``, as :func:`torch_flags` read them.
+
+    For a fresh process that must choose the kernels its parent would.
+    """
+    import torch
+
+    torch.set_float32_matmul_precision(flags["float32_matmul_precision"])
+    torch.backends.cuda.matmul.allow_tf32 = flags["cuda_matmul_allow_tf32"]
+    torch.backends.cudnn.allow_tf32 = flags["cudnn_allow_tf32"]
+    torch.backends.cudnn.benchmark = flags["cudnn_benchmark"]
+    torch.backends.cudnn.deterministic = flags["cudnn_deterministic"]
+    torch.set_num_threads(flags["num_threads"])
+
+
 def fingerprint(root: Path, nvml: Nvml | None, nvml_reason: str | None = None) -> dict[str, Any]:
     """Everything about the software and hardware settings that a number depends on.
 

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from gpugauge.measure.allocator import check_allocator, use_allocator
+from gpugauge.measure.environment import apply_torch_flags, torch_flags
 from gpugauge.measure.kernels import device_overlap, read_trace
 from gpugauge.measure.memory import allocator_events
 from gpugauge.measure.profile import Schedule, profile_steps
@@ -870,7 +871,7 @@ def _search(case: FitCase) -> dict[str, Any]:
 
 
 def in_fresh_process(what: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` in a spawned process with this one's cuDNN and TF32 settings.
+    """``fn(*args)`` in a spawned process with this one's numerics flags (cuDNN, TF32).
 
     For work that runs out of memory on purpose (a frontier search, fitting a cut). A
     process remembers it: each thread keeps the first cuDNN plan that ran for a
@@ -888,27 +889,14 @@ def in_fresh_process(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
         try:
-            return pool.submit(_child, _precision(), fn, args).result()
+            return pool.submit(_child, torch_flags(), fn, args).result()
         except BrokenProcessPool as err:
             raise RuntimeError(f"{what}: its process died ({err})") from err
 
 
-def _precision() -> dict[str, bool]:
-    """The settings that choose kernels: cuDNN's benchmark, determinism and TF32 switches."""
-    return {
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "cudnn_deterministic": torch.backends.cudnn.deterministic,
-        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
-        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
-    }
-
-
-def _child(precision: dict[str, bool], fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """:func:`in_fresh_process`'s child: the parent's settings, then the work."""
-    torch.backends.cudnn.benchmark = precision["cudnn_benchmark"]
-    torch.backends.cudnn.deterministic = precision["cudnn_deterministic"]
-    torch.backends.cudnn.allow_tf32 = precision["cudnn_tf32"]
-    torch.backends.cuda.matmul.allow_tf32 = precision["matmul_tf32"]
+def _child(flags: dict[str, Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """:func:`in_fresh_process`'s child: the parent's numerics flags, then the work."""
+    apply_torch_flags(flags)
     return fn(*args)
 
 
