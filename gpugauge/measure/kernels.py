@@ -338,12 +338,9 @@ def device_overlap(activities: Sequence[Activity], steps: int) -> Overlap:
         queued.append(waits[len(waits) // 2] / 1e3 if waits else None)
     top = []
     for d in devices:
-        totals: dict[str, float] = {}
-        for a in work:
-            if a.device == d and a.cat == "kernel":
-                totals[a.name] = totals.get(a.name, 0.0) + a.dur_us
-        ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
-        top.append(tuple((name, us / per) for name, us in ranked))
+        kernels = [a for a in work if a.device == d and a.cat == "kernel"]
+        rows = kernel_table(kernels, TOP_KERNELS).rows if kernels else ()
+        top.append(tuple((r.name, r.total_us / per) for r in rows))
     return Overlap(
         steps=steps,
         step_ms=span / per,
