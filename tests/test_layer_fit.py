@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from gpugauge.measure.environment import torch_flags
+from gpugauge.workloads.graphed import GraphedSplit, capture_stage
 from gpugauge.workloads.layer_fit import (
     SEED_BUDGET,
     SIM_UNMODELLED_BYTES,
@@ -418,6 +420,31 @@ def test_seed_split_compares_schedules_under_one_allocator() -> None:
     assert split_cases("seed")[-1].schedule == "single"
 
 
+def test_graphed_cases_are_named_and_need_two_cuda_devices() -> None:
+    case = SplitCase("1f1b", 138, 62, 2, allocator="expandable", graphs=True)
+    assert case.id == "split-1f1b2-c138-m62-11gib-expseg-graphs-cuda"
+    with pytest.raises(ValueError, match="two CUDA devices"):
+        SplitCase("single", 0, 62, graphs=True)
+    with pytest.raises(ValueError, match="two CUDA devices"):
+        SplitCase("naive", 4, 3, budget="64MiB", device="cpu", graphs=True)
+    graphed = [c for c in split_cases("seed") if c.graphs]
+    # each graphed schedule has its graphed naive split to be compared with (same budget,
+    # allocator, head): the bench finds it by replacing the schedule
+    assert {c.schedule for c in graphed} == {"naive", "gpipe", "1f1b"}
+    assert {(c.budget, c.allocator, c.fc) for c in graphed} == {(SEED_BUDGET, "expandable", 62)}
+
+
+def test_graphed_split_refuses_one_device_and_the_cpu() -> None:
+    stages = (nn.Linear(4, 4), nn.Linear(4, 2))
+    opt = torch.optim.SGD([p for s in stages for p in s.parameters()], lr=0.1)
+    x, y = torch.randn(2, 4), torch.tensor([0, 1])
+    loss = nn.CrossEntropyLoss()
+    with pytest.raises(ValueError, match="two devices"):
+        GraphedSplit(stages, x, y, loss, opt, 1, (1, 1))
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        capture_stage(stages[0], [x])
+
+
 def test_budgets_refuse_an_unknown_allocator() -> None:
     with pytest.raises(ValueError, match="allocators are"), budgets(("cpu",), None, "pooled"):
         pass
@@ -454,7 +481,7 @@ class _FragmentingRunner:
     """A SplitRunner stand-in: its second step runs out of memory above N=5 on one device,
     and on two whenever device 1 holds more than 7 blocks."""
 
-    def __init__(self, model, n, m, cut, devices) -> None:
+    def __init__(self, model, n, m, cut, devices, graphs=False) -> None:
         self.n, self.m, self.cut, self.calls = n, m, cut, 0
 
     def schedule(self, name, micro_batches):

@@ -25,6 +25,8 @@ the same split on the whole devices (naive, GPipe and 1F1B with 2 and 4), no bud
 process keeps its cuDNN plans); speedups against the naive split of the same allocator.
 ``layer_fit-bisect`` (issue 10, two H200s): 1F1B ×2 timed after each step of the
 benchmark's setup in a plain process (``tools/pipe_probe.py --bisect``), then in pytest.
+``layer_fit-graphs`` (issue 10, two H200s): the schedules from CUDA graphs against op by
+op (``tools/pipe_probe.py --graphs``), then the graphed cases in pytest, a process each.
 ``layer_fit-microbatch`` (issue 10, one GPU): a conv block's and a head linear's step at
 batch 16, 8, 4, 2 (GPipe's micro-batches), against a proportional share of batch 16's.
 ``amp`` (issue 12): the amp family at the seed profile (its wall time), then a speedup table
@@ -817,7 +819,13 @@ def layer_fit(out: Path) -> None:
     print("\n" + table)
 
 
-def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) -> None:
+def layer_fit_split(
+    out: Path,
+    free: bool = False,
+    alone: tuple[str, ...] = (),
+    name: str = "",
+    budget_s: float = 570.0,
+) -> None:
     """Issue 10, two GPUs: the split cases via pytest; a table from their saved results.
 
     ``free``: the full profile's split on the whole devices (no budget), energy off and
@@ -825,12 +833,13 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
     the seed cases whose ids hold these parts, each in a pytest process of its own (cuDNN
     keeps a convolution's first plan per thread, and the backward's threads live as long
     as the process, so a case that fell back to a slow plan under memory pressure passes
-    it to later cases on that device).
+    it to later cases on that device). ``name``: the files' stem; ``budget_s``: every run
+    is over by then.
     """
     from gpugauge.report.tables import fmt_bytes
 
     print(f"{_device_name()}, {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
-    name = (
+    name = name or (
         "layer_fit_split_free" if free else "layer_fit_split_alone" if alone else "layer_fit_split"
     )
     t0 = time.perf_counter()
@@ -855,7 +864,7 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
         runs.append((seed_run("layer_fit and split", js), js))
     rcs, infos = [], {}
     for args, js in runs:  # all of them within one device call's 600 s
-        left = min(480.0, 570.0 - (time.perf_counter() - t0))
+        left = min(480.0, budget_s - (time.perf_counter() - t0))
         if left < 60:
             print(f"[gpu_checks] {js.stem}: not run, {left:.0f} s left", flush=True)
             rcs.append(1)  # a check that skipped a run did not pass
@@ -956,6 +965,35 @@ def layer_fit_split(out: Path, free: bool = False, alone: tuple[str, ...] = ()) 
 def _split_where(case_id: str) -> str:
     """A split case's head, budget, allocator and device: ``m62-11gib-expseg-cuda``."""
     return case_id[case_id.index("-m") + 1 :]
+
+
+def layer_fit_graphs(out: Path) -> None:
+    """Issue 10, two GPUs: the split's schedules replayed from CUDA graphs.
+
+    ``tools/pipe_probe.py --graphs`` first (each graphed schedule's gradients against the
+    eager naive split's; each schedule eager and graphed under 11 GiB: memory, OOMs
+    caught, timed), then the graphed benchmark cases, each schedule in a pytest process
+    of its own, as ``layer_fit-split-alone`` runs the eager ones.
+    """
+    t0 = time.perf_counter()
+    probe = [sys.executable, str(ROOT / "tools" / "pipe_probe.py"), "--graphs", "--out", str(out)]
+    with (out / "pipe_probe_graphs.log").open("w") as log:
+        try:
+            done = subprocess.run(
+                probe, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=240
+            )
+            rc: int | str = done.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timed out after 240 s"
+    print((out / "pipe_probe_graphs.log").read_text()[-6000:], flush=True)
+    print(f"probe exit {rc}", flush=True)
+    parts = ("naive", "1f1b2", "gpipe2", "1f1b4", "gpipe4")
+    layer_fit_split(
+        out,
+        alone=tuple(f"{p} and graphs" for p in parts),
+        name="layer_fit_graphs",
+        budget_s=570.0 - (time.perf_counter() - t0),
+    )
 
 
 def layer_fit_bisect(out: Path) -> None:
@@ -1479,8 +1517,12 @@ def main() -> None:
         "layer_fit-split": layer_fit_split,
         "layer_fit-split-free": partial(layer_fit_split, free=True),
         "layer_fit-split-alone": partial(
-            layer_fit_split, alone=("naive", "gpipe2", "1f1b2", "1f1b4", "gpipe4")
+            layer_fit_split,
+            alone=tuple(
+                f"{s} and not graphs" for s in ("naive", "gpipe2", "1f1b2", "1f1b4", "gpipe4")
+            ),
         ),
+        "layer_fit-graphs": layer_fit_graphs,
         "layer_fit-microbatch": layer_fit_microbatch,
         "layer_fit-bisect": layer_fit_bisect,
         "amp": amp,

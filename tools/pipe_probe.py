@@ -9,7 +9,8 @@ allocated and reserved bytes per device, settled (the caching allocator's fragme
 reserved − allocated). ``--trace`` profiles four back-to-back 1F1B ×2 steps for Perfetto;
 ``--profiler-effect`` times GPipe and 1F1B ×2 before and after the suite's traced step;
 ``--budget-effect`` times 1F1B ×2 on the whole devices and under 11 GiB with each allocator;
-``--bisect`` times it after each thing the benchmark does before timing it.
+``--bisect`` times it after each thing the benchmark does before timing it; ``--graphs``
+times each schedule issued op by op and replayed from CUDA graphs.
 Writes ``pipe_probe.json`` (every round) and prints a table. Run it twice to compare
 allocators, the second time under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
 """
@@ -206,6 +207,61 @@ def bisect(out: Path) -> list[dict]:
     return rows
 
 
+def graphs_effect() -> list[dict]:
+    """Each schedule issued op by op and replayed from CUDA graphs, under 11 GiB (expseg).
+
+    First each graphed schedule's gradients against the eager naive split's (a small
+    model, fp32), then the seed's model at the cuts the benchmark fitted (naive 83, the
+    pipelines 85; 1F1B ×4 and GPipe ×4 95): memory per device, OOMs caught while it was
+    built (a cuDNN plan falling back), timed back to back and beside the NVML sampler.
+    """
+    from gpugauge.measure.memory import allocator_events as events
+    from gpugauge.workloads.layer_fit import MemoryModel, check_pipeline
+
+    rows = []
+    cases = [("naive", 1, 83), ("1f1b", 2, 85), ("gpipe", 2, 85)]
+    for schedule, parts, cut in cases:
+        check = check_pipeline(
+            MemoryModel(16, 112, 64), 4, 3, 3, DEVICES, schedule, parts, graphs=True
+        )
+        print(f"{schedule}{parts} graphs: gradient check {check}", flush=True)
+        for graphs in (False, True):
+            label = f"{schedule}{parts} cut {cut} {'graphs' if graphs else 'eager'}"
+            row: dict = {"schedule": schedule, "parts": parts, "cut": cut, "graphs": graphs}
+            row["check"] = check
+            with budgets(DEVICES, BUDGET, "expandable"):
+                for d in DEVICES:
+                    torch.cuda.reset_peak_memory_stats(d)
+                before = events(DEVICES)
+                try:
+                    runner = SplitRunner(MODEL, 138, 62, cut, DEVICES, graphs=graphs)
+                    step = runner.schedule(schedule, parts)
+                    settle(step, DEVICES)
+                    _sync()
+                except torch.OutOfMemoryError as err:
+                    print(f"{label}: out of memory: {str(err).splitlines()[0][:160]}", flush=True)
+                    row["error"] = str(err).splitlines()[0]
+                    rows.append(row)
+                    _free()
+                    continue
+                row["setup_ooms"] = [
+                    a["num_ooms"] - b["num_ooms"]
+                    for b, a in zip(before, events(DEVICES), strict=True)
+                ]
+                row["memory"] = [
+                    (torch.cuda.max_memory_allocated(d), torch.cuda.max_memory_reserved(d))
+                    for d in DEVICES
+                ]
+                mem = " / ".join(f"{fmt_bytes(a)} ({fmt_bytes(b)})" for a, b in row["memory"])
+                print(f"{label}: peak alloc (reserved) {mem}; OOMs caught {row['setup_ooms']}")
+                row["b2b"] = _timed(label, step)
+                row["b2b+nvml"] = _timed(label, step, "b2b+nvml")
+                del step, runner
+            _free()
+            rows.append(row)
+    return rows
+
+
 def trace(out: Path) -> None:
     """Four back-to-back 1F1B x2 steps at cut 85 (inline), host and devices, for Perfetto."""
     step = _settled("1f1b", 2, 85)
@@ -234,6 +290,9 @@ def main() -> None:
     parser.add_argument(
         "--bisect", action="store_true", help="1F1B x2 after each step of the bench's setup"
     )
+    parser.add_argument(
+        "--graphs", action="store_true", help="each schedule eager and from CUDA graphs"
+    )
     parser.add_argument("--tag", default="default")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -241,6 +300,10 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, alloc conf {alloc!r}")
     for batch in (16, 8):
         prime_conv_plans(MODEL, DEVICES, batch)
+    if args.graphs:
+        rows = graphs_effect()
+        (args.out / f"pipe_probe_graphs_{args.tag}.json").write_text(json.dumps(rows))
+        return
     if args.bisect:
         rows = bisect(args.out)
         (args.out / f"pipe_probe_bisect_{args.tag}.json").write_text(json.dumps(rows))

@@ -51,6 +51,7 @@ from gpugauge.measure.memory import allocator_events
 from gpugauge.measure.profile import Schedule, profile_steps
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.report.tables import fmt_bytes, render
+from gpugauge.workloads.graphed import GraphedSplit
 from gpugauge.workloads.pipe import CopyStreams, Workers, receive, send
 from models.stacked import CHANNELS, CLASSES, HEAD_WIDTH, blocks, conv_block, head_widths
 
@@ -1193,10 +1194,13 @@ class SplitCase:
     width: int = HEAD_WIDTH
     profile: str = "seed"
     allocator: str = "default"  # gpugauge.measure.allocator.ALLOCATORS; "expandable": "-expseg"
+    graphs: bool = False  # steps replayed from CUDA graphs (gpugauge.workloads.graphed): "-graphs"
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}; schedules are {SCHEDULES}")
+        if self.graphs and (self.schedule == "single" or self.device != "cuda"):
+            raise ValueError("CUDA graphs replay a split over two CUDA devices only")
         check_allocator(self.allocator)
         if (self.schedule in PIPELINED) != (self.micro_batches > 1):
             raise ValueError(f"{PIPELINED} take micro_batches > 1; the others take 1")
@@ -1222,7 +1226,8 @@ class SplitCase:
             "" if (self.batch, self.image) == SEED_INPUT[::2] else f"b{self.batch}-{self.image}px-"
         )
         alloc = "-expseg" if self.allocator == "expandable" else ""
-        where = f"{budget_label(self.budget)}{alloc}-{self.device}"
+        graphs = "-graphs" if self.graphs else ""
+        where = f"{budget_label(self.budget)}{alloc}{graphs}-{self.device}"
         return f"split-{sched}-{size}m{self.fc}-{small}{where}"
 
     @property
@@ -1254,7 +1259,9 @@ def split_cases(profile: str) -> list[SplitCase]:
     1F1B at 2, 4 and 8 micro-batches with expandable segments: the default allocator's
     fragmentation (on whole H200s 2.8 GiB reserved beyond allocated on cuda:1 for GPipe
     ×2, 0.9 GiB for the naive split) decides the cut more than the schedule's own memory
-    does (GPipe ×2 fitted at cut 117 with it under 11 GiB, at 85 without).
+    does (GPipe ×2 fitted at cut 117 with it under 11 GiB, at 85 without). Then naive and
+    the pipelines at 2 and 4 replayed from CUDA graphs: issued op by op, the pipelines
+    are as fast as the host (:mod:`gpugauge.workloads.graphed`).
     Tiny CPU runs in smoke. The full profile adds 16 micro-batches, the pipelines with the
     default allocator, and the split on the whole devices (no budget), where the schedules
     run without memory pressure.
@@ -1262,10 +1269,13 @@ def split_cases(profile: str) -> list[SplitCase]:
     # ``single`` last: its model fills cuda:0 to the cap, and the slower cuDNN plans it
     # falls back to there would serve the naive split's cuda:0 (same shapes) after it
     grow = dict(profile=profile, allocator="expandable")
+    graphed = dict(grow, graphs=True)
     seed = [
         SplitCase("naive", 138, 62, profile=profile),
         SplitCase("naive", 138, 62, **grow),
         *(SplitCase(s, 138, 62, mb, **grow) for s in PIPELINED for mb in (2, 4, 8)),
+        SplitCase("naive", 138, 62, **graphed),
+        *(SplitCase(s, 138, 62, mb, **graphed) for s in PIPELINED for mb in (2, 4)),
     ]
     single = SplitCase("single", 0, 62, profile=profile)
     if profile == "smoke":
@@ -1324,9 +1334,11 @@ class SplitRunner:
         cut: int,
         devices: Sequence[str],
         threads: bool = False,
+        graphs: bool = False,
     ) -> None:
         d0, d1 = (devices[0], devices[-1])
         self.devices = (d0, d1)
+        self.graphs = graphs  # steps replayed from CUDA graphs: gpugauge.workloads.graphed
         # pipelines: all issued from this thread, whose cuDNN forward plans were primed on
         # the whole device, or each stage from a thread of its own (Workers), whose plans
         # are chosen in its first step, under the case's budget. Timed, neither won on
@@ -1421,7 +1433,21 @@ class SplitRunner:
         return step
 
     def schedule(self, name: str, micro_batches: int) -> Callable[[], object]:
-        """The step of ``name`` (one of :data:`SCHEDULES`; ``single`` is the naive step)."""
+        """The step of ``name`` (one of :data:`SCHEDULES`; ``single`` is the naive step).
+
+        With ``graphs`` the step replays CUDA graphs captured here (naive, GPipe, 1F1B).
+        """
+        if self.graphs:
+            graphed = GraphedSplit(
+                self.stages,
+                self.x,
+                self.y,
+                self.loss_fn,
+                self.opt,
+                micro_batches,
+                held_parts(name, micro_batches),  # a graph slot per part in flight
+            )
+            return graphed.step(name)
         if name == "gpipe":
             return self.gpipe(micro_batches)
         if name == "1f1b":
@@ -1558,7 +1584,7 @@ def fitted_runner(
 
 def _settled(case: SplitCase, n: int, cut: int) -> tuple[SplitRunner, Callable[[], object], int]:
     """``case``'s runner at ``cut``, its schedule's step, and the steps it took to settle."""
-    runner = SplitRunner(case.memory_model, n, case.fc, cut, case.devices)
+    runner = SplitRunner(case.memory_model, n, case.fc, cut, case.devices, graphs=case.graphs)
     step = runner.schedule(case.schedule, case.micro_batches)
     return runner, step, settle(step, case.devices)
 
@@ -1656,16 +1682,18 @@ def check_pipeline(
     schedule: str,
     micro_batches: int,
     threads: bool = False,
+    graphs: bool = False,
 ) -> dict[str, Any]:
-    """A pipeline's gradients against the naive split's after one step from the same weights.
+    """A schedule's gradients against the eager naive split's after one step, same weights.
 
     Runs in full fp32 (TF32 off): the schedules sum the same per-sample terms in another
-    order, so only rounding may differ. Returns the largest relative difference.
+    order, so only rounding may differ. ``graphs``: the schedule replayed from CUDA graphs
+    (``naive`` too). Returns the largest relative difference.
     """
     grads = []
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
-        for name in ("naive", schedule):
-            runner = SplitRunner(model, n, m, cut, devices, threads)
+        for name, graphed in (("naive", False), (schedule, graphs)):
+            runner = SplitRunner(model, n, m, cut, devices, threads, graphed)
             step = runner.schedule(name, micro_batches)
             step()
             grads.append(runner.gradients())
@@ -1678,6 +1706,7 @@ def check_pipeline(
         "parameters": len(grads[0]),
         "schedule": schedule,
         "micro_batches": micro_batches,
+        "graphs": graphs,
     }
 
 

@@ -1,0 +1,270 @@
+"""A two-stage split's training step replayed from CUDA graphs: a few launches per part.
+
+Issued op by op, a 1F1B ×2 step of the seed's split (138 conv + 62 fc over two H200s)
+launches about 6,200 kernels (docs/gpu-runs.md, run 34), and once the launch queues fill,
+the host's pace is the step's: its rounds read 90 to 145 ms where the devices need 91
+(run 39). Here each stage's forward and its backward, for each micro-batch in flight
+(a *slot*), are captured once as CUDA graphs, and a step replays them; the two devices
+are ordered by events only, as :mod:`gpugauge.workloads.pipe` orders the eager pipelines.
+
+Why not ``torch.cuda.make_graphed_callables``: its backward hands the parameters'
+gradients back in the graph's static buffers, and autograd's accumulator adopts the
+first as ``.grad``, so a stage replayed twice in one step (1F1B's last stage has one
+slot) overwrites the gradient of the micro-batch before; and a module graphed once per
+slot has its forward replaced by the first graph. Here the backward graphs add into
+``.grad`` in place: the gradients persist between steps, and a step zeroes them first.
+
+Memory: every slot keeps its activations (saved for the backward) between steps, in a
+private pool of its own, so slots never share a buffer that another slot in flight
+still holds; GPipe has a slot per micro-batch on each stage, 1F1B two on the first
+stage and one on the last, the naive split one each: what each schedule holds anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from gpugauge.workloads.pipe import CopyStreams
+
+WARMUP_STEPS = 3  # eager steps on the capture stream first: cuDNN plans, cuBLAS handles
+
+
+@dataclass
+class StageGraphs:
+    """One stage's graphs and the static tensors they read and write, per slot.
+
+    ``inputs[j]`` is what slot ``j``'s forward reads (activations from the stage
+    before, a leaf whose ``.grad`` its backward writes); ``outputs[j]`` what it writes
+    (activations, or on the last stage the loss); ``grad_outputs[j]`` the gradient its
+    backward reads. ``grads`` are the parameters' ``.grad``, which every backward adds to.
+    """
+
+    device: torch.device
+    inputs: list[torch.Tensor]
+    targets: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+    grad_outputs: list[torch.Tensor]
+    forward: list[torch.cuda.CUDAGraph]
+    backward: list[torch.cuda.CUDAGraph]
+    grads: list[torch.Tensor]
+
+
+def capture_stage(
+    stage: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    targets: Sequence[torch.Tensor] = (),
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> StageGraphs:
+    """Capture ``stage``'s forward and backward for each slot's static input.
+
+    With ``loss`` the stage is the last: its forward ends in ``loss(stage(x), target)``
+    with slot ``j``'s ``targets[j]``, and its backward starts from 1. Inputs that require
+    grad are leaves whose ``.grad`` the backward overwrites (the gradient to send back).
+    """
+    device = inputs[0].device
+    if device.type != "cuda":
+        raise ValueError(f"CUDA graphs need CUDA tensors, not {device}")
+    params = [p for p in stage.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("a graphed stage needs parameters to train")
+    with torch.cuda.device(device):
+        for t in [*params, *(x for x in inputs if x.requires_grad)]:
+            if t.grad is None:
+                t.grad = torch.zeros_like(t)
+
+        def forward(j: int) -> torch.Tensor:
+            out = stage(inputs[j])
+            return out if loss is None else loss(out, targets[j])
+
+        def backward(j: int, out: torch.Tensor, grad: torch.Tensor, keep: bool) -> None:
+            if inputs[j].requires_grad:
+                inputs[j].grad.zero_()  # overwritten, not summed over the steps
+            torch.autograd.backward(out, grad, retain_graph=keep)
+
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_STEPS):
+                out = forward(0)
+                backward(0, out, torch.ones_like(out), keep=False)
+            del out
+        torch.cuda.current_stream(device).wait_stream(stream)
+        torch.cuda.synchronize(device)
+        for p in params:
+            p.grad.zero_()
+        pools = [torch.cuda.graph_pool_handle() for _ in inputs]
+        fwd = [torch.cuda.CUDAGraph() for _ in inputs]
+        outputs = []
+        for j, graph in enumerate(fwd):  # every forward before any backward: see the module
+            with torch.cuda.graph(graph, pool=pools[j], stream=stream):
+                outputs.append(forward(j))
+        grad_outputs = [
+            torch.ones_like(o) if loss is not None else torch.zeros_like(o) for o in outputs
+        ]
+        bwd = [torch.cuda.CUDAGraph() for _ in inputs]
+        for j, graph in enumerate(bwd):
+            with torch.cuda.graph(graph, pool=pools[j], stream=stream):
+                # the autograd graph stays: its saved activations are the slot's
+                backward(j, outputs[j], grad_outputs[j], keep=True)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        return StageGraphs(
+            device=device,
+            inputs=list(inputs),
+            targets=list(targets),
+            outputs=outputs,
+            grad_outputs=grad_outputs,
+            forward=fwd,
+            backward=bwd,
+            grads=[p.grad for p in params],
+        )
+
+
+class _Link:
+    """Copies of micro-batches from one device's static tensors into another's, by events.
+
+    Copy ``i`` waits for its source's producer (everything queued on the source's stream
+    so far) and for the last reader of its destination (an event the caller records);
+    its consumer waits for it (:meth:`wait`), and so does the next writer of its source.
+    """
+
+    def __init__(self, streams: CopyStreams, micro_batches: int) -> None:
+        self.streams = streams
+        self.done = [torch.cuda.Event() for _ in range(micro_batches)]
+
+    def copy(
+        self, src: torch.Tensor, dst: torch.Tensor, i: int, dst_free: torch.cuda.Event
+    ) -> None:
+        """Copy micro-batch ``i`` once ``src`` is made and ``dst_free`` has passed."""
+        src_copy, dst_copy = self.streams(src.device, i), self.streams(dst.device, i)
+        src_copy.wait_stream(torch.cuda.current_stream(src.device))
+        dst_copy.wait_event(dst_free)
+        with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
+            dst.copy_(src, non_blocking=True)
+        self.done[i].record(dst_copy)
+
+    def wait(self, i: int, device: torch.device) -> None:
+        """``device``'s current stream waits for this step's copy ``i`` (none if ``i < 0``).
+
+        The last step's copies need no wait: each one's consumer is a backward that the
+        next step's work on both devices follows.
+        """
+        if i >= 0:
+            torch.cuda.current_stream(device).wait_event(self.done[i])
+
+
+class GraphedSplit:
+    """GPipe, 1F1B or the naive split over two devices, from graphs captured per slot.
+
+    ``slots`` is each stage's micro-batches in flight (``layer_fit.held_parts``). The schedules are
+    :class:`~gpugauge.workloads.layer_fit.SplitRunner`'s, with the same gradients: the
+    last stage's loss is scaled by 1 / ``micro_batches``.
+    """
+
+    def __init__(
+        self,
+        stages: tuple[nn.Module, nn.Module],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        micro_batches: int,
+        slots: tuple[int, int],
+    ) -> None:
+        if x.device == y.device:
+            raise ValueError(f"a graphed split needs two devices, not {x.device} twice")
+        s0, s1 = stages
+        self.params = [p for s in stages for p in s.parameters() if p.requires_grad]
+        self.optimizer = optimizer
+        self.m = micro_batches
+        self.xs, self.ys = x.chunk(micro_batches), y.chunk(micro_batches)
+        self.slots = slots
+        scale = 1.0 / micro_batches
+
+        def scaled(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return loss_fn(out, target) * scale
+
+        def static(parts: Sequence[torch.Tensor], count: int) -> list[torch.Tensor]:
+            # a slot per micro-batch reads it where it is; fewer slots get copies in
+            return [p if count == micro_batches else p.clone() for p in parts[:count]]
+
+        self.first = capture_stage(s0, static(self.xs, slots[0]))
+        shape = self.first.outputs[0].shape
+        ins = [torch.zeros(shape, device=y.device, requires_grad=True) for _ in range(slots[1])]
+        self.last = capture_stage(s1, ins, static(self.ys, slots[1]), scaled)
+        self.grads = [*self.first.grads, *self.last.grads]
+        streams = CopyStreams()
+        self.forth = _Link(streams, micro_batches)  # stage 0's outputs to stage 1's inputs
+        self.back = _Link(streams, micro_batches)  # stage 1's input gradients to stage 0's
+        self.read = [  # the last replay that read each slot's destination of a copy
+            [torch.cuda.Event() for _ in range(slots[1])],  # stage 1's backward: its input
+            [torch.cuda.Event() for _ in range(slots[0])],  # stage 0's backward: its grad_out
+        ]
+
+    def _forward0(self, i: int) -> None:
+        s0, s1 = self.slots
+        j, stage = i % s0, self.first
+        if stage.inputs[j].data_ptr() != self.xs[i].data_ptr():
+            stage.inputs[j].copy_(self.xs[i])
+        self.forth.wait(i - s0, stage.device)  # slot j's output was copied out before
+        stage.forward[j].replay()
+        self.forth.copy(stage.outputs[j], self.last.inputs[i % s1], i, self.read[0][i % s1])
+
+    def _forward1(self, i: int) -> None:
+        k, stage = i % self.slots[1], self.last
+        self.forth.wait(i, stage.device)
+        if stage.targets[k].data_ptr() != self.ys[i].data_ptr():
+            stage.targets[k].copy_(self.ys[i])
+        stage.forward[k].replay()
+
+    def _backward1(self, i: int) -> None:
+        s0, s1 = self.slots
+        k, stage = i % s1, self.last
+        self.back.wait(i - s1, stage.device)  # slot k's input gradient was copied out before
+        stage.backward[k].replay()
+        self.read[0][k].record(torch.cuda.current_stream(stage.device))
+        dst = self.first.grad_outputs[i % s0]
+        self.back.copy(stage.inputs[k].grad, dst, i, self.read[1][i % s0])
+
+    def _backward0(self, i: int) -> None:
+        j, stage = i % self.slots[0], self.first
+        self.back.wait(i, stage.device)
+        stage.backward[j].replay()
+        self.read[1][j].record(torch.cuda.current_stream(stage.device))
+
+    def step(self, schedule: str) -> Callable[[], object]:
+        """The step of ``schedule``: ``naive`` (one micro-batch), ``gpipe`` or ``1f1b``."""
+        m = self.m
+        if schedule not in ("naive", "gpipe", "1f1b"):
+            raise ValueError(f"no graphed schedule {schedule!r}")
+        if (schedule == "naive") != (m == 1):
+            raise ValueError(f"{schedule} with {m} micro-batches")
+
+        def run() -> object:
+            for p, g in zip(self.params, self.grads, strict=True):
+                if p.grad is not g:  # set to None (or replaced) by an eager step between
+                    p.grad = g
+            for stage in (self.first, self.last):
+                torch._foreach_zero_(stage.grads)
+            if schedule == "gpipe":
+                for i in range(m):
+                    self._forward0(i)
+                    self._forward1(i)
+                for i in range(m):
+                    self._backward1(i)
+                    self._backward0(i)
+            else:  # 1F1B's clock cycles; the naive split is its m = 1
+                for c in range(m + 1):
+                    if c < m:
+                        self._forward0(c)
+                    if c:
+                        self._forward1(c - 1)
+                        self._backward1(c - 1)
+                        self._backward0(c - 1)
+            self.optimizer.step()
+            return self.last.outputs  # the micro-batches' losses, until the next step
+
+        return run
