@@ -212,8 +212,8 @@ def graphs_effect() -> list[dict]:
 
     First each graphed schedule's gradients against the eager naive split's (a small
     model, fp32), then the seed's model at the cuts the benchmark fitted (naive 83, the
-    pipelines 85; 1F1B ×4 and GPipe ×4 95): memory per device, OOMs caught while it was
-    built (a cuDNN plan falling back), timed back to back and beside the NVML sampler.
+    pipelines 85): memory per device, OOMs caught while it was built (a cuDNN plan
+    falling back), timed back to back and beside the NVML sampler.
     """
     from gpugauge.measure.memory import allocator_events as events
     from gpugauge.workloads.layer_fit import MemoryModel, check_pipeline
