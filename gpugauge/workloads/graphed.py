@@ -143,7 +143,7 @@ class _Link:
         src_copy.wait_stream(torch.cuda.current_stream(src.device))
         dst_copy.wait_event(dst_free)
         with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
-            dst.copy_(src, non_blocking=True)
+            dst.detach().copy_(src, non_blocking=True)  # dst may be a leaf that needs grad
         self.done[i].record(dst_copy)
 
     def wait(self, i: int, device: torch.device) -> None:
