@@ -126,9 +126,10 @@ def capture_stage(
 class _Link:
     """Copies of micro-batches from one device's static tensors into another's, by events.
 
-    Copy ``i`` waits for its source's producer (everything queued on the source's stream
-    so far) and for the last reader of its destination (an event the caller records);
-    its consumer waits for it (:meth:`wait`), and so does the next writer of its source.
+    Copy ``i`` waits for the event that says its source is made and for the one that says
+    the last reader of its destination is done; its consumer, and the next writer of its
+    source, wait for it (:meth:`wait`). A copy must be issued after that reader was: the
+    event it waits for is the one recorded when it is issued.
     """
 
     def __init__(self, streams: CopyStreams, micro_batches: int) -> None:
@@ -136,12 +137,17 @@ class _Link:
         self.done = [torch.cuda.Event() for _ in range(micro_batches)]
 
     def copy(
-        self, src: torch.Tensor, dst: torch.Tensor, i: int, dst_free: torch.cuda.Event
+        self,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        i: int,
+        made: torch.cuda.Event,
+        free: torch.cuda.Event,
     ) -> None:
-        """Copy micro-batch ``i`` once ``src`` is made and ``dst_free`` has passed."""
+        """Copy micro-batch ``i`` once ``made`` (the source) and ``free`` (the destination)."""
         src_copy, dst_copy = self.streams(src.device, i), self.streams(dst.device, i)
-        src_copy.wait_stream(torch.cuda.current_stream(src.device))
-        dst_copy.wait_event(dst_free)
+        src_copy.wait_event(made)
+        dst_copy.wait_event(free)
         with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
             dst.detach().copy_(src, non_blocking=True)  # dst may be a leaf that needs grad
         self.done[i].record(dst_copy)
@@ -199,22 +205,26 @@ class GraphedSplit:
         streams = CopyStreams()
         self.forth = _Link(streams, micro_batches)  # stage 0's outputs to stage 1's inputs
         self.back = _Link(streams, micro_batches)  # stage 1's input gradients to stage 0's
-        self.read = [  # the last replay that read each slot's destination of a copy
-            [torch.cuda.Event() for _ in range(slots[1])],  # stage 1's backward: its input
-            [torch.cuda.Event() for _ in range(slots[0])],  # stage 0's backward: its grad_out
+        self.made = [torch.cuda.Event() for _ in range(micro_batches)]  # stage 0's forwards
+        self.backed = [  # each slot's last backward: its inputs, outputs, grads are free
+            [torch.cuda.Event() for _ in range(slots[0])],
+            [torch.cuda.Event() for _ in range(slots[1])],
         ]
 
     def _forward0(self, i: int) -> None:
-        s0, s1 = self.slots
-        j, stage = i % s0, self.first
+        j, stage = i % self.slots[0], self.first
         if stage.inputs[j].data_ptr() != self.xs[i].data_ptr():
-            stage.inputs[j].copy_(self.xs[i])
-        self.forth.wait(i - s0, stage.device)  # slot j's output was copied out before
+            stage.inputs[j].copy_(self.xs[i])  # after the slot's last backward: one stream
+        self.forth.wait(i - self.slots[0], stage.device)  # slot j's output was copied out
         stage.forward[j].replay()
-        self.forth.copy(stage.outputs[j], self.last.inputs[i % s1], i, self.read[0][i % s1])
+        self.made[i].record(torch.cuda.current_stream(stage.device))
 
     def _forward1(self, i: int) -> None:
-        k, stage = i % self.slots[1], self.last
+        # the copy in is issued here, after the backward of the part before in this slot
+        s0, s1 = self.slots
+        k, stage = i % s1, self.last
+        src = self.first.outputs[i % s0]
+        self.forth.copy(src, stage.inputs[k], i, self.made[i], self.backed[1][k])
         self.forth.wait(i, stage.device)
         if stage.targets[k].data_ptr() != self.ys[i].data_ptr():
             stage.targets[k].copy_(self.ys[i])
@@ -222,18 +232,18 @@ class GraphedSplit:
 
     def _backward1(self, i: int) -> None:
         s0, s1 = self.slots
-        k, stage = i % s1, self.last
-        self.back.wait(i - s1, stage.device)  # slot k's input gradient was copied out before
+        k, j, stage = i % s1, i % s0, self.last
+        self.back.wait(i - s1, stage.device)  # slot k's input gradient was copied out
         stage.backward[k].replay()
-        self.read[0][k].record(torch.cuda.current_stream(stage.device))
-        dst = self.first.grad_outputs[i % s0]
-        self.back.copy(stage.inputs[k].grad, dst, i, self.read[1][i % s0])
+        self.backed[1][k].record(torch.cuda.current_stream(stage.device))
+        dst = self.first.grad_outputs[j]
+        self.back.copy(stage.inputs[k].grad, dst, i, self.backed[1][k], self.backed[0][j])
 
     def _backward0(self, i: int) -> None:
         j, stage = i % self.slots[0], self.first
         self.back.wait(i, stage.device)
         stage.backward[j].replay()
-        self.read[1][j].record(torch.cuda.current_stream(stage.device))
+        self.backed[0][j].record(torch.cuda.current_stream(stage.device))
 
     def step(self, schedule: str) -> Callable[[], object]:
         """The step of ``schedule``: ``naive`` (one micro-batch), ``gpipe`` or ``1f1b``."""

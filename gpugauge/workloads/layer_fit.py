@@ -1683,31 +1683,67 @@ def check_pipeline(
     micro_batches: int,
     threads: bool = False,
     graphs: bool = False,
+    steps: int = 2,
 ) -> dict[str, Any]:
-    """A schedule's gradients against the eager naive split's after one step, same weights.
+    """A schedule's gradients against the eager naive split's after ``steps`` steps.
 
     Runs in full fp32 (TF32 off): the schedules sum the same per-sample terms in another
     order, so only rounding may differ. ``graphs``: the schedule replayed from CUDA graphs
-    (``naive`` too). Returns the largest relative difference.
+    (``naive`` too), whose static buffers are ordered across devices by events alone; a
+    missing event is a race that timing may hide, so it is also run with each CUDA device
+    held back (a spin kernel before every step) while the other and the copies go on.
+    Returns the largest relative difference.
     """
-    grads = []
+    stalls: list[str | None] = [None]
+    if graphs:
+        stalls += [d for d in dict.fromkeys(devices) if d.startswith("cuda")]
+    runs: dict[str, float] = {}
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
-        for name, graphed in (("naive", False), (schedule, graphs)):
-            runner = SplitRunner(model, n, m, cut, devices, threads, graphed)
-            step = runner.schedule(name, micro_batches)
-            step()
-            grads.append(runner.gradients())
-            del runner, step
-    worst = 0.0
-    for a, b in zip(grads[0], grads[1], strict=True):
-        worst = max(worst, float((a - b).norm() / a.norm().clamp_min(1e-30)))
+        naive = _gradients_after(model, n, m, cut, devices, "naive", 1, threads, False, steps)
+        for stall in stalls:
+            grads = _gradients_after(
+                model, n, m, cut, devices, schedule, micro_batches, threads, graphs, steps, stall
+            )
+            runs[stall or "none"] = max(
+                float((a - b).norm() / a.norm().clamp_min(1e-30))
+                for a, b in zip(naive, grads, strict=True)
+            )
     return {
-        "max_grad_rel_diff": worst,
-        "parameters": len(grads[0]),
+        "max_grad_rel_diff": max(runs.values()),
+        "by_stalled_device": runs,
+        "parameters": len(naive),
         "schedule": schedule,
         "micro_batches": micro_batches,
         "graphs": graphs,
+        "steps": steps,
     }
+
+
+STALL_CYCLES = 100_000_000  # a spin kernel of about 50 ms at 2 GHz
+
+
+def _gradients_after(
+    model: MemoryModel,
+    n: int,
+    m: int,
+    cut: int,
+    devices: Sequence[str],
+    schedule: str,
+    micro_batches: int,
+    threads: bool,
+    graphs: bool,
+    steps: int,
+    stall: str | None = None,
+) -> list[torch.Tensor]:
+    """Every gradient after ``steps`` steps of ``schedule`` from the seeded weights."""
+    runner = SplitRunner(model, n, m, cut, devices, threads, graphs)
+    step = runner.schedule(schedule, micro_batches)
+    for _ in range(steps):
+        if stall is not None:
+            with torch.cuda.device(stall):
+                torch.cuda._sleep(STALL_CYCLES)
+        step()
+    return runner.gradients()
 
 
 TRACE_SCHEDULE = Schedule(wait=0, warmup=1, active=2)
