@@ -1,0 +1,104 @@
+"""Issue 8: whether a fresh process picks another cuDNN plan for the same convolution.
+
+On one H200 the layers case conv-fwd-tf32 ran at 9.44-9.55 ms in some pytest processes
+and 9.78 ms in others, at 1980 MHz, with ``cudnn.benchmark`` off (docs/gpu-runs.md, runs
+11, 22-23). This runs the case in ``--repeats`` fresh processes per setting: alone, after
+conv-fwd-fp32 (the seed run's order), and with ``cudnn.benchmark`` on; each child times
+it with the suite's seed policy and profiles one round for the kernels that ran.
+Prints a table and writes ``cudnn_processes.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SETTINGS = {  # name: (cases run first, cudnn.benchmark)
+    "alone": ((), False),
+    "after fp32": (("conv-fwd-fp32-seed-cuda",), False),
+    "benchmark on": ((), True),
+}
+CASE = "conv-fwd-tf32-seed-cuda"
+
+
+def child(setting: str) -> dict:
+    """Time CASE in this process (after SETTINGS' cases); its kernels from one round."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpugauge.measure.ceilings import matmul_precision
+    from gpugauge.measure.profile import release_cupti_on_stop
+    from gpugauge.measure.timing import CudaEventClock, measure
+    from gpugauge.options import PROFILE_POLICIES
+    from gpugauge.workloads.layers import cases, make_round
+
+    before, bench = SETTINGS[setting]
+    torch.backends.cudnn.benchmark = bench
+    by_id = {c.id: c for c in cases("seed")}
+    out = {"setting": setting, "pid": os.getpid()}
+    for case_id in (*before, CASE):
+        case = by_id[case_id]
+        fn = make_round(case)[0]
+        with matmul_precision(case.dtype):
+            t = measure(fn, PROFILE_POLICIES["seed"], CudaEventClock("cuda"))
+            release_cupti_on_stop()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+        kernels: dict[str, float] = {}
+        for e in prof.events():
+            if e.device_type.name == "CUDA":
+                kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time_total / 1e3
+        out[case_id] = {
+            "median_ms": t.summary.median,
+            "ci": [t.summary.ci_low, t.summary.ci_high],
+            "kernels_ms": kernels,
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--child", choices=sorted(SETTINGS))
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child)))
+        return
+    from gpugauge.report.tables import render
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows, results, t0 = [], [], time.perf_counter()
+    for r in range(args.repeats):
+        for setting in SETTINGS:  # interleaved, so a drift in time hits every setting
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", setting],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if done.returncode:
+                print(done.stderr[-2000:], flush=True)
+                continue
+            res = json.loads(done.stdout.strip().splitlines()[-1])
+            results.append(res)
+            got = res[CASE]
+            top = max(got["kernels_ms"].items(), key=lambda kv: kv[1])
+            rows.append([str(r), setting, f"{got['median_ms']:.4g}", f"{top[1]:.4g}", top[0][:100]])
+            print(" | ".join(rows[-1]), flush=True)
+    (args.out / "cudnn_processes.json").write_text(json.dumps(results, indent=1))
+    title = f"{CASE} in fresh processes, {time.perf_counter() - t0:.0f} s"
+    print(render(["repeat", "setting", "median ms", "kernel ms", "top kernel"], rows, title))
+
+
+if __name__ == "__main__":
+    main()
