@@ -65,6 +65,10 @@ def child(setting: str) -> dict:
     return out
 
 
+def _text(raw: bytes | str | None) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else (raw or "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
@@ -72,7 +76,7 @@ def main() -> None:
     parser.add_argument("--child", choices=sorted(SETTINGS))
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(args.child)), flush=True)
         return
     from gpugauge.report.tables import render
 
@@ -80,16 +84,18 @@ def main() -> None:
     rows, results, t0 = [], [], time.perf_counter()
     for r in range(args.repeats):
         for setting in SETTINGS:  # interleaved, so a drift in time hits every setting
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", setting],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            if done.returncode:
-                print(done.stderr[-2000:], flush=True)
+            cmd = [sys.executable, __file__, "--child", setting]
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+                stdout, stderr, rc = done.stdout, done.stderr, done.returncode
+            except subprocess.TimeoutExpired as err:  # a child that printed, then hung
+                stdout, stderr, rc = _text(err.stdout), _text(err.stderr), "timed out"
+                print(f"[{setting}] timed out after 60 s; stderr: {stderr[-1500:]}", flush=True)
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+            if not lines:
+                print(f"[{setting}] exit {rc}, no result: {stderr[-2000:]}", flush=True)
                 continue
-            res = json.loads(done.stdout.strip().splitlines()[-1])
+            res = json.loads(lines[-1]) | {"exit": rc}
             results.append(res)
             got = res[CASE]
             top = max(got["kernels_ms"].items(), key=lambda kv: kv[1])
