@@ -45,6 +45,7 @@ from gpugauge.workloads.layer_fit import (
 pytestmark = pytest.mark.layer_fit
 
 GRAD_REL_TOL = 1e-4  # fp32, TF32 off: the schedules differ only in summation order
+GRAPHS_REL_TOL = 1e-6  # graphs replay the eager schedule's kernels: a stale read is far larger
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -136,6 +137,8 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         )
         extra["pipeline_check"] = check
         assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"gradients differ: {check}"
+        if case.graphs:  # the eager schedule's own kernels, replayed: equal (0.0 on H200s)
+            assert check["max_vs_eager"] < GRAPHS_REL_TOL, f"graphs differ from eager: {check}"
     # a pipeline is balanced by what a block costs at its micro-batch size
     part = case.batch // case.micro_batches
     costs = measure_costs(model, devices[0], batch=part) if on_gpu else flop_costs(model)

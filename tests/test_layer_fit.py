@@ -443,6 +443,11 @@ def test_graphed_split_refuses_one_device_and_the_cpu() -> None:
         GraphedSplit(stages, x, y, loss, opt, 1, (1, 1))
     with pytest.raises(ValueError, match="CUDA tensors"):
         capture_stage(stages[0], [x])
+    elsewhere = torch.tensor([0, 1, 0, 1, 0, 1], device="meta")  # another device, no capture
+    with pytest.raises(ValueError, match="equal parts"):  # 6 rows do not split in 4
+        GraphedSplit(stages, torch.randn(6, 4), elsewhere, loss, opt, 4, (4, 4))
+    with pytest.raises(ValueError, match="slots"):  # more slots than micro-batches
+        GraphedSplit(stages, torch.randn(6, 4), elsewhere, loss, opt, 2, (3, 1))
 
 
 def test_budgets_refuse_an_unknown_allocator() -> None:

@@ -17,20 +17,47 @@ slot has its forward replaced by the first graph. Here the backward graphs add i
 Memory: every slot keeps its activations (saved for the backward) between steps, in a
 private pool of its own, so slots never share a buffer that another slot in flight
 still holds; GPipe has a slot per micro-batch on each stage, 1F1B two on the first
-stage and one on the last, the naive split one each: what each schedule holds anyway.
+stage and one on the last, the naive split one each: the activations each schedule
+holds anyway. A slot's pool also keeps its backward's temporaries (a schedule issued op
+by op shares them between micro-batches), and private pools are plain segments even
+under ``expandable_segments``.
+
+Each ordering event is load-bearing except two that other chains already imply (noted
+where they are waited for); ``check_pipeline`` in ``layer_fit`` holds each device, then
+the copy streams, back to expose a missing one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
 
-from gpugauge.workloads.pipe import CopyStreams
+from gpugauge.workloads.pipe import CopyStreams, held_parts
 
 WARMUP_STEPS = 3  # eager steps on the capture stream first: cuDNN plans, cuBLAS handles
+
+
+def _capture(
+    graph: torch.cuda.CUDAGraph, pool: object, stream: torch.cuda.Stream, fn: Callable[[], object]
+) -> object:
+    """``fn()`` captured into ``graph``; an out-of-memory error inside stays one.
+
+    Ending a capture that failed can raise a RuntimeError of its own, which would hide
+    the out-of-memory error that fitting a cut counts as "does not fit".
+    """
+    try:
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
+            return fn()
+    except RuntimeError as err:
+        if not isinstance(err, torch.OutOfMemoryError) and isinstance(
+            err.__context__, torch.OutOfMemoryError
+        ):
+            raise err.__context__ from err
+        raise
 
 
 @dataclass
@@ -71,6 +98,8 @@ def capture_stage(
     params = [p for p in stage.parameters() if p.requires_grad]
     if not params:
         raise ValueError("a graphed stage needs parameters to train")
+    if any(p.device != device for p in params):
+        raise ValueError(f"a graphed stage's parameters must be on its inputs' {device}")
     with torch.cuda.device(device):
         for t in [*params, *(x for x in inputs if x.requires_grad)]:
             if t.grad is None:
@@ -99,17 +128,18 @@ def capture_stage(
         pools = [torch.cuda.graph_pool_handle() for _ in inputs]
         fwd = [torch.cuda.CUDAGraph() for _ in inputs]
         outputs = []
-        for j, graph in enumerate(fwd):  # every forward before any backward: see the module
-            with torch.cuda.graph(graph, pool=pools[j], stream=stream):
-                outputs.append(forward(j))
+        for j, graph in enumerate(fwd):
+            outputs.append(_capture(graph, pools[j], stream, partial(forward, j)))
         grad_outputs = [
             torch.ones_like(o) if loss is not None else torch.zeros_like(o) for o in outputs
         ]
         bwd = [torch.cuda.CUDAGraph() for _ in inputs]
         for j, graph in enumerate(bwd):
-            with torch.cuda.graph(graph, pool=pools[j], stream=stream):
-                # the autograd graph stays: its saved activations are the slot's
-                backward(j, outputs[j], grad_outputs[j], keep=True)
+            # the autograd graph stays: its saved activations are the slot's, kept apart
+            # from the backward's temporaries (a smaller pool would reuse them: not tried)
+            _capture(
+                graph, pools[j], stream, partial(backward, j, outputs[j], grad_outputs[j], True)
+            )
         torch.cuda.current_stream(device).wait_stream(stream)
         return StageGraphs(
             device=device,
@@ -135,6 +165,7 @@ class _Link:
     def __init__(self, streams: CopyStreams, micro_batches: int) -> None:
         self.streams = streams
         self.done = [torch.cuda.Event() for _ in range(micro_batches)]
+        self.hold_cycles = 0  # a check's spin before each copy: a slow link exposes races
 
     def copy(
         self,
@@ -148,15 +179,18 @@ class _Link:
         src_copy, dst_copy = self.streams(src.device, i), self.streams(dst.device, i)
         src_copy.wait_event(made)
         dst_copy.wait_event(free)
+        if self.hold_cycles:
+            with torch.cuda.stream(src_copy):
+                torch.cuda._sleep(self.hold_cycles)
         with torch.cuda.stream(src_copy), torch.cuda.stream(dst_copy):
             dst.detach().copy_(src, non_blocking=True)  # dst may be a leaf that needs grad
         self.done[i].record(dst_copy)
 
     def wait(self, i: int, device: torch.device) -> None:
-        """``device``'s current stream waits for this step's copy ``i`` (none if ``i < 0``).
+        """``device``'s current stream waits for this step's copy ``i``.
 
-        The last step's copies need no wait: each one's consumer is a backward that the
-        next step's work on both devices follows.
+        A negative ``i`` is a micro-batch of the step before: no wait, as each of its
+        copies fed a backward that the next step's work on both devices follows.
         """
         if i >= 0:
             torch.cuda.current_stream(device).wait_event(self.done[i])
@@ -165,9 +199,10 @@ class _Link:
 class GraphedSplit:
     """GPipe, 1F1B or the naive split over two devices, from graphs captured per slot.
 
-    ``slots`` is each stage's micro-batches in flight (``layer_fit.held_parts``). The schedules are
+    ``slots`` is each stage's micro-batches in flight
+    (:func:`~gpugauge.workloads.pipe.held_parts`); a schedule refuses fewer. The schedules are
     :class:`~gpugauge.workloads.layer_fit.SplitRunner`'s, with the same gradients: the
-    last stage's loss is scaled by 1 / ``micro_batches``.
+    last stage's loss is divided by ``micro_batches``, as there.
     """
 
     def __init__(
@@ -182,16 +217,19 @@ class GraphedSplit:
     ) -> None:
         if x.device == y.device:
             raise ValueError(f"a graphed split needs two devices, not {x.device} twice")
+        if x.shape[0] % micro_batches or not 1 <= min(slots) <= max(slots) <= micro_batches:
+            raise ValueError(
+                f"batch {x.shape[0]} in {micro_batches} equal parts, slots {slots} within them"
+            )
         s0, s1 = stages
         self.params = [p for s in stages for p in s.parameters() if p.requires_grad]
         self.optimizer = optimizer
         self.m = micro_batches
         self.xs, self.ys = x.chunk(micro_batches), y.chunk(micro_batches)
         self.slots = slots
-        scale = 1.0 / micro_batches
 
         def scaled(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            return loss_fn(out, target) * scale
+            return loss_fn(out, target) / micro_batches
 
         def static(parts: Sequence[torch.Tensor], count: int) -> list[torch.Tensor]:
             # a slot per micro-batch reads it where it is; fewer slots get copies in
@@ -215,7 +253,9 @@ class GraphedSplit:
         j, stage = i % self.slots[0], self.first
         if stage.inputs[j].data_ptr() != self.xs[i].data_ptr():
             stage.inputs[j].copy_(self.xs[i])  # after the slot's last backward: one stream
-        self.forth.wait(i - self.slots[0], stage.device)  # slot j's output was copied out
+        # slot j's output was copied out: implied too (F0(i) follows B0(i - s0), which
+        # follows copy i - s0 through stage 1), waited for all the same
+        self.forth.wait(i - self.slots[0], stage.device)
         stage.forward[j].replay()
         self.made[i].record(torch.cuda.current_stream(stage.device))
 
@@ -236,6 +276,8 @@ class GraphedSplit:
         self.back.wait(i - s1, stage.device)  # slot k's input gradient was copied out
         stage.backward[k].replay()
         self.backed[1][k].record(torch.cuda.current_stream(stage.device))
+        # backed[0][j], B0(i - s0) done, is implied too: B1(i) follows F0(i), which
+        # follows B0(i - s0) on device 0
         dst = self.first.grad_outputs[j]
         self.back.copy(stage.inputs[k].grad, dst, i, self.backed[1][k], self.backed[0][j])
 
@@ -252,6 +294,9 @@ class GraphedSplit:
             raise ValueError(f"no graphed schedule {schedule!r}")
         if (schedule == "naive") != (m == 1):
             raise ValueError(f"{schedule} with {m} micro-batches")
+        held = held_parts(schedule, m)
+        if any(have < need for have, need in zip(self.slots, held, strict=True)):
+            raise ValueError(f"{schedule} x{m} holds {held} parts at once; slots {self.slots}")
 
         def run() -> object:
             for p, g in zip(self.params, self.grads, strict=True):
@@ -275,6 +320,6 @@ class GraphedSplit:
                         self._backward1(c - 1)
                         self._backward0(c - 1)
             self.optimizer.step()
-            return self.last.outputs  # the micro-batches' losses, until the next step
+            return self.last.outputs  # the last stage's slots' losses, until the next step
 
         return run

@@ -52,7 +52,7 @@ from gpugauge.measure.profile import Schedule, profile_steps
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.report.tables import fmt_bytes, render
 from gpugauge.workloads.graphed import GraphedSplit
-from gpugauge.workloads.pipe import CopyStreams, Workers, receive, send
+from gpugauge.workloads.pipe import CopyStreams, Workers, held_parts, receive, send
 from models.stacked import CHANNELS, CLASSES, HEAD_WIDTH, blocks, conv_block, head_widths
 
 MiB = 2**20
@@ -1099,18 +1099,6 @@ class SplitPlan:
         }
 
 
-def held_parts(schedule: str, micro_batches: int) -> tuple[int, int]:
-    """Micro-batches whose activations each of the two stages holds at its peak.
-
-    GPipe (and the naive split, one part) holds every part until the drain; 1F1B holds
-    two on device 0 (the part whose backward runs and the one it forwarded ahead) and one
-    on device 1.
-    """
-    if schedule == "1f1b":
-        return min(2, micro_batches), 1
-    return micro_batches, micro_batches
-
-
 def split_peaks(
     model: MemoryModel, n: int, m: int, cut: int, micro_batches: int, schedule: str
 ) -> tuple[int, int]:
@@ -1338,7 +1326,10 @@ class SplitRunner:
     ) -> None:
         d0, d1 = (devices[0], devices[-1])
         self.devices = (d0, d1)
-        self.graphs = graphs  # steps replayed from CUDA graphs: gpugauge.workloads.graphed
+        # steps replayed from CUDA graphs (gpugauge.workloads.graphed; threads do not
+        # apply: the host issues a few launches a step); ``graphed`` is the last built
+        self.graphs = graphs
+        self.graphed: GraphedSplit | None = None
         # pipelines: all issued from this thread, whose cuDNN forward plans were primed on
         # the whole device, or each stage from a thread of its own (Workers), whose plans
         # are chosen in its first step, under the case's budget. Timed, neither won on
@@ -1438,7 +1429,7 @@ class SplitRunner:
         With ``graphs`` the step replays CUDA graphs captured here (naive, GPipe, 1F1B).
         """
         if self.graphs:
-            graphed = GraphedSplit(
+            self.graphed = GraphedSplit(
                 self.stages,
                 self.x,
                 self.y,
@@ -1447,7 +1438,7 @@ class SplitRunner:
                 micro_batches,
                 held_parts(name, micro_batches),  # a graph slot per part in flight
             )
-            return graphed.step(name)
+            return self.graphed.step(name)
         if name == "gpipe":
             return self.gpipe(micro_batches)
         if name == "1f1b":
@@ -1691,14 +1682,16 @@ def check_pipeline(
     (``naive`` too), whose static buffers are ordered across devices by events alone. A
     missing event is a race that timing may hide, so the graphed step also runs with each
     CUDA device held back (a spin kernel before every step) while the other and the copies
-    go on, and for two steps against the same schedule issued op by op (the events that
-    carry over a step; after two steps the update has grown the schedules' rounding
-    differences tenfold, so the naive split is no reference there). Returns the largest
-    relative difference and each comparison's.
+    go on, then with every copy held back (a spin on its stream first), and for two steps
+    against the same schedule issued op by op (the events that carry over a step; after
+    two steps the update has grown the schedules' rounding differences tenfold, so the
+    naive split is no reference there; graphs replay its kernels, so they should agree
+    exactly: ``max_vs_eager``). Returns the largest relative difference and each
+    comparison's.
     """
     stalls: list[str | None] = [None]
     if graphs:
-        stalls += [d for d in dict.fromkeys(devices) if d.startswith("cuda")]
+        stalls += [d for d in dict.fromkeys(devices) if d.startswith("cuda")] + ["copies"]
     args = (model, n, m, cut, devices, schedule, micro_batches, threads)
     runs: dict[str, float] = {}
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
@@ -1711,8 +1704,10 @@ def check_pipeline(
             for stall in stalls:
                 got = _gradients_after(*args, True, 2, stall)
                 runs[f"eager, 2 steps, {stall or 'none'} held"] = _worst_rel_diff(eager, got)
+    vs_eager = [v for k, v in runs.items() if k.startswith("eager")]
     return {
         "max_grad_rel_diff": max(runs.values()),
+        "max_vs_eager": max(vs_eager) if vs_eager else None,
         "against": runs,
         "parameters": len(naive),
         "schedule": schedule,
@@ -1743,11 +1738,17 @@ def _gradients_after(
     steps: int,
     stall: str | None = None,
 ) -> list[torch.Tensor]:
-    """Every gradient after ``steps`` steps of ``schedule`` from the seeded weights."""
+    """Every gradient after ``steps`` steps of ``schedule`` from the seeded weights.
+
+    ``stall``: a CUDA device to hold back before every step, or ``"copies"`` (graphs):
+    every cross-device copy held back on its stream.
+    """
     runner = SplitRunner(model, n, m, cut, devices, threads, graphs)
     step = runner.schedule(schedule, micro_batches)
+    if stall == "copies" and runner.graphed is not None:
+        runner.graphed.forth.hold_cycles = runner.graphed.back.hold_cycles = STALL_CYCLES // 10
     for _ in range(steps):
-        if stall is not None:
+        if stall not in (None, "copies"):
             with torch.cuda.device(stall):
                 torch.cuda._sleep(STALL_CYCLES)
         step()

@@ -20,6 +20,9 @@ host issue two devices' work at once (PyTorch drops the GIL inside each op). On 
 neither way won (docs/gpu-runs.md, run 34, 30 rounds each, ms): GPipe ×2 111.6 from
 threads against 112.3 inline back to back, 118.5 against 125.7 with the devices
 synchronized between steps; 1F1B ×2 95.6 against 94.4, and 109.7 against 99.2.
+
+:func:`held_parts` says how many micro-batches each stage of a schedule holds at once
+(the memory model's count, and the graphed split's slots).
 """
 
 from __future__ import annotations
@@ -188,3 +191,15 @@ def _issue(fn: Callable[[], object], streams: Sequence[torch.cuda.Stream], grad:
         for stream in streams:
             stack.enter_context(torch.cuda.stream(stream))
         return fn()
+
+
+def held_parts(schedule: str, micro_batches: int) -> tuple[int, int]:
+    """Micro-batches whose activations each of the two stages holds at its peak.
+
+    GPipe (and the naive split, one part) holds every part until the drain; 1F1B holds
+    two on device 0 (the part whose backward runs and the one it forwarded ahead) and one
+    on device 1.
+    """
+    if schedule == "1f1b":
+        return min(2, micro_batches), 1
+    return micro_batches, micro_batches
