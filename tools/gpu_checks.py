@@ -10,6 +10,9 @@ forward case timed by the harness (cold L2) and by ``do_bench`` (which flushes L
 ``gate-record`` then ``gate-check`` (issue 4), on the same kind of GPU: record baselines of
 vgg_swap and layers at the seed profile; gate an identical run against them (must pass),
 then a run slowed by 5 ms a round through the test-only plugin (must fail, naming it).
+``cudnn-processes`` (issue 8, one GPU): conv-fwd-tf32 in fresh processes, alone, after
+conv-fwd-fp32 and with ``cudnn.benchmark`` on, with the kernels each ran
+(``tools/cudnn_processes.py``).
 ``layer_fit`` (issue 10, one H100 or H200): frontier searches in this process, each
 result written to ``--out`` as it finishes (11 GiB emulated budget: train M = 62, 61, 32,
 1, M = 62 from N = 1, infer M = 250 and 62; the whole device: train and infer M = 62),
@@ -583,6 +586,16 @@ def cudnn_probe(out: Path) -> None:
     )
     (out / "cudnn_table.txt").write_text(table + "\n")
     print("\n" + table)
+
+
+def cudnn_processes(out: Path) -> None:
+    """Issue 8: conv-fwd-tf32 in fresh processes (alone, after fp32, benchmark on), 4 each.
+
+    ``tools/cudnn_processes.py``: whether a process picks another cuDNN plan (the H200
+    read this case at 9.44 or 9.78 ms in different processes).
+    """
+    tool = [sys.executable, str(ROOT / "tools" / "cudnn_processes.py"), "--out", str(out)]
+    subprocess.run(tool, cwd=ROOT, timeout=400, check=False)
 
 
 def gate_check(out: Path) -> None:
@@ -1511,6 +1524,7 @@ def main() -> None:
         "regime-gate": regime_gate,
         "regime-detect": regime_detect,
         "cudnn-probe": cudnn_probe,
+        "cudnn-processes": cudnn_processes,
         "kernels-check": kernels_check,
         "clock-probe": clock_probe,
         "layer_fit": layer_fit,
