@@ -980,6 +980,25 @@ def _split_where(case_id: str) -> str:
     return case_id[case_id.index("-m") + 1 :]
 
 
+def _pipe_probe(mode: str, out: Path, timeout_s: float, tail: int) -> int | str:
+    """``tools/pipe_probe.py --<mode>``, logged to ``pipe_probe_<mode>.log``; its exit.
+
+    The log's last ``tail`` characters are printed.
+    """
+    probe = [sys.executable, str(ROOT / "tools" / "pipe_probe.py"), f"--{mode}", "--out", str(out)]
+    log_path = out / f"pipe_probe_{mode}.log"
+    with log_path.open("w") as log:
+        try:
+            done = subprocess.run(
+                probe, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s
+            )
+            rc: int | str = done.returncode
+        except subprocess.TimeoutExpired:
+            rc = f"timed out after {timeout_s:g} s"
+    print(log_path.read_text()[-tail:], flush=True)
+    return rc
+
+
 def layer_fit_graphs(out: Path) -> None:
     """Issue 10, two GPUs: the split's schedules replayed from CUDA graphs.
 
@@ -989,16 +1008,7 @@ def layer_fit_graphs(out: Path) -> None:
     of its own, as ``layer_fit-split-alone`` runs the eager ones.
     """
     t0 = time.perf_counter()
-    probe = [sys.executable, str(ROOT / "tools" / "pipe_probe.py"), "--graphs", "--out", str(out)]
-    with (out / "pipe_probe_graphs.log").open("w") as log:
-        try:
-            done = subprocess.run(
-                probe, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=240
-            )
-            rc: int | str = done.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timed out after 240 s"
-    print((out / "pipe_probe_graphs.log").read_text()[-6000:], flush=True)
+    rc = _pipe_probe("graphs", out, timeout_s=240, tail=6000)
     print(f"probe exit {rc}", flush=True)
     parts = ("naive", "1f1b2", "gpipe2", "1f1b4", "gpipe4")
     layer_fit_split(
@@ -1016,16 +1026,7 @@ def layer_fit_bisect(out: Path) -> None:
     one plain process; then the benchmark's case alone, in pytest, for comparison.
     """
     t0 = time.perf_counter()
-    probe = [sys.executable, str(ROOT / "tools" / "pipe_probe.py"), "--bisect", "--out", str(out)]
-    with (out / "pipe_probe_bisect.log").open("w") as log:
-        try:
-            done = subprocess.run(
-                probe, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=300
-            )
-            rc: int | str = done.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timed out after 300 s"
-    print((out / "pipe_probe_bisect.log").read_text()[-3000:], flush=True)
+    rc = _pipe_probe("bisect", out, timeout_s=300, tail=3000)
     js = out / "layer_fit_1f1b2.json"
     left = 560.0 - (time.perf_counter() - t0)
     args = seed_run("layer_fit and split and 1f1b2 and expseg", js)
