@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -300,22 +301,17 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, alloc conf {alloc!r}")
     for batch in (16, 8):
         prime_conv_plans(MODEL, DEVICES, batch)
-    if args.graphs:
-        rows = graphs_effect()
-        (args.out / f"pipe_probe_graphs_{args.tag}.json").write_text(json.dumps(rows))
-        return
-    if args.bisect:
-        rows = bisect(args.out)
-        (args.out / f"pipe_probe_bisect_{args.tag}.json").write_text(json.dumps(rows))
-        return
-    if args.budget_effect:
-        rows = budget_effect()
-        (args.out / f"pipe_probe_budget_{args.tag}.json").write_text(json.dumps(rows))
-        return
-    if args.profiler_effect:
-        rows = profiler_effect(args.out)
-        (args.out / f"pipe_probe_effect_{args.tag}.json").write_text(json.dumps(rows))
-        return
+    experiments = {  # a flag: its rows, and the name of the JSON they go to
+        "graphs": (graphs_effect, "graphs"),
+        "bisect": (partial(bisect, args.out), "bisect"),
+        "budget_effect": (budget_effect, "budget"),
+        "profiler_effect": (partial(profiler_effect, args.out), "effect"),
+    }
+    for flag, (run, name) in experiments.items():
+        if getattr(args, flag):
+            rows = run()
+            (args.out / f"pipe_probe_{name}_{args.tag}.json").write_text(json.dumps(rows))
+            return
     timed = [] if args.memory_only else ["b2b", "b2b+nvml", "sync"]
     cases = [
         ("naive", 1, 85, True, timed[:1] + timed[2:]),
