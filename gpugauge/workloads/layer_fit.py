@@ -1692,17 +1692,17 @@ def check_pipeline(
     stalls: list[str | None] = [None]
     if graphs:
         stalls += [d for d in dict.fromkeys(devices) if d.startswith("cuda")] + ["copies"]
-    args = (model, n, m, cut, devices, schedule, micro_batches, threads)
+    runner = partial(SplitRunner, model, n, m, cut, devices, threads)  # graphs or not
     runs: dict[str, float] = {}
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
-        naive = _gradients_after(model, n, m, cut, devices, "naive", 1, threads, False, 1)
+        naive = _gradients_after(runner(False), "naive", 1, 1)
         for stall in stalls:
-            got = _gradients_after(*args, graphs, 1, stall)
+            got = _gradients_after(runner(graphs), schedule, micro_batches, 1, stall)
             runs[f"naive, 1 step, {stall or 'none'} held"] = _worst_rel_diff(naive, got)
         if graphs:
-            eager = _gradients_after(*args, False, 2)
+            eager = _gradients_after(runner(False), schedule, micro_batches, 2)
             for stall in stalls:
-                got = _gradients_after(*args, True, 2, stall)
+                got = _gradients_after(runner(True), schedule, micro_batches, 2, stall)
                 runs[f"eager, 2 steps, {stall or 'none'} held"] = _worst_rel_diff(eager, got)
     vs_eager = [v for k, v in runs.items() if k.startswith("eager")]
     return {
@@ -1726,24 +1726,17 @@ STALL_CYCLES = 100_000_000  # a spin kernel of about 50 ms at 2 GHz
 
 
 def _gradients_after(
-    model: MemoryModel,
-    n: int,
-    m: int,
-    cut: int,
-    devices: Sequence[str],
+    runner: SplitRunner,
     schedule: str,
     micro_batches: int,
-    threads: bool,
-    graphs: bool,
     steps: int,
     stall: str | None = None,
 ) -> list[torch.Tensor]:
-    """Every gradient after ``steps`` steps of ``schedule`` from the seeded weights.
+    """Every gradient after ``steps`` steps of ``runner``'s ``schedule`` (seeded weights).
 
     ``stall``: a CUDA device to hold back before every step, or ``"copies"`` (graphs):
     every cross-device copy held back on its stream.
     """
-    runner = SplitRunner(model, n, m, cut, devices, threads, graphs)
     step = runner.schedule(schedule, micro_batches)
     if stall == "copies" and runner.graphed is not None:
         runner.graphed.forth.hold_cycles = runner.graphed.back.hold_cycles = STALL_CYCLES // 10
