@@ -60,7 +60,7 @@ def _capture(
         raise
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageGraphs:
     """One stage's graphs and the static tensors they read and write, per slot.
 
