@@ -10,6 +10,7 @@ from gpugauge.regress.baselines import (
     BaselineStore,
     Entry,
     atomic_write_json,
+    main_kernels,
     parse_baseline,
 )
 from gpugauge.regress.gate import Gate, Verdict, allowed_change, compare, judge
@@ -262,3 +263,50 @@ def test_the_time_tolerance_is_a_floor_widened_by_the_recorded_runs() -> None:
         Verdict.UNCHANGED,
         Verdict.INCONCLUSIVE,
     )
+
+
+CONV = "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw(int)"
+ADD = "void at::native::elementwise_kernel<128, 2, CUDAFunctor_add<float> >(int, float)"
+LAYOUT = "void cudnn::engines_precompiled::nchwToNhwcKernel<float>(cudnn::nchw2nhwc_params)"
+
+
+def test_main_kernels_are_those_with_a_share_of_the_round() -> None:
+    # run 46's tf32 seed conv on an H200: the bias add, the conv, the layout transform
+    recorded = [
+        {"name": ADD, "calls": 1, "us": 5089.0},
+        {"name": CONV, "calls": 1, "us": 4040.0},
+        {"name": LAYOUT, "calls": 1, "us": 565.0},
+        {"name": "Memset (Device)", "calls": 1, "us": 46.0},
+    ]
+    assert main_kernels(recorded) == (ADD, CONV, LAYOUT)
+    assert main_kernels(None) == main_kernels([]) == ()
+    assert main_kernels([{"name": "k", "calls": 1, "us": 0.0}]) == ()
+
+
+def test_the_gate_names_kernels_that_differ_from_the_baseline(tmp_path: Path) -> None:
+    base = replace(entry([9.44] * 20), kernels=(ADD, CONV, LAYOUT))
+    store = BaselineStore(tmp_path)
+    [p] = store.write([base], {})
+    assert parse_baseline(p)["b"].kernels == (ADD, CONV, LAYOUT)  # stored and read back
+    other = "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw(int)"
+    slower = replace(entry([9.78] * 20), kernels=(ADD, other, LAYOUT))
+    r = Gate(store, Tolerances()).judge(slower)
+    assert r.verdict is Verdict.REGRESSED
+    assert (
+        "main kernels differ from the baseline's: now runs sm80_xmma_fprop_implicit_gemm_tf32"
+        in r.note
+    )
+    assert "no longer sm80_xmma_fprop_implicit_gemm_indexed" in r.note
+    assert r.note in r.message()
+    assert "time 1.036x" in r.message()
+    # the same kernels in another order, or a side that recorded none: nothing to say
+    assert compare(replace(base, kernels=(CONV, ADD, LAYOUT)), base, Tolerance()).note == ""
+    assert compare(entry([9.44] * 20), base, Tolerance()).note == ""
+
+
+def test_a_baseline_with_bad_kernel_names_is_a_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / "f.json"
+    time = {"unit": "ms", "samples": [1.0]}
+    p.write_text(json.dumps({**GOOD2, "benchmarks": {"x": {"time": time, "kernels": [3]}}}))
+    with pytest.raises(BaselineError, match=r"benchmarks\['x'\].kernels must be a list"):
+        parse_baseline(p)

@@ -161,10 +161,24 @@ def test_combine_runs_keeps_every_runs_median() -> None:
     def e(ms: float) -> Entry:
         return Entry("b", "f", "d", {"time": (ms, ms, ms), "memory": (5.0,)})
 
-    [combined] = combine_runs([[e(1.0)], [e(1.1)], [e(1.05)]])
-    assert combined.readings == {"time": (1.05, 1.05, 1.05), "memory": (5.0,)}
-    assert combined.run_medians == {"time": (1.0, 1.1, 1.05)}
+    [combined] = combine_runs([[e(1.0)], [e(1.1)], [e(1.04)]])
+    assert combined.readings == {"time": (1.04, 1.04, 1.04), "memory": (5.0,)}
+    assert combined.run_medians == {"time": (1.0, 1.1, 1.04)}
     assert combined.run_spread("time") == pytest.approx(0.1)
+    # the reference is the run nearest the middle of the range, not the newest (an edge)
+    [centred] = combine_runs([[e(1.0)], [e(1.04)], [e(1.1)]])
+    assert centred.readings["time"] == (1.04, 1.04, 1.04)
+
+
+def test_combine_runs_keeps_energy_kernels_and_memory_from_where_they_are() -> None:
+    full = Entry(
+        "b", "f", "d", {"time": (2.0,), "memory": (5.0,), "energy": (3.0,)}, kernels=("k",)
+    )
+    quick = Entry("b", "f", "d", {"time": (1.0,), "memory": (6.0,)})
+    [combined] = combine_runs([[full], [quick]])
+    # two runs: both at the edge, the newest is the reference; energy only the full run had
+    assert combined.readings == {"time": (1.0,), "memory": (6.0,), "energy": (3.0,)}
+    assert combined.kernels == ("k",)  # the time reference recorded none: the newest that did
 
 
 def test_run_to_run_spread_widens_the_tolerance() -> None:

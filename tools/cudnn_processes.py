@@ -4,8 +4,10 @@ On one H200 the layers case conv-fwd-tf32 ran at 9.44-9.55 ms in some pytest pro
 and 9.78 ms in others, at 1980 MHz, with ``cudnn.benchmark`` off (docs/gpu-runs.md, runs
 11, 22-23). This runs the case in ``--repeats`` fresh processes per setting: alone, after
 conv-fwd-fp32 (the seed run's order), and with ``cudnn.benchmark`` on; each child times
-it with the suite's seed policy and profiles one round for the kernels that ran.
-Prints a table and writes ``cudnn_processes.json`` under ``--out``.
+it with the suite's seed policy and profiles one round for the kernels that ran. First,
+one process times it with its output in several different blocks (``placements``): if
+the speed follows the block, the memory's placement differs, not the plan. Prints a
+table and writes ``cudnn_processes.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -27,15 +29,64 @@ SETTINGS = {  # name: (cases run first, cudnn.benchmark)
     "benchmark on": ((), True),
 }
 CASE = "conv-fwd-tf32-seed-cuda"
+PLACEMENTS = 5  # output blocks of CASE timed in one process (--placements)
+
+
+def _kernels_ms(fn) -> dict[str, float]:
+    """Device ms per kernel name of one round of ``fn``, from a CUDA-only profile."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpugauge.measure.profile import release_cupti_on_stop
+
+    release_cupti_on_stop()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time_total / 1e3
+    return kernels
+
+
+def placements() -> dict:
+    """CASE timed in one process with its output in ``PLACEMENTS`` different blocks.
+
+    Each block is a fresh ``cudaMalloc``: the previous one is kept alive by a tensor of its
+    size, so the next round's output cannot reuse it. If the two speeds follow the block
+    (its physical pages) and not the process, the cuDNN plan is not what differs.
+    """
+    from gpugauge.measure.ceilings import matmul_precision
+    from gpugauge.measure.timing import CudaEventClock, measure
+    from gpugauge.options import PROFILE_POLICIES
+    from gpugauge.workloads.layers import cases, make_round
+
+    case = {c.id: c for c in cases("seed")}[CASE]
+    fn = make_round(case)[0]
+    held, rows = [], []
+    with matmul_precision(case.dtype):
+        for _ in range(PLACEMENTS):
+            t = measure(fn, PROFILE_POLICIES["seed"], CudaEventClock("cuda"))
+            kernels = _kernels_ms(fn)
+            y = fn()  # the block the rounds wrote, taken from the cache and kept taken,
+            held.append(y)  # so that the next placement's rounds get a new one
+            rows.append(
+                {
+                    "median_ms": t.summary.median,
+                    "ci": [t.summary.ci_low, t.summary.ci_high],
+                    "output_ptr": y.data_ptr(),
+                    "kernels_ms": kernels,
+                }
+            )
+    return {"setting": "placements", "pid": os.getpid(), "placements": rows}
 
 
 def child(setting: str) -> dict:
     """Time CASE in this process (after SETTINGS' cases); its kernels from one round."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from gpugauge.measure.ceilings import matmul_precision
-    from gpugauge.measure.profile import release_cupti_on_stop
     from gpugauge.measure.timing import CudaEventClock, measure
     from gpugauge.options import PROFILE_POLICIES
     from gpugauge.workloads.layers import cases, make_round
@@ -49,14 +100,7 @@ def child(setting: str) -> dict:
         fn = make_round(case)[0]
         with matmul_precision(case.dtype):
             t = measure(fn, PROFILE_POLICIES["seed"], CudaEventClock("cuda"))
-            release_cupti_on_stop()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fn()
-                torch.cuda.synchronize()
-        kernels: dict[str, float] = {}
-        for e in prof.events():
-            if e.device_type.name == "CUDA":
-                kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time_total / 1e3
+            kernels = _kernels_ms(fn)
         out[case_id] = {
             "median_ms": t.summary.median,
             "ci": [t.summary.ci_low, t.summary.ci_high],
@@ -69,14 +113,36 @@ def _text(raw: bytes | str | None) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else (raw or "")
 
 
+def _top(kernels: dict[str, float]) -> str:
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:3]
+    return "; ".join(f"{name[:60]} {ms:.3g}" for name, ms in top)
+
+
+def _run_child(setting: str) -> dict | None:
+    """One child's result, or None (said why); a child that printed, then hung, still counts."""
+    cmd = [sys.executable, __file__, "--child", setting]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+        stdout, stderr, rc = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as err:
+        stdout, stderr, rc = _text(err.stdout), _text(err.stderr), "timed out"
+        print(f"[{setting}] timed out after 90 s; stderr: {stderr[-1500:]}", flush=True)
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        print(f"[{setting}] exit {rc}, no result: {stderr[-2000:]}", flush=True)
+        return None
+    return json.loads(lines[-1]) | {"exit": rc}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--repeats", type=int, default=4)
-    parser.add_argument("--child", choices=sorted(SETTINGS))
+    parser.add_argument("--child", choices=[*sorted(SETTINGS), "placements"])
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child)), flush=True)
+        res = placements() if args.child == "placements" else child(args.child)
+        print(json.dumps(res), flush=True)
         # children hung at exit after printing on an H100 and an H200 (runs 42, 45; cause
         # not found): skip the interpreter's teardown, the result is out
         os._exit(0)
@@ -84,26 +150,24 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     rows, results, t0 = [], [], time.perf_counter()
+
+    def keep(res: dict) -> None:
+        results.append(res)
+        (args.out / "cudnn_processes.json").write_text(json.dumps(results, indent=1))
+
+    if (res := _run_child("placements")) is not None:
+        keep(res)
+        for i, got in enumerate(res["placements"]):
+            median = f"{got['median_ms']:.4g}"
+            rows.append([f"block {i}", "placements", median, _top(got["kernels_ms"])])
+            print(" | ".join(rows[-1]), flush=True)
     for r in range(args.repeats):
         for setting in SETTINGS:  # interleaved, so a drift in time hits every setting
-            cmd = [sys.executable, __file__, "--child", setting]
-            try:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-                stdout, stderr, rc = done.stdout, done.stderr, done.returncode
-            except subprocess.TimeoutExpired as err:  # a child that printed, then hung
-                stdout, stderr, rc = _text(err.stdout), _text(err.stderr), "timed out"
-                print(f"[{setting}] timed out after 60 s; stderr: {stderr[-1500:]}", flush=True)
-            lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-            if not lines:
-                print(f"[{setting}] exit {rc}, no result: {stderr[-2000:]}", flush=True)
+            if (res := _run_child(setting)) is None:
                 continue
-            res = json.loads(lines[-1]) | {"exit": rc}
-            results.append(res)
-            (args.out / "cudnn_processes.json").write_text(json.dumps(results, indent=1))
+            keep(res)
             got = res[CASE]
-            top = sorted(got["kernels_ms"].items(), key=lambda kv: -kv[1])[:3]
-            kernels = "; ".join(f"{name[:60]} {ms:.3g}" for name, ms in top)
-            rows.append([str(r), setting, f"{got['median_ms']:.4g}", kernels])
+            rows.append([str(r), setting, f"{got['median_ms']:.4g}", _top(got["kernels_ms"])])
             print(" | ".join(rows[-1]), flush=True)
     title = f"{CASE} in fresh processes, {time.perf_counter() - t0:.0f} s"
     print(render(["repeat", "setting", "median ms", "top kernels (ms)"], rows, title))

@@ -312,6 +312,7 @@ def layers(out: Path) -> None:
 
 
 GATED = ["benches", "-k", "vgg_swap or layers", "--profile", "seed", "-p", "no:cacheprovider"]
+NO_ENERGY = ["--energy-window", "0"]
 
 
 def gate_record(out: Path) -> None:
@@ -324,7 +325,7 @@ def gate_record(out: Path) -> None:
 
     quick, full = out / "record_time_only.json", out / "record_full.json"
     rc1 = run_pytest(
-        [*GATED, "--energy-window", "0", f"--benchmark-json={quick}"], out / "record_time_only.log"
+        [*GATED, *NO_ENERGY, f"--benchmark-json={quick}"], out / "record_time_only.log"
     )
     rc2 = run_pytest([*GATED, f"--benchmark-json={full}"], out / "record_full.log")
     rc3 = subprocess.run(
@@ -471,8 +472,9 @@ def regime_record(out: Path, energy: bool = True) -> None:
 
     ``energy=False`` (``regime-record-time``): both runs time only, no energy baselines.
     """
-    first = ("record_full", []) if energy else ("record_time1", ["--energy-window", "0"])
-    rows = _seed_runs(out, [first, ("record_time", ["--energy-window", "0"])])
+    kernels = ["--record-kernels"]  # the baseline names each case's main kernels
+    first = ("record_full", kernels) if energy else ("record_time1", [*kernels, *NO_ENERGY])
+    rows = _seed_runs(out, [first, ("record_time", [*kernels, *NO_ENERGY])])
     runs = [str(out / f"{first[0]}.json"), str(out / "record_time.json")]
     rc = subprocess.run(
         [
@@ -509,7 +511,7 @@ def regime_gate(out: Path) -> None:
 
     False alarms: any regression here is one. Energy is left out to keep the call short.
     """
-    gated = ["--gate", "--energy-window", "0"]
+    gated = ["--gate", *NO_ENERGY, "--record-kernels"]  # notes name changed kernels
     rows = _seed_runs(out, [("gate_1", gated), ("gate_2", gated)])
     _gzip(out)
     print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, "fresh runs, gated"))
@@ -517,7 +519,7 @@ def regime_gate(out: Path) -> None:
 
 def regime_detect(out: Path) -> None:
     """Issue 8: 3% and 7% of each case's baseline median injected as device time."""
-    slow = ["--gate", "--energy-window", "0", "-p", "tests.slowdown", "--slowdown-frac"]
+    slow = ["--gate", *NO_ENERGY, "-p", "tests.slowdown", "--slowdown-frac"]
     rows = _seed_runs(out, [("slow3", [*slow, "0.03"]), ("slow7", [*slow, "0.07"])])
     print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, "slowed runs, gated"))
     for name in ("slow3", "slow7"):
@@ -533,7 +535,7 @@ def kernels_check(out: Path) -> None:
     after it (the verdicts against baselines recorded without it), and which algorithm
     each conv and VGG case ran (conv-fwd-tf32 ran at 9.52 or 9.78 ms on one H200).
     """
-    rows = _seed_runs(out, [("kernels", ["--gate", "--energy-window", "0", "--record-kernels"])])
+    rows = _seed_runs(out, [("kernels", ["--gate", *NO_ENERGY, "--record-kernels"])])
     lines = []
     for info in extra_infos(out / "kernels.json").values():
         top = (info.get("extra") or {}).get("kernels") or [{}]

@@ -1,7 +1,10 @@
 """Stored baselines: one JSON file per device class and family, samples included.
 
 ``baselines/<device-class>/<family>.json`` holds, per benchmark id, every timed round
-(ms), the peak memory (bytes) and the energy per iteration (J). Files are parsed as JSON
+(ms), the peak memory (bytes) and the energy per iteration (J), and, where the run
+recorded a round's kernels (``--record-kernels``), the names of its main kernels: a gate
+note then says when a result ran other kernels than its baseline (another cuDNN or cuBLAS
+algorithm) rather than leaving a change of speed unexplained. Files are parsed as JSON
 only and validated; a bad file is a :class:`BaselineError` naming it. Writes go to a
 temporary file renamed over the old one, so a failed run never leaves a half-written
 baseline, and each file's read-merge-write runs under a lock, so two runs that update the
@@ -36,7 +39,9 @@ class Entry:
     ``readings`` maps registry metric names to their readings (every round's time in ms, one
     peak in bytes, ...). ``run_medians`` holds, per samples metric, the median of each
     independent run the baseline was recorded from: the gate reads their spread as
-    run-to-run noise. It is empty for a one-run baseline.
+    run-to-run noise. It is empty for a one-run baseline. ``kernels`` names the kernels
+    that took at least ``MAIN_KERNEL_SHARE`` of one round's device time, longest first
+    (empty when the run did not record them).
     """
 
     id: str
@@ -44,6 +49,7 @@ class Entry:
     device_class: str
     readings: Mapping[str, tuple[float, ...]]
     run_medians: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    kernels: tuple[str, ...] = ()
 
     def run_spread(self, name: str) -> float:
         """Relative spread of the recorded runs' medians, max/min - 1 (0 for one run)."""
@@ -65,12 +71,32 @@ class Entry:
             else:
                 stored["value"] = values[0]
             out[name] = stored
+        if self.kernels:
+            out["kernels"] = list(self.kernels)
         return out
 
 
+# A kernel is one of a round's main kernels from this share of its device time: on the
+# H200 the tf32 seed conv's layout transform (6%) counts, its 0.5% memset does not.
+MAIN_KERNEL_SHARE = 0.05
+
+
+def main_kernels(recorded: Any) -> tuple[str, ...]:
+    """Names of the kernels of ``extra["kernels"]`` (name, calls, us) that count as main."""
+    if not isinstance(recorded, list) or not recorded:
+        return ()
+    total = sum(float(k.get("us", 0.0)) for k in recorded)
+    return tuple(
+        str(k["name"])
+        for k in recorded
+        if total > 0 and float(k.get("us", 0.0)) >= MAIN_KERNEL_SHARE * total
+    )
+
+
 def entry_of(m: Measurement) -> Entry:
-    """The storable numbers of a measurement: its metric readings."""
-    return Entry(m.id, m.spec.family, m.device_class, m.readings())
+    """The storable numbers of a measurement: its metric readings and main kernels."""
+    kernels = main_kernels(m.extra.get("kernels"))
+    return Entry(m.id, m.spec.family, m.device_class, m.readings(), kernels=kernels)
 
 
 def entries_of_benchmark_json(path: Path) -> list[Entry]:
@@ -81,27 +107,47 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
 def combine_runs(runs: list[list[Entry]]) -> list[Entry]:
     """One entry per benchmark from several runs given oldest first.
 
-    Each entry holds the newest run's numbers and, per samples metric, every run's median,
-    so that the gate can see the run-to-run noise.
+    A samples metric keeps the samples of its *central* run, the one whose median lies
+    nearest the middle of the recorded runs' range (the newest among equals), and every
+    run's median, so that the gate measures a new run from the middle of the run-to-run
+    noise it allows, not from one edge of it. A value metric (a peak, an energy window)
+    keeps the newest run's reading; the main kernels come from the central run of time, or
+    else the newest run that recorded them.
     """
-    latest: dict[tuple[str, str, str], Entry] = {}
-    medians: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    seen: dict[tuple[str, str, str], list[Entry]] = {}
     for run in runs:
         for e in run:
-            key = (e.device_class, e.family, e.id)
-            latest[key] = e
-            for name, values in e.readings.items():
-                if METRICS[name].kind is Kind.SAMPLES:
-                    medians.setdefault(key, {}).setdefault(name, []).append(
-                        statistics.median(values)
-                    )
-    return [
-        replace(
-            e,
-            run_medians={n: tuple(v) for n, v in medians.get(k, {}).items() if len(v) > 1},
-        )
-        for k, e in latest.items()
-    ]
+            seen.setdefault((e.device_class, e.family, e.id), []).append(e)
+    return [_combined(entries) for entries in seen.values()]
+
+
+def _central(entries: list[Entry], name: str) -> tuple[Entry, tuple[float, ...]]:
+    """The entry whose median of ``name`` is nearest the middle of all medians; the medians."""
+    medians = tuple(statistics.median(e.readings[name]) for e in entries)
+    middle = (min(medians) + max(medians)) / 2
+    best = min(range(len(entries)), key=lambda i: (abs(medians[i] - middle), -i))
+    return entries[best], medians
+
+
+def _combined(entries: list[Entry]) -> Entry:
+    newest = entries[-1]
+    readings: dict[str, tuple[float, ...]] = {}
+    run_medians: dict[str, tuple[float, ...]] = {}
+    kernels = next((e.kernels for e in reversed(entries) if e.kernels), ())
+    for name in METRICS:
+        holding = [e for e in entries if name in e.readings]
+        if not holding:
+            continue
+        if METRICS[name].kind is Kind.SAMPLES:
+            central, medians = _central(holding, name)
+            readings[name] = central.readings[name]
+            if len(medians) > 1:
+                run_medians[name] = medians
+            if name == "time" and central.kernels:
+                kernels = central.kernels
+        else:
+            readings[name] = holding[-1].readings[name]
+    return replace(newest, readings=readings, run_medians=run_medians, kernels=kernels)
 
 
 def _read_json(path: Path) -> Any:
@@ -221,11 +267,19 @@ def parse_baseline(path: Path, place: tuple[str, str] | None = None) -> dict[str
             raise BaselineError(f"{path}: {where} must be an object")
         if version == 1:
             raw = _v1_metrics(raw, path, where)
+        raw = dict(raw)
+        kernels = _kernel_names(raw.pop("kernels", []), path, f"{where}.kernels")
         readings, medians = _parse_metrics(raw, path, where)
         if not readings:
             raise BaselineError(f"{path}: {where} holds no metric")
-        out[bid] = Entry(bid, data["family"], data["device_class"], readings, medians)
+        out[bid] = Entry(bid, data["family"], data["device_class"], readings, medians, kernels)
     return out
+
+
+def _kernel_names(value: Any, path: Path, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(k, str) and k for k in value):
+        raise BaselineError(f"{path}: {where} must be a list of kernel names")
+    return tuple(value)
 
 
 class BaselineStore:

@@ -10,7 +10,8 @@ that noise alone never fails a build. The time tolerance is a floor: the change 
 derived from the recorded baseline runs (:func:`allowed_change`), because a within-run CI
 cannot see run-to-run noise, such as a short GEMM's clocks under the power cap. Value
 metrics (a deterministic allocator peak, one long energy window, a count) are judged on
-their point ratio against their tolerance.
+their point ratio against their tolerance. Where both sides recorded their main kernels,
+the result's note says which ones differ: a change of algorithm, not of clock or noise.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ class GateResult:
 
     def message(self) -> str:
         """One line for a failing test or a table."""
-        worst = [c.describe() for c in self.checks if c.verdict is self.verdict]
-        return f"{self.id}: {self.verdict}: " + ("; ".join(worst) or self.note)
+        worst = "; ".join(c.describe() for c in self.checks if c.verdict is self.verdict)
+        said = "; ".join(part for part in (worst, self.note) if part)
+        return f"{self.id}: {self.verdict}: {said}"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -176,8 +178,26 @@ def compare(current: Entry, baseline: Entry, tolerance: Tolerance) -> GateResult
         else:
             cur, base = current.readings[name][0], baseline.readings[name][0]
             checks.append(_point(m, cur, base, tolerance[name]))
-    note = "" if checks else "no metric in common with the baseline"
+    note = kernel_change(current.kernels, baseline.kernels)
+    if not checks:
+        note = "no metric in common with the baseline"
     return GateResult(current.id, current.family, current.device_class, tuple(checks), note)
+
+
+def short_kernel(name: str, width: int = 60) -> str:
+    """A kernel name without ``void``, its arguments and most template arguments."""
+    name = name.removeprefix("void ").split("(", 1)[0]
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def kernel_change(current: tuple[str, ...], baseline: tuple[str, ...]) -> str:
+    """'' when either side did not record its main kernels or both name the same ones."""
+    if not current or not baseline or set(current) == set(baseline):
+        return ""
+    now = ", ".join(short_kernel(k) for k in current if k not in baseline)
+    gone = ", ".join(short_kernel(k) for k in baseline if k not in current)
+    parts = [f"now runs {now}" if now else "", f"no longer {gone}" if gone else ""]
+    return "main kernels differ from the baseline's: " + "; ".join(p for p in parts if p)
 
 
 class Gate:
