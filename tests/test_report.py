@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpugauge.__main__ import main
-from gpugauge.regress.baselines import Entry, combine_runs, parse_baseline
+from gpugauge.regress.baselines import Entry, KernelShare, combine_runs, parse_baseline
 from gpugauge.regress.gate import Verdict, compare
 from gpugauge.regress.tolerances import Tolerance
 
@@ -171,14 +171,14 @@ def test_combine_runs_keeps_every_runs_median() -> None:
 
 
 def test_combine_runs_keeps_energy_kernels_and_memory_from_where_they_are() -> None:
-    full = Entry(
-        "b", "f", "d", {"time": (2.0,), "memory": (5.0,), "energy": (3.0,)}, kernels=("k",)
-    )
+    readings = {"time": (2.0,), "memory": (5.0,), "energy": (3.0,)}
+    full = Entry("b", "f", "d", readings, kernels=(KernelShare("k", 1.0),))
     quick = Entry("b", "f", "d", {"time": (1.0,), "memory": (6.0,)})
     [combined] = combine_runs([[full], [quick]])
     # two runs: both at the edge, the newest is the reference; energy only the full run had
     assert combined.readings == {"time": (1.0,), "memory": (6.0,), "energy": (3.0,)}
-    assert combined.kernels == ("k",)  # the time reference recorded none: the newest that did
+    # the time reference recorded no kernels: the newest run that did
+    assert combined.kernels == (KernelShare("k", 1.0),)
 
 
 def test_run_to_run_spread_widens_the_tolerance() -> None:
@@ -197,7 +197,8 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     root = Path(__file__).resolve().parents[1]
     text = (root / ".github" / "workflows" / "nightly-gpu.yml").read_text()
     assert "runs-on: [self-hosted, gpu]" in text
-    assert "python3 -m pytest benches --profile seed --gate --benchmark-autosave" in text
+    assert "python3 -m pytest benches --profile seed --gate --record-kernels" in text
+    assert "--benchmark-autosave" in text
     assert "python3 -m gpugauge report --current results/nightly.json" in text
     assert "actions/upload-artifact" in text
     assert "if: always()" in text  # the report is kept when the gate fails the run

@@ -190,7 +190,7 @@ def profile_steps(
 
 
 def round_kernels(
-    fn: Callable[[], object], synchronize: Callable[[], None], top: int = 8
+    fn: Callable[[], object], synchronize: Callable[[], None], top: int = 16
 ) -> list[dict[str, Any]]:
     """The device kernels and copies of one call of ``fn``: name, calls, total µs; top first.
 

@@ -2,13 +2,13 @@
 
 ``baselines/<device-class>/<family>.json`` holds, per benchmark id, every timed round
 (ms), the peak memory (bytes) and the energy per iteration (J), and, where the run
-recorded a round's kernels (``--record-kernels``), the names of its main kernels: a gate
-note then says when a result ran other kernels than its baseline (another cuDNN or cuBLAS
-algorithm) rather than leaving a change of speed unexplained. Files are parsed as JSON
-only and validated; a bad file is a :class:`BaselineError` naming it. Writes go to a
-temporary file renamed over the old one, so a failed run never leaves a half-written
-baseline, and each file's read-merge-write runs under a lock, so two runs that update the
-same family at once both keep their entries.
+recorded a round's kernels (``--record-kernels``), each kernel's share of that round's
+device time: a gate note then says when a result ran other main kernels than its baseline
+(another cuDNN or cuBLAS algorithm) rather than leaving a change of speed unexplained.
+Files are parsed as JSON only and validated; a bad file is a :class:`BaselineError`
+naming it. Writes go to a temporary file renamed over the old one, so a failed run never
+leaves a half-written baseline, and each file's read-merge-write runs under a lock, so two
+runs that update the same family at once both keep their entries.
 """
 
 from __future__ import annotations
@@ -33,15 +33,23 @@ class BaselineError(ValueError):
 
 
 @dataclass(frozen=True)
+class KernelShare:
+    """A kernel (or copy) of one recorded round and its share of the round's device time."""
+
+    name: str
+    share: float  # 0-1, of the time of the kernels recorded (the longest 16)
+
+
+@dataclass(frozen=True)
 class Entry:
     """One benchmark's metric readings, as stored in a baseline or taken from a result.
 
     ``readings`` maps registry metric names to their readings (every round's time in ms, one
     peak in bytes, ...). ``run_medians`` holds, per samples metric, the median of each
     independent run the baseline was recorded from: the gate reads their spread as
-    run-to-run noise. It is empty for a one-run baseline. ``kernels`` names the kernels
-    that took at least ``MAIN_KERNEL_SHARE`` of one round's device time, longest first
-    (empty when the run did not record them).
+    run-to-run noise. It is empty for a one-run baseline. ``kernels`` holds one round's
+    kernels with their shares of its device time, longest first (empty when the run did
+    not record them).
     """
 
     id: str
@@ -49,7 +57,7 @@ class Entry:
     device_class: str
     readings: Mapping[str, tuple[float, ...]]
     run_medians: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    kernels: tuple[str, ...] = ()
+    kernels: tuple[KernelShare, ...] = ()
 
     def run_spread(self, name: str) -> float:
         """Relative spread of the recorded runs' medians, max/min - 1 (0 for one run)."""
@@ -72,30 +80,23 @@ class Entry:
                 stored["value"] = values[0]
             out[name] = stored
         if self.kernels:
-            out["kernels"] = list(self.kernels)
+            out["kernels"] = [{"name": k.name, "share": k.share} for k in self.kernels]
         return out
 
 
-# A kernel is one of a round's main kernels from this share of its device time: on the
-# H200 the tf32 seed conv's layout transform (6%) counts, its 0.5% memset does not.
-MAIN_KERNEL_SHARE = 0.05
-
-
-def main_kernels(recorded: Any) -> tuple[str, ...]:
-    """Names of the kernels of ``extra["kernels"]`` (name, calls, us) that count as main."""
+def kernel_shares(recorded: Any) -> tuple[KernelShare, ...]:
+    """``extra["kernels"]`` (name, calls, us; longest first) as shares of their total time."""
     if not isinstance(recorded, list) or not recorded:
         return ()
     total = sum(float(k.get("us", 0.0)) for k in recorded)
-    return tuple(
-        str(k["name"])
-        for k in recorded
-        if total > 0 and float(k.get("us", 0.0)) >= MAIN_KERNEL_SHARE * total
-    )
+    if total <= 0:
+        return ()
+    return tuple(KernelShare(str(k["name"]), float(k.get("us", 0.0)) / total) for k in recorded)
 
 
 def entry_of(m: Measurement) -> Entry:
-    """The storable numbers of a measurement: its metric readings and main kernels."""
-    kernels = main_kernels(m.extra.get("kernels"))
+    """The storable numbers of a measurement: its metric readings and kernel shares."""
+    kernels = kernel_shares(m.extra.get("kernels"))
     return Entry(m.id, m.spec.family, m.device_class, m.readings(), kernels=kernels)
 
 
@@ -268,7 +269,7 @@ def parse_baseline(path: Path, place: tuple[str, str] | None = None) -> dict[str
         if version == 1:
             raw = _v1_metrics(raw, path, where)
         raw = dict(raw)
-        kernels = _kernel_names(raw.pop("kernels", []), path, f"{where}.kernels")
+        kernels = _kernels(raw.pop("kernels", []), path, f"{where}.kernels")
         readings, medians = _parse_metrics(raw, path, where)
         if not readings:
             raise BaselineError(f"{path}: {where} holds no metric")
@@ -276,10 +277,23 @@ def parse_baseline(path: Path, place: tuple[str, str] | None = None) -> dict[str
     return out
 
 
-def _kernel_names(value: Any, path: Path, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(k, str) and k for k in value):
-        raise BaselineError(f"{path}: {where} must be a list of kernel names")
-    return tuple(value)
+def _kernels(value: Any, path: Path, where: str) -> tuple[KernelShare, ...]:
+    def fine(k: Any) -> bool:
+        return (
+            isinstance(k, dict)
+            and set(k) == {"name", "share"}
+            and isinstance(k["name"], str)
+            and bool(k["name"])
+            and isinstance(k["share"], int | float)
+            and not isinstance(k["share"], bool)
+            and 0 <= k["share"] <= 1
+        )
+
+    if not isinstance(value, list) or not all(fine(k) for k in value):
+        raise BaselineError(
+            f"{path}: {where} must be a list of {{name, share}} objects (share 0-1)"
+        )
+    return tuple(KernelShare(k["name"], float(k["share"])) for k in value)
 
 
 class BaselineStore:
