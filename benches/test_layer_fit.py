@@ -45,7 +45,11 @@ from gpugauge.workloads.layer_fit import (
 pytestmark = pytest.mark.layer_fit
 
 GRAD_REL_TOL = 1e-4  # fp32, TF32 off: the schedules differ only in summation order
-GRAPHS_REL_TOL = 1e-6  # graphs replay the eager schedule's kernels: a stale read is far larger
+# Graphs replay the eager schedule's kernels, but eager GPipe's backward is one autograd
+# call that sums the parts' gradients in the engine's order, the graphs in micro-batch
+# order: for 4 parts 1.8e-6 apart on two H200s (run 53; 0.0 for 2 parts, as a + b = b + a).
+# A stale read (run 41's race) was 0.011.
+GRAPHS_REL_TOL = 1e-5
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -137,7 +141,7 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         )
         extra["pipeline_check"] = check
         assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"gradients differ: {check}"
-        if case.graphs:  # the eager schedule's own kernels, replayed: equal (0.0 on H200s)
+        if case.graphs:  # the eager schedule's own kernels, replayed: equal but for the sum order
             assert check["max_vs_eager"] < GRAPHS_REL_TOL, f"graphs differ from eager: {check}"
     # a pipeline is balanced by what a block costs at its micro-batch size
     part = case.batch // case.micro_batches
