@@ -177,8 +177,17 @@ def test_combine_runs_keeps_energy_kernels_and_memory_from_where_they_are() -> N
     [combined] = combine_runs([[full], [quick]])
     # two runs: both at the edge, the newest is the reference; energy only the full run had
     assert combined.readings == {"time": (1.0,), "memory": (6.0,), "energy": (3.0,)}
-    # the time reference recorded no kernels: the newest run that did
+    assert combined.kernels == ()  # the rounds kept are the quick run's, which named none
+    [combined] = combine_runs([[quick], [full]])
     assert combined.kernels == (KernelShare("k", 1.0),)
+
+
+def test_two_runs_equally_far_from_the_middle_keep_the_newest_despite_rounding() -> None:
+    # 0.3 and 0.1 are not equally far from 0.2 in binary floating point
+    older = Entry("b", "f", "d", {"time": (0.3,)})
+    newer = Entry("b", "f", "d", {"time": (0.1,)})
+    [combined] = combine_runs([[older], [newer]])
+    assert combined.readings["time"] == (0.1,)
 
 
 def test_run_to_run_spread_widens_the_tolerance() -> None:

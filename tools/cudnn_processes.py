@@ -33,21 +33,12 @@ PLACEMENTS = 5  # output blocks of CASE timed in one process (--placements)
 
 
 def _kernels_ms(fn) -> dict[str, float]:
-    """Device ms per kernel name of one round of ``fn``, from a CUDA-only profile."""
+    """Device ms per kernel name of one round of ``fn`` (the suite's ``round_kernels``)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
-    from gpugauge.measure.profile import release_cupti_on_stop
+    from gpugauge.measure.profile import round_kernels
 
-    release_cupti_on_stop()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    kernels: dict[str, float] = {}
-    for e in prof.events():
-        if e.device_type.name == "CUDA":
-            kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time_total / 1e3
-    return kernels
+    return {k["name"]: k["us"] / 1e3 for k in round_kernels(fn, torch.cuda.synchronize, None)}
 
 
 def placements() -> dict:
@@ -114,19 +105,21 @@ def _text(raw: bytes | str | None) -> str:
 
 
 def _top(kernels: dict[str, float]) -> str:
+    from gpugauge.regress.gate import short_kernel
+
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:3]
-    return "; ".join(f"{name[:60]} {ms:.3g}" for name, ms in top)
+    return "; ".join(f"{short_kernel(name, 60)} {ms:.3g}" for name, ms in top)
 
 
-def _run_child(setting: str) -> dict | None:
+def _run_child(setting: str, timeout_s: float = 90) -> dict | None:
     """One child's result, or None (said why); a child that printed, then hung, still counts."""
     cmd = [sys.executable, __file__, "--child", setting]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         stdout, stderr, rc = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as err:
         stdout, stderr, rc = _text(err.stdout), _text(err.stderr), "timed out"
-        print(f"[{setting}] timed out after 90 s; stderr: {stderr[-1500:]}", flush=True)
+        print(f"[{setting}] timed out after {timeout_s:g} s; stderr: {stderr[-1500:]}", flush=True)
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if not lines:
         print(f"[{setting}] exit {rc}, no result: {stderr[-2000:]}", flush=True)
@@ -155,7 +148,8 @@ def main() -> None:
         results.append(res)
         (args.out / "cudnn_processes.json").write_text(json.dumps(results, indent=1))
 
-    if (res := _run_child("placements")) is not None:
+    # PLACEMENTS timings (each up to 5 s of warm-up and 10 s of rounds) and their profiles
+    if (res := _run_child("placements", timeout_s=PLACEMENTS * 20 + 60)) is not None:
         keep(res)
         for i, got in enumerate(res["placements"]):
             median = f"{got['median_ms']:.4g}"

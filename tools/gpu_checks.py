@@ -65,6 +65,7 @@ from functools import partial  # noqa: E402
 from gpugauge.launch.torchrun import processes_mentioning  # noqa: E402
 from gpugauge.measure.timing import CudaEventClock, measure  # noqa: E402
 from gpugauge.options import PROFILE_POLICIES  # noqa: E402
+from gpugauge.regress.gate import short_kernel  # noqa: E402
 from gpugauge.report.tables import render  # noqa: E402
 from gpugauge.results.runs import load_run  # noqa: E402
 
@@ -543,7 +544,9 @@ def kernels_check(out: Path) -> None:
         top = (info.get("extra") or {}).get("kernels") or [{}]
         verdict = (info.get("gate") or {}).get("verdict", "-")
         median = info["timing"]["summary_ms"]["median"]
-        lines.append([info["id"], f"{median:.4g}", verdict, str(top[0].get("name", "-"))[:90]])
+        lines.append(
+            [info["id"], f"{median:.4g}", verdict, short_kernel(str(top[0].get("name", "-")), 90)]
+        )
     _gzip(out)
     print("\n" + render(["run", "exit", "wall s", "verdicts"], rows, "gated, kernels recorded"))
     print(render(["case", "median ms", "verdict", "top kernel"], lines, "top kernel per case"))
@@ -913,7 +916,7 @@ def layer_fit_split(
         events = extra.get("allocator_per_step") or [None] * len(info["memory"])
         setup = extra.get("allocator_setup") or [None] * len(info["memory"])
         for i, kernels in enumerate(trace.get("top_kernels") or []):
-            top = "; ".join(f"{name[:60]} {ms:.3g} ms" for name, ms in kernels[:2])
+            top = "; ".join(f"{short_kernel(name, 60)} {ms:.3g} ms" for name, ms in kernels[:2])
             kernel_lines.append(f"{key} cuda:{i}: {top}")
         for i, mem in enumerate(info["memory"]):
             peak = mem["start_allocated_bytes"] + mem["peak_allocated_bytes"]

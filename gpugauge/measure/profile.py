@@ -190,9 +190,12 @@ def profile_steps(
 
 
 def round_kernels(
-    fn: Callable[[], object], synchronize: Callable[[], None], top: int = 16
+    fn: Callable[[], object], synchronize: Callable[[], None], top: int | None = 16
 ) -> list[dict[str, Any]]:
-    """The device kernels and copies of one call of ``fn``: name, calls, total µs; top first.
+    """The device kernels and copies of one call of ``fn``, longest first (``top`` of them).
+
+    Each row: name, calls, total µs, and ``share``, of the whole call's device time (all
+    kernels, listed or not).
 
     What a result's median alone cannot say: which algorithm cuDNN or cuBLAS ran (on one
     H200 the tf32 seed conv took 9.52 ms in some processes and 9.78 in others, at one
@@ -211,8 +214,12 @@ def round_kernels(
         row = rows.setdefault(e.name, [0, 0.0])
         row[0] += 1
         row[1] += e.time_range.elapsed_us()
+    total = sum(us for _, us in rows.values())
     ranked = sorted(rows.items(), key=lambda kv: -kv[1][1])[:top]
-    return [{"name": name, "calls": int(n), "us": us} for name, (n, us) in ranked]
+    return [
+        {"name": name, "calls": int(n), "us": us, "share": us / total if total else 0.0}
+        for name, (n, us) in ranked
+    ]
 
 
 SORT_KEYS = {"self_device": "self_device_us", "self_cpu": "self_cpu_us"}

@@ -37,7 +37,7 @@ class KernelShare:
     """A kernel (or copy) of one recorded round and its share of the round's device time."""
 
     name: str
-    share: float  # 0-1, of the time of the kernels recorded (the longest 16)
+    share: float  # 0-1, of the round's device time (runs 46-50: of the 8 kernels listed)
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,32 @@ class Entry:
 
 
 def kernel_shares(recorded: Any) -> tuple[KernelShare, ...]:
-    """``extra["kernels"]`` (name, calls, us; longest first) as shares of their total time."""
+    """``extra["kernels"]`` (rows of name, calls, us, share; longest first) as shares.
+
+    A row's ``share`` is of its round's whole device time; rows recorded without it
+    (runs 46-50 listed 8 kernels and no share) get their share of the listed rows' time.
+    Anything else (a result from elsewhere, edited by hand) gives no kernels: the gate then
+    says nothing about them rather than failing.
+    """
     if not isinstance(recorded, list) or not recorded:
         return ()
-    total = sum(float(k.get("us", 0.0)) for k in recorded)
-    if total <= 0:
+    rows = []
+    for k in recorded:
+        us = k.get("us") if isinstance(k, dict) else None
+        name = k.get("name") if isinstance(k, dict) else None
+        if not isinstance(name, str) or not name or not _finite_non_negative(us):
+            return ()
+        rows.append((name, float(us), k.get("share")))
+    listed = sum(us for _, us, _ in rows)
+    if all(_finite_non_negative(share) and share <= 1 for _, _, share in rows):
+        return tuple(KernelShare(name, float(share)) for name, _, share in rows)
+    if listed <= 0:
         return ()
-    return tuple(KernelShare(str(k["name"]), float(k.get("us", 0.0)) / total) for k in recorded)
+    return tuple(KernelShare(name, us / listed) for name, us, _ in rows)
+
+
+def _finite_non_negative(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
 def entry_of(m: Measurement) -> Entry:
@@ -112,8 +131,8 @@ def combine_runs(runs: list[list[Entry]]) -> list[Entry]:
     nearest the middle of the recorded runs' range (the newest among equals), and every
     run's median, so that the gate measures a new run from the middle of the run-to-run
     noise it allows, not from one edge of it. A value metric (a peak, an energy window)
-    keeps the newest run's reading; the main kernels come from the central run of time, or
-    else the newest run that recorded them.
+    keeps the newest run's reading; the kernels are those of the central run of time (none
+    if it did not record them), so that they belong to the rounds kept.
     """
     seen: dict[tuple[str, str, str], list[Entry]] = {}
     for run in runs:
@@ -126,7 +145,14 @@ def _central(entries: list[Entry], name: str) -> tuple[Entry, tuple[float, ...]]
     """The entry whose median of ``name`` is nearest the middle of all medians; the medians."""
     medians = tuple(statistics.median(e.readings[name]) for e in entries)
     middle = (min(medians) + max(medians)) / 2
-    best = min(range(len(entries)), key=lambda i: (abs(medians[i] - middle), -i))
+    gaps = [abs(m - middle) for m in medians]
+    nearest = min(gaps)
+    # the newest of those nearest, equal up to rounding: with two runs, the newest
+    best = max(
+        i
+        for i, g in enumerate(gaps)
+        if math.isclose(g, nearest, rel_tol=1e-9, abs_tol=1e-12 * max(medians))
+    )
     return entries[best], medians
 
 
@@ -134,7 +160,7 @@ def _combined(entries: list[Entry]) -> Entry:
     newest = entries[-1]
     readings: dict[str, tuple[float, ...]] = {}
     run_medians: dict[str, tuple[float, ...]] = {}
-    kernels = next((e.kernels for e in reversed(entries) if e.kernels), ())
+    kernels: tuple[KernelShare, ...] = ()  # the time reference's own, or none
     for name in METRICS:
         holding = [e for e in entries if name in e.readings]
         if not holding:
@@ -144,7 +170,7 @@ def _combined(entries: list[Entry]) -> Entry:
             readings[name] = central.readings[name]
             if len(medians) > 1:
                 run_medians[name] = medians
-            if name == "time" and central.kernels:
+            if name == "time":
                 kernels = central.kernels
         else:
             readings[name] = holding[-1].readings[name]
@@ -293,6 +319,11 @@ def _kernels(value: Any, path: Path, where: str) -> tuple[KernelShare, ...]:
         raise BaselineError(
             f"{path}: {where} must be a list of {{name, share}} objects (share 0-1)"
         )
+    names = [k["name"] for k in value]
+    if len(set(names)) != len(names):
+        raise BaselineError(f"{path}: {where} names a kernel twice")
+    if sum(k["share"] for k in value) > 1 + 1e-6:
+        raise BaselineError(f"{path}: {where}: the shares add up to more than 1")
     return tuple(KernelShare(k["name"], float(k["share"])) for k in value)
 
 

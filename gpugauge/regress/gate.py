@@ -178,15 +178,23 @@ def compare(current: Entry, baseline: Entry, tolerance: Tolerance) -> GateResult
         else:
             cur, base = current.readings[name][0], baseline.readings[name][0]
             checks.append(_point(m, cur, base, tolerance[name]))
-    note = kernel_change(current.kernels, baseline.kernels)
+    notes = [kernel_change(current.kernels, baseline.kernels)]
     if not checks:
-        note = "no metric in common with the baseline"
+        notes.append("no metric in common with the baseline")
+    note = "; ".join(n for n in notes if n)
     return GateResult(current.id, current.family, current.device_class, tuple(checks), note)
 
 
-def short_kernel(name: str, width: int = 60) -> str:
-    """A kernel name without ``void``, its arguments and most template arguments."""
-    name = name.removeprefix("void ").split("(", 1)[0]
+def short_kernel(name: str, width: int = 80) -> str:
+    """A kernel name without ``void`` and its argument list; at most ``width`` characters."""
+    name = name.removeprefix("void ")
+    if name.endswith(")"):  # cut the argument list: the '(' that balances the last ')'
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
@@ -202,7 +210,7 @@ LISTED_MARGIN = 1.5
 def _not_in(side: tuple[KernelShare, ...], other: tuple[KernelShare, ...]) -> list[str]:
     """Main kernels of ``side`` that ``other`` would have listed had it run them."""
     names = {k.name for k in other}
-    cut = min(k.share for k in other)
+    cut = min((k.share for k in other), default=0.0)
     return [
         k.name
         for k in side
