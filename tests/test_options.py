@@ -118,8 +118,11 @@ def test_record_kernels_sums_each_device_kernel_of_one_round(monkeypatch) -> Non
     rows = round_kernels(lambda: calls.append("fn"), lambda: calls.append("sync"))
     assert calls == ["fn", "sync"]
     assert rows == [
-        {"name": "sm90_xmma_fprop_tf32", "calls": 2, "us": 170.0},
-        {"name": "elementwise_kernel", "calls": 1, "us": 5.0},
+        {"name": "sm90_xmma_fprop_tf32", "calls": 2, "us": 170.0, "share": 170.0 / 175.0},
+        {"name": "elementwise_kernel", "calls": 1, "us": 5.0, "share": 5.0 / 175.0},
     ]
+    # the share stays of the whole round when only the longest are listed
+    [top] = round_kernels(lambda: None, lambda: None, top=1)
+    assert top["share"] == 170.0 / 175.0
     assert resolve_with(record_kernels=True).record_kernels
     assert not resolve_with().record_kernels
