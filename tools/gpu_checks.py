@@ -10,9 +10,9 @@ forward case timed by the harness (cold L2) and by ``do_bench`` (which flushes L
 ``gate-record`` then ``gate-check`` (issue 4), on the same kind of GPU: record baselines of
 vgg_swap and layers at the seed profile; gate an identical run against them (must pass),
 then a run slowed by 5 ms a round through the test-only plugin (must fail, naming it).
-``cudnn-processes`` (issue 8, one GPU): conv-fwd-tf32 in fresh processes, alone, after
-conv-fwd-fp32 and with ``cudnn.benchmark`` on, with the kernels each ran
-(``tools/cudnn_processes.py``).
+``cudnn-processes`` (issue 8, one GPU): conv-fwd-tf32 in one process with its output in 5
+different blocks, then in fresh processes, alone, after conv-fwd-fp32 and with
+``cudnn.benchmark`` on, with the kernels each ran (``tools/cudnn_processes.py``).
 ``layer_fit`` (issue 10, one H100 or H200): frontier searches in this process, each
 result written to ``--out`` as it finishes (11 GiB emulated budget: train M = 62, 61, 32,
 1, M = 62 from N = 1, infer M = 250 and 62; the whole device: train and infer M = 62),
