@@ -102,7 +102,7 @@ def kernel_shares(recorded: Any) -> tuple[KernelShare, ...]:
             return ()
         rows.append((name, float(us), k.get("share")))
     listed = sum(us for _, us, _ in rows)
-    if all(_finite_non_negative(share) and share <= 1 for _, _, share in rows):
+    if all(_is_share(share) for _, _, share in rows):
         return tuple(KernelShare(name, float(share)) for name, _, share in rows)
     if listed <= 0:
         return ()
@@ -111,6 +111,11 @@ def kernel_shares(recorded: Any) -> tuple[KernelShare, ...]:
 
 def _finite_non_negative(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def _is_share(x: Any) -> bool:
+    """A number from 0 to 1."""
+    return _finite_non_negative(x) and x <= 1
 
 
 def entry_of(m: Measurement) -> Entry:
@@ -310,9 +315,7 @@ def _kernels(value: Any, path: Path, where: str) -> tuple[KernelShare, ...]:
             and set(k) == {"name", "share"}
             and isinstance(k["name"], str)
             and bool(k["name"])
-            and isinstance(k["share"], int | float)
-            and not isinstance(k["share"], bool)
-            and 0 <= k["share"] <= 1
+            and _is_share(k["share"])
         )
 
     if not isinstance(value, list) or not all(fine(k) for k in value):
