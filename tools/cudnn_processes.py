@@ -41,6 +41,19 @@ def _kernels_ms(fn) -> dict[str, float]:
     return {k["name"]: k["us"] / 1e3 for k in round_kernels(fn, torch.cuda.synchronize, None)}
 
 
+def _timed(fn) -> dict:
+    """``fn`` timed with the suite's seed policy, and its kernels from one more round."""
+    from gpugauge.measure.timing import CudaEventClock, measure
+    from gpugauge.options import PROFILE_POLICIES
+
+    t = measure(fn, PROFILE_POLICIES["seed"], CudaEventClock("cuda"))
+    return {
+        "median_ms": t.summary.median,
+        "ci": [t.summary.ci_low, t.summary.ci_high],
+        "kernels_ms": _kernels_ms(fn),
+    }
+
+
 def placements() -> dict:
     """CASE timed in one process with its output in ``PLACEMENTS`` different blocks.
 
@@ -49,8 +62,6 @@ def placements() -> dict:
     (its physical pages) and not the process, the cuDNN plan is not what differs.
     """
     from gpugauge.measure.ceilings import matmul_precision
-    from gpugauge.measure.timing import CudaEventClock, measure
-    from gpugauge.options import PROFILE_POLICIES
     from gpugauge.workloads.layers import cases, make_round
 
     case = {c.id: c for c in cases("seed")}[CASE]
@@ -58,18 +69,10 @@ def placements() -> dict:
     held, rows = [], []
     with matmul_precision(case.dtype):
         for _ in range(PLACEMENTS):
-            t = measure(fn, PROFILE_POLICIES["seed"], CudaEventClock("cuda"))
-            kernels = _kernels_ms(fn)
+            row = _timed(fn)
             y = fn()  # the block the rounds wrote, taken from the cache and kept taken,
             held.append(y)  # so that the next placement's rounds get a new one
-            rows.append(
-                {
-                    "median_ms": t.summary.median,
-                    "ci": [t.summary.ci_low, t.summary.ci_high],
-                    "output_ptr": y.data_ptr(),
-                    "kernels_ms": kernels,
-                }
-            )
+            rows.append({**row, "output_ptr": y.data_ptr()})
     return {"setting": "placements", "pid": os.getpid(), "placements": rows}
 
 
@@ -78,8 +81,6 @@ def child(setting: str) -> dict:
     import torch
 
     from gpugauge.measure.ceilings import matmul_precision
-    from gpugauge.measure.timing import CudaEventClock, measure
-    from gpugauge.options import PROFILE_POLICIES
     from gpugauge.workloads.layers import cases, make_round
 
     before, bench = SETTINGS[setting]
@@ -88,15 +89,8 @@ def child(setting: str) -> dict:
     out = {"setting": setting, "pid": os.getpid()}
     for case_id in (*before, CASE):
         case = by_id[case_id]
-        fn = make_round(case)[0]
         with matmul_precision(case.dtype):
-            t = measure(fn, PROFILE_POLICIES["seed"], CudaEventClock("cuda"))
-            kernels = _kernels_ms(fn)
-        out[case_id] = {
-            "median_ms": t.summary.median,
-            "ci": [t.summary.ci_low, t.summary.ci_high],
-            "kernels_ms": kernels,
-        }
+            out[case_id] = _timed(make_round(case)[0])
     return out
 
 

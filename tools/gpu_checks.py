@@ -555,10 +555,9 @@ def kernels_check(out: Path) -> None:
 def cudnn_probe(out: Path) -> None:
     """Issue 8: which cuDNN kernels the seed conv forward runs, with benchmark off and on."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from gpugauge.measure.ceilings import matmul_precision
-    from gpugauge.measure.profile import release_cupti_on_stop
+    from gpugauge.measure.profile import round_kernels
 
     x = torch.randn(256, 3, 224, 224, device="cuda")
     rows = []
@@ -578,11 +577,8 @@ def cudnn_probe(out: Path) -> None:
                 t = measure(
                     lambda c=conv, i=inp: c(i), PROFILE_POLICIES["seed"], CudaEventClock("cuda")
                 )
-                release_cupti_on_stop()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    conv(inp)
-                    torch.cuda.synchronize()
-            kernels = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+                ran = round_kernels(lambda c=conv, i=inp: c(i), torch.cuda.synchronize, None)
+            kernels = sorted(k["name"] for k in ran)
             rows.append([dtype, str(bench), f"{t.summary.median:.3f}", " | ".join(kernels)[:150]])
             print(rows[-1], flush=True)
     torch.backends.cudnn.benchmark = False
@@ -596,7 +592,7 @@ def cudnn_probe(out: Path) -> None:
 
 
 def cudnn_processes(out: Path) -> None:
-    """Issue 8: conv-fwd-tf32 in fresh processes (alone, after fp32, benchmark on), 4 each.
+    """Issue 8: conv-fwd-tf32 in one process in 5 output blocks, then in fresh processes.
 
     ``tools/cudnn_processes.py``: whether a process picks another cuDNN plan (the H200
     read this case at 9.44 or 9.78 ms in different processes).
