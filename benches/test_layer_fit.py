@@ -1,23 +1,17 @@
 """layer_fit benchmarks: how many layers fit, and the model split over two GPUs (seed 004, Task-1).
 
 The model, the memory model, the search, the backends and the split live in
-:mod:`gpugauge.workloads.layer_fit`; this module parametrizes and records.
+:mod:`gpugauge.families.layer_fit.fit`; this module parametrizes and records.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
 
-from gpugauge.measure.kernels import TraceError
-from gpugauge.measure.memory import allocator_events, events_per_call
-from gpugauge.measure.timing import measure
-from gpugauge.plugin import parametrize_cases
-from gpugauge.results.measurement import Measurement
-from gpugauge.workloads.layer_fit import (
+from gpugauge.families.layer_fit.fit import (
     PIPELINED,
     SEED_METHOD,
     SIM_UNMODELLED_BYTES,
@@ -41,6 +35,11 @@ from gpugauge.workloads.layer_fit import (
     split_table,
     trace_overlap,
 )
+from gpugauge.measure.kernels import TraceError
+from gpugauge.measure.memory import allocator_events, events_per_call
+from gpugauge.measure.timing import measure
+from gpugauge.plugin import parametrize_cases
+from gpugauge.results.measurement import Measurement
 
 pytestmark = pytest.mark.layer_fit
 
@@ -218,12 +217,4 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
     table = split_table(case, cut, n, predicted, caps, m.memory, parts)
     _note_block(gauge, table)
     gauge.session.note(f"seed method (warm-up 5, average of 10): {seed.summary.mean:.4g} ms")
-    if pipelined:
-        naive = gauge.session.find(replace(case, schedule="naive", micro_batches=1))
-        if naive is not None:
-            gauge.compare(
-                naive,
-                m,
-                labels=("naive", f"{case.schedule} x{case.micro_batches}"),
-                title=f"layer_fit split c{case.conv} m{case.fc} {case.budget}",
-            )
+    # a pipelined split against the naive one is derived from the results at the end

@@ -1,6 +1,6 @@
 """layers benchmarks: per-layer time, memory, energy and roofline (seed 004, Task-2).
 
-The cases and the timed round live in :mod:`gpugauge.workloads.layers`.
+The cases and the timed round live in :mod:`gpugauge.families.layers.workload`.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from gpugauge.families.layers.workload import LayerCase, cases, make_round
 from gpugauge.measure.ceilings import matmul_precision
 from gpugauge.plugin import parametrize_cases
-from gpugauge.workloads.layers import LayerCase, cases, make_round
 
 pytestmark = pytest.mark.layers
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from gpugauge.families import comparisons_of, registry
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.energy import Energy, idle_power, measure_energy
 from gpugauge.measure.environment import fingerprint
@@ -59,7 +60,7 @@ class GaugeSession:
     root: Path
     note: Note = print
     measurements: list[Measurement] = field(default_factory=list)
-    comparisons: list[Comparison] = field(default_factory=list)
+    adhoc_comparisons: list[Comparison] = field(default_factory=list)  # gauge.compare's
     gate: Gate | None = None
     gate_results: list[GateResult] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
@@ -67,7 +68,6 @@ class GaugeSession:
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
-    _extra_infos: dict[str, dict[str, Any]] = field(default_factory=dict)
     _artifact_run: Path | None = None
 
     @property
@@ -113,14 +113,27 @@ class GaugeSession:
         """Every ceiling measured so far, for the saved JSON."""
         return {k: v.as_dict() for k, v in self._ceilings.items()}
 
+    @property
+    def comparisons(self) -> list[Comparison]:
+        """Each family's comparisons among the results present, then gauge.compare's.
+
+        Derived, so they do not depend on the order in which the tests ran.
+        """
+        return comparisons_of(self.measurements) + self.adhoc_comparisons
+
     def tables(self) -> dict[str, str]:
         """The end-of-run tables, by name: printed, and saved in the JSON."""
         ms, skip = self.measurements, self.unmeasured
         out = {"results": results_table(ms, unmeasured=skip)} if ms else {}
         if any(m.roofline for m in ms if m.id not in skip):
             out["roofline"] = roofline_table([m for m in ms if m.id not in skip])
-        if self.comparisons:
-            out["comparisons"] = comparison_table(self.comparisons, unmeasured=skip)
+        for family in registry().values():
+            mine = [m for m in ms if m.spec.family == family.name and m.id not in skip]
+            if mine:
+                out.update(family.tables(mine))
+        comparisons = self.comparisons
+        if comparisons:
+            out["comparisons"] = comparison_table(comparisons, unmeasured=skip)
         if self.gate is not None and self.measurements:
             out["gate"] = gate_table(self.gate_results, self.missing_from_run())
         return out
@@ -431,8 +444,7 @@ class Gauge:
         if missing:
             raise GaugeError(f"{m.id}: artifact file(s) not written: {', '.join(missing)}")
         self._recorded = m
-        info = m.as_dict()
-        info["fingerprint"] = self.session.fingerprint()
+        info = m.as_dict()  # the fingerprint is the run's: pytest-benchmark's machine_info
         bench = self._benchmark
         if bench is not None:
             bench.extra_info.update(info)
@@ -460,7 +472,6 @@ class Gauge:
                     stats.update(time.perf_counter() - self._started)
             # no public API either to say the fixture was used (it warns otherwise)
             bench._mode = "gpugauge.record"
-            self.session._extra_infos[m.id] = bench.extra_info
         self.session.measurements.append(m)
         self.session.note(f"{m.id}: {_one_line(m)}")
         self._gate(m)
@@ -555,10 +566,11 @@ class Gauge:
         title: str,
         labels: tuple[str, str] = ("baseline", "candidate"),
     ) -> Comparison:
-        """Compare two timed results of this run; saved into both results' extra_info."""
+        """Compare two timed results a benchmark holds; shown in the run's comparison table.
+
+        A family's own comparisons are derived from the results present at the end
+        (:attr:`Family.comparisons`); this is for a benchmark that has both sides in hand.
+        """
         c = Comparison(title, baseline, candidate, *labels)
-        self.session.comparisons.append(c)
-        for m in (baseline, candidate):
-            if m.id in self.session._extra_infos:
-                self.session._extra_infos[m.id].setdefault("comparisons", []).append(c.as_dict())
+        self.session.adhoc_comparisons.append(c)
         return c

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpugauge.families import registry
 from gpugauge.gauge import Gauge, GaugeSession, Note
 from gpugauge.measure.environment import SCHEMA_VERSION
 from gpugauge.options import Options, add_options, resolve
@@ -120,10 +121,19 @@ def _benchmark_disabled(config: pytest.Config) -> bool:
     )
 
 
+MARKERS = (
+    "gpu: needs a CUDA device; skipped with a reason where none is visible",
+    "cpu: runs on the CPU",
+    "multi_gpu(n): needs n (default 2) CUDA devices; skipped with a reason where fewer are seen",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Resolve and validate the options; keep the run's state in the stash."""
+    """Register the markers; resolve and validate the options; keep the run's state."""
     import torch
 
+    for line in (*MARKERS, *(f.marker_line() for f in registry().values())):
+        config.addinivalue_line("markers", line)
     _refuse_foreign_options(config)
     messages = []
     try:
@@ -315,9 +325,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             "argv": sys.argv,
             "options": session.options.as_dict(),
             "ceilings": session.all_ceilings(),
-            "comparisons": [c.as_dict() for c in session.comparisons],
             "tables": session.tables(),
-            "gate": [r.as_dict() for r in session.gate_results],
         }
 
 

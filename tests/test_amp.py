@@ -14,20 +14,7 @@ import pytest
 import torch
 import torchvision
 
-from gpugauge.measure.kernels import TraceError, kernel_table, parse_events, read_trace
-from gpugauge.measure.profile import (
-    LoaderShare,
-    OpRow,
-    Schedule,
-    endless,
-    loader_share,
-    op_table,
-    profile_steps,
-    release_cupti_on_stop,
-    to_markdown,
-)
-from gpugauge.measure.timing import HostClock, TimingPolicy
-from gpugauge.workloads.amp import (
+from gpugauge.families.amp.workload import (
     AGREE_TOL_FP32,
     AGREE_TOL_TF32,
     INFER_MODEL,
@@ -45,8 +32,21 @@ from gpugauge.workloads.amp import (
     profile_pass,
     tf32_flags,
 )
-from models.alexnet import alexnet
-from models.resnet import resnet18
+from gpugauge.measure.kernels import TraceError, kernel_table, parse_events, read_trace
+from gpugauge.measure.profile import (
+    LoaderShare,
+    OpRow,
+    Schedule,
+    endless,
+    loader_share,
+    op_table,
+    profile_steps,
+    release_cupti_on_stop,
+    to_markdown,
+)
+from gpugauge.measure.timing import HostClock, TimingPolicy
+from gpugauge.models.alexnet import alexnet
+from gpugauge.models.resnet import resnet18
 
 from .bench_run import run_bench_module
 

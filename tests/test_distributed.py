@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import torch
 
+from gpugauge.families.distributed import workload as d
 from gpugauge.launch.torchrun import LaunchError
 from gpugauge.launch.worker import RankContext
 from gpugauge.measure import kernels as k
 from gpugauge.measure.timing import Timing
-from gpugauge.workloads import distributed as d
 
 from .bench_run import run_bench_module
 from .test_launch import _processes_mentioning

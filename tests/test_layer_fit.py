@@ -9,9 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpugauge.measure.environment import torch_flags
-from gpugauge.workloads.graphed import GraphedSplit, capture_stage
-from gpugauge.workloads.layer_fit import (
+from gpugauge.families.layer_fit.fit import (
     SEED_BUDGET,
     SIM_UNMODELLED_BYTES,
     BlockCosts,
@@ -41,7 +39,9 @@ from gpugauge.workloads.layer_fit import (
     search_frontier,
     split_cases,
 )
-from models.stacked import HEAD_WIDTH, blocks, stacked
+from gpugauge.families.layer_fit.graphed import GraphedSplit, capture_stage
+from gpugauge.measure.environment import torch_flags
+from gpugauge.models.stacked import HEAD_WIDTH, blocks, stacked
 
 SEED = MemoryModel()
 A = allocator_bytes(16 * 64 * 112 * 112 * 4)  # one conv activation: 49 MiB -> 50 MiB segment
@@ -500,7 +500,7 @@ class _FragmentingRunner:
 
 
 def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(monkeypatch):
-    import gpugauge.workloads.layer_fit as lf
+    import gpugauge.families.layer_fit.fit as lf
 
     monkeypatch.setattr(lf, "SplitRunner", _FragmentingRunner)
     tiny = dict(batch=4, image=32, width=64, device="cpu")
@@ -524,7 +524,7 @@ def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(mo
 
 
 def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
-    import gpugauge.workloads.layer_fit as lf
+    import gpugauge.families.layer_fit.fit as lf
 
     reserved = iter([10, 20, 30, 40, 40, 40, 40, 40])
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: next(reserved))
@@ -535,7 +535,7 @@ def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
 
 
 def test_block_costs_are_measured_at_a_micro_batch(monkeypatch):
-    import gpugauge.workloads.layer_fit as lf
+    import gpugauge.families.layer_fit.fit as lf
 
     shapes = []
     real = lf.measure
@@ -591,7 +591,7 @@ def test_device_overlap_measures_how_long_both_devices_work_together() -> None:
 
 
 def test_send_and_receive_are_plain_copies_off_cuda() -> None:
-    from gpugauge.workloads.pipe import CopyStreams, receive, send
+    from gpugauge.families.layer_fit.pipe import CopyStreams, receive, send
 
     x = torch.randn(3, requires_grad=True)
     y = receive(send(x * 2, "cpu", CopyStreams()), CopyStreams())
@@ -623,7 +623,7 @@ def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> N
 
 
 def test_a_cut_is_fitted_in_processes_of_their_own() -> None:
-    import gpugauge.workloads.layer_fit as lf
+    import gpugauge.families.layer_fit.fit as lf
 
     case = SplitCase("gpipe", 3, 2, 2, "device", "cpu", batch=2, image=8, width=16)
     attempts = lf.fit_cut(case, 3, 3, 0)
@@ -633,7 +633,7 @@ def test_a_cut_is_fitted_in_processes_of_their_own() -> None:
 
 
 def test_fit_attempts_moves_the_cut_after_each_miss() -> None:
-    import gpugauge.workloads.layer_fit as lf
+    import gpugauge.families.layer_fit.fit as lf
 
     seen = []
 
@@ -647,7 +647,7 @@ def test_fit_attempts_moves_the_cut_after_each_miss() -> None:
 
 
 def test_a_fresh_process_starts_with_this_ones_kernel_settings() -> None:
-    import gpugauge.workloads.layer_fit as lf
+    import gpugauge.families.layer_fit.fit as lf
 
     saved = torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32
     try:

@@ -3,11 +3,11 @@
 import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpugauge.families.layers.workload import LayerCase, cases, make_round
 from gpugauge.measure.ceilings import Ceilings
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work, roofline
-from gpugauge.workloads.layers import LayerCase, cases, make_round
-from models.layers import LAYERS
+from gpugauge.models.layers import LAYERS
 
 
 def small(layer: str, mode: str, dtype: str = "fp32") -> LayerCase:

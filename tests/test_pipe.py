@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from gpugauge.workloads.pipe import Workers
+from gpugauge.families.layer_fit.pipe import Workers
 
 
 def test_workers_run_each_stage_on_its_own_thread_at_once() -> None:

@@ -1,6 +1,6 @@
 import torch
 
-from models.resnet import resnet18
+from gpugauge.models.resnet import resnet18
 
 
 def test_cifar_resnet18_matches_pytorch_cifar() -> None:

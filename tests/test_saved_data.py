@@ -291,7 +291,7 @@ def test_plain_params_keeps_json_values_and_reprs_the_rest() -> None:
 
 
 def test_vgg_swap_group_puts_normal_beside_swapped() -> None:
-    from gpugauge.workloads.vgg_swap import cases
+    from gpugauge.families.vgg_swap.workload import cases
 
     groups: dict[str, set[str]] = {}
     for c in cases("seed"):

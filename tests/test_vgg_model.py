@@ -2,7 +2,7 @@ import pytest
 import torch
 import torchvision
 
-from models.vgg import CFGS, swapped_twin, vgg
+from gpugauge.models.vgg import CFGS, swapped_twin, vgg
 
 
 def n_params(m: torch.nn.Module) -> int:

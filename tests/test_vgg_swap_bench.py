@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpugauge.workloads.vgg_swap import SwapCase, cases, check_swap_equivalence, make_step
+from gpugauge.families.vgg_swap.workload import SwapCase, cases, check_swap_equivalence, make_step
 
 
 def small(**kw: object) -> SwapCase:

@@ -61,8 +61,8 @@ def placements() -> dict:
     size, so the next round's output cannot reuse it. If the two speeds follow the block
     (its physical pages) and not the process, the cuDNN plan is not what differs.
     """
+    from gpugauge.families.layers.workload import cases, make_round
     from gpugauge.measure.ceilings import matmul_precision
-    from gpugauge.workloads.layers import cases, make_round
 
     case = {c.id: c for c in cases("seed")}[CASE]
     fn = make_round(case)[0]
@@ -80,8 +80,8 @@ def child(setting: str) -> dict:
     """Time CASE in this process (after SETTINGS' cases); its kernels from one round."""
     import torch
 
+    from gpugauge.families.layers.workload import cases, make_round
     from gpugauge.measure.ceilings import matmul_precision
-    from gpugauge.workloads.layers import cases, make_round
 
     before, bench = SETTINGS[setting]
     torch.backends.cudnn.benchmark = bench

@@ -191,7 +191,7 @@ def foundation(out: Path) -> None:
         print(f"run {i}: pytest exit {rc}", flush=True)
         runs.append(medians(js) if js.exists() else {})
 
-    from gpugauge.workloads.vgg_swap import cases, make_step
+    from gpugauge.families.vgg_swap.workload import cases, make_step
 
     rows = []
     policy = PROFILE_POLICIES["seed"]
@@ -240,8 +240,8 @@ def layers(out: Path) -> None:
     import torch
     import triton.testing
 
+    from gpugauge.families.layers.workload import cases, make_round
     from gpugauge.measure.ceilings import matmul_precision
-    from gpugauge.workloads.layers import cases, make_round
 
     print(
         f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
@@ -372,14 +372,14 @@ def timer_check(out: Path) -> None:
     import torch
     import triton.testing
 
+    from gpugauge.families.layers.workload import cases as layer_cases
+    from gpugauge.families.layers.workload import make_round
+    from gpugauge.families.vgg_swap.workload import cases as vgg_cases
+    from gpugauge.families.vgg_swap.workload import make_step
     from gpugauge.gauge import l2_flusher
     from gpugauge.measure.ceilings import matmul_precision
     from gpugauge.measure.nvml import Nvml
     from gpugauge.measure.sampler import GpuSampler
-    from gpugauge.workloads.layers import cases as layer_cases
-    from gpugauge.workloads.layers import make_round
-    from gpugauge.workloads.vgg_swap import cases as vgg_cases
-    from gpugauge.workloads.vgg_swap import make_step
 
     seed = PROFILE_POLICIES["seed"]
     todo: list[tuple[str, Callable[[], object], bool, str]] = []
@@ -743,14 +743,14 @@ def layer_fit(out: Path) -> None:
     """Issue 10, one GPU: frontier searches, then the family's one-GPU cases via pytest."""
     import torch
 
-    from gpugauge.report.tables import fmt_bytes
-    from gpugauge.workloads.layer_fit import (
+    from gpugauge.families.layer_fit.fit import (
         SEED_BUDGET,
         FitCase,
         backend_for,
         probe_table,
         run_search,
     )
+    from gpugauge.report.tables import fmt_bytes
 
     t_start = time.perf_counter()
     print(f"{_device_name()}, {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
@@ -1050,7 +1050,7 @@ def layer_fit_microbatch(out: Path) -> None:
     A conv block's and a head linear's training step at the seed's batch 16 split in 1, 2,
     4 and 8 parts; "x parts / full" is what a step split in that many parts costs.
     """
-    from gpugauge.workloads.layer_fit import MemoryModel, measure_costs
+    from gpugauge.families.layer_fit.fit import MemoryModel, measure_costs
 
     model = MemoryModel()
     rows, full = [], None
@@ -1199,7 +1199,7 @@ def amp_unprofiled_rows(infos: dict[str, dict]) -> list[list[str]]:
     """VGG-16 steps timed again here, in a process the profiler never touched."""
     import torch
 
-    from gpugauge.workloads.amp import cases, make_step, tf32_flags
+    from gpugauge.families.amp.workload import cases, make_step, tf32_flags
 
     rows = []
     policy = PROFILE_POLICIES["seed"]
@@ -1306,8 +1306,8 @@ def _kill_rank_mid_run(out: Path) -> list[str]:
     import tempfile
     import threading
 
+    from gpugauge.families.distributed.workload import DistCase, launch_series, series_dir
     from gpugauge.launch.torchrun import LaunchError
-    from gpugauge.workloads.distributed import DistCase, launch_series, series_dir
 
     case = DistCase("resnet18", "ddp", 2, 32, 32, 10, 50_000, 2, "cuda", "seed")
     root = Path(tempfile.mkdtemp(prefix="gg-crash-"))

@@ -34,14 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpugauge.measure.memory import allocator_events, events_per_call
-from gpugauge.measure.nvml import Nvml
-from gpugauge.measure.profile import release_cupti_on_stop
-from gpugauge.measure.sampler import GpuSampler
-from gpugauge.measure.timing import TimingPolicy, measure
-from gpugauge.options import PROFILE_POLICIES
-from gpugauge.report.tables import fmt_bytes, render
-from gpugauge.workloads.layer_fit import (
+from gpugauge.families.layer_fit.fit import (
     SplitCase,
     SplitError,
     SplitRunner,
@@ -51,6 +44,13 @@ from gpugauge.workloads.layer_fit import (
     settle,
     trace_overlap,
 )
+from gpugauge.measure.memory import allocator_events, events_per_call
+from gpugauge.measure.nvml import Nvml
+from gpugauge.measure.profile import release_cupti_on_stop
+from gpugauge.measure.sampler import GpuSampler
+from gpugauge.measure.timing import TimingPolicy, measure
+from gpugauge.options import PROFILE_POLICIES
+from gpugauge.report.tables import fmt_bytes, render
 
 DEVICES = ("cuda:0", "cuda:1")
 POLICY = TimingPolicy(warmup_rounds=5, rounds=30)
@@ -181,8 +181,8 @@ def bisect(out: Path) -> list[dict]:
     measure; in a plain process, 91.0-91.1 ms (cv 0.5-1.1%) under the same budget (runs
     37, 38).
     """
+    from gpugauge.families.layer_fit.fit import MemoryModel, check_pipeline, fit_cut, measure_costs
     from gpugauge.measure.ceilings import measure_ceilings
-    from gpugauge.workloads.layer_fit import MemoryModel, check_pipeline, fit_cut, measure_costs
 
     rows = [_timed_1f1b("priming only")]
     measure_costs(MODEL, DEVICES[0], batch=8)
@@ -216,8 +216,8 @@ def graphs_effect() -> list[dict]:
     pipelines 85): memory per device, OOMs caught while it was built (a cuDNN plan
     falling back), timed back to back and beside the NVML sampler.
     """
+    from gpugauge.families.layer_fit.fit import MemoryModel, check_pipeline
     from gpugauge.measure.memory import allocator_events as events
-    from gpugauge.workloads.layer_fit import MemoryModel, check_pipeline
 
     rows = []
     cases = [("naive", 1, 83), ("1f1b", 2, 85), ("gpipe", 2, 85)]

@@ -80,6 +80,16 @@ class MetricCheck:
             f"{self.metric} {self.ratio:.3f}x{interval} vs {self.allowed} allowed ({self.verdict})"
         )
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MetricCheck:
+        """Read back :meth:`as_dict` (KeyError, ValueError or TypeError if malformed)."""
+        return cls(
+            d["metric"],
+            *(float(d[k]) for k in ("baseline", "current", "ratio", "ci_low", "ci_high")),
+            float(d["tolerance"]),
+            Verdict(d["verdict"]),
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
         return {
@@ -116,6 +126,12 @@ class GateResult:
         worst = "; ".join(c.describe() for c in self.checks if c.verdict is self.verdict)
         said = "; ".join(part for part in (worst, self.note) if part)
         return f"{self.id}: {self.verdict}: {said}"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], family: str, device_class: str) -> GateResult:
+        """Read back :meth:`as_dict`, stored in a result by the run that judged it."""
+        checks = tuple(MetricCheck.from_dict(c) for c in d["checks"])
+        return cls(str(d["id"]), family, device_class, checks, str(d.get("note") or ""))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""

@@ -13,12 +13,12 @@ import base64
 import html
 import io
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare
 from gpugauge.regress.tolerances import Tolerances
+from gpugauge.report.data import ReportData
 from gpugauge.report.tables import (
     checked_metrics,
     fmt_ms,
@@ -26,34 +26,11 @@ from gpugauge.report.tables import (
     fmt_value,
     fmt_verdict,
     value_metrics,
-    verdict_counts,
     worst_first,
 )
 from gpugauge.results.files import atomic_write_bytes
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """Everything a report shows: the current run, its verdicts and the run history."""
-
-    current: SavedRun
-    against: str
-    results: list[GateResult]
-    history: list[SavedRun]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def verdict_line(self) -> str:
-        """'1 regressed, 35 unchanged', or a loud line when nothing could be compared."""
-        counts = verdict_counts(self.results)
-        if any(r.checks for r in self.results):
-            return counts
-        return (
-            f"NOTHING COMPARED: no result of this run had a counterpart of its device class "
-            f"in {self.against}" + (f" ({counts})" if counts else "")
-        )
 
 
 def newest_run(storage: Path) -> Path:
@@ -88,6 +65,17 @@ def _against_run(run: SavedRun, other: SavedRun, tolerances: Tolerances) -> list
     return out
 
 
+def _stored_verdicts(run: SavedRun) -> list[GateResult]:
+    """The verdicts a gated run stored with its results: read, never judged again."""
+    out = []
+    for m in run.measurements:
+        try:
+            out.append(GateResult.from_dict(run.verdicts[m.id], m.spec.family, m.device_class))
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunError(f"{run.path}: {m.id}: unreadable stored verdict ({err})") from None
+    return out
+
+
 def collect(
     current: Path,
     *,
@@ -105,6 +93,9 @@ def collect(
     if baseline_run is not None:
         results = _against_run(run, load_run(baseline_run), tolerances)
         against = f"saved run {baseline_run}"
+    elif run.measurements and all(m.id in run.verdicts for m in run.measurements):
+        results = _stored_verdicts(run)
+        against = "the stored baselines, as the run's own gate judged it (--gate)"
     else:
         gate = Gate(BaselineStore(baselines), tolerances)
         results = [gate.judge(entry_of(m)) for m in run.measurements]
@@ -183,21 +174,17 @@ def _result_rows(data: ReportData, out: Path) -> tuple[list[str], list[list[Cell
 def _comparison_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
     headers = ["comparison", "baseline", "candidate", "speedup [95% CI]", "memory saved"]
     rows: list[list[Cell]] = []
-    for c in data.current.comparisons:
-        try:
-            s = c["speedup"]
-            frac = c.get("memory_saved_fraction")
-            rows.append(
-                [
-                    str(c["title"]),
-                    f"{c['baseline_label']} {fmt_ms(c['baseline_median_ms'])} ms",
-                    f"{c['candidate_label']} {fmt_ms(c['candidate_median_ms'])} ms",
-                    f"{s['value']:.3f}x [{s['ci_low']:.3f}, {s['ci_high']:.3f}]",
-                    "-" if frac is None else f"{frac:+.1%}",
-                ]
-            )
-        except (KeyError, TypeError, ValueError):
-            continue  # a comparison saved by another version: shown where it can be read
+    for c in data.comparisons:
+        s, frac = c.speedup, c.memory_saved_fraction
+        rows.append(
+            [
+                c.title,
+                f"{c.baseline_label} {fmt_ms(c.baseline.summary.median)} ms",
+                f"{c.candidate_label} {fmt_ms(c.candidate.summary.median)} ms",
+                f"{s.value:.3f}x [{s.ci_low:.3f}, {s.ci_high:.3f}]",
+                "-" if frac is None else f"{frac:+.1%}",
+            ]
+        )
     return headers, rows
 
 
@@ -307,15 +294,24 @@ def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path
     """
     import matplotlib.pyplot as plt
 
+    from gpugauge.families import registry
     from gpugauge.report.charts import CHARTS
 
     pngs: dict[str, bytes] = {}
     images: dict[str, str] = {}
     files: dict[Path, bytes] = {}
-    for chart in CHARTS:
-        if not chart.applies(data):
+    present = {m.spec.family for m in data.current.measurements}
+    drawn = [(chart, data) for chart in CHARTS]
+    drawn += [
+        (chart, data.only(name))
+        for name, family in registry().items()
+        if name in present
+        for chart in family.charts
+    ]
+    for chart, shown in drawn:
+        if not chart.applies(shown):
             continue
-        fig = chart.draw(data)
+        fig = chart.draw(shown)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=110)
         plt.close(fig)

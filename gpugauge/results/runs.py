@@ -32,7 +32,7 @@ class SavedRun:
     label: str  # the run's date and time, or the file name
     measurements: list[Measurement]
     fingerprint: dict[str, Any] = field(default_factory=dict)
-    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # the gate's, by id
 
     @property
     def machine(self) -> str:
@@ -80,6 +80,7 @@ def load_run(path: Path) -> SavedRun:
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise RunError(f"{path}: not a pytest-benchmark JSON (no 'benchmarks' list)")
     found = []
+    verdicts: dict[str, dict[str, Any]] = {}
     for i, bench in enumerate(data["benchmarks"]):
         info = bench.get("extra_info") if isinstance(bench, dict) else None
         if not isinstance(info, dict) or "gpugauge_schema" not in info:
@@ -100,16 +101,17 @@ def load_run(path: Path) -> SavedRun:
             raise RunError(text) from None
         _check_readings(m, where)
         found.append(m)
+        if isinstance(info.get("gate"), dict):
+            verdicts[m.id] = info["gate"]
     if not found:
         raise RunError(
             f"{path}: no gpugauge results in it (a pytest-benchmark run of other tests?)"
         )
     fp = (data.get("machine_info") or {}).get("gpugauge") or {}
-    saved = data.get("gpugauge") or {}
     return SavedRun(
         path=path,
         label=str(data.get("datetime") or path.stem)[:19],
         measurements=found,
         fingerprint=fp if isinstance(fp, dict) else {},
-        comparisons=list(saved.get("comparisons") or []) if isinstance(saved, dict) else [],
+        verdicts=verdicts,
     )

@@ -20,7 +20,7 @@ import torch
 from gpugauge.measure.ceilings import torch_dtype
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
-from models.layers import LAYERS, LayerDef
+from gpugauge.models.layers import LAYERS, LayerDef
 
 MODES = ("fwd", "fwdbwd")
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from gpugauge.measure.ceilings import torch_dtype
-from models.vgg import swapped_twin, vgg
+from gpugauge.models.vgg import swapped_twin, vgg
 
 
 @dataclass(frozen=True)

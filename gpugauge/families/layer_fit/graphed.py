@@ -5,7 +5,7 @@ launches about 6,200 kernels (docs/gpu-runs.md, run 34), and once the launch que
 the host's pace is the step's: its rounds read 90 to 145 ms where the devices need 91
 (run 39). Here each stage's forward and its backward, for each micro-batch in flight
 (a *slot*), are captured once as CUDA graphs, and a step replays them; the two devices
-are ordered by events only, as :mod:`gpugauge.workloads.pipe` orders the eager pipelines.
+are ordered by events only, as :mod:`gpugauge.families.layer_fit.pipe` orders the eager pipelines.
 
 Why not ``torch.cuda.make_graphed_callables``: its backward hands the parameters'
 gradients back in the graph's static buffers, and autograd's accumulator adopts the
@@ -36,7 +36,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from gpugauge.workloads.pipe import CopyStreams, held_parts
+from gpugauge.families.layer_fit.pipe import CopyStreams, held_parts
 
 WARMUP_STEPS = 3  # eager steps on the capture stream first: cuDNN plans, cuBLAS handles
 
@@ -200,8 +200,9 @@ class GraphedSplit:
     """GPipe, 1F1B or the naive split over two devices, from graphs captured per slot.
 
     ``slots`` is each stage's micro-batches in flight
-    (:func:`~gpugauge.workloads.pipe.held_parts`); a schedule refuses fewer. The schedules are
-    :class:`~gpugauge.workloads.layer_fit.SplitRunner`'s, with the same gradients: the
+    (:func:`~gpugauge.families.layer_fit.pipe.held_parts`); a schedule refuses fewer. The
+    schedules are
+    :class:`~gpugauge.families.layer_fit.fit.SplitRunner`'s, with the same gradients: the
     last stage's loss is divided by ``micro_batches``, as there.
     """
 

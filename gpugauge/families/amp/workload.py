@@ -38,12 +38,12 @@ from gpugauge.measure.profile import (
     to_markdown,
 )
 from gpugauge.measure.timing import CudaEventClock, HostClock, TimingPolicy, measure
+from gpugauge.models.alexnet import alexnet
+from gpugauge.models.lenet import lenet
+from gpugauge.models.mlp import mlp
+from gpugauge.models.resnet import resnet18
+from gpugauge.models.vgg import vgg
 from gpugauge.results.measurement import Measurement
-from models.alexnet import alexnet
-from models.lenet import lenet
-from models.mlp import mlp
-from models.resnet import resnet18
-from models.vgg import vgg
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 TF32_MODES = {"default": (True, False), "off": (False, False), "on": (True, True)}  # cudnn, mm

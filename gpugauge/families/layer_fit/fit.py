@@ -44,16 +44,16 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from gpugauge.families.layer_fit.graphed import GraphedSplit
+from gpugauge.families.layer_fit.pipe import CopyStreams, Workers, held_parts, receive, send
 from gpugauge.measure.allocator import check_allocator, use_allocator
 from gpugauge.measure.environment import apply_torch_flags, torch_flags
 from gpugauge.measure.kernels import device_overlap, read_trace
 from gpugauge.measure.memory import allocator_events
 from gpugauge.measure.profile import Schedule, profile_steps
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
+from gpugauge.models.stacked import CHANNELS, CLASSES, HEAD_WIDTH, blocks, conv_block, head_widths
 from gpugauge.report.tables import fmt_bytes, render
-from gpugauge.workloads.graphed import GraphedSplit
-from gpugauge.workloads.pipe import CopyStreams, Workers, held_parts, receive, send
-from models.stacked import CHANNELS, CLASSES, HEAD_WIDTH, blocks, conv_block, head_widths
 
 MiB = 2**20
 GiB = 2**30
@@ -1182,7 +1182,9 @@ class SplitCase:
     width: int = HEAD_WIDTH
     profile: str = "seed"
     allocator: str = "default"  # gpugauge.measure.allocator.ALLOCATORS; "expandable": "-expseg"
-    graphs: bool = False  # steps replayed from CUDA graphs (gpugauge.workloads.graphed): "-graphs"
+    graphs: bool = (
+        False  # steps replayed from CUDA graphs (gpugauge.families.layer_fit.graphed): "-graphs"
+    )
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -1249,7 +1251,7 @@ def split_cases(profile: str) -> list[SplitCase]:
     ×2, 0.9 GiB for the naive split) decides the cut more than the schedule's own memory
     does (GPipe ×2 fitted at cut 117 with it under 11 GiB, at 85 without). Then naive and
     the pipelines at 2 and 4 replayed from CUDA graphs: issued op by op, the pipelines
-    are as fast as the host (:mod:`gpugauge.workloads.graphed`).
+    are as fast as the host (:mod:`gpugauge.families.layer_fit.graphed`).
     Tiny CPU runs in smoke. The full profile adds 16 micro-batches, the pipelines with the
     default allocator, and the split on the whole devices (no budget), where the schedules
     run without memory pressure.
@@ -1326,7 +1328,7 @@ class SplitRunner:
     ) -> None:
         d0, d1 = (devices[0], devices[-1])
         self.devices = (d0, d1)
-        # steps replayed from CUDA graphs (gpugauge.workloads.graphed; threads do not
+        # steps replayed from CUDA graphs (gpugauge.families.layer_fit.graphed; threads do not
         # apply: the host issues a few launches a step); ``graphed`` is the last built
         self.graphs = graphs
         self.graphed: GraphedSplit | None = None
@@ -1368,7 +1370,7 @@ class SplitRunner:
         The fill runs in clock cycles, torchgpipe's: in cycle k, device 0's part k's
         forward, then device 1's part k - 1's (from a thread each with ``threads``:
         :class:`Workers`). Each part crosses to
-        device 1 by :func:`~gpugauge.workloads.pipe.send` (a copy on side streams that
+        device 1 by :func:`~gpugauge.families.layer_fit.pipe.send` (a copy on side streams that
         waits for its producer only). The backward of all parts is one autograd call,
         whose engine issues each device's nodes from a thread of its own, so the drain
         overlaps too. Each part's loss is scaled by 1 / parts: the gradients are the full

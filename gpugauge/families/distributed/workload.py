@@ -4,7 +4,7 @@ Three models, one spec (:class:`DistCase`):
 
 - **vgg16**: 8192 synthetic 3×224×224 images, 1000 classes, batch 64 per GPU, one epoch
   timed after 5 warm-up steps; 1 GPU and DDP on N (seed 004).
-- **resnet18**: the CIFAR ResNet-18 of ``models/resnet.py`` on CIFAR-10-shaped data
+- **resnet18**: the CIFAR ResNet-18 of ``gpugauge/models/resnet.py`` on CIFAR-10-shaped data
   (50,000 images; a local CIFAR-10 copy when ``GPUGAUGE_CIFAR10`` names its torchvision
   root, generated images otherwise) through the seed's transforms and a DataLoader with 2
   workers; SGD lr 0.1, momentum 0.9, weight decay 5e-4; per-GPU batch 32, 128, 512, ...;
@@ -48,7 +48,7 @@ from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, Timin
 from gpugauge.measure.timing import measure as time_rounds
 from gpugauge.results.measurement import Measurement
 
-CALL = "gpugauge.workloads.distributed:run_series"
+CALL = "gpugauge.families.distributed.workload:run_series"
 CIFAR_ENV = "GPUGAUGE_CIFAR10"  # torchvision CIFAR-10 root (cifar-10-batches-py inside)
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2023, 0.1994, 0.2010)
@@ -281,11 +281,11 @@ def build_model(case: DistCase) -> nn.Module:
     """The case's model, seeded, on the CPU."""
     torch.manual_seed(0)
     if case.model == "vgg16":
-        from models.vgg import vgg
+        from gpugauge.models.vgg import vgg
 
         return vgg("vgg16", num_classes=case.classes)
     if case.model == "resnet18":
-        from models.resnet import resnet18
+        from gpugauge.models.resnet import resnet18
 
         return resnet18(num_classes=case.classes)
     import torchvision

@@ -1,0 +1,27 @@
+"""distributed: one GPU against DataParallel and DDP on several (seeds 004 Task-4, 002, 000)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gpugauge.families.distributed.charts import CommBars, ScalingCurves
+from gpugauge.families.family import Family
+
+if TYPE_CHECKING:
+    from gpugauge.results.measurement import Spec
+
+
+def cases(profile: str) -> Sequence[Spec]:
+    """The profile's cases (imports the workload)."""
+    from gpugauge.families.distributed.workload import cases
+
+    return cases(profile)
+
+
+FAMILY = Family(
+    "distributed",
+    "single vs several GPUs",
+    cases,
+    charts=(ScalingCurves(), CommBars()),
+)

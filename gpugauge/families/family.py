@@ -1,0 +1,58 @@
+"""What the core knows of a benchmark family: the :class:`Family` record a family registers.
+
+A family is a unit: its package holds its cases, steps, charts, tables and comparisons,
+and exposes one ``FAMILY``. The core (gauge, plugin, results, regress, report) reads the
+registry (:mod:`gpugauge.families`) and never names a family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpugauge.report.charts import Chart
+    from gpugauge.results.measurement import Comparison, Measurement, Spec
+
+
+def no_comparisons(measurements: Sequence[Measurement]) -> list[Comparison]:
+    """A family that compares nothing within a run."""
+    return []
+
+
+def no_tables(measurements: Sequence[Measurement]) -> dict[str, str]:
+    """A family with no end-of-run tables of its own."""
+    return {}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One benchmark family as the registry holds it.
+
+    ``name`` is the spec's ``family``, the pytest marker and the baseline file's stem;
+    ``about`` is the marker's help line. ``cases(profile)`` lists its specs (importing the
+    family's workload only when called). ``comparisons`` pairs results of one run (normal
+    against swapped, fp32 against bf16) from whatever results are present, so a comparison
+    never depends on which test ran first; ``charts`` are drawn by the report when they
+    apply, on this family's results only; ``tables`` are extra end-of-run tables by name.
+    """
+
+    name: str
+    about: str
+    cases: Callable[[str], Sequence[Spec]]
+    charts: tuple[Chart, ...] = ()
+    comparisons: Callable[[Sequence[Measurement]], list[Comparison]] = no_comparisons
+    tables: Callable[[Sequence[Measurement]], dict[str, str]] = no_tables
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"family name {self.name!r} must be a Python identifier")
+
+    def marker_line(self) -> str:
+        """The ``markers`` ini line that registers this family's marker."""
+        return f"{self.name}: family {self.name} ({self.about})"
+
+    def describe(self) -> dict[str, Any]:
+        """What ``gpugauge families`` prints."""
+        return {"name": self.name, "about": self.about, "charts": [c.name for c in self.charts]}

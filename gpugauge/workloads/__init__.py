@@ -1,1 +1,0 @@
-"""Benchmark workloads, importable without pytest: specs, cases per profile, step builders."""
