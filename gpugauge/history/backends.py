@@ -1,0 +1,210 @@
+"""Where a history lives: a SQLite file (the default) or a PostgreSQL database.
+
+One small adapter per backend gives the store the same three things: a transaction
+(:meth:`Backend.transaction`, committed when its block ends, rolled back on any error or
+never committed if the process dies), statements written once with ``?`` placeholders
+(turned into psycopg's ``%s`` for PostgreSQL), and the backend's errors as one-line
+:class:`~gpugauge.history.records.HistoryError` messages that name the history.
+
+SQLite runs in WAL mode with a busy timeout, and a write transaction takes the write lock
+when it begins (``BEGIN IMMEDIATE``): two writers at once queue instead of failing.
+PostgreSQL (``postgresql://`` or ``postgres://`` URLs) needs the ``postgres`` extra
+(``psycopg`` 3); its writers never conflict, since each run is its own rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from gpugauge.history.records import HistoryError
+
+BUSY_TIMEOUT_S = 120.0  # how long a SQLite writer waits for another one's transaction
+CONNECT_TIMEOUT_S = 10  # how long to wait for a PostgreSQL server to answer
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+_SCHEMA_LOCK = 72_023  # PostgreSQL advisory lock key held while the schema is checked
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+class Tx:
+    """Statements inside one transaction; ``?`` placeholders on every backend."""
+
+    def __init__(self, cursor: Any, placeholder: str) -> None:
+        self._cur = cursor
+        self._ph = placeholder
+
+    def _sql(self, sql: str) -> str:
+        if "%" in sql:  # psycopg reads '%' as a placeholder: keep statements free of it
+            raise ValueError("history statements must not contain '%'")
+        return sql if self._ph == "?" else sql.replace("?", self._ph)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; the number of rows it changed."""
+        self._cur.execute(self._sql(sql), tuple(params))
+        return self._cur.rowcount
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for each row of parameters."""
+        if rows:
+            self._cur.executemany(self._sql(sql), [tuple(r) for r in rows])
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one query; its rows."""
+        self._cur.execute(self._sql(sql), tuple(params))
+        return [tuple(r) for r in self._cur.fetchall()]
+
+
+class Backend:
+    """One open connection to a history; subclasses say how to begin and end."""
+
+    name = ""
+    where = ""  # the history as a person named it (a URL without its password)
+
+    def transaction(self, write: bool = True) -> contextlib.AbstractContextManager[Tx]:
+        """A transaction: committed when the block ends, rolled back on an error."""
+        raise NotImplementedError
+
+    def tables(self, tx: Tx) -> set[str]:
+        """Names of the tables in the history's database (its current schema)."""
+        raise NotImplementedError
+
+    def lock_schema(self, tx: Tx) -> None:
+        """Serialize schema checks and upgrades of concurrent openers (until ``tx`` ends)."""
+
+    def close(self) -> None:
+        """Close the connection."""
+        raise NotImplementedError
+
+
+class SqliteBackend(Backend):
+    """A SQLite file: WAL journal, a busy timeout, write transactions take the lock first."""
+
+    name = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.where = str(path)
+        if self.path.is_dir():
+            raise HistoryError(f"history {path}: is a directory, not a SQLite file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except (OSError, sqlite3.Error) as err:
+            raise HistoryError(f"history {path}: cannot be opened ({_one_line(err)})") from None
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as err:
+            self.conn.close()
+            raise self._error(err) from None
+
+    def _error(self, err: sqlite3.Error) -> HistoryError:
+        if isinstance(err, sqlite3.DatabaseError) and "not a database" in str(err):
+            return HistoryError(f"history {self.where}: not a SQLite database ({err})")
+        return HistoryError(f"history {self.where}: {_one_line(err)}")
+
+    @contextlib.contextmanager
+    def transaction(self, write: bool = True) -> Iterator[Tx]:
+        """``BEGIN IMMEDIATE`` for a write (the lock first, so writers queue), else ``BEGIN``."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        cur = self.conn.cursor()
+        try:
+            yield Tx(cur, "?")
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as err:
+            self.conn.execute("ROLLBACK")
+            raise self._error(err) from None
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        finally:
+            cur.close()
+
+    def tables(self, tx: Tx) -> set[str]:
+        """Every table of the file."""
+        return {r[0] for r in tx.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def close(self) -> None:
+        """Close the file."""
+        self.conn.close()
+
+
+def redact(url: str) -> str:
+    """``url`` without its password: 'postgresql://user:***@host/db'."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+
+
+class PostgresBackend(Backend):
+    """A PostgreSQL database through psycopg 3; the URL is libpq's."""
+
+    name = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        self.where = redact(url)
+        try:
+            import psycopg
+        except ImportError:
+            raise HistoryError(
+                f"history {self.where}: PostgreSQL needs psycopg; pip install 'gpugauge[postgres]'"
+            ) from None
+        self._psycopg = psycopg
+        try:
+            self.conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as err:
+            raise HistoryError(f"history {self.where}: cannot connect ({_one_line(err)})") from None
+
+    @contextlib.contextmanager
+    def transaction(self, write: bool = True) -> Iterator[Tx]:
+        """One server transaction (READ COMMITTED)."""
+        try:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                yield Tx(cur, "%s")
+        except self._psycopg.Error as err:
+            raise HistoryError(f"history {self.where}: {_one_line(err)}") from None
+
+    def tables(self, tx: Tx) -> set[str]:
+        """Tables of the connection's current schema."""
+        rows = tx.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        return {r[0] for r in rows}
+
+    def lock_schema(self, tx: Tx) -> None:
+        """A transaction-scoped advisory lock: two first openers do not both create tables."""
+        tx.query("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+
+def open_backend(target: str | Path) -> Backend:
+    """A PostgreSQL URL or a SQLite path; HistoryError for a URL of any other scheme."""
+    text = str(target)
+    match = _SCHEME.match(text)
+    if match is None:
+        return SqliteBackend(Path(text))
+    if match.group(1).lower() in POSTGRES_SCHEMES:
+        return PostgresBackend(text)
+    raise HistoryError(
+        f"history {redact(text)}: unsupported scheme {match.group(1)!r}; "
+        "give a SQLite file path or a postgresql:// URL"
+    )

@@ -1,0 +1,142 @@
+"""What the history holds: one run (a pytest session) and its results, as frozen records.
+
+A :class:`RunRecord` is one session on one host: when (UTC), where (the host: a GPU's
+NVML UUID, or the hostname on a CPU), the device class, the fingerprint fields a number
+depends on (driver, CUDA runtime, cuDNN, torch, the suite's commit, the numerics flags)
+and how it was started (argv, profile). A :class:`ResultRecord` is one benchmark of that
+run: each metric's median with its CI and n (:class:`MetricRecord`), the SM clock (MHz)
+and power (W) it ran at, its main kernels, its verdict and whether it is *accepted*, that
+is, may serve as a reference for later runs. A :class:`Point` is one metric of one result
+read back with its run: the unit that references and change points work on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpugauge.regress.baselines import KernelShare
+
+
+class HistoryError(ValueError):
+    """A history that cannot be used; the one-line message names it and says why."""
+
+
+def utc(t: datetime) -> datetime:
+    """``t`` as an aware UTC time (a naive time is taken as UTC)."""
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def time_text(t: datetime) -> str:
+    """Stored form of a time: ISO 8601 in UTC with microseconds, so text order is time order."""
+    return utc(t).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    """Read back :func:`time_text` (or any ISO 8601 time; naive means UTC)."""
+    return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One pytest session on one host: when, where, and with what software."""
+
+    id: str
+    time: datetime  # UTC
+    host: str  # 'GPU-8f2c…' (NVML UUID) or the hostname on a CPU
+    device_class: str
+    driver: str | None = None
+    cuda_runtime: str | None = None
+    cudnn: str | None = None
+    torch: str | None = None
+    commit: str | None = None
+    flags: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    argv: tuple[str, ...] = ()
+    profile: str | None = None
+    source: str = "pytest"  # or 'import <file name>'
+
+    def __post_init__(self) -> None:
+        if not self.id or not self.host or not self.device_class:
+            raise HistoryError("a run needs an id, a host and a device class")
+        object.__setattr__(self, "time", utc(self.time))
+
+    def fields(self) -> dict[str, Any]:
+        """The fingerprint fields whose change can explain a change of speed."""
+        return {
+            "torch": self.torch,
+            "driver": self.driver,
+            "cuda": self.cuda_runtime,
+            "cudnn": self.cudnn,
+            "commit": self.commit,
+            "flags": dict(self.flags),
+        }
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    """One metric of one result: median, CI of the median and n, in the metric's unit.
+
+    ``run_medians`` are the medians of the separate measurements behind it (a confirmed
+    result has two); ``reference`` says what judged it ('host history: last 5 runs,
+    spread 0.4%'), ``verdict`` what that said (None: not judged).
+    """
+
+    metric: str
+    median: float
+    ci_low: float
+    ci_high: float
+    n: int = 1
+    run_medians: tuple[float, ...] = ()
+    verdict: str | None = None
+    reference: str = ""
+
+
+@dataclass(frozen=True)
+class ResultRecord:
+    """One benchmark of one run: its metrics and the conditions it ran in.
+
+    ``attempt`` counts measurements of the case in the run (2: the confirmation of a
+    first regressed one; both are kept). ``accepted`` results may serve as references.
+    """
+
+    bench_id: str
+    family: str
+    device_class: str
+    metrics: tuple[MetricRecord, ...]
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
+    kernels: tuple[KernelShare, ...] = ()
+    verdict: str | None = None
+    accepted: bool = True
+    attempt: int = 1
+    note: str = ""
+
+    def metric(self, name: str) -> MetricRecord | None:
+        """One metric's record, if the result holds it."""
+        return next((m for m in self.metrics if m.metric == name), None)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One metric of one result, read back with its run: a point of a case's trend."""
+
+    run: RunRecord
+    result: ResultRecord
+    metric: MetricRecord
+
+    @property
+    def median(self) -> float:
+        """The metric's median, in its unit."""
+        return self.metric.median
+
+    @property
+    def host(self) -> str:
+        """The run's host."""
+        return self.run.host
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the result may serve as a reference."""
+        return self.result.accepted

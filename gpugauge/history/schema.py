@@ -1,0 +1,116 @@
+"""The history's tables and their versions: every upgrade lives here, in order.
+
+``schema_version`` holds one row, the version of the tables. Opening a history brings an
+older one up to :data:`SCHEMA_VERSION` by running :data:`UPGRADES` in order, in one
+transaction (PostgreSQL: under an advisory lock, so two first openers do not race);
+a newer one is refused, since this gpugauge would misread it. The statements are plain SQL
+that SQLite and PostgreSQL both run: TEXT, INTEGER (0/1 for flags) and DOUBLE PRECISION
+columns, JSON kept as TEXT, times as ISO 8601 UTC text (text order is time order).
+"""
+
+from __future__ import annotations
+
+from gpugauge.history.backends import Backend, Tx
+from gpugauge.history.records import HistoryError
+
+SCHEMA_VERSION = 1
+
+_V1 = (
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    """CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        time_utc TEXT NOT NULL,
+        host TEXT NOT NULL,
+        device_class TEXT NOT NULL,
+        driver TEXT,
+        cuda_runtime TEXT,
+        cudnn TEXT,
+        torch TEXT,
+        git_commit TEXT,
+        flags TEXT NOT NULL,
+        argv TEXT NOT NULL,
+        profile TEXT,
+        source TEXT NOT NULL
+    )""",
+    "CREATE INDEX runs_by_time ON runs (time_utc)",
+    """CREATE TABLE results (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        bench_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        family TEXT NOT NULL,
+        device_class TEXT NOT NULL,
+        sm_clock_mhz DOUBLE PRECISION,
+        power_w DOUBLE PRECISION,
+        kernels TEXT NOT NULL,
+        verdict TEXT,
+        accepted INTEGER NOT NULL,
+        note TEXT NOT NULL,
+        PRIMARY KEY (run_id, bench_id, attempt)
+    )""",
+    "CREATE INDEX results_by_case ON results (bench_id, device_class)",
+    """CREATE TABLE metrics (
+        run_id TEXT NOT NULL,
+        bench_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        metric TEXT NOT NULL,
+        median DOUBLE PRECISION NOT NULL,
+        ci_low DOUBLE PRECISION NOT NULL,
+        ci_high DOUBLE PRECISION NOT NULL,
+        n INTEGER NOT NULL,
+        run_medians TEXT NOT NULL,
+        verdict TEXT,
+        reference TEXT NOT NULL,
+        PRIMARY KEY (run_id, bench_id, attempt, metric),
+        FOREIGN KEY (run_id, bench_id, attempt)
+            REFERENCES results (run_id, bench_id, attempt) ON DELETE CASCADE
+    )""",
+    "INSERT INTO schema_version (version) VALUES (1)",
+)
+
+# UPGRADES[v] takes the tables from version v - 1 to v (0: an empty database).
+UPGRADES: dict[int, tuple[str, ...]] = {1: _V1}
+OUR_TABLES = {"schema_version", "runs", "results", "metrics"}
+
+
+def _version(backend: Backend, tx: Tx) -> int:
+    """The stored version; 0 for a database with none of our tables."""
+    tables = backend.tables(tx)
+    if "schema_version" not in tables:
+        foreign = tables - OUR_TABLES if backend.name == "sqlite" else tables & OUR_TABLES
+        if foreign:
+            raise HistoryError(
+                f"history {backend.where}: holds other tables ({', '.join(sorted(foreign))}) "
+                "and no schema_version: not a gpugauge history"
+            )
+        return 0
+    rows = tx.query("SELECT version FROM schema_version")
+    if len(rows) != 1 or not isinstance(rows[0][0], int):
+        raise HistoryError(f"history {backend.where}: schema_version must hold one number")
+    return rows[0][0]
+
+
+def _refuse_newer(backend: Backend, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise HistoryError(
+            f"history {backend.where}: schema version {version} is newer than this "
+            f"gpugauge reads ({SCHEMA_VERSION}); upgrade gpugauge"
+        )
+
+
+def ensure_schema(backend: Backend) -> int:
+    """Bring the tables to :data:`SCHEMA_VERSION`; HistoryError for a newer history."""
+    with backend.transaction(write=False) as tx:
+        version = _version(backend, tx)
+    _refuse_newer(backend, version)
+    if version == SCHEMA_VERSION:
+        return version
+    with backend.transaction() as tx:
+        backend.lock_schema(tx)
+        version = _version(backend, tx)  # another opener may have upgraded it meanwhile
+        _refuse_newer(backend, version)
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in UPGRADES[step]:
+                tx.execute(statement)
+            if step > 1:
+                tx.execute("UPDATE schema_version SET version = ?", (step,))
+    return SCHEMA_VERSION
