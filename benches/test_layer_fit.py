@@ -1,7 +1,7 @@
 """layer_fit benchmarks: how many layers fit, and the model split over two GPUs (seed 004, Task-1).
 
-The model, the memory model, the search, the backends and the split live in
-:mod:`gpugauge.families.layer_fit.fit`; this module parametrizes and records.
+The memory model, the search, the backends and the split live in the modules of
+:mod:`gpugauge.families.layer_fit`; this module parametrizes and records.
 """
 
 from __future__ import annotations
@@ -11,30 +11,18 @@ from typing import Any
 import pytest
 import torch
 
-from gpugauge.families.layer_fit.fit import (
-    PIPELINED,
-    SEED_METHOD,
-    SIM_UNMODELLED_BYTES,
-    FitCase,
-    MemoryModel,
-    SplitCase,
-    budgets,
-    cases,
-    check_pipeline,
-    fit_cut,
-    fitted_runner,
-    flop_costs,
-    measure_costs,
-    parse_budget,
-    plan_split,
-    prime_conv_plans,
-    probe_table,
-    round_clock,
-    search_case,
-    split_cases,
-    split_table,
-    trace_overlap,
-)
+from gpugauge.families.layer_fit.backends import SIM_UNMODELLED_BYTES
+from gpugauge.families.layer_fit.budget import budgets, parse_budget
+from gpugauge.families.layer_fit.cases import FitCase, SplitCase, cases, split_cases
+from gpugauge.families.layer_fit.costs import flop_costs, measure_costs
+from gpugauge.families.layer_fit.cut_fit import fit_cut, fitted_runner, prime_conv_plans
+from gpugauge.families.layer_fit.memory_model import MemoryModel
+from gpugauge.families.layer_fit.plan import PIPELINED, plan_split
+from gpugauge.families.layer_fit.search import search_case
+from gpugauge.families.layer_fit.steps import SEED_METHOD, round_clock
+from gpugauge.families.layer_fit.tables import probe_table, split_table
+from gpugauge.families.layer_fit.trace import trace_overlap
+from gpugauge.families.layer_fit.verify import check_pipeline
 from gpugauge.measure.kernels import TraceError
 from gpugauge.measure.memory import allocator_events, events_per_call
 from gpugauge.measure.timing import measure

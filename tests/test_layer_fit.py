@@ -9,37 +9,25 @@ import pytest
 import torch
 from torch import nn
 
-from gpugauge.families.layer_fit.fit import (
-    SEED_BUDGET,
+from gpugauge.families.layer_fit import cut_fit
+from gpugauge.families.layer_fit.backends import (
     SIM_UNMODELLED_BYTES,
-    BlockCosts,
-    FitCase,
-    GiB,
-    MemoryModel,
-    MemoryNotReleased,
-    MiB,
-    Probe,
     SimAllocator,
     SimulatedBackend,
-    SplitCase,
-    SplitError,
-    SplitRunner,
-    allocator_bytes,
-    budgets,
-    cases,
-    check_pipeline,
-    held_parts,
-    parse_budget,
-    plan_split,
-    probe,
-    probe_bound,
-    probe_table,
-    run_search,
-    search_case,
-    search_frontier,
-    split_cases,
 )
+from gpugauge.families.layer_fit.budget import SEED_BUDGET, GiB, MiB, budgets, parse_budget
+from gpugauge.families.layer_fit.cases import FitCase, SplitCase, cases, split_cases
+from gpugauge.families.layer_fit.costs import BlockCosts
 from gpugauge.families.layer_fit.graphed import GraphedSplit, capture_stage
+from gpugauge.families.layer_fit.memory_model import MemoryModel, allocator_bytes
+from gpugauge.families.layer_fit.pipe import held_parts
+from gpugauge.families.layer_fit.plan import SplitError, plan_split
+from gpugauge.families.layer_fit.probe import MemoryNotReleased, Probe, probe
+from gpugauge.families.layer_fit.runner import SplitRunner
+from gpugauge.families.layer_fit.search import probe_bound, run_search, search_case, search_frontier
+from gpugauge.families.layer_fit.tables import probe_table
+from gpugauge.families.layer_fit.verify import check_pipeline
+from gpugauge.launch.fresh import in_fresh_process
 from gpugauge.measure.environment import torch_flags
 from gpugauge.models.stacked import HEAD_WIDTH, blocks, stacked
 
@@ -459,8 +447,9 @@ def test_budgets_refuse_an_unknown_allocator() -> None:
 
 
 def test_frontier_chart_draws_measured_and_predicted(tmp_path: Path) -> None:
-    from gpugauge.report.charts import CHARTS, Frontier
-    from gpugauge.report.document import ReportData
+    from gpugauge.families.layer_fit import FAMILY
+    from gpugauge.families.layer_fit.charts import Frontier
+    from gpugauge.report.data import ReportData
     from gpugauge.results.measurement import Measurement
     from gpugauge.results.runs import SavedRun
 
@@ -473,7 +462,7 @@ def test_frontier_chart_draws_measured_and_predicted(tmp_path: Path) -> None:
         )
     data = ReportData(SavedRun(tmp_path / "run.json", "run", results), "-", [], [])
     chart = Frontier()
-    assert any(isinstance(c, Frontier) for c in CHARTS)
+    assert any(isinstance(c, Frontier) for c in FAMILY.charts)
     assert chart.applies(data)
     fig = chart.draw(data)
     lines = fig.axes[0].get_lines()
@@ -500,52 +489,49 @@ class _FragmentingRunner:
 
 
 def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(monkeypatch):
-    import gpugauge.families.layer_fit.fit as lf
-
-    monkeypatch.setattr(lf, "SplitRunner", _FragmentingRunner)
+    monkeypatch.setattr(cut_fit, "SplitRunner", _FragmentingRunner)
     tiny = dict(batch=4, image=32, width=64, device="cpu")
     single, naive = SplitCase("single", 0, 3, **tiny), SplitCase("naive", 20, 3, **tiny)
     # one device: the search's N = 7 fitted one step; the timed rounds would not
-    runner, _, attempts = lf.fitted_runner(single, 7, 10, 0)
+    runner, _, attempts = cut_fit.fitted_runner(single, 7, 10, 0)
     assert [a["conv"] for a in attempts] == [7, 6, 5]
     assert [a["fits"] for a in attempts] == [False, False, True]
     assert attempts[-1]["cut"] == 8
     assert runner.n == 5
     # a split moves the cut toward device 0 by 2, 4, 8, ... blocks from the planned cut
-    _, _, attempts = lf.fitted_runner(naive, 20, 4, 0)
+    _, _, attempts = cut_fit.fitted_runner(naive, 20, 4, 0)
     assert [a["cut"] for a in attempts] == [4, 6, 8, 12, 20]  # device 1: 19, 17, 15, 11, 3
     assert [a["fits"] for a in attempts] == [False] * 4 + [True]
     # the last try is the end of the range, then it gives up with every attempt named
-    with pytest.raises(lf.SplitError, match="no cut fitted after 3 attempts") as err:
-        lf.fitted_runner(naive, 20, 4, 1)
+    with pytest.raises(SplitError, match="no cut fitted after 3 attempts") as err:
+        cut_fit.fitted_runner(naive, 20, 4, 1)
     assert "'cut': 1," in str(err.value)  # 4, 2, 1 (clamped), then nowhere left
-    with pytest.raises(lf.SplitError, match="no cut fitted after 2 attempts"):
-        lf.fitted_runner(naive, 20, 4, 0, tries=2)
+    with pytest.raises(SplitError, match="no cut fitted after 2 attempts"):
+        cut_fit.fitted_runner(naive, 20, 4, 0, tries=2)
 
 
 def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
-    import gpugauge.families.layer_fit.fit as lf
-
     reserved = iter([10, 20, 30, 40, 40, 40, 40, 40])
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: next(reserved))
     calls = []
-    assert lf.settle(lambda: calls.append(1), ("cuda:0",)) == 6  # grew for 4 steps, then 2 flat
+    # reserved memory grew for 4 steps, then stayed flat for 2
+    assert cut_fit.settle(lambda: calls.append(1), ("cuda:0",)) == 6
     assert len(calls) == 6
-    assert lf.settle(lambda: None, ("cpu",)) == 3
+    assert cut_fit.settle(lambda: None, ("cpu",)) == 3
 
 
 def test_block_costs_are_measured_at_a_micro_batch(monkeypatch):
-    import gpugauge.families.layer_fit.fit as lf
+    import gpugauge.families.layer_fit.costs as block_costs
 
     shapes = []
-    real = lf.measure
+    real = block_costs.measure
 
     def spy(step, policy, clock):
         shapes.append(step.__defaults__[1].shape)  # the step's input
         return real(step, policy, clock)
 
-    monkeypatch.setattr(lf, "measure", spy)
-    costs = lf.measure_costs(MemoryModel(16, 8, 64), "cpu", batch=2)
+    monkeypatch.setattr(block_costs, "measure", spy)
+    costs = block_costs.measure_costs(MemoryModel(16, 8, 64), "cpu", batch=2)
     assert costs.conv > 0
     assert costs.linear > 0
     assert [s[0] for s in shapes] == [2, 2]  # conv input and linear input at batch 2
@@ -623,38 +609,32 @@ def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> N
 
 
 def test_a_cut_is_fitted_in_processes_of_their_own() -> None:
-    import gpugauge.families.layer_fit.fit as lf
-
     case = SplitCase("gpipe", 3, 2, 2, "device", "cpu", batch=2, image=8, width=16)
-    attempts = lf.fit_cut(case, 3, 3, 0)
+    attempts = cut_fit.fit_cut(case, 3, 3, 0)
     assert attempts == [
         {"conv": 3, "cut": 3, "fits": True, "steps": 3, "ooms": [], "where": "child"}
     ]
 
 
 def test_fit_attempts_moves_the_cut_after_each_miss() -> None:
-    import gpugauge.families.layer_fit.fit as lf
-
     seen = []
 
     def attempt(n: int, cut: int) -> dict:
         seen.append(cut)
         return {"fits": cut >= 9, "error": None if cut >= 9 else "cuDNN plans fell back"}
 
-    attempts = lf.fit_attempts(20, 3, 3, 0, attempt)
+    attempts = cut_fit.fit_attempts(20, 3, 3, 0, attempt)
     assert seen == [3, 5, 7, 11]
     assert attempts[-1] == {"conv": 20, "cut": 11, "fits": True, "error": None}
 
 
 def test_a_fresh_process_starts_with_this_ones_kernel_settings() -> None:
-    import gpugauge.families.layer_fit.fit as lf
-
     saved = torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cudnn.deterministic = not saved[0]
         torch.backends.cuda.matmul.allow_tf32 = not saved[1]
         here = torch_flags()
-        assert lf.in_fresh_process("the settings", torch_flags) == here
+        assert in_fresh_process("the settings", torch_flags) == here
     finally:
         torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32 = saved
 

@@ -17,7 +17,7 @@ NAME = "layer_fit"
 
 def cases(profile: str) -> Sequence[Spec]:
     """The profile's searches, then its splits (imports the workload)."""
-    from gpugauge.families.layer_fit.fit import cases, split_cases
+    from gpugauge.families.layer_fit.cases import cases, split_cases
 
     return [*cases(profile), *split_cases(profile)]
 

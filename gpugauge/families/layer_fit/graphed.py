@@ -23,8 +23,8 @@ by op shares them between micro-batches), and private pools are plain segments e
 under ``expandable_segments``.
 
 Each ordering event is load-bearing except two that other chains already imply (noted
-where they are waited for); ``check_pipeline`` in ``layer_fit`` holds each device, then
-the copy streams, back to expose a missing one.
+where they are waited for); ``check_pipeline`` in ``layer_fit.verify`` holds each device,
+then the copy streams, back to expose a missing one.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ class GraphedSplit:
     ``slots`` is each stage's micro-batches in flight
     (:func:`~gpugauge.families.layer_fit.pipe.held_parts`); a schedule refuses fewer. The
     schedules are
-    :class:`~gpugauge.families.layer_fit.fit.SplitRunner`'s, with the same gradients: the
+    :class:`~gpugauge.families.layer_fit.runner.SplitRunner`'s, with the same gradients: the
     last stage's loss is divided by ``micro_batches``, as there.
     """
 

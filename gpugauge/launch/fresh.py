@@ -1,0 +1,49 @@
+"""Running one function in a fresh process, with this one's numerics flags.
+
+For work that leaves a process changed (running out of memory on purpose changes which
+cuDNN plans it keeps): :func:`in_fresh_process` runs it in a spawned child, and this
+process stays as it was.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import torch
+
+from gpugauge.measure.environment import apply_torch_flags, torch_flags
+
+
+def in_fresh_process(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a spawned process with this one's numerics flags (cuDNN, TF32).
+
+    For work that runs out of memory on purpose (a frontier search, fitting a cut). A
+    process remembers it: each thread keeps the first cuDNN plan that ran for a
+    convolution's shapes (the autograd engine's threads, one per device, live as long as
+    the process), and a plan whose workspace could not be allocated is skipped for a
+    slower one. After a case had run out of memory on its device, the naive split read
+    220 ms on two H200s; alone, 147 ms (its own attempts' fallbacks; fitted this way, 100
+    ms: docs/layer_fit.md). The cached memory is returned
+    first (a whole-device budget is the free memory); ``fn``'s error is raised here, and
+    the child's death as a RuntimeError naming ``what``.
+    """
+    if torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+        try:
+            return pool.submit(_child, torch_flags(), fn, args).result()
+        except BrokenProcessPool as err:
+            raise RuntimeError(f"{what}: its process died ({err})") from err
+
+
+def _child(flags: dict[str, Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """:func:`in_fresh_process`'s child: the parent's numerics flags, then the work."""
+    apply_torch_flags(flags)
+    return fn(*args)
