@@ -326,6 +326,8 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             "options": session.options.as_dict(),
             "ceilings": session.all_ceilings(),
             "tables": session.tables(),
+            # only gauge.compare's: a family's comparisons are derived from the results
+            "comparisons": [c.as_dict() for c in session.adhoc_comparisons],
         }
 
 

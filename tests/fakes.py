@@ -22,11 +22,12 @@ def result(
     family: str = "demo",
     device_class: str = CLASS,
     memory: tuple[Memory, ...] = (),
+    params: dict[str, Any] | None = None,
 ) -> Measurement:
     """A timed result of ``bid``: 8 rounds around ``ms`` milliseconds."""
     rounds = tuple(ms * (1 + 0.001 * i) for i in range(8))
     timing = Timing(rounds, rounds, "perf_counter", 1, 0.0, "fixed rounds", False)
-    spec = SavedSpec(family, bid, "cpu", ("cpu",), {"name": bid, "device": "cpu"})
+    spec = SavedSpec(family, bid, "cpu", ("cpu",), params or {"name": bid, "device": "cpu"})
     return Measurement(spec, timing=timing, memory=memory, device_class=device_class)
 
 

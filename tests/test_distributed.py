@@ -404,8 +404,9 @@ def test_a_rank_killed_mid_run_fails_the_launch_naming_it(tmp_path: Path) -> Non
 
 
 def test_report_draws_scaling_curves_and_comm_bars(tmp_path: Path) -> None:
-    from gpugauge.report.charts import CHARTS, CommBars, ScalingCurves
-    from gpugauge.report.document import ReportData
+    from gpugauge.families.distributed import FAMILY
+    from gpugauge.families.distributed.charts import CommBars, ScalingCurves
+    from gpugauge.report.data import ReportData
     from gpugauge.results.runs import SavedRun
 
     one = d.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
@@ -414,7 +415,7 @@ def test_report_draws_scaling_curves_and_comm_bars(tmp_path: Path) -> None:
     run = d.CaseResult(two, (_rank([12.0] * 2, comm=2.0, allreduce_ms=1.0),) * 2)
     ms = [d.to_measurement(ref, None), d.to_measurement(run, ref)]
     data = ReportData(SavedRun(tmp_path / "r.json", "now", ms), "-", [], [])
-    names = [c.name for c in CHARTS if c.applies(data)]
+    names = [c.name for c in FAMILY.charts if c.applies(data)]
     assert names == ["scaling", "comm"]
     for chart in (ScalingCurves(), CommBars()):
         fig = chart.draw(data)

@@ -214,9 +214,12 @@ def test_roofline_above_the_ceiling_is_marked_cache_resident() -> None:
 
 
 def test_first_report_shows_the_runs_own_numbers(tmp_path: Path) -> None:
-    a, b = result("normal", 2.0), result("swapped", 1.5)
-    c = Comparison("vgg16 infer", a, b, "normal", "swapped")
-    current = save_run(tmp_path / "cur.json", [a, b], [c])
+    vgg = {"arch": "vgg16", "mode": "infer", "dtype": "fp32", "batch": 2, "device": "cpu"}
+    a, b = (
+        result(v, ms, family="vgg_swap", params={**vgg, "variant": v})
+        for v, ms in (("normal", 2.0), ("swapped", 1.5))
+    )
+    current = save_run(tmp_path / "cur.json", [a, b])  # the comparison is derived
     empty = tmp_path / "baselines"
     empty.mkdir()
     out = tmp_path / "rep"
@@ -228,7 +231,7 @@ def test_first_report_shows_the_runs_own_numbers(tmp_path: Path) -> None:
     )
     assert "| 2.007 " in verdict  # the current median, with no baseline to compare it to
     assert "## Results of this run" in md
-    assert "| vgg16 infer | normal 2.007 ms | swapped 1.505 ms | 1.333x" in md
+    assert "| vgg16 infer fp32 b2 cpu | normal 2.007 ms | swapped 1.505 ms | 1.333x" in md
     assert "verdicts: NOTHING COMPARED" in md
 
 

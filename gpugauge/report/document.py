@@ -172,19 +172,25 @@ def _result_rows(data: ReportData, out: Path) -> tuple[list[str], list[list[Cell
 
 
 def _comparison_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
+    """The families' comparisons, derived from the run's results, then gauge.compare's."""
     headers = ["comparison", "baseline", "candidate", "speedup [95% CI]", "memory saved"]
     rows: list[list[Cell]] = []
-    for c in data.comparisons:
-        s, frac = c.speedup, c.memory_saved_fraction
-        rows.append(
-            [
-                c.title,
-                f"{c.baseline_label} {fmt_ms(c.baseline.summary.median)} ms",
-                f"{c.candidate_label} {fmt_ms(c.candidate.summary.median)} ms",
-                f"{s.value:.3f}x [{s.ci_low:.3f}, {s.ci_high:.3f}]",
-                "-" if frac is None else f"{frac:+.1%}",
-            ]
-        )
+    saved = [c.as_dict() for c in data.comparisons] + data.current.adhoc_comparisons
+    for c in saved:
+        try:
+            s = c["speedup"]
+            frac = c.get("memory_saved_fraction")
+            rows.append(
+                [
+                    str(c["title"]),
+                    f"{c['baseline_label']} {fmt_ms(c['baseline_median_ms'])} ms",
+                    f"{c['candidate_label']} {fmt_ms(c['candidate_median_ms'])} ms",
+                    f"{s['value']:.3f}x [{s['ci_low']:.3f}, {s['ci_high']:.3f}]",
+                    "-" if frac is None else f"{frac:+.1%}",
+                ]
+            )
+        except (KeyError, TypeError, ValueError):
+            continue  # a comparison saved by another version: shown where it can be read
     return headers, rows
 
 

@@ -33,6 +33,7 @@ class SavedRun:
     measurements: list[Measurement]
     fingerprint: dict[str, Any] = field(default_factory=dict)
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # the gate's, by id
+    adhoc_comparisons: list[dict[str, Any]] = field(default_factory=list)  # gauge.compare's
 
     @property
     def machine(self) -> str:
@@ -108,10 +109,12 @@ def load_run(path: Path) -> SavedRun:
             f"{path}: no gpugauge results in it (a pytest-benchmark run of other tests?)"
         )
     fp = (data.get("machine_info") or {}).get("gpugauge") or {}
+    saved = data.get("gpugauge") or {}
     return SavedRun(
         path=path,
         label=str(data.get("datetime") or path.stem)[:19],
         measurements=found,
         fingerprint=fp if isinstance(fp, dict) else {},
         verdicts=verdicts,
+        adhoc_comparisons=list(saved.get("comparisons") or []) if isinstance(saved, dict) else [],
     )
