@@ -5,10 +5,9 @@ activation and workspace terms, each tensor rounded as PyTorch's CUDA caching al
 rounds it (:func:`allocator_bytes`); :meth:`MemoryModel.stage` does so for the blocks one
 device holds when the model is split. See ``docs/layer_fit.md``.
 
-Modes: ``train`` is zero grads (to None), forward, cross-entropy, backward, SGD step
-(lr 0.01, momentum 0.9); it keeps every activation for backward. ``infer`` is a forward
-in eval mode under ``torch.inference_mode``; each activation is freed as soon as the next
-block has consumed it.
+Modes are :mod:`~gpugauge.families.layer_fit.steps`'s: ``train`` keeps every activation
+for backward; under ``infer`` each activation is freed as soon as the next block has
+consumed it.
 """
 
 from __future__ import annotations

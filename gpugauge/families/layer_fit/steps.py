@@ -24,6 +24,7 @@ LR, MOMENTUM = 0.01, 0.9
 
 
 def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], object]:
+    """``train``: a step of SGD with momentum on (``x``, ``y``); the step returns the loss."""
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
@@ -39,6 +40,7 @@ def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[
 
 
 def infer_step(model: nn.Module, x: torch.Tensor) -> Callable[[], object]:
+    """``infer``: a forward of ``x`` in eval mode, no autograd; the step returns the output."""
     model.eval()
 
     def step() -> object:
