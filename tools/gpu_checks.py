@@ -743,13 +743,10 @@ def layer_fit(out: Path) -> None:
     """Issue 10, one GPU: frontier searches, then the family's one-GPU cases via pytest."""
     import torch
 
-    from gpugauge.families.layer_fit.fit import (
-        SEED_BUDGET,
-        FitCase,
-        backend_for,
-        probe_table,
-        run_search,
-    )
+    from gpugauge.families.layer_fit.budget import SEED_BUDGET
+    from gpugauge.families.layer_fit.cases import FitCase
+    from gpugauge.families.layer_fit.search import backend_for, run_search
+    from gpugauge.families.layer_fit.tables import probe_table
     from gpugauge.report.tables import fmt_bytes
 
     t_start = time.perf_counter()
@@ -1050,7 +1047,8 @@ def layer_fit_microbatch(out: Path) -> None:
     A conv block's and a head linear's training step at the seed's batch 16 split in 1, 2,
     4 and 8 parts; "x parts / full" is what a step split in that many parts costs.
     """
-    from gpugauge.families.layer_fit.fit import MemoryModel, measure_costs
+    from gpugauge.families.layer_fit.costs import measure_costs
+    from gpugauge.families.layer_fit.memory_model import MemoryModel
 
     model = MemoryModel()
     rows, full = [], None

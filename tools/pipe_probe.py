@@ -34,16 +34,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpugauge.families.layer_fit.fit import (
-    SplitCase,
-    SplitError,
-    SplitRunner,
-    budgets,
-    prime_conv_plans,
-    round_clock,
-    settle,
-    trace_overlap,
-)
+from gpugauge.families.layer_fit.budget import budgets
+from gpugauge.families.layer_fit.cases import SplitCase
+from gpugauge.families.layer_fit.cut_fit import prime_conv_plans, settle
+from gpugauge.families.layer_fit.plan import SplitError
+from gpugauge.families.layer_fit.runner import SplitRunner
+from gpugauge.families.layer_fit.steps import round_clock
+from gpugauge.families.layer_fit.trace import trace_overlap
 from gpugauge.measure.memory import allocator_events, events_per_call
 from gpugauge.measure.nvml import Nvml
 from gpugauge.measure.profile import release_cupti_on_stop
@@ -181,7 +178,10 @@ def bisect(out: Path) -> list[dict]:
     measure; in a plain process, 91.0-91.1 ms (cv 0.5-1.1%) under the same budget (runs
     37, 38).
     """
-    from gpugauge.families.layer_fit.fit import MemoryModel, check_pipeline, fit_cut, measure_costs
+    from gpugauge.families.layer_fit.costs import measure_costs
+    from gpugauge.families.layer_fit.cut_fit import fit_cut
+    from gpugauge.families.layer_fit.memory_model import MemoryModel
+    from gpugauge.families.layer_fit.verify import check_pipeline
     from gpugauge.measure.ceilings import measure_ceilings
 
     rows = [_timed_1f1b("priming only")]
@@ -216,7 +216,8 @@ def graphs_effect() -> list[dict]:
     pipelines 85): memory per device, OOMs caught while it was built (a cuDNN plan
     falling back), timed back to back and beside the NVML sampler.
     """
-    from gpugauge.families.layer_fit.fit import MemoryModel, check_pipeline
+    from gpugauge.families.layer_fit.memory_model import MemoryModel
+    from gpugauge.families.layer_fit.verify import check_pipeline
     from gpugauge.measure.memory import allocator_events as events
 
     rows = []
