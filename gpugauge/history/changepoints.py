@@ -1,0 +1,301 @@
+"""Change points: when a case's level moved over its history, by how much, and what changed.
+
+Per host, the series is the log of each run's median (last attempt per run), in time
+order. Per device class, each host's offset is taken out first (its median log level
+over its runs inside each segment found so far, twice over), so that a host joining or
+leaving is not a step. On that series ``ruptures``' PELT (l2 cost, every run a candidate,
+segments of at least ``min_size`` runs) finds candidates with a penalty of
+``penalty x log(n)`` on the series in units of its noise (the noise: a robust standard
+deviation of successive differences, which steps barely move). Each candidate is then
+confirmed the way Apache Otava confirms E-divisive candidates: Student's t-test on the runs
+between its neighbours (equal variances: a step moves a benchmark's level, not its noise),
+dropping the weakest failing candidate and re-testing until all pass at ``alpha``, and a
+step must also be at least ``min_change``. Its size is after/before with the t interval of
+the difference of mean logs.
+
+What differs is read off the runs either side: fingerprint fields (torch, CUDA, cuDNN,
+driver, flags, the suite's commit) whose value after the step was never seen in the
+``context`` runs before it, main kernels (a 5% share of a round or more) that appeared or
+went, and SM clock (2% or more) and power (3% or more) medians that moved.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from gpugauge.history.records import Point
+from gpugauge.regress.gate import MAIN_KERNEL_SHARE, short_kernel
+
+CLOCK_MOVED = 0.02  # relative change of the median SM clock that is reported
+POWER_MOVED = 0.03  # relative change of the median power that is reported
+_FIELDS = ("torch", "cuda", "cudnn", "driver", "flags", "commit")
+
+
+@dataclass(frozen=True)
+class DetectionPolicy:
+    """How change points are found and confirmed."""
+
+    penalty: float = 3.0  # x log(n), on the series in units of its noise
+    min_size: int = 2  # runs a segment needs (a step is seen after two nights)
+    alpha: float = 0.001  # a candidate's t-test p-value must be below this
+    min_change: float = 0.01  # smaller steps are not reported (relative)
+    noise_floor: float = 0.001  # the noise taken is never below this (relative)
+    context: int = 5  # runs either side compared for what differs
+
+
+DEFAULT_DETECTION = DetectionPolicy()
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A step in one case's metric: the first run at the new level and what came with it.
+
+    ``ratio`` is after/before (above 1: the metric rose; for time, slower), with its CI
+    (95%) and the t-test's ``p_value``; ``before`` and ``after`` are the medians of the
+    segments either side (host offsets taken out for a class); ``changes`` says what
+    differs between the runs either side, most telling first.
+    """
+
+    bench_id: str
+    metric: str
+    scope: str  # 'host GPU-…' or 'class nvidia-h100-80gb-hbm3'
+    run_id: str
+    time: datetime
+    index: int  # position of the run in the series
+    before: float
+    after: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_before: int
+    n_after: int
+    changes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: 'linear-fwd: time 1.031x [1.025, 1.037] from 2026-11-20 run ab12 …'."""
+        what = "; ".join(self.changes) if self.changes else "no recorded difference"
+        return (
+            f"{self.bench_id}: {self.metric} {self.ratio:.3f}x "
+            f"[{self.ci_low:.3f}, {self.ci_high:.3f}] from {self.time:%Y-%m-%d %H:%M} "
+            f"run {self.run_id} ({self.scope}, {self.n_before} runs before, "
+            f"{self.n_after} after, p={self.p_value:.1g}): {what}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {**out, "time": self.time.isoformat(), "changes": list(self.changes)}
+
+
+def noise(x: np.ndarray, floor: float) -> float:
+    """Robust standard deviation of a series from its successive differences."""
+    if x.size < 3:
+        return floor
+    mad = float(np.median(np.abs(np.diff(x) - np.median(np.diff(x)))))
+    return max(1.4826 * mad / math.sqrt(2), floor)
+
+
+def _candidates(x: np.ndarray, policy: DetectionPolicy) -> list[int]:
+    """PELT's breakpoints on the series in units of its noise (the end excluded)."""
+    import ruptures
+
+    n = x.size
+    if n < 2 * policy.min_size:
+        return []
+    z = (x - np.median(x)) / noise(x, policy.noise_floor)
+    algo = ruptures.Pelt(model="l2", min_size=policy.min_size, jump=1).fit(z.reshape(-1, 1))
+    return [b for b in algo.predict(pen=policy.penalty * math.log(n)) if b < n]
+
+
+def _ttest(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float, float]:
+    """Student's t-test of two samples of logs: p, difference of means, its CI (95%)."""
+    from scipy import stats
+
+    d = float(after.mean() - before.mean())
+    df = before.size + after.size - 2
+    pooled = (((before - before.mean()) ** 2).sum() + ((after - after.mean()) ** 2).sum()) / df
+    se = math.sqrt(pooled * (1 / before.size + 1 / after.size))
+    if se == 0:  # constant either side: any difference is certain
+        return (0.0 if d else 1.0), d, d, d
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # near-constant samples
+        p = float(stats.ttest_ind(after, before, equal_var=True).pvalue)
+    half = float(stats.t.ppf(0.975, df)) * se
+    return p, d, d - half, d + half
+
+
+def _confirmed(
+    x: np.ndarray, candidates: list[int], policy: DetectionPolicy
+) -> list[tuple[int, float, float, float, float]]:
+    """Candidates that pass the t-test against their neighbours, with p, d and its CI."""
+    kept = sorted(candidates)
+    while kept:
+        bounds = [0, *kept, x.size]
+        tested = []
+        for i, b in enumerate(kept):
+            before, after = x[bounds[i] : b], x[b : bounds[i + 2]]
+            p, d, lo, hi = _ttest(before, after)
+            ok = p < policy.alpha and abs(math.expm1(d)) >= policy.min_change
+            tested.append((ok, p, b, d, lo, hi))
+        failing = [t for t in tested if not t[0]]
+        if not failing:
+            return [(b, p, d, lo, hi) for _, p, b, d, lo, hi in tested]
+        weakest = max(failing, key=lambda t: (t[1], -abs(t[3])))
+        kept.remove(weakest[2])
+    return []
+
+
+def _offsets(x: np.ndarray, hosts: list[str], cuts: list[int]) -> np.ndarray:
+    """Each run's host offset: the host's median of x minus its segment's level."""
+    bounds = [0, *cuts, x.size]
+    level = np.empty_like(x)
+    for a, b in itertools.pairwise(bounds):
+        level[a:b] = np.median(x[a:b])
+    resid = x - level
+    by_host: dict[str, list[float]] = {}
+    for h, r in zip(hosts, resid, strict=True):
+        by_host.setdefault(h, []).append(float(r))
+    off = {h: statistics.median(v) for h, v in by_host.items()}
+    return np.array([off[h] for h in hosts])
+
+
+def _value(p: Point, field: str) -> str:
+    v = p.run.fields()[field]
+    if field == "commit" and isinstance(v, str):
+        return v[:12]
+    return str(v)
+
+
+def _fields_changed(before: Sequence[Point], after: Sequence[Point]) -> list[str]:
+    out = []
+    for field in _FIELDS:
+        if field == "flags":
+            out += _flags_changed(before, after)
+            continue
+        seen = {_value(p, field) for p in before}
+        now, was = _value(after[0], field), _value(before[-1], field)
+        if now not in seen and now != was:
+            out.append(f"{field} {was} → {now}")
+    return out
+
+
+def _flags_changed(before: Sequence[Point], after: Sequence[Point]) -> list[str]:
+    was, now = dict(before[-1].run.flags), dict(after[0].run.flags)
+    return [
+        f"flag {k} {was.get(k)} → {now.get(k)}"
+        for k in sorted(set(was) | set(now))
+        if was.get(k) != now.get(k) and now.get(k) not in {p.run.flags.get(k) for p in before}
+    ]
+
+
+def _main_kernels(p: Point) -> set[str]:
+    return {k.name for k in p.result.kernels if k.share >= MAIN_KERNEL_SHARE}
+
+
+def _kernels_changed(before: Sequence[Point], after: Sequence[Point]) -> list[str]:
+    was = next((p for p in reversed(before) if p.result.kernels), None)
+    now = next((p for p in after if p.result.kernels), None)
+    if was is None or now is None:
+        return []
+    listed_before = {k.name for k in was.result.kernels}
+    listed_now = {k.name for k in now.result.kernels}
+    came = sorted(_main_kernels(now) - listed_before)
+    went = sorted(_main_kernels(was) - listed_now)
+    out = [f"now runs {short_kernel(k, 60)}" for k in came]
+    return out + [f"no longer runs {short_kernel(k, 60)}" for k in went]
+
+
+def _moved(
+    before: Sequence[Point], after: Sequence[Point], attr: str, name: str, unit: str, at: float
+) -> list[str]:
+    a = [getattr(p.result, attr) for p in before if getattr(p.result, attr)]
+    b = [getattr(p.result, attr) for p in after if getattr(p.result, attr)]
+    if not a or not b:
+        return []
+    was, now = statistics.median(a), statistics.median(b)
+    return [f"{name} {was:.0f} → {now:.0f} {unit}"] if abs(now / was - 1) >= at else []
+
+
+def what_changed(before: Sequence[Point], after: Sequence[Point]) -> tuple[str, ...]:
+    """Fingerprint fields, main kernels, clocks and power that differ across a step."""
+    if not before or not after:
+        return ()
+    return tuple(
+        _fields_changed(before, after)
+        + _kernels_changed(before, after)
+        + _moved(before, after, "sm_clock_mhz", "SM clock", "MHz", CLOCK_MOVED)
+        + _moved(before, after, "power_w", "power", "W", POWER_MOVED)
+    )
+
+
+def detect(
+    points: Sequence[Point], scope: str, policy: DetectionPolicy = DEFAULT_DETECTION
+) -> list[ChangePoint]:
+    """Confirmed steps of one series (one case and metric; one host, or a class).
+
+    ``points`` are in time order; with several hosts their offsets are taken out first.
+    """
+    pts = [p for p in points if p.median > 0]
+    if len(pts) < 2 * policy.min_size:
+        return []
+    x = np.log([p.median for p in pts])
+    hosts = [p.host for p in pts]
+    several = len(set(hosts)) > 1
+    adjusted = x
+    if several:
+        cuts: list[int] = []
+        for _ in range(2):  # offsets from the segments found so far, then segments again
+            adjusted = x - _offsets(x, hosts, cuts)
+            cuts = [b for b, *_ in _confirmed(adjusted, _candidates(adjusted, policy), policy)]
+    found = _confirmed(adjusted, _candidates(adjusted, policy), policy)
+    out = []
+    bounds = [0, *(b for b, *_ in found), len(pts)]
+    for i, (b, p, d, lo, hi) in enumerate(found):
+        seg_before, seg_after = pts[bounds[i] : b], pts[b : bounds[i + 2]]
+        out.append(
+            ChangePoint(
+                bench_id=pts[b].result.bench_id,
+                metric=pts[b].metric.metric,
+                scope=scope,
+                run_id=pts[b].run.id,
+                time=pts[b].run.time,
+                index=b,
+                before=float(np.exp(np.median(adjusted[bounds[i] : b]))),
+                after=float(np.exp(np.median(adjusted[b : bounds[i + 2]]))),
+                ratio=math.exp(d),
+                ci_low=math.exp(lo),
+                ci_high=math.exp(hi),
+                p_value=p,
+                n_before=len(seg_before),
+                n_after=len(seg_after),
+                changes=what_changed(seg_before[-policy.context :], seg_after[: policy.context]),
+            )
+        )
+    return out
+
+
+def case_changes(
+    points: Sequence[Point], policy: DetectionPolicy = DEFAULT_DETECTION
+) -> list[ChangePoint]:
+    """Steps of one case's metric on one device class: per host, then over the class.
+
+    The class series is searched only where it holds two or more hosts (with one it is
+    that host's series).
+    """
+    out = []
+    hosts = sorted({p.host for p in points})
+    for h in hosts:
+        out += detect([p for p in points if p.host == h], f"host {h}", policy)
+    if len(hosts) > 1 and points:
+        out += detect(points, f"class {points[0].result.device_class}", policy)
+    return out

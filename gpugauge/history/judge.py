@@ -1,0 +1,254 @@
+"""A result judged against its host-aware reference, with the class baseline as anchor.
+
+:func:`judge_case` gives each metric of a new result a :class:`Judgement`: its
+:class:`~gpugauge.history.reference.Reference` (the host's own recent runs, or the class
+baseline with the host-to-host spread) and the check of current/reference, judged like the
+gate judges (:func:`gpugauge.regress.gate.judge`): *regressed* only when the whole CI of the
+ratio lies beyond the allowed change.
+
+**The anchor.** A rolling window of a host's last N runs moves with the host: a case that
+slows 0.3% a night never leaves its window. So where the reference is the host's and a
+committed class baseline exists, the result is also judged against that baseline with the
+class allowance (the baseline's own allowance plus the host-to-host spread): the
+*anchor* check. When the host's window says unchanged but the anchor says regressed, the
+slowdown is a drift, and the verdict is *regressed* with a note that says so. A slowdown
+that is meant (a new torch that is slower) is acknowledged the way the suite already
+acknowledges one: by recording the class baseline again.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpugauge.history.records import MetricRecord, Point
+from gpugauge.history.reference import (
+    DEFAULT_POLICY,
+    Reference,
+    ReferencePolicy,
+    class_reference,
+    reference_for,
+)
+from gpugauge.regress.baselines import Entry, KernelShare
+from gpugauge.regress.gate import (
+    GateResult,
+    MetricCheck,
+    Verdict,
+    allowed_change,
+    judge,
+    kernel_change,
+)
+from gpugauge.regress.tolerances import Tolerance
+from gpugauge.results.metrics import METRICS, Kind
+
+_ORDER = list(Verdict)
+
+
+def accepted(verdict: Verdict | str | None) -> bool:
+    """Whether a result with this verdict may serve as a reference for later runs.
+
+    Regressed and inconclusive results are not: a slowdown must not become the reference
+    that hides it. Unjudged (None), new, unchanged and improved results are.
+    """
+    return verdict not in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
+
+
+def check_against(current: MetricRecord, median: float, allowed: float) -> MetricCheck:
+    """current/median with the CI of the current median, judged in the metric's direction."""
+    m = METRICS[current.metric]
+    if median <= 0:
+        ratio = 1.0 if current.median == median else float("inf")
+        return MetricCheck(
+            m.name,
+            median,
+            current.median,
+            ratio,
+            ratio,
+            ratio,
+            allowed,
+            Verdict.UNCHANGED if ratio == 1.0 else Verdict.INCONCLUSIVE,
+        )
+    ratio = current.median / median
+    low, high = current.ci_low / median, current.ci_high / median
+    if abs(current.median - median) <= m.slack:
+        verdict = Verdict.UNCHANGED
+    else:
+        verdict = judge(low, high, allowed, m.better)
+    return MetricCheck(m.name, median, current.median, ratio, low, high, allowed, verdict)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One metric judged: its reference, the check against it, and the anchor's check.
+
+    ``anchor`` is the check against the committed class baseline with the class allowance,
+    made where the reference is the host's own (a class reference is the baseline already).
+    """
+
+    metric: str
+    reference: Reference | None
+    check: MetricCheck | None
+    anchor: MetricCheck | None = None
+
+    @property
+    def drift(self) -> bool:
+        """The host's window lets it pass, the class baseline does not: a slow drift."""
+        return (
+            self.check is not None
+            and self.anchor is not None
+            and self.anchor.verdict is Verdict.REGRESSED
+            and self.check.verdict is not Verdict.REGRESSED
+        )
+
+    @property
+    def verdict(self) -> Verdict:
+        """The check's verdict; regressed on a drift; new with no reference."""
+        if self.check is None:
+            return Verdict.NEW
+        return Verdict.REGRESSED if self.drift else self.check.verdict
+
+    def describe(self) -> str:
+        """'time 1.031x [1.029, 1.033] vs <= 1.015 allowed (regressed); host history: …'."""
+        if self.check is None or self.reference is None:
+            return f"{self.metric}: no reference (new)"
+        said = f"{self.check.describe()}; {self.reference.reason}"
+        if self.drift and self.anchor is not None:
+            said += f"; drift past the class baseline: {self.anchor.describe()}"
+        return said
+
+
+@dataclass(frozen=True)
+class CaseJudgement:
+    """Every metric of one result judged; :attr:`gate` is what the test gets."""
+
+    id: str
+    family: str
+    device_class: str
+    judgements: tuple[Judgement, ...]
+    note: str = ""
+
+    @property
+    def verdict(self) -> Verdict:
+        """The worst metric verdict; new where nothing had a reference."""
+        judged = [j.verdict for j in self.judgements if j.check is not None]
+        return min(judged, key=_ORDER.index) if judged else Verdict.NEW
+
+    def judgement(self, metric: str) -> Judgement | None:
+        """One metric's judgement."""
+        return next((j for j in self.judgements if j.metric == metric), None)
+
+    @property
+    def gate(self) -> GateResult:
+        """As the gate's result: per metric the deciding check (the anchor's on a drift)."""
+        checks = []
+        for j in self.judgements:
+            if j.check is None:
+                continue
+            if j.drift and j.anchor is not None:
+                checks.append(j.anchor)
+            else:
+                checks.append(j.check)
+        reasons = "; ".join(
+            f"{j.metric}: {j.reference.reason}" for j in self.judgements if j.reference
+        )
+        drifts = "; ".join(
+            f"{j.metric} drifted past the class baseline" for j in self.judgements if j.drift
+        )
+        note = "; ".join(part for part in (drifts, reasons, self.note) if part)
+        return GateResult(self.id, self.family, self.device_class, tuple(checks), note)
+
+    def references(self) -> dict[str, str]:
+        """Per metric, what judged it (for :class:`~gpugauge.history.records.MetricRecord`)."""
+        return {j.metric: j.reference.reason for j in self.judgements if j.reference}
+
+    def verdicts(self) -> dict[str, str]:
+        """Per metric, the verdict (for the stored metric records)."""
+        return {j.metric: j.verdict.value for j in self.judgements}
+
+    def message(self) -> str:
+        """One line for a failing test: the worst metrics with their references."""
+        worst = "; ".join(j.describe() for j in self.judgements if j.verdict is self.verdict)
+        said = "; ".join(p for p in (worst, self.note) if p)
+        return f"{self.id}: {self.verdict}: {said}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON: the gate's form plus each metric's reference."""
+        return {
+            **self.gate.as_dict(),
+            "references": {
+                j.metric: {k: getattr(j.reference, k) for k in j.reference.__dataclass_fields__}
+                for j in self.judgements
+                if j.reference
+            },
+        }
+
+
+def baseline_reference(baseline: Entry, metric: str, floor: float) -> tuple[float, float] | None:
+    """A class baseline's (median, allowed change) of one metric; None if it lacks it."""
+    readings = baseline.readings.get(metric)
+    if not readings:
+        return None
+    if METRICS[metric].kind is Kind.SAMPLES:
+        return statistics.median(readings), allowed_change(floor, baseline, metric)
+    return readings[0], floor
+
+
+def judge_metric(
+    current: MetricRecord,
+    host: str,
+    points: Sequence[Point],
+    floor: float,
+    baseline: tuple[float, float] | None = None,
+    policy: ReferencePolicy = DEFAULT_POLICY,
+) -> Judgement:
+    """One metric: its reference from ``points`` (one case, one class, all hosts) and checks."""
+    ref = reference_for(points, host, floor, policy, baseline)
+    if ref is None:
+        return Judgement(current.metric, None, None)
+    check = check_against(current, ref.median, ref.allowed)
+    anchor = None
+    if ref.kind == "host" and baseline is not None:
+        cls = class_reference(points, host, floor, policy, baseline)
+        if cls is not None:  # the host's own run-to-run allowance, if wider, plus its offset
+            allowed = max(baseline[1], ref.allowed) + cls.spread
+            anchor = check_against(current, cls.median, allowed)
+    return Judgement(current.metric, ref, check, anchor)
+
+
+def judge_case(
+    bench_id: str,
+    family: str,
+    device_class: str,
+    current: Sequence[MetricRecord],
+    *,
+    host: str,
+    points: Mapping[str, Sequence[Point]],
+    tolerance: Tolerance,
+    baseline: Entry | None = None,
+    kernels: tuple[KernelShare, ...] = (),
+    policy: ReferencePolicy = DEFAULT_POLICY,
+) -> CaseJudgement:
+    """Judge every metric of one result of ``host``.
+
+    ``points`` maps metric names to the case's history on this device class (all hosts,
+    :meth:`History.points`); ``baseline`` is the committed class baseline's entry, if any;
+    ``kernels`` the result's recorded kernels, compared with the reference's.
+    """
+    judgements = []
+    for m in current:
+        base = baseline_reference(baseline, m.metric, tolerance[m.metric]) if baseline else None
+        judgements.append(
+            judge_metric(m, host, points.get(m.metric, ()), tolerance[m.metric], base, policy)
+        )
+    time = next((j for j in judgements if j.metric == "time" and j.reference), None)
+    note = ""
+    if time is not None and kernels:
+        if time.reference.kind == "host":
+            mine = [p for p in points.get("time", ()) if p.host == host and p.accepted]
+            theirs = mine[-1].result.kernels if mine else ()
+        else:
+            theirs = baseline.kernels if baseline else ()
+        note = kernel_change(kernels, theirs)
+    return CaseJudgement(bench_id, family, device_class, tuple(judgements), note)

@@ -1,0 +1,217 @@
+"""Host-aware references: what a new result of a case is judged against, and why.
+
+A host that has run the case often enough is its own reference: the median of its last
+``runs`` (N, default 5) accepted medians, allowed to move by
+``max(floor, spread_factor x spread)``, where ``floor`` is the metric's tolerance and
+``spread`` the robust relative spread (1.4826 x the median absolute deviation, a
+standard deviation for normal noise) of the host's last ``spread_runs`` accepted medians.
+A host with fewer runs is judged against the device class: the committed class baseline's
+median (else the median of the other hosts' levels), allowed ``class allowance + host
+spread``, where the host spread is max/min - 1 of the other hosts' levels (each the median
+of its last ``runs`` accepted medians), or :attr:`ReferencePolicy.default_host_spread`
+where the history holds fewer than two other hosts. The host being judged never counts in
+its own host spread: a slow new host cannot widen the allowance that judges it.
+
+Why these numbers (measured on synthetic histories in tests/test_history_synthetic.py and
+given in docs/history.md): five runs make a median steady to about half the run-to-run
+noise; the spread of five runs alone is itself noisy, so the spread comes from up to 20;
+``spread_factor`` 4 keeps false alarms under 1% at 0.5-2% noise while the floor (1.5% for
+time) still catches a 3% step on the first night at 0.5% noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpugauge.history.records import Point
+
+
+@dataclass(frozen=True)
+class ReferencePolicy:
+    """How many runs make a host's reference, and how far past its spread a change must go."""
+
+    runs: int = 5  # N: accepted runs of a case that make a host its own reference
+    spread_runs: int = 20  # accepted runs whose spread sets the host's allowance (>= runs)
+    spread_factor: float = 3.0  # k: allowed change = max(floor, k x robust spread)
+    default_host_spread: float = 0.05  # used with fewer than 2 other hosts: 5%
+
+    def __post_init__(self) -> None:
+        if self.runs < 2 or self.spread_runs < self.runs:
+            raise ValueError("a reference needs runs >= 2 and spread_runs >= runs")
+        if self.spread_factor <= 0 or not 0 <= self.default_host_spread < 1:
+            raise ValueError("spread_factor must be > 0 and default_host_spread in [0, 1)")
+
+
+DEFAULT_POLICY = ReferencePolicy()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a result is judged against: a median and the relative change it may show.
+
+    ``kind`` is 'host' (the host's own recent runs) or 'class' (the device class's
+    baseline); ``allowed`` is relative (0.015: 1.5%); ``spread`` is the host's run-to-run
+    spread (host) or the host-to-host spread (class); ``n_runs`` and ``hosts`` count what
+    the reference was made of; ``reason`` says it in words.
+    """
+
+    kind: str
+    median: float
+    allowed: float
+    n_runs: int
+    hosts: int
+    reason: str
+    spread: float = 0.0
+
+
+def robust_spread(values: Sequence[float]) -> float:
+    """Relative spread of positive values: 1.4826 x median |v / median - 1| (0 for < 2)."""
+    if len(values) < 2:
+        return 0.0
+    mid = statistics.median(values)
+    if mid <= 0:
+        return 0.0
+    return 1.4826 * statistics.median(abs(v / mid - 1) for v in values)
+
+
+SMALL_SAMPLE_QUANTILE = 0.995
+
+
+def small_sample_factor(n: int) -> float:
+    """How much wider a bound is when the spread is estimated from ``n`` runs.
+
+    Student's t over the normal quantile at :data:`SMALL_SAMPLE_QUANTILE` with n - 1
+    degrees of freedom: 1.79 for 5 runs, 1.26 for 10, 1.11 for 20.
+    """
+    from scipy import stats
+
+    q = SMALL_SAMPLE_QUANTILE
+    return float(stats.t.ppf(q, max(n - 1, 1)) / stats.norm.ppf(q))
+
+
+def accepted_of(points: Sequence[Point], host: str) -> list[float]:
+    """The accepted medians of one host, oldest first."""
+    return [p.median for p in points if p.host == host and p.accepted]
+
+
+def host_levels(
+    points: Sequence[Point], policy: ReferencePolicy, exclude: str | None = None
+) -> dict[str, float]:
+    """Each host's level: the median of its last ``runs`` accepted medians."""
+    hosts = sorted({p.host for p in points if p.host != exclude})
+    levels = {}
+    for h in hosts:
+        mine = accepted_of(points, h)[-policy.runs :]
+        if mine:
+            levels[h] = statistics.median(mine)
+    return levels
+
+
+def host_spread(levels: dict[str, float]) -> float | None:
+    """max/min - 1 of the hosts' levels; None for fewer than two hosts."""
+    if len(levels) < 2 or min(levels.values()) <= 0:
+        return None
+    return max(levels.values()) / min(levels.values()) - 1
+
+
+def run_spread(points: Sequence[Point], host: str, policy: ReferencePolicy) -> tuple[float, int]:
+    """Run-to-run spread for judging ``host``, widened for the runs it was estimated from.
+
+    Each host's last ``spread_runs`` accepted medians are taken relative to that host's
+    own median, and the spread is that of all hosts' pooled (a case's run-to-run noise is
+    mostly the case's and the device's, and the pool knows it from more runs) times
+    :func:`small_sample_factor` of the pool's size. Also returns the count of this host's
+    runs in it.
+    """
+    mine = accepted_of(points, host)[-policy.spread_runs :]
+    pooled = []
+    for h in sorted({p.host for p in points}):
+        theirs = accepted_of(points, h)[-policy.spread_runs :]
+        if len(theirs) >= 2:
+            mid = statistics.median(theirs)
+            pooled += [v / mid for v in theirs]
+    return robust_spread(pooled) * small_sample_factor(len(pooled)), len(mine)
+
+
+def host_reference(
+    points: Sequence[Point], host: str, floor: float, policy: ReferencePolicy
+) -> Reference | None:
+    """The host's own reference, or None while it has fewer than ``policy.runs`` runs."""
+    mine = accepted_of(points, host)
+    if len(mine) < policy.runs:
+        return None
+    spread, _ = run_spread(points, host, policy)
+    return Reference(
+        kind="host",
+        median=statistics.median(mine[-policy.runs :]),
+        allowed=max(floor, policy.spread_factor * spread),
+        n_runs=policy.runs,
+        hosts=1,
+        reason=f"host history: last {policy.runs} runs, spread {spread:.1%}",
+        spread=spread,
+    )
+
+
+def class_reference(
+    points: Sequence[Point],
+    host: str,
+    floor: float,
+    policy: ReferencePolicy,
+    baseline: tuple[float, float] | None = None,
+) -> Reference | None:
+    """The device class's reference for a host without enough history of its own.
+
+    ``baseline`` is the committed class baseline's (median, allowed change); without one
+    the class's center is the median of the other hosts' levels, allowed ``floor``. Either
+    way the host-to-host spread is added to the allowance. None where neither exists.
+    """
+    levels = host_levels(points, policy, exclude=host)
+    spread = host_spread(levels)
+    said = f"{spread:.1%} ({len(levels)} hosts)" if spread is not None else None
+    if spread is None:
+        spread = policy.default_host_spread
+        said = f"{spread:.1%} (default: {len(levels)} other host{'s' * (len(levels) != 1)})"
+    have = len(accepted_of(points, host))
+    new = f"new host ({have} of {policy.runs} runs)"
+    if baseline is not None:
+        median, allowed = baseline
+        return Reference(
+            kind="class",
+            median=median,
+            allowed=allowed + spread,
+            n_runs=0,
+            hosts=len(levels),
+            reason=f"{new}: class baseline, host spread {said}",
+            spread=spread,
+        )
+    if not levels:
+        return None
+    return Reference(
+        kind="class",
+        median=statistics.median(levels.values()),
+        allowed=floor + spread,
+        n_runs=sum(min(len(accepted_of(points, h)), policy.runs) for h in levels),
+        hosts=len(levels),
+        reason=f"{new}: class history of other hosts, host spread {said}",
+        spread=spread,
+    )
+
+
+def reference_for(
+    points: Sequence[Point],
+    host: str,
+    floor: float,
+    policy: ReferencePolicy = DEFAULT_POLICY,
+    baseline: tuple[float, float] | None = None,
+) -> Reference | None:
+    """The host's own reference once it has ``policy.runs`` accepted runs, else the class's.
+
+    ``points`` are one case's metric on one device class, all hosts (:meth:`History.points`);
+    ``floor`` the metric's tolerance; ``baseline`` the committed class baseline's median
+    and allowed change. None: nothing to judge against (the verdict is *new*).
+    """
+    return host_reference(points, host, floor, policy) or class_reference(
+        points, host, floor, policy, baseline
+    )
