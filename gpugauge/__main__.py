@@ -3,6 +3,7 @@
 python -m gpugauge report [--current RUN.json] [--against RUN.json]   # Markdown + HTML
 python -m gpugauge baseline RUN.json [RUN.json ...]                  # record baselines
 python -m gpugauge env [--ceilings]                                  # fingerprint
+python -m gpugauge history {list,show,changes,export,import,accept}    # results history
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpugauge.history import cli as history_cli
 from gpugauge.regress.baselines import (
     BaselineError,
     BaselineStore,
@@ -121,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     env = sub.add_parser("env", help="print the environment fingerprint as JSON")
     env.add_argument("--ceilings", action="store_true", help="also measure device ceilings")
     env.set_defaults(func=_env)
+
+    history_cli.add_parser(sub)
 
     args = parser.parse_args(argv)
     try:

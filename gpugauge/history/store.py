@@ -324,6 +324,12 @@ class History:
             last[(p.run.id, p.result.device_class)] = p
         return list(last.values())
 
+    def case_points(
+        self, bench_id: str, device_class: str, metrics: Iterable[str]
+    ) -> dict[str, list[Point]]:
+        """Per metric, one case's points on one device class, every host (for judging)."""
+        return {m: self.points(bench_id, m, device_class) for m in metrics}
+
     def all_points(self) -> list[Point]:
         """Every metric of every result, oldest run first."""
         return list(self._rows("", ()))

@@ -1,0 +1,223 @@
+"""``gpugauge history``: list, show, export, import, accept, and the change points.
+
+Every subcommand takes ``--history PATH|URL``: a SQLite file or a ``postgresql://`` URL;
+by default ``$GPUGAUGE_HISTORY``, else ``.benchmarks/gpugauge-history.sqlite``. Errors are
+one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import fnmatch
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpugauge.history.capture import import_run
+from gpugauge.history.changepoints import ChangePoint, case_changes
+from gpugauge.history.records import HistoryError, Point
+from gpugauge.history.render import cases_text, changes_text, trend_text
+from gpugauge.history.rows import COLUMNS, flat_row
+from gpugauge.history.store import ENV_VAR, History, default_path, default_target
+from gpugauge.results.runs import RunError
+
+HELP = "the results history: trends, change points, import and export"
+DESCRIPTION = f"""\
+The results history that gated runs append to: every result of every run, per host.
+
+  gpugauge history list                         cases, with run counts per host
+  gpugauge history show ID                      one case's trend, change points marked
+  gpugauge history changes                      every change point and what changed
+  gpugauge history export --csv FILE            every metric row as CSV
+  gpugauge history import RUN.json [...]        add saved pytest-benchmark runs
+  gpugauge history accept RUN_ID [--id ID]      let a run's results serve as references
+
+--history is a SQLite file or a postgresql:// URL; default ${ENV_VAR}, else
+{default_path()}."""
+
+
+def _history_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--history",
+        metavar="PATH|URL",
+        default=None,
+        help=f"SQLite file or postgresql:// URL (default: ${ENV_VAR}, else {default_path()})",
+    )
+
+
+def _matching(ids: Sequence[str], pattern: str | None) -> list[str]:
+    return [i for i in ids if pattern is None or fnmatch.fnmatchcase(i, pattern)]
+
+
+def _list(h: History, args: argparse.Namespace) -> int:
+    cases = [c for c in h.cases() if _matching([c.bench_id], args.id)]
+    print(cases_text(cases))
+    return 0
+
+
+def _classes(h: History, bench_id: str, wanted: str | None) -> list[str]:
+    found = sorted({c.device_class for c in h.cases() if c.bench_id == bench_id})
+    if not found:
+        raise HistoryError(f"history {h.where}: no case {bench_id!r} (see: gpugauge history list)")
+    if wanted is not None and wanted not in found:
+        raise HistoryError(
+            f"case {bench_id!r} has no runs on {wanted!r}; it has {', '.join(found)}"
+        )
+    return [wanted] if wanted else found
+
+
+def _show(h: History, args: argparse.Namespace) -> int:
+    blocks = []
+    for cls in _classes(h, args.id, args.device_class):
+        points = h.points(args.id, args.metric, cls)
+        if args.host:
+            points = [p for p in points if p.host == args.host]
+        changes = [c for c in case_changes(points) if not args.host or args.host in c.scope]
+        shown = points[-args.last :] if args.last else points
+        blocks.append(trend_text(shown, changes, args.metric))
+    print("\n\n".join(blocks))
+    return 0
+
+
+def _all_changes(h: History, metric: str, pattern: str | None) -> list[ChangePoint]:
+    groups: dict[tuple[str, str], list[Point]] = {}
+    for p in h.all_points():
+        if p.metric.metric == metric and _matching([p.result.bench_id], pattern):
+            groups.setdefault((p.result.bench_id, p.result.device_class), []).append(p)
+    out: list[ChangePoint] = []
+    for points in groups.values():
+        last: dict[str, Point] = {}
+        for p in points:  # the last attempt of each run
+            last[p.run.id] = p
+        out += case_changes(list(last.values()))
+    return out
+
+
+def _changes(h: History, args: argparse.Namespace) -> int:
+    print(changes_text(_all_changes(h, args.metric, args.id)))
+    return 0
+
+
+def _export(h: History, args: argparse.Namespace) -> int:
+    points = [p for p in h.all_points() if _matching([p.result.bench_id], args.id)]
+    out: Path = args.csv
+    if out.is_dir():
+        raise HistoryError(f"--csv {out}: is a directory")
+    with open(out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        writer.writerows(flat_row(p) for p in points)
+    print(f"wrote {len(points)} rows to {out}")
+    return 0
+
+
+def _import(h: History, args: argparse.Namespace) -> int:
+    added = 0
+    for path in args.runs:
+        run_id, new = import_run(h, path, host=args.host)
+        added += new
+        print(f"{path}: {'added as' if new else 'already in the history as'} run {run_id}")
+    print(f"{added} run(s) added to {h.where}")
+    return 0
+
+
+def _accept(h: History, args: argparse.Namespace) -> int:
+    changed = h.accept(args.run_id, args.id or (), accepted=not args.undo)
+    what = "no longer accepted" if args.undo else "accepted"
+    print(f"{changed} result(s) of run {args.run_id} {what}")
+    return 0
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add ``history`` and its subcommands to ``gpugauge``'s subparsers."""
+    hist = sub.add_parser(
+        "history",
+        help=HELP,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmds = hist.add_subparsers(dest="history_command", required=True, metavar="COMMAND")
+
+    p = cmds.add_parser("list", help="cases with their run counts per host")
+    p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
+    p.set_defaults(history_func=_list)
+
+    p = cmds.add_parser(
+        "show", help="one case's trend: its runs, medians, CIs, hosts, change points"
+    )
+    p.add_argument("id", help="the case's benchmark id (see: history list)")
+    p.add_argument("--metric", default="time", help="which metric (default: time)")
+    p.add_argument("--class", dest="device_class", help="one device class (default: each in turn)")
+    p.add_argument("--host", help="only this host's runs")
+    p.add_argument("--last", type=int, default=0, metavar="N", help="show only the last N runs")
+    p.set_defaults(history_func=_show)
+
+    p = cmds.add_parser(
+        "changes",
+        help="change points of every case, per host and per class, with what changed",
+    )
+    p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
+    p.add_argument("--metric", default="time", help="which metric (default: time)")
+    p.set_defaults(history_func=_changes)
+
+    p = cmds.add_parser("export", help="write every metric row as CSV (one row per metric)")
+    p.add_argument("--csv", type=Path, required=True, metavar="FILE", help="the CSV to write")
+    p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
+    p.set_defaults(history_func=_export)
+
+    p = cmds.add_parser(
+        "import",
+        help="add runs saved by pytest-benchmark (--benchmark-autosave/-json); "
+        "a run already there is skipped",
+    )
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="saved runs")
+    p.add_argument(
+        "--host",
+        help="the host they ran on (default: the one their fingerprint names, else 'unknown-host')",
+    )
+    p.set_defaults(history_func=_import)
+
+    p = cmds.add_parser(
+        "accept",
+        help="let a run's results serve as their host's reference (an intended change)",
+    )
+    p.add_argument("run_id", help="the run (see: history show)")
+    p.add_argument("--id", action="append", metavar="ID", help="only this case (repeatable)")
+    p.add_argument("--undo", action="store_true", help="mark them not accepted instead")
+    p.set_defaults(history_func=_accept)
+
+    for p in cmds.choices.values():
+        _history_option(p)
+    hist.set_defaults(func=run)
+    return hist
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``history`` subcommand; errors as one line and exit status 2."""
+    try:
+        with History.open(args.history or default_target()) as h:
+            return args.history_func(h, args)
+    except (HistoryError, RunError) as err:
+        print(f"gpugauge history {args.history_command}: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        print(
+            f"gpugauge history {args.history_command}: {where}{err.strerror or err}",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m gpugauge.history.cli``: the same as ``gpugauge history``."""
+    parser = argparse.ArgumentParser(prog="gpugauge")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["history", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""The history as terminal text: cases per host, one case's trend, change points."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpugauge.history.changepoints import ChangePoint
+from gpugauge.history.records import Point
+from gpugauge.history.store import Case
+from gpugauge.results.metrics import METRICS
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One bar per value, scaled from the smallest to the largest."""
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    if high == low:
+        return BARS[len(BARS) // 2] * len(values)
+    return "".join(BARS[round((v - low) / (high - low) * (len(BARS) - 1))] for v in values)
+
+
+def short(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns, two spaces apart, a rule under the header."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
+    head = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False))
+    return "\n".join(
+        [head.rstrip(), "  ".join("-" * w for w in widths)] + [ln.rstrip() for ln in lines]
+    )
+
+
+def cases_text(cases: Sequence[Case]) -> str:
+    """`history list`: one row per case, device class and host, with its run count."""
+    if not cases:
+        return "the history holds no results"
+    rows = [
+        (
+            c.bench_id,
+            c.family,
+            c.device_class,
+            short(c.host, 24),
+            str(c.runs),
+            f"{c.first:%Y-%m-%d}",
+            f"{c.last:%Y-%m-%d}",
+        )
+        for c in cases
+    ]
+    return table(("case", "family", "device class", "host", "runs", "first", "last"), rows)
+
+
+def trend_text(points: Sequence[Point], changes: Sequence[ChangePoint], metric: str) -> str:
+    """`history show`: the case's runs, oldest first, with change points marked ◆."""
+    if not points:
+        return "no runs of this case"
+    unit = METRICS[metric].unit if metric in METRICS else ""
+    marks: dict[str, list[str]] = {}
+    for c in changes:
+        marks.setdefault(c.run_id, []).append(f"◆ {c.ratio:.3f}x ({c.scope.split()[0]})")
+    rows = []
+    for p in points:
+        m = p.metric
+        rows.append(
+            (
+                f"{p.run.time:%Y-%m-%d %H:%M}",
+                short(p.run.id, 14),
+                short(p.host, 16),
+                f"{m.median:.4g}",
+                f"[{m.ci_low:.4g}, {m.ci_high:.4g}]",
+                str(m.n),
+                (m.verdict or p.result.verdict or "-") + ("" if p.accepted else " (not accepted)"),
+                short(m.reference or "-", 40),
+                " ".join(marks.get(p.run.id, [])),
+            )
+        )
+    header = ("time (UTC)", "run", "host", f"median {unit}", "CI", "n", "verdict", "reference", "")
+    first = points[0]
+    title = (
+        f"{first.result.bench_id} ({first.result.family}, {first.result.device_class}): "
+        f"{metric}, {len(points)} runs on {len({p.host for p in points})} host(s)"
+    )
+    spark = f"trend: {sparkline([p.median for p in points])}"
+    lines = [title, spark, "", table(header, rows)]
+    if changes:
+        lines += ["", "change points:"] + [f"  {c.describe()}" for c in changes]
+    return "\n".join(lines)
+
+
+def changes_text(changes: Sequence[ChangePoint]) -> str:
+    """`history changes`: one line per change point, newest first."""
+    if not changes:
+        return "no change points"
+    ordered = sorted(changes, key=lambda c: c.time, reverse=True)
+    return "\n".join(c.describe() for c in ordered)
