@@ -105,6 +105,36 @@ def noise(x: np.ndarray, floor: float) -> float:
     return max(1.4826 * mad / math.sqrt(2), floor)
 
 
+def _l2_cost() -> Any:
+    """The l2 cost of ruptures (squared deviation from the segment mean) from running sums.
+
+    The same cost as ``model="l2"``, in constant time per segment instead of a variance
+    over it: PELT calls it for most pairs of runs.
+    """
+    from ruptures.base import BaseCost
+    from ruptures.costs import NotEnoughPoints
+
+    class CumulativeL2(BaseCost):
+        model = "l2"
+        min_size = 1
+
+        def fit(self, signal: np.ndarray) -> CumulativeL2:
+            self.signal = np.asarray(signal, dtype=float).reshape(len(signal), -1)
+            x = self.signal.sum(axis=1)
+            self.s1 = np.concatenate([[0.0], np.cumsum(x)])
+            self.s2 = np.concatenate([[0.0], np.cumsum(x * x)])
+            return self
+
+        def error(self, start: int, end: int) -> float:
+            n = end - start
+            if n < self.min_size:
+                raise NotEnoughPoints
+            total = self.s1[end] - self.s1[start]
+            return float(self.s2[end] - self.s2[start] - total * total / n)
+
+    return CumulativeL2()
+
+
 def _candidates(x: np.ndarray, policy: DetectionPolicy) -> list[int]:
     """PELT's breakpoints on the series in units of its noise (the end excluded)."""
     import ruptures
@@ -113,7 +143,8 @@ def _candidates(x: np.ndarray, policy: DetectionPolicy) -> list[int]:
     if n < 2 * policy.min_size:
         return []
     z = (x - np.median(x)) / noise(x, policy.noise_floor)
-    algo = ruptures.Pelt(model="l2", min_size=policy.min_size, jump=1).fit(z.reshape(-1, 1))
+    algo = ruptures.Pelt(custom_cost=_l2_cost(), min_size=policy.min_size, jump=1)
+    algo.fit(z.reshape(-1, 1))
     return [b for b in algo.predict(pen=policy.penalty * math.log(n)) if b < n]
 
 

@@ -28,7 +28,7 @@ from gpugauge.history.reference import (
     DEFAULT_POLICY,
     Reference,
     ReferencePolicy,
-    class_reference,
+    anchor_reference,
     reference_for,
 )
 from gpugauge.regress.baselines import Entry, KernelShare
@@ -210,10 +210,8 @@ def judge_metric(
     check = check_against(current, ref.median, ref.allowed)
     anchor = None
     if ref.kind == "host" and baseline is not None:
-        cls = class_reference(points, host, floor, policy, baseline)
-        if cls is not None:  # the host's own run-to-run allowance, if wider, plus its offset
-            allowed = max(baseline[1], ref.allowed) + cls.spread
-            anchor = check_against(current, cls.median, allowed)
+        cls = anchor_reference(points, host, ref, baseline, policy)
+        anchor = check_against(current, cls.median, cls.allowed)
     return Judgement(current.metric, ref, check, anchor)
 
 

@@ -215,3 +215,34 @@ def reference_for(
     return host_reference(points, host, floor, policy) or class_reference(
         points, host, floor, policy, baseline
     )
+
+
+def anchor_reference(
+    points: Sequence[Point],
+    host: str,
+    host_ref: Reference,
+    baseline: tuple[float, float],
+    policy: ReferencePolicy = DEFAULT_POLICY,
+) -> Reference:
+    """The committed class baseline as an anchor against slow drift, for a host with history.
+
+    Allowed: the wider of the baseline's and the host's own allowance, plus the class's
+    host spread, measured over the other hosts' levels and this host's *calibration* (the
+    median of its first accepted runs, fixed once made): an offset the host had from its
+    start is no drift, a move away from it is.
+    """
+    levels = host_levels(points, policy, exclude=host)
+    first = accepted_of(points, host)[: policy.runs]
+    if first:
+        levels[host] = statistics.median(first)
+    spread = host_spread(levels) or 0.0
+    median, allowed = baseline
+    return Reference(
+        kind="class",
+        median=median,
+        allowed=max(allowed, host_ref.allowed) + spread,
+        n_runs=0,
+        hosts=len(levels),
+        reason=f"class baseline as anchor, host spread {spread:.1%} ({len(levels)} hosts)",
+        spread=spread,
+    )

@@ -1,0 +1,175 @@
+"""Synthetic histories with known noise, host offsets, steps and drift.
+
+For measuring what the host-aware gate and the change-point search do when the truth is
+known: :func:`simulate` plays nights of runs on several hosts, judges each new result
+against the history before it (exactly as a gated run would, through
+:func:`~gpugauge.history.judge.judge_case`), and keeps it, accepted or not, in memory or
+in a real :class:`~gpugauge.history.store.History`. Medians are in ms around ``level``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from gpugauge.history.judge import accepted, judge_case
+from gpugauge.history.records import MetricRecord, Point, ResultRecord, RunRecord
+from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
+from gpugauge.history.store import History
+from gpugauge.regress.baselines import Entry
+from gpugauge.regress.gate import Verdict
+from gpugauge.regress.tolerances import Tolerance
+
+START = datetime(2026, 1, 1, 2, 0)
+CASE, FAMILY, CLASS = "synthetic-case", "synthetic", "synthetic-gpu"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the truth is: noise, hosts and their offsets, and any step or drift.
+
+    ``hosts`` maps a host name to (its offset from the class level, the night it joins).
+    A ``step`` (relative) hits the ``affected`` hosts (None: all) from ``step_night`` on,
+    and the fingerprint's torch version changes with it; a ``drift`` (relative, compounded
+    per night) from ``drift_night`` on.
+    """
+
+    hosts: tuple[tuple[str, float, int], ...] = (("h0", -0.025, 0), ("h1", 0.0, 0))
+    nights: int = 20
+    noise: float = 0.005  # run-to-run, relative standard deviation
+    ci: float = 0.002  # half-width of a run's own CI of the median, relative
+    level: float = 2.0  # ms
+    step: float = 0.0
+    step_night: int = 10**9
+    drift: float = 0.0
+    drift_night: int = 10**9
+    affected: tuple[str, ...] | None = None  # hosts the step and drift hit; None: all
+
+    def truth(self, host: str, offset: float, night: int) -> float:
+        """The true median of ``host`` on ``night``, ms."""
+        level = self.level * (1 + offset)
+        if self.affected is not None and host not in self.affected:
+            return level
+        if night >= self.step_night:
+            level *= 1 + self.step
+        if night >= self.drift_night:
+            level *= (1 + self.drift) ** (night - self.drift_night + 1)
+        return level
+
+
+def run_of(night: int, host: str, torch: str = "2.11.0", minute: int = 0) -> RunRecord:
+    """The run of ``host`` on ``night``, ``minute`` minutes after the nightly's start."""
+    return RunRecord(
+        id=f"n{night:03d}-{host}",
+        time=START + timedelta(days=night, minutes=minute),
+        host=host,
+        device_class=CLASS,
+        torch=torch,
+        commit=f"c{night:03d}".ljust(40, "0"),
+    )
+
+
+def metric_of(median: float, ci: float) -> MetricRecord:
+    """A time metric around ``median`` with a relative CI half-width ``ci``."""
+    return MetricRecord("time", median, median * (1 - ci), median * (1 + ci), 20, (median,))
+
+
+def point(night: int, host: str, median: float, ci: float = 0.002, ok: bool = True) -> Point:
+    """One synthetic point, accepted unless ``ok`` is False."""
+    m = metric_of(median, ci)
+    result = ResultRecord(CASE, FAMILY, CLASS, (m,), accepted=ok)
+    return Point(run_of(night, host), result, m)
+
+
+def baseline_entry(median: float) -> Entry:
+    """A committed class baseline of the synthetic case, recorded from one run."""
+    return Entry(CASE, FAMILY, CLASS, {"time": (median,) * 5})
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One judged synthetic result."""
+
+    night: int
+    host: str
+    median: float
+    verdict: Verdict
+    kind: str  # the reference's: 'host', 'class' or '' (none)
+    drift: bool = False  # regressed by the class baseline anchor only
+
+
+def simulate(
+    scenario: Scenario,
+    seed: int,
+    *,
+    baseline: Entry | None = None,
+    history: History | None = None,
+    policy: ReferencePolicy = DEFAULT_POLICY,
+    floor: float = 0.015,
+) -> list[Judged]:
+    """Play every night: each host's run is judged against the history so far, then kept.
+
+    With ``history`` the runs go into it and the points are read back from it; without,
+    they are kept in memory. Hosts run in the order given, each night.
+    """
+    rng = np.random.default_rng(seed)
+    kept: list[Point] = []
+    out = []
+    tolerance = Tolerance().with_(time=floor)
+    for night in range(scenario.nights):
+        for minute, (host, offset, joins) in enumerate(scenario.hosts):
+            if night < joins:
+                continue
+            truth = scenario.truth(host, offset, night)
+            median = truth * (1 + scenario.noise * rng.standard_normal())
+            current = metric_of(median, scenario.ci)
+            points = history.points(CASE, "time", CLASS) if history is not None else kept
+            j = judge_case(
+                CASE,
+                FAMILY,
+                CLASS,
+                (current,),
+                host=host,
+                points={"time": points},
+                tolerance=tolerance,
+                baseline=baseline,
+                policy=policy,
+            )
+            ref = j.judgements[0].reference
+            drift = j.judgements[0].drift
+            out.append(Judged(night, host, median, j.verdict, ref.kind if ref else "", drift))
+            torch = "2.12.0" if night >= scenario.step_night else "2.11.0"
+            run = run_of(night, host, torch, minute)
+            m = replace(current, verdict=j.verdict.value, reference=ref.reason if ref else "")
+            result = ResultRecord(
+                CASE, FAMILY, CLASS, (m,), verdict=j.verdict.value, accepted=accepted(j.verdict)
+            )
+            if history is not None:
+                history.append(run, [result])
+            else:
+                kept.append(Point(run, result, m))
+    return out
+
+
+def series(scenario: Scenario, seed: int, hosts: Sequence[str] | None = None) -> list[Point]:
+    """Every host's runs over the nights, all accepted, in time order (for change points)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for night in range(scenario.nights):
+        for minute, (host, offset, joins) in enumerate(scenario.hosts):
+            if night < joins or (hosts is not None and host not in hosts):
+                continue
+            median = scenario.truth(host, offset, night) * (
+                1 + scenario.noise * rng.standard_normal()
+            )
+            torch = "2.12.0" if night >= scenario.step_night else "2.11.0"
+            m = metric_of(median, scenario.ci)
+            out.append(
+                Point(
+                    run_of(night, host, torch, minute), ResultRecord(CASE, FAMILY, CLASS, (m,)), m
+                )
+            )
+    return out
