@@ -2,25 +2,27 @@
 
 A host that has run the case often enough is its own reference: the median of its last
 ``runs`` (N, default 5) accepted medians, allowed to move by
-``max(floor, spread_factor x spread)``, where ``floor`` is the metric's tolerance and
-``spread`` the robust relative spread (1.4826 x the median absolute deviation, a
-standard deviation for normal noise) of the host's last ``spread_runs`` accepted medians.
+``max(floor, spread_factor x spread)``: ``floor`` is the metric's tolerance, ``spread``
+the run-to-run noise (:func:`run_spread`: a robust standard deviation of successive
+differences, pooled over the class's hosts and widened for a short history).
 A host with fewer runs is judged against the device class: the committed class baseline's
 median (else the median of the other hosts' levels), allowed ``class allowance + host
-spread``, where the host spread is max/min - 1 of the other hosts' levels (each the median
-of its last ``runs`` accepted medians), or :attr:`ReferencePolicy.default_host_spread`
-where the history holds fewer than two other hosts. The host being judged never counts in
-its own host spread: a slow new host cannot widen the allowance that judges it.
+spread``, the host spread being max/min - 1 of the other hosts' levels (each the median
+of its last N accepted medians), or :attr:`ReferencePolicy.default_host_spread` where the
+history holds fewer than two other hosts. The host being judged never counts in its own
+host spread: a slow new host cannot widen the allowance that judges it.
 
-Why these numbers (measured on synthetic histories in tests/test_history_synthetic.py and
-given in docs/history.md): five runs make a median steady to about half the run-to-run
-noise; the spread of five runs alone is itself noisy, so the spread comes from up to 20;
-``spread_factor`` 4 keeps false alarms under 1% at 0.5-2% noise while the floor (1.5% for
-time) still catches a 3% step on the first night at 0.5% noise.
+Why these numbers (tests/test_history_synthetic.py measures them over 200 seeds; they are
+in docs/history.md): five runs give a median steady to about half the run-to-run noise;
+``spread_factor`` 3 on the widened spread kept false alarms at 0/1000 at 0.5% noise and
+0.7% at 1% noise, while the 1.5% floor caught a 3% step within two nights in 97.5% of
+histories at 0.5% noise; 4 and 5 caught it in only 88% and 77%.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,16 +68,6 @@ class Reference:
     spread: float = 0.0
 
 
-def robust_spread(values: Sequence[float]) -> float:
-    """Relative spread of positive values: 1.4826 x median |v / median - 1| (0 for < 2)."""
-    if len(values) < 2:
-        return 0.0
-    mid = statistics.median(values)
-    if mid <= 0:
-        return 0.0
-    return 1.4826 * statistics.median(abs(v / mid - 1) for v in values)
-
-
 SMALL_SAMPLE_QUANTILE = 0.995
 
 
@@ -119,20 +111,23 @@ def host_spread(levels: dict[str, float]) -> float | None:
 def run_spread(points: Sequence[Point], host: str, policy: ReferencePolicy) -> tuple[float, int]:
     """Run-to-run spread for judging ``host``, widened for the runs it was estimated from.
 
-    Each host's last ``spread_runs`` accepted medians are taken relative to that host's
-    own median, and the spread is that of all hosts' pooled (a case's run-to-run noise is
-    mostly the case's and the device's, and the pool knows it from more runs) times
-    :func:`small_sample_factor` of the pool's size. Also returns the count of this host's
-    runs in it.
+    From successive differences of each host's last ``spread_runs`` accepted medians (in
+    logs), pooled over the class's hosts (a case's run-to-run noise is mostly the case's
+    and the device's, and the pool knows it from more runs): 1.4826 x their median
+    absolute deviation / sqrt(2), a standard deviation for normal noise that a drift or a
+    step barely moves, times :func:`small_sample_factor` of the differences' count. Also
+    returns the count of this host's runs in it.
     """
     mine = accepted_of(points, host)[-policy.spread_runs :]
-    pooled = []
+    diffs: list[float] = []
     for h in sorted({p.host for p in points}):
-        theirs = accepted_of(points, h)[-policy.spread_runs :]
-        if len(theirs) >= 2:
-            mid = statistics.median(theirs)
-            pooled += [v / mid for v in theirs]
-    return robust_spread(pooled) * small_sample_factor(len(pooled)), len(mine)
+        theirs = [v for v in accepted_of(points, h)[-policy.spread_runs :] if v > 0]
+        diffs += [math.log(b / a) for a, b in itertools.pairwise(theirs)]
+    if len(diffs) < 2:
+        return 0.0, len(mine)
+    mid = statistics.median(diffs)
+    mad = statistics.median(abs(d - mid) for d in diffs)
+    return 1.4826 * mad / math.sqrt(2) * small_sample_factor(len(diffs)), len(mine)
 
 
 def host_reference(
@@ -227,22 +222,23 @@ def anchor_reference(
     """The committed class baseline as an anchor against slow drift, for a host with history.
 
     Allowed: the wider of the baseline's and the host's own allowance, plus the class's
-    host spread, measured over the other hosts' levels and this host's *calibration* (the
-    median of its first accepted runs, fixed once made): an offset the host had from its
-    start is no drift, a move away from it is.
+    host spread, measured over the other hosts' levels, the baseline's, and this host's
+    *calibration* (the median of its first accepted runs, fixed once made): an offset the
+    host had from its start is no drift, a move away from it is.
     """
+    median, allowed = baseline
     levels = host_levels(points, policy, exclude=host)
     first = accepted_of(points, host)[: policy.runs]
     if first:
         levels[host] = statistics.median(first)
+    levels[" baseline"] = median  # the host the baseline was recorded on
     spread = host_spread(levels) or 0.0
-    median, allowed = baseline
     return Reference(
         kind="class",
         median=median,
         allowed=max(allowed, host_ref.allowed) + spread,
         n_runs=0,
-        hosts=len(levels),
-        reason=f"class baseline as anchor, host spread {spread:.1%} ({len(levels)} hosts)",
+        hosts=len(levels) - 1,
+        reason=f"class baseline as anchor, host spread {spread:.1%}",
         spread=spread,
     )

@@ -80,7 +80,17 @@ def trend_text(points: Sequence[Point], changes: Sequence[ChangePoint], metric: 
                 " ".join(marks.get(p.run.id, [])),
             )
         )
-    header = ("time (UTC)", "run", "host", f"median {unit}", "CI", "n", "verdict", "reference", "")
+    header = (
+        "time (UTC)",
+        "run",
+        "host",
+        f"median {unit}",
+        "CI",
+        "n",
+        "verdict",
+        "reference",
+        "change",
+    )
     first = points[0]
     title = (
         f"{first.result.bench_id} ({first.result.family}, {first.result.device_class}): "

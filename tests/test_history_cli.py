@@ -1,0 +1,166 @@
+"""``gpugauge history``: import (idempotent), list, show, changes, export, accept, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from gpugauge.__main__ import main as gpugauge_main
+from gpugauge.history.cli import main
+from gpugauge.history.records import HistoryError
+from gpugauge.history.store import History
+from gpugauge.history.synthetic import CASE, Scenario, series
+from tests.fakes import result, run_json, save_run
+
+HOSTS = (("GPU-1111", 0.0, 0), ("GPU-2222", 0.02, 0))
+
+
+@pytest.fixture
+def stepped(tmp_path: Path) -> str:
+    """Two hosts, 16 nights, a 4% step with a torch change on night 10."""
+    path = str(tmp_path / "h.sqlite")
+    points = series(Scenario(hosts=HOSTS, nights=16, step=0.04, step_night=10), 5)
+    with History.open(path) as h:
+        for p in points:
+            h.append(p.run, [p.result])
+    return path
+
+
+def test_import_is_idempotent_and_keeps_saved_verdicts(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data = run_json([result("relu", 2.0), result("conv", 9.0)])
+    data["benchmarks"][0]["extra_info"]["gate"] = {
+        "id": "relu",
+        "verdict": "regressed",
+        "note": "",
+        "checks": [{"metric": "time", "verdict": "regressed"}],
+    }
+    saved = tmp_path / "0001_run.json"
+    saved.write_text(json.dumps(data))
+    other = save_run(tmp_path / "0002_run.json", [result("relu", 2.1)])
+    hist = str(tmp_path / "h.sqlite")
+    assert main(["import", str(saved), str(other), "--history", hist, "--host", "GPU-abc"]) == 0
+    assert main(["import", str(saved), "--history", hist]) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s) added" in out
+    assert "already in the history" in out
+    assert "0 run(s) added" in out
+    with History.open(hist) as h:
+        relu = h.points("relu")
+        assert [p.run.host for p in relu] == ["GPU-abc", "GPU-abc"]
+        assert relu[0].result.verdict == "regressed"
+        assert relu[0].metric.verdict == "regressed"
+        assert not relu[0].accepted
+        assert relu[1].accepted
+        assert relu[0].run.time.isoformat().startswith("2026-11-22T10:00:00")
+        assert relu[0].metric.n == 8
+
+
+def test_importing_what_is_not_a_run_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"benchmarks": []}')
+    assert main(["import", str(bad), "--history", str(tmp_path / "h.sqlite")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"gpugauge history import: {bad}: no gpugauge results")
+    assert "\n" not in err
+
+
+def test_list_counts_runs_per_host(stepped: str, capsys: pytest.CaptureFixture) -> None:
+    assert gpugauge_main(["history", "list", "--history", stepped]) == 0
+    out = capsys.readouterr().out
+    assert "GPU-1111" in out
+    assert "GPU-2222" in out
+    assert out.count(" 16 ") == 2
+
+
+def test_show_prints_the_trend_with_its_change_points(
+    stepped: str, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["show", CASE, "--history", stepped]) == 0
+    out = capsys.readouterr().out
+    assert "32 runs on 2 host(s)" in out
+    assert any(bar in out for bar in "▁▂▃▄▅▆▇█")
+    assert "◆" in out
+    assert "torch 2.11.0 → 2.12.0" in out
+    assert main(["show", CASE, "--host", "GPU-1111", "--last", "3", "--history", stepped]) == 0
+    shown = capsys.readouterr().out
+    assert "3 runs on 1 host(s)" in shown
+
+
+def test_changes_say_what_changed(stepped: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["changes", "--history", stepped]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    scopes = {line.split("(")[1].split(",")[0] for line in lines}
+    assert scopes == {"host GPU-1111", "host GPU-2222", "class synthetic-gpu"}
+    assert all("torch 2.11.0 → 2.12.0" in line for line in lines)
+    assert all(" 1.04" in line or " 1.03" in line for line in lines)
+
+
+def test_export_writes_every_metric_row(
+    stepped: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "h.csv"
+    assert main(["export", "--csv", str(out), "--history", stepped]) == 0
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 32
+    assert {r["host"] for r in rows} == {"GPU-1111", "GPU-2222"}
+    assert rows[0]["torch"] == "2.11.0"
+    with History.open(stepped) as h:
+        frame = h.to_frame()
+    assert list(frame.columns) == list(rows[0])
+    assert len(frame) == 32
+
+
+def test_accept_and_undo(stepped: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["accept", "n003-GPU-1111", "--undo", "--history", stepped]) == 0
+    assert "1 result(s) of run n003-GPU-1111 no longer accepted" in capsys.readouterr().out
+    with History.open(stepped) as h:
+        assert not h.points(CASE, host="GPU-1111")[3].accepted
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["show", "no-such-case"], "no case 'no-such-case'"),
+        (["list", "--history", "mysql://x/y"], "unsupported scheme 'mysql'"),
+        (["show", CASE, "--class", "nvidia-b200"], "has no runs on 'nvidia-b200'"),
+    ],
+)
+def test_errors_are_one_line(
+    stepped: str, argv: list[str], said: str, capsys: pytest.CaptureFixture
+) -> None:
+    if "--history" not in argv:
+        argv = [*argv, "--history", stepped]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err
+    assert "\n" not in err
+
+
+def test_the_default_history_is_the_env_var_or_beside_the_benchmarks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["list"]) == 0
+    assert (tmp_path / ".benchmarks" / "gpugauge-history.sqlite").is_file()
+    monkeypatch.setenv("GPUGAUGE_HISTORY", str(tmp_path / "elsewhere.sqlite"))
+    assert main(["list"]) == 0
+    assert (tmp_path / "elsewhere.sqlite").is_file()
+    assert "no results" in capsys.readouterr().out
+
+
+def test_every_subcommand_has_help(capsys: pytest.CaptureFixture) -> None:
+    for sub in ("list", "show", "changes", "export", "import", "accept"):
+        with pytest.raises(SystemExit):
+            main([sub, "--help"])
+        text = capsys.readouterr().out
+        assert "--history PATH|URL" in text
+    with pytest.raises(HistoryError):
+        History.open("ftp://nowhere")

@@ -1,0 +1,153 @@
+"""Host-aware references and verdicts: which reference judges, why, and the drift anchor."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpugauge.history.judge import accepted, judge_case, judge_metric
+from gpugauge.history.reference import (
+    ReferencePolicy,
+    reference_for,
+    small_sample_factor,
+)
+from gpugauge.history.synthetic import CASE, CLASS, FAMILY, baseline_entry, metric_of, point
+from gpugauge.regress.baselines import KernelShare
+from gpugauge.regress.gate import Verdict
+from gpugauge.regress.tolerances import Tolerance
+
+
+def history(host: str, medians: list[float], start: int = 0, ok: bool = True) -> list:
+    return [point(start + i, host, m, ok=ok) for i, m in enumerate(medians)]
+
+
+def test_a_host_with_enough_runs_is_its_own_reference() -> None:
+    points = history("h1", [2.0, 2.001, 1.999, 2.0, 2.002, 2.0])
+    ref = reference_for(points, "h1", 0.015)
+    assert ref is not None
+    assert ref.kind == "host"
+    assert ref.median == 2.0  # the last five: 2.001, 1.999, 2.0, 2.002, 2.0
+    assert ref.allowed == 0.015  # the floor: 3 x the spread is smaller
+    assert ref.reason.startswith("host history: last 5 runs, spread ")
+
+
+def test_a_noisy_host_is_allowed_its_own_spread() -> None:
+    points = history("h1", [2.0, 2.1, 1.9, 2.05, 1.95, 2.0, 2.08, 1.93])
+    ref = reference_for(points, "h1", 0.015)
+    assert ref is not None
+    assert ref.allowed == pytest.approx(3 * ref.spread)
+    assert ref.spread > 0.05 * small_sample_factor(7)
+
+
+def test_regressed_runs_never_become_the_reference() -> None:
+    points = history("h1", [2.0] * 5) + history("h1", [2.2] * 5, start=5, ok=False)
+    ref = reference_for(points, "h1", 0.015)
+    assert ref is not None
+    assert ref.median == 2.0
+
+
+def test_a_new_host_gets_the_class_baseline_with_the_measured_host_spread() -> None:
+    points = history("h0", [2.0] * 6) + history("h1", [2.044] * 6) + history("new", [2.1] * 2)
+    ref = reference_for(points, "new", 0.015, baseline=(2.0, 0.03))
+    assert ref is not None
+    assert ref.kind == "class"
+    assert ref.median == 2.0
+    assert ref.allowed == pytest.approx(0.03 + 0.022)
+    assert ref.reason == "new host (2 of 5 runs): class baseline, host spread 2.2% (2 hosts)"
+
+
+def test_with_fewer_than_two_other_hosts_the_default_spread_is_said() -> None:
+    ref = reference_for(history("h0", [2.0] * 6), "new", 0.015, baseline=(2.0, 0.03))
+    assert ref is not None
+    assert ref.allowed == pytest.approx(0.03 + 0.05)
+    assert ref.reason == (
+        "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 1 other host)"
+    )
+
+
+def test_without_a_baseline_the_other_hosts_are_the_class() -> None:
+    points = history("h0", [2.0] * 5) + history("h1", [2.1] * 5)
+    ref = reference_for(points, "new", 0.015)
+    assert ref is not None
+    assert ref.median == pytest.approx(2.05)
+    assert ref.reason.startswith("new host (0 of 5 runs): class history of other hosts")
+    assert reference_for([], "new", 0.015) is None
+
+
+def test_the_verdict_is_new_without_any_reference() -> None:
+    j = judge_metric(metric_of(2.0, 0.002), "h1", [], 0.015)
+    assert j.verdict is Verdict.NEW
+    assert j.describe() == "time: no reference (new)"
+
+
+def test_a_step_on_a_host_with_history_is_regressed_and_says_why() -> None:
+    points = history("h1", [2.0, 2.002, 1.998, 2.001, 1.999])
+    j = judge_metric(metric_of(2.06, 0.002), "h1", points, 0.015)
+    assert j.verdict is Verdict.REGRESSED
+    assert j.describe().startswith("time 1.030x [1.028, 1.032] vs <= 1.015 allowed (regressed)")
+    assert "host history: last 5 runs" in j.describe()
+
+
+def test_a_drift_inside_the_window_is_caught_by_the_class_baseline() -> None:
+    # the host crept up 0.3% a night: its last five runs move along, the baseline does not
+    medians = [2.0 * 1.003**i for i in range(20)]
+    points = history("h1", medians)
+    current = metric_of(2.0 * 1.003**20, 0.002)
+    j = judge_metric(current, "h1", points, 0.015, baseline=(2.0, 0.03))
+    assert j.check is not None
+    assert j.check.verdict is not Verdict.REGRESSED
+    assert j.drift
+    assert j.verdict is Verdict.REGRESSED
+    assert "drift past the class baseline" in j.describe()
+    without = judge_metric(current, "h1", points, 0.015)
+    assert without.verdict is not Verdict.REGRESSED
+
+
+def test_an_offset_the_host_had_from_its_start_is_no_drift() -> None:
+    points = history("h1", [2.1] * 10)  # 5% behind the baseline's host from day one
+    j = judge_metric(metric_of(2.1, 0.002), "h1", points, 0.015, baseline=(2.0, 0.03))
+    assert j.anchor is not None
+    assert not j.drift
+    assert j.verdict is Verdict.UNCHANGED
+
+
+def test_judge_case_gives_a_gate_result_with_references_and_kernels() -> None:
+    base = baseline_entry(2.0)
+    listed = (KernelShare("old_gemm", 0.8), KernelShare("memset", 0.01))
+    mine = [replace(p, result=replace(p.result, kernels=listed)) for p in history("h1", [2.0] * 5)]
+    j = judge_case(
+        CASE,
+        FAMILY,
+        CLASS,
+        (metric_of(2.1, 0.002),),
+        host="h1",
+        points={"time": mine},
+        tolerance=Tolerance(),
+        baseline=base,
+        kernels=(KernelShare("new_gemm", 0.8), KernelShare("memset", 0.01)),
+    )
+    assert j.verdict is Verdict.REGRESSED
+    gate = j.gate
+    assert gate.verdict is Verdict.REGRESSED
+    assert "now runs new_gemm" in gate.note
+    assert "host history: last 5 runs" in gate.note
+    assert j.references() == {"time": j.judgements[0].reference.reason}
+    assert j.verdicts() == {"time": "regressed"}
+    assert j.message().startswith(f"{CASE}: regressed: time 1.050x")
+    assert j.as_dict()["references"]["time"]["kind"] == "host"
+
+
+def test_what_is_accepted_as_a_later_reference() -> None:
+    assert accepted(None)
+    assert accepted(Verdict.UNCHANGED)
+    assert accepted("improved")
+    assert not accepted(Verdict.REGRESSED)
+    assert not accepted("inconclusive")
+
+
+def test_a_policy_that_cannot_work_is_refused() -> None:
+    with pytest.raises(ValueError, match="runs >= 2"):
+        ReferencePolicy(runs=1)
+    with pytest.raises(ValueError, match="runs >= 2"):
+        ReferencePolicy(runs=10, spread_runs=5)
