@@ -13,16 +13,19 @@ runs that update the same family at once both keep their entries.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
+import os
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpugauge.measure.environment import SCHEMA_VERSION
-from gpugauge.results.files import FileError, atomic_write_json, locked, read_json
+from gpugauge.results.files import FileError, atomic_write_json, read_json
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import load_run
@@ -362,7 +365,8 @@ class BaselineStore:
         """Merge entries into their files (others in the file are kept).
 
         Per file, the read of the old entries, the merge and the atomic write happen under
-        one lock, so concurrent writers of the same family never lose each other's entries.
+        one lock (on the device class's folder: :func:`folder_locked`), so concurrent
+        writers of the same family never lose each other's entries.
         A root that exists but is not a directory is a BaselineError, before any write.
         """
         if self.root.exists() and not self.root.is_dir():
@@ -373,7 +377,7 @@ class BaselineStore:
         written = []
         for (dev, fam), group in sorted(groups.items()):
             p = self.path(dev, fam)
-            with locked(p):
+            with folder_locked(p.parent):
                 old = parse_baseline(p, (dev, fam)) if p.exists() else {}
                 merged = {**old, **{e.id: e for e in group}}
                 atomic_write_json(
@@ -390,3 +394,21 @@ class BaselineStore:
             self._cache.pop((dev, fam), None)
             written.append(p)
         return written
+
+
+@contextlib.contextmanager
+def folder_locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the folder itself while the block runs.
+
+    A family file's read-merge-write runs under it, so concurrent writers lose nothing;
+    locking the device class's folder rather than a sidecar file leaves no lock file
+    behind in a user's project (``.<family>.json.lock``), and nothing needs removing, so
+    no removal can race the next writer. Blocks until the lock is free.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
