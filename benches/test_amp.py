@@ -1,15 +1,20 @@
 """amp benchmarks: fp32 against AMP fp16 and bf16 training steps, profiler tables and traces,
 and CPU against GPU inference (seeds 003 and 001).
 
-The cases, steps, profiler pass and agreement check live in :mod:`gpugauge.families.amp.workload`.
+The cases, steps, profiler pass and agreement check live in :mod:`gpugauge.families.amp.workload`;
+the graphed step and its check against the eager step in :mod:`gpugauge.families.amp.graphed`;
+the GPU-busy share in :mod:`gpugauge.families.amp.busy`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpugauge.families.amp.busy import measure_busy
+from gpugauge.families.amp.graphed import check_graphed
 from gpugauge.families.amp.workload import (
     AmpCase,
     InferCase,
@@ -38,6 +43,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_cases(metafunc, "infer_case", _infer_cases)
 
 
+def _busy(
+    case: AmpCase | InferCase, step: Any, gauge: Any, graphed: bool = False
+) -> tuple[dict[str, float], dict[str, Any], dict[str, Path]]:
+    """The GPU-busy share of ``step`` as (values, extra, artifacts); nothing on a CPU.
+
+    Its own steps, after the checks and before the timed rounds, never inside them.
+    """
+    if case.device == "cpu":
+        return {}, {}, {}
+    trace = gauge.artifact_path(case, "busy.pt.trace.json")
+    busy = measure_busy(step, case.device, trace, graphed=graphed)
+    return {"gpu_busy": busy.share}, {"busy": busy.as_dict()}, {"busy_trace": trace}
+
+
 def test_amp_train(case: AmpCase, gauge: Any) -> None:
     with tf32_flags(case.tf32) as flags:
         artifacts: dict[str, Any] = {}
@@ -45,10 +64,25 @@ def test_amp_train(case: AmpCase, gauge: Any) -> None:
         if case.profiled:  # its own model and steps, before (never inside) the timed rounds
             artifacts, summary = profile_pass(case, lambda name: gauge.artifact_path(case, name))
             extra.update(summary)
-        step = make_step(case)
+        if case.graphs:  # the same result as the eager step's, or the test fails here
+            step, check = check_graphed(case)
+            extra["graphs"] = {**step.info(), "check": check.as_dict()}
+            assert check.ok, f"the graphed step's result differs from eager: {check.message()}"
+        else:
+            step = make_step(case)
         extra["grad_scaler"] = step.scaler_info or None
-        # speedups over fp32 and NCHW are derived from the results at the end of the run
-        gauge.measure(case, step, artifacts=artifacts, extra=extra)
+        values, busy, trace = _busy(case, step, gauge, graphed=case.graphs)
+        extra.update(busy)
+        artifacts = {**artifacts, **trace}
+        # speedups over fp32, NCHW and eager are derived from the results at the end of the run
+        gauge.measure(
+            case,
+            step,
+            values=values,
+            energy=case.reads_energy,
+            artifacts=artifacts,
+            extra=extra,
+        )
 
 
 def test_amp_inference(infer_case: InferCase, gauge: Any) -> None:
@@ -62,5 +96,9 @@ def test_amp_inference(infer_case: InferCase, gauge: Any) -> None:
             extra.update(side)
             agree = side["agreement"]
             assert agree["ok"], f"CPU and GPU outputs disagree: {agree}"
+        values, busy, trace = _busy(case, gpu, gauge)
+        extra.update(busy)
         # the GPU against its CPU side (extra["cpu"]) is derived at the end of the run
-        gauge.measure(case, gpu, extra=extra)
+        gauge.measure(
+            case, gpu, values=values, energy=case.reads_energy, artifacts=trace, extra=extra
+        )

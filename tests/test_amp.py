@@ -6,14 +6,35 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 import torchvision
 
+from gpugauge.families.amp import FAMILY, comparisons
+from gpugauge.families.amp.busy import (
+    HOST_BOUND_BELOW,
+    BusyShare,
+    busy_ms_per_step,
+    measure_busy,
+)
+from gpugauge.families.amp.graphed import (
+    CHECK_REPLAYS,
+    GRAPH_TOLERANCE,
+    WARMUP_STEPS,
+    GraphedStep,
+    check_graphed,
+    compare_displacements,
+    warm_up,
+)
+from gpugauge.families.amp.tables import amp_table
 from gpugauge.families.amp.workload import (
     AGREE_TOL_FP32,
     AGREE_TOL_TF32,
@@ -27,9 +48,11 @@ from gpugauge.families.amp.workload import (
     compare_outputs,
     cpu_reference,
     current_tf32,
+    image_batch,
     make_inference,
     make_step,
     profile_pass,
+    sgd,
     tf32_flags,
 )
 from gpugauge.measure.kernels import TraceError, kernel_table, parse_events, read_trace
@@ -44,9 +67,12 @@ from gpugauge.measure.profile import (
     release_cupti_on_stop,
     to_markdown,
 )
-from gpugauge.measure.timing import HostClock, TimingPolicy
+from gpugauge.measure.timing import HostClock, Timing, TimingPolicy
 from gpugauge.models.alexnet import alexnet
 from gpugauge.models.resnet import resnet18
+from gpugauge.results.measurement import Measurement
+from gpugauge.results.metrics import METRICS, Better, Kind
+from gpugauge.results.runs import load_run
 
 from .bench_run import run_bench_module
 
@@ -99,20 +125,49 @@ def test_resnet18_is_the_cifar_variant() -> None:
 # --- cases ----------------------------------------------------------------------------
 
 
-def test_seed_profile_is_five_models_by_three_precisions_on_the_gpu() -> None:
+def test_seed_profile_is_five_models_in_fp32_and_bf16_eager_and_graphed_on_the_gpu() -> None:
     seed = cases("seed")
     train = [c for c in seed if isinstance(c, AmpCase) and c.device == "cuda"]
-    nchw = {(c.model, c.precision) for c in train if not c.channels_last}
-    assert nchw == {(m, p) for m in MODELS for p in ("fp32", "fp16", "bf16")}
+    nchw = {(c.model, c.precision, c.graphs) for c in train if not c.channels_last}
+    assert nchw == {(m, p, g) for m in MODELS for p in ("fp32", "bf16") for g in (False, True)}
     assert {c.tf32 for c in train} == {"default"}
-    assert {(c.model, c.precision) for c in train if c.channels_last} == {
-        ("resnet18", "bf16"),
-        ("vgg16", "bf16"),
-    }
+    assert [c.id for c in train if c.channels_last] == ["vgg16-train-bf16-b128-224px-cl-cuda"]
     vgg = [c for c in train if c.model == "vgg16"]
     assert {(c.batch, c.image) for c in vgg} == {(128, 224)}
     infer = [c for c in seed if isinstance(c, InferCase) and c.device == "cuda"]
-    assert sorted(c.batch for c in infer) == [100, 1000, 10000]
+    assert [c.id for c in infer] == ["lenet28-infer-fp32-b10000-cuda"]
+    # the nightly reads energy windows for graphed steps only; every case in full
+    assert {c.id for c in seed if c.reads_energy} == {c.id for c in train if c.graphs}
+    assert all(c.reads_energy for c in cases("full"))
+
+
+def test_seed_keeps_the_eager_ids_it_had() -> None:
+    ids = {c.id for c in cases("seed")}
+    kept = {
+        f"{m}-train-{p}-b128-{px}px-cuda"
+        for m, px in [
+            ("mlp", 28),
+            ("lenet", 32),
+            ("alexnet", 224),
+            ("vgg16", 224),
+            ("resnet18", 32),
+        ]
+        for p in ("fp32", "bf16")
+    }
+    assert kept <= ids
+    assert "vgg16-train-bf16-b128-224px-cl-cuda" in ids
+
+
+def test_fp16_and_the_rest_move_to_full() -> None:
+    full = {c.id for c in cases("full")}
+    for moved in [
+        "resnet18-train-fp16-b128-32px-cuda",
+        "resnet18-train-fp16-b128-32px-graphs-cuda",
+        "resnet18-train-bf16-b128-32px-cl-cuda",
+        "lenet28-infer-fp32-b100-cuda",
+    ]:
+        assert moved in full
+        assert moved not in {c.id for c in cases("seed")}
 
 
 @pytest.mark.parametrize("profile", ["smoke", "seed", "full"])
@@ -127,6 +182,8 @@ def test_ids_unique_and_fp32_first(profile: str) -> None:
             assert c.reference in order, c.id  # every NCHW AMP case has its fp32 reference
         if isinstance(c, AmpCase) and c.channels_last:
             assert order[c.nchw] < order[c], c.id
+        if isinstance(c, AmpCase) and c.graphs:
+            assert order[c.eager] < order[c], c.id  # every graphed step has its eager one
 
 
 def test_cpu_smoke_runs_fp32_and_bf16_only() -> None:
@@ -134,6 +191,55 @@ def test_cpu_smoke_runs_fp32_and_bf16_only() -> None:
     assert {c.precision for c in cpu} == {"fp32", "bf16"}
     assert any(c.channels_last for c in cpu)
     assert any(c.profiled for c in cpu)
+
+
+def test_graphed_cases_are_cuda_only_and_read_well() -> None:
+    c = AmpCase("resnet18", "bf16", 128, 32, "cuda", "seed", graphs=True)
+    assert c.id == "resnet18-train-bf16-b128-32px-graphs-cuda"
+    assert replace(c, channels_last=True).id == "resnet18-train-bf16-b128-32px-cl-graphs-cuda"
+    assert not c.profiled  # the loader-fed profiler pass is the eager step's
+    assert c.eager == replace(c, graphs=False)
+    assert c.eager.id == "resnet18-train-bf16-b128-32px-cuda"
+    assert c.reference.graphs  # AMP speedups pair graphed with graphed
+    assert c.as_dict()["graphs"] is True
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        replace(c, device="cpu")
+    smoke = cases("smoke")
+    assert not [x for x in smoke if isinstance(x, AmpCase) and x.graphs and x.device == "cpu"]
+    assert {x.precision for x in smoke if isinstance(x, AmpCase) and x.graphs} == {
+        "fp32",
+        "fp16",
+        "bf16",
+    }
+
+
+def test_graphed_cases_skip_on_the_cpu_with_the_reason(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "benches/test_amp.py",
+            "-k",
+            "graphs",
+            "--profile",
+            "smoke",
+            "-rs",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--artifacts-dir={tmp_path}",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "18 skipped" in proc.stdout
+    assert "needs a CUDA GPU" in proc.stdout
+    assert "passed" not in proc.stdout
 
 
 def test_case_ids_read_well() -> None:
@@ -247,6 +353,288 @@ def test_fp16_calibration_fails_when_every_step_overflows() -> None:
     x, y = torch.randn(4, 3, 32, 32), torch.zeros(4, dtype=torch.long)
     with pytest.raises(RuntimeError, match="overflows on every step"):
         trainer.calibrate_scale(x, y, max_steps=5)
+
+
+def test_sgd_is_torchs_default_unless_fused() -> None:
+    params = [torch.nn.Parameter(torch.ones(3))]
+    plain = sgd(params)
+    assert plain.defaults["fused"] is None  # fused=False would turn foreach off as well
+    assert plain.defaults["foreach"] is None
+    assert not plain.state
+    fused = sgd(params, fused=True)
+    assert fused.defaults["fused"] is True
+    assert fused._step_supports_amp_scaling  # GradScaler hands it scale and overflow flag
+    assert torch.equal(fused.state[params[0]]["momentum_buffer"], torch.zeros(3))
+
+
+def test_fused_fp16_step_equals_the_eager_one_through_skipped_steps() -> None:
+    """The optimizer a graph captures with GradScaler gives the eager step's result, also
+    when GradScaler skips the first steps (fused SGD would read uninitialized momentum)."""
+    case = small(precision="fp16")
+    eager, fused = Trainer(case), Trainer(case, fused=True)
+    for t in (eager, fused):
+        t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)  # overflows at first
+    x, y = image_batch(case.input_shape, 10)
+    names = [n for n, _ in eager.model.named_parameters()]
+    init = [p.detach().clone() for p in eager.model.parameters()]
+    for _ in range(12):
+        eager.step(x, y)
+        fused.step(x, y)
+    assert eager.scaler.get_scale() < 2.0**24  # some steps were skipped
+    check = compare_displacements(
+        names,
+        init,
+        list(eager.model.parameters()),
+        list(fused.model.parameters()),
+        "fp16",
+        12,
+        0,
+        (eager.scaler.get_scale(), fused.scaler.get_scale()),
+    )
+    assert check.ok, check.message()
+    assert check.rel_diff < 1e-5
+
+
+# --- the graphed step's check against the eager step -------------------------------------
+
+NAMES = ["w", "b"]
+
+
+def params_after(init: list[torch.Tensor], *moves: torch.Tensor) -> list[torch.Tensor]:
+    return [p + m for p, m in zip(init, moves, strict=True)]
+
+
+def test_displacements_compare_what_the_steps_changed() -> None:
+    init = [torch.full((4, 4), 10.0), torch.zeros(4)]
+    eager = params_after(init, torch.full((4, 4), 0.01), torch.full((4,), 0.001))
+    same = compare_displacements(NAMES, init, eager, eager, "fp32", 6, 3)
+    assert same.rel_diff == 0.0
+    assert same.ok
+    assert same.tolerance == GRAPH_TOLERANCE["fp32"]
+    assert same.eager_norm == pytest.approx(math.sqrt(16 * 1e-4 + 4 * 1e-6), rel=1e-4)
+    # one step of six missing: 1/6 of the displacement, far beyond every tolerance, though
+    # the parameters themselves differ by 1e-4 of their size
+    short = params_after(init, torch.full((4, 4), 0.01 * 5 / 6), torch.full((4,), 0.001 * 5 / 6))
+    missing = compare_displacements(NAMES, init, eager, short, "bf16", 6, 3)
+    assert missing.rel_diff == pytest.approx(1 / 6, rel=1e-3)  # fp32 rounding of 10.01
+    assert not missing.ok
+    assert "tolerance 0.01" in missing.message()
+
+
+def test_displacement_tolerance_is_looser_under_autocast() -> None:
+    init = [torch.zeros(100), torch.zeros(10)]
+    eager = params_after(init, torch.ones(100), torch.ones(10))
+    noise = 1e-3  # relative: what autocast's rounding may leave, not what fp32 may
+    near = params_after(eager, torch.full((100,), noise), torch.full((10,), noise))
+    assert not compare_displacements(NAMES, init, eager, near, "fp32", 6, 3).ok
+    assert compare_displacements(NAMES, init, eager, near, "bf16", 6, 3).ok
+    assert compare_displacements(NAMES, init, eager, near, "fp16", 6, 3).ok
+    within = params_after(eager, torch.full((100,), 5e-5), torch.zeros(10))
+    assert compare_displacements(NAMES, init, eager, within, "fp32", 6, 3).ok
+
+
+def test_displacement_check_names_the_worst_tensor_and_refuses_nonsense() -> None:
+    init = [torch.zeros(3), torch.zeros(2)]
+    eager = params_after(init, torch.ones(3), torch.full((2,), 1e-3))
+    bias_off = params_after(init, torch.ones(3), torch.full((2,), 2e-3))
+    check = compare_displacements(NAMES, init, eager, bias_off, "bf16", 6, 3)
+    assert check.worst == "b"
+    assert check.worst_rel_diff == pytest.approx(1.0)
+    assert check.ok  # the bias moves little: judged on all parameters at once
+    still = compare_displacements(NAMES, init, init, init, "fp32", 6, 3)
+    assert not still.ok  # the eager steps did not train: nothing was checked
+    scaled = compare_displacements(NAMES, init, eager, eager, "fp16", 6, 3, (1024.0, 2048.0))
+    assert not scaled.ok
+    assert "scale eager 1024 graphed 2048" in scaled.message()
+    assert scaled.as_dict()["ok"] is False
+    with pytest.raises(ValueError, match="same parameters"):
+        compare_displacements(NAMES, init, eager[:1], eager, "fp32", 6, 3)
+    with pytest.raises(ValueError, match="shapes differ"):
+        compare_displacements(NAMES, init, eager, [torch.zeros(4), torch.zeros(2)], "fp32", 6, 3)
+
+
+def eager_stand_in(replay: str = "step") -> Callable[..., GraphedStep]:
+    """What :func:`capture` does, but the 'replay' runs eagerly (a CPU has no graphs)."""
+
+    def make(trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> GraphedStep:
+        steps, scaler = warm_up(trainer, x, y)
+        run = {
+            "step": lambda: trainer.step(x, y),
+            "nothing": lambda: None,  # a graph never replayed, or replayed on stale buffers
+            "twice": lambda: (trainer.step(x, y), trainer.step(x, y)),
+        }[replay]
+        return GraphedStep(trainer, x, y, run, None, steps, scaler)
+
+    return make
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_check_graphed_passes_the_same_step(precision: str) -> None:
+    step, check = check_graphed(small(precision=precision), make=eager_stand_in())
+    assert check.ok, check.message()
+    assert check.steps == step.warmup_steps + CHECK_REPLAYS >= WARMUP_STEPS + CHECK_REPLAYS
+    if precision == "fp16":  # fused SGD against the eager default: rounding only
+        assert step.info()["optimizer"] == "SGD fused"
+        assert check.scales is not None
+        assert check.scales[0] == check.scales[1]
+        assert check.rel_diff < 1e-5
+    else:  # the same kernels on a CPU
+        assert step.info()["optimizer"] == "SGD"
+        assert check.rel_diff == 0.0
+
+
+@pytest.mark.parametrize("replay", ["nothing", "twice"])
+def test_check_graphed_fails_a_wrong_replay(replay: str) -> None:
+    _, check = check_graphed(small(precision="bf16"), make=eager_stand_in(replay))
+    assert not check.ok
+    assert check.rel_diff > 10 * check.tolerance
+
+
+# --- the GPU-busy share -----------------------------------------------------------------
+
+
+def test_busy_time_is_the_union_of_device_intervals_per_step() -> None:
+    # two steps: kernels on two streams overlap (0-30 and 20-50 µs: 50 µs), a gap, a copy
+    intervals = [(0.0, 30.0), (20.0, 50.0), (100.0, 150.0), (150.0, 160.0), (200.0, 200.0)]
+    assert busy_ms_per_step(intervals, steps=2) == pytest.approx((50 + 60) / 1e3 / 2)
+    assert busy_ms_per_step([], steps=1) == 0.0
+    assert busy_ms_per_step([(5.0, 10.0), (0.0, 20.0)], steps=1) == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        busy_ms_per_step(intervals, steps=0)
+
+
+def test_busy_share_marks_eager_steps_host_bound_below_the_threshold() -> None:
+    host = BusyShare(loop_ms=(1.0, 1.2, 1.1), busy_ms=0.165, profiled_steps=3)
+    assert host.step_ms == pytest.approx(1.1)
+    assert host.share == pytest.approx(0.15)
+    assert host.host_bound is True
+    gpu = BusyShare(loop_ms=(7.2,), busy_ms=6.9, profiled_steps=3)
+    assert gpu.host_bound is False
+    assert gpu.threshold == HOST_BOUND_BELOW == 0.8
+    graphed = BusyShare(loop_ms=(0.2,), busy_ms=0.12, profiled_steps=3, graphed=True)
+    assert graphed.share == pytest.approx(0.6)
+    assert graphed.host_bound is None  # one launch a step: the host does not pace it
+    d = host.as_dict()
+    assert d["share"] == pytest.approx(0.15)
+    assert d["host_bound"] is True
+    assert d["loop_ms"] == [1.0, 1.2, 1.1]
+    with pytest.raises(ValueError, match="positive step times"):
+        BusyShare(loop_ms=(), busy_ms=0.1, profiled_steps=3)
+    with pytest.raises(ValueError, match="positive step times"):
+        BusyShare(loop_ms=(1.0,), busy_ms=-0.1, profiled_steps=3)
+
+
+def test_busy_share_needs_a_cuda_device(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        measure_busy(lambda: None, "cpu", tmp_path / "t.json")
+
+
+def test_gpu_busy_is_a_registered_value_metric() -> None:
+    m = METRICS["gpu_busy"]
+    assert m.kind is Kind.VALUE
+    assert m.better is Better.HIGHER
+    assert m.unit == "fraction"
+
+
+# --- comparisons and the eager-vs-graphed table -----------------------------------------
+
+H100 = "nvidia-h100-80gb-hbm3"
+
+
+def gpu_result(case: AmpCase, ms: float, busy: float | None = None) -> Measurement:
+    """A GPU result of ``case`` with every round at ``ms`` and its busy share."""
+    timing = Timing((ms,) * 8, (ms,) * 8, "cuda_event", 1, 0.0, "fixed rounds", False)
+    values, extra = {}, {}
+    if busy is not None:
+        share = BusyShare(loop_ms=(1.0,), busy_ms=busy, profiled_steps=3, graphed=case.graphs)
+        values, extra = {"gpu_busy": busy}, {"busy": share.as_dict()}
+    return Measurement(case, timing=timing, values=values, extra=extra, device_class=H100)
+
+
+def gpu_case(model: str, precision: str, graphs: bool = False) -> AmpCase:
+    image = MODELS[model].input_shape[1]
+    return AmpCase(model, precision, 128, image, "cuda", "seed", graphs=graphs)
+
+
+def table_results() -> list[Measurement]:
+    return [
+        gpu_result(gpu_case("mlp", "fp32"), 1.06, 0.15),
+        gpu_result(gpu_case("mlp", "bf16"), 2.3, 0.07),
+        gpu_result(gpu_case("mlp", "fp32", graphs=True), 0.17, 0.9),
+        gpu_result(gpu_case("mlp", "bf16", graphs=True), 0.134, 0.85),
+        gpu_result(gpu_case("vgg16", "fp32"), 92.0, 0.99),
+        gpu_result(gpu_case("vgg16", "bf16"), 55.0, 0.98),
+        gpu_result(gpu_case("vgg16", "fp32", graphs=True), 91.8, 1.0),
+        gpu_result(replace(gpu_case("vgg16", "bf16"), channels_last=True), 36.6),
+    ]
+
+
+def test_comparisons_pair_graphed_with_eager_and_precisions_within_each() -> None:
+    pairs = {(c.title, c.baseline.id, c.candidate.id) for c in comparisons(table_results())}
+    assert pairs == {
+        ("mlp b128 NCHW cuda", "mlp-train-fp32-b128-28px-cuda", "mlp-train-bf16-b128-28px-cuda"),
+        (
+            "mlp b128 NCHW cuda graphed",
+            "mlp-train-fp32-b128-28px-graphs-cuda",
+            "mlp-train-bf16-b128-28px-graphs-cuda",
+        ),
+        (
+            "mlp b128 fp32 NCHW cuda graphs",
+            "mlp-train-fp32-b128-28px-cuda",
+            "mlp-train-fp32-b128-28px-graphs-cuda",
+        ),
+        (
+            "mlp b128 bf16 NCHW cuda graphs",
+            "mlp-train-bf16-b128-28px-cuda",
+            "mlp-train-bf16-b128-28px-graphs-cuda",
+        ),
+        (
+            "vgg16 b128 NCHW cuda",
+            "vgg16-train-fp32-b128-224px-cuda",
+            "vgg16-train-bf16-b128-224px-cuda",
+        ),
+        (
+            "vgg16 b128 fp32 NCHW cuda graphs",
+            "vgg16-train-fp32-b128-224px-cuda",
+            "vgg16-train-fp32-b128-224px-graphs-cuda",
+        ),
+        (
+            "vgg16 b128 bf16 cuda layout",
+            "vgg16-train-bf16-b128-224px-cuda",
+            "vgg16-train-bf16-b128-224px-cl-cuda",
+        ),
+    }
+    labels = {(c.baseline_label, c.candidate_label) for c in comparisons(table_results())}
+    assert ("eager", "graphed") in labels
+    speedup = next(
+        c for c in comparisons(table_results()) if c.title == "mlp b128 NCHW cuda graphed"
+    )
+    assert speedup.speedup.value == pytest.approx(0.17 / 0.134)
+
+
+AMP_TABLE = """\
+amp eager vs graphed
+step                   precision  eager ms  graphed ms  graphed x  busy eager / graphed  host-bound  AMP eager  AMP graphed  GPU's answer
+---------------------  ---------  --------  ----------  ---------  --------------------  ----------  ---------  -----------  ------------
+mlp b128 28px NCHW          fp32      1.06        0.17      6.24x             15% / 90%         yes        ref          ref       graphed
+mlp b128 28px NCHW          bf16       2.3       0.134     17.16x              7% / 85%         yes      0.46x        1.27x       graphed
+vgg16 b128 224px NCHW       fp32        92        91.8      1.00x            99% / 100%          no        ref          ref        either
+vgg16 b128 224px NCHW       bf16        55           -          -               98% / -          no      1.67x            -        either
+vgg16 b128 224px NHWC       bf16      36.6           -          -                 - / -           -          -            -             -
+GPU busy: device activity / wall time of a step in a plain loop. Host-bound: the eager step's share is below 80%.
+GPU's answer: 'graphed' where the eager step is host-bound (its time and AMP speedup are the host's); 'either' where the eager step keeps the GPU busy.
+AMP: fp32 median / this median, eager over eager and graphed over graphed."""  # noqa: E501
+
+
+def test_eager_vs_graphed_table_golden() -> None:
+    assert amp_table(table_results()) == AMP_TABLE
+    assert FAMILY.tables(table_results()) == {"amp eager vs graphed": AMP_TABLE}
+
+
+def test_no_table_without_gpu_training_steps() -> None:
+    cpu = small(device="cpu")
+    timing = Timing((1.0,) * 4, (1.0,) * 4, "perf_counter", 1, 0.0, "fixed rounds", False)
+    assert FAMILY.tables([Measurement(cpu, timing=timing, device_class="cpu-x86_64")]) == {}
 
 
 # --- CPU against GPU agreement ----------------------------------------------------------
@@ -521,9 +909,13 @@ def test_bench_module_end_to_end(tmp_path: Path) -> None:
     bf16 = bench["mlp-train-bf16-b32-28px-cpu"]
     assert bf16["extra"]["tf32"]["mode"] == "default"
     assert bf16["extra"]["tf32"]["cudnn_allow_tf32"] is True
-    (comparison,) = bf16["comparisons"]
-    assert comparison["baseline"] == "mlp-train-fp32-b32-28px-cpu"
-    assert comparison["speedup"]["value"] > 0
+    # comparisons are derived from the saved results, as the report derives them
+    (comparison,) = FAMILY.comparisons(load_run(tmp_path / "run.json").measurements)
+    assert comparison.baseline.id == "mlp-train-fp32-b32-28px-cpu"
+    assert comparison.candidate.id == "mlp-train-bf16-b32-28px-cpu"
+    assert comparison.speedup.value > 0
+    assert "busy" not in bf16["extra"]  # the GPU-busy share is a GPU's
+    assert "gpu_busy" not in bf16["values"]
     assert {"trace", "ops_by_self_cpu_csv", "ops_by_self_cpu_md"} <= set(bf16["artifacts"])
     assert all(Path(p).exists() for p in bf16["artifacts"].values())
     assert bf16["extra"]["loader"]["steps"] > 0

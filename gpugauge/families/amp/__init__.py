@@ -25,6 +25,16 @@ def _layout(p: dict[str, Any]) -> str:
     return "NHWC" if p["channels_last"] else "NCHW"
 
 
+def _mode(p: dict[str, Any]) -> str:
+    """How the step is issued: op by op (eager) or replayed from one CUDA graph."""
+    return "graphed" if p.get("graphs") else "eager"
+
+
+def _graphed(p: dict[str, Any]) -> str:
+    """A title's suffix for graphed steps (eager titles stay as they were)."""
+    return " graphed" if p.get("graphs") else ""
+
+
 def _cpu_side(m: Measurement) -> Measurement | None:
     """The CPU run a GPU inference case carries in its ``extra`` (never recorded alone)."""
     from dataclasses import replace
@@ -58,13 +68,17 @@ def _inference(measurements: Sequence[Measurement]) -> list[Comparison]:
 
 
 def comparisons(measurements: Sequence[Measurement]) -> list[Comparison]:
-    """Each precision against fp32, NHWC against NCHW, and the GPU against its CPU side."""
+    """Precisions against fp32, NHWC against NCHW, graphed against eager, GPU against CPU.
+
+    Pairs differ in the one field compared, so the AMP speedups come both ways: eager
+    over eager fp32 and graphed over graphed fp32.
+    """
     precision = pair_up(
         measurements,
         NAME,
         ("precision",),
         lambda p: p["precision"] == "fp32",
-        lambda p: f"{p['model']} b{p['batch']} {_layout(p)} {p['device']}",
+        lambda p: f"{p['model']} b{p['batch']} {_layout(p)} {p['device']}{_graphed(p)}",
         lambda p: p["precision"],
     )
     layout = pair_up(
@@ -72,10 +86,25 @@ def comparisons(measurements: Sequence[Measurement]) -> list[Comparison]:
         NAME,
         ("channels_last",),
         lambda p: not p["channels_last"],
-        lambda p: f"{p['model']} b{p['batch']} {p['precision']} {p['device']} layout",
+        lambda p: f"{p['model']} b{p['batch']} {p['precision']} {p['device']}{_graphed(p)} layout",
         _layout,
     )
-    return precision + layout + _inference(measurements)
+    graphs = pair_up(
+        measurements,
+        NAME,
+        ("graphs",),
+        lambda p: not p["graphs"],
+        lambda p: f"{p['model']} b{p['batch']} {p['precision']} {_layout(p)} {p['device']} graphs",
+        _mode,
+    )
+    return precision + layout + graphs + _inference(measurements)
+
+
+def tables(measurements: Sequence[Measurement]) -> dict[str, str]:
+    """The 'amp eager vs graphed' table (imports no torch)."""
+    from gpugauge.families.amp.tables import tables
+
+    return tables(measurements)
 
 
 FAMILY = Family(
@@ -83,4 +112,5 @@ FAMILY = Family(
     "mixed precision and profiler tables",
     cases,
     comparisons=comparisons,
+    tables=tables,
 )

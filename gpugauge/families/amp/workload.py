@@ -8,7 +8,9 @@ A training step (:class:`Trainer`): gradients set to None, forward under
 (lr 0.01, momentum 0.9). fp16 scales the loss with ``torch.amp.GradScaler``, whose
 ``step`` reads the overflow flag on the host once per step, as in real fp16 training; the
 scale is calibrated before timing (see :func:`make_step`). bf16 needs no scaler.
-``channels_last`` puts the conv nets' weights and inputs in NHWC.
+``channels_last`` puts the conv nets' weights and inputs in NHWC. ``graphs`` replays the
+whole step from one CUDA graph (:mod:`gpugauge.families.amp.graphed`): the GPU's answer
+where the eager step waits for the host.
 
 TF32: what an "fp32" number means depends on two flags, so every case sets them
 (:func:`tf32_flags`) and every result records them. ``default`` is torch's default:
@@ -18,7 +20,7 @@ cuDNN convolutions in TF32, matmuls in full fp32; ``off`` and ``on`` set both.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -94,6 +96,7 @@ class AmpCase:
     profile: str
     channels_last: bool = False
     tf32: str = "default"  # see TF32_MODES
+    graphs: bool = False  # the whole step replayed from one CUDA graph: "-graphs"
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -106,15 +109,18 @@ class AmpCase:
             raise ValueError(f"channels_last applies to conv nets only, not {self.model}")
         if self.batch < 1 or self.image < 1:
             raise ValueError(f"batch and image must be >= 1: {self}")
+        if self.graphs and torch.device(self.device).type != "cuda":
+            raise ValueError(f"graphs: CUDA graphs need a CUDA device, not {self.device!r}")
 
     @property
     def id(self) -> str:
-        """Readable id, also the pytest id: ``resnet18-train-bf16-b128-32px-cl-cuda``."""
+        """Readable id, also the pytest id: ``resnet18-train-bf16-b128-32px-cl-graphs-cuda``."""
         cl = "-cl" if self.channels_last else ""
         tf32 = "" if self.tf32 == "default" else f"-tf32{self.tf32}"
+        graphs = "-graphs" if self.graphs else ""
         return (
-            f"{self.model}-train-{self.precision}-b{self.batch}-{self.image}px{cl}{tf32}-"
-            f"{self.device}"
+            f"{self.model}-train-{self.precision}-b{self.batch}-{self.image}px{cl}{tf32}"
+            f"{graphs}-{self.device}"
         )
 
     @property
@@ -138,9 +144,24 @@ class AmpCase:
         return replace(self, channels_last=False)
 
     @property
+    def eager(self) -> AmpCase:
+        """The same step issued op by op (what a graphed case is checked and compared against)."""
+        return replace(self, graphs=False)
+
+    @property
     def profiled(self) -> bool:
-        """Whether the case gets a profiler pass: every NCHW case."""
-        return not self.channels_last
+        """Whether the case gets the loader-fed profiler pass: every eager NCHW case."""
+        return not self.channels_last and not self.graphs
+
+    @property
+    def reads_energy(self) -> bool:
+        """Whether the result reads an energy window: always, but in seed only if graphed.
+
+        The seed profile is the nightly's: there an eager step's energy is its graphed
+        twin's plus the idle draw while the GPU waits for the host, and a window costs
+        6 s a case (1 s idle, 5 s window).
+        """
+        return self.graphs or self.profile != "seed"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -161,6 +182,11 @@ class InferCase:
     def id(self) -> str:
         """Readable id, also the pytest id: ``lenet28-infer-fp32-b10000-cuda``."""
         return f"{self.model}-infer-fp32-b{self.batch}-{self.device}"
+
+    @property
+    def reads_energy(self) -> bool:
+        """Whether the result reads an energy window: not in the seed profile (the nightly's)."""
+        return self.profile != "seed"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -192,12 +218,26 @@ CPU_SIZES = {
     "seed": [("mlp", 128, 28), ("lenet", 128, 32), ("resnet18", 16, 32)],
     "full": [("mlp", 128, 28), ("lenet", 128, 32), ("resnet18", 32, 32)],
 }
+# Precisions of the eager steps and of the steps replayed from one CUDA graph (GPU only,
+# TF32 default), per profile and device. The seed profile is the nightly's: fp32 and bf16,
+# each eager and graphed, so that every model has its AMP speedup both ways; fp16 (a
+# GradScaler that reads its overflow flag on the host every step), channels_last beyond
+# VGG-16 bf16, and inference below batch 10000 run in smoke and full (docs/amp.md, "The
+# seed profile").
+EAGER_PRECISIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "smoke": {"cpu": ("fp32", "bf16"), "cuda": PRECISIONS},
+    "seed": {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16")},
+    "full": {"cpu": ("fp32", "bf16"), "cuda": PRECISIONS},
+}
+GRAPHED_PRECISIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "smoke": {"cpu": (), "cuda": PRECISIONS},
+    "seed": {"cpu": (), "cuda": ("fp32", "bf16")},
+    "full": {"cpu": (), "cuda": PRECISIONS},
+}
 # Conv nets that also run channels_last, and in which precisions, per profile and device.
-# The seed profile keeps to bf16 (compared with NCHW bf16) so that one GPU runs it in
-# minutes; smoke and full run every precision.
 CHANNELS_LAST: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     "smoke": {"cpu": (("resnet18",), PRECISIONS), "cuda": (("resnet18",), PRECISIONS)},
-    "seed": {"cpu": ((), ()), "cuda": (("resnet18", "vgg16"), ("bf16",))},
+    "seed": {"cpu": ((), ()), "cuda": (("vgg16",), ("bf16",))},
     "full": {
         "cpu": (("resnet18",), PRECISIONS),
         "cuda": (("lenet", "alexnet", "vgg16", "resnet18"), PRECISIONS),
@@ -205,31 +245,47 @@ CHANNELS_LAST: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
 }
 INFER_BATCHES = {
     "smoke": {"cpu": (100, 1000), "cuda": (100, 1000, 10000)},
-    "seed": {"cpu": (100, 1000, 10000), "cuda": (100, 1000, 10000)},
+    "seed": {"cpu": (100, 1000, 10000), "cuda": (10000,)},
     "full": {"cpu": (100, 1000, 10000), "cuda": (100, 1000, 10000)},
 }
 
 
 def cases(profile: str) -> list[AmpCase | InferCase]:
-    """Every case of a profile, fp32 before the precisions compared with it."""
+    """Every case of a profile: fp32 first, eager before graphed, NCHW before NHWC."""
     out: list[AmpCase | InferCase] = []
-    for device, sizes, precisions in (
-        ("cpu", CPU_SIZES, ("fp32", "bf16")),
-        ("cuda", GPU_SIZES, PRECISIONS),
-    ):
+    for device, sizes in (("cpu", CPU_SIZES), ("cuda", GPU_SIZES)):
+        eager = EAGER_PRECISIONS[profile][device]
+        graphed = GRAPHED_PRECISIONS[profile][device]
         cl_models, cl_precisions = CHANNELS_LAST[profile][device]
         tf32s = ("default", "off", "on") if profile == "full" and device == "cuda" else ("default",)
         for model, batch, image in sizes[profile]:
             layouts = (False, True) if model in cl_models else (False,)
             for cl in layouts:
                 for tf32 in tf32s:
-                    # TF32 variants only change fp32 numbers: AMP cases keep the default
-                    for precision in precisions if tf32 == "default" else ("fp32",):
-                        if cl and precision not in cl_precisions:
-                            continue
-                        out.append(
-                            AmpCase(model, precision, batch, image, device, profile, cl, tf32)
-                        )
+                    # TF32 variants only change fp32 numbers: AMP and graphed cases keep the
+                    # default
+                    modes = [(False, eager if tf32 == "default" else ("fp32",))]
+                    # graphed NHWC is the full profile's: the seed's one NHWC step is VGG-16's,
+                    # which keeps the GPU busy eager
+                    graphed_here = tf32 == "default" and not (cl and profile == "seed")
+                    modes += [(True, graphed)] if graphed_here else []
+                    for graphs, precisions in modes:
+                        for precision in precisions:
+                            if cl and precision not in cl_precisions:
+                                continue
+                            out.append(
+                                AmpCase(
+                                    model,
+                                    precision,
+                                    batch,
+                                    image,
+                                    device,
+                                    profile,
+                                    channels_last=cl,
+                                    tf32=tf32,
+                                    graphs=graphs,
+                                )
+                            )
         out += [InferCase(b, device, profile) for b in INFER_BATCHES[profile][device]]
     return out
 
@@ -268,15 +324,36 @@ def _autocast(device: str, precision: str) -> contextlib.AbstractContextManager[
     return torch.autocast(torch.device(device).type, dtype=dtype)
 
 
-class Trainer:
-    """A model, its SGD optimizer and (fp16) GradScaler; :meth:`step` trains on one batch."""
+def sgd(params: Iterable[nn.Parameter], fused: bool = False) -> torch.optim.SGD:
+    """The family's optimizer: SGD, lr 0.01, momentum 0.9; torch's default kernels unless fused.
 
-    def __init__(self, case: AmpCase) -> None:
+    ``fused``: one kernel that reads GradScaler's scale and overflow flag on the device
+    (``_step_supports_amp_scaling``), so an fp16 step needs no host sync and a CUDA graph
+    can capture it. Its momentum buffers start at zero: fused SGD makes them with
+    ``empty_like`` on its first step and leaves them unwritten when GradScaler skips that
+    step (an overflow), so the next step would read uninitialized memory. From zero, the
+    first step that runs sets each buffer to 0.9 * 0 + grad = grad exactly, as SGD does.
+    """
+    params = list(params)
+    opt = torch.optim.SGD(params, lr=0.01, momentum=0.9, fused=True if fused else None)
+    if fused:
+        for p in params:
+            opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
+    return opt
+
+
+class Trainer:
+    """A model, its SGD optimizer and (fp16) GradScaler; :meth:`step` trains on one batch.
+
+    ``fused``: the optimizer a CUDA graph can capture with GradScaler (:func:`sgd`).
+    """
+
+    def __init__(self, case: AmpCase, fused: bool = False) -> None:
         self.case = case
         torch.manual_seed(0)
         layout = torch.channels_last if case.channels_last else torch.contiguous_format
         self.model = case.defn.build().to(case.device, memory_format=layout).train()
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.opt = sgd(self.model.parameters(), fused)
         self.loss_fn = nn.CrossEntropyLoss()
         self.scaler = (
             torch.amp.GradScaler(torch.device(case.device).type)
@@ -323,7 +400,7 @@ class Trainer:
         )
 
 
-def _inputs(shape: tuple[int, ...], classes: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+def image_batch(shape: tuple[int, ...], classes: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Image-like inputs: uint8 pixels scaled to [0, 1], normalized by mean 0.5, std 0.5."""
     g = torch.Generator().manual_seed(seed)
     pixels = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
@@ -348,7 +425,7 @@ class TrainStep:
 def make_step(case: AmpCase) -> TrainStep:
     """A fresh model, its optimizer and a fixed device batch; fp16's scale calibrated."""
     trainer = Trainer(case)
-    x, y = trainer.to_device(*_inputs(case.input_shape, case.defn.num_classes))
+    x, y = trainer.to_device(*image_batch(case.input_shape, case.defn.num_classes))
     return TrainStep(trainer, x, y, trainer.calibrate_scale(x, y))
 
 
@@ -462,7 +539,7 @@ def make_inference(case: InferCase, device: str) -> Inference:
     """The seed-001 model (the same weights on every device) and its input on ``device``."""
     torch.manual_seed(0)
     model = INFER_MODEL.build().eval()
-    x, _ = _inputs((case.batch, *INFER_MODEL.input_shape), INFER_MODEL.num_classes)
+    x, _ = image_batch((case.batch, *INFER_MODEL.input_shape), INFER_MODEL.num_classes)
     return Inference(model.to(device), x.to(device))
 
 
