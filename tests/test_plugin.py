@@ -82,7 +82,7 @@ def test_end_of_run_tables(run) -> None:
     result, _ = run()
     result.stdout.fnmatch_lines(
         [
-            "*gpugauge results (device-timed rounds)*",
+            "*gpugauge results (CPU smoke check: host-timed rounds; not GPU measurements)*",
             "benchmark*median ms*95% CI ms*",
             "slow*",
             "*gpugauge comparisons*",
@@ -124,7 +124,7 @@ def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
         f"--baselines-dir={base}",
         f"--tolerances-dir={tols}",
         "-p",
-        "tests.slowdown",
+        "gpugauge.check.slowdown",
     ]
 
     recorded = gauge_pytester.runpytest(*common, "--update-baselines")
@@ -138,13 +138,13 @@ def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
     same.stdout.fnmatch_lines(["gpugauge gate: *", "*slow*", "*fast*"])
     assert "REGRESSED" not in same.stdout.str()
 
-    slowed = gauge_pytester.runpytest(*common, "--gate", "--slowdown-ms", "100")
+    slowed = gauge_pytester.runpytest(*common, "--gate", "--inject-slowdown-ms", "100")
     assert slowed.ret == pytest.ExitCode.TESTS_FAILED
     slowed.assert_outcomes(failed=2, skipped=1)
     slowed.stdout.fnmatch_lines(["*gpugauge gate: fast: regressed: time *x*", "*fast*REGRESSED*"])
 
     # a slowdown of each case's own baseline median: the same fraction for every case
-    frac = gauge_pytester.runpytest(*common, "--gate", "--slowdown-frac", "3")
+    frac = gauge_pytester.runpytest(*common, "--gate", "--inject-slowdown", "3")
     frac.assert_outcomes(failed=2, skipped=1)
     frac.stdout.fnmatch_lines(["*gpugauge gate: slow: regressed: time [34].*x*"])
 

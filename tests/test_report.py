@@ -33,7 +33,9 @@ def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     runs = []
     # 20 ms on rounds of 2 and 4 ms: a loaded 2-core CI host delays a sleep's wake-up by a
     # scheduler tick or more, and a 3 ms slowdown once read as no regression there
-    for i, extra in enumerate([[], ["-p", "tests.slowdown", "--slowdown-ms", "20"]]):
+    for i, extra in enumerate(
+        [[], ["-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "20"]]
+    ):
         out = pytester_dir / f"run{i}.json"
         root = Path(__file__).resolve().parents[1]
         done = subprocess.run(
