@@ -1,8 +1,19 @@
-"""Issue 8: whether a fresh process picks another cuDNN plan for the same convolution.
+"""Whether a fresh process picks another cuDNN plan for the same convolution (one GPU).
 
-On one H200 the layers case conv-fwd-tf32 ran at 9.44-9.55 ms in some pytest processes
-and 9.78 ms in others, at 1980 MHz, with ``cudnn.benchmark`` off (docs/gpu-runs.md, runs
-11, 22-23). This runs the case in ``--repeats`` fresh processes per setting: alone, after
+Question (issue 8): on one H200 the layers case conv-fwd-tf32 ran at 9.44-9.55 ms in some
+pytest processes and 9.78 ms in others, at 1980 MHz, with ``cudnn.benchmark`` off
+(docs/gpu-runs.md, runs 11, 22-23). A plan chosen per process, the order of the cases, or
+where the output lands in memory? Answer (docs/experiments.md, "cudnn_processes"; run
+46): in 12 fresh processes (alone, after conv-fwd-fp32, with ``cudnn.benchmark`` on) and
+in 5 output blocks of one process the case took 9.436-9.438 ms with the same kernels; the
+9.78 ms did not recur, so its cause is not established. Children hung at exit after
+printing on an H100 and an H200 (runs 42, 45): they leave with ``os._exit``.
+
+Run from the checkout:
+
+    python -m experiments.cudnn_processes --out DIR [--repeats 4]
+
+This runs the case in ``--repeats`` fresh processes per setting: alone, after
 conv-fwd-fp32 (the seed run's order), and with ``cudnn.benchmark`` on; each child times
 it with the suite's seed policy and profiles one round for the kernels that ran. First,
 one process times it with its output in several different blocks (``placements``): if
@@ -20,8 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: children run from it
 
 SETTINGS = {  # name: (cases run first, cudnn.benchmark)
     "alone": ((), False),
@@ -107,9 +117,11 @@ def _top(kernels: dict[str, float]) -> str:
 
 def _run_child(setting: str, timeout_s: float = 90) -> dict | None:
     """One child's result, or None (said why); a child that printed, then hung, still counts."""
-    cmd = [sys.executable, __file__, "--child", setting]
+    cmd = [sys.executable, "-m", "experiments.cudnn_processes", "--child", setting]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
         stdout, stderr, rc = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as err:
         stdout, stderr, rc = _text(err.stdout), _text(err.stderr), "timed out"

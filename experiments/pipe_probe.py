@@ -1,18 +1,31 @@
-"""Issue 10: why a pipelined split's timed rounds vary, and what its memory costs (two GPUs).
+"""Why a pipelined layer_fit split's rounds varied, and what its memory costs (two GPUs).
 
-On the whole devices (no budget), for the seed's model (138 conv + 62 fc), each case is
-timed three ways with the suite's timer: rounds back to back (``b2b``), the same with the
-NVML sampler the suite's ``gauge.measure`` runs beside it (``b2b+nvml``), and with both
-devices synchronized before every round (``sync``). Pipelines are issued from a thread per
-stage (``threads``) or from this thread (``inline``). Each case also reports its peak
-allocated and reserved bytes per device, settled (the caching allocator's fragmentation is
-reserved − allocated). ``--trace`` profiles four back-to-back 1F1B ×2 steps for Perfetto;
-``--profiler-effect`` times GPipe and 1F1B ×2 before and after the suite's traced step;
-``--budget-effect`` times 1F1B ×2 on the whole devices and under 11 GiB with each allocator;
+Question (issue 10): GPipe and 1F1B over two GPUs, the seed's model (138 conv + 62 fc),
+were slower and noisier in the benchmark than planned. Is it the allocator's reserve, the
+profiler, the budget, the benchmark's setup, or the host issuing ~6,200 launches a step?
+Answers (docs/experiments.md, "pipe_probe"; raw numbers in docs/gpu-runs.md runs 34, 36,
+38, 39, 41, 43; conclusions in docs/layer_fit.md): the default allocator reserves 2.8 GiB
+beyond GPipe's allocation (expandable segments: 0.1 GiB); a trace left CUPTI subscribed
+and slowed every later launch (fixed: ``TEARDOWN_CUPTI=1``); neither the budget nor the
+benchmark's setup makes 1F1B vary, the host's launch pace does; replayed from CUDA graphs
+1F1B x2 went from 91.3 to 86.1 ms and GPipe x2 from 112.4 to 89.3 ms.
+
+Run from the checkout on two GPUs:
+
+    python -m experiments.pipe_probe --out DIR [--memory-only | --trace |
+        --profiler-effect | --budget-effect | --bisect | --graphs]
+
+On the whole devices each case is timed three ways with the suite's timer: rounds back to
+back (``b2b``), the same with the suite's NVML sampler beside it (``b2b+nvml``), and with
+both devices synchronized before every round (``sync``), issued from a thread per stage
+(``threads``) or from this thread (``inline``), with each device's peak allocated and
+reserved bytes. ``--trace`` profiles four back-to-back 1F1B x2 steps for Perfetto;
+``--profiler-effect`` times GPipe and 1F1B x2 before and after the suite's traced step;
+``--budget-effect`` times 1F1B x2 on the whole devices and under 11 GiB with each allocator;
 ``--bisect`` times it after each thing the benchmark does before timing it; ``--graphs``
-times each schedule issued op by op and replayed from CUDA graphs.
-Writes ``pipe_probe.json`` (every round) and prints a table. Run it twice to compare
-allocators, the second time under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
+times each schedule issued op by op and replayed from CUDA graphs. Writes
+``pipe_probe*.json`` (every round) and prints a table. Run it twice to compare allocators,
+the second time under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
 """
 
 from __future__ import annotations
@@ -24,15 +37,12 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpugauge.families.layer_fit.budget import budgets
 from gpugauge.families.layer_fit.cases import SplitCase
