@@ -87,7 +87,14 @@ def _baseline(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
-    parser = argparse.ArgumentParser(prog="gpugauge", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="gpugauge",
+        description="gpugauge's commands beside pytest: reports of saved runs, baselines for "
+        "the gate, the environment fingerprint, checks of the suite on a new GPU, and the "
+        "results history. Benchmarks themselves run under pytest "
+        "(python -m pytest benches --benchmark-autosave).",
+        epilog="Each command has its own --help, e.g. python -m gpugauge report --help.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     rep = sub.add_parser("report", help="write a Markdown + HTML comparison report")
@@ -107,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument(
         "--tolerances-dir", type=Path, default=None, help="tolerance TOML (default: tolerances)"
     )
-    rep.add_argument("--out", type=Path, default=Path("reports"))
+    rep.add_argument(
+        "--out",
+        type=Path,
+        default=Path("reports"),
+        help="folder for <name>.md, <name>.html and the charts' PNGs (default: reports)",
+    )
     rep.add_argument("--name", default="report", help="file name stem of the outputs")
     rep.set_defaults(func=_report)
 
@@ -117,10 +129,17 @@ def main(argv: list[str] | None = None) -> int:
         "several runs of one build record run-to-run noise",
     )
     base.add_argument("runs", type=Path, nargs="+", help="saved runs, oldest first")
-    base.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
+    base.add_argument(
+        "--baselines-dir",
+        type=Path,
+        default=Path("baselines"),
+        help="where baselines go, as <device-class>/<family>.json (default: baselines)",
+    )
     base.set_defaults(func=_baseline)
 
-    env = sub.add_parser("env", help="print the environment fingerprint as JSON")
+    env = sub.add_parser(
+        "env", help="print the environment fingerprint (GPU, driver, CUDA, torch, ...) as JSON"
+    )
     env.add_argument("--ceilings", action="store_true", help="also measure device ceilings")
     env.set_defaults(func=_env)
 

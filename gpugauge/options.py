@@ -189,9 +189,10 @@ def add_options(group: Any) -> None:
         action="store_true",
         default=False,
         help="after each GPU result is measured, run one more round under torch.profiler "
-        "and keep its kernels (name, calls, µs) in extra_info['kernels']: which cuDNN or "
-        "cuBLAS algorithm ran. Off by default until a GPU run shows that it leaves the "
-        "timing of later cases alone",
+        "and keep its longest kernels (name, calls, µs, share of the round) in "
+        "extra_info['kernels'] and in baselines, so that the gate can say when a case ran "
+        "another cuDNN or cuBLAS algorithm; the nightly job and the baseline recipe use it "
+        "(off by default: one more, profiled round per GPU result)",
     )
     group.addoption(
         "--require-baselines",

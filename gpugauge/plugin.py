@@ -1,7 +1,11 @@
 """The pytest plugin: options, the ``gauge`` fixture, device skips, and end-of-run tables.
 
-Loaded by the root ``conftest.py``. All run state lives in ``config.stash`` (a
-:class:`GaugeSession`), created in ``pytest_configure`` and closed in ``unconfigure``.
+pytest finds it through the ``pytest11`` entry point ``gpugauge.plugin`` of an installed
+gpugauge; a plain checkout loads it from the root ``conftest.py``
+(``pytest_plugins = ["gpugauge.plugin"]``): both name the same module under the same
+name, so it is registered once. It registers its own markers. All run state lives in
+``config.stash`` (a :class:`GaugeSession`), created in ``pytest_configure`` and closed in
+``unconfigure``.
 """
 
 from __future__ import annotations
@@ -16,17 +20,25 @@ from typing import Any
 
 import pytest
 
+from gpugauge.benchmark_options import (
+    benchmark_disabled,
+    check_histogram,
+    foreign_note,
+    saved_where,
+)
 from gpugauge.families import registry
-from gpugauge.gauge import Gauge, GaugeSession, Note
+from gpugauge.gauge import Gauge
 from gpugauge.measure.environment import SCHEMA_VERSION
 from gpugauge.options import Options, add_options, resolve
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results.measurement import Spec, devices_of
+from gpugauge.session import GaugeSession, Note
 
 SESSION = pytest.StashKey[GaugeSession]()
 STARTED = pytest.StashKey[float]()  # time.monotonic() at the session's start
+STARTED_WALL = pytest.StashKey[float]()  # time.time() at the session's start (file times)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,77 +62,6 @@ def _note_writer(config: pytest.Config) -> Note:
     return note
 
 
-# pytest-benchmark options that drive its own timing loop, which gpugauge does not use:
-# (option dest, flag, the value that means "not given", what to use instead).
-_FOREIGN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
-    ("benchmark_min_rounds", "--benchmark-min-rounds", 5, "use --min-rounds N (or --rounds N)"),
-    ("benchmark_max_time", "--benchmark-max-time", 1.0, "use --time-budget S"),
-    ("benchmark_min_time", "--benchmark-min-time", 5e-6, "a round is one call; use --rounds N"),
-    ("benchmark_precision", "--benchmark-precision", None, "use --target-ci F"),
-    ("benchmark_confidence", "--benchmark-confidence", 0.99, "the CI is 95%; use --target-ci F"),
-    (
-        "benchmark_calibration_precision",
-        "--benchmark-calibration-precision",
-        10,
-        "rounds are not calibrated; use --rounds N",
-    ),
-    ("benchmark_warmup", "--benchmark-warmup", False, "use --warmup N and --warmup-time S"),
-    ("benchmark_warmup_iterations", "--benchmark-warmup-iterations", 100000, "use --warmup N"),
-    (
-        "benchmark_timer",
-        "--benchmark-timer",
-        "time.perf_counter",
-        "rounds are timed with CUDA events on a GPU, perf_counter_ns on a CPU",
-    ),
-    (
-        "benchmark_disable_gc",
-        "--benchmark-disable-gc",
-        False,
-        "the garbage collector stays on; the suite collects once before each benchmark",
-    ),
-    (
-        "benchmark_cprofile",
-        "--benchmark-cprofile",
-        None,
-        "rounds do not run through the benchmark fixture; use a profiler in the benchmark",
-    ),
-)
-
-
-def _given(config: pytest.Config, dest: str, flag: str, unset: Any) -> bool:
-    """Whether a pytest-benchmark option was set: on the command line, or to a new value."""
-    if any(a == flag or str(a).startswith(f"{flag}=") for a in config.invocation_params.args):
-        return True
-    value = config.getoption(dest, unset)
-    if isinstance(unset, float) and value is not None:
-        return float(value) != unset
-    return str(value) != str(unset)
-
-
-def _refuse_foreign_options(config: pytest.Config) -> None:
-    """Refuse pytest-benchmark options that gpugauge's timing would silently ignore."""
-    for dest, flag, unset, instead in _FOREIGN_OPTIONS:
-        if _given(config, dest, flag, unset):
-            raise pytest.UsageError(f"{flag} does not apply to gpugauge benchmarks: {instead}")
-    if config.getoption("benchmark_histogram", None):
-        try:
-            import pygal  # noqa: F401
-            import pygaljs  # noqa: F401
-        except ImportError:
-            raise pytest.UsageError(
-                "--benchmark-histogram needs pygal and pygaljs, which are not installed: "
-                "pip install 'gpugauge[histogram]'"
-            ) from None
-
-
-def _benchmark_disabled(config: pytest.Config) -> bool:
-    """--benchmark-disable in effect (pytest-benchmark's own rule)."""
-    return bool(
-        config.getoption("benchmark_disable", False)
-        and not config.getoption("benchmark_enable", False)
-    )
-
-
 MARKERS = (
     "gpu: needs a CUDA device; skipped with a reason where none is visible",
     "cpu: runs on the CPU",
@@ -134,11 +75,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for line in (*MARKERS, *(f.marker_line() for f in registry().values())):
         config.addinivalue_line("markers", line)
-    _refuse_foreign_options(config)
+    check_histogram(config)
     messages = []
     try:
         options = resolve(config.getoption, torch.cuda.is_available(), config.rootpath)
-        if options.update_baselines and _benchmark_disabled(config):
+        if options.update_baselines and benchmark_disabled(config):
             raise ValueError(
                 "--update-baselines with --benchmark-disable: a run that does not measure "
                 "never writes baselines"
@@ -158,13 +99,19 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as err:  # also BaselineError, ToleranceError
         raise pytest.UsageError(str(err)) from None
     config.stash[SESSION] = GaugeSession(
-        options, config.rootpath, _note_writer(config), gate=gate, messages=messages
+        options,
+        config.rootpath,
+        _note_writer(config),
+        gate=gate,
+        messages=messages,
+        foreign_note=foreign_note(config),
     )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Take the fingerprint now, outside any test's precision context (TF32 and such)."""
     session.config.stash[STARTED] = time.monotonic()
+    session.config.stash[STARTED_WALL] = time.time()
     gs = session.config.stash.get(SESSION, None)
     if gs is not None:
         gs.fingerprint()
@@ -194,9 +141,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         session.close()
 
 
+NOT_LOADED = (
+    "the gpugauge pytest plugin is not loaded in this run: install gpugauge "
+    '(pip install gpugauge registers it), or add pytest_plugins = ["gpugauge.plugin"] '
+    "to your root conftest.py, or pass -p gpugauge.plugin"
+)
+
+
 def options(config: pytest.Config) -> Options:
     """The run's resolved options (for ``pytest_generate_tests`` in bench modules)."""
-    return config.stash[SESSION].options
+    session = config.stash.get(SESSION, None)
+    if session is None:
+        raise pytest.UsageError(NOT_LOADED)
+    return session.options
 
 
 def parametrize_cases(
@@ -288,14 +245,20 @@ def gauge_session(pytestconfig: pytest.Config) -> GaugeSession:
 
 
 @pytest.fixture
-def gauge(gauge_session: GaugeSession, benchmark: Any) -> Gauge:
+def gauge(gauge_session: GaugeSession, benchmark: Any, request: pytest.FixtureRequest) -> Gauge:
     """Measure or record one result per test, saved through pytest-benchmark and gated.
 
+    gauge(fn, *args, **kwargs) -> fn's result
+        pytest-benchmark's call form: times fn(*args, **kwargs) as gauge.measure does,
+        under a spec made from the test (id: its node id; family: its family marker, else
+        "custom"; device: where the arguments' tensors live, else the run's device), and
+        returns what one more, untimed call of fn returns.
     gauge.measure(spec, fn, *, setup=None, work=None, expected_memory=None,
     flush_l2=False, energy=True, values=None, artifacts=None, extra=None)
         Time fn (one round) with CUDA events (perf_counter on a CPU) under the run's
         policy, then its peak memory and NVML energy; spec.id is the result's id and
-        baseline key, spec.devices (optional) the devices one round spans. setup runs
+        baseline key, spec.family its baseline file, spec.device (or spec.devices) where
+        one round runs; a string spec is an id for a spec made from the test. setup runs
         before each round, untimed; values adds registry metrics; artifacts names files.
     gauge.record(measurement)
         Record a Measurement built elsewhere: a worker's Timing.from_dict(...), or a
@@ -304,7 +267,7 @@ def gauge(gauge_session: GaugeSession, benchmark: Any) -> Gauge:
     gauge.compare(a, b, *, title, labels) -> speedup of b over a with its CI.
     A second measure/record in one test is refused (GaugeError): parametrize instead.
     """
-    return Gauge(gauge_session, benchmark)
+    return Gauge(gauge_session, benchmark, request.node)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -339,6 +302,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gs.messages += gs.gate_notes()
     if not gs.options.update_baselines:
         return
+    if session.shouldstop and exitstatus == pytest.ExitCode.INTERRUPTED:  # --stop-after
+        gs.messages.append(f"baselines NOT written: the run was cut short ({session.shouldstop})")
+        return
     try:
         gs.write_baselines(passed=exitstatus == pytest.ExitCode.OK)
     except (OSError, ValueError) as err:
@@ -347,13 +313,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the results and comparison tables."""
-    session = terminalreporter.config.stash.get(SESSION, None)
+    """Print the results and comparison tables, then where results went and the next step.
+
+    A run with no CUDA result says in its title that its numbers are host-timed and no
+    GPU measurement (in the smoke profile: a smoke check of the suite).
+    """
+    config = terminalreporter.config
+    session = config.stash.get(SESSION, None)
     if session is None or not (session.measurements or session.messages):
         return
-    terminalreporter.write_sep("=", "gpugauge")
+    title = "gpugauge"
+    if session.measurements and not session.on_gpu:
+        title = f"gpugauge results ({session.label})"
+    terminalreporter.write_sep("=", title)
     for message in session.messages:
         terminalreporter.write_line(message)
     for table in session.tables().values():
         terminalreporter.write_line(table)
         terminalreporter.write_line("")
+    if session.measurements:
+        started = config.stash.get(STARTED_WALL, time.time())
+        for line in saved_where(config, started):
+            terminalreporter.write_line(line)

@@ -85,8 +85,8 @@ def test_store_round_trip_merges_and_is_atomic(tmp_path: Path) -> None:
     assert set(loaded) == {"a", "b"}
     assert loaded["a"].readings == {"time": (1.0, 2.0), "memory": (5.0,), "energy": (0.5,)}
     assert json.loads(p.read_text())["schema_version"] == 2
-    # no temporary left over; the lock file stays (removing it would race its next user)
-    assert sorted(q.name for q in p.parent.iterdir()) == [".f.json.lock", "f.json"]
+    # no temporary and no lock file left over: the lock is on the folder itself
+    assert sorted(q.name for q in p.parent.iterdir()) == ["f.json"]
 
 
 def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:

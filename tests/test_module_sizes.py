@@ -11,8 +11,6 @@ PACKAGE = Path(gpugauge.__file__).parent
 
 # Modules still over the limit, each with why; remove a line once its module is split.
 EXCEPTIONS = {
-    "gauge.py": "the session's resources, the measurement pipeline and the pytest-benchmark "
-    "adapter in one module; the lead is splitting it (issue 22, item 5)",
     "measure/timing.py": "the timing primitive with its clocks, clock regimes and batches of "
     "rounds; not yet split",
     "measure/kernels.py": "profiler traces read back: kernel tables, the compute and "

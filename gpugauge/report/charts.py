@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from gpugauge.regress.gate import Verdict
+from gpugauge.regress.gate import MetricCheck, Verdict
 
 if TYPE_CHECKING:
     from gpugauge.report.data import ReportData
@@ -44,8 +44,16 @@ class Chart(Protocol):
         """The figure."""
 
 
+LOG_SPAN = 10.0  # ratios spanning more than this factor are drawn on a log axis
+
+
 class RatioBars:
-    """Current/baseline time per benchmark, with the 95% CI as whiskers and the tolerance."""
+    """Current/baseline time per benchmark, with the 95% CI as whiskers and the tolerance.
+
+    A noisy result (its rounds missed their target CI, on either side) is hatched and
+    labelled so. Where the ratios span more than :data:`LOG_SPAN` (a 434x bar beside 1.01x
+    ones) the axis is logarithmic, so that one outlier does not flatten every other bar.
+    """
 
     name = "ratio"
     title = "Time, current / baseline (95% CI whiskers; dashed: allowed)"
@@ -58,11 +66,19 @@ class RatioBars:
         """Horizontal bars, worst first."""
         rows = [r for r in data.results if r.check("time")]
         rows.sort(key=lambda r: r.check("time").ratio)  # type: ignore[union-attr]
+        checks = [r.check("time") for r in rows]
+        noisy = data.noisy
         fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4))
-        for i, r in enumerate(rows):
-            c = r.check("time")
+        for i, (r, c) in enumerate(zip(rows, checks, strict=True)):
             assert c is not None
-            ax.barh(i, c.ratio - 1, left=1, color=COLORS[r.verdict], height=0.7)
+            ax.barh(
+                i,
+                c.ratio - 1,
+                left=1,
+                color=COLORS[r.verdict],
+                height=0.7,
+                hatch="///" if r.id in noisy else None,
+            )
             ax.errorbar(
                 c.ratio,
                 i,
@@ -73,11 +89,23 @@ class RatioBars:
             )
             ax.plot([1 + c.tolerance] * 2, [i - 0.45, i + 0.45], "k--", lw=0.7)
         ax.axvline(1, color="black", lw=0.8)
-        ax.set_yticks(range(len(rows)), [r.id for r in rows], fontsize=7)
+        labels = [r.id + (" (noisy)" if r.id in noisy else "") for r in rows]
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        if ratio_span(checks) > LOG_SPAN:
+            ax.set_xscale("log")
         ax.set_xlabel("current / baseline median time (above 1: slower)")
         ax.set_title(self.title, fontsize=10)
         fig.tight_layout()
         return fig
+
+
+def ratio_span(checks: Sequence[MetricCheck | None]) -> float:
+    """Largest over smallest of every ratio, CI bound and 1 drawn (positive values only)."""
+    values = [1.0]
+    for c in checks:
+        values += [] if c is None else [c.ratio, c.ci_low, c.ci_high]
+    positive = [v for v in values if v > 0]
+    return max(positive) / min(positive)
 
 
 class History:

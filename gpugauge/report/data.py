@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpugauge.families import comparisons_of
-from gpugauge.regress.gate import GateResult
-from gpugauge.report.tables import verdict_counts
+from gpugauge.regress.gate import GateResult, Verdict
+from gpugauge.report.tables import noisy_ids, verdict_counts
 from gpugauge.results.measurement import Comparison
 from gpugauge.results.runs import SavedRun
 
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything a report shows: the current run, its verdicts and the run history."""
+    """Everything a report shows: the current run, its verdicts and the run history.
+
+    ``baseline_noisy`` holds the ids whose time was noisy in the run compared against
+    (``--against``); with the current run's own noisy results they make :attr:`noisy`.
+    """
 
     current: SavedRun
     against: str
     results: list[GateResult]
     history: list[SavedRun]
     notes: tuple[str, ...] = ()
+    baseline_noisy: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def noisy(self) -> frozenset[str]:
+        """Ids whose rounds missed their target CI on either side: changes may be noise."""
+        return noisy_ids(self.current.measurements) | self.baseline_noisy
 
     def only(self, family: str) -> ReportData:
         """The same report restricted to one family's results: what its charts are given."""
@@ -47,7 +57,9 @@ class ReportData:
         """'1 regressed, 35 unchanged', or a loud line when nothing could be compared."""
         counts = verdict_counts(self.results)
         if any(r.checks for r in self.results):
-            return counts
+            moved = [r for r in self.results if r.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)]
+            flagged = sum(r.id in self.noisy for r in moved)
+            return counts + (f" ({flagged} of the changes noisy)" if flagged else "")
         return (
             f"NOTHING COMPARED: no result of this run had a counterpart of its device class "
             f"in {self.against}" + (f" ({counts})" if counts else "")

@@ -13,6 +13,7 @@ import base64
 import html
 import io
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpugauge.regress.baselines import BaselineStore, entry_of
@@ -21,10 +22,13 @@ from gpugauge.regress.tolerances import Tolerances
 from gpugauge.report.data import ReportData
 from gpugauge.report.tables import (
     checked_metrics,
+    decided_by,
     fmt_ms,
     fmt_ratio,
     fmt_value,
     fmt_verdict,
+    noisy_ids,
+    notes_of,
     value_metrics,
     worst_first,
 )
@@ -90,9 +94,12 @@ def collect(
     ``notes`` are lines the report shows under its header (e.g. built-in tolerances used).
     """
     run = load_run(current)
+    baseline_noisy: frozenset[str] = frozenset()
     if baseline_run is not None:
-        results = _against_run(run, load_run(baseline_run), tolerances)
+        other = load_run(baseline_run)
+        results = _against_run(run, other, tolerances)
         against = f"saved run {baseline_run}"
+        baseline_noisy = noisy_ids(other.measurements)
     elif run.measurements and all(m.id in run.verdicts for m in run.measurements):
         results = _stored_verdicts(run)
         against = "the stored baselines, as the run's own gate judged it (--gate)"
@@ -107,18 +114,34 @@ def collect(
         except RunError:
             continue  # not a gpugauge run: history shows only ours
     runs.sort(key=lambda r: r.label)
-    return ReportData(run, against, results, runs, tuple(notes or ()))
+    return ReportData(run, against, results, runs, tuple(notes or ()), baseline_noisy)
 
 
 Links = tuple[tuple[str, str], ...]  # (text, link target) pairs, shown in one cell
 Cell = str | Links
 
 
-def _verdict_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
+@dataclass(frozen=True)
+class Section:
+    """One table of the report; ``classes`` holds each row's CSS class in the HTML page."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[Cell]]
+    classes: list[str] = field(default_factory=list)
+
+
+def _verdict_rows(data: ReportData) -> Section:
+    """Verdicts, worst first; ``decided by`` names the metrics that gave each verdict.
+
+    A verdict whose time was noisy on either side (its rounds missed their target CI) says
+    '(noisy)': a change it shows may be noise.
+    """
     names = checked_metrics(data.results)
     headers = [
         "benchmark",
         "verdict",
+        "decided by",
         "baseline ms",
         "current ms",
         "time ratio [95% CI]",
@@ -127,14 +150,18 @@ def _verdict_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
         "note",
     ]
     rows: list[list[Cell]] = []
+    classes = []
     medians = {m.id: m.value("time") for m in data.current.measurements}
+    noisy = data.noisy
     for r in worst_first(data.results):
         t = r.check("time")
         now = medians.get(r.id) if t is None else t.current
+        flagged = r.id in noisy and bool(r.checks)
         rows.append(
             [
                 r.id,
-                fmt_verdict(r),
+                fmt_verdict(r, flagged),
+                decided_by(r),
                 "-" if t is None else fmt_ms(t.baseline),
                 "-" if now is None else fmt_ms(now),
                 fmt_ratio(t),
@@ -143,7 +170,8 @@ def _verdict_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
                 r.note,
             ]
         )
-    return headers, rows
+        classes.append(r.verdict.value + (" noisy" if flagged else ""))
+    return Section("Verdicts", headers, rows, classes)
 
 
 def _link(path: str, out: Path) -> str:
@@ -153,25 +181,35 @@ def _link(path: str, out: Path) -> str:
         return str(path)
 
 
-def _result_rows(data: ReportData, out: Path) -> tuple[list[str], list[list[Cell]]]:
+def _result_rows(data: ReportData, out: Path) -> Section:
+    """Every result of the current run with its CV and notes (noisy, throttled, ...)."""
     ms = data.current.measurements
     names = value_metrics(ms)
-    headers = ["benchmark", "device class", "median ms [95% CI]", "n"]
-    headers += [f"{n} ({METRICS[n].unit})" for n in names] + ["artifacts"]
+    headers = ["benchmark", "device class", "median ms [95% CI]", "n", "CV"]
+    headers += [f"{n} ({METRICS[n].unit})" for n in names] + ["notes", "artifacts"]
     rows: list[list[Cell]] = []
     for m in ms:
-        timed = ["-", "-"]
+        timed = ["-", "-", "-"]
         if m.timing is not None:
             s = m.summary
-            timed = [f"{fmt_ms(s.median)} [{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]", str(s.n)]
+            median = f"{fmt_ms(s.median)} [{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]"
+            timed = [median, str(s.n), f"{s.cv:.1%}"]
         links: Links = tuple((name, _link(p, out)) for name, p in sorted(m.artifacts.items()))
         rows.append(
-            [m.id, m.device_class, *timed, *(fmt_value(n, m.value(n)) for n in names), links or "-"]
+            [
+                m.id,
+                m.device_class,
+                *timed,
+                *(fmt_value(n, m.value(n)) for n in names),
+                notes_of(m) or "-",
+                links or "-",
+            ]
         )
-    return headers, rows
+    classes = ["noisy" if m.timing is not None and m.timing.noisy else "" for m in ms]
+    return Section("Results of this run", headers, rows, classes)
 
 
-def _comparison_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
+def _comparison_rows(data: ReportData) -> Section:
     """The families' comparisons, derived from the run's results, then gauge.compare's."""
     headers = ["comparison", "baseline", "candidate", "speedup [95% CI]", "memory saved"]
     rows: list[list[Cell]] = []
@@ -191,7 +229,7 @@ def _comparison_rows(data: ReportData) -> tuple[list[str], list[list[Cell]]]:
             )
         except (KeyError, TypeError, ValueError):
             continue  # a comparison saved by another version: shown where it can be read
-    return headers, rows
+    return Section("Comparisons within this run", headers, rows)
 
 
 def _text(cell: Cell) -> str:
@@ -215,13 +253,32 @@ def markdown_table(headers: list[str], rows: list[list[Cell]]) -> str:
     )
 
 
-def _sections(data: ReportData, out: Path) -> list[tuple[str, list[str], list[list[Cell]]]]:
-    out_sections = [("Verdicts", *_verdict_rows(data))]
-    out_sections.append(("Results of this run", *_result_rows(data, out)))
-    headers, rows = _comparison_rows(data)
-    if rows:
-        out_sections.append(("Comparisons within this run", headers, rows))
-    return out_sections
+def _sections(data: ReportData, out: Path) -> list[Section]:
+    sections = [_verdict_rows(data), _result_rows(data, out)]
+    compared = _comparison_rows(data)
+    return sections + ([compared] if compared.rows else [])
+
+
+def missing_charts(data: ReportData) -> list[str]:
+    """Why the report's general charts are not drawn, one line each (empty when they are).
+
+    A first report (one run, no baseline) has neither, and says why rather than leaving a
+    reader to wonder whether drawing failed.
+    """
+    out = []
+    if not any(r.check("time") for r in data.results):
+        out.append(
+            f"no ratio chart: none of this run's {len(data.current.measurements)} results had "
+            f"a counterpart of its device class to compare with (against {data.against}); "
+            f"record baselines (python -m gpugauge baseline RUN.json ...) or pass "
+            f"--against RUN.json"
+        )
+    if len(data.history) < 2:
+        out.append(
+            f"no history chart: it needs two or more saved runs in --storage; found "
+            f"{len(data.history)} (run pytest with --benchmark-autosave again)"
+        )
+    return out
 
 
 INTRO = (
@@ -244,17 +301,21 @@ def render_markdown(data: ReportData, images: dict[str, str], out: Path = Path("
         "",
         INTRO,
     ]
-    for title, headers, rows in _sections(data, out):
-        parts += ["", f"## {title}", "", markdown_table(headers, rows)]
+    for sec in _sections(data, out):
+        parts += ["", f"## {sec.title}", "", markdown_table(sec.headers, sec.rows)]
     for title, name in images.items():
         parts += ["", f"## {title}", "", f"![{title}]({name})"]
+    missing = missing_charts(data)
+    if missing:
+        parts += ["", "## Charts not drawn", "", *(f"- {line}" for line in missing)]
     return "\n".join(parts) + "\n"
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}
 td:not(:first-child){text-align:right}.regressed{background:#fadbd8}.improved{background:#d6eaf8}
-.inconclusive{background:#fdebd0}img{max-width:100%;border:1px solid #eee}"""
+.inconclusive{background:#fdebd0}.noisy td:nth-child(2){font-style:italic}
+img{max-width:100%;border:1px solid #eee}"""
 
 
 def _html_cell(cell: Cell) -> str:
@@ -268,18 +329,23 @@ def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path("."))
     """The report as one self-contained HTML page (plots inlined as base64 PNG)."""
     e = html.escape
     tables = []
-    for title, headers, rows in _sections(data, out):
-        head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    for sec in _sections(data, out):
+        head = "".join(f"<th>{e(h)}</th>" for h in sec.headers)
+        classes = sec.classes or [""] * len(sec.rows)
         body = "".join(
-            f'<tr class="{e(str(row[1]).lower())}">' + "".join(map(_html_cell, row)) + "</tr>"
-            for row in rows
+            (f'<tr class="{e(cls)}">' if cls else "<tr>") + "".join(map(_html_cell, row)) + "</tr>"
+            for row, cls in zip(sec.rows, classes, strict=True)
         )
-        tables.append(f"<h2>{e(title)}</h2><table><tr>{head}</tr>{body}</table>")
+        tables.append(f"<h2>{e(sec.title)}</h2><table><tr>{head}</tr>{body}</table>")
     figs = "".join(
         f'<h2>{e(title)}</h2><img alt="{e(title)}" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
         for title, png in pngs.items()
     )
+    missing = missing_charts(data)
+    if missing:
+        items = "".join(f"<li>{e(line)}</li>" for line in missing)
+        figs += f"<h2>Charts not drawn</h2><ul>{items}</ul>"
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>gpugauge report</title>'
         f"<style>{_CSS}</style></head><body><h1>gpugauge report</h1>"

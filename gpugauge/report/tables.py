@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 
 from gpugauge.measure.timing import CLOCK_MOVED
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
-from gpugauge.results.measurement import Comparison, Measurement
+from gpugauge.results.measurement import Comparison, Measurement, devices_of
 from gpugauge.results.metrics import METRICS, Kind
 
 
@@ -43,7 +43,8 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "
     return "\n".join(out)
 
 
-def _notes(m: Measurement) -> str:
+def notes_of(m: Measurement) -> str:
+    """What a reader must know about a result's numbers: noisy, throttled, outliers, ..."""
     notes = []
     if m.timing is not None:
         if m.timing.noisy:
@@ -80,11 +81,50 @@ def value_metrics(measurements: Sequence[Measurement]) -> list[str]:
 NOT_MEASURED = "not measured (--benchmark-disable)"
 
 
-def results_table(measurements: Sequence[Measurement], unmeasured: Collection[str] = ()) -> str:
+def on_gpu(measurements: Sequence[Measurement]) -> bool:
+    """Whether any of these results was measured on a CUDA device."""
+    return any(d.startswith("cuda") for m in measurements for d in devices_of(m.spec))
+
+
+def run_label(measurements: Sequence[Measurement], smoke: bool = True) -> str:
+    """What a run's numbers are: device-timed rounds, or host-timed rounds on a CPU.
+
+    A run with no CUDA result says that its numbers are not GPU measurements, and, in the
+    smoke profile (small shapes, a 5% target), that it is a smoke check of the suite.
+    """
+    if not on_gpu(measurements):
+        what = "CPU smoke check" if smoke else "CPU run"
+        return f"{what}: host-timed rounds; not GPU measurements"
+    regimes = sorted({m.timing.regime for m in measurements if m.timing and m.timing.batches})
+    return "device-timed rounds" + (f", {'/'.join(regimes)} regime" if regimes else "")
+
+
+def noisy_ids(measurements: Sequence[Measurement]) -> frozenset[str]:
+    """Ids of the results whose rounds missed the target CI (the time budget ran out)."""
+    return frozenset(m.id for m in measurements if m.timing is not None and m.timing.noisy)
+
+
+def drop_empty(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], droppable: Collection[str]
+) -> tuple[list[str], list[list[str]]]:
+    """Without the ``droppable`` columns in which no row has a value (only '-')."""
+    keep = [
+        i
+        for i, h in enumerate(headers)
+        if h not in droppable or any(str(r[i]) not in ("-", "") for r in rows)
+    ]
+    return [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
+def results_table(
+    measurements: Sequence[Measurement], unmeasured: Collection[str] = (), smoke: bool = True
+) -> str:
     """One row per result: median and CI (ms), rounds, CV, then each value metric held.
 
     Results in ``unmeasured`` (ids run once under --benchmark-disable) say so instead of
-    showing one cold round as a median with a zero-width CI.
+    showing one cold round as a median with a zero-width CI. The title says what the
+    numbers are (:func:`run_label`); the SM clock and power columns appear only where a
+    result has them (a GPU with NVML).
     """
     names = value_metrics(measurements)
     rows = []
@@ -105,7 +145,7 @@ def results_table(measurements: Sequence[Measurement], unmeasured: Collection[st
                 fmt_clocks(m),
                 *(fmt_value(n, m.value(n)) for n in names),
                 "-" if watts is None else f"{watts:.0f}",
-                _notes(m),
+                notes_of(m),
             ]
         )
     headers = [
@@ -119,9 +159,25 @@ def results_table(measurements: Sequence[Measurement], unmeasured: Collection[st
         "W",
         "notes",
     ]
-    regimes = sorted({m.timing.regime for m in measurements if m.timing and m.timing.batches})
-    where = f", {'/'.join(regimes)} regime" if regimes else ""
-    return render(headers, rows, f"gpugauge results (device-timed rounds{where})")
+    headers, rows = drop_empty(headers, rows, ("SM MHz", "W"))
+    title = f"gpugauge results ({run_label(measurements, smoke)})"
+    return render(headers, rows, title)
+
+
+def one_line(m: Measurement) -> str:
+    """A result in one progress line: median, CI, rounds, why timing stopped, flags."""
+    values = ", ".join(f"{k} {v:.4g} {METRICS[k].unit}" for k, v in m.values.items())
+    if m.timing is None:
+        return values or "recorded"
+    s, t = m.summary, m.timing
+    flags = [
+        f
+        for f, on in (("noisy", t.noisy), (f"{t.throttled_rounds} throttled", t.throttled_rounds))
+        if on
+    ]
+    line = f"median {s.median:.4g} ms [{s.ci_low:.4g}, {s.ci_high:.4g}] n={s.n} ({t.stop_reason})"
+    line += f" [{', '.join(flags)}]" if flags else ""
+    return f"{line}; {values}" if values else line
 
 
 def fmt_clocks(m: Measurement) -> str:
@@ -245,9 +301,19 @@ def worst_first(results: Sequence[GateResult]) -> list[GateResult]:
     return sorted(results, key=lambda r: (order.index(r.verdict), r.id))
 
 
-def fmt_verdict(r: GateResult) -> str:
-    """The verdict, shouted when it is a regression."""
-    return r.verdict.value.upper() if r.verdict is Verdict.REGRESSED else r.verdict.value
+def fmt_verdict(r: GateResult, noisy: bool = False) -> str:
+    """The verdict, shouted when it is a regression; '(noisy)' when a side's time was.
+
+    A noisy result's rounds missed their target CI, so a change it shows may be noise: its
+    verdict never reads as a plain 'improved' or 'regressed'.
+    """
+    text = r.verdict.value.upper() if r.verdict is Verdict.REGRESSED else r.verdict.value
+    return f"{text} (noisy)" if noisy and r.checks else text
+
+
+def decided_by(r: GateResult) -> str:
+    """The metrics whose own verdict is the result's (the worst): what decided it."""
+    return ", ".join(c.metric for c in r.checks if c.verdict is r.verdict) or "-"
 
 
 def verdict_counts(results: Sequence[GateResult]) -> str:
@@ -265,8 +331,16 @@ def checked_metrics(results: Sequence[GateResult]) -> list[str]:
     return [n for n in METRICS if n != "time" and n in held]
 
 
-def gate_table(results: Sequence[GateResult], missing: Sequence[str] = ()) -> str:
-    """One row per gated benchmark (regressions first), counts in the title, then missing."""
+def gate_table(
+    results: Sequence[GateResult],
+    missing: Sequence[str] = (),
+    noisy: Collection[str] = (),
+) -> str:
+    """One row per gated benchmark (regressions first), counts in the title, then missing.
+
+    ``decided by`` names the metrics that gave the verdict (a throughput can fail while the
+    time is unchanged); results in ``noisy`` have '(noisy)' beside their verdict.
+    """
     names = checked_metrics(results)
     rows = []
     for r in worst_first(results):
@@ -274,7 +348,8 @@ def gate_table(results: Sequence[GateResult], missing: Sequence[str] = ()) -> st
         rows.append(
             [
                 r.id,
-                fmt_verdict(r),
+                fmt_verdict(r, r.id in noisy),
+                decided_by(r),
                 fmt_ratio(t),
                 "-" if t is None else t.allowed,
                 *(fmt_ratio(r.check(n)) for n in names),
@@ -282,7 +357,15 @@ def gate_table(results: Sequence[GateResult], missing: Sequence[str] = ()) -> st
             ]
         )
     counts = verdict_counts(results)
-    headers = ["benchmark", "verdict", "time now/base [95% CI]", "allowed", *names, "note"]
+    headers = [
+        "benchmark",
+        "verdict",
+        "decided by",
+        "time now/base [95% CI]",
+        "allowed",
+        *names,
+        "note",
+    ]
     text = render(headers, rows, f"gpugauge gate: {counts or 'nothing gated'}")
     if missing:
         text += "\nin the baseline but not run: " + ", ".join(missing)

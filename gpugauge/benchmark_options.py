@@ -1,0 +1,139 @@
+"""pytest-benchmark's options as gpugauge reads them: timing options, saving, histograms.
+
+pytest-benchmark's timing options (``--benchmark-min-rounds``, ``--benchmark-warmup``, ...)
+drive its own loop. They keep working for tests that take the ``benchmark`` fixture;
+gauge tests are timed by gpugauge, which reads none of them, so the gpugauge section says
+so once (:func:`foreign_note`) rather than refusing them for the whole run. Its saving
+options say where a run's results went, which the section prints with the report command
+that reads them (:func:`saved_where`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# pytest-benchmark options that drive its own timing loop, which gpugauge does not use:
+# (option dest, flag, the value that means "not given", what to use instead).
+_FOREIGN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
+    ("benchmark_min_rounds", "--benchmark-min-rounds", 5, "use --min-rounds N (or --rounds N)"),
+    ("benchmark_max_time", "--benchmark-max-time", 1.0, "use --time-budget S"),
+    ("benchmark_min_time", "--benchmark-min-time", 5e-6, "a round is one call; use --rounds N"),
+    ("benchmark_precision", "--benchmark-precision", None, "use --target-ci F"),
+    ("benchmark_confidence", "--benchmark-confidence", 0.99, "the CI is 95%; use --target-ci F"),
+    (
+        "benchmark_calibration_precision",
+        "--benchmark-calibration-precision",
+        10,
+        "rounds are not calibrated; use --rounds N",
+    ),
+    ("benchmark_warmup", "--benchmark-warmup", False, "use --warmup N and --warmup-time S"),
+    ("benchmark_warmup_iterations", "--benchmark-warmup-iterations", 100000, "use --warmup N"),
+    (
+        "benchmark_timer",
+        "--benchmark-timer",
+        "time.perf_counter",
+        "rounds are timed with CUDA events on a GPU, perf_counter_ns on a CPU",
+    ),
+    (
+        "benchmark_disable_gc",
+        "--benchmark-disable-gc",
+        False,
+        "the garbage collector stays on; the suite collects once before each benchmark",
+    ),
+    (
+        "benchmark_cprofile",
+        "--benchmark-cprofile",
+        None,
+        "rounds do not run through the benchmark fixture; use a profiler in the benchmark",
+    ),
+)
+
+
+def _given(config: pytest.Config, dest: str, flag: str, unset: Any) -> bool:
+    """Whether a pytest-benchmark option was set: on the command line, or to a new value."""
+    if any(a == flag or str(a).startswith(f"{flag}=") for a in config.invocation_params.args):
+        return True
+    value = config.getoption(dest, unset)
+    if isinstance(unset, float) and value is not None:
+        return float(value) != unset
+    return str(value) != str(unset)
+
+
+def foreign_note(config: pytest.Config) -> str | None:
+    """A line for the gpugauge section when pytest-benchmark timing options were given.
+
+    They drive pytest-benchmark's own loop, so they keep working for tests that take the
+    ``benchmark`` fixture; gauge tests are timed by gpugauge, which does not read them. The
+    line names each option given and the gpugauge option to use instead; None if none was.
+    """
+    given = [
+        f"{flag}: {instead}"
+        for dest, flag, unset, instead in _FOREIGN_OPTIONS
+        if _given(config, dest, flag, unset)
+    ]
+    if not given:
+        return None
+    return (
+        "pytest-benchmark options apply to tests that use `benchmark`, not to gauge tests, "
+        "which gpugauge times: " + "; ".join(given)
+    )
+
+
+def check_histogram(config: pytest.Config) -> None:
+    """--benchmark-histogram needs the histogram extra: refuse it before any test runs."""
+    if config.getoption("benchmark_histogram", None):
+        try:
+            import pygal  # noqa: F401
+            import pygaljs  # noqa: F401
+        except ImportError:
+            raise pytest.UsageError(
+                "--benchmark-histogram needs pygal and pygaljs, which are not installed: "
+                "pip install 'gpugauge[histogram]'"
+            ) from None
+
+
+def benchmark_disabled(config: pytest.Config) -> bool:
+    """--benchmark-disable in effect (pytest-benchmark's own rule)."""
+    return bool(
+        config.getoption("benchmark_disable", False)
+        and not config.getoption("benchmark_enable", False)
+    )
+
+
+def saved_where(config: pytest.Config, since: float) -> list[str]:
+    """Where this run's results went, and the report command that reads them.
+
+    ``since`` is the session's start (``time.time()``): a run saved with
+    ``--benchmark-autosave``/``--benchmark-save`` is the newest file written since then
+    under pytest-benchmark's storage folder.
+    """
+    if benchmark_disabled(config):
+        return ["results: none saved (--benchmark-disable measures nothing)"]
+    lines = []
+    json_path = config.getoption("benchmark_json", None)
+    if json_path is not None:
+        path = Path(getattr(json_path, "name", json_path))
+        lines += [
+            f"results saved: {path}",
+            f"report: python -m gpugauge report --current {path}",
+        ]
+    if config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave", False):
+        storage = getattr(getattr(config, "_benchmarksession", None), "storage", None)
+        folder = getattr(storage, "path", None)
+        if isinstance(folder, Path):
+            runs = [p for p in folder.rglob("*.json") if p.stat().st_mtime >= since - 1]
+            newest = max(runs, key=lambda p: p.stat().st_mtime, default=None)
+            lines.append(f"results saved: {newest or folder}")
+            default = folder.resolve() == (Path.cwd() / ".benchmarks").resolve()
+            lines.append(
+                "report: python -m gpugauge report" + ("" if default else f" --storage {folder}")
+            )
+    if not lines:
+        lines.append(
+            "results: not saved; add --benchmark-autosave (or --benchmark-json=FILE) "
+            "for a report: python -m gpugauge report"
+        )
+    return lines

@@ -1,0 +1,212 @@
+"""The state of one pytest run: :class:`GaugeSession`, kept in ``config.stash``.
+
+It holds the resolved options and the run's resources, each opened or measured once and
+lazily (NVML, the environment fingerprint, each device's ceilings, the artifact folder),
+and every result and comparison so far; at the end it renders the tables and writes
+baselines. The plugin creates it in ``pytest_configure`` and closes it in ``unconfigure``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpugauge.families import comparisons_of, registry
+from gpugauge.measure.ceilings import Ceilings, measure_ceilings
+from gpugauge.measure.environment import fingerprint
+from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
+from gpugauge.options import Options
+from gpugauge.regress.baselines import BaselineStore, entry_of
+from gpugauge.regress.gate import Gate, GateResult
+from gpugauge.report.tables import (
+    comparison_table,
+    gate_table,
+    noisy_ids,
+    results_table,
+    roofline_table,
+    run_label,
+)
+from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
+
+Note = Callable[[str], None]
+
+
+@dataclass
+class GaugeSession:
+    """State of one pytest run; created in ``pytest_configure``, closed in ``unconfigure``.
+
+    ``foreign_note`` says which pytest-benchmark timing options were given: they drive
+    pytest-benchmark's own loop (tests that take ``benchmark``), not gauge tests, so the
+    first gauge result adds it to ``messages`` once.
+    """
+
+    options: Options
+    root: Path
+    note: Note = print
+    measurements: list[Measurement] = field(default_factory=list)
+    adhoc_comparisons: list[Comparison] = field(default_factory=list)  # gauge.compare's
+    gate: Gate | None = None
+    gate_results: list[GateResult] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    unmeasured: set[str] = field(default_factory=set)  # ids run once under --benchmark-disable
+    foreign_note: str | None = None
+    _nvml: Nvml | NvmlUnavailable | None = None
+    _fingerprint: dict[str, Any] | None = None
+    _ceilings: dict[str, Ceilings] = field(default_factory=dict)
+    _artifact_run: Path | None = None
+
+    @property
+    def nvml(self) -> Nvml | None:
+        """Open NVML on first use; None where it is unavailable (see ``nvml_reason``)."""
+        if self._nvml is None:
+            try:
+                self._nvml = Nvml().__enter__()
+            except NvmlUnavailable as err:
+                self._nvml = err
+        return self._nvml if isinstance(self._nvml, Nvml) else None
+
+    @property
+    def nvml_reason(self) -> str | None:
+        """Why NVML is unavailable, or None."""
+        return str(self._nvml) if self.nvml is None else None
+
+    def nvml_device(self, device: str) -> NvmlDevice | None:
+        """The NVML handle behind a torch CUDA device string, or None."""
+        import torch
+
+        dev = torch.device(device)
+        if dev.type != "cuda" or self.nvml is None:
+            return None
+        return self.nvml.device(dev.index if dev.index is not None else 0)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The environment fingerprint, taken once per run."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.root, self.nvml, self.nvml_reason)
+        return self._fingerprint
+
+    def ceilings(self, device: str) -> Ceilings:
+        """The device's measured ceilings, measured on first request."""
+        if device not in self._ceilings:
+            self.note(f"measuring {device} ceilings (copy bandwidth, matmul per dtype) ...")
+            c = self._ceilings[device] = measure_ceilings(device)
+            rates = ", ".join(f"{k} {v:.1f}" for k, v in c.matmul_tflops.items())
+            self.note(f"{device}: copy {c.copy_gbps:.0f} GB/s; matmul TFLOP/s {rates}")
+        return self._ceilings[device]
+
+    def all_ceilings(self) -> dict[str, dict[str, Any]]:
+        """Every ceiling measured so far, for the saved JSON."""
+        return {k: v.as_dict() for k, v in self._ceilings.items()}
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        """Each family's comparisons among the results present, then gauge.compare's.
+
+        Derived, so they do not depend on the order in which the tests ran.
+        """
+        return comparisons_of(self.measurements) + self.adhoc_comparisons
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether any result of this run was measured on a CUDA device."""
+        return any(d.startswith("cuda") for m in self.measurements for d in devices_of(m.spec))
+
+    @property
+    def label(self) -> str:
+        """What this run's numbers are: device-timed, or a CPU run (a smoke check)."""
+        return run_label(self.measurements, smoke=self.options.profile == "smoke")
+
+    def tables(self) -> dict[str, str]:
+        """The end-of-run tables, by name: printed, and saved in the JSON."""
+        ms, skip = self.measurements, self.unmeasured
+        smoke = self.options.profile == "smoke"
+        out = {"results": results_table(ms, unmeasured=skip, smoke=smoke)} if ms else {}
+        if any(m.roofline for m in ms if m.id not in skip):
+            out["roofline"] = roofline_table([m for m in ms if m.id not in skip])
+        for family in registry().values():
+            mine = [m for m in ms if m.spec.family == family.name and m.id not in skip]
+            if mine:
+                out.update(family.tables(mine))
+        comparisons = self.comparisons
+        if comparisons:
+            out["comparisons"] = comparison_table(comparisons, unmeasured=skip)
+        if self.gate is not None and self.measurements:
+            out["gate"] = gate_table(self.gate_results, self.missing_from_run(), noisy_ids(ms))
+        return out
+
+    def missing_from_run(self) -> list[str]:
+        """Baseline entries of the families that ran, which this run did not measure."""
+        if self.gate is None:
+            return []
+        seen = {(m.device_class, m.spec.family, m.id) for m in self.measurements}
+        out = []
+        for dev, fam in sorted({(d, f) for d, f, _ in seen}):
+            ids = {i for d, f, i in seen if (d, f) == (dev, fam)}
+            out += [f"{dev}/{fam}: {i}" for i in self.gate.missing(dev, fam, ids)]
+        return out
+
+    def gate_notes(self) -> list[str]:
+        """Lines that say loudly when a gated run compared nothing, and why."""
+        if self.gate is None or not self.measurements:
+            return []
+        if self.unmeasured:
+            return ["gate: NOTHING GATED: --benchmark-disable ran each benchmark once, untimed"]
+        if self.gate_results and not any(r.checks for r in self.gate_results):
+            hint = "" if self.options.require_baselines else " (--require-baselines fails the run)"
+            return [
+                f"gate: NOTHING COMPARED: none of the {len(self.gate_results)} results had a "
+                f"baseline of its device class in {self.options.baselines_dir}{hint}"
+            ]
+        return []
+
+    def write_baselines(self, passed: bool) -> None:
+        """Store this run's results as baselines (only a run in which every test passed).
+
+        A run that did not measure properly (results taken under --benchmark-disable) never
+        writes: one cold round would become the reference every later run is judged by.
+        """
+        if not passed:
+            self.messages.append("baselines NOT written: the run had failures or errors")
+            return
+        if self.unmeasured:
+            self.messages.append(
+                f"baselines NOT written: {len(self.unmeasured)} result(s) were not measured "
+                f"(--benchmark-disable runs each benchmark once, untimed)"
+            )
+            return
+        if not self.measurements:
+            self.messages.append("baselines NOT written: nothing was measured")
+            return
+        fp = self.fingerprint()
+        meta = {
+            "recorded_with": {
+                k: fp.get(k) for k in ("torch", "cuda_runtime", "cudnn", "driver", "git", "python")
+            },
+            "profile": self.options.profile,
+        }
+        for path in BaselineStore(self.options.baselines_dir).write(
+            map(entry_of, self.measurements), meta
+        ):
+            self.messages.append(f"baseline written: {path}")
+
+    def find(self, spec: Spec) -> Measurement | None:
+        """The measurement of ``spec`` in this run, if it ran."""
+        return next((m for m in self.measurements if m.spec == spec), None)
+
+    @property
+    def artifact_run_dir(self) -> Path:
+        """The run's artifact folder, ``<artifacts-dir>/<UTC time>-<pid>``, made on first use."""
+        if self._artifact_run is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            self._artifact_run = self.options.artifacts_dir / f"{stamp}-{os.getpid()}"
+        return self._artifact_run
+
+    def close(self) -> None:
+        """Shut NVML down."""
+        if isinstance(self._nvml, Nvml):
+            self._nvml.__exit__(None, None, None)
+        self._nvml = None
