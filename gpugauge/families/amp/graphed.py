@@ -113,6 +113,7 @@ def capture(trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> GraphedStep:
         steps, scaler = warm_up(trainer, x, y)
     torch.cuda.current_stream(device).wait_stream(side)
     torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # as the capture does first: the pool is then what it adds
     before = torch.cuda.memory_reserved(device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
