@@ -3,6 +3,7 @@
 python -m gpugauge report [--current RUN.json] [--against RUN.json]   # Markdown + HTML
 python -m gpugauge baseline RUN.json [RUN.json ...]                  # record baselines
 python -m gpugauge env [--ceilings]                                  # fingerprint
+python -m gpugauge check timer|gate [...]                            # prove the suite here
 python -m gpugauge history {list,show,changes,export,import,accept}    # results history
 """
 
@@ -13,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpugauge.check.cli import add_parser as add_check_parser
 from gpugauge.history import cli as history_cli
 from gpugauge.regress.baselines import (
     BaselineError,
@@ -87,14 +89,7 @@ def _baseline(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
-    parser = argparse.ArgumentParser(
-        prog="gpugauge",
-        description="gpugauge's commands beside pytest: reports of saved runs, baselines for "
-        "the gate, the environment fingerprint, checks of the suite on a new GPU, and the "
-        "results history. Benchmarks themselves run under pytest "
-        "(python -m pytest benches --benchmark-autosave).",
-        epilog="Each command has its own --help, e.g. python -m gpugauge report --help.",
-    )
+    parser = argparse.ArgumentParser(prog="gpugauge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     rep = sub.add_parser("report", help="write a Markdown + HTML comparison report")
@@ -114,12 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument(
         "--tolerances-dir", type=Path, default=None, help="tolerance TOML (default: tolerances)"
     )
-    rep.add_argument(
-        "--out",
-        type=Path,
-        default=Path("reports"),
-        help="folder for <name>.md, <name>.html and the charts' PNGs (default: reports)",
-    )
+    rep.add_argument("--out", type=Path, default=Path("reports"))
     rep.add_argument("--name", default="report", help="file name stem of the outputs")
     rep.set_defaults(func=_report)
 
@@ -129,19 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         "several runs of one build record run-to-run noise",
     )
     base.add_argument("runs", type=Path, nargs="+", help="saved runs, oldest first")
-    base.add_argument(
-        "--baselines-dir",
-        type=Path,
-        default=Path("baselines"),
-        help="where baselines go, as <device-class>/<family>.json (default: baselines)",
-    )
+    base.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
     base.set_defaults(func=_baseline)
 
-    env = sub.add_parser(
-        "env", help="print the environment fingerprint (GPU, driver, CUDA, torch, ...) as JSON"
-    )
+    env = sub.add_parser("env", help="print the environment fingerprint as JSON")
     env.add_argument("--ceilings", action="store_true", help="also measure device ceilings")
     env.set_defaults(func=_env)
+
+    add_check_parser(sub)
 
     history_cli.add_parser(sub)
 

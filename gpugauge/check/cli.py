@@ -1,0 +1,196 @@
+"""Command line of ``gpugauge check`` (a subcommand of ``python -m gpugauge``).
+
+    gpugauge check timer [--out DIR] [--ops PATTERN ...] [-k EXPR] [--threshold 0.02]
+    gpugauge check gate [-k EXPR] [--profile seed] [--slowdown 0.03] [--runs 2]
+
+Exit status: 0 the check passed; 1 it failed (an op outside the threshold, a case not
+caught, a false alarm, a run that did not complete); 2 bad input; 3 the check cannot run
+here (no CUDA, no triton, no baselines of this device class); 130 interrupted. Pytest
+arguments after ``--`` go to every pytest run the check starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
+
+EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+PROFILES = ("smoke", "seed", "full")
+DEFAULT_OUT = Path("reports") / "check"
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1): 0.03 = 3%")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder (default {DEFAULT_OUT})")
+    p.add_argument(
+        "-k",
+        dest="select",
+        default=None,
+        metavar="EXPR",
+        help="pytest -k expression of the cases (default: the families that have baselines)",
+    )
+    p.add_argument("--profile", choices=PROFILES, default="seed", help="default: seed")
+    p.add_argument("--benches", type=Path, default=Path("benches"), help="default: benches")
+    p.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
+    p.add_argument(
+        "pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed to every pytest run"
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``check`` and its ``timer`` and ``gate`` commands to a subparsers object."""
+    check = sub.add_parser(
+        "check",
+        help="prove the suite on this machine: the timer against triton's do_bench, the "
+        "gate against A/A runs and an injected slowdown",
+        description=__doc__.splitlines()[0],
+    )
+    kinds = check.add_subparsers(dest="check", required=True)
+    timer = kinds.add_parser(
+        "timer",
+        help="the suite's timer against triton.testing.do_bench and a bare CUDA-event loop",
+        description="Time each GPU case with the suite's timer, triton.testing.do_bench and "
+        "a bare CUDA-event loop, plus three power-heavy ops; fail if any op's suite median "
+        "differs from do_bench's by more than --threshold. Writes timer.json and timer.md.",
+    )
+    _common(timer)
+    timer.add_argument(
+        "--ops",
+        nargs="+",
+        default=[],
+        metavar="PATTERN",
+        help="only ops whose id matches one of these shell-style patterns "
+        "(e.g. 'conv-*' 'matmul-*')",
+    )
+    timer.add_argument(
+        "--threshold",
+        type=_fraction,
+        default=0.02,
+        help="largest |suite/do_bench - 1| that passes (default 0.02)",
+    )
+    timer.set_defaults(func=timer_command)
+    gate = kinds.add_parser(
+        "gate",
+        help="A/A runs and an injected slowdown against the stored baselines",
+        description="Run the gated benchmarks --runs times unchanged and once with --slowdown "
+        "of each case's baseline median injected as device work; table of caught cases and "
+        "false alarms. Writes gate.json, gate.md and the runs under gate-runs/.",
+    )
+    _common(gate)
+    gate.add_argument(
+        "--slowdown",
+        type=_fraction,
+        default=0.03,
+        help="injected fraction of each case's baseline median (default 0.03)",
+    )
+    gate.add_argument("--runs", type=_count, default=2, help="A/A runs (default 2)")
+    gate.add_argument("--tolerances-dir", type=Path, default=None)
+    gate.set_defaults(func=gate_command)
+    return check
+
+
+def _command_line() -> str:
+    return shlex.join(["gpugauge", *sys.argv[1:]])
+
+
+def _guarded(kind: str, run: Callable[[], int]) -> int:
+    """Run ``run()`` and turn the check's errors into one line and an exit status."""
+    try:
+        with sigterm_as_interrupt():
+            return run()
+    except CheckUnavailable as err:
+        print(f"gpugauge check {kind}: cannot run here: {err}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except CheckError as err:
+        print(f"gpugauge check {kind}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"gpugauge check {kind}: interrupted; the run in hand was stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def timer_command(args: argparse.Namespace) -> int:
+    """``gpugauge check timer``."""
+    from gpugauge.check.timer import TimerConfig, render_timer, run_timer_check, write_timer
+
+    cfg = TimerConfig(
+        out=args.out,
+        benches=args.benches,
+        select=args.select,
+        ops=tuple(args.ops),
+        profile=args.profile,
+        threshold=args.threshold,
+        baselines_dir=args.baselines_dir,
+        pytest_args=tuple(args.pytest_args),
+    )
+
+    def run() -> int:
+        report = run_timer_check(cfg)
+        print("\n" + render_timer(report))
+        for path in write_timer(report, cfg.out, _command_line()):
+            print(f"wrote {path}")
+        return EXIT_PASSED if report.passed else EXIT_FAILED
+
+    return _guarded("timer", run)
+
+
+def gate_command(args: argparse.Namespace) -> int:
+    """``gpugauge check gate``."""
+    from gpugauge.check.gate import GateConfig, render_gate, run_gate_check, write_gate
+
+    cfg = GateConfig(
+        out=args.out,
+        benches=args.benches,
+        select=args.select,
+        profile=args.profile,
+        fraction=args.slowdown,
+        aa_runs=args.runs,
+        baselines_dir=args.baselines_dir,
+        tolerances_dir=args.tolerances_dir,
+        pytest_args=tuple(args.pytest_args),
+    )
+
+    def run() -> int:
+        report = run_gate_check(cfg)
+        print("\n" + render_gate(report))
+        for path in write_gate(report, cfg.out, _command_line()):
+            print(f"wrote {path}")
+        return EXIT_PASSED if report.passed else EXIT_FAILED
+
+    return _guarded("gate", run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpugauge.check.cli timer|gate ...`` (the same as ``gpugauge check``)."""
+    parser = argparse.ArgumentParser(prog="gpugauge")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["check", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,460 @@
+"""``gpugauge check gate``: the gate stays quiet on unchanged runs and catches a slowdown.
+
+The gated benchmarks run ``--runs`` times with nothing changed (A/A: each must pass, so
+every regression there is a false alarm) and once with a slowdown injected as device
+work, a fraction (3% by default) of each case's own baseline median added to every round
+(:mod:`gpugauge.check.slowdown`): every case of 1 ms or more must then regress. Shorter
+cases are shown but not required: their rounds carry a spin's launch cost and move with
+the clock more than the injected fraction (docs/gpu-runs.md, runs 24 and 49). The same
+method as runs 48-52: time only (no energy window), the A/A runs recording each case's
+kernels so that a changed cuDNN or cuBLAS plan is named.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpugauge.check.runs import (
+    PYTEST_FAILED,
+    PYTEST_NO_TESTS,
+    PYTEST_OK,
+    CheckError,
+    CheckUnavailable,
+    Finished,
+    Note,
+    check_benches,
+    families_with_baselines,
+    log_tail,
+    or_expression,
+    run_pytest,
+)
+from gpugauge.regress.gate import GateResult, Verdict
+from gpugauge.report.tables import fmt_ratio, render, verdict_counts
+from gpugauge.results.files import atomic_write_json, atomic_write_text
+from gpugauge.results.runs import RunError, load_run
+
+MIN_CASE_MS = 1.0  # cases this long or longer must catch the injected slowdown
+DEFAULT_SLOWDOWN = 0.03
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One case in one run: its gate verdict, median (ms) and the slowdown injected (ms)."""
+
+    gate: GateResult | None  # None: the run has the case but no verdict (not gated)
+    median_ms: float | None = None
+    injected_ms: float | None = None
+
+
+def read_run(path: Path | None) -> dict[str, RunResult]:
+    """Each case of a saved run (pytest-benchmark JSON) by id; {} for no file."""
+    if path is None:
+        return {}
+    run = load_run(path)
+    out = {}
+    for m in run.measurements:
+        raw = run.verdicts.get(m.id)
+        gate = None if raw is None else GateResult.from_dict(raw, m.spec.family, m.device_class)
+        injected = m.extra.get("injected_slowdown_ms")
+        out[m.id] = RunResult(
+            gate,
+            m.summary.median if m.timing is not None else None,
+            float(injected) if isinstance(injected, int | float) else None,
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class GateCase:
+    """One case across the A/A runs and the injected run."""
+
+    id: str
+    aa: tuple[RunResult | None, ...]  # None: no result in that run (its test failed)
+    injected: RunResult | None
+
+    @property
+    def baseline_ms(self) -> float | None:
+        """The baseline's median time, ms (from whichever run compared with it)."""
+        for r in (*self.aa, self.injected):
+            check = r.gate.check("time") if r is not None and r.gate is not None else None
+            if check is not None:
+                return check.baseline
+        return None
+
+    @property
+    def counted(self) -> bool:
+        """A case the check requires to be caught: a baseline of ``MIN_CASE_MS`` or more."""
+        base = self.baseline_ms
+        return base is not None and base >= MIN_CASE_MS
+
+    @property
+    def caught(self) -> bool:
+        """The injected run's verdict is a regression."""
+        r = self.injected
+        return r is not None and r.gate is not None and r.gate.verdict is Verdict.REGRESSED
+
+    @property
+    def false_alarms(self) -> int:
+        """A/A runs in which this case regressed."""
+        return sum(
+            r is not None and r.gate is not None and r.gate.verdict is Verdict.REGRESSED
+            for r in self.aa
+        )
+
+
+def gate_cases(
+    aa: Sequence[dict[str, RunResult]], injected: dict[str, RunResult]
+) -> list[GateCase]:
+    """Every case seen in any run, in the order the runs first list them."""
+    ids = list(dict.fromkeys(k for run in (*aa, injected) for k in run))
+    return [GateCase(i, tuple(run.get(i) for run in aa), injected.get(i)) for i in ids]
+
+
+@dataclass(frozen=True)
+class GateSummary:
+    """The counts the check is judged by."""
+
+    caught: int
+    counted: int
+    false_alarms: int
+    aa_verdicts: int
+    short_caught: int
+    short: int
+
+    @property
+    def passed(self) -> bool:
+        """Every case of 1 ms or more caught, no false alarm, and something to judge."""
+        return self.counted > 0 and self.caught == self.counted and self.false_alarms == 0
+
+    def line(self) -> str:
+        """'caught 24 of 24 cases of 1 ms or more; false alarms 0'."""
+        text = (
+            f"caught {self.caught} of {self.counted} cases of {MIN_CASE_MS:g} ms or more; "
+            f"false alarms {self.false_alarms}"
+        )
+        extra = [f"in {self.aa_verdicts} A/A verdicts"]
+        if self.short:
+            extra.append(f"{self.short_caught} of {self.short} shorter cases caught")
+        return f"{text} ({'; '.join(extra)})"
+
+
+def summarize(cases: Sequence[GateCase]) -> GateSummary:
+    """Count caught cases (1 ms or more, then shorter ones) and A/A false alarms."""
+    judged = [c for c in cases if c.baseline_ms is not None]
+    counted = [c for c in judged if c.counted]
+    short = [c for c in judged if not c.counted]
+    return GateSummary(
+        caught=sum(c.caught for c in counted),
+        counted=len(counted),
+        false_alarms=sum(c.false_alarms for c in cases),
+        aa_verdicts=sum(r is not None and r.gate is not None for c in cases for r in c.aa),
+        short_caught=sum(c.caught for c in short),
+        short=len(short),
+    )
+
+
+def percent(fraction: float) -> str:
+    """0.03 -> '3%', 0.025 -> '2.5%'."""
+    return f"{fraction * 100:.3g}%"
+
+
+def _cell(r: RunResult | None, injected: bool = False) -> str:
+    """'unchanged 1.002x', 'REGRESSED 1.031x' (an A/A false alarm), 'no result', 'new'.
+
+    The injected run's cell gives the ratio's 95% CI, and its regression in lower case:
+    there it is the outcome wanted.
+    """
+    if r is None:
+        return "no result"
+    if r.gate is None:
+        return "not gated"
+    verdict = r.gate.verdict
+    alarm = verdict is Verdict.REGRESSED and not injected
+    shown = verdict.value.upper() if alarm else verdict.value
+    t = r.gate.check("time")
+    if t is None:
+        return shown
+    ratio = fmt_ratio(t) if injected else f"{t.ratio:.3f}x"
+    return f"{shown} {ratio}"
+
+
+def _caught_cell(c: GateCase) -> str:
+    if c.baseline_ms is None:
+        return "- (no baseline)"
+    word = "yes" if c.caught else ("NO" if c.counted else "no")
+    return word if c.counted else f"{word} (< {MIN_CASE_MS:g} ms)"
+
+
+def gate_table(cases: Sequence[GateCase], fraction: float) -> tuple[list[str], list[list[str]]]:
+    """Headers and one row per case: baseline median, A/A verdicts, injected verdict, caught."""
+    runs = max((len(c.aa) for c in cases), default=0)
+    headers = ["case", "baseline ms"]
+    headers += [f"A/A {i + 1}" for i in range(runs)]
+    headers += ["injected ms", f"+{percent(fraction)} injected [95% CI]", "allowed", "caught"]
+    rows = []
+    for c in cases:
+        base = c.baseline_ms
+        inj = c.injected
+        t = inj.gate.check("time") if inj is not None and inj.gate is not None else None
+        rows.append(
+            [
+                c.id,
+                "-" if base is None else f"{base:.4g}",
+                *(_cell(r) for r in c.aa),
+                "-" if inj is None or inj.injected_ms is None else f"{inj.injected_ms:.3g}",
+                _cell(inj, injected=True),
+                "-" if t is None else t.allowed,
+                _caught_cell(c),
+            ]
+        )
+    return headers, rows
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """What the gate check found."""
+
+    cases: tuple[GateCase, ...]
+    fraction: float
+    device_class: str
+    runs: tuple[dict[str, Any], ...] = ()
+    problems: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> GateSummary:
+        """The counts the check is judged by."""
+        return summarize(self.cases)
+
+    @property
+    def passed(self) -> bool:
+        """Caught every case of 1 ms or more, no false alarm, every run complete."""
+        return self.summary.passed and not self.problems
+
+    def aa_counts(self) -> str:
+        """The A/A runs' verdicts counted: '70 unchanged, 2 inconclusive'."""
+        return verdict_counts([r.gate for c in self.cases for r in c.aa if r and r.gate])
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON: every case's verdicts, the counts, the runs."""
+
+        def run(r: RunResult | None) -> dict[str, Any] | None:
+            if r is None:
+                return None
+            return {
+                "verdict": None if r.gate is None else r.gate.verdict.value,
+                "gate": None if r.gate is None else r.gate.as_dict(),
+                "median_ms": r.median_ms,
+                "injected_ms": r.injected_ms,
+            }
+
+        s = self.summary
+        return {
+            "check": "gate",
+            "schema": SCHEMA,
+            "device_class": self.device_class,
+            "slowdown_fraction": self.fraction,
+            "min_case_ms": MIN_CASE_MS,
+            "passed": self.passed,
+            "summary": s.line(),
+            "counts": {
+                "caught": s.caught,
+                "counted": s.counted,
+                "false_alarms": s.false_alarms,
+                "aa_verdicts": s.aa_verdicts,
+                "short_caught": s.short_caught,
+                "short": s.short,
+            },
+            "cases": [
+                {
+                    "id": c.id,
+                    "baseline_ms": c.baseline_ms,
+                    "counted": c.counted,
+                    "caught": c.caught,
+                    "false_alarms": c.false_alarms,
+                    "aa": [run(r) for r in c.aa],
+                    "injected": run(c.injected),
+                }
+                for c in self.cases
+            ],
+            "runs": list(self.runs),
+            "problems": list(self.problems),
+        }
+
+
+def render_gate(report: GateReport) -> str:
+    """The table as text, the verdict and counts in its title, the summary line below."""
+    headers, rows = gate_table(report.cases, report.fraction)
+    verdict = "PASS" if report.passed else "FAIL"
+    title = f"gpugauge check gate on {report.device_class}: {verdict}"
+    text = render(headers, rows, title)
+    text += f"\nA/A verdicts: {report.aa_counts() or 'none'}"
+    text += "".join(f"\nproblem: {p}" for p in report.problems)
+    return f"{text}\n{report.summary.line()}"
+
+
+def markdown_gate(report: GateReport, command: str) -> str:
+    """The report as Markdown: verdict, command, summary line, table, runs."""
+    from gpugauge.report.document import markdown_table
+
+    headers, rows = gate_table(report.cases, report.fraction)
+    lines = [
+        f"# gpugauge check gate: {'PASS' if report.passed else 'FAIL'}",
+        "",
+        f"Device class `{report.device_class}`. `{command}`",
+        "",
+        f"**{report.summary.line()}.** A/A verdicts: {report.aa_counts() or 'none'}. "
+        f"An A/A regression is a false alarm (shown in capitals); the injected run adds "
+        f"{percent(report.fraction)} of each case's baseline median to every round as device work.",
+        "",
+        markdown_table(headers, rows),
+        "",
+        "Runs:",
+        "",
+    ]
+    lines += [
+        f"- {r['label']}: pytest exit {r['pytest_exit']} in {r['wall_s']:.0f} s "
+        f"(`{r['json'] or 'no JSON'}`, log `{r['log']}`)"
+        for r in report.runs
+    ]
+    lines += [f"\nProblem: {p}" for p in report.problems]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """What ``gpugauge check gate`` was asked to do."""
+
+    out: Path
+    root: Path = Path(".")
+    benches: Path = Path("benches")
+    select: str | None = None  # pytest -k; None: the families with baselines of this device
+    profile: str = "seed"
+    fraction: float = DEFAULT_SLOWDOWN
+    aa_runs: int = 2
+    baselines_dir: Path = Path("baselines")
+    tolerances_dir: Path | None = None
+    pytest_args: tuple[str, ...] = ()
+
+
+def this_device_class() -> str:
+    """The device class the benchmarks' baselines are stored under on this machine."""
+    import torch
+
+    from gpugauge.measure.environment import device_class
+
+    return device_class("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def run_args(cfg: GateConfig, select: str, injected: bool) -> list[str]:
+    """A gated run's pytest arguments (the JSON option is added by the runner)."""
+    args = [str(cfg.benches), "-k", select, "--profile", cfg.profile, "--gate"]
+    args += ["--energy-window", "0", f"--baselines-dir={cfg.baselines_dir}"]
+    if cfg.tolerances_dir is not None:
+        args.append(f"--tolerances-dir={cfg.tolerances_dir}")
+    if injected:
+        args += ["-p", "gpugauge.check.slowdown", f"--inject-slowdown={cfg.fraction:g}"]
+    else:
+        args.append("--record-kernels")  # a changed plan is named in the verdict's note
+    return [*args, "-p", "no:cacheprovider", *cfg.pytest_args]
+
+
+def _check_config(cfg: GateConfig) -> None:
+    if not 0 < cfg.fraction < 1:
+        raise CheckError(f"--slowdown {cfg.fraction}: must be a fraction in (0, 1), 0.03 = 3%")
+    if cfg.aa_runs < 1:
+        raise CheckError(f"--runs {cfg.aa_runs}: at least one A/A run")
+    check_benches(cfg.root, cfg.benches)
+    if not cfg.baselines_dir.is_dir():
+        raise CheckError(f"--baselines-dir {cfg.baselines_dir}: no such directory")
+    if cfg.tolerances_dir is not None and not cfg.tolerances_dir.is_dir():
+        raise CheckError(f"--tolerances-dir {cfg.tolerances_dir}: no such directory")
+
+
+def _finished_line(label: str, done: Finished, found: dict[str, RunResult]) -> str:
+    counts = verdict_counts([r.gate for r in found.values() if r.gate is not None])
+    return (
+        f"[gpugauge check gate] {label}: pytest exit {done.exit_code} in {done.wall_s:.0f} s; "
+        f"{counts or 'no verdict'}"
+    )
+
+
+def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
+    """The A/A runs, then the injected run; each case's verdicts gathered."""
+    _check_config(cfg)
+    dev_cls = this_device_class()
+    families = families_with_baselines(cfg.baselines_dir, dev_cls)
+    if not families:
+        raise CheckUnavailable(
+            f"no baselines of device class {dev_cls} in {cfg.baselines_dir}: record them "
+            "first (two runs with --benchmark-json, then python -m gpugauge baseline RUN1 "
+            "RUN2; see docs/check.md)"
+        )
+    select = cfg.select if cfg.select is not None else or_expression(families)
+    plan = [(f"aa{i + 1}", f"A/A {i + 1} of {cfg.aa_runs}", False) for i in range(cfg.aa_runs)]
+    plan.append(("injected", f"+{percent(cfg.fraction)} injected", True))
+    note(
+        f"[gpugauge check gate] {dev_cls}: -k {select!r}, profile {cfg.profile}, "
+        f"{cfg.aa_runs} A/A run(s) and one with {percent(cfg.fraction)} injected"
+    )
+    t0 = time.monotonic()
+    found: dict[str, dict[str, RunResult]] = {}
+    runs, problems = [], []
+    for i, (name, label, injected) in enumerate(plan):
+        note(f"[gpugauge check gate] run {i + 1} of {len(plan)}, {label}: started")
+        done = run_pytest(
+            name,
+            run_args(cfg, select, injected),
+            root=cfg.root,
+            folder=cfg.out / "gate-runs",
+            json_option="--benchmark-json",
+            note=note,
+        )
+        if done.exit_code == PYTEST_NO_TESTS:
+            raise CheckError(f"-k {select!r} selected no test in {cfg.benches}")
+        try:
+            found[name] = read_run(done.json)
+        except RunError as err:
+            found[name] = {}
+            problems.append(f"{label}: {err}")
+        if done.exit_code not in (PYTEST_OK, PYTEST_FAILED) or done.json is None:
+            problems.append(
+                f"{label}: pytest exit {done.exit_code}, "
+                f"{'no results' if done.json is None else 'results kept'}; see {done.log}"
+            )
+            if not found[name]:
+                note(log_tail(done.log))
+        note(_finished_line(label, done, found[name]))
+        runs.append(
+            {
+                "name": name,
+                "label": label,
+                "injected": injected,
+                "pytest_exit": done.exit_code,
+                "wall_s": done.wall_s,
+                "json": None if done.json is None else str(done.json),
+                "log": str(done.log),
+                "args": run_args(cfg, select, injected),
+            }
+        )
+    note(f"[gpugauge check gate] {len(plan)} runs in {time.monotonic() - t0:.0f} s")
+    cases = gate_cases([found[name] for name, _, inj in plan if not inj], found["injected"])
+    report = GateReport(tuple(cases), cfg.fraction, dev_cls, tuple(runs), tuple(problems))
+    if not report.summary.counted and not report.summary.short:
+        raise CheckUnavailable(
+            f"nothing to judge: no case of -k {select!r} has a baseline of device class "
+            f"{dev_cls} in {cfg.baselines_dir}"
+        )
+    return report
+
+
+def write_gate(report: GateReport, out: Path, command: str) -> list[Path]:
+    """``gate.json`` and ``gate.md`` in ``out``, each written atomically."""
+    js, md = out / "gate.json", out / "gate.md"
+    atomic_write_json(js, {**report.as_dict(), "command": command})
+    atomic_write_text(md, markdown_gate(report, command))
+    return [js, md]

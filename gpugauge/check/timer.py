@@ -1,0 +1,478 @@
+"""``gpugauge check timer``: the suite's timer against ``triton.testing.do_bench``.
+
+Every GPU case of the selected benchmarks is timed three ways in one pytest run (see
+:mod:`gpugauge.check.timer_plugin`): by the suite (``gauge.measure``, which calls
+:func:`gpugauge.measure.timing.measure`, in the profile's sustained regime), by
+``triton.testing.do_bench`` (500 ms warm-up, 1 s of repetitions, median, as in
+docs/gpu-runs.md runs 42 and 50) and by a bare CUDA-event loop; then three power-heavy ops
+defined here the same way, in this process. The SM clock is recorded beside each: a
+power-capped op's time follows how densely each timer keeps the GPU busy. The check
+passes when every op's suite median is within ``threshold`` of do_bench's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpugauge.check.runs import (
+    PYTEST_NO_TESTS,
+    PYTEST_OK,
+    CheckError,
+    CheckUnavailable,
+    Note,
+    check_benches,
+    families_with_baselines,
+    log_tail,
+    or_expression,
+    run_pytest,
+)
+from gpugauge.measure.nvml import NvmlDevice
+from gpugauge.measure.timing import Timing
+from gpugauge.report.tables import render
+from gpugauge.results.files import atomic_write_json, atomic_write_text
+
+DO_BENCH_WARMUP_MS = 500  # as in runs 42 and 50
+DO_BENCH_REP_MS = 1000
+BARE_WARMUP = 5  # the bare loop of run 1: 5 warm-up rounds, median of 50
+BARE_ROUNDS = 50
+BARE_MIN_ROUNDS = 10  # fewer for long ops: at most about BARE_SPAN_MS of rounds
+BARE_SPAN_MS = 1000.0
+DEFAULT_THRESHOLD = 0.02  # runs 42 and 50: 25 of 25 within 2% (worst -1.54%, -0.63%)
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class TimerRow:
+    """One op timed three ways (ms) and the SM clock each saw (MHz; None without NVML)."""
+
+    op: str
+    suite_ms: float
+    do_bench_ms: float
+    bare_ms: float
+    suite_sm_mhz: float | None = None
+    suite_sm_min_mhz: float | None = None
+    suite_sm_max_mhz: float | None = None
+    do_bench_sm_mhz: float | None = None
+    l2_flushed: bool = False
+    settled: bool | None = None
+    rounds: int = 0
+
+    @property
+    def vs_do_bench(self) -> float:
+        """Suite / do_bench - 1 (positive: the suite reads slower)."""
+        return self.suite_ms / self.do_bench_ms - 1
+
+    @property
+    def vs_bare(self) -> float:
+        """Suite / bare loop - 1."""
+        return self.suite_ms / self.bare_ms - 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON, with the two differences."""
+        return {**asdict(self), "vs_do_bench": self.vs_do_bench, "vs_bare": self.vs_bare}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TimerRow:
+        """Read back :meth:`as_dict` (the derived differences are dropped)."""
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True)
+class TimerReport:
+    """What the timer check found: every row, the cases it could not compare, the verdict."""
+
+    rows: tuple[TimerRow, ...]
+    threshold: float
+    not_compared: tuple[dict[str, str], ...] = ()
+    device: str = ""
+    problems: tuple[str, ...] = ()  # what kept the check from comparing every case
+    runs: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    @property
+    def outside(self) -> list[TimerRow]:
+        """Rows whose suite median differs from do_bench's by more than the threshold."""
+        return [r for r in self.rows if abs(r.vs_do_bench) > self.threshold]
+
+    @property
+    def passed(self) -> bool:
+        """Every op within the threshold of do_bench, at least one timed, no problem."""
+        return bool(self.rows) and not self.outside and not self.problems
+
+    def summary(self) -> str:
+        """'25 of 25 within 2% of do_bench; worst -0.63% (maxpool-fwd-fp32-seed-cuda)'."""
+        if not self.rows:
+            return "no op timed"
+        worst = max(self.rows, key=lambda r: abs(r.vs_do_bench))
+        inside = len(self.rows) - len(self.outside)
+        return (
+            f"{inside} of {len(self.rows)} within {self.threshold:.1%} of do_bench; "
+            f"worst {worst.vs_do_bench:+.2%} ({worst.op})"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "check": "timer",
+            "schema": SCHEMA,
+            "device": self.device,
+            "threshold": self.threshold,
+            "passed": self.passed,
+            "summary": self.summary(),
+            "rows": [r.as_dict() for r in self.rows],
+            "not_compared": list(self.not_compared),
+            "problems": list(self.problems),
+            "runs": list(self.runs),
+            "do_bench": {"warmup_ms": DO_BENCH_WARMUP_MS, "rep_ms": DO_BENCH_REP_MS},
+        }
+
+
+def _mhz(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def timer_table(report: TimerReport) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows: op, the three medians, the two differences, the SM clocks."""
+    headers = [
+        "op",
+        "suite ms",
+        "do_bench ms",
+        "bare ms",
+        "vs do_bench",
+        "vs bare",
+        "suite SM MHz",
+        "do_bench MHz",
+    ]
+    rows = []
+    for r in report.rows:
+        flag = "" if abs(r.vs_do_bench) <= report.threshold else " !"
+        suite_mhz = "-"
+        if r.suite_sm_mhz is not None:
+            span = f"{_mhz(r.suite_sm_min_mhz)}-{_mhz(r.suite_sm_max_mhz)}"
+            suite_mhz = f"{_mhz(r.suite_sm_mhz)} [{span}]"
+        rows.append(
+            [
+                r.op,
+                f"{r.suite_ms:.4g}",
+                f"{r.do_bench_ms:.4g}",
+                f"{r.bare_ms:.4g}",
+                f"{r.vs_do_bench:+.2%}{flag}",
+                f"{r.vs_bare:+.2%}",
+                suite_mhz,
+                _mhz(r.do_bench_sm_mhz),
+            ]
+        )
+    return headers, rows
+
+
+def render_timer(report: TimerReport) -> str:
+    """The table as text, the verdict in its title, what was not compared below it."""
+    headers, rows = timer_table(report)
+    verdict = "PASS" if report.passed else "FAIL"
+    text = render(
+        headers, rows, f"gpugauge check timer on {report.device}: {verdict}: {report.summary()}"
+    )
+    if report.not_compared:
+        text += "\nnot compared: " + "; ".join(
+            f"{n['op']} ({n['why']})" for n in report.not_compared
+        )
+    return text + "".join(f"\nproblem: {p}" for p in report.problems)
+
+
+def markdown_timer(report: TimerReport, command: str) -> str:
+    """The report as Markdown: verdict, command, table, what was not compared."""
+    from gpugauge.report.document import markdown_table
+
+    headers, rows = timer_table(report)
+    lines = [
+        f"# gpugauge check timer: {'PASS' if report.passed else 'FAIL'}",
+        "",
+        f"{report.device}. `{command}`",
+        "",
+        f"{report.summary()}; `!` marks an op outside the threshold. Suite: the suite's "
+        f"timer (sustained regime); do_bench: `triton.testing.do_bench` "
+        f"({DO_BENCH_WARMUP_MS} ms warm-up, {DO_BENCH_REP_MS} ms of repetitions, median); "
+        "bare: CUDA events around each call, one synchronize, median (not judged).",
+        "",
+        markdown_table(headers, rows),
+    ]
+    if report.not_compared:
+        lines += ["", "Not compared:", ""]
+        lines += [f"- {n['op']}: {n['why']}" for n in report.not_compared]
+    lines += [f"\nProblem: {p}" for p in report.problems]
+    return "\n".join(lines) + "\n"
+
+
+def bare_event_loop(
+    fn: Callable[[], object],
+    rounds: int = BARE_ROUNDS,
+    warmup: int = BARE_WARMUP,
+    between: Callable[[], object] | None = None,
+) -> float:
+    """Median ms of a plain loop: events around each call, one synchronize at the end.
+
+    ``between`` (an L2 flush, as the suite and do_bench do for the same op) runs before
+    each round, outside its events. No head start, no batches, no warm-up by time.
+    """
+    import torch
+
+    for _ in range(warmup):
+        if between is not None:
+            between()
+        fn()
+    torch.cuda.synchronize()
+    pairs = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(rounds)
+    ]
+    for a, b in pairs:
+        if between is not None:
+            between()
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
+
+
+def bare_rounds(suite_ms: float) -> int:
+    """Rounds of the bare loop: 50, fewer for long ops (about 1 s of rounds, at least 10)."""
+    return max(BARE_MIN_ROUNDS, min(BARE_ROUNDS, math.ceil(BARE_SPAN_MS / max(suite_ms, 1e-6))))
+
+
+def compare_timers(
+    op: str,
+    fn: Callable[[], object],
+    suite: Timing,
+    flush: Callable[[], object] | None,
+    nvml_device: NvmlDevice | None,
+) -> TimerRow:
+    """Time ``fn`` with do_bench and the bare loop, beside the suite's ``Timing`` of it.
+
+    The SM clock under do_bench is the median of NVML samples taken while it ran.
+    """
+    import triton.testing
+
+    from gpugauge.measure.sampler import GpuSampler
+
+    sampler = GpuSampler(nvml_device) if nvml_device is not None else contextlib.nullcontext()
+    with sampler as watch:
+        t0 = time.perf_counter()
+        bench = triton.testing.do_bench(
+            fn, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="median"
+        )
+        t1 = time.perf_counter()
+        bare = bare_event_loop(fn, bare_rounds(suite.summary.median), between=flush)
+    seen = [s.sm_clock_mhz for s in watch.between(t0, t1) if s.sm_clock_mhz] if watch else []
+    clocks = suite.clocks()
+    return TimerRow(
+        op=op,
+        suite_ms=suite.summary.median,
+        do_bench_ms=float(bench),
+        bare_ms=bare,
+        suite_sm_mhz=clocks["sm_median_mhz"],
+        suite_sm_min_mhz=clocks["sm_min_mhz"],
+        suite_sm_max_mhz=clocks["sm_max_mhz"],
+        do_bench_sm_mhz=float(statistics.median(seen)) if seen else None,
+        l2_flushed=suite.l2_flushed,
+        settled=suite.settled,
+        rounds=suite.summary.n,
+    )
+
+
+POWER_HEAVY_OPS = ("matmul-8192-bf16", "matmul-8192-fp16", "conv3x3-256ch-56px-b128-bf16")
+
+
+def power_heavy_ops() -> list[tuple[str, Callable[[], object]]]:
+    """The matmul of the clock-regime table and two more ops that run at the power cap."""
+    import torch
+
+    a16 = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b16 = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    h16 = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    conv = torch.nn.Conv2d(256, 256, 3, padding=1).cuda().to(torch.bfloat16)
+    x = torch.randn(128, 256, 56, 56, device="cuda", dtype=torch.bfloat16)
+    conv.requires_grad_(False)
+
+    def conv_fwd() -> object:
+        with torch.inference_mode():
+            return conv(x)
+
+    ops = [lambda: torch.mm(a16, b16), lambda: torch.mm(h16, h16), conv_fwd]
+    return list(zip(POWER_HEAVY_OPS, ops, strict=True))
+
+
+def time_power_heavy(profile: str, patterns: Sequence[str], note: Note) -> list[TimerRow]:
+    """The power-heavy ops (those ``patterns`` select), timed three ways in this process.
+
+    Cold L2 in all three timers, like do_bench, which clears a 256 MB buffer before each
+    repetition: timed warm, the H100 read matmul-8192-bf16 2.9% under do_bench (run 45).
+    """
+    chosen = [name for name in POWER_HEAVY_OPS if selected(name, patterns)]
+    if not chosen:
+        return []
+    import torch
+
+    from gpugauge.gauge import l2_flusher
+    from gpugauge.measure.nvml import maybe_nvml
+    from gpugauge.measure.sampler import GpuSampler
+    from gpugauge.measure.timing import CudaEventClock, measure
+    from gpugauge.options import PROFILE_POLICIES
+
+    policy = replace(PROFILE_POLICIES[profile], flush_l2=True)
+    rows = []
+    with maybe_nvml() as nvml:
+        dev = None if isinstance(nvml, Exception) else nvml.device(0)
+        ops = [(name, fn) for name, fn in power_heavy_ops() if name in chosen]
+        flush = l2_flusher("cuda")
+        for name, fn in ops:
+            watching = GpuSampler(dev) if dev is not None else contextlib.nullcontext()
+            with watching as watch:
+                suite = measure(fn, policy, CudaEventClock("cuda"), between=flush, watch=watch)
+            row = compare_timers(name, fn, suite, flush, dev)
+            rows.append(row)
+            note(f"  {name}: suite {row.suite_ms:.4g} ms, do_bench {row.do_bench_ms:.4g} ms")
+    del ops, flush
+    torch.cuda.empty_cache()
+    return rows
+
+
+def selected(op: str, patterns: Sequence[str]) -> bool:
+    """Whether ``op`` matches any of the shell-style ``patterns`` (all ops when none)."""
+    return not patterns or any(fnmatch.fnmatchcase(op, p) for p in patterns)
+
+
+def why_not_here(cuda_available: bool, has_triton: bool) -> str | None:
+    """Why the timer check cannot run on this machine, or None when it can."""
+    if not cuda_available:
+        return (
+            "no CUDA device is visible (torch.cuda.is_available() is False): the timer "
+            "check compares GPU timers; run it on the GPU machine"
+        )
+    if not has_triton:
+        return (
+            "triton is not installed: the timer check compares the suite's timer with "
+            "triton.testing.do_bench (pip install triton, or a torch build that ships it)"
+        )
+    return None
+
+
+def probe_machine() -> str | None:
+    """:func:`why_not_here` for this machine."""
+    import importlib.util
+
+    import torch
+
+    return why_not_here(torch.cuda.is_available(), importlib.util.find_spec("triton") is not None)
+
+
+@dataclass(frozen=True)
+class TimerConfig:
+    """What ``gpugauge check timer`` was asked to do."""
+
+    out: Path
+    root: Path = Path(".")
+    benches: Path = Path("benches")
+    select: str | None = None  # pytest -k; None: families with baselines
+    ops: tuple[str, ...] = ()
+    profile: str = "seed"
+    threshold: float = DEFAULT_THRESHOLD
+    baselines_dir: Path = Path("baselines")
+    pytest_args: tuple[str, ...] = ()
+
+
+def suite_run_args(cfg: TimerConfig, select: str) -> list[str]:
+    """The child pytest's arguments (its JSON option is added by the runner)."""
+    args = [str(cfg.benches), "-k", select, "--profile", cfg.profile, "--energy-window", "0"]
+    args += ["-p", "gpugauge.check.timer_plugin", "-p", "no:cacheprovider"]
+    for pattern in cfg.ops:
+        args.append(f"--timer-check-op={pattern}")
+    return [*args, *cfg.pytest_args]
+
+
+def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
+    """Run the check: the benchmarks' GPU cases in pytest, then the power-heavy ops here."""
+    import torch
+
+    why = probe_machine()
+    if why:
+        raise CheckUnavailable(why)
+    if not 0 < cfg.threshold < 1:
+        raise CheckError(f"--threshold {cfg.threshold}: must be a fraction in (0, 1)")
+    check_benches(cfg.root, cfg.benches)
+    select = cfg.select
+    if select is None:
+        families = families_with_baselines(cfg.baselines_dir)
+        if not families:
+            raise CheckError(
+                f"no stored baselines in {cfg.baselines_dir} to choose the cases from: "
+                "name them with -k"
+            )
+        select = or_expression(families)
+    device = f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
+    note(f"[gpugauge check timer] {device}; cases: -k {select!r}")
+    t0 = time.monotonic()
+    done = run_pytest(
+        "timer-suite",
+        suite_run_args(cfg, select),
+        root=cfg.root,
+        folder=cfg.out / "timer-runs",
+        json_option="--timer-check-json",
+        note=note,
+    )
+    note(
+        f"[gpugauge check timer] suite's cases: pytest exit {done.exit_code} in "
+        f"{done.wall_s:.0f} s (log {done.log})"
+    )
+    problems = []
+    if done.exit_code == PYTEST_NO_TESTS and not cfg.ops:
+        raise CheckError(f"-k {select!r} selected no test in {cfg.benches}")
+    if done.exit_code not in (PYTEST_OK, PYTEST_NO_TESTS):
+        problems.append(f"the suite's run ended with pytest exit {done.exit_code}: see {done.log}")
+    if done.json is None:
+        raise CheckError(
+            f"the suite's run wrote no rows (pytest exit {done.exit_code}); the end of "
+            f"{done.log}:\n{log_tail(done.log)}"
+        )
+    got = json.loads(done.json.read_text())
+    rows = [TimerRow.from_dict(r) for r in got["rows"]]
+    rows += time_power_heavy(cfg.profile, cfg.ops, note)
+    if not rows:
+        raise CheckError(
+            f"no op was timed: -k {select!r} and --ops {' '.join(cfg.ops) or '(all)'} "
+            f"selected none that can be compared (see {done.log})"
+        )
+    note(f"[gpugauge check timer] done in {time.monotonic() - t0:.0f} s")
+    return TimerReport(
+        rows=tuple(rows),
+        threshold=cfg.threshold,
+        not_compared=tuple(got.get("not_compared", ())),
+        device=device,
+        problems=tuple(problems),
+        runs=(
+            {
+                "name": done.name,
+                "pytest_exit": done.exit_code,
+                "wall_s": done.wall_s,
+                "log": str(done.log),
+                "select": select,
+            },
+        ),
+    )
+
+
+def write_timer(report: TimerReport, out: Path, command: str) -> list[Path]:
+    """``timer.json`` and ``timer.md`` in ``out``, each written atomically."""
+    js, md = out / "timer.json", out / "timer.md"
+    atomic_write_json(js, {**report.as_dict(), "command": command})
+    atomic_write_text(md, markdown_timer(report, command))
+    return [js, md]

@@ -1,0 +1,132 @@
+"""The timer check inside a pytest run: each case timed by the suite, do_bench and a bare loop.
+
+``gpugauge check timer`` runs the benchmarks with this plugin, so that do_bench times
+exactly what the suite times: the same callable, with the same TF32 flags and L2 flush,
+on the family's own cases, whatever family they come from:
+
+    python -m pytest benches -k layers --profile seed --energy-window 0 \
+        -p gpugauge.check.timer_plugin --timer-check-json rows.json
+
+After ``gauge.measure`` has timed and recorded a case as usual, the same callable is timed
+by ``triton.testing.do_bench`` and by a bare CUDA-event loop
+(:func:`gpugauge.check.timer.compare_timers`). A case that runs a setup step before every
+round (do_bench would time it with the round) or that is not on one GPU is skipped with
+that reason. The rows are written to the JSON file when the session ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpugauge.gauge import Gauge, l2_flusher
+from gpugauge.results.files import atomic_write_json
+from gpugauge.results.measurement import devices_of
+
+ROWS = pytest.StashKey[list[dict[str, Any]]]()
+NOT_COMPARED = pytest.StashKey[list[dict[str, str]]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The timer check's options, in the ``gpugauge check`` group."""
+    group = parser.getgroup("gpugauge-check", "gpugauge check")
+    group.addoption(
+        "--timer-check-json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also time each GPU case with triton.testing.do_bench and a bare CUDA-event "
+        "loop; the rows go to FILE (gpugauge check timer)",
+    )
+    group.addoption(
+        "--timer-check-op",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="only the cases whose id matches this shell-style pattern (repeat for more)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Room for the rows, kept in the run's stash."""
+    if config.getoption("timer_check_json") is not None:
+        config.stash[ROWS] = []
+        config.stash[NOT_COMPARED] = []
+
+
+def case_id(item: pytest.Item) -> str:
+    """A benchmark's case id: its parameter id (the spec id), or its name."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.id if callspec is not None else item.name
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep only the cases ``--timer-check-op`` patterns select (all when none is given)."""
+    from gpugauge.check.timer import selected
+
+    patterns = config.getoption("timer_check_op")
+    if not patterns:
+        return
+    keep = [i for i in items if selected(case_id(i), patterns)]
+    dropped = [i for i in items if not selected(case_id(i), patterns)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the rows (atomically: an interrupted write leaves the old file or none)."""
+    path = session.config.getoption("timer_check_json")
+    if path is not None and ROWS in session.config.stash:
+        atomic_write_json(
+            path,
+            {
+                "rows": session.config.stash[ROWS],
+                "not_compared": session.config.stash[NOT_COMPARED],
+            },
+        )
+
+
+def three_ways(
+    measure: Callable[..., Any],
+    rows: list[dict[str, Any]],
+    not_compared: list[dict[str, str]],
+) -> Callable[..., Any]:
+    """``Gauge.measure`` that then times the same callable with do_bench and a bare loop."""
+    from gpugauge.check.timer import compare_timers
+
+    def measured(self: Gauge, spec: Any, fn: Callable[[], object], **kw: Any) -> Any:
+        devices = devices_of(spec)
+        why = None
+        if len(devices) != 1 or not devices[0].startswith("cuda"):
+            why = f"not on one GPU ({', '.join(devices)})"
+        elif kw.get("setup") is not None:
+            why = "a setup step runs before every round: do_bench would time it too"
+        if why is not None:
+            not_compared.append({"op": spec.id, "why": why})
+            pytest.skip(f"gpugauge check timer: {spec.id}: {why}")
+        m = measure(self, spec, fn, **kw)
+        if m.timing is None:
+            return m
+        flush = l2_flusher(devices[0]) if m.timing.l2_flushed else None
+        row = compare_timers(spec.id, fn, m.timing, flush, self.session.nvml_device(devices[0]))
+        rows.append(row.as_dict())
+        self.session.note(
+            f"{spec.id}: suite {row.suite_ms:.4g} ms, do_bench {row.do_bench_ms:.4g} ms "
+            f"({row.vs_do_bench:+.2%}), bare {row.bare_ms:.4g} ms"
+        )
+        return m
+
+    return measured
+
+
+@pytest.fixture(autouse=True)
+def _timer_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a test runs, ``Gauge.measure`` also times three ways (restored afterwards)."""
+    stash = request.config.stash
+    if ROWS in stash:
+        measured = three_ways(Gauge.measure, stash[ROWS], stash[NOT_COMPARED])
+        monkeypatch.setattr(Gauge, "measure", measured)

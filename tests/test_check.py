@@ -1,0 +1,485 @@
+"""``gpugauge check``: the injected slowdown, the gate check's table and counts, the CLI.
+
+All on the CPU: the slowdown is a host spin there, the gate check runs a demo bench, and
+the timer check (GPU only) is tested for its table, its plugin's wiring and its refusal.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpugauge.__main__ import main as gpugauge_main
+from gpugauge.check import gate as gate_check
+from gpugauge.check.gate import GateReport, gate_cases, markdown_gate, read_run, render_gate
+from gpugauge.check.runs import families_with_baselines, or_expression
+from gpugauge.check.slowdown import host_spin
+from gpugauge.check.timer import TimerReport, TimerRow, render_timer, selected, why_not_here
+from gpugauge.launch.torchrun import processes_mentioning
+from gpugauge.measure.environment import device_class
+from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
+from tests.fakes import CLASS, result, run_json, save_baselines
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPIN_BENCH = """
+import time
+from dataclasses import dataclass
+import pytest
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    device: str = "cpu"
+    family = "demo"
+    @property
+    def id(self): return self.name
+    def as_dict(self): return {"name": self.name, "device": self.device}
+
+def spin(ms):
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name,ms", [("long", 12.0), ("short", 0.5)])
+def test_demo(gauge, name, ms):
+    gauge.measure(Spec(name), lambda: spin(ms))
+"""
+
+
+def _rounds(path: Path) -> tuple[list[float], dict]:
+    """The one result of a saved run: its rounds (ms) and its record."""
+    [info] = [b["extra_info"] for b in json.loads(path.read_text())["benchmarks"]]
+    return info["timing"]["device_ms"], info
+
+
+# --- the injected slowdown ------------------------------------------------------------
+
+
+def test_host_spin_waits_its_time_on_the_given_clock() -> None:
+    t = [0.0]
+
+    def now() -> float:
+        t[0] += 0.001  # every reading 1 ms later
+        return t[0]
+
+    host_spin(25.0, now)()
+    assert 0.025 <= t[0] <= 0.028
+
+
+# a median may sit this far above a round's cost when other jobs share the runner's cores
+SLACK = 1.3
+
+
+def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """A 20 ms round: 50% of its baseline median added, then a fixed 10 ms.
+
+    A spin ends at its deadline however often the host preempts it; only a preemption
+    across the deadline makes a round longer, by up to a time slice (a loaded two-core
+    runner: several ms, in any round of any run). So the fastest round is the round's
+    cost, and a slowed run's median must be that cost plus what was injected, within noise.
+    """
+    gauge_pytester.makepyfile(
+        test_demo=SPIN_BENCH.replace('[("long", 12.0), ("short", 0.5)]', '[("one", 20.0)]')
+    )
+    base = gauge_pytester.path / "baselines"
+    common = ["--rounds", "15", "--warmup", "2", f"--baselines-dir={base}", "-p"]
+    common.append("gpugauge.check.slowdown")
+    out = {name: gauge_pytester.path / f"{name}.json" for name in ("base", "frac", "ms")}
+    gauge_pytester.runpytest(*common, "--update-baselines", f"--benchmark-json={out['base']}")
+    base_rounds, _ = _rounds(out["base"])
+    cost = min(base_rounds)
+    assert cost >= 20.0
+
+    frac = gauge_pytester.runpytest(
+        *common, "--gate", "--inject-slowdown", "0.5", f"--benchmark-json={out['frac']}"
+    )
+    frac.assert_outcomes(failed=1)  # 1.5x: the gate fails it
+    rounds, info = _rounds(out["frac"])
+    asked = info["extra"]["injected_slowdown_ms"]
+    assert asked == pytest.approx(0.5 * statistics.median(base_rounds))
+    assert min(rounds) == pytest.approx(cost + asked, abs=0.5)
+    assert cost + asked - 0.5 <= statistics.median(rounds) <= SLACK * (cost + asked)
+
+    fixed = gauge_pytester.runpytest(
+        *common, "--inject-slowdown-ms", "10", f"--benchmark-json={out['ms']}"
+    )
+    fixed.assert_outcomes(passed=1)  # no --gate: nothing judged
+    rounds, info = _rounds(out["ms"])
+    assert info["extra"]["injected_slowdown_ms"] == 10.0
+    assert min(rounds) == pytest.approx(cost + 10.0, abs=0.5)
+    assert cost + 9.5 <= statistics.median(rounds) <= SLACK * (cost + 10.0)
+
+
+def test_injected_fraction_without_gate_is_a_usage_error(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    gauge_pytester.makepyfile(test_demo=SPIN_BENCH)
+    res = gauge_pytester.runpytest("-p", "gpugauge.check.slowdown", "--inject-slowdown", "0.03")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--inject-slowdown is a fraction*add --gate*"])
+    bad = gauge_pytester.runpytest("-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "-1")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*'-1' is not a number >= 0*"])
+
+
+# --- the gate check's table and counts, from canned runs ------------------------------
+
+
+def _verdict(case: str, base_ms: float, ratio: float, verdict: Verdict) -> dict:
+    low, high = ratio - 0.002, ratio + 0.002
+    check = MetricCheck("time", base_ms, base_ms * ratio, ratio, low, high, 0.015, verdict)
+    return GateResult(case, "demo", CLASS, (check,)).as_dict()
+
+
+def _canned_run(path: Path, cases: dict[str, tuple], injected: float | None = None) -> Path:
+    """A saved run: per case (baseline ms, ratio, verdict); verdict None = no baseline."""
+    results = []
+    for case, (base, ratio, _) in cases.items():
+        m = result(case, base * ratio)
+        if injected is not None:
+            m = replace(m, extra={"injected_slowdown_ms": injected * base})
+        results.append(m)
+    data = run_json(results)
+    for bench, (case, (base, ratio, verdict)) in zip(
+        data["benchmarks"], cases.items(), strict=True
+    ):
+        if verdict is None:
+            gate = GateResult(case, "demo", CLASS, (), "no baseline").as_dict()
+        else:
+            gate = _verdict(case, base, ratio, verdict)
+        bench["extra_info"]["gate"] = gate
+    path.write_text(json.dumps(data))
+    return path
+
+
+U, INC, R = Verdict.UNCHANGED, Verdict.INCONCLUSIVE, Verdict.REGRESSED
+
+
+@pytest.fixture
+def canned(tmp_path: Path) -> GateReport:
+    """Six cases: caught, missed, a false alarm, a short one, one new, one lost."""
+    aa1 = {
+        "long": (12.0, 1.001, U),
+        "missed": (5.0, 0.999, U),
+        "alarm": (3.0, 1.02, R),
+        "short": (0.3, 1.0, U),
+        "new": (2.0, 1.0, None),
+        "lost": (4.0, 1.0, U),
+    }
+    aa2 = {**aa1, "alarm": (3.0, 1.004, U)}
+    inj = {
+        "long": (12.0, 1.031, R),
+        "missed": (5.0, 1.012, INC),
+        "alarm": (3.0, 1.05, R),
+        "short": (0.3, 1.004, U),
+        "new": (2.0, 1.03, None),
+    }  # "lost" failed in the injected run: no result
+    runs = [_canned_run(tmp_path / f"aa{i}.json", c) for i, c in enumerate([aa1, aa2])]
+    injected = _canned_run(tmp_path / "injected.json", inj, injected=0.03)
+    cases = gate_cases([read_run(p) for p in runs], read_run(injected))
+    return GateReport(tuple(cases), 0.03, CLASS)
+
+
+def test_gate_counts_caught_cases_and_false_alarms(canned: GateReport) -> None:
+    by_id = {c.id: c for c in canned.cases}
+    assert list(by_id) == ["long", "missed", "alarm", "short", "new", "lost"]
+    assert by_id["long"].baseline_ms == pytest.approx(12.0)
+    assert by_id["lost"].baseline_ms == pytest.approx(4.0)  # from its A/A runs
+    assert by_id["new"].baseline_ms is None
+    assert [c.id for c in canned.cases if c.counted] == ["long", "missed", "alarm", "lost"]
+    assert [c.id for c in canned.cases if c.caught] == ["long", "alarm"]
+    s = canned.summary
+    assert (s.caught, s.counted, s.false_alarms, s.aa_verdicts) == (2, 4, 1, 12)
+    assert (s.short_caught, s.short) == (0, 1)
+    assert s.line().startswith("caught 2 of 4 cases of 1 ms or more; false alarms 1")
+    assert not canned.passed
+    assert canned.aa_counts() == "1 regressed, 9 unchanged, 2 new"
+
+
+def test_gate_table_shows_each_runs_verdict(canned: GateReport) -> None:
+    text = render_gate(canned)
+    lines = {ln.split()[0]: ln for ln in text.splitlines()[3:] if ln and ln.split()[0]}
+    assert text.startswith(f"gpugauge check gate on {CLASS}: FAIL")
+    assert "REGRESSED 1.020x" in lines["alarm"]  # the false alarm, shouted
+    assert "regressed 1.050x [1.048, 1.052]" in lines["alarm"]  # caught, in lower case
+    assert lines["long"].rstrip().endswith("yes")
+    assert lines["missed"].rstrip().endswith("NO")
+    assert "inconclusive 1.012x" in lines["missed"]
+    assert lines["short"].rstrip().endswith("no (< 1 ms)")
+    assert lines["new"].rstrip().endswith("- (no baseline)")
+    assert "no result" in lines["lost"]
+    assert " 0.36 " in lines["long"]  # the injected ms: 3% of 12 ms
+    assert text.splitlines()[-1] == canned.summary.line()
+    md = markdown_gate(canned, "gpugauge check gate")
+    assert md.startswith("# gpugauge check gate: FAIL")
+    assert f"**{canned.summary.line()}.**" in md
+    assert "| alarm " in md
+
+
+def test_gate_passes_when_every_long_case_is_caught_and_no_alarm(canned: GateReport) -> None:
+    good = [c for c in canned.cases if c.id in ("long", "short", "new")]
+    report = replace(canned, cases=tuple(good))
+    assert report.passed
+    assert report.summary.line().startswith("caught 1 of 1 cases of 1 ms or more; false alarms 0")
+    assert not replace(report, problems=("A/A 1 of 2: pytest exit 3",)).passed
+    assert not replace(report, cases=()).passed  # nothing judged is no pass
+
+
+def test_gate_report_json_round_trips(canned: GateReport, tmp_path: Path) -> None:
+    written = gate_check.write_gate(canned, tmp_path, "gpugauge check gate -k x")
+    assert [p.name for p in written] == ["gate.json", "gate.md"]
+    data = json.loads((tmp_path / "gate.json").read_text())
+    assert data["counts"] == {
+        "caught": 2,
+        "counted": 4,
+        "false_alarms": 1,
+        "aa_verdicts": 12,
+        "short_caught": 0,
+        "short": 1,
+    }
+    assert data["passed"] is False
+    assert data["command"] == "gpugauge check gate -k x"
+    lost = next(c for c in data["cases"] if c["id"] == "lost")
+    assert lost["injected"] is None
+    assert lost["counted"]
+    assert not lost["caught"]
+    assert not list(tmp_path.glob(".*"))  # atomic writes leave no temporary file
+
+
+def test_gate_runs_are_gated_time_only_and_the_injected_one_loads_the_plugin(
+    tmp_path: Path,
+) -> None:
+    cfg = gate_check.GateConfig(out=tmp_path, fraction=0.03, pytest_args=("--rounds", "3"))
+    aa = gate_check.run_args(cfg, "vgg_swap or conv", injected=False)
+    inj = gate_check.run_args(cfg, "vgg_swap or conv", injected=True)
+    for args in (aa, inj):
+        assert args[:3] == ["benches", "-k", "vgg_swap or conv"]
+        assert {"--gate", "--energy-window"} <= set(args)
+        assert args[-2:] == ["--rounds", "3"]
+    assert "--record-kernels" in aa
+    assert "gpugauge.check.slowdown" not in aa
+    assert "--inject-slowdown=0.03" in inj
+    assert "--record-kernels" not in inj
+
+
+def test_default_selection_is_the_families_with_baselines(tmp_path: Path) -> None:
+    save_baselines(tmp_path, [result("a")])
+    other = tmp_path / "nvidia-h200"
+    other.mkdir()
+    (other / "layers.json").write_text("{}")
+    assert families_with_baselines(tmp_path, CLASS) == ["demo"]
+    assert families_with_baselines(tmp_path) == ["demo", "layers"]
+    assert families_with_baselines(tmp_path / "none") == []
+    assert or_expression(["demo", "layers"]) == "demo or layers"
+
+
+# --- the gate check end to end on the CPU ------------------------------------------------
+
+
+@pytest.fixture
+def demo_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A checkout-like folder: conftest, pytest.ini, benches/ and baselines of the demo."""
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["gpugauge.plugin"]\n')
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    gpu: g\n    cpu: c\n    multi_gpu: m\n"
+    )
+    (tmp_path / "benches").mkdir()
+    (tmp_path / "benches" / "test_demo.py").write_text(SPIN_BENCH)
+    (tmp_path / "tol").mkdir()
+    (tmp_path / "tol" / "t.toml").write_text("[default]\ntime = 0.2\n")  # 1.4x allowed
+    save_baselines(tmp_path / "base", [result("long", 12.0), result("short", 0.5)])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return tmp_path
+
+
+GATE_ARGS = ["--baselines-dir", "base", "--tolerances-dir", "tol"]
+
+
+def test_gate_check_end_to_end(demo_checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One A/A run and a 90% slowdown: both cases caught, no false alarm, exit 0."""
+    argv = ["check", "gate", "--runs", "1", "--slowdown", "0.9", *GATE_ARGS, "--out", "out"]
+    code = gpugauge_main([*argv, "--", "--rounds", "8", "--warmup", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    progress = [ln for ln in out.splitlines() if "pytest exit" in ln]
+    assert len(progress) == 2
+    assert all(" s; " in ln for ln in progress)
+    assert "caught 1 of 1 cases of 1 ms or more; false alarms 0" in out
+    data = json.loads((demo_checkout / "out" / "gate.json").read_text())
+    assert data["passed"]
+    assert data["counts"]["short_caught"] == 1
+    runs = sorted(p.name for p in (demo_checkout / "out" / "gate-runs").iterdir())
+    assert runs == ["aa1.json", "aa1.log", "injected.json", "injected.log"]
+
+
+def test_gate_check_stops_its_pytest_on_sigterm(demo_checkout: Path) -> None:
+    """SIGTERM mid-run: exit 130, the child's process group gone, no partial file left."""
+    slow = ["--", "--rounds", "2000", "--warmup", "1"]
+    out = demo_checkout / "out"  # absolute: the child's command line names it
+    cmd = [sys.executable, "-m", "gpugauge", "check", "gate", *GATE_ARGS, "--out", str(out), *slow]
+    proc = subprocess.Popen(cmd, cwd=demo_checkout, stderr=subprocess.PIPE, text=True)
+    runs = out / "gate-runs"
+    deadline = time.monotonic() + 120
+    while not processes_mentioning(str(runs / ".aa1.partial.json")):
+        assert time.monotonic() < deadline, "pytest never started"
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert "Traceback" not in err
+    assert processes_mentioning(str(runs)) == []
+    assert list(runs.iterdir()) == []
+    assert not (demo_checkout / "out" / "gate.json").exists()
+
+
+# --- the CLI's errors ------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a CPU machine")
+def test_timer_check_without_cuda_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert gpugauge_main(["check", "timer"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("gpugauge check timer: cannot run here: no CUDA device is visible")
+
+
+def test_why_the_timer_check_cannot_run() -> None:
+    assert "no CUDA device" in (why_not_here(False, True) or "")
+    assert "triton is not installed" in (why_not_here(True, False) or "")
+    assert why_not_here(True, True) is None
+
+
+def test_gate_check_errors(demo_checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gate = ["check", "gate", "--tolerances-dir", "tol"]
+    assert gpugauge_main([*gate, "--baselines-dir", "nowhere"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "gpugauge check gate: --baselines-dir nowhere: no such directory\n"
+    )
+    (demo_checkout / "empty").mkdir()
+    assert gpugauge_main([*gate, "--baselines-dir", "empty"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"gpugauge check gate: cannot run here: no baselines of device class {CLASS}"
+    )
+    assert gpugauge_main([*gate, "--baselines-dir", "base", "--benches", "nope"]) == 2
+    assert "--benches nope: no such directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:
+        gpugauge_main([*gate, "--slowdown", "3"])
+    assert bad.value.code == 2
+    assert "is not a fraction in (0, 1)" in capsys.readouterr().err
+
+
+# --- the timer check's table and plugin -------------------------------------------------
+
+
+def _row(op: str, suite: float, bench: float, mhz: float | None = 1980.0) -> TimerRow:
+    return TimerRow(op, suite, bench, suite * 1.001, mhz, mhz, mhz, mhz, True, True, 100)
+
+
+def test_timer_report_passes_within_the_threshold() -> None:
+    rows = (_row("relu", 0.1, 0.1005), _row("matmul-8192-bf16", 1.62, 1.58, None))
+    report = TimerReport(rows, 0.02, device="NVIDIA H100 80GB HBM3 (torch 2.x)")
+    assert [r.op for r in report.outside] == ["matmul-8192-bf16"]  # +2.53%
+    assert not report.passed
+    assert report.summary() == ("1 of 2 within 2.0% of do_bench; worst +2.53% (matmul-8192-bf16)")
+    text = render_timer(report)
+    assert text.splitlines()[0].endswith(f"FAIL: {report.summary()}")
+    assert "+2.53% !" in text
+    assert "1980 [1980-1980]" in text
+    assert replace(report, threshold=0.03).passed
+    assert not replace(report, threshold=0.03, problems=("pytest exit 1",)).passed
+    assert TimerRow.from_dict(json.loads(json.dumps(rows[0].as_dict()))) == rows[0]
+
+
+def test_ops_are_chosen_by_shell_patterns() -> None:
+    assert selected("conv-fwd-tf32-seed-cuda", [])
+    assert selected("conv-fwd-tf32-seed-cuda", ["relu-*", "conv-*"])
+    assert not selected("matmul-8192-bf16", ["conv-*"])
+
+
+def test_timer_plugin_skips_what_it_cannot_compare(gauge_pytester: pytest.Pytester) -> None:
+    """On the CPU every case is not on one GPU: skipped with that reason, listed, no row."""
+    gauge_pytester.makepyfile(test_demo=SPIN_BENCH)
+    rows = gauge_pytester.path / "rows.json"
+    res = gauge_pytester.runpytest(
+        "-p",
+        "gpugauge.check.timer_plugin",
+        f"--timer-check-json={rows}",
+        "--timer-check-op=lo*",
+        "-rs",
+    )
+    res.assert_outcomes(skipped=1, deselected=1)
+    res.stdout.fnmatch_lines(["*gpugauge check timer: long: not on one GPU (cpu)*"])
+    assert json.loads(rows.read_text()) == {
+        "rows": [],
+        "not_compared": [{"op": "long", "why": "not on one GPU (cpu)"}],
+    }
+
+
+# --- nothing the package or the experiments need lives in tests/ ---------------------------
+
+
+def _python_files(*folders: str) -> list[Path]:
+    return [p for f in folders for p in sorted((ROOT / f).rglob("*.py"))]
+
+
+@pytest.mark.parametrize(
+    "path", _python_files("gpugauge", "experiments"), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_package_and_experiments_do_not_import_tests(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        found += [n for n in names if n == "tests" or n.startswith("tests.")]
+        # no sys.path patching: the scripts run as ``python -m experiments.<name>``
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        ):
+            found.append(f"sys.path at line {node.lineno}")
+        if isinstance(node, ast.Constant) and node.value in ("tests.slowdown", "tests/slowdown.py"):
+            found.append(f"{node.value!r} at line {node.lineno}")
+    assert not found, f"{path.relative_to(ROOT)}: {found}"
+
+
+def test_tools_folder_is_gone_and_experiments_say_what_they_answered() -> None:
+    assert not (ROOT / "tools").exists()
+    scripts = _python_files("experiments")
+    assert scripts
+    for p in scripts:
+        doc = ast.get_docstring(ast.parse(p.read_text())) or ""
+        assert "docs/" in doc, p.name
+        assert "python -m experiments." in doc, p.name
+
+
+def test_device_class_of_this_machine_is_the_gate_checks() -> None:
+    cls = device_class("cuda" if torch.cuda.is_available() else "cpu")
+    assert gate_check.this_device_class() == cls
