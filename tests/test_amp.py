@@ -629,6 +629,10 @@ AMP: fp32 median / this median, eager over eager and graphed over graphed."""  #
 def test_eager_vs_graphed_table_golden() -> None:
     assert amp_table(table_results()) == AMP_TABLE
     assert FAMILY.tables(table_results()) == {"amp eager vs graphed": AMP_TABLE}
+    # a report renders it from the saved results, read back without their specs' classes
+    saved = [Measurement.from_dict(m.as_dict()) for m in table_results()]
+    assert amp_table(saved) == AMP_TABLE
+    assert len(comparisons(saved)) == len(comparisons(table_results()))
 
 
 def test_no_table_without_gpu_training_steps() -> None:
