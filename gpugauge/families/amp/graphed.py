@@ -6,8 +6,8 @@ than to run, so its time is the host's. Here the step the eager case runs
 autocast, loss, backward, optimizer step, and fp16's GradScaler) is captured once with
 ``torch.cuda.graph`` on its fixed device batch (static input and target), after eager
 warm-up steps on a side stream as PyTorch's whole-network capture recipe requires (cuDNN
-plans, cuBLAS handles, momentum buffers, autocast's casts, GradScaler's scale all made
-before capture); a timed round is one ``replay``. The gradients set to None inside the
+plans, cuBLAS workspaces, momentum buffers and GradScaler's scale all made before
+capture); a timed round is one ``replay``. The gradients set to None inside the
 capture are allocated again by its backward, in the graph's private pool, and every replay
 writes them anew. Dropout (AlexNet, VGG-16) draws from the CUDA generator's Philox offsets,
 which each replay advances as an eager step would.
@@ -68,7 +68,7 @@ def warm_up(trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> tuple[int, di
     return max(taken, WARMUP_STEPS), scaler
 
 
-@dataclass
+@dataclass(frozen=True)
 class GraphedStep:
     """The timed callable of a graphed case: one replay of the captured step.
 
