@@ -216,3 +216,163 @@ def test_stop_after_ends_the_run_cleanly_with_its_json(run) -> None:
     result, data = run("--stop-after", "0.001")
     result.stdout.fnmatch_lines(["*--stop-after 0.001 s passed: the tests after * were not run*"])
     assert len(data["benchmarks"]) == 1  # the first case finished and was saved; no other ran
+
+
+# a pytest-benchmark user's first tries (issue 25)
+
+CALL_FORM = """
+import pytest
+import torch
+
+def test_mm(gauge):
+    a, b = torch.ones(8, 8), torch.full((8, 8), 2.0)
+    out = gauge(torch.mm, a, b)
+    assert torch.equal(out, torch.full((8, 8), 16.0))  # fn's result, as benchmark(fn) gives
+
+@pytest.mark.vgg_swap
+def test_marked(gauge):
+    assert gauge(lambda x, *, k: x * k, torch.ones(4), k=3).sum().item() == 12
+
+def test_string_id(gauge):
+    gauge.measure("my-sum", lambda: sum(range(100)))
+"""
+
+
+def test_gauge_call_form_makes_a_spec_from_the_test(gauge_pytester: pytest.Pytester) -> None:
+    gauge_pytester.makepyfile(test_calls=CALL_FORM)
+    out = gauge_pytester.path / "out.json"
+    result = gauge_pytester.runpytest("--rounds", "3", "--warmup", "1", f"--benchmark-json={out}")
+    result.assert_outcomes(passed=3)
+    rows = {
+        b["extra_info"]["id"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]
+    }
+    assert set(rows) == {"test_calls.py::test_mm", "test_calls.py::test_marked", "my-sum"}
+    assert rows["test_calls.py::test_mm"]["family"] == "custom"
+    assert rows["test_calls.py::test_mm"]["devices"] == ["cpu"]  # where a and b live
+    assert rows["test_calls.py::test_marked"]["family"] == "vgg_swap"  # its family marker
+    assert rows["my-sum"]["family"] == "custom"
+    assert len(rows["my-sum"]["timing"]["device_ms"]) == 3
+
+
+def test_a_spec_without_family_is_a_clear_error(gauge_pytester: pytest.Pytester) -> None:
+    gauge_pytester.makepyfile(
+        """
+        from dataclasses import dataclass
+
+        @dataclass(frozen=True)
+        class NoFamily:
+            device: str = "cpu"
+            id = "nf"
+            def as_dict(self): return {}
+
+        def test_no_family(gauge):
+            gauge.measure(NoFamily(), lambda: None)
+        """
+    )
+    # (pytest-benchmark warns that the fixture went unused: the test failed before it did)
+    result = gauge_pytester.runpytest(
+        "--rounds", "2", "-W", "ignore::pytest_benchmark.logger.PytestBenchmarkWarning"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*GaugeError: gauge.measure: the spec NoFamily has no 'family'; give it a `family`*"]
+    )
+    assert "AttributeError" not in result.stdout.str()
+
+
+PLAIN_AND_GAUGE = """
+import time
+
+def test_plain(benchmark):
+    benchmark(time.sleep, 0.0005)
+
+def test_gauged(gauge):
+    gauge(time.sleep, 0.0005)
+"""
+
+
+def test_benchmark_options_work_for_benchmark_tests(gauge_pytester: pytest.Pytester) -> None:
+    gauge_pytester.makepyfile(test_mixed=PLAIN_AND_GAUGE)
+    out = gauge_pytester.path / "out.json"
+    result = gauge_pytester.runpytest(
+        "--rounds",
+        "3",
+        "--benchmark-min-rounds=7",
+        "--benchmark-max-time=0.01",
+        "--benchmark-warmup=off",
+        f"--benchmark-json={out}",
+    )
+    result.assert_outcomes(passed=2)
+    rows = {b["name"]: b for b in json.loads(out.read_text())["benchmarks"]}
+    assert rows["test_plain"]["options"]["min_rounds"] == 7  # pytest-benchmark's own loop
+    assert rows["test_plain"]["stats"]["rounds"] >= 7
+    assert rows["test_gauged"]["options"]["measured_by"] == "gpugauge"
+    assert rows["test_gauged"]["stats"]["rounds"] == 3
+    text = result.stdout.str()
+    note = "pytest-benchmark options apply to tests that use `benchmark`, not to gauge tests"
+    assert text.count(note) == 1  # said once, in the gpugauge section
+    assert "--benchmark-min-rounds: use --min-rounds N" in text
+
+
+def test_benchmark_options_alone_say_nothing(gauge_pytester: pytest.Pytester) -> None:
+    gauge_pytester.makepyfile(test_plain="def test_plain(benchmark):\n    benchmark(sum, [1])\n")
+    result = gauge_pytester.runpytest("--benchmark-min-rounds=3")
+    result.assert_outcomes(passed=1)
+    assert "= gpugauge" not in result.stdout.str()  # no gauge result: no gpugauge section
+
+
+def test_cpu_run_says_smoke_check_and_the_next_step(gauge_pytester: pytest.Pytester, run) -> None:
+    result, _ = run()
+    result.stdout.fnmatch_lines(
+        [
+            "=*gpugauge results (CPU smoke check: host-timed rounds; not GPU measurements)*=",
+            "benchmark*median ms*95% CI ms*n*CV*notes",
+            "results saved: *out.json",
+            "report: python -m gpugauge report --current *out.json",
+        ]
+    )
+    header = next(ln for ln in result.stdout.lines if ln.startswith("benchmark "))
+    assert "SM MHz" not in header  # no clock and no power on a CPU: no empty columns
+    assert " W " not in f"{header} "
+    storage = gauge_pytester.path / "st"
+    saved, _ = run("--benchmark-autosave", f"--benchmark-storage={storage}")
+    [file] = list(storage.rglob("*.json"))
+    saved.stdout.fnmatch_lines(
+        [f"results saved: {file}", f"report: python -m gpugauge report --storage {storage}"]
+    )
+    unsaved = gauge_pytester.runpytest("--rounds", "2", "-p", "no:cacheprovider")
+    unsaved.stdout.fnmatch_lines(["results: not saved; add --benchmark-autosave*"])
+
+
+def test_one_registration_from_conftest_and_entry_point(pytester: pytest.Pytester) -> None:
+    # the checkout's way (conftest) and an install's (the pytest11 entry point, when this
+    # environment has gpugauge installed) together, in a fresh interpreter: registered once
+    pytester.makeconftest('pytest_plugins = ["gpugauge.plugin"]\n')
+    pytester.makepyfile(test_one="def test_one(gauge):\n    gauge(sum, [1, 2])\n")
+    result = pytester.runpytest_subprocess("--rounds", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "already registered" not in result.stderr.str()
+    # and with no conftest at all: -p names it as the entry point does
+    (pytester.path / "conftest.py").unlink()
+    again = pytester.runpytest_subprocess("--rounds", "2", "-p", "gpugauge.plugin")
+    again.assert_outcomes(passed=1)
+
+
+def test_parametrize_cases_without_the_plugin_says_how_to_load_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_cases="""
+        from gpugauge.plugin import parametrize_cases
+
+        def pytest_generate_tests(metafunc):
+            parametrize_cases(metafunc, "case", lambda profile: [])
+
+        def test_case(case):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:gpugauge.plugin", "-p", "no:cacheprovider")
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*the gpugauge pytest plugin is not loaded in this run*"])
+    assert "KeyError" not in result.stdout.str()

@@ -224,3 +224,110 @@ def test_many_artifacts_share_one_cell_under_their_header() -> None:
     assert {line.count("|") for line in lines} == {3}  # every row: two cells, like the header
     assert "[kernels_rank0_md](a/k0.md), [trace_rank0](a/t0.json.gz)" in lines[2]
     assert _html_cell(links).count("<a href=") == 2
+
+
+# a report that explains itself (issue 25)
+
+
+def _noisy(m):
+    from dataclasses import replace
+
+    return replace(m, timing=replace(m.timing, noisy=True))
+
+
+def _with_throughput(m, value: float):
+    from dataclasses import replace
+
+    return replace(m, values={"throughput": value})
+
+
+def test_verdicts_name_their_metric_and_flag_noise(tmp_path: Path) -> None:
+    from .fakes import result, save_run
+
+    before = save_run(
+        tmp_path / "before.json",
+        [result("a", 2.0), _with_throughput(result("b", 2.0), 100.0), result("c", 2.0)],
+    )
+    after = save_run(
+        tmp_path / "after.json",
+        [_noisy(result("a", 1.0)), _with_throughput(result("b", 2.0), 50.0), result("c", 2.0)],
+    )
+    out = tmp_path / "rep"
+    args = ["report", "--current", str(after), "--against", str(before), "--out", str(out)]
+    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
+    md = (out / "report.md").read_text()
+    rows: dict[str, str] = {}  # the verdict table's row: the first of each id
+    for line in md.splitlines():
+        if line.startswith("| "):
+            rows.setdefault(line.split("|")[1].strip(), line)
+    cells = {k: [c.strip() for c in v.split("|")[1:-1]] for k, v in rows.items()}
+    assert cells["benchmark"][1:3] == ["verdict", "decided by"]
+    assert cells["a"][1:3] == ["improved (noisy)", "time"]  # never a plain 'improved'
+    assert cells["b"][1:3] == ["REGRESSED", "throughput"]  # time did not move; throughput did
+    assert cells["c"][1:3] == ["unchanged", "time"]
+    assert "verdicts: 1 regressed, 1 improved, 1 unchanged (1 of the changes noisy)" in md
+    results = next(line for line in md.splitlines() if line.startswith("| a ") and "cpu-" in line)
+    assert "noisy" in [c.strip() for c in results.split("|")]  # the flag stays, with the CV
+    assert "| CV " in md
+    page = (out / "report.html").read_text()
+    assert '<tr class="improved noisy">' in page
+    assert '<tr class="regressed">' in page
+    assert not re.search(r'<tr class="[^"]*\bms\b', page)  # never a cell's text as a class
+
+
+def test_a_first_report_says_why_it_has_no_chart(tmp_path: Path) -> None:
+    from .fakes import result, save_run
+
+    current = save_run(tmp_path / "only.json", [result("a"), result("b")])
+    empty = tmp_path / "baselines"
+    empty.mkdir()
+    out = tmp_path / "rep"
+    args = ["report", "--current", str(current), "--baselines-dir", str(empty), "--out", str(out)]
+    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
+    md = (out / "report.md").read_text()
+    assert "## Charts not drawn" in md
+    assert "no ratio chart: none of this run's 2 results had a counterpart" in md
+    assert "no history chart: it needs two or more saved runs in --storage; found 0" in md
+    assert "Charts not drawn" in (out / "report.html").read_text()
+    assert not list(out.glob("*.png"))
+
+
+def test_ratio_bars_go_logarithmic_past_ten_x(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from gpugauge.regress.gate import GateResult, MetricCheck
+    from gpugauge.report.charts import RatioBars
+    from gpugauge.report.data import ReportData
+    from gpugauge.results.runs import SavedRun
+
+    def data(*ratios: float) -> ReportData:
+        results = [
+            GateResult(
+                f"b{i}",
+                "demo",
+                "cpu",
+                (MetricCheck("time", 1.0, r, r, r * 0.99, r * 1.01, 0.05, Verdict.UNCHANGED),),
+            )
+            for i, r in enumerate(ratios)
+        ]
+        return ReportData(SavedRun(tmp_path / "r.json", "now", []), "-", results, [])
+
+    wide = RatioBars().draw(data(1.01, 0.98, 434.0))
+    narrow = RatioBars().draw(data(1.01, 0.98, 1.3))
+    try:
+        assert wide.axes[0].get_xscale() == "log"
+        assert narrow.axes[0].get_xscale() == "linear"
+    finally:
+        plt.close(wide)
+        plt.close(narrow)
+
+
+def test_comparisons_say_when_a_side_was_noisy() -> None:
+    from gpugauge.report.tables import comparison_table
+    from gpugauge.results.measurement import Comparison
+
+    from .fakes import result
+
+    c = Comparison("vgg", result("n", 2.0), _noisy(result("s", 1.0)), "normal", "swapped")
+    row = comparison_table([c]).splitlines()[-1]
+    assert row.endswith("noisy: swapped")

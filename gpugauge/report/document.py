@@ -211,9 +211,17 @@ def _result_rows(data: ReportData, out: Path) -> Section:
 
 def _comparison_rows(data: ReportData) -> Section:
     """The families' comparisons, derived from the run's results, then gauge.compare's."""
-    headers = ["comparison", "baseline", "candidate", "speedup [95% CI]", "memory saved"]
+    headers = [
+        "comparison",
+        "baseline",
+        "candidate",
+        "speedup [95% CI]",
+        "memory saved",
+        "notes",
+    ]
     rows: list[list[Cell]] = []
     saved = [c.as_dict() for c in data.comparisons] + data.current.adhoc_comparisons
+    noisy = noisy_ids(data.current.measurements)
     for c in saved:
         try:
             s = c["speedup"]
@@ -225,11 +233,20 @@ def _comparison_rows(data: ReportData) -> Section:
                     f"{c['candidate_label']} {fmt_ms(c['candidate_median_ms'])} ms",
                     f"{s['value']:.3f}x [{s['ci_low']:.3f}, {s['ci_high']:.3f}]",
                     "-" if frac is None else f"{frac:+.1%}",
+                    _noisy_labels(c, noisy),
                 ]
             )
         except (KeyError, TypeError, ValueError):
             continue  # a comparison saved by another version: shown where it can be read
     return Section("Comparisons within this run", headers, rows)
+
+
+def _noisy_labels(saved: dict, noisy: frozenset[str]) -> str:
+    """'noisy: normal' for a saved comparison whose sides' rounds missed their target CI."""
+    sides = [
+        str(saved[f"{side}_label"]) for side in ("baseline", "candidate") if saved[side] in noisy
+    ]
+    return f"noisy: {', '.join(sides)}" if sides else "-"
 
 
 def _text(cell: Cell) -> str:

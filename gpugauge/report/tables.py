@@ -254,13 +254,14 @@ def roofline_table(measurements: Sequence[Measurement]) -> str:
 def comparison_table(comparisons: Sequence[Comparison], unmeasured: Collection[str] = ()) -> str:
     """One row per comparison: both medians, the speedup with its CI, memory saved.
 
-    A comparison with a side in ``unmeasured`` (--benchmark-disable) shows no speedup.
+    A comparison with a side in ``unmeasured`` (--benchmark-disable) shows no speedup; one
+    with a noisy side says so in its notes: its speedup may be noise.
     """
     rows = []
     for c in comparisons:
         if {c.baseline.id, c.candidate.id} & set(unmeasured):
             labels = [c.baseline_label, c.candidate_label]
-            rows.append([c.title, *labels, NOT_MEASURED, "", ""])
+            rows.append([c.title, *labels, NOT_MEASURED, "", "", ""])
             continue
         r = c.speedup
         base_mem, cand_mem = c.baseline.peak_bytes, c.candidate.peak_bytes
@@ -273,6 +274,7 @@ def comparison_table(comparisons: Sequence[Comparison], unmeasured: Collection[s
                 f"{r.value:.3f}x [{r.ci_low:.3f}, {r.ci_high:.3f}]",
                 "-" if base_mem is None else f"{fmt_bytes(base_mem)} -> {fmt_bytes(cand_mem)}",
                 "-" if frac is None else f"{frac:+.1%}",
+                noisy_sides(c),
             ]
         )
     headers = [
@@ -282,8 +284,19 @@ def comparison_table(comparisons: Sequence[Comparison], unmeasured: Collection[s
         "speedup [95% CI]",
         "peak memory",
         "mem saved",
+        "notes",
     ]
     return render(headers, rows, "gpugauge comparisons (speedup = baseline / candidate time)")
+
+
+def noisy_sides(c: Comparison) -> str:
+    """'noisy: normal, swapped' for the sides whose rounds missed their target CI; or ''."""
+    sides = [
+        label
+        for m, label in ((c.baseline, c.baseline_label), (c.candidate, c.candidate_label))
+        if m.timing is not None and m.timing.noisy
+    ]
+    return f"noisy: {', '.join(sides)}" if sides else ""
 
 
 def fmt_ratio(check: MetricCheck | None) -> str:
