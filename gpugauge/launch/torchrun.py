@@ -1,10 +1,22 @@
 """Start a workload on several ranks with torchrun, wait with a timeout, collect every rank.
 
-:func:`launch` runs ``python -m torch.distributed.run`` in a process group of its own, so
-that a crashed or hung rank can be stopped with everything it started: on a timeout the
-whole group gets SIGTERM, then SIGKILL, and no worker is left behind. Every rank writes
-``rank<N>.json`` (see :mod:`gpugauge.launch.worker`); a rank that wrote none is named in
-the :class:`LaunchError`, with its traceback where it left one.
+Nothing a launch starts outlives it, whatever ends it. :func:`launch` starts torchrun under
+:mod:`gpugauge.launch.reaper`, a small process that is a Linux *child subreaper*: every
+process of the tree stays below it even when torchrun is ``kill -9``-ed or a worker made
+a session of its own (torchrun starts each worker in its own session, so stopping
+torchrun's process group would miss them). The reaper ends the whole tree (SIGTERM and
+SIGCONT, a grace period, then SIGKILL until ``/proc`` shows none) when torchrun exits,
+when the launcher stops it (the timeout, an exception, Ctrl-C), or when the launcher
+itself dies (``PR_SET_PDEATHSIG``: a SIGTERM or ``kill -9`` of pytest). Each worker dies
+with torchrun too. See :mod:`gpugauge.launch.reaper` for why this, and not a watchdog.
+
+Every rank writes ``rank<N>.json`` (see :mod:`gpugauge.launch.worker`), and from its start
+``rank<N>.alive``, whose time it renews every :data:`~gpugauge.launch.worker.HEARTBEAT_S`.
+A rank whose heartbeat stops (a SIGSTOPped or frozen process) for ``Launch.stall_s`` ends
+the launch early; at the end every rank that wrote no result is named in the
+:class:`LaunchError`: one that stopped reporting (with its pid and process state, such as
+``T``: stopped), one still running at the timeout, one that failed (with the last line of
+its traceback).
 
 The same command runs across nodes: give ``nnodes`` and a rendezvous endpoint, start
 :func:`launch` (or the printed command) on every node with a shared ``out_dir``.
@@ -13,10 +25,10 @@ NVLink multicast stays off in every worker (``NCCL_NVLS_ENABLE=0`` and friends).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpugauge.launch import reaper
 from gpugauge.measure.timing import Timing
 from gpugauge.results.files import FileError, read_json
 
@@ -35,6 +48,9 @@ NO_MULTICAST = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
+POLL_S = 0.25  # how often the launcher looks at torchrun and the heartbeats
+SILENT_S = 5.0  # a heartbeat older than this (several missed beats): the rank is silent
+STATES = {"T": "stopped", "t": "stopped by a tracer", "Z": "exited", "D": "in disk sleep"}
 
 
 class LaunchError(RuntimeError):
@@ -74,6 +90,8 @@ class Launch:
     rdzv_endpoint: str | None = None  # host:port of node 0 for several nodes
     node_rank: int | None = None
     collective_timeout_s: float = 600.0
+    # a rank whose heartbeat stops this long ends the launch before its timeout
+    stall_s: float = 120.0
 
     @property
     def world_size(self) -> int:
@@ -97,19 +115,58 @@ class Launch:
         return [*cmd, f"--timeout-s={self.collective_timeout_s:g}"]
 
 
-def _stop_group(pgid: int, grace_s: float = 5.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
+@dataclass(frozen=True)
+class RankBeat:
+    """What a rank's heartbeat says: its process and how long ago it last reported."""
+
+    rank: int
+    pid: int | None
+    host: str
+    age_s: float  # since the heartbeat was last renewed
+    state: str | None  # /proc state letter where the rank runs on this host, else None
+
+    @property
+    def silent(self) -> bool:
+        """Stopped reporting: its heartbeat is old, or its process is stopped."""
+        return self.age_s >= SILENT_S or self.state in ("T", "t")
+
+    def describe(self) -> str:
+        """'pid 123 on host: stopped (state T)'."""
+        where = f"pid {self.pid} on {self.host}"
+        if self.state is None:
+            return where
+        return f"{where}: {STATES.get(self.state, 'running')} (state {self.state})"
+
+
+def heartbeats(out_dir: Path, world_size: int) -> dict[int, RankBeat]:
+    """The heartbeat of every rank that has one, by rank."""
+    here, now, out = socket.gethostname(), time.time(), {}
+    for rank in range(world_size):
+        path = out_dir / f"rank{rank}.alive"
         try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+            age = now - path.stat().st_mtime
+            data = json.loads(path.read_text())
+            pid, host = int(data["pid"]), str(data["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        state = reaper.state(pid) if host == here else None
+        out[rank] = RankBeat(rank, pid, host, max(age, 0.0), state)
+    return out
+
+
+def _stop(proc: subprocess.Popen, grace_s: float) -> None:
+    """Have the reaper end the tree (SIGTERM); SIGKILL it if it does not within the grace.
+
+    A SIGKILL-ed reaper still takes torchrun with it (its death signal), and torchrun its
+    workers.
+    """
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s + 10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -145,38 +202,87 @@ def launch(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     note: Callable[[str], None] = print,
+    grace_s: float = 5.0,
 ) -> list[RankResult]:
     """Run ``job`` with torchrun and return every rank's result, rank order.
 
-    ``timeout_s`` bounds the whole launch; past it the process group is stopped and the
-    ranks that wrote no result are named. torchrun's output goes to
-    ``out_dir/torchrun.log``.
+    ``timeout_s`` bounds the whole launch; past it, or once a rank has not reported for
+    ``job.stall_s``, every process of the launch is stopped (SIGTERM, then SIGKILL after
+    ``grace_s``) and the ranks that wrote no result are named. However the launch ends
+    (an exception, Ctrl-C, torchrun killed, the launcher killed) no process of it is left.
+    torchrun's output goes to ``out_dir/torchrun.log``.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in [*out_dir.glob("rank*.json"), *out_dir.glob("rank*.error")]:
-        old.unlink()
+    for pattern in ("rank*.json", "rank*.error", "rank*.alive"):
+        for old in out_dir.glob(pattern):
+            old.unlink(missing_ok=True)
     log = out_dir / "torchrun.log"
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     full_env = {**os.environ, **(env or {}), **NO_MULTICAST, "PYTHONPATH": path}
-    cmd = job.command(out_dir)
+    cmd = [sys.executable, "-m", "gpugauge.launch.reaper", f"--parent={os.getpid()}"]
+    cmd += [f"--grace-s={grace_s:g}", "--", *job.command(out_dir)]
     note(f"torchrun: {job.world_size} ranks of {job.call} (log {log})")
     with log.open("w") as fh:
+        # a session of its own: a Ctrl-C reaches the launcher, which stops the launch
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=full_env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
         )
-        timed_out = False
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            ended = _watch(proc, job, out_dir, timeout_s)
         finally:
-            _stop_group(proc.pid)  # a clean exit leaves nothing; a hang leaves the workers
-            proc.wait()
-    return _collect(job, out_dir, log, proc.returncode, timed_out, timeout_s)
+            _stop(proc, grace_s)
+    return _collect(job, out_dir, log, proc.returncode, ended)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """Why the launcher stopped a launch, and every rank's heartbeat at that moment."""
+
+    how: str  # "timed out" or "stalled"
+    detail: str
+    beats: Mapping[int, RankBeat]
+
+
+def _watch(proc: subprocess.Popen, job: Launch, out_dir: Path, timeout_s: float) -> _Ended | None:
+    """Wait for torchrun; an _Ended if the timeout passed or a rank stopped reporting."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        beats = heartbeats(out_dir, job.world_size)
+        if time.monotonic() >= deadline:
+            return _Ended("timed out", f"within {timeout_s:g} s", beats)
+        stalled = [
+            b for b in beats.values() if b.age_s >= job.stall_s and not _finished(out_dir, b.rank)
+        ]
+        if stalled:
+            b = stalled[0]
+            return _Ended("stalled", f"rank {b.rank} did not report for {job.stall_s:g} s", beats)
+
+
+def _finished(out_dir: Path, rank: int) -> bool:
+    return (out_dir / f"rank{rank}.json").exists() or (out_dir / f"rank{rank}.error").exists()
+
+
+def _unfinished(rank: int, ended: _Ended | None) -> str:
+    """Why a rank wrote no result: it stopped reporting, was still running, or never began."""
+    if ended is None:
+        return f"rank {rank} wrote no result"
+    beat = ended.beats.get(rank)
+    if beat is None:
+        return f"rank {rank} never reported (no heartbeat: it did not start)"
+    if beat.silent:
+        return f"rank {rank} did not report for {beat.age_s:.0f} s ({beat.describe()})"
+    if ended.how == "timed out":
+        return f"rank {rank} did not finish {ended.detail} (still reporting: {beat.describe()})"
+    return f"rank {rank} was still reporting when the launch was stopped"
 
 
 def _collect(
-    job: Launch, out_dir: Path, log: Path, code: int, timed_out: bool, timeout_s: float
+    job: Launch, out_dir: Path, log: Path, code: int, ended: _Ended | None
 ) -> list[RankResult]:
     results, problems = {}, []
     for rank in range(job.world_size):
@@ -185,15 +291,23 @@ def _collect(
             last = error.read_text(errors="replace").strip().splitlines()[-1:]
             problems.append(f"rank {rank} failed: {last[0] if last else '?'}")
         elif not done.exists():
-            why = f"did not finish within {timeout_s:g} s" if timed_out else "wrote no result"
-            problems.append(f"rank {rank} {why}")
+            problems.append(_unfinished(rank, ended))
         else:
             try:
                 results[rank] = RankResult.load(done)
             except (FileError, KeyError, TypeError, ValueError) as err:
                 problems.append(f"rank {rank} wrote an unreadable result: {err}")
-    if problems or code != 0:
-        how = "timed out; every worker was stopped" if timed_out else f"torchrun exit {code}"
+    if problems or code != 0 or ended is not None:
+        if ended is None:
+            how = f"torchrun exit {code}"
+            if code - 128 in signal.valid_signals():
+                how += f" ({signal.Signals(code - 128).name})"
+        elif ended.how == "timed out":
+            how = "timed out; every worker was stopped"
+        else:
+            how = f"{ended.detail}; every worker was stopped"
+        # the silent ranks first: they are the cause, the others waited on them
+        problems.sort(key=lambda p: "did not report" not in p)
         raise LaunchError(
             f"{job.call} on {job.world_size} ranks: {'; '.join(problems) or how} ({how}). "
             f"Last lines of {log}:\n{_tail(log)}"

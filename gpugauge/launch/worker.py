@@ -6,22 +6,35 @@ once per rank. ``--call module:function`` names the rank function, which gets th
 ``{"timing": Timing.as_dict(), "values": {...}, "extra": {...}}``. The worker writes it to
 ``<out>/rank<N>.json`` atomically; if the function raises, the traceback goes to
 ``<out>/rank<N>.error`` first, so the launcher can say which rank failed and why.
+
+From its first moment a worker started under :mod:`gpugauge.launch.reaper` dies with
+torchrun (``PR_SET_PDEATHSIG``, SIGKILL): a killed torchrun leaves no worker running even
+for the instant before the reaper ends the tree. A thread renews ``<out>/rank<N>.alive``
+(its pid and host) every :data:`HEARTBEAT_S`: a rank that is stopped or frozen stops
+renewing it, which is how the launcher tells the rank that stopped from the ranks that
+wait on it in a collective.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib
 import json
 import os
+import socket
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpugauge.launch.reaper import REAPER_ENV, die_with_parent
 from gpugauge.results.files import atomic_write_json, atomic_write_text
+
+HEARTBEAT_S = 1.0  # seconds between renewals of rank<N>.alive
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,30 @@ def context(spec: dict[str, Any]) -> RankContext:
     return RankContext(rank, local, world, "cpu", "gloo")
 
 
+def heartbeat(path: Path, every_s: float = HEARTBEAT_S) -> threading.Event:
+    """Write ``path`` (pid, host) and renew its time every ``every_s`` from a daemon thread.
+
+    Set the returned event to stop. A file removed meanwhile (another node's launcher
+    clearing a shared folder) is written again.
+    """
+    body = {"pid": os.getpid(), "host": socket.gethostname()}
+    done = threading.Event()
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                try:
+                    os.utime(path)
+                except FileNotFoundError:
+                    atomic_write_json(path, body)
+            if done.wait(every_s):
+                return
+
+    atomic_write_json(path, body)
+    threading.Thread(target=beat, name="gpugauge-heartbeat", daemon=True).start()
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one rank; the exit status is non-zero when the rank function failed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -66,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<N>.json")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout")
     args = parser.parse_args(argv)
+    reaper = os.environ.get(REAPER_ENV)
+    if reaper and (not die_with_parent() or str(os.getppid()) == reaper):
+        return 1  # torchrun ended before this worker began: nothing to join
     rank = int(os.environ.get("RANK", "0"))
+    heartbeat(args.out / f"rank{rank}.alive")
     try:
         import torch.distributed as dist
 
