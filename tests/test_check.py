@@ -20,11 +20,19 @@ import pytest
 import torch
 
 from gpugauge.__main__ import main as gpugauge_main
-from gpugauge.check import gate as gate_check
-from gpugauge.check.gate import GateReport, gate_cases, markdown_gate, read_run, render_gate
+from gpugauge.check import gate_runs
+from gpugauge.check.gate import (
+    GateReport,
+    gate_cases,
+    markdown_gate,
+    read_run,
+    render_gate,
+    write_gate,
+)
 from gpugauge.check.runs import families_with_baselines, or_expression
 from gpugauge.check.slowdown import host_spin
-from gpugauge.check.timer import TimerReport, TimerRow, render_timer, selected, why_not_here
+from gpugauge.check.timer import TimerReport, render_timer, why_not_here
+from gpugauge.check.timers import TimerRow, selected
 from gpugauge.launch.torchrun import processes_mentioning
 from gpugauge.measure.environment import device_class
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
@@ -78,8 +86,9 @@ def test_host_spin_waits_its_time_on_the_given_clock() -> None:
     assert 0.025 <= t[0] <= 0.028
 
 
-# a median may sit this far above a round's cost when other jobs share the runner's cores
-SLACK = 1.3
+# On a two-core runner shared with other jobs a preempted round runs long: its fastest round
+# by up to this many ms, its median by up to this fraction.
+LATE_MS, SLACK = 2.0, 1.3
 
 
 def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
@@ -88,9 +97,9 @@ def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
     """A 20 ms round: 50% of its baseline median added, then a fixed 10 ms.
 
     A spin ends at its deadline however often the host preempts it; only a preemption
-    across the deadline makes a round longer, by up to a time slice (a loaded two-core
-    runner: several ms, in any round of any run). So the fastest round is the round's
-    cost, and a slowed run's median must be that cost plus what was injected, within noise.
+    across the deadline makes a round longer, by up to a time slice. So no round may be
+    shorter than 20 ms plus what was injected, and the fastest and the median may exceed
+    it only by the host's lateness.
     """
     gauge_pytester.makepyfile(
         test_demo=SPIN_BENCH.replace('[("long", 12.0), ("short", 0.5)]', '[("one", 20.0)]')
@@ -101,8 +110,7 @@ def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
     out = {name: gauge_pytester.path / f"{name}.json" for name in ("base", "frac", "ms")}
     gauge_pytester.runpytest(*common, "--update-baselines", f"--benchmark-json={out['base']}")
     base_rounds, _ = _rounds(out["base"])
-    cost = min(base_rounds)
-    assert cost >= 20.0
+    assert min(base_rounds) >= 20.0
 
     frac = gauge_pytester.runpytest(
         *common, "--gate", "--inject-slowdown", "0.5", f"--benchmark-json={out['frac']}"
@@ -111,8 +119,8 @@ def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
     rounds, info = _rounds(out["frac"])
     asked = info["extra"]["injected_slowdown_ms"]
     assert asked == pytest.approx(0.5 * statistics.median(base_rounds))
-    assert min(rounds) == pytest.approx(cost + asked, abs=0.5)
-    assert cost + asked - 0.5 <= statistics.median(rounds) <= SLACK * (cost + asked)
+    assert 20.0 + asked <= min(rounds) <= 20.0 + asked + LATE_MS
+    assert statistics.median(rounds) <= SLACK * (20.0 + asked)
 
     fixed = gauge_pytester.runpytest(
         *common, "--inject-slowdown-ms", "10", f"--benchmark-json={out['ms']}"
@@ -120,8 +128,8 @@ def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
     fixed.assert_outcomes(passed=1)  # no --gate: nothing judged
     rounds, info = _rounds(out["ms"])
     assert info["extra"]["injected_slowdown_ms"] == 10.0
-    assert min(rounds) == pytest.approx(cost + 10.0, abs=0.5)
-    assert cost + 9.5 <= statistics.median(rounds) <= SLACK * (cost + 10.0)
+    assert 30.0 <= min(rounds) <= 30.0 + LATE_MS
+    assert statistics.median(rounds) <= SLACK * 30.0
 
 
 def test_injected_fraction_without_gate_is_a_usage_error(
@@ -240,7 +248,7 @@ def test_gate_passes_when_every_long_case_is_caught_and_no_alarm(canned: GateRep
 
 
 def test_gate_report_json_round_trips(canned: GateReport, tmp_path: Path) -> None:
-    written = gate_check.write_gate(canned, tmp_path, "gpugauge check gate -k x")
+    written = write_gate(canned, tmp_path, "gpugauge check gate -k x")
     assert [p.name for p in written] == ["gate.json", "gate.md"]
     data = json.loads((tmp_path / "gate.json").read_text())
     assert data["counts"] == {
@@ -263,9 +271,9 @@ def test_gate_report_json_round_trips(canned: GateReport, tmp_path: Path) -> Non
 def test_gate_runs_are_gated_time_only_and_the_injected_one_loads_the_plugin(
     tmp_path: Path,
 ) -> None:
-    cfg = gate_check.GateConfig(out=tmp_path, fraction=0.03, pytest_args=("--rounds", "3"))
-    aa = gate_check.run_args(cfg, "vgg_swap or conv", injected=False)
-    inj = gate_check.run_args(cfg, "vgg_swap or conv", injected=True)
+    cfg = gate_runs.GateConfig(out=tmp_path, fraction=0.03, pytest_args=("--rounds", "3"))
+    aa = gate_runs.run_args(cfg, "vgg_swap or conv", injected=False)
+    inj = gate_runs.run_args(cfg, "vgg_swap or conv", injected=True)
     for args in (aa, inj):
         assert args[:3] == ["benches", "-k", "vgg_swap or conv"]
         assert {"--gate", "--energy-window"} <= set(args)
@@ -482,4 +490,4 @@ def test_tools_folder_is_gone_and_experiments_say_what_they_answered() -> None:
 
 def test_device_class_of_this_machine_is_the_gate_checks() -> None:
     cls = device_class("cuda" if torch.cuda.is_available() else "cpu")
-    assert gate_check.this_device_class() == cls
+    assert gate_runs.this_device_class() == cls

@@ -160,7 +160,8 @@ def timer_command(args: argparse.Namespace) -> int:
 
 def gate_command(args: argparse.Namespace) -> int:
     """``gpugauge check gate``."""
-    from gpugauge.check.gate import GateConfig, render_gate, run_gate_check, write_gate
+    from gpugauge.check.gate import render_gate, write_gate
+    from gpugauge.check.gate_runs import GateConfig, run_gate_check
 
     cfg = GateConfig(
         out=args.out,

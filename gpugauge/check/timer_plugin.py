@@ -9,7 +9,7 @@ on the family's own cases, whatever family they come from:
 
 After ``gauge.measure`` has timed and recorded a case as usual, the same callable is timed
 by ``triton.testing.do_bench`` and by a bare CUDA-event loop
-(:func:`gpugauge.check.timer.compare_timers`). A case that runs a setup step before every
+(:func:`gpugauge.check.timers.compare_timers`). A case that runs a setup step before every
 round (do_bench would time it with the round) or that is not on one GPU is skipped with
 that reason. The rows are written to the JSON file when the session ends.
 """
@@ -65,7 +65,7 @@ def case_id(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep only the cases ``--timer-check-op`` patterns select (all when none is given)."""
-    from gpugauge.check.timer import selected
+    from gpugauge.check.timers import selected
 
     patterns = config.getoption("timer_check_op")
     if not patterns:
@@ -96,7 +96,7 @@ def three_ways(
     not_compared: list[dict[str, str]],
 ) -> Callable[..., Any]:
     """``Gauge.measure`` that then times the same callable with do_bench and a bare loop."""
-    from gpugauge.check.timer import compare_timers
+    from gpugauge.check.timers import compare_timers
 
     def measured(self: Gauge, spec: Any, fn: Callable[[], object], **kw: Any) -> Any:
         devices = devices_of(spec)

@@ -1,0 +1,165 @@
+"""Running ``gpugauge check gate``: the A/A runs and the injected run, in pytest.
+
+Each run is ``python -m pytest benches -k EXPR --profile P --gate --energy-window 0`` in
+a process of its own (:func:`gpugauge.check.runs.run_pytest`); the A/A runs record each
+case's kernels, the injected one loads :mod:`gpugauge.check.slowdown`. The verdicts are
+gathered into a :class:`~gpugauge.check.gate.GateReport`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpugauge.check.gate import (
+    DEFAULT_SLOWDOWN,
+    GateReport,
+    RunResult,
+    gate_cases,
+    percent,
+    read_run,
+)
+from gpugauge.check.runs import (
+    PYTEST_FAILED,
+    PYTEST_NO_TESTS,
+    PYTEST_OK,
+    CheckError,
+    CheckUnavailable,
+    Finished,
+    Note,
+    check_benches,
+    families_with_baselines,
+    log_tail,
+    or_expression,
+    run_pytest,
+)
+from gpugauge.report.tables import verdict_counts
+from gpugauge.results.runs import RunError
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """What ``gpugauge check gate`` was asked to do."""
+
+    out: Path
+    root: Path = Path(".")
+    benches: Path = Path("benches")
+    select: str | None = None  # pytest -k; None: the families with baselines of this device
+    profile: str = "seed"
+    fraction: float = DEFAULT_SLOWDOWN
+    aa_runs: int = 2
+    baselines_dir: Path = Path("baselines")
+    tolerances_dir: Path | None = None
+    pytest_args: tuple[str, ...] = ()
+
+
+def this_device_class() -> str:
+    """The device class the benchmarks' baselines are stored under on this machine."""
+    import torch
+
+    from gpugauge.measure.environment import device_class
+
+    return device_class("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def run_args(cfg: GateConfig, select: str, injected: bool) -> list[str]:
+    """A gated run's pytest arguments (the JSON option is added by the runner)."""
+    args = [str(cfg.benches), "-k", select, "--profile", cfg.profile, "--gate"]
+    args += ["--energy-window", "0", f"--baselines-dir={cfg.baselines_dir}"]
+    if cfg.tolerances_dir is not None:
+        args.append(f"--tolerances-dir={cfg.tolerances_dir}")
+    if injected:
+        args += ["-p", "gpugauge.check.slowdown", f"--inject-slowdown={cfg.fraction:g}"]
+    else:
+        args.append("--record-kernels")  # a changed plan is named in the verdict's note
+    return [*args, "-p", "no:cacheprovider", *cfg.pytest_args]
+
+
+def _check_config(cfg: GateConfig) -> None:
+    if not 0 < cfg.fraction < 1:
+        raise CheckError(f"--slowdown {cfg.fraction}: must be a fraction in (0, 1), 0.03 = 3%")
+    if cfg.aa_runs < 1:
+        raise CheckError(f"--runs {cfg.aa_runs}: at least one A/A run")
+    check_benches(cfg.root, cfg.benches)
+    if not cfg.baselines_dir.is_dir():
+        raise CheckError(f"--baselines-dir {cfg.baselines_dir}: no such directory")
+    if cfg.tolerances_dir is not None and not cfg.tolerances_dir.is_dir():
+        raise CheckError(f"--tolerances-dir {cfg.tolerances_dir}: no such directory")
+
+
+def _finished_line(label: str, done: Finished, found: dict[str, RunResult]) -> str:
+    counts = verdict_counts([r.gate for r in found.values() if r.gate is not None])
+    return (
+        f"[gpugauge check gate] {label}: pytest exit {done.exit_code} in {done.wall_s:.0f} s; "
+        f"{counts or 'no verdict'}"
+    )
+
+
+def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
+    """The A/A runs, then the injected run; each case's verdicts gathered."""
+    _check_config(cfg)
+    dev_cls = this_device_class()
+    families = families_with_baselines(cfg.baselines_dir, dev_cls)
+    if not families:
+        raise CheckUnavailable(
+            f"no baselines of device class {dev_cls} in {cfg.baselines_dir}: record them "
+            "first (two runs with --benchmark-json, then python -m gpugauge baseline RUN1 "
+            "RUN2; see docs/check.md)"
+        )
+    select = cfg.select if cfg.select is not None else or_expression(families)
+    plan = [(f"aa{i + 1}", f"A/A {i + 1} of {cfg.aa_runs}", False) for i in range(cfg.aa_runs)]
+    plan.append(("injected", f"+{percent(cfg.fraction)} injected", True))
+    note(
+        f"[gpugauge check gate] {dev_cls}: -k {select!r}, profile {cfg.profile}, "
+        f"{cfg.aa_runs} A/A run(s) and one with {percent(cfg.fraction)} injected"
+    )
+    t0 = time.monotonic()
+    found: dict[str, dict[str, RunResult]] = {}
+    runs, problems = [], []
+    for i, (name, label, injected) in enumerate(plan):
+        note(f"[gpugauge check gate] run {i + 1} of {len(plan)}, {label}: started")
+        done = run_pytest(
+            name,
+            run_args(cfg, select, injected),
+            root=cfg.root,
+            folder=cfg.out / "gate-runs",
+            json_option="--benchmark-json",
+            note=note,
+        )
+        if done.exit_code == PYTEST_NO_TESTS:
+            raise CheckError(f"-k {select!r} selected no test in {cfg.benches}")
+        try:
+            found[name] = read_run(done.json)
+        except RunError as err:
+            found[name] = {}
+            problems.append(f"{label}: {err}")
+        if done.exit_code not in (PYTEST_OK, PYTEST_FAILED) or done.json is None:
+            problems.append(
+                f"{label}: pytest exit {done.exit_code}, "
+                f"{'no results' if done.json is None else 'results kept'}; see {done.log}"
+            )
+            if not found[name]:
+                note(log_tail(done.log))
+        note(_finished_line(label, done, found[name]))
+        runs.append(
+            {
+                "name": name,
+                "label": label,
+                "injected": injected,
+                "pytest_exit": done.exit_code,
+                "wall_s": done.wall_s,
+                "json": None if done.json is None else str(done.json),
+                "log": str(done.log),
+                "args": run_args(cfg, select, injected),
+            }
+        )
+    note(f"[gpugauge check gate] {len(plan)} runs in {time.monotonic() - t0:.0f} s")
+    cases = gate_cases([found[name] for name, _, inj in plan if not inj], found["injected"])
+    report = GateReport(tuple(cases), cfg.fraction, dev_cls, tuple(runs), tuple(problems))
+    if not report.summary.counted and not report.summary.short:
+        raise CheckUnavailable(
+            f"nothing to judge: no case of -k {select!r} has a baseline of device class "
+            f"{dev_cls} in {cfg.baselines_dir}"
+        )
+    return report

@@ -1,0 +1,206 @@
+"""The three timers of ``gpugauge check timer``, and the ops only the check times.
+
+:func:`compare_timers` times a callable with ``triton.testing.do_bench`` (500 ms warm-up,
+1 s of repetitions, median, as in docs/gpu-runs.md runs 42 and 50) and with a bare
+CUDA-event loop, beside the suite's own :class:`~gpugauge.measure.timing.Timing` of it,
+with the SM clock each saw; :func:`time_power_heavy` does all three for three
+power-capped ops that are no benchmark's case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from gpugauge.check.runs import Note
+from gpugauge.measure.nvml import NvmlDevice
+from gpugauge.measure.timing import Timing
+
+DO_BENCH_WARMUP_MS = 500  # as in runs 42 and 50
+DO_BENCH_REP_MS = 1000
+BARE_WARMUP = 5  # the bare loop of run 1: 5 warm-up rounds, median of 50
+BARE_ROUNDS = 50
+BARE_MIN_ROUNDS = 10  # fewer for long ops: at most about BARE_SPAN_MS of rounds
+BARE_SPAN_MS = 1000.0
+
+
+@dataclass(frozen=True)
+class TimerRow:
+    """One op timed three ways (ms) and the SM clock each saw (MHz; None without NVML)."""
+
+    op: str
+    suite_ms: float
+    do_bench_ms: float
+    bare_ms: float
+    suite_sm_mhz: float | None = None
+    suite_sm_min_mhz: float | None = None
+    suite_sm_max_mhz: float | None = None
+    do_bench_sm_mhz: float | None = None
+    l2_flushed: bool = False
+    settled: bool | None = None
+    rounds: int = 0
+
+    @property
+    def vs_do_bench(self) -> float:
+        """Suite / do_bench - 1 (positive: the suite reads slower)."""
+        return self.suite_ms / self.do_bench_ms - 1
+
+    @property
+    def vs_bare(self) -> float:
+        """Suite / bare loop - 1."""
+        return self.suite_ms / self.bare_ms - 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON, with the two differences."""
+        return {**asdict(self), "vs_do_bench": self.vs_do_bench, "vs_bare": self.vs_bare}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TimerRow:
+        """Read back :meth:`as_dict` (the derived differences are dropped)."""
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def bare_event_loop(
+    fn: Callable[[], object],
+    rounds: int = BARE_ROUNDS,
+    warmup: int = BARE_WARMUP,
+    between: Callable[[], object] | None = None,
+) -> float:
+    """Median ms of a plain loop: events around each call, one synchronize at the end.
+
+    ``between`` (an L2 flush, as the suite and do_bench do for the same op) runs before
+    each round, outside its events. No head start, no batches, no warm-up by time.
+    """
+    import torch
+
+    for _ in range(warmup):
+        if between is not None:
+            between()
+        fn()
+    torch.cuda.synchronize()
+    pairs = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(rounds)
+    ]
+    for a, b in pairs:
+        if between is not None:
+            between()
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
+
+
+def bare_rounds(suite_ms: float) -> int:
+    """Rounds of the bare loop: 50, fewer for long ops (about 1 s of rounds, at least 10)."""
+    return max(BARE_MIN_ROUNDS, min(BARE_ROUNDS, math.ceil(BARE_SPAN_MS / max(suite_ms, 1e-6))))
+
+
+def compare_timers(
+    op: str,
+    fn: Callable[[], object],
+    suite: Timing,
+    flush: Callable[[], object] | None,
+    nvml_device: NvmlDevice | None,
+) -> TimerRow:
+    """Time ``fn`` with do_bench and the bare loop, beside the suite's ``Timing`` of it.
+
+    The SM clock under do_bench is the median of NVML samples taken while it ran.
+    """
+    import triton.testing
+
+    from gpugauge.measure.sampler import GpuSampler
+
+    sampler = GpuSampler(nvml_device) if nvml_device is not None else contextlib.nullcontext()
+    with sampler as watch:
+        t0 = time.perf_counter()
+        bench = triton.testing.do_bench(
+            fn, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="median"
+        )
+        t1 = time.perf_counter()
+        bare = bare_event_loop(fn, bare_rounds(suite.summary.median), between=flush)
+    seen = [s.sm_clock_mhz for s in watch.between(t0, t1) if s.sm_clock_mhz] if watch else []
+    clocks = suite.clocks()
+    return TimerRow(
+        op=op,
+        suite_ms=suite.summary.median,
+        do_bench_ms=float(bench),
+        bare_ms=bare,
+        suite_sm_mhz=clocks["sm_median_mhz"],
+        suite_sm_min_mhz=clocks["sm_min_mhz"],
+        suite_sm_max_mhz=clocks["sm_max_mhz"],
+        do_bench_sm_mhz=float(statistics.median(seen)) if seen else None,
+        l2_flushed=suite.l2_flushed,
+        settled=suite.settled,
+        rounds=suite.summary.n,
+    )
+
+
+POWER_HEAVY_OPS = ("matmul-8192-bf16", "matmul-8192-fp16", "conv3x3-256ch-56px-b128-bf16")
+
+
+def power_heavy_ops() -> list[tuple[str, Callable[[], object]]]:
+    """The matmul of the clock-regime table and two more ops that run at the power cap."""
+    import torch
+
+    a16 = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b16 = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    h16 = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    conv = torch.nn.Conv2d(256, 256, 3, padding=1).cuda().to(torch.bfloat16)
+    x = torch.randn(128, 256, 56, 56, device="cuda", dtype=torch.bfloat16)
+    conv.requires_grad_(False)
+
+    def conv_fwd() -> object:
+        with torch.inference_mode():
+            return conv(x)
+
+    ops = [lambda: torch.mm(a16, b16), lambda: torch.mm(h16, h16), conv_fwd]
+    return list(zip(POWER_HEAVY_OPS, ops, strict=True))
+
+
+def time_power_heavy(profile: str, patterns: Sequence[str], note: Note) -> list[TimerRow]:
+    """The power-heavy ops (those ``patterns`` select), timed three ways in this process.
+
+    Cold L2 in all three timers, like do_bench, which clears a 256 MB buffer before each
+    repetition: timed warm, the H100 read matmul-8192-bf16 2.9% under do_bench (run 45).
+    """
+    chosen = [name for name in POWER_HEAVY_OPS if selected(name, patterns)]
+    if not chosen:
+        return []
+    import torch
+
+    from gpugauge.gauge import l2_flusher
+    from gpugauge.measure.nvml import maybe_nvml
+    from gpugauge.measure.sampler import GpuSampler
+    from gpugauge.measure.timing import CudaEventClock, measure
+    from gpugauge.options import PROFILE_POLICIES
+
+    policy = replace(PROFILE_POLICIES[profile], flush_l2=True)
+    rows = []
+    with maybe_nvml() as nvml:
+        dev = None if isinstance(nvml, Exception) else nvml.device(0)
+        ops = [(name, fn) for name, fn in power_heavy_ops() if name in chosen]
+        flush = l2_flusher("cuda")
+        for name, fn in ops:
+            watching = GpuSampler(dev) if dev is not None else contextlib.nullcontext()
+            with watching as watch:
+                suite = measure(fn, policy, CudaEventClock("cuda"), between=flush, watch=watch)
+            row = compare_timers(name, fn, suite, flush, dev)
+            rows.append(row)
+            note(f"  {name}: suite {row.suite_ms:.4g} ms, do_bench {row.do_bench_ms:.4g} ms")
+    del ops, flush
+    torch.cuda.empty_cache()
+    return rows
+
+
+def selected(op: str, patterns: Sequence[str]) -> bool:
+    """Whether ``op`` matches any of the shell-style ``patterns`` (all ops when none)."""
+    return not patterns or any(fnmatch.fnmatchcase(op, p) for p in patterns)
