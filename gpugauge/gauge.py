@@ -28,7 +28,7 @@ from gpugauge.measure.timing import TimingPolicy
 from gpugauge.options import Options
 from gpugauge.pipeline import l2_flusher, take
 from gpugauge.regress.baselines import entry_of
-from gpugauge.regress.gate import Verdict
+from gpugauge.regress.gate import GateResult, Verdict
 from gpugauge.report.tables import one_line
 from gpugauge.results.measurement import Comparison, Measurement, Spec
 from gpugauge.session import GaugeSession, Note
@@ -47,6 +47,15 @@ __all__ = [
 ]
 
 CUSTOM_FAMILY = "custom"  # the family of a spec made from a test with no family marker
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
+def _deciding(r: GateResult) -> str:
+    """The checks that decided a verdict, in one phrase."""
+    return "; ".join(c.describe() for c in r.checks if c.verdict is r.verdict) or r.note
 
 
 class GaugeError(RuntimeError):
@@ -134,6 +143,7 @@ class Gauge:
         self._benchmark = benchmark
         self._node = node
         self._recorded: Measurement | None = None
+        self._again: Callable[[], Measurement] | None = None
         self._started = time.perf_counter()
 
     @property
@@ -211,21 +221,25 @@ class Gauge:
             spec = self.call_spec(id=spec)
         check_spec(spec, "gauge.measure")
         self._check_not_recorded(spec)
-        m = take(
-            self.session,
-            spec,
-            fn,
-            self._policy(flush_l2),
-            measured=not self._benchmark_disabled,
-            setup=setup,
-            work=work,
-            expected_memory=expected_memory,
-            energy=energy,
-            values=values,
-            artifacts=artifacts,
-            extra=extra,
-        )
-        return self.record(m)
+
+        def once() -> Measurement:
+            return take(
+                self.session,
+                spec,
+                fn,
+                self._policy(flush_l2),
+                measured=not self._benchmark_disabled,
+                setup=setup,
+                work=work,
+                expected_memory=expected_memory,
+                energy=energy,
+                values=values,
+                artifacts=artifacts,
+                extra=extra,
+            )
+
+        self._again = once  # a regressed result is measured again before its test fails
+        return self.record(once())
 
     def record(self, m: Measurement) -> Measurement:
         """Record a result built anywhere: store it, gate it, and return it.
@@ -274,12 +288,46 @@ class Gauge:
                 f"row and baseline key). Parametrize the test with one case per result."
             )
 
+    def _judge(self, m: Measurement) -> GateResult:
+        """The gate's verdict, with the history's host-aware reference where it has one."""
+        gate, tracker = self.session.gate, self.session.tracker
+        assert gate is not None
+        return gate.judge(entry_of(m)) if tracker is None else tracker.judge(m, gate)
+
+    def _confirm(self, m: Measurement, first: GateResult) -> tuple[Measurement, GateResult]:
+        """Measure a regressed result again (a fresh warm-up) and judge that measurement.
+
+        A regression fails its test only if the confirmation regresses too, so one
+        disturbed measurement (a neighbour's job, a clock dip) does not fail a night. A
+        result recorded from elsewhere (a worker's, a search) cannot be measured again.
+        """
+        if self._again is None or not self.session.confirm:
+            why = "--no-confirm" if self._again is not None else "recorded from elsewhere"
+            return m, replace(first, note=_joined(first.note, f"not confirmed ({why})"))
+        self.session.note(f"{m.id}: regressed; measuring again to confirm ...")
+        second = self._again()
+        judged = self._judge(second)
+        said = f"first measurement {first.verdict}: {_deciding(first)}"
+        return second, replace(judged, note=_joined(said, judged.note))
+
     def _gate(self, m: Measurement) -> None:
-        """Judge against the baseline; a regression fails the test that owns it."""
-        gate = self.session.gate
-        if gate is None or self._benchmark_disabled:
+        """Judge the result; a regression that a second measurement confirms fails the test.
+
+        Both measurements are kept: the first is the pytest-benchmark row, the history
+        keeps both attempts, and the stored verdict is the confirmation's.
+        """
+        if self.session.gate is None or self._benchmark_disabled:
+            if self.session.tracker is not None and not self._benchmark_disabled:
+                self.session.tracker.keep([(m, None)])
             return
-        result = gate.judge(entry_of(m))
+        result = self._judge(m)
+        attempts: list[tuple[Measurement, GateResult | None]] = [(m, result)]
+        if result.verdict is Verdict.REGRESSED:
+            second, result = self._confirm(m, result)
+            if second is not m:
+                attempts.append((second, result))
+        if self.session.tracker is not None:
+            self.session.tracker.keep(attempts)
         self.session.gate_results.append(result)
         if self._benchmark is not None:
             self._benchmark.extra_info["gate"] = result.as_dict()

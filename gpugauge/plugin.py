@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gpugauge import tracking
 from gpugauge.benchmark_options import (
     benchmark_disabled,
     check_histogram,
@@ -29,10 +30,11 @@ from gpugauge.benchmark_options import (
 from gpugauge.families import registry
 from gpugauge.gauge import Gauge
 from gpugauge.measure.environment import SCHEMA_VERSION
-from gpugauge.options import Options, add_options, resolve
+from gpugauge.options import Options, add_options, check_destinations, resolve
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
+from gpugauge.results import benchmark_storage
 from gpugauge.results.measurement import Spec, devices_of
 from gpugauge.session import GaugeSession, Note
 
@@ -43,7 +45,9 @@ STARTED_WALL = pytest.StashKey[float]()  # time.time() at the session's start (f
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Declare the suite's options in one group."""
-    add_options(parser.getgroup("gpugauge", "gpugauge benchmarks"))
+    group = parser.getgroup("gpugauge", "gpugauge benchmarks")
+    add_options(group)
+    tracking.add_options(group)
 
 
 def _note_writer(config: pytest.Config) -> Note:
@@ -79,6 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
     messages = []
     try:
         options = resolve(config.getoption, torch.cuda.is_available(), config.rootpath)
+        check_destinations(options, config.getoption)  # before anything is measured
+        benchmark_storage.guard(config)  # pytest-benchmark's own writes made atomic
         if options.update_baselines and benchmark_disabled(config):
             raise ValueError(
                 "--update-baselines with --benchmark-disable: a run that does not measure "
@@ -98,6 +104,14 @@ def pytest_configure(config: pytest.Config) -> None:
                     messages.append(f"gate: no {what} folder {folder}: {fallback}")
     except ValueError as err:  # also BaselineError, ToleranceError
         raise pytest.UsageError(str(err)) from None
+    tracker = None
+    target = tracking.target_of(config)
+    if target is not None and not benchmark_disabled(config):
+        tracker = tracking.Tracker(target, options.profile)
+        try:
+            tracker.open()  # now: a bad path or URL stops the run before it measures
+        except (OSError, ValueError) as err:  # HistoryError is a ValueError
+            raise pytest.UsageError(f"--history: {err}") from None
     config.stash[SESSION] = GaugeSession(
         options,
         config.rootpath,
@@ -106,6 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
         messages=messages,
         foreign_note=foreign_note(config),
     )
+    config.stash[SESSION].tracker = tracker
+    config.stash[SESSION].confirm = not config.getoption("no_confirm", False)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -291,6 +307,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             "tables": session.tables(),
             # only gauge.compare's: a family's comparisons are derived from the results
             "comparisons": [c.as_dict() for c in session.adhoc_comparisons],
+            "history_run_id": session.tracker.run_id if session.tracker else None,
         }
 
 
@@ -300,6 +317,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if gs is None:
         return
     gs.messages += gs.gate_notes()
+    gs.append_history()
     if not gs.options.update_baselines:
         return
     if session.shouldstop and exitstatus == pytest.ExitCode.INTERRUPTED:  # --stop-after

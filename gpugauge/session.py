@@ -31,6 +31,7 @@ from gpugauge.report.tables import (
     run_label,
 )
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
+from gpugauge.tracking import Tracker
 
 Note = Callable[[str], None]
 
@@ -54,6 +55,8 @@ class GaugeSession:
     messages: list[str] = field(default_factory=list)
     unmeasured: set[str] = field(default_factory=set)  # ids run once under --benchmark-disable
     foreign_note: str | None = None
+    tracker: Tracker | None = None  # the results history; None with --no-history
+    confirm: bool = True  # measure a regressed result again before its test fails
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
@@ -205,8 +208,23 @@ class GaugeSession:
             self._artifact_run = self.options.artifacts_dir / f"{stamp}-{os.getpid()}"
         return self._artifact_run
 
+    def append_history(self) -> None:
+        """Append this run's results to the history (once, at the end); never raises."""
+        if self.tracker is None or self.unmeasured:
+            return
+        classes = [m.device_class for m in self.measurements]
+        gpu = [c for c in classes if not c.startswith("cpu")]
+        try:
+            said = self.tracker.append(self.fingerprint(), (gpu or classes or ["-"])[0])
+        except (OSError, ValueError) as err:  # HistoryError is a ValueError
+            said = f"history NOT appended: {err}"
+        if said:
+            self.messages.append(said)
+
     def close(self) -> None:
-        """Shut NVML down."""
+        """Shut NVML down; close the history."""
+        if self.tracker is not None:
+            self.tracker.close()
         if isinstance(self._nvml, Nvml):
             self._nvml.__exit__(None, None, None)
         self._nvml = None

@@ -1,0 +1,115 @@
+"""The session's history: each measured run appended once, verdicts confirmed before failing.
+
+A bench whose first measurement is slow and whose second is not must pass (one disturbed
+measurement does not fail a night); one that stays slow must fail; both attempts are kept
+in the history, the first not accepted as a reference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpugauge.history.store import History
+
+BENCH = """
+import os
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+CALLS = [0]
+
+
+@dataclass(frozen=True)
+class Nap:
+    family: ClassVar[str] = "naps"
+    device: str = "cpu"
+
+    @property
+    def id(self):
+        return "nap-cpu"
+
+    def as_dict(self):
+        return {"device": self.device}
+
+
+def nap():
+    CALLS[0] += 1
+    mode = os.environ.get("NAP_MODE", "fast")
+    # a first measurement is 1 memory call + 1 warm-up + 5 rounds: 7 calls
+    slow = mode == "slow" or (mode == "first" and CALLS[0] <= 7)
+    time.sleep(0.03 if slow else 0.003)
+
+
+def test_nap(gauge):
+    gauge.measure(Nap(), nap)
+"""
+
+
+@pytest.fixture
+def bench(gauge_pytester: pytest.Pytester) -> pytest.Pytester:
+    gauge_pytester.makepyfile(test_nap=BENCH)
+    (gauge_pytester.path / "tolerances").mkdir()
+    return gauge_pytester
+
+
+def _run(p: pytest.Pytester, mode: str, *args: str) -> pytest.RunResult:
+    p._monkeypatch.setenv("NAP_MODE", mode)
+    common = ["--rounds", "5", "--warmup", "1", "--baselines-dir", "baselines"]
+    return p.runpytest_subprocess(
+        *common, "--tolerances-dir", "tolerances", "--history", "h.sqlite", *args
+    )
+
+
+def _attempts(path: Path) -> list[tuple[int, str | None, bool]]:
+    with History.open(path) as h:
+        return [
+            (p.result.attempt, p.result.verdict, p.accepted)
+            for p in h.points("nap-cpu", "time", None, every_attempt=True)
+        ]
+
+
+def test_history_gets_each_measured_run_once(bench: pytest.Pytester) -> None:
+    first = _run(bench, "fast")
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*history: 1 result(s) of run * appended to *h.sqlite*"])
+    _run(bench, "fast", "--benchmark-disable").assert_outcomes(passed=1)  # measured nothing
+    _run(bench, "fast", "--no-history").assert_outcomes(passed=1)
+    assert len(_attempts(bench.path / "h.sqlite")) == 1
+
+
+def test_a_regression_is_confirmed_before_the_test_fails(bench: pytest.Pytester) -> None:
+    _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
+    disturbed = _run(bench, "first", "--gate")
+    disturbed.assert_outcomes(passed=1)
+    disturbed.stdout.fnmatch_lines(["*nap-cpu: regressed; measuring again to confirm*"])
+    slow = _run(bench, "slow", "--gate")
+    slow.assert_outcomes(failed=1)
+    slow.stdout.fnmatch_lines(["*gpugauge gate: nap-cpu: regressed*first measurement regressed*"])
+    kept = _attempts(bench.path / "h.sqlite")
+    # baseline run; the disturbed run's two attempts; the slow run's two attempts
+    assert [a for a, _, _ in kept] == [1, 1, 2, 1, 2]
+    verdicts = [v for _, v, _ in kept]
+    # the confirmation of the disturbed run: not regressed (a loaded CPU may say inconclusive)
+    assert verdicts[2] in ("unchanged", "inconclusive")
+    assert [verdicts[i] for i in (0, 1, 3, 4)] == [None, "regressed", "regressed", "regressed"]
+    # a regressed measurement never becomes a reference
+    assert [kept[i][2] for i in (0, 1, 3, 4)] == [True, False, False, False]
+
+
+def test_no_confirm_fails_at_once(bench: pytest.Pytester) -> None:
+    _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
+    r = _run(bench, "first", "--gate", "--no-confirm")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*not confirmed (--no-confirm)*"])
+
+
+@pytest.mark.parametrize("target", ["", "mysql://x/y"])
+def test_a_bad_history_stops_the_run_before_it_measures(
+    bench: pytest.Pytester, target: str
+) -> None:
+    r = bench.runpytest_subprocess("--history", target)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*--history*"])
