@@ -376,3 +376,26 @@ def test_parametrize_cases_without_the_plugin_says_how_to_load_it(
     assert result.ret != pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*the gpugauge pytest plugin is not loaded in this run*"])
     assert "KeyError" not in result.stdout.str()
+
+
+def test_the_plugin_registers_its_markers(pytester: pytest.Pytester) -> None:
+    # no ini naming them: --strict-markers would refuse any the plugin did not register
+    pytester.makeconftest('pytest_plugins = ["gpugauge.plugin"]\n')
+    pytester.makepyfile(
+        test_marks="""
+        import pytest
+
+        @pytest.mark.cpu
+        @pytest.mark.layers
+        def test_cpu():
+            pass
+
+        @pytest.mark.gpu
+        @pytest.mark.multi_gpu(2)
+        def test_gpus():
+            pass
+        """
+    )
+    result = pytester.runpytest("--strict-markers", "-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    pytester.runpytest("--markers").stdout.fnmatch_lines(["@pytest.mark.vgg_swap: family*"])
