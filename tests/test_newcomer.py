@@ -98,6 +98,10 @@ def test_a_project_of_ones_own_with_no_conftest_or_ini(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
     assert "gpugauge results (CPU smoke check" in ran.stdout or "device-timed" in ran.stdout
     assert "report: python -m gpugauge report" in ran.stdout
+    # every README example ran, from one file: no example shadows another's names
+    for bid in ("test_x.py::test_x", "test_readme_examples.py::test_matmul", "softmax-256x256-cpu"):
+        assert bid in ran.stdout
+    assert "2 skipped" not in ran.stdout  # only the CUDA softmax case skips
     assert "PytestUnknownMarkWarning" not in ran.stdout  # the plugin registered its markers
     [saved] = (project / ".benchmarks").rglob("*.json")
 
