@@ -276,7 +276,7 @@ def test_gate_runs_are_gated_time_only_and_the_injected_one_loads_the_plugin(
     inj = gate_runs.run_args(cfg, "vgg_swap or conv", injected=True)
     for args in (aa, inj):
         assert args[:3] == ["benches", "-k", "vgg_swap or conv"]
-        assert {"--gate", "--energy-window"} <= set(args)
+        assert {"--gate", "--energy-window", "--no-history"} <= set(args)
         assert args[-2:] == ["--rounds", "3"]
     assert "--record-kernels" in aa
     assert "gpugauge.check.slowdown" not in aa

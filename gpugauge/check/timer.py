@@ -202,9 +202,12 @@ class TimerConfig:
 
 
 def suite_run_args(cfg: TimerConfig, select: str) -> list[str]:
-    """The child pytest's arguments (its JSON option is added by the runner)."""
+    """The child pytest's arguments (its JSON option is added by the runner).
+
+    Time only, and nothing appended to the results history: a check is not a night.
+    """
     args = [str(cfg.benches), "-k", select, "--profile", cfg.profile, "--energy-window", "0"]
-    args += ["-p", "gpugauge.check.timer_plugin", "-p", "no:cacheprovider"]
+    args += ["--no-history", "-p", "gpugauge.check.timer_plugin", "-p", "no:cacheprovider"]
     for pattern in cfg.ops:
         args.append(f"--timer-check-op={pattern}")
     return [*args, *cfg.pytest_args]
