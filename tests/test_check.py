@@ -132,6 +132,22 @@ def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
     assert statistics.median(rounds) <= SLACK * 30.0
 
 
+def test_injected_slowdown_takes_a_spec_given_by_its_id(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    bench = SPIN_BENCH.replace("gauge.measure(Spec(name),", "gauge.measure(name,")
+    gauge_pytester.makepyfile(test_demo=bench.replace('("short", 0.5)', '("short", 5.0)'))
+    out = gauge_pytester.path / "out.json"
+    res = gauge_pytester.runpytest(
+        *("--rounds", "5", "--warmup", "1", "-k", "short", f"--benchmark-json={out}"),
+        *("-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "5"),
+    )
+    res.assert_outcomes(passed=1, deselected=1)
+    rounds, info = _rounds(out)
+    assert info["extra"]["injected_slowdown_ms"] == 5.0
+    assert min(rounds) >= 10.0
+
+
 def test_injected_fraction_without_gate_is_a_usage_error(
     gauge_pytester: pytest.Pytester,
 ) -> None:

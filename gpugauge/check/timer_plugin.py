@@ -99,6 +99,8 @@ def three_ways(
     from gpugauge.check.timers import compare_timers
 
     def measured(self: Gauge, spec: Any, fn: Callable[[], object], **kw: Any) -> Any:
+        if isinstance(spec, str):  # an id: the test's own spec, as gauge.measure makes it
+            spec = self.call_spec(id=spec)
         devices = devices_of(spec)
         why = None
         if len(devices) != 1 or not devices[0].startswith("cuda"):
