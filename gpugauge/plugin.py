@@ -330,8 +330,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Print the results and comparison tables, then where results went and the next step.
+
+    Last of the plugins' summaries (after pytest-benchmark's tables, however the plugins
+    were registered), so that a run's output ends with the next step.
 
     A run with no CUDA result says in its title that its numbers are host-timed and no
     GPU measurement (in the smoke profile: a smoke check of the suite).
