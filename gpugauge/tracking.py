@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.regress.baselines import entry_of, kernel_shares
 from gpugauge.regress.gate import Gate, GateResult
 from gpugauge.results.measurement import Measurement
+from gpugauge.results.metrics import METRICS, Kind
 
 
 def add_options(group: Any) -> None:
@@ -129,10 +130,13 @@ class Tracker:
         The plain gate judges where the history holds nothing of this case on its device
         class (the committed baseline alone is the reference then, as without a history).
         """
-        metrics = metric_records(m)
+        plain = gate.judge(entry_of(m))
+        # only samples metrics (time) move from host to host and night to night; a peak or
+        # a count is deterministic and keeps the gate's exact check against the baseline
+        metrics = [x for x in metric_records(m) if METRICS[x.metric].kind is Kind.SAMPLES]
         points = self.history.case_points(m.id, m.device_class, [x.metric for x in metrics])
         if not any(points.values()):
-            return gate.judge(entry_of(m))
+            return plain
         stored = gate.store.load(m.device_class, m.spec.family) or {}
         judged = judge_case(
             m.id,
@@ -144,8 +148,14 @@ class Tracker:
             tolerance=gate.tolerances.for_benchmark(m.spec.family, m.id),
             baseline=stored.get(m.id),
             kernels=kernel_shares(m.extra.get("kernels")),
+        ).gate
+        by_history = {c.metric for c in judged.checks}
+        checks = (*judged.checks, *(c for c in plain.checks if c.metric not in by_history))
+        order = list(METRICS)
+        checks = tuple(sorted(checks, key=lambda c: order.index(c.metric)))
+        return replace(
+            judged, checks=checks, note="; ".join(n for n in (judged.note, plain.note) if n)
         )
-        return judged.gate
 
     def keep(self, attempts: Sequence[tuple[Measurement, GateResult | None]]) -> None:
         """Keep a result's measurements (a first one and its confirmation), oldest first."""
