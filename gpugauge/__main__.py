@@ -10,12 +10,15 @@ python -m gpugauge history {list,show,changes,export,import,accept}    # results
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
 from gpugauge.check.cli import add_parser as add_check_parser
 from gpugauge.history import cli as history_cli
+from gpugauge.options import path_option
 from gpugauge.regress.baselines import (
     BaselineError,
     BaselineStore,
@@ -23,7 +26,7 @@ from gpugauge.regress.baselines import (
     entries_of_benchmark_json,
 )
 from gpugauge.regress.tolerances import ToleranceError, load_tolerances
-from gpugauge.results.files import FileError, check_dir
+from gpugauge.results.files import FileError, check_dir, read_regular, signals_interrupt
 from gpugauge.results.runs import RunError
 
 
@@ -50,7 +53,15 @@ def _folder(given: Path | None, default: Path, option: str) -> Path:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from gpugauge.report.document import collect, newest_run, write_report
+    with signals_interrupt():
+        try:
+            return _write_report(args)
+        except KeyboardInterrupt as err:
+            return _interrupted("report", err)
+
+
+def _write_report(args: argparse.Namespace) -> int:
+    from gpugauge.report.document import collect, write_report
 
     if args.name in ("", ".", "..") or "/" in args.name or "\\" in args.name:
         raise FileError(f"--name {args.name!r}: must be a plain file name stem")
@@ -60,9 +71,9 @@ def _report(args: argparse.Namespace) -> int:
     tolerances = _folder(args.tolerances_dir, Path("tolerances"), "--tolerances-dir")
     if args.storage.exists() and not args.storage.is_dir():
         raise FileError(f"--storage {args.storage}: not a directory")
-    current = args.current or newest_run(args.storage)
-    history = sorted(args.storage.rglob("*.json")) if args.storage.exists() else []
     notes = [] if tolerances.is_dir() else [f"no {tolerances}/ folder: built-in tolerances"]
+    history = _stored_runs(args.storage, notes)
+    current = args.current or _newest(history, args.storage)
     data = collect(
         current,
         baseline_run=args.against,
@@ -76,7 +87,63 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stored_runs(storage: Path, notes: list[str]) -> list[Path]:
+    """The ``*.json`` runs under ``storage``, sorted; what is not a regular file is refused.
+
+    A link to nowhere (a run deleted, an autosave moved) is skipped with a note; a FIFO,
+    socket or folder named ``*.json`` is a FileError naming it, never opened.
+    """
+    if not storage.exists():
+        return []
+    runs = []
+    for p in sorted(storage.rglob("*.json")):
+        if p.is_symlink() and not p.exists():
+            note = f"--storage: skipped {p}, a link to nowhere ({os.readlink(p)})"
+            notes.append(note)
+            print(f"gpugauge report: {note}", file=sys.stderr)
+            continue
+        if not p.is_file():
+            raise FileError(f"--storage: {p}: not a regular file; refused, not read")
+        runs.append(p)
+    return runs
+
+
+def _newest(runs: list[Path], storage: Path) -> Path:
+    """The most recently written of ``runs`` (the default current run)."""
+    if not runs:
+        raise FileNotFoundError(
+            f"no saved runs under {storage}: run pytest with --benchmark-autosave, "
+            "or pass --current"
+        )
+    return max(runs, key=lambda p: p.stat().st_mtime)
+
+
+def _interrupted(command: str, err: KeyboardInterrupt) -> int:
+    """One line for a command stopped by a signal; its writes left no partial file."""
+    how = str(err) or "SIGINT"
+    print(f"gpugauge {command}: stopped by {how}; no file was left half-written", file=sys.stderr)
+    return 130
+
+
 def _baseline(args: argparse.Namespace) -> int:
+    with signals_interrupt():
+        try:
+            return _record_baselines(args)
+        except KeyboardInterrupt as err:
+            return _interrupted("baseline", err)
+
+
+def _record_baselines(args: argparse.Namespace) -> int:
+    """Every run read and checked first; one run file given twice is refused."""
+    seen: dict[bytes, Path] = {}
+    for p in args.runs:
+        content = read_regular(p, "JSON")
+        digest = hashlib.sha256(content).digest()
+        if digest in seen:
+            first = seen[digest]
+            same = "is given twice" if p.resolve() == first.resolve() else f"repeats {first}"
+            raise RunError(f"{p}: {same}; each run counts once in the run-to-run noise")
+        seen[digest] = p
     entries = combine_runs([entries_of_benchmark_json(p) for p in args.runs])
     if not entries:
         print("no gpugauge benchmarks in those runs", file=sys.stderr)
@@ -93,23 +160,33 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     rep = sub.add_parser("report", help="write a Markdown + HTML comparison report")
-    rep.add_argument("--current", type=Path, help="a saved run (default: newest in --storage)")
     rep.add_argument(
-        "--against", type=Path, help="another saved run to compare with (default: stored baselines)"
+        "--current", type=path_option, help="a saved run (default: newest in --storage)"
+    )
+    rep.add_argument(
+        "--against",
+        type=path_option,
+        help="another saved run to compare with (default: stored baselines)",
     )
     rep.add_argument(
         "--storage",
-        type=Path,
+        type=path_option,
         default=Path(".benchmarks"),
         help="pytest-benchmark storage: history and the default current run",
     )
     rep.add_argument(
-        "--baselines-dir", type=Path, default=None, help="stored baselines (default: baselines)"
+        "--baselines-dir",
+        type=path_option,
+        default=None,
+        help="stored baselines (default: baselines)",
     )
     rep.add_argument(
-        "--tolerances-dir", type=Path, default=None, help="tolerance TOML (default: tolerances)"
+        "--tolerances-dir",
+        type=path_option,
+        default=None,
+        help="tolerance TOML (default: tolerances)",
     )
-    rep.add_argument("--out", type=Path, default=Path("reports"))
+    rep.add_argument("--out", type=path_option, default=Path("reports"))
     rep.add_argument("--name", default="report", help="file name stem of the outputs")
     rep.set_defaults(func=_report)
 
@@ -118,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         help="store saved runs as this device class's baselines; "
         "several runs of one build record run-to-run noise",
     )
-    base.add_argument("runs", type=Path, nargs="+", help="saved runs, oldest first")
-    base.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
+    base.add_argument("runs", type=path_option, nargs="+", help="saved runs, oldest first")
+    base.add_argument("--baselines-dir", type=path_option, default=Path("baselines"))
     base.set_defaults(func=_baseline)
 
     env = sub.add_parser("env", help="print the environment fingerprint as JSON")

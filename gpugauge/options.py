@@ -1,12 +1,18 @@
 """Command-line options of the suite, validated once and resolved into :class:`Options`.
 
-Argument types reject bad values at parse time with argparse's message; the cross-option
-checks in :func:`resolve` raise ``ValueError``, which the plugin turns into a usage error.
+Argument types reject bad values at parse time with argparse's message, which names the
+option: every number must be finite and within its range (a budget of ``inf`` or 1e308 s
+overflows the clock arithmetic; ``--min-rounds 99999999999`` never ends), and a path must
+not be empty (``""`` would mean the current folder). The cross-option checks in
+:func:`resolve` raise ``ValueError`` naming the option, which the plugin turns into a usage
+error before anything is measured; so do the destinations the run will write to
+(:func:`check_destinations`), checked up front rather than after the measuring.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,6 +21,7 @@ from typing import Any
 from gpugauge.measure.energy import MIN_WINDOW_S
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.plain import to_plain
+from gpugauge.results.files import writable_problem
 
 PROFILES = ("smoke", "seed", "full")
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")
@@ -63,13 +70,30 @@ BURST = {
 REGIMES = ("sustained", "burst")
 
 
-def _number(kind: type, low: float, what: str, inclusive: bool = True) -> Callable[[str], Any]:
+# Upper bounds of the numeric options. A result keeps every round, so a million rounds is
+# already tens of megabytes of JSON; a day of timing or warm-up per benchmark, or a week of
+# a whole run, is past any job's limit, and far below where the clock arithmetic overflows.
+MAX_ROUNDS = 1_000_000
+MAX_BENCH_S = 86_400.0
+MAX_RUN_S = 7 * 86_400.0
+
+
+def _number(
+    kind: type, low: float, what: str, inclusive: bool = True, high: float = math.inf
+) -> Callable[[str], Any]:
+    """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high``."""
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if value < low or (not inclusive and value == low):
+        if (
+            not math.isfinite(value)
+            or value < low
+            or (not inclusive and value == low)
+            or value > high
+        ):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
         return value
 
@@ -77,11 +101,23 @@ def _number(kind: type, low: float, what: str, inclusive: bool = True) -> Callab
     return parse
 
 
-positive_int = _number(int, 1, "a whole number >= 1")
-count = _number(int, 0, "a whole number >= 0")
-seconds = _number(float, 0, "a number of seconds >= 0")
-positive_seconds = _number(float, 0, "a number of seconds > 0", inclusive=False)
-fraction = _number(float, 0, "a fraction > 0 (0.01 means ±1%)", inclusive=False)
+positive_int = _number(int, 1, f"a whole number >= 1 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
+count = _number(int, 0, f"a whole number >= 0 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
+seconds = _number(float, 0, f"a number of seconds >= 0 (at most {MAX_BENCH_S:g})", high=MAX_BENCH_S)
+positive_seconds = _number(
+    float, 0, f"a number of seconds > 0 (at most {MAX_BENCH_S:g})", False, MAX_BENCH_S
+)
+run_seconds = _number(
+    float, 0, f"a number of seconds > 0 (at most {MAX_RUN_S:g})", False, MAX_RUN_S
+)
+fraction = _number(float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1)
+
+
+def path_option(text: str) -> Path:
+    """An argparse type: a path that is not empty (an empty one would mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder)")
+    return Path(text)
 
 
 def add_options(group: Any) -> None:
@@ -165,7 +201,7 @@ def add_options(group: Any) -> None:
     )
     group.addoption(
         "--stop-after",
-        type=positive_seconds,
+        type=run_seconds,
         default=None,
         help="start no new test once this many seconds have passed; the run ends as "
         "usual, its results saved (for jobs with a time limit)",
@@ -203,19 +239,19 @@ def add_options(group: Any) -> None:
     )
     group.addoption(
         "--baselines-dir",
-        type=Path,
+        type=path_option,
         default=None,
         help="baselines folder (default: <rootdir>/baselines)",
     )
     group.addoption(
         "--tolerances-dir",
-        type=Path,
+        type=path_option,
         default=None,
         help="tolerance TOML folder (default: <rootdir>/tolerances)",
     )
     group.addoption(
         "--artifacts-dir",
-        type=Path,
+        type=path_option,
         default=None,
         help="where results' files (traces, tables) go, one folder per run "
         "(default: <rootdir>/artifacts)",
@@ -263,9 +299,9 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     """Resolve raw option values (``get(name)``) into :class:`Options`; ValueError if invalid."""
     profile = get("profile") or ("seed" if cuda_available else "smoke")
     device = get("device")
-    if device == "cuda" and not cuda_available:
+    if device in ("cuda", "all") and not cuda_available:
         raise ValueError(
-            "--device cuda: no CUDA device is visible (torch.cuda.is_available() "
+            f"--device {device}: no CUDA device is visible (torch.cuda.is_available() "
             "is False); use --device auto or cpu"
         )
     devices = {
@@ -296,9 +332,15 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     merged = {k: v for k, v in overrides.items() if v is not None}
     if "min_rounds" in merged:
         merged.setdefault("max_rounds", max(base.max_rounds, merged["min_rounds"]))
+    if "warmup_s" in merged:  # a longer warm-up keeps the profile's time to settle after it
+        slack = base.max_warmup_s - base.warmup_s
+        merged.setdefault("max_warmup_s", max(base.max_warmup_s, merged["warmup_s"] + slack))
     if merged.get("target_ci", 0.5) >= 1:
         raise ValueError("--target-ci must be below 1 (0.01 means ±1%)")
-    policy = replace(base, **merged)
+    try:
+        policy = replace(base, **merged)
+    except ValueError as err:
+        raise ValueError(_policy_problem(str(err), merged)) from None
     _check_folders(get)
     return Options(
         profile,
@@ -315,6 +357,27 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         tolerances_dir=get("tolerances_dir") or root / "tolerances",
         artifacts_dir=get("artifacts_dir") or root / "artifacts",
     )
+
+
+# TimingPolicy fields and the options that set them, to name an option in its errors.
+POLICY_OPTIONS = {
+    "rounds": "--rounds",
+    "min_rounds": "--min-rounds",
+    "max_rounds": "--min-rounds",
+    "warmup_rounds": "--warmup",
+    "warmup_s": "--warmup-time",
+    "max_warmup_s": "--warmup-time",
+    "target_ci": "--target-ci",
+    "budget_s": "--time-budget",
+    "min_time_s": "--min-time",
+}
+
+
+def _policy_problem(message: str, merged: dict[str, Any]) -> str:
+    """TimingPolicy's complaint about its fields, said with the options that set them."""
+    named = [f"{o} {merged[f]}" for f, o in POLICY_OPTIONS.items() if f in merged and f in message]
+    given = ", ".join(dict.fromkeys(named)) or "the profile's timing policy"
+    return f"{given}: not a valid timing policy with the profile's other settings ({message})"
 
 
 def _folder_error(option: str, path: Path, must_exist: bool) -> str | None:
@@ -343,3 +406,24 @@ def _check_folders(get: Callable[[str], Any]) -> None:
         problem = None if path is None else _folder_error(option, path, must_exist)
         if problem:
             raise ValueError(problem)
+
+
+def check_destinations(options: Options, get: Callable[[str], Any]) -> None:
+    """Folders the run will write to must be writable now, not after it has measured.
+
+    ``--artifacts-dir`` when given (a folder under a file fails here, not inside a test);
+    the baselines folder with ``--update-baselines`` (a read-only one would fail only once
+    every benchmark had run). ValueError naming the option.
+    """
+    targets = []
+    if get("artifacts_dir") is not None:
+        targets.append(("--artifacts-dir", options.artifacts_dir))
+    if options.update_baselines:
+        option = "--update-baselines into --baselines-dir"
+        targets.append((option, options.baselines_dir))
+        if options.baselines_dir.is_dir():  # each device class's folder is written too
+            targets += [(option, p) for p in sorted(options.baselines_dir.iterdir()) if p.is_dir()]
+    for option, folder in targets:
+        problem = writable_problem(folder)
+        if problem:
+            raise ValueError(f"{option} {folder}: {problem}")

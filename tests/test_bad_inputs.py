@@ -1,23 +1,44 @@
 """Every input path, fed bad data: a one-line error naming it, a non-zero exit, no traceback,
 and nothing written or overwritten (issue 9). Generated: one case per malformed file or bad
 option value, through the pytest plugin and both commands (``gpugauge report``/``baseline``).
+
+Issue 26 adds classes: files the suite would write but could not read back (a baseline from
+a result with no metric), paths that leave their folder (``../`` in a family or device
+class), a run counted twice, numbers that are not finite or out of range, empty paths,
+FIFOs and dangling links where files are read, subnormal readings, destinations that cannot
+be written (checked before measuring), and writes interrupted by a full disk or a signal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
+import os
+import shutil
+import signal
+import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from gpugauge.__main__ import main
+from gpugauge.regress.baselines import BaselineError, BaselineStore, Entry
 
 from .fakes import CLASS, result, run_json, save_baselines, save_run
+from .test_plugin import BENCH
 from .test_saved_data import snapshot
 
+ROOT = Path(__file__).resolve().parents[1]
 DIR = object()  # a directory where a file is expected
+FIFO = object()  # a named pipe where a file is expected: reading it would block
+NOT_REGULAR = "not a regular file"
 
 GOOD_RESULT = run_json([result("a")])["benchmarks"][0]["extra_info"]
 
@@ -44,6 +65,16 @@ def _baseline(benchmarks: Any = None, **top: Any) -> str:
 
 def _time(samples: Any, **more: Any) -> dict[str, Any]:
     return {"a": {"time": {"unit": "ms", "samples": samples, **more}}}
+
+
+def _run(**top: Any) -> str:
+    """The good saved run with top-level keys replaced."""
+    return json.dumps({**run_json([result("a")]), **top})
+
+
+def _kernels(*rows: tuple[str, float]) -> list[dict[str, Any]]:
+    """Recorded kernel rows (name, share of the round), 5 us each."""
+    return [{"name": n, "calls": 1, "us": 5.0, "share": share} for n, share in rows]
 
 
 BAD_BASELINES: dict[str, Any] = {
@@ -78,6 +109,20 @@ BAD_BASELINES: dict[str, Any] = {
     "v1-unknown-key": _baseline(schema_version=1, benchmarks={"a": {"time_ms": [1], "x": 1}}),
     "v1-empty-times": _baseline(schema_version=1, benchmarks={"a": {"time_ms": []}}),
     "directory": DIR,
+    # issue 26
+    "samples-subnormal": _baseline(benchmarks=_time([5e-324, 5e-324])),
+    "samples-huge": _baseline(benchmarks=_time([1e300])),
+    "run-medians-subnormal": _baseline(benchmarks=_time([1.0], run_medians=[5e-324, 1.0])),
+    "energy-subnormal": _baseline(benchmarks={"a": {"energy": {"unit": "J", "value": 5e-324}}}),
+    "family-empty": _baseline(family=""),
+    "family-a-path": _baseline(family="../demo"),
+    "kernels-named-twice": _baseline(
+        benchmarks={"a": {**_time([1.0])["a"], "kernels": _kernels(("k", 0.3), ("k", 0.3))}}
+    ),
+    "kernel-shares-over-1": _baseline(
+        benchmarks={"a": {**_time([1.0])["a"], "kernels": _kernels(("k", 0.8), ("j", 0.7))}}
+    ),
+    "fifo": FIFO,
 }
 
 BAD_TOLERANCES: dict[str, Any] = {
@@ -94,8 +139,11 @@ BAD_TOLERANCES: dict[str, Any] = {
     "family-not-a-table": "family = 3\n",
     "default-not-a-table": "default = 3\n",
     "nested-table": "[family.x.y]\ntime = 0.1\n",
-    "set-twice": "[family.demo]\ntime = 0.2\n",  # the good file sets it too
+    "set-twice": "[family.layers]\ntime = 0.2\n",  # the good file sets it too
     "directory": DIR,
+    # issue 26
+    "unknown-family": "[family.typo]\ntime = 0.1\n",
+    "fifo": FIFO,
 }
 
 BAD_RUNS: dict[str, Any] = {
@@ -121,6 +169,30 @@ BAD_RUNS: dict[str, Any] = {
     "value-string": _bench(values={"speedup": "fast"}),
     "roofline-malformed": _bench(roofline={"flops": 1}),
     "directory": DIR,
+    # issue 26
+    "id-a-dict": _bench(id={"x": 1}),
+    "id-empty": _bench(id=""),
+    "family-empty": _bench(family=""),
+    "family-a-path": _bench(family="../../escape"),
+    "device-class-a-path": _bench(device_class="../escape"),
+    "device-class-absolute": _bench(device_class="/tmp/gpugauge-escape"),
+    "memory-infinite": _bench(memory=[{"device": "cuda:0", "peak_allocated_bytes": float("inf")}]),
+    "machine-info-a-list": _run(machine_info=[1]),
+    "id-held-twice": _run(benchmarks=run_json([result("a")])["benchmarks"] * 2),
+    "samples-subnormal": _bench(device_ms=[5e-324, 5e-324]),
+    "samples-huge": _bench(device_ms=[1e300, 1e300]),
+    "value-subnormal": _bench(values={"speedup": 5e-324}),
+    "fifo": FIFO,
+}
+
+# Saved runs the baseline command must either refuse (one line naming the run, nothing
+# written) or store as a file its reader reads back: never a baseline that fails later.
+RUNS_TO_BASELINES: dict[str, tuple[str, bool]] = {  # content, refused
+    "no-metrics": (_bench(timing=None), True),
+    "kernels-named-twice": (_bench(extra={"kernels": _kernels(("k", 0.3), ("k", 0.3))}), False),
+    "kernel-shares-over-1": (_bench(extra={"kernels": _kernels(("k", 0.8), ("j", 0.7))}), False),
+    "family-empty": (_bench(family=""), True),
+    "device-class-a-path": (_bench(device_class="../../escape"), True),
 }
 
 
@@ -129,23 +201,52 @@ def ws(tmp_path: Path) -> Path:
     """A workspace with good baselines, tolerances, a saved run and a previous report."""
     save_baselines(tmp_path / "baselines", [result("a")])
     (tmp_path / "tolerances").mkdir()
-    (tmp_path / "tolerances" / "t.toml").write_text("[family.demo]\ntime = 0.3\n")
+    (tmp_path / "tolerances" / "t.toml").write_text("[family.layers]\ntime = 0.3\n")
     save_run(tmp_path / "good.json", [result("a")])
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "report.md").write_text("previous report\n")
     (tmp_path / "a-file").write_text("not a folder\n")
     (tmp_path / "runs").mkdir()
+    shutil.copy(tmp_path / "good.json", tmp_path / "copy.json")
     return tmp_path
 
 
+@pytest.fixture(autouse=True)
+def unblock_fifos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After 20 s, feed EOF to any reader blocked on a FIFO under the tests' temporary folder.
+
+    A reader that opens a FIFO blocks until a writer comes: without this, a test of the
+    refusal would hang where it should fail. The refusal itself never opens one.
+    """
+    done = threading.Event()
+
+    def feed() -> None:
+        if done.wait(20):
+            return
+        while not done.is_set():
+            for fifo in tmp_path_factory.getbasetemp().rglob("*"):
+                with contextlib.suppress(OSError):
+                    if fifo.is_fifo():
+                        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    yield
+    done.set()
+    thread.join()
+
+
 def place(path: Path, content: Any) -> Path:
-    """Put ``content`` (text, bytes, or DIR) at ``path``, replacing what was there."""
+    """Put ``content`` (text, bytes, DIR or FIFO) at ``path``, replacing what was there."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not path.is_dir():
         path.unlink()
     if content is DIR:
         path.mkdir()
         (path / "inside.txt").write_text("x")
+    elif content is FIFO:
+        os.mkfifo(path)
     elif isinstance(content, bytes):
         path.write_bytes(content)
     else:
@@ -153,12 +254,14 @@ def place(path: Path, content: Any) -> Path:
     return path
 
 
-def assert_refused(code: int | None, out: str, err: str, named: str) -> None:
-    """Non-zero exit, no traceback, and exactly one line of the error output names ``named``."""
+def assert_refused(code: int | None, out: str, err: str, named: str, says: str = "") -> None:
+    """Non-zero exit, no traceback, and exactly one line of the error output names ``named``
+    (and says ``says``)."""
     assert code not in (0, None), (out, err)
     assert "Traceback" not in out + err
     naming = [line for line in err.splitlines() if named in line]
     assert len(naming) == 1, err
+    assert says in naming[0], err
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
@@ -170,11 +273,19 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, s
     return code, captured.out, captured.err
 
 
-def cli_refuses(ws: Path, argv: list[str], named: str, capsys: pytest.CaptureFixture) -> None:
-    before = snapshot(ws / "baselines", ws / "reports", ws / "tolerances")
+def cli_refuses(
+    ws: Path, argv: list[str], named: str, capsys: pytest.CaptureFixture, says: str = ""
+) -> None:
+    """Refused as :func:`assert_refused` says, and nothing under ``ws`` (or /tmp) written."""
+    before = snapshot(ws), sorted(Path("/tmp").glob("gpugauge-escape*"))
     code, out, err = run_cli(argv, capsys)
-    assert_refused(code, out, err, named)
-    assert snapshot(ws / "baselines", ws / "reports", ws / "tolerances") == before
+    assert_refused(code, out, err, named, says)
+    assert (snapshot(ws), sorted(Path("/tmp").glob("gpugauge-escape*"))) == before
+
+
+def says(content: Any) -> str:
+    """What the refusal of ``content`` must say beyond naming the file."""
+    return NOT_REGULAR if content is FIFO else ""
 
 
 def report(ws: Path, *args: str) -> list[str]:
@@ -193,8 +304,8 @@ def baseline_cmd(ws: Path, *args: str) -> list[str]:
 def test_bad_baseline_file_cli(ws: Path, content: Any, capsys: pytest.CaptureFixture) -> None:
     bad = place(ws / "baselines" / CLASS / "demo.json", content)
     good = str(ws / "good.json")
-    cli_refuses(ws, report(ws, "--current", good), str(bad), capsys)
-    cli_refuses(ws, baseline_cmd(ws, good), str(bad), capsys)
+    cli_refuses(ws, report(ws, "--current", good), str(bad), capsys, says(content))
+    cli_refuses(ws, baseline_cmd(ws, good), str(bad), capsys, says(content))
 
 
 @pytest.mark.parametrize("content", BAD_TOLERANCES.values(), ids=BAD_TOLERANCES)
@@ -203,17 +314,67 @@ def test_bad_tolerance_file_cli(ws: Path, content: Any, capsys: pytest.CaptureFi
     argv = report(
         ws, "--current", str(ws / "good.json"), "--tolerances-dir", str(ws / "tolerances")
     )
-    cli_refuses(ws, argv, str(bad), capsys)
+    cli_refuses(ws, argv, str(bad), capsys, says(content))
 
 
 @pytest.mark.parametrize("content", BAD_RUNS.values(), ids=BAD_RUNS)
 def test_bad_run_file_cli(ws: Path, content: Any, capsys: pytest.CaptureFixture) -> None:
     bad = place(ws / "bad.json", content)
-    cli_refuses(ws, report(ws, "--current", str(bad)), str(bad), capsys)
-    cli_refuses(
-        ws, report(ws, "--current", str(ws / "good.json"), "--against", str(bad)), str(bad), capsys
-    )
-    cli_refuses(ws, baseline_cmd(ws, str(ws / "good.json"), str(bad)), str(bad), capsys)
+    why = says(content)
+    cli_refuses(ws, report(ws, "--current", str(bad)), str(bad), capsys, why)
+    against = report(ws, "--current", str(ws / "good.json"), "--against", str(bad))
+    cli_refuses(ws, against, str(bad), capsys, why)
+    cli_refuses(ws, baseline_cmd(ws, str(ws / "good.json"), str(bad)), str(bad), capsys, why)
+
+
+@pytest.mark.parametrize(("content", "refused"), RUNS_TO_BASELINES.values(), ids=RUNS_TO_BASELINES)
+def test_a_baseline_is_written_only_if_it_reads_back(
+    ws: Path, content: str, refused: bool, capsys: pytest.CaptureFixture
+) -> None:
+    run = place(ws / "run.json", content)
+    if refused:
+        cli_refuses(ws, baseline_cmd(ws, str(run)), str(run), capsys)
+        return
+    code, _, err = run_cli(baseline_cmd(ws, str(run)), capsys)
+    assert code == 0, err
+    assert BaselineStore(ws / "baselines").validate_all() >= 1
+    # the device class's gate and report still work, its good entries included
+    code, _, err = run_cli(report(ws, "--current", str(ws / "good.json")), capsys)
+    assert code == 0, err
+
+
+def test_baselines_are_written_inside_their_folder_only(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path / "baselines")
+    samples = {"time": (1.0, 1.1)}
+    for dev, fam in [(CLASS, "../x"), ("..", "demo"), ("/tmp", "demo"), (CLASS, ""), ("", "d")]:
+        with pytest.raises(BaselineError, match="name"):
+            store.write([Entry("a", fam, dev, samples)], {})
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / CLASS).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(BaselineError, match="outside the baselines"):
+        store.write([Entry("a", "demo", CLASS, samples)], {})
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("entry", ["dangling-link", "fifo"])
+def test_storage_entries_that_are_not_runs(
+    ws: Path, entry: str, capsys: pytest.CaptureFixture
+) -> None:
+    """A dangling ``*.json`` link in --storage is skipped with a note; a FIFO is refused."""
+    save_run(ws / "runs" / "0001_run.json", [result("a")])
+    odd = ws / "runs" / "0002_odd.json"
+    if entry == "fifo":
+        place(odd, FIFO)
+        cli_refuses(ws, report(ws), str(odd), capsys, NOT_REGULAR)
+        return
+    odd.symlink_to(ws / "gone.json")
+    for argv in (report(ws), report(ws, "--current", str(ws / "good.json"))):
+        code, _, err = run_cli(argv, capsys)
+        assert code == 0, err
+        assert [line for line in err.splitlines() if str(odd) in line] == [
+            f"gpugauge report: --storage: skipped {odd}, a link to nowhere ({ws / 'gone.json'})"
+        ]
 
 
 # --- bad option values through both commands
@@ -231,6 +392,18 @@ CLI_OPTIONS: dict[str, tuple[list[str], str]] = {
     "report-storage-a-file": (["--storage", "{ws}/a-file"], "--storage"),
     "report-storage-empty": (["--storage", "{ws}/runs"], "no saved runs"),
     "report-unknown-option": (["--bogus"], "--bogus"),
+    # issue 26: an empty path would mean the current folder
+    "report-out-empty-path": (["--out", ""], "argument --out: an empty path"),
+    "report-storage-empty-path": (["--storage", ""], "argument --storage: an empty path"),
+    "report-baselines-empty-path": (
+        ["--baselines-dir", ""],
+        "argument --baselines-dir: an empty path",
+    ),
+    "report-tolerances-empty-path": (
+        ["--tolerances-dir", ""],
+        "argument --tolerances-dir: an empty path",
+    ),
+    "report-current-empty-path": (["--current", ""], "argument --current: an empty path"),
 }
 
 BASELINE_OPTIONS: dict[str, tuple[list[str], str]] = {
@@ -238,6 +411,14 @@ BASELINE_OPTIONS: dict[str, tuple[list[str], str]] = {
     "baseline-dir-a-file": (["--baselines-dir", "{ws}/a-file", "{ws}/good.json"], "a-file"),
     "baseline-no-runs": ([], "required: runs"),
     "baseline-unknown-option": (["--bogus", "{ws}/good.json"], "--bogus"),
+    # issue 26: a run counts once; an empty path would mean the current folder
+    "baseline-same-run-twice": (["{ws}/good.json", "{ws}/good.json"], "is given twice"),
+    "baseline-a-copy-of-a-run": (["{ws}/good.json", "{ws}/copy.json"], "copy.json"),
+    "baseline-dir-empty-path": (
+        ["--baselines-dir", "", "{ws}/good.json"],
+        "argument --baselines-dir: an empty path",
+    ),
+    "baseline-run-empty-path": (["{ws}/good.json", ""], "argument runs"),
 }
 
 
@@ -270,18 +451,18 @@ def plugin_ws(gauge_pytester: pytest.Pytester) -> pytest.Pytester:
     root = gauge_pytester.path
     save_baselines(root / "baselines", [result("a")])
     (root / "tolerances").mkdir()
-    (root / "tolerances" / "t.toml").write_text("[family.demo]\ntime = 0.3\n")
+    (root / "tolerances" / "t.toml").write_text("[family.layers]\ntime = 0.3\n")
     (root / "a-file").write_text("not a folder\n")
     gauge_pytester.makepyfile(test_never="def test_never():\n    raise AssertionError('ran')\n")
     return gauge_pytester
 
 
-def plugin_refuses(pt: pytest.Pytester, args: list[str], named: str) -> None:
+def plugin_refuses(pt: pytest.Pytester, args: list[str], named: str, says: str = "") -> None:
     root = pt.path
     before = snapshot(root / "baselines", root / "tolerances")
     r = pt.runpytest("-p", "no:cacheprovider", *args)
     assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str()
-    assert_refused(r.ret, r.stdout.str(), r.stderr.str(), named)
+    assert_refused(r.ret, r.stdout.str(), r.stderr.str(), named, says)
     assert snapshot(root / "baselines", root / "tolerances") == before
     assert not (root / ".benchmarks").exists()
     assert not (root / "artifacts").exists()
@@ -291,7 +472,10 @@ def plugin_refuses(pt: pytest.Pytester, args: list[str], named: str) -> None:
 def test_bad_baseline_file_plugin(plugin_ws: pytest.Pytester, content: Any) -> None:
     bad = place(plugin_ws.path / "baselines" / CLASS / "demo.json", content)
     plugin_refuses(
-        plugin_ws, ["--gate", f"--baselines-dir={plugin_ws.path / 'baselines'}"], str(bad)
+        plugin_ws,
+        ["--gate", f"--baselines-dir={plugin_ws.path / 'baselines'}"],
+        str(bad),
+        says(content),
     )
 
 
@@ -300,7 +484,10 @@ def test_bad_tolerance_file_plugin(plugin_ws: pytest.Pytester, content: Any) -> 
     bad = place(plugin_ws.path / "tolerances" / "u.toml", content)
     args = ["--gate", f"--baselines-dir={plugin_ws.path / 'baselines'}"]
     plugin_refuses(
-        plugin_ws, [*args, f"--tolerances-dir={plugin_ws.path / 'tolerances'}"], str(bad)
+        plugin_ws,
+        [*args, f"--tolerances-dir={plugin_ws.path / 'tolerances'}"],
+        str(bad),
+        says(content),
     )
 
 
@@ -341,7 +528,47 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
     "bench-columns": (["--benchmark-columns=nonsense"], "--benchmark-columns"),
     "bench-cprofile": (["--benchmark-cprofile=nonsense"], "--benchmark-cprofile"),
     "bench-histogram": (["--benchmark-histogram"], "--benchmark-histogram"),
+    # issue 26: every number finite and in range, named
+    "min-time-infinite": (["--min-time", "inf"], "--min-time"),
+    "min-time-nan": (["--min-time", "nan"], "--min-time"),
+    "time-budget-huge": (["--time-budget", "1e308"], "--time-budget"),
+    "rounds-1e23": (["--rounds", "1e23"], "--rounds"),
+    "rounds-huge": (["--rounds", "100000000000000000000000"], "--rounds"),
+    "min-rounds-huge": (["--min-rounds", "99999999999"], "--min-rounds"),
+    "warmup-huge": (["--warmup", "99999999999"], "--warmup"),
+    "warmup-time-infinite": (["--warmup-time", "inf"], "--warmup-time"),
+    "target-ci-nan": (["--target-ci", "nan"], "--target-ci"),
+    "energy-window-nan": (["--energy-window", "nan"], "--energy-window"),
+    "energy-window-infinite": (["--energy-window", "inf"], "--energy-window"),
+    "idle-time-infinite": (["--idle-time", "inf"], "--idle-time"),
+    "idle-time-nan": (["--idle-time", "nan"], "--idle-time"),
+    "stop-after-nan": (["--stop-after", "nan"], "--stop-after"),
+    "stop-after-infinite": (["--stop-after", "inf"], "--stop-after"),
+    # empty paths would mean the current folder
+    "baselines-dir-empty-path": (
+        ["--baselines-dir", ""],
+        "argument --baselines-dir: an empty path",
+    ),
+    "tolerances-dir-empty-path": (
+        ["--tolerances-dir", ""],
+        "argument --tolerances-dir: an empty path",
+    ),
+    "artifacts-dir-empty-path": (["--artifacts-dir", ""], "--artifacts-dir"),
+    # destinations checked before measuring
+    "artifacts-under-a-file": (["--artifacts-dir={root}/a-file/run"], "--artifacts-dir"),
+    "update-under-a-file": (
+        ["--update-baselines", "--baselines-dir={root}/a-file/b"],
+        "--update-baselines",
+    ),
+    "benchmark-json-a-dir": (["--benchmark-json={root}"], "--benchmark-json"),
+    "benchmark-json-under-a-file": (["--benchmark-json={root}/a-file/x.json"], "--benchmark-json"),
+    "benchmark-storage-under-a-file": (
+        ["--benchmark-autosave", "--benchmark-storage={root}/a-file/s"],
+        "--benchmark-storage",
+    ),
 }
+if not torch.cuda.is_available():
+    PLUGIN_OPTIONS["device-all-without-cuda"] = (["--device", "all"], "--device all")
 
 
 @pytest.mark.parametrize(("args", "named"), PLUGIN_OPTIONS.values(), ids=PLUGIN_OPTIONS)
@@ -356,3 +583,208 @@ def test_cases_are_many() -> None:
     files = len(BAD_BASELINES) + len(BAD_TOLERANCES) + len(BAD_RUNS)
     assert files >= 30
     assert len(PLUGIN_OPTIONS) + len(CLI_OPTIONS) + len(BASELINE_OPTIONS) >= 40
+
+
+# --- issue 26: destinations checked before measuring, and the real reason said
+
+
+def test_update_baselines_into_a_read_only_folder_is_refused_up_front(
+    plugin_ws: pytest.Pytester,
+) -> None:
+    ro = plugin_ws.path / "read-only"
+    ro.mkdir()
+    with read_only(ro):
+        plugin_refuses(plugin_ws, ["--update-baselines", f"--baselines-dir={ro}"], str(ro))
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """``folder`` unwritable even for root (immutable), else by its mode."""
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None:
+            pytest.skip("running as root without chattr: no folder is read-only here")
+        done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"chattr +i failed here: {done.stderr.decode().strip()}")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+    else:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+
+
+def test_warmup_time_above_the_profiles_cap_is_accepted() -> None:
+    from gpugauge.options import resolve
+
+    from .test_options import DEFAULTS
+
+    options = resolve({**DEFAULTS, "profile": "seed", "warmup_time": 6.0}.__getitem__, False)
+    assert options.policy.warmup_s == 6.0
+    assert options.policy.max_warmup_s >= 6.0
+
+
+def test_stop_after_with_update_baselines_says_the_run_was_cut_short(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    gauge_pytester.makepyfile(test_demo=BENCH)
+    base = gauge_pytester.path / "baselines"
+    r = gauge_pytester.runpytest(
+        "--rounds", "3", "--warmup", "0", "-p", "no:cacheprovider", "--stop-after", "0.001",
+        "--update-baselines", f"--baselines-dir={base}",
+    )  # fmt: skip
+    out = r.stdout.str()
+    assert "baselines NOT written: the run was cut short (--stop-after 0.001 s passed" in out
+    assert "failures or errors" not in out
+    assert not base.exists()
+
+
+# --- issue 26: writes interrupted by a full disk or a signal leave the old files whole
+
+
+def _python(script: str, *, fsize: int | None = None) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh interpreter; ``fsize`` caps the bytes of a file it writes
+    (RLIMIT_FSIZE: a write past it fails with EFBIG, as on a full disk)."""
+
+    def limit() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        preexec_fn=limit,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_report_on_a_full_disk_keeps_the_previous_set(ws: Path, capsys) -> None:
+    out = ws / "reports"
+    argv = report(ws, "--current", str(ws / "good.json"))
+    assert run_cli(argv, capsys)[0] == 0
+    written = {p.name: p.stat().st_size for p in out.iterdir() if p.name.startswith("report")}
+    html = written.pop("report.html")
+    assert max(written.values()) < html  # the page embeds every chart
+    before = snapshot(ws)
+    cap = (max(written.values()) + html) // 2  # every file fits but the page
+    done = _python(
+        f"from gpugauge.__main__ import main\nraise SystemExit(main({argv!r}))", fsize=cap
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"gpugauge report: {out / 'report.html'}: File too large"
+    ]
+    assert snapshot(ws) == before  # md and png old too, and no temporary file left
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_baseline_write_leaves_no_partial_file(
+    ws: Path, sig: signal.Signals
+) -> None:
+    """The signal arrives while the new baseline is being written (at its fsync)."""
+    before = snapshot(ws)
+    argv = baseline_cmd(ws, str(ws / "good.json"))
+    script = (
+        "import os, signal\n"
+        "real = os.fsync\n"
+        "def fsync(fd):\n"
+        f"    os.kill(os.getpid(), {int(sig)})\n"
+        "    real(fd)\n"
+        "os.fsync = fsync\n"
+        "from gpugauge.__main__ import main\n"
+        f"raise SystemExit(main({argv!r}))\n"
+    )
+    done = _python(script)
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip().splitlines() == [
+        f"gpugauge baseline: stopped by {sig.name}; no file was left half-written"
+    ]
+    assert snapshot(ws) == before
+    assert not list(ws.rglob("*.tmp"))
+
+
+# --- issue 26: pytest-benchmark's own files
+
+
+def test_benchmark_json_on_a_full_disk_keeps_the_previous_file(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["gpugauge.plugin"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    cpu: c\n    gpu: g\n")
+    (tmp_path / "test_demo.py").write_text(BENCH)
+    previous = tmp_path / "run.json"
+    previous.write_text(json.dumps({"benchmarks": [], "pad": "x" * 200}) + "\n")
+    old = previous.read_bytes()
+    pytest_argv = ["-q", "-p", "no:cacheprovider", "--rounds", "3", "--warmup", "0"]
+    pytest_argv += [f"--benchmark-json={previous}", str(tmp_path)]
+    if importlib.util.find_spec("gpugauge.tracking"):  # the results history: not this test's
+        pytest_argv.append("--no-history")
+    script = (
+        f"import os, sys, pytest\nos.chdir({str(tmp_path)!r})\n"
+        f"raise SystemExit(pytest.main({pytest_argv!r}))\n"
+    )
+    done = _python(script, fsize=len(old) + 1000)  # the new JSON is far larger
+    assert previous.read_bytes() == old
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout[-2000:]
+    assert "INTERNALERROR" not in done.stdout + done.stderr
+    said = [line for line in done.stdout.splitlines() if f"--benchmark-json {previous}" in line]
+    assert said == [
+        f"[gpugauge] --benchmark-json {previous}: not written (File too large); "
+        "the previous file is kept"
+    ]
+
+
+def test_concurrent_saves_into_one_storage_lose_no_run(tmp_path: Path) -> None:
+    """Six saves of one name at once (pytest-benchmark lost a run in 9 of 10 such trials)."""
+    from types import SimpleNamespace
+
+    from pytest_benchmark.storage.file import FileStorage
+
+    from gpugauge.results.benchmark_storage import BenchmarkFiles
+
+    quiet = SimpleNamespace(info=lambda *a, **k: None, warning=lambda *a, **k: None)
+    for trial in range(3):
+        storage = FileStorage(tmp_path / str(trial), quiet, "machine")
+        bs = SimpleNamespace(storage=storage, json=None, save_json=lambda _: None, logger=quiet)
+        files = BenchmarkFiles(SimpleNamespace(_benchmarksession=bs))
+        files.pytest_sessionstart(None)
+        barrier = threading.Barrier(6)
+
+        def save(i: int, storage: Any = storage, barrier: Any = barrier) -> None:
+            barrier.wait()
+            storage.save({"run": i, "pad": "x" * 200_000}, "tag")
+
+        threads = [threading.Thread(target=save, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        saved = sorted((tmp_path / str(trial) / "machine").glob("*.json"))
+        assert [p.name for p in saved] == [f"{n:04}_tag.json" for n in range(1, 7)]
+        assert sorted(json.loads(p.read_text())["run"] for p in saved) == list(range(6))
+        assert not files.failures
+
+
+def test_an_autosave_takes_the_next_free_number_even_if_another_writer_took_it(
+    tmp_path: Path,
+) -> None:
+    """A name taken between the look and the write (a writer without the lock) is skipped."""
+    from gpugauge.results.files import atomic_write_new
+
+    taken = tmp_path / "0001_tag.json"
+    taken.write_text("another run\n")
+    names = (tmp_path / f"{n:04}_tag.json" for n in range(1, 10))
+    assert atomic_write_new(b"{}", names) == tmp_path / "0002_tag.json"
+    assert taken.read_text() == "another run\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0001_tag.json", "0002_tag.json"]

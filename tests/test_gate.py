@@ -360,3 +360,43 @@ def test_a_baseline_with_bad_kernels_is_a_clear_error(tmp_path: Path, kernels: l
     p.write_text(json.dumps({**GOOD2, "benchmarks": {"x": {"time": time, "kernels": kernels}}}))
     with pytest.raises(BaselineError, match=r"benchmarks\['x'\].kernels"):
         parse_baseline(p)
+
+
+@pytest.mark.parametrize("samples", [[5e-324] * 3, [1e-320, 1e-320], [1e300, 1e300]])
+def test_subnormal_or_huge_samples_are_refused_where_read(tmp_path: Path, samples) -> None:
+    """Issue 26: samples of 5e-324 made every ratio infinite: "inconclusive inf× [nan, nan]",
+    and the test passed. The baseline reader and the run reader refuse them, naming the file."""
+    from gpugauge.results.runs import RunError, load_run
+
+    from .fakes import result, run_json
+
+    p = tmp_path / "f.json"
+    p.write_text(
+        json.dumps(
+            {
+                "schema_version": 2,
+                "device_class": "gpu-x",
+                "family": "f",
+                "benchmarks": {"b": {"time": {"unit": "ms", "samples": samples}}},
+            }
+        )
+    )
+    with pytest.raises(BaselineError, match=rf"{p}: .*samples\[0\] must be a positive number"):
+        parse_baseline(p)
+    run = run_json([result("a")])
+    run["benchmarks"][0]["extra_info"]["timing"]["device_ms"] = samples
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps(run))
+    with pytest.raises(RunError, match=rf"{saved}: .*metric 'time' has"):
+        load_run(saved)
+
+
+def test_the_readings_a_reader_accepts_give_finite_verdicts() -> None:
+    """At both ends of the accepted range, every ratio and interval is a finite number."""
+    tiny, huge = entry([1e-100] * 8, energy=1e-100), entry([1e100] * 8, energy=1e100)
+    for current, base in ((tiny, huge), (huge, tiny)):
+        result = compare(current, base, Tolerance())
+        for check in result.checks:
+            numbers = [v for v in vars(check).values() if isinstance(v, float)]
+            assert numbers
+            assert all(np.isfinite(numbers)), check

@@ -40,7 +40,7 @@ def test_defaults_follow_the_machine() -> None:
 
 
 def test_overrides_replace_profile_fields() -> None:
-    o = resolve_with(profile="seed", rounds=10, warmup=3, flush_l2=True, device="all")
+    o = resolve_with(cuda=True, profile="seed", rounds=10, warmup=3, flush_l2=True, device="all")
     assert o.policy.rounds == 10
     assert o.policy.warmup_rounds == 3
     assert o.policy.flush_l2

@@ -6,29 +6,42 @@ recorded a round's kernels (``--record-kernels``), each kernel's share of that r
 device time: a gate note then says when a result ran other main kernels than its baseline
 (another cuDNN or cuBLAS algorithm) rather than leaving a change of speed unexplained.
 Files are parsed as JSON only and validated; a bad file is a :class:`BaselineError`
-naming it. Writes go to a temporary file renamed over the old one, so a failed run never
-leaves a half-written baseline, and each file's read-merge-write runs under a lock, so two
-runs that update the same family at once both keep their entries.
+naming it. A write is checked before it happens by the reader that will read it back
+(:func:`parse_baseline_data` on the very text to be written): what that reader would refuse
+is never written, so a bad entry cannot make a device class's later gates fail. Files go
+only inside the store's folder: a device class or family that is empty, holds a path
+separator or ``..``, or resolves outside the folder is refused. Writes go to a temporary
+file renamed over the old one, so a failed run never leaves a half-written baseline, and
+each file's read-merge-write runs under a lock, so two runs that update the same family at
+once both keep their entries.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
+import json
 import math
-import os
 import statistics
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpugauge.measure.environment import SCHEMA_VERSION
-from gpugauge.results.files import FileError, atomic_write_json, read_json
+from gpugauge.results.files import (  # noqa: F401 (atomic_write_json: tests import it here)
+    FileError,
+    atomic_write_json,
+    atomic_write_text,
+    folder_locked,
+    name_problem,
+    read_json,
+)
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
-from gpugauge.results.runs import load_run
+from gpugauge.results.runs import load_run, reading_problem
+
+# Shares are rounded when recorded: their sum may pass 1 by this much.
+SHARE_SLACK = 1e-6
 
 
 class BaselineError(ValueError):
@@ -91,9 +104,10 @@ def kernel_shares(recorded: Any) -> tuple[KernelShare, ...]:
     """``extra["kernels"]`` (rows of name, calls, us, share; longest first) as shares.
 
     A row's ``share`` is of its round's whole device time; rows recorded without it
-    (runs 46-50 listed 8 kernels and no share) get their share of the listed rows' time.
-    Anything else (a result from elsewhere, edited by hand) gives no kernels: the gate then
-    says nothing about them rather than failing.
+    (runs 46-50 listed 8 kernels and no share), or whose shares add up to more than the
+    round (kernels of several streams overlap), get their share of the listed rows' time.
+    Anything else (a result from elsewhere, edited by hand; a kernel named twice) gives no
+    kernels: the gate then says nothing about them rather than failing.
     """
     if not isinstance(recorded, list) or not recorded:
         return ()
@@ -104,8 +118,11 @@ def kernel_shares(recorded: Any) -> tuple[KernelShare, ...]:
         if not isinstance(name, str) or not name or not _finite_non_negative(us):
             return ()
         rows.append((name, float(us), k.get("share")))
+    if len({name for name, _, _ in rows}) != len(rows):
+        return ()
     listed = sum(us for _, us, _ in rows)
-    if all(_is_share(share) for _, _, share in rows):
+    shares = [share for _, _, share in rows]
+    if all(_is_share(x) for x in shares) and sum(shares) <= 1 + SHARE_SLACK:
         return tuple(KernelShare(name, float(share)) for name, _, share in rows)
     if listed <= 0:
         return ()
@@ -128,8 +145,33 @@ def entry_of(m: Measurement) -> Entry:
 
 
 def entries_of_benchmark_json(path: Path) -> list[Entry]:
-    """Entries of a gpugauge run saved by pytest-benchmark (json or autosave)."""
-    return [entry_of(m) for m in load_run(path).measurements]
+    """Entries of a gpugauge run saved by pytest-benchmark (json or autosave).
+
+    A result that could not be stored as a baseline (one with no metric) is a
+    BaselineError naming the run and the result, before anything is written.
+    """
+    entries = [entry_of(m) for m in load_run(path).measurements]
+    for e in entries:
+        problem = entry_problem(e)
+        if problem:
+            raise BaselineError(f"{path}: {e.id!r} cannot be a baseline: {problem}")
+    return entries
+
+
+def entry_problem(e: Entry) -> str | None:
+    """What the baseline reader would refuse in a file holding ``e`` alone, or None."""
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "device_class": e.device_class,
+        "family": e.family,
+        "benchmarks": {e.id: e.as_dict()},
+    }
+    here = Path("<entry>")
+    try:
+        parse_baseline_data(json.loads(json.dumps(doc, allow_nan=False)), here)
+    except ValueError as err:  # BaselineError, or a NaN json.dumps refused
+        return str(err).removeprefix(f"{here}: ")
+    return None
 
 
 def combine_runs(runs: list[list[Entry]]) -> list[Entry]:
@@ -198,15 +240,12 @@ def _number(
     kinds = (int,) if integer else (int, float)
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kinds)
-        or not math.isfinite(value)
-        or value < 0
-        or (positive and value == 0)
-    ):
-        what = "a positive" if positive else "a non-negative"
+    what = "a positive" if positive else "a non-negative"
+    if isinstance(value, bool) or not isinstance(value, kinds):
         raise BaselineError(f"{path}: {where} must be {what} number, got {value!r}")
+    problem = reading_problem(value, samples=positive)
+    if problem:
+        raise BaselineError(f"{path}: {where} must be {what} number, got {value!r} (it {problem})")
     return value
 
 
@@ -273,7 +312,17 @@ def parse_baseline(path: Path, place: tuple[str, str] | None = None) -> dict[str
     ``place`` is the (device class, family) its location in a store says it holds: a file
     that holds another one would be compared across device classes, so it is an error.
     """
-    data = _read_json(path)
+    return parse_baseline_data(_read_json(path), path, place)
+
+
+def parse_baseline_data(
+    data: Any, path: Path, place: tuple[str, str] | None = None
+) -> dict[str, Entry]:
+    """Validate a baseline file's parsed JSON ``data`` (said to be at ``path``): the reader.
+
+    :func:`parse_baseline` reads a file with it; :meth:`BaselineStore.write` checks with it
+    what it is about to write.
+    """
     if not isinstance(data, dict):
         raise BaselineError(f"{path}: expected a JSON object at the top")
     version = data.get("schema_version")
@@ -286,8 +335,9 @@ def parse_baseline(path: Path, place: tuple[str, str] | None = None) -> dict[str
         if key not in data:
             raise BaselineError(f"{path}: missing key {key!r}")
     for key in ("device_class", "family"):
-        if not isinstance(data[key], str) or not data[key]:
-            raise BaselineError(f"{path}: {key!r} must be a non-empty string")
+        problem = name_problem(data[key])
+        if problem:
+            raise BaselineError(f"{path}: {key} {data[key]!r} {problem}")
     if place and place != (data["device_class"], data["family"]):
         raise BaselineError(
             f"{path}: holds device_class {data['device_class']!r} and family "
@@ -328,7 +378,7 @@ def _kernels(value: Any, path: Path, where: str) -> tuple[KernelShare, ...]:
     names = [k["name"] for k in value]
     if len(set(names)) != len(names):
         raise BaselineError(f"{path}: {where} names a kernel twice")
-    if sum(k["share"] for k in value) > 1 + 1e-6:
+    if sum(k["share"] for k in value) > 1 + SHARE_SLACK:
         raise BaselineError(f"{path}: {where}: the shares add up to more than 1")
     return tuple(KernelShare(k["name"], float(k["share"])) for k in value)
 
@@ -341,8 +391,20 @@ class BaselineStore:
         self._cache: dict[tuple[str, str], dict[str, Entry]] = {}
 
     def path(self, device_cls: str, family: str) -> Path:
-        """Where one device class's baseline of one family lives."""
-        return self.root / device_cls / f"{family}.json"
+        """Where one device class's baseline of one family lives; always inside the root.
+
+        A device class or family that is not a plain name, or a place that resolves outside
+        the root (a link), is a BaselineError.
+        """
+        for what, name in (("device class", device_cls), ("family", family)):
+            problem = name_problem(name)
+            if problem:
+                raise BaselineError(f"baseline of {what} {name!r}: the name {problem}")
+        p = self.root / device_cls / f"{family}.json"
+        root = self.root.resolve()
+        if not p.resolve().is_relative_to(root):
+            raise BaselineError(f"{p}: resolves to {p.resolve()}, outside the baselines {root}")
+        return p
 
     def load(self, device_cls: str, family: str) -> dict[str, Entry] | None:
         """The baseline entries, or None where none was recorded for this device class."""
@@ -367,7 +429,8 @@ class BaselineStore:
         Per file, the read of the old entries, the merge and the atomic write happen under
         one lock (on the device class's folder: :func:`folder_locked`), so concurrent
         writers of the same family never lose each other's entries.
-        A root that exists but is not a directory is a BaselineError, before any write.
+        A root that exists but is not a directory is a BaselineError, before any write;
+        so is a file its reader would refuse (:func:`checked_text`), before it is written.
         """
         if self.root.exists() and not self.root.is_dir():
             raise BaselineError(f"baselines folder {self.root}: not a directory")
@@ -380,35 +443,32 @@ class BaselineStore:
             with folder_locked(p.parent):
                 old = parse_baseline(p, (dev, fam)) if p.exists() else {}
                 merged = {**old, **{e.id: e for e in group}}
-                atomic_write_json(
-                    p,
-                    {
-                        "schema_version": SCHEMA_VERSION,
-                        "device_class": dev,
-                        "family": fam,
-                        "written": datetime.now(UTC).isoformat(timespec="seconds"),
-                        **meta,
-                        "benchmarks": {k: merged[k].as_dict() for k in sorted(merged)},
-                    },
-                )
+                doc = {
+                    "schema_version": SCHEMA_VERSION,
+                    "device_class": dev,
+                    "family": fam,
+                    "written": datetime.now(UTC).isoformat(timespec="seconds"),
+                    **meta,
+                    "benchmarks": {k: merged[k].as_dict() for k in sorted(merged)},
+                }
+                atomic_write_text(p, checked_text(doc, p, (dev, fam)))
             self._cache.pop((dev, fam), None)
             written.append(p)
         return written
 
 
-@contextlib.contextmanager
-def folder_locked(folder: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the folder itself while the block runs.
+def checked_text(doc: dict[str, Any], path: Path, place: tuple[str, str]) -> str:
+    """The JSON text of a baseline file, once its reader has accepted that very text.
 
-    A family file's read-merge-write runs under it, so concurrent writers lose nothing;
-    locking the device class's folder rather than a sidecar file leaves no lock file
-    behind in a user's project (``.<family>.json.lock``), and nothing needs removing, so
-    no removal can race the next writer. Blocks until the lock is free.
+    A BaselineError naming ``path`` and the entry otherwise: a file the gate could not
+    read would fail every later gate and report of its device class, good entries too.
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    except ValueError as err:  # a NaN or infinity that slipped past
+        raise BaselineError(f"{path}: not written: {err}") from None
+    try:
+        parse_baseline_data(json.loads(text), path, place)
+    except BaselineError as err:
+        raise BaselineError(f"not written, it would not read back: {err}") from None
+    return text

@@ -13,8 +13,11 @@ entries also give the built-in defaults. A file has up to three kinds of table::
     time = 0.08
 
 More specific tables override less specific ones, metric by metric. A malformed file, an
-unknown table or key, a value that is not a number in [0, 10), or one key set by two files
-is a :class:`ToleranceError` that names the file and the key.
+unknown table or key, a ``[family.NAME]`` of a family the registry
+(:func:`gpugauge.families.registry`) does not know (a typo would leave the family on the
+default tolerances, unseen), a value that is not a number in [0, 10), one key set by two
+files, or a ``*.toml`` that is not a regular file (a FIFO would block the read) is a
+:class:`ToleranceError` that names the file and the table or key.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,14 +98,19 @@ def _metrics(table: Any, path: Path, where: str) -> dict[str, float]:
     return out
 
 
-def load_tolerances(folder: Path) -> Tolerances:
+def load_tolerances(folder: Path, families: Collection[str] | None = None) -> Tolerances:
     """Read and merge every ``*.toml`` in ``folder`` (none: the built-in defaults).
 
     A ``folder`` that exists but is not a directory is an error; whether a missing one is
-    is the caller's choice (a folder named on the command line must exist).
+    is the caller's choice (a folder named on the command line must exist). ``families``
+    are the names a ``[family.NAME]`` table may have: by default the registry's.
     """
     if folder.exists() and not folder.is_dir():
         raise ToleranceError(f"tolerances folder {folder}: not a directory")
+    if families is None:
+        from gpugauge.families import registry
+
+        families = tuple(registry())
     merged = Tolerances()
     owner: dict[tuple[str, str, str], Path] = {}
     for path in sorted(folder.glob("*.toml")):
@@ -118,6 +126,12 @@ def load_tolerances(folder: Path) -> Tolerances:
                 if not isinstance(body, dict):
                     raise ToleranceError(f"{path}: [{section}] must hold named tables")
                 tables = body
+                unknown = sorted(set(body) - set(families)) if section == "family" else []
+                if unknown:
+                    raise ToleranceError(
+                        f"{path}: unknown family in table [family.{unknown[0]}]; "
+                        f"the families are {', '.join(sorted(families))}"
+                    )
                 store = merged.families if section == "family" else merged.benchmarks
                 target = {name: store.setdefault(name, {}) for name in body}
             else:

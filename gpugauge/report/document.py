@@ -32,7 +32,7 @@ from gpugauge.report.tables import (
     value_metrics,
     worst_first,
 )
-from gpugauge.results.files import atomic_write_bytes
+from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
 
@@ -379,7 +379,10 @@ def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path
     """Draw every chart that applies and write ``<name>.md``, ``<name>.html`` and PNGs.
 
     Everything is rendered in memory first, so an error while drawing leaves the previous
-    report as it was; each file is then written atomically (mode 0666 less the umask).
+    report as it was; then the files are written as one set (mode 0666 less the umask):
+    each is staged under a temporary name and all are renamed only once every one is on
+    disk, so a full disk leaves the previous set whole and the error names the file that
+    failed.
     """
     import matplotlib.pyplot as plt
 
@@ -410,6 +413,4 @@ def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path
         images[chart.title] = png.name
     files[out / f"{name}.md"] = render_markdown(data, images, out).encode()
     files[out / f"{name}.html"] = render_html(data, pngs, out).encode()
-    for path, content in files.items():
-        atomic_write_bytes(path, content)
-    return list(files)
+    return atomic_write_many(files)

@@ -2,7 +2,12 @@
 
 This is the one reader of saved results: the report, the baseline command and anything
 that merges results go through :func:`load_run`, which rebuilds every
-:class:`~gpugauge.results.measurement.Measurement` from its ``extra_info``.
+:class:`~gpugauge.results.measurement.Measurement` from its ``extra_info``. It refuses,
+naming the file and the result, what would mislead a reader later: a family or device class
+that is not a plain name (they become folder and file names of baselines), one
+result held twice (it would count as two runs), and readings that are not finite or whose
+magnitude lies outside [:data:`SMALLEST`, :data:`LARGEST`] (a sample of 5e-324 makes
+every ratio to it infinite). Ids are keys only, so any non-empty string will do.
 """
 
 from __future__ import annotations
@@ -15,13 +20,37 @@ from typing import Any
 
 from gpugauge.measure.environment import slug
 from gpugauge.plain import RecordError
-from gpugauge.results.files import FileError, read_json
+from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
+
+# The magnitudes a reading may have (0 aside, for values). Any ratio of two such readings
+# and its confidence interval stay finite and normal; no time in ms, byte count, energy in
+# J or rate the suite records comes near either end.
+SMALLEST = 1e-100
+LARGEST = 1e100
 
 
 class RunError(ValueError):
     """A file that is not a saved gpugauge run; the message names it and says why."""
+
+
+def reading_problem(value: float, samples: bool) -> str | None:
+    """Why a reading cannot be compared, or None.
+
+    ``samples`` readings (every round's time) are divided by, so they must be positive; a
+    value may also be 0. Every reading is finite, and its magnitude is at least
+    :data:`SMALLEST` (subnormal samples turn a ratio into inf) and at most :data:`LARGEST`.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return "must be a finite number"
+    if samples and value <= 0:
+        return "must be positive"
+    if value < 0:
+        return "must be non-negative"
+    if value != 0 and not SMALLEST <= value <= LARGEST:
+        return f"lies outside [{SMALLEST:g}, {LARGEST:g}], where ratios stay finite"
+    return None
 
 
 @dataclass(frozen=True)
@@ -59,13 +88,28 @@ def _schema1_device_class(info: dict[str, Any]) -> str:
 
 
 def _check_readings(m: Measurement, where: str) -> None:
-    """Every reading finite; samples positive (ratios divide by their median), values >= 0."""
+    """Every reading usable (see :func:`reading_problem`)."""
     for name, values in m.readings().items():
-        low_ok = (lambda v: v > 0) if METRICS[name].kind is Kind.SAMPLES else (lambda v: v >= 0)
-        bad = [v for v in values if not (math.isfinite(v) and low_ok(v))]
-        if bad:
-            need = "positive" if METRICS[name].kind is Kind.SAMPLES else "non-negative"
-            raise RunError(f"{where}: metric {name!r} has {bad[0]!r}; readings must be {need}")
+        samples = METRICS[name].kind is Kind.SAMPLES
+        for v in values:
+            problem = reading_problem(v, samples)
+            if problem:
+                raise RunError(f"{where}: metric {name!r} has {v!r}; a reading {problem}")
+
+
+def _check_names(info: dict[str, Any], where: str) -> None:
+    """The id a non-empty string; family and device class plain names (baselines' paths)."""
+    for key in ("id", "family", "device_class"):
+        if key not in info:
+            raise RunError(f"{where}: missing field {key!r}")
+        value = info[key]
+        if key == "id":
+            ok = isinstance(value, str) and value.strip()
+            problem = None if ok else "must be a non-empty string"
+        else:
+            problem = name_problem(value)
+        if problem:
+            raise RunError(f"{where}: {key} {value!r} {problem}")
 
 
 def load_run(path: Path) -> SavedRun:
@@ -80,7 +124,11 @@ def load_run(path: Path) -> SavedRun:
         raise RunError(str(err)) from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise RunError(f"{path}: not a pytest-benchmark JSON (no 'benchmarks' list)")
+    machine = data.get("machine_info")
+    if machine is not None and not isinstance(machine, dict):
+        raise RunError(f"{path}: 'machine_info' must be an object, not {type(machine).__name__}")
     found = []
+    held: dict[tuple[str, str], int] = {}
     verdicts: dict[str, dict[str, Any]] = {}
     for i, bench in enumerate(data["benchmarks"]):
         info = bench.get("extra_info") if isinstance(bench, dict) else None
@@ -94,13 +142,21 @@ def load_run(path: Path) -> SavedRun:
                     "id": info.get("id") or bench["param"],
                     "device_class": info.get("device_class") or _schema1_device_class(info),
                 }
+            _check_names(info, where)
             m = Measurement.from_dict(info, where)
-        except (RecordError, KeyError, IndexError, TypeError, AttributeError) as err:
+        except (RecordError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as err:
             text = str(err)
             if not text.startswith(where):
                 text = f"{where}: not a readable gpugauge result ({text})"
             raise RunError(text) from None
         _check_readings(m, where)
+        key = (m.device_class, m.id)
+        if key in held:
+            raise RunError(
+                f"{where}: {m.id!r} on {m.device_class} is held twice (also benchmarks"
+                f"[{held[key]}]); one run holds one result per id"
+            )
+        held[key] = i
         found.append(m)
         if isinstance(info.get("gate"), dict):
             verdicts[m.id] = info["gate"]
@@ -108,7 +164,7 @@ def load_run(path: Path) -> SavedRun:
         raise RunError(
             f"{path}: no gpugauge results in it (a pytest-benchmark run of other tests?)"
         )
-    fp = (data.get("machine_info") or {}).get("gpugauge") or {}
+    fp = (machine or {}).get("gpugauge") or {}
     saved = data.get("gpugauge") or {}
     return SavedRun(
         path=path,
