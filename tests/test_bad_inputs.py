@@ -788,3 +788,49 @@ def test_an_autosave_takes_the_next_free_number_even_if_another_writer_took_it(
     assert atomic_write_new(b"{}", names) == tmp_path / "0002_tag.json"
     assert taken.read_text() == "another run\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0001_tag.json", "0002_tag.json"]
+
+
+# --- issue 26: the distributed family's command line (python -m ...distributed.workload)
+
+WORKLOAD = ["--model", "resnet18", "--device", "cpu", "--out", "{ws}/dist", "--print-only"]
+WORKLOAD_OPTIONS: dict[str, tuple[list[str], str]] = {
+    "nproc-zero": (["--nproc-per-node", "0"], "argument --nproc-per-node: '0'"),
+    "nproc-negative": (["--nproc-per-node", "-2"], "argument --nproc-per-node: '-2'"),
+    "nnodes-zero": (["--nproc-per-node", "2", "--nnodes", "0"], "argument --nnodes: '0'"),
+    "nnodes-without-rendezvous": (["--nproc-per-node", "2", "--nnodes", "2"], "--nnodes 2 needs"),
+    "node-rank-too-high": (
+        ["--nproc-per-node", "1", "--nnodes", "2", "--rdzv-endpoint", "h:1", "--node-rank", "2"],
+        "--node-rank 2: must be below",
+    ),
+    "timeout-nan": (["--nproc-per-node", "2", "--timeout-s", "nan"], "argument --timeout-s"),
+    "batch-zero": (["--nproc-per-node", "2", "--batch", "0"], "argument --batch: '0'"),
+}
+
+
+@pytest.mark.parametrize(("args", "named"), WORKLOAD_OPTIONS.values(), ids=WORKLOAD_OPTIONS)
+def test_bad_distributed_command_line(
+    ws: Path, args: list[str], named: str, capsys: pytest.CaptureFixture
+) -> None:
+    from gpugauge.families.distributed.workload import main as workload_main
+
+    argv = [a.format(ws=ws) for a in [*WORKLOAD, *args]]
+    with pytest.raises(SystemExit) as stop:
+        workload_main(argv)
+    captured = capsys.readouterr()
+    assert_refused(int(stop.value.code or 0), captured.out, captured.err, named)
+    assert not (ws / "dist").exists()
+
+
+def test_the_readmes_two_node_command_prints_its_torchrun_lines(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from gpugauge.families.distributed.workload import main as workload_main
+
+    for node in (0, 1):
+        argv = [a.format(ws=ws) for a in WORKLOAD]
+        argv += ["--nproc-per-node", "2", "--nnodes", "2", "--node-rank", str(node)]
+        assert workload_main([*argv, "--rdzv-endpoint", "127.0.0.1:29500"]) == 0
+        out = capsys.readouterr().out
+        assert "--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:29500" in out
+        assert f"--node-rank={node}" in out
+    assert not (ws / "dist").exists()

@@ -400,3 +400,11 @@ def test_the_readings_a_reader_accepts_give_finite_verdicts() -> None:
             numbers = [v for v in vars(check).values() if isinstance(v, float)]
             assert numbers
             assert all(np.isfinite(numbers)), check
+
+
+def test_an_unknown_family_table_names_the_file_and_the_table(tmp_path: Path) -> None:
+    """Issue 26: a typo in [family.NAME] left that family on the defaults, unseen."""
+    (tmp_path / "t.toml").write_text("[family.layers]\ntime = 0.1\n[family.layer]\ntime = 0.1\n")
+    with pytest.raises(ToleranceError, match=r"t\.toml: unknown family in table \[family\.layer\]"):
+        load_tolerances(tmp_path)
+    assert load_tolerances(tmp_path, families=("layers", "layer")).families["layer"]["time"] == 0.1
