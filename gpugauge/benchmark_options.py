@@ -115,7 +115,8 @@ def saved_where(config: pytest.Config, since: float) -> list[str]:
     lines = []
     json_path = config.getoption("benchmark_json", None)
     if json_path is not None:
-        path = Path(getattr(json_path, "name", json_path))
+        opened = hasattr(json_path, "write")  # a pytest-benchmark that opened it (FileType)
+        path = Path(json_path.name if opened else json_path)
         lines += [
             f"results saved: {path}",
             f"report: python -m gpugauge report --current {path}",

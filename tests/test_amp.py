@@ -40,6 +40,7 @@ from gpugauge.families.amp.workload import (
     AGREE_TOL_TF32,
     INFER_MODEL,
     MODELS,
+    UNVERIFIED_GRAPHS,
     AmpCase,
     HostImages,
     InferCase,
@@ -129,7 +130,9 @@ def test_seed_profile_is_five_models_in_fp32_and_bf16_eager_and_graphed_on_the_g
     seed = cases("seed")
     train = [c for c in seed if isinstance(c, AmpCase) and c.device == "cuda"]
     nchw = {(c.model, c.precision, c.graphs) for c in train if not c.channels_last}
-    assert nchw == {(m, p, g) for m in MODELS for p in ("fp32", "bf16") for g in (False, True)}
+    every = {(m, p, g) for m in MODELS for p in ("fp32", "bf16") for g in (False, True)}
+    # graphed steps not yet shown equal to eager are not timed nightly (docs/amp.md)
+    assert nchw == every - {(m, p, True) for m, p in UNVERIFIED_GRAPHS}
     assert {c.tf32 for c in train} == {"default"}
     assert [c.id for c in train if c.channels_last] == ["vgg16-train-bf16-b128-224px-cl-cuda"]
     vgg = [c for c in train if c.model == "vgg16"]
@@ -178,7 +181,8 @@ def test_ids_unique_and_fp32_first(profile: str) -> None:
     for c in all_cases:
         if isinstance(c, AmpCase) and c.precision != "fp32" and c.reference in order:
             assert order[c.reference] < order[c], c.id  # the speedup's reference ran before
-        if isinstance(c, AmpCase) and not c.channels_last:
+        unverified = (c.model, "fp32") in UNVERIFIED_GRAPHS if isinstance(c, AmpCase) else False
+        if isinstance(c, AmpCase) and not c.channels_last and not (c.graphs and unverified):
             assert c.reference in order, c.id  # every NCHW AMP case has its fp32 reference
         if isinstance(c, AmpCase) and c.channels_last:
             assert order[c.nchw] < order[c], c.id

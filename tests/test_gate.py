@@ -225,6 +225,9 @@ def test_committed_baselines_read_with_runs_and_kernels() -> None:
         entries = parse_baseline(path)
         assert entries
         for e in entries.values():
+            if "time" not in e.readings:  # a search's count (layer_fit's max_layers)
+                assert e.readings, e.id
+                continue
             assert len(e.readings["time"]) >= 10
             assert len(e.run_medians.get("time", ())) >= 2  # recorded from several runs
             if e.id.endswith("-cuda"):
