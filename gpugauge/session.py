@@ -209,7 +209,13 @@ class GaugeSession:
         return self._artifact_run
 
     def append_history(self) -> None:
-        """Append this run's results to the history (once, at the end); never raises."""
+        """Append this run's results to the history (once, at the end); never raises.
+
+        A history that cannot take the run (a full disk, a read-only file, a lost server)
+        is one line in the gpugauge section; the backend has rolled the run back, so the
+        history keeps its earlier runs whole. The exit status stays the tests' own: the
+        results were measured and judged, and a saved run can be added later.
+        """
         if self.tracker is None or self.unmeasured:
             return
         classes = [m.device_class for m in self.measurements]
@@ -217,7 +223,10 @@ class GaugeSession:
         try:
             said = self.tracker.append(self.fingerprint(), (gpu or classes or ["-"])[0])
         except (OSError, ValueError) as err:  # HistoryError is a ValueError
-            said = f"history NOT appended: {err}"
+            said = (
+                f"history NOT appended: {err}; its earlier runs are intact (a saved run "
+                "can be added later: python -m gpugauge history import RUN.json)"
+            )
         if said:
             self.messages.append(said)
 

@@ -8,11 +8,13 @@ sets it). Without it they skip, except under CI=true, where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from gpugauge.history.backends import retry_busy
 from gpugauge.history.records import HistoryError, MetricRecord, ResultRecord, RunRecord
 from gpugauge.history.store import History
 from gpugauge.history.synthetic import Scenario, baseline_entry, simulate
@@ -235,6 +238,183 @@ def test_concurrent_writers_lose_nothing(target: str, tmp_path: Path) -> None:
         for k in range(results):
             assert len(h.points(f"case-{k}")) == writers * runs
         assert {c.host for c in h.cases()} == {f"GPU-{w}" for w in range(1, writers + 1)}
+
+
+def test_many_first_openers_of_a_fresh_file_all_get_it(tmp_path: Path) -> None:
+    """Switching a fresh file to WAL answers "database is locked" without waiting when
+    another connection opens it at that moment (about 1 open in 200 with 8 at once before
+    the switch was retried): every opener must get the history, in WAL mode."""
+    errors: list[str] = []
+    for trial in range(25):
+        path = tmp_path / f"h{trial}.sqlite"
+        start = threading.Barrier(8)
+
+        def open_it(path: Path = path, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                with History.open(path) as h:
+                    h.runs()
+            except HistoryError as err:
+                errors.append(str(err))
+
+        threads = [threading.Thread(target=open_it) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert errors == []
+
+
+def test_busy_steps_are_retried_within_a_bound() -> None:
+    calls = []
+
+    def busy() -> None:
+        calls.append(1)
+        raise sqlite3.OperationalError("database is locked")
+
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        retry_busy(busy, limit_s=0.2)
+    assert 3 <= len(calls) <= 10  # 10, 20, 40, 80 ms sleeps: bounded, not one try
+    calls.clear()
+    conn = sqlite3.connect(":memory:")
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        retry_busy(lambda: calls.append(1) or conn.execute("SELECT * FROM x"))
+    assert len(calls) == 1  # other errors are not retried
+
+
+FULL = """
+import resource, signal, sys
+sys.path.insert(0, {root!r})
+from tests.test_history_store import run, result
+from gpugauge.history.records import HistoryError
+from gpugauge.history.store import History
+
+h = History.open({target!r})  # opened before the limit: the file exists
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+try:
+    h.append(run(2), [result(f"case-{{k}}-" + "x" * 300, 1.0) for k in range(200)])
+except HistoryError as err:
+    print("HistoryError:", err)
+    sys.exit(3)
+"""
+
+
+def _intact(path: Path) -> list[str]:
+    """The runs of a history after its integrity check passed."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    with History.open(path) as h:
+        return [r.id for r in h.runs()]
+
+
+def test_a_write_that_finds_no_room_is_one_error_and_rolls_back(tmp_path: Path) -> None:
+    """A disk that fills mid-append (simulated: a file size limit, so no root is needed)
+    is a HistoryError naming the history, never a second error from the rollback, and the
+    file keeps the runs it had and takes writes again."""
+    target = tmp_path / "h.sqlite"
+    with History.open(target) as h:
+        h.append(run(1), [result("case-0", 1.0)])
+    code = FULL.format(root=str(ROOT), target=str(target), limit=6000)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.startswith(f"HistoryError: history {target}: ")
+    assert "Traceback" not in done.stderr
+    assert len(done.stdout.splitlines()) == 1
+    assert _intact(target) == ["run-1"]
+    with History.open(target) as h:
+        assert h.append(run(3), [result("case-0", 1.0)])
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root on Linux"
+)
+def test_a_full_tmpfs_is_one_error_and_rolls_back(tmp_path: Path) -> None:
+    """The same on a real full file system: a 256 KiB tmpfs."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)])
+    if mounted.returncode != 0:
+        pytest.skip("this container may not mount a tmpfs")
+    try:
+        target = disk / "h.sqlite"
+        with History.open(target) as h:
+            h.append(run(1), [result("case-0", 1.0)])
+            big = [result(f"case-{k}-" + "x" * 300, 1.0) for k in range(2000)]
+            with pytest.raises(HistoryError, match=r"h\.sqlite: database or disk is full"):
+                h.append(run(2), big)
+            assert [r.id for r in h.runs()] == ["run-1"]
+        assert _intact(target) == ["run-1"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+SESSION = """
+import resource, signal, sys
+import pytest
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+# room for SQLite's 32 KiB shared-memory index, not for the run's WAL frames
+resource.setrlimit(resource.RLIMIT_FSIZE, (40000, 40000))
+sys.exit(pytest.main(["-p", "no:cacheprovider", "--rounds", "3", "--warmup", "1",
+                      "--history", "h.sqlite", "test_many.py"]))
+"""
+
+MANY = """
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Tiny:
+    family: ClassVar[str] = "tiny"
+    n: int
+    device: str = "cpu"
+
+    @property
+    def id(self):
+        return f"tiny-{self.n}-" + "x" * 400
+
+    def as_dict(self):
+        return {"n": self.n, "device": self.device}
+
+
+@pytest.mark.parametrize("n", range(60))
+def test_tiny(gauge, n):
+    gauge.measure(Tiny(n), lambda: None)
+"""
+
+
+def test_a_session_whose_history_is_full_says_so_in_one_line(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """The gpugauge section says 'history NOT appended: ...'; no INTERNALERROR, no
+    traceback; the tests' own outcome decides the exit status (see docs/history.md)."""
+    gauge_pytester.makepyfile(test_many=MANY)
+    with History.open(gauge_pytester.path / "h.sqlite") as h:  # made before the limit
+        h.append(run(1), [result("case-0", 1.0)])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GPUGAUGE_HISTORY", None)
+    # pipes, not files, for its output: the size limit would stop pytest's own writes
+    done = subprocess.run(
+        [sys.executable, "-c", SESSION],
+        cwd=gauge_pytester.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = done.stdout + done.stderr
+    assert "INTERNALERROR" not in out, out
+    assert "Traceback" not in out, out
+    said = [line for line in done.stdout.splitlines() if "history NOT appended" in line]
+    assert len(said) == 1, done.stdout
+    assert said[0].strip().startswith(f"history NOT appended: history {Path('h.sqlite')}: ")
+    assert done.returncode == 0, out
+    assert _intact(gauge_pytester.path / "h.sqlite") == ["run-1"]
 
 
 def test_an_unsupported_url_is_one_clear_error() -> None:

@@ -7,7 +7,12 @@ never committed if the process dies), statements written once with ``?`` placeho
 :class:`~gpugauge.history.records.HistoryError` messages that name the history.
 
 SQLite runs in WAL mode with a busy timeout, and a write transaction takes the write lock
-when it begins (``BEGIN IMMEDIATE``): two writers at once queue instead of failing.
+when it begins (``BEGIN IMMEDIATE``): two writers at once queue instead of failing. Where
+SQLite answers "database is locked" without waiting (switching a fresh file to WAL while
+another connection opens it does not run the busy handler), the step is retried with
+backoff for up to :data:`BUSY_TIMEOUT_S`. A failed transaction is rolled back only if
+SQLite has not already rolled it back itself (it does on a full disk or an I/O error), so
+the error reported is the first one and the file keeps its last committed state.
 PostgreSQL (``postgresql://`` or ``postgres://`` URLs) needs the ``postgres`` extra
 (``psycopg`` 3); its writers never conflict, since each run is its own rows.
 """
@@ -17,18 +22,46 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from gpugauge.history.records import HistoryError
 
 BUSY_TIMEOUT_S = 120.0  # how long a SQLite writer waits for another one's transaction
+_SQLITE_BUSY = 5  # primary result code of "database is locked"
+T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10  # how long to wait for a PostgreSQL server to answer
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 _SCHEMA_LOCK = 72_023  # PostgreSQL advisory lock key held while the schema is checked
+
+
+def _busy(err: sqlite3.Error) -> bool:
+    """Whether SQLite refused for a lock held by another connection (SQLITE_BUSY)."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == _SQLITE_BUSY
+    return "database is locked" in str(err)
+
+
+def retry_busy(step: Callable[[], T], limit_s: float = BUSY_TIMEOUT_S) -> T:
+    """``step()``, again after a short sleep (10 ms doubling to 0.5 s) while SQLite is busy.
+
+    Bounded: after ``limit_s`` seconds the last "database is locked" is raised.
+    """
+    deadline = time.monotonic() + limit_s
+    delay = 0.01
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as err:
+            if not _busy(err) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 def _one_line(err: BaseException) -> str:
@@ -102,11 +135,23 @@ class SqliteBackend(Backend):
         except (OSError, sqlite3.Error) as err:
             raise HistoryError(f"history {path}: cannot be opened ({_one_line(err)})") from None
         try:
-            self.conn.execute("PRAGMA journal_mode=WAL")
+            self._use_wal()
             self.conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as err:
             self.conn.close()
             raise self._error(err) from None
+
+    def _use_wal(self) -> None:
+        """Switch the file to WAL once; a file already in WAL takes no lock at all.
+
+        The switch needs the file to itself and SQLite answers "database is locked" at once
+        if another connection holds it (no busy handler), so it is retried. Where WAL is
+        refused for good (a file system without shared memory) the file keeps its journal
+        mode: writers then queue on the busy timeout alone.
+        """
+        mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            retry_busy(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchone())
 
     def _error(self, err: sqlite3.Error) -> HistoryError:
         if isinstance(err, sqlite3.DatabaseError) and "not a database" in str(err):
@@ -115,23 +160,39 @@ class SqliteBackend(Backend):
 
     @contextlib.contextmanager
     def transaction(self, write: bool = True) -> Iterator[Tx]:
-        """``BEGIN IMMEDIATE`` for a write (the lock first, so writers queue), else ``BEGIN``."""
+        """``BEGIN IMMEDIATE`` for a write (the lock first, so writers queue), else ``BEGIN``.
+
+        Any error inside rolls the transaction back and is raised as a HistoryError (a
+        SQLite error) or as it was (anything else): never a second error from the rollback.
+        """
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
         try:
-            self.conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            retry_busy(lambda: self.conn.execute(begin))
         except sqlite3.Error as err:
             raise self._error(err) from None
         cur = self.conn.cursor()
         try:
             yield Tx(cur, "?")
-            self.conn.execute("COMMIT")
+            retry_busy(lambda: self.conn.execute("COMMIT"))
         except sqlite3.Error as err:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             raise self._error(err) from None
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             raise
         finally:
             cur.close()
+
+    def _rollback(self) -> None:
+        """Roll back what is still open, never raising over the error being reported.
+
+        SQLite has already rolled back by itself after a full disk, an I/O error or a lost
+        lock, and a ROLLBACK then fails with "no transaction is active"; that would hide
+        the error that matters, so it is skipped (the transaction is gone either way).
+        """
+        if self.conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
 
     def tables(self, tx: Tx) -> set[str]:
         """Every table of the file."""
