@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gpugauge.check.cli import add_parser as add_check_parser
 from gpugauge.history import cli as history_cli
+from gpugauge.history.store import default_target
 from gpugauge.options import path_option
 from gpugauge.regress.baselines import (
     BaselineError,
@@ -81,10 +82,18 @@ def _write_report(args: argparse.Namespace) -> int:
         tolerances=load_tolerances(tolerances),
         history=history,
         notes=notes,
+        trend_history=args.history or default_target(args.storage),
     )
     for path in write_report(data, args.out, args.name):
         print(f"wrote {path}")
     return 0
+
+
+def _history_target(text: str) -> str:
+    """An argparse type: a SQLite path or a database URL, not empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("'': give a SQLite file path or a postgresql:// URL")
+    return text
 
 
 def _stored_runs(storage: Path, notes: list[str]) -> list[Path]:
@@ -188,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     rep.add_argument("--out", type=path_option, default=Path("reports"))
     rep.add_argument("--name", default="report", help="file name stem of the outputs")
+    rep.add_argument(
+        "--history",
+        metavar="PATH|URL",
+        type=_history_target,
+        default=None,
+        help="results history whose trends and change points of the run's cases are shown "
+        "(default: $GPUGAUGE_HISTORY, else gpugauge-history.sqlite under --storage)",
+    )
     rep.set_defaults(func=_report)
 
     base = sub.add_parser(

@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from gpugauge.regress.gate import MetricCheck, Verdict
+from gpugauge.report.trends import TREND_CHARTS
 
 if TYPE_CHECKING:
     from gpugauge.report.data import ReportData
@@ -189,5 +190,5 @@ class Roofline:
         return fig
 
 
-CHARTS: tuple[Chart, ...] = (RatioBars(), History(), Roofline())
+CHARTS: tuple[Chart, ...] = (RatioBars(), History(), *TREND_CHARTS, Roofline())
 """The core's charts; each family adds its own (:attr:`Family.charts`)."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from gpugauge.families import comparisons_of
+from gpugauge.history.changepoints import ChangePoint
+from gpugauge.history.records import Point
+from gpugauge.history.reference import Reference
 from gpugauge.regress.gate import GateResult, Verdict
 from gpugauge.report.tables import noisy_ids, verdict_counts
 from gpugauge.results.measurement import Comparison
@@ -17,6 +21,11 @@ class ReportData:
 
     ``baseline_noisy`` holds the ids whose time was noisy in the run compared against
     (``--against``); with the current run's own noisy results they make :attr:`noisy`.
+
+    From the results history (``trend_source``: its path or URL): ``trends`` holds each
+    case's time points on its device class, every host, oldest first; ``changes`` their
+    change points, largest first; ``bands`` the reference that judged each case's latest
+    run. ``trend_note`` says why there are no trends (empty when there are).
     """
 
     current: SavedRun
@@ -25,6 +34,11 @@ class ReportData:
     history: list[SavedRun]
     notes: tuple[str, ...] = ()
     baseline_noisy: frozenset[str] = field(default_factory=frozenset)
+    trends: Mapping[str, tuple[Point, ...]] = field(default_factory=dict)
+    changes: tuple[ChangePoint, ...] = ()
+    bands: Mapping[str, Reference] = field(default_factory=dict)
+    trend_source: str = ""
+    trend_note: str = ""
 
     @property
     def noisy(self) -> frozenset[str]:

@@ -32,6 +32,7 @@ from gpugauge.report.tables import (
     value_metrics,
     worst_first,
 )
+from gpugauge.report.trends import changes_of, changes_table, load_trends
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
@@ -88,10 +89,13 @@ def collect(
     tolerances: Tolerances,
     history: list[Path],
     notes: list[str] | None = None,
+    trend_history: str | None = None,
 ) -> ReportData:
     """Judge the current run against a saved run, or else against the stored baselines.
 
-    ``notes`` are lines the report shows under its header (e.g. built-in tolerances used).
+    ``notes`` are lines the report shows under its header (e.g. built-in tolerances used);
+    ``trend_history`` is the results history (a SQLite path or a URL) whose trends and
+    change points of the run's cases the report shows (None: none, and no note).
     """
     run = load_run(current)
     baseline_noisy: frozenset[str] = frozenset()
@@ -114,7 +118,22 @@ def collect(
         except RunError:
             continue  # not a gpugauge run: history shows only ours
     runs.sort(key=lambda r: r.label)
-    return ReportData(run, against, results, runs, tuple(notes or ()), baseline_noisy)
+    trends, bands, why = {}, {}, ""
+    if trend_history is not None:
+        trends, bands, why = load_trends(trend_history, run, tolerances, baselines)
+    return ReportData(
+        run,
+        against,
+        results,
+        runs,
+        tuple(notes or ()),
+        baseline_noisy,
+        trends=trends,
+        changes=changes_of(trends),
+        bands=bands,
+        trend_source=trend_history or "",
+        trend_note=why,
+    )
 
 
 Links = tuple[tuple[str, str], ...]  # (text, link target) pairs, shown in one cell
@@ -129,6 +148,7 @@ class Section:
     headers: list[str]
     rows: list[list[Cell]]
     classes: list[str] = field(default_factory=list)
+    empty: str = ""  # shown instead of the table when there are no rows
 
 
 def _verdict_rows(data: ReportData) -> Section:
@@ -273,7 +293,11 @@ def markdown_table(headers: list[str], rows: list[list[Cell]]) -> str:
 def _sections(data: ReportData, out: Path) -> list[Section]:
     sections = [_verdict_rows(data), _result_rows(data, out)]
     compared = _comparison_rows(data)
-    return sections + ([compared] if compared.rows else [])
+    sections += [compared] if compared.rows else []
+    if data.trends:  # the change points of the history's trends (none: it says so)
+        headers, rows, empty = changes_table(data)
+        sections.append(Section("Changes", headers, list(rows), empty=empty))
+    return sections
 
 
 def missing_charts(data: ReportData) -> list[str]:
@@ -295,7 +319,7 @@ def missing_charts(data: ReportData) -> list[str]:
             f"no history chart: it needs two or more saved runs in --storage; found "
             f"{len(data.history)} (run pytest with --benchmark-autosave again)"
         )
-    return out
+    return out + ([data.trend_note] if data.trend_note else [])
 
 
 INTRO = (
@@ -319,7 +343,8 @@ def render_markdown(data: ReportData, images: dict[str, str], out: Path = Path("
         INTRO,
     ]
     for sec in _sections(data, out):
-        parts += ["", f"## {sec.title}", "", markdown_table(sec.headers, sec.rows)]
+        table = markdown_table(sec.headers, sec.rows) if sec.rows or not sec.empty else sec.empty
+        parts += ["", f"## {sec.title}", "", table]
     for title, name in images.items():
         parts += ["", f"## {title}", "", f"![{title}]({name})"]
     missing = missing_charts(data)
@@ -353,7 +378,10 @@ def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path("."))
             (f'<tr class="{e(cls)}">' if cls else "<tr>") + "".join(map(_html_cell, row)) + "</tr>"
             for row, cls in zip(sec.rows, classes, strict=True)
         )
-        tables.append(f"<h2>{e(sec.title)}</h2><table><tr>{head}</tr>{body}</table>")
+        table = f"<table><tr>{head}</tr>{body}</table>"
+        if sec.empty and not sec.rows:
+            table = f"<p>{e(sec.empty)}</p>"
+        tables.append(f"<h2>{e(sec.title)}</h2>{table}")
     figs = "".join(
         f'<h2>{e(title)}</h2><img alt="{e(title)}" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'

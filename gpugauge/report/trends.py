@@ -1,0 +1,274 @@
+"""The report's view of the results history: trends per case, change points, allowed bands.
+
+:func:`load_trends` reads, for every timed case of the current run, the case's time on its
+device class over every run and host of the history (:meth:`History.points`), its change
+points (:func:`~gpugauge.history.changepoints.case_changes`, per host and over the class)
+and the reference that judged its latest run (:func:`~gpugauge.history.reference.
+reference_for` on the runs before it, with the committed class baseline and the case's
+tolerance, as a gated run judges). :class:`TrendChart` draws them as small multiples,
+the cases that moved most first; :func:`changes_table` lists the change points. Nothing
+here names a family.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpugauge.history.changepoints import ChangePoint, case_changes
+from gpugauge.history.judge import baseline_reference
+from gpugauge.history.records import HistoryError, Point
+from gpugauge.history.reference import Reference, reference_for
+from gpugauge.history.store import History
+from gpugauge.regress.baselines import BaselineStore
+from gpugauge.regress.tolerances import Tolerances
+from gpugauge.results.runs import SavedRun
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from gpugauge.report.data import ReportData
+
+METRIC = "time"  # what the trends show: the median time of a round, ms
+PER_FIGURE = 12  # cases per trend figure (small multiples, 3 a row)
+FIGURES = 4  # trend figures at most: the 48 cases that moved most
+
+
+def load_trends(
+    target: str, run: SavedRun, tolerances: Tolerances, baselines: Path
+) -> tuple[dict[str, tuple[Point, ...]], dict[str, Reference], str]:
+    """Per case of ``run``: its points and latest reference; and a note when there are none.
+
+    The note says why there is no trend (no history at ``target``, one that cannot be
+    read, or one holding none of the run's cases); it is empty when trends were found.
+    """
+    if "://" not in target and not Path(target).exists():
+        return (
+            {},
+            {},
+            f"no trend chart: no results history at {target} (each measured pytest run "
+            f"appends to it; --history PATH|URL names another)",
+        )
+    store = BaselineStore(baselines)
+    points: dict[str, tuple[Point, ...]] = {}
+    bands: dict[str, Reference] = {}
+    timed = [m for m in run.measurements if m.timing is not None]
+    try:
+        with History.open(target) as h:
+            where = h.where
+            for m in timed:
+                found = tuple(h.points(m.id, METRIC, m.device_class))
+                if not found:
+                    continue
+                points[m.id] = found
+                floor = tolerances.for_benchmark(m.spec.family, m.id)[METRIC]
+                entry = (store.load(m.device_class, m.spec.family) or {}).get(m.id)
+                base = baseline_reference(entry, METRIC, floor) if entry else None
+                ref = latest_reference(found, floor, base)
+                if ref is not None:
+                    bands[m.id] = ref
+    except (HistoryError, OSError) as err:
+        return {}, {}, f"no trend chart: {err}"
+    if not points:
+        return (
+            {},
+            {},
+            f"no trend chart: history {where} holds none of this run's {len(timed)} timed cases",
+        )
+    return points, bands, ""
+
+
+def latest_reference(
+    points: Sequence[Point], floor: float, baseline: tuple[float, float] | None
+) -> Reference | None:
+    """The reference that judged the latest run: made from the runs before it, its host's."""
+    last = points[-1]
+    before = [p for p in points if p.run.id != last.run.id]
+    return reference_for(before, last.host, floor, baseline=baseline)
+
+
+def changes_of(trends: Mapping[str, Sequence[Point]]) -> tuple[ChangePoint, ...]:
+    """Every change point of every case, largest step first."""
+    found = [c for pts in trends.values() for c in case_changes(pts)]
+    return tuple(sorted(found, key=lambda c: -abs(math.log(c.ratio))))
+
+
+def runs_in(trends: Mapping[str, Sequence[Point]]) -> int:
+    """How many distinct runs the trends hold."""
+    return len({p.run.id for pts in trends.values() for p in pts})
+
+
+def moved_most(trends: Mapping[str, Sequence[Point]], changes: Sequence[ChangePoint]) -> list[str]:
+    """Case ids, those that moved most first.
+
+    By their largest change point, then by the span of their medians (max/min); then id.
+    """
+
+    def score(case: str) -> tuple[float, float, str]:
+        steps = [abs(math.log(c.ratio)) for c in changes if c.bench_id == case]
+        medians = [p.median for p in trends[case] if p.median > 0]
+        span = math.log(max(medians) / min(medians)) if medians else 0.0
+        return (-max(steps, default=0.0), -span, case)
+
+    return sorted(trends, key=score)
+
+
+def _commit(points: Sequence[Point], run_id: str) -> str:
+    commit = next((p.run.commit for p in points if p.run.id == run_id), None)
+    return commit[:12] if commit else "-"
+
+
+def changes_table(data: ReportData) -> tuple[list[str], list[list[str]], str]:
+    """Headers, rows and the line shown when there are none, of the "changes" section."""
+    headers = [
+        "case",
+        "host or class",
+        "when (UTC, run, commit)",
+        "after / before [95% CI]",
+        "before → after ms",
+        "runs before/after, p",
+        "what changed",
+    ]
+    rows = []
+    for c in data.changes:
+        pts = data.trends.get(c.bench_id, ())
+        rows.append(
+            [
+                c.bench_id,
+                c.scope,
+                f"{c.time:%Y-%m-%d %H:%M}, run {c.run_id[:8]}, commit {_commit(pts, c.run_id)}",
+                f"{c.ratio:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]",
+                f"{c.before:.4g} → {c.after:.4g}",
+                f"{c.n_before}/{c.n_after}, p={c.p_value:.1g}",
+                "; ".join(c.changes) or "no recorded difference",
+            ]
+        )
+    empty = (
+        f"no change points in {runs_in(data.trends)} runs of {len(data.trends)} cases "
+        f"(history {data.trend_source})"
+    )
+    return headers, rows, empty
+
+
+MARKERS = "osD^v<>PX*"
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def _short(host: str) -> str:
+    return host if len(host) <= 16 else host[:15] + "…"
+
+
+class TrendChart:
+    """One figure of small multiples: up to :data:`PER_FIGURE` cases, page ``page``.
+
+    Per case, each host's run medians (its own colour and marker) with their 95% CI as a
+    band, in run order (oldest left); the allowed band of the reference that judged the
+    latest run (its median ± allowed, shaded); change points as vertical lines (red:
+    slower, blue: faster; solid: found on one host, dashed: over the class).
+    """
+
+    def __init__(self, page: int) -> None:
+        self.page = page
+        self.name = f"trends-{page + 1}"
+        self.title = (
+            f"Trends across runs, part {page + 1}: median time per run with its 95% CI band "
+            "per host; shaded: allowed band of the latest reference; vertical lines: change "
+            "points (red slower, blue faster; dashed: over the class)"
+        )
+
+    def applies(self, data: ReportData) -> bool:
+        """Needs the history to hold more than ``page`` x 12 of the run's cases."""
+        return len(data.trends) > self.page * PER_FIGURE
+
+    def draw(self, data: ReportData) -> Figure:
+        """Small multiples, three a row; one legend of hosts."""
+        import matplotlib.pyplot as plt
+
+        order = moved_most(data.trends, data.changes)
+        cases = order[self.page * PER_FIGURE : (self.page + 1) * PER_FIGURE]
+        hosts = sorted({p.host for c in cases for p in data.trends[c]})
+        style = {
+            h: (COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]) for i, h in enumerate(hosts)
+        }
+        cols = min(3, len(cases))
+        rows = math.ceil(len(cases) / cols)
+        fig, axes = plt.subplots(
+            rows, cols, figsize=(max(4.2 * cols, 6.0), 2.6 * rows + 0.9), squeeze=False
+        )
+        for ax, case in zip(axes.flat, cases, strict=False):
+            _draw_case(ax, case, data, style)
+        for ax in list(axes.flat)[len(cases) :]:
+            ax.set_visible(False)
+        handles = [
+            plt.Line2D([], [], color=c, marker=m, ls="-", ms=4, label=_short(h))
+            for h, (c, m) in style.items()
+        ]
+        height = 2.6 * rows + 0.9
+        fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=7)
+        first = self.page * PER_FIGURE + 1
+        fig.suptitle(
+            f"cases {first}-{first + len(cases) - 1} of {len(order)}, moved most first", fontsize=8
+        )
+        fig.tight_layout(rect=(0, 0.45 / height, 1, 1 - 0.35 / height))
+        return fig
+
+
+def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[str, str]]) -> None:
+    """One case's panel: hosts' medians and CI bands, the allowed band, change points."""
+    from matplotlib.ticker import MaxNLocator
+
+    pts = data.trends[case]
+    x_of = {p.run.id: i for i, p in enumerate(pts)}
+    for host, (color, marker) in style.items():
+        mine = [(x_of[p.run.id], p) for p in pts if p.host == host]
+        if not mine:
+            continue
+        xs = [x for x, _ in mine]
+        ax.fill_between(
+            xs,
+            [p.metric.ci_low for _, p in mine],
+            [p.metric.ci_high for _, p in mine],
+            color=color,
+            alpha=0.2,
+            lw=0,
+        )
+        ax.plot(xs, [p.median for _, p in mine], color=color, marker=marker, ms=3.5, lw=1)
+    ref = data.bands.get(case)
+    if ref is not None:
+        lo, hi = ref.median * (1 - ref.allowed), ref.median * (1 + ref.allowed)
+        ax.axhspan(lo, hi, color="#2ca02c", alpha=0.08, lw=0)
+        for y in (lo, hi):
+            ax.axhline(y, color="#2ca02c", ls="--", lw=0.7)
+    labelled: set[int] = set()
+    for c in data.changes:  # largest first: where several share a run, its label is shown
+        if c.bench_id != case or c.run_id not in x_of:
+            continue
+        x = x_of[c.run_id]
+        color = "#c0392b" if c.ratio > 1 else "#2471a3"
+        ax.axvline(x - 0.5, color=color, lw=1.2, ls="-" if c.scope.startswith("host") else "--")
+        if x not in labelled:
+            labelled.add(x)
+            ax.annotate(
+                f" {c.ratio:.3f}x",
+                (x - 0.5, 1),
+                xycoords=("data", "axes fraction"),
+                fontsize=6,
+                color=color,
+                ha="left",
+                va="top",
+            )
+    title = case if len(case) <= 46 else case[:45] + "…"
+    kind = f"; allowed ±{ref.allowed:.1%} ({ref.kind})" if ref is not None else ""
+    ax.set_title(f"{title}\n{len(pts)} runs{kind}", fontsize=7)
+    ax.set_ylabel("ms", fontsize=7)
+    ax.tick_params(labelsize=6)
+    ax.set_xlim(-0.5, max(len(pts) - 0.5, 0.5))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("run, oldest first", fontsize=6)
+
+
+TREND_CHARTS = tuple(TrendChart(page) for page in range(FIGURES))
+"""The trend figures, each drawn only when the history holds enough of the run's cases."""

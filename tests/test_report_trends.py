@@ -1,0 +1,186 @@
+"""The report's trends from the results history: a synthetic history with a known step.
+
+A 3% step on night 10 (with torch 2.11 → 2.12 and a new commit) must appear as a change
+point in the "changes" section, naming both, and as a vertical line in the trend chart at
+that run; a flat history says it has no change points; a report without a history says
+why it has no trend chart, and creates no history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pytest
+
+from gpugauge.__main__ import main
+from gpugauge.history.records import Point
+from gpugauge.history.store import History
+from gpugauge.history.synthetic import CASE, CLASS, FAMILY, Scenario, series
+from gpugauge.regress.tolerances import load_tolerances
+from gpugauge.report.document import collect
+from gpugauge.report.trends import TREND_CHARTS, TrendChart, moved_most
+
+from .fakes import result, save_run
+from .test_browser import browser  # noqa: F401  (the fixture)
+
+STEP = Scenario(nights=20, step=0.03, step_night=10)
+FLAT = Scenario(nights=12)
+
+
+def _history(path: Path, points: list[Point]) -> Path:
+    with History.open(path) as h:
+        for p in points:
+            h.append(p.run, [p.result])
+    return path
+
+
+def _current(root: Path, ids: tuple[str, ...] = (CASE,)) -> Path:
+    storage = root / "runs"
+    storage.mkdir(exist_ok=True)
+    runs = [result(i, 2.06, family=FAMILY, device_class=CLASS) for i in ids]
+    return save_run(storage / "0001_now.json", runs)
+
+
+def _report(root: Path, *extra: str) -> Path:
+    out, baselines = root / "reports", root / "baselines"
+    baselines.mkdir(exist_ok=True)
+    args = ["report", "--current", str(_current(root)), "--storage", str(root / "runs")]
+    assert main([*args, "--baselines-dir", str(baselines), "--out", str(out), *extra]) == 0
+    return out
+
+
+def test_a_step_is_a_change_point_in_the_changes_section(tmp_path: Path) -> None:
+    history = _history(tmp_path / "h.sqlite", series(STEP, seed=1))
+    out = _report(tmp_path, "--history", str(history))
+    md = (out / "report.md").read_text()
+    section = md.split("## Changes", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith(f"| {CASE}")]
+    scopes = {row.split("|")[2].strip() for row in rows}
+    assert scopes == {"host h0", "host h1", f"class {CLASS}"}  # each host, and the class
+    for row in rows:
+        assert "torch 2.11.0 → 2.12.0" in row
+        assert "commit c00900000000 → c01000000000" in row  # night 10's commit, the step
+        assert "2026-01-11" in row  # night 10 of the synthetic nights (from 2026-01-01)
+        ratio = float(row.split("|")[4].split("x")[0])
+        assert 1.02 < ratio < 1.04
+    assert (out / "report-trends-1.png").stat().st_size > 0
+    assert "no trend chart" not in md
+    html = (out / "report.html").read_text()
+    assert "<h2>Changes</h2>" in html
+    assert "torch 2.11.0 → 2.12.0" in html
+
+
+def test_the_trend_chart_marks_the_change_point_and_the_allowed_band(tmp_path: Path) -> None:
+    history = _history(tmp_path / "h.sqlite", series(STEP, seed=1))
+    data = collect(
+        _current(tmp_path),
+        baseline_run=None,
+        baselines=tmp_path,
+        tolerances=load_tolerances(tmp_path / "none"),
+        history=[],
+        trend_history=str(history),
+    )
+    (step,) = [c for c in data.changes if c.scope.startswith("class")]
+    pts = data.trends[CASE]
+    assert pts[step.index].run.id == step.run_id
+    assert step.run_id.startswith("n010-")
+    ref = data.bands[CASE]
+    assert ref.kind == "host"  # the latest run's host has its own history by then
+    fig = TrendChart(0).draw(data)
+    try:
+        (ax,) = [a for a in fig.axes if a.get_visible()]
+        vertical = [ln for ln in ax.lines if len(set(ln.get_xdata())) == 1]
+        assert step.index - 0.5 in {float(ln.get_xdata()[0]) for ln in vertical}
+        horizontal = sorted(
+            float(ln.get_ydata()[0])
+            for ln in ax.lines
+            if len(set(ln.get_ydata())) == 1 and ln.get_linestyle() == "--"
+        )
+        lo, hi = ref.median * (1 - ref.allowed), ref.median * (1 + ref.allowed)
+        assert horizontal == pytest.approx([lo, hi])
+        hosts = {t.get_text() for t in fig.legends[0].get_texts()}
+        assert hosts == {"h0", "h1"}
+    finally:
+        plt.close(fig)
+
+
+def test_a_flat_history_says_it_has_no_change_points(tmp_path: Path) -> None:
+    history = _history(tmp_path / "h.sqlite", series(FLAT, seed=2))
+    md = (_report(tmp_path, "--history", str(history)) / "report.md").read_text()
+    runs = 2 * FLAT.nights
+    assert f"## Changes\n\nno change points in {runs} runs of 1 cases (history {history})" in md
+
+
+def test_without_a_history_the_report_says_why_and_creates_none(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.sqlite"
+    out = _report(tmp_path, "--history", str(missing))
+    md = (out / "report.md").read_text()
+    assert f"- no trend chart: no results history at {missing}" in md
+    assert "## Changes" not in md
+    assert not list(out.glob("*trends*"))
+    assert not missing.exists()
+    assert "no trend chart: no results history" in (out / "report.html").read_text()
+
+
+def test_the_default_history_is_under_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUGAUGE_HISTORY", raising=False)
+    _current(tmp_path)
+    _history(tmp_path / "runs" / "gpugauge-history.sqlite", series(STEP, seed=1))
+    assert "## Changes" in (_report(tmp_path) / "report.md").read_text()
+    monkeypatch.setenv("GPUGAUGE_HISTORY", str(tmp_path / "other.sqlite"))
+    md = (_report(tmp_path) / "report.md").read_text()
+    assert f"no results history at {tmp_path / 'other.sqlite'}" in md
+
+
+def test_a_history_without_the_runs_cases_says_so(tmp_path: Path) -> None:
+    other = [replace(p, result=replace(p.result, bench_id="other")) for p in series(FLAT, 3)]
+    history = _history(tmp_path / "h.sqlite", other)
+    md = (_report(tmp_path, "--history", str(history)) / "report.md").read_text()
+    assert f"no trend chart: history {history} holds none of this run's 1 timed cases" in md
+
+
+def test_an_empty_history_option_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--history", ""])
+    assert exit_.value.code == 2
+    assert "--history" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_the_cases_that_moved_most_come_first_twelve_a_figure() -> None:
+    def case(name: str, scenario: Scenario) -> list[Point]:
+        return [replace(p, result=replace(p.result, bench_id=name)) for p in series(scenario, 4)]
+
+    trends = {f"flat-{i:02d}": tuple(case(f"flat-{i:02d}", FLAT)) for i in range(13)}
+    trends["stepped"] = tuple(case("stepped", STEP))
+    from gpugauge.report.trends import changes_of
+
+    changes = changes_of(trends)
+    assert {c.bench_id for c in changes} == {"stepped"}
+    assert moved_most(trends, changes)[0] == "stepped"
+    data: Any = type("D", (), {"trends": trends, "changes": changes})()
+    assert [c.applies(data) for c in TREND_CHARTS] == [True, True, False, False]
+
+
+def test_the_trend_report_renders_in_a_browser(
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    history = _history(tmp_path / "h.sqlite", series(STEP, seed=1))
+    page = _report(tmp_path, "--history", str(history)) / "report.html"
+    browser.get(page.as_uri())
+    images = browser.execute_script(
+        "return Array.from(document.images).map(i => ({alt: i.alt, width: i.naturalWidth}))"
+    )
+    assert any(i["alt"].startswith("Trends across runs") for i in images), images
+    assert all(i["width"] > 0 for i in images), images
+    headings = browser.execute_script(
+        "return Array.from(document.querySelectorAll('h2')).map(h => h.textContent)"
+    )
+    assert "Changes" in headings
+    errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not errors, errors
