@@ -127,17 +127,19 @@ class Tracker:
     def judge(self, m: Measurement, gate: Gate) -> GateResult:
         """The result's verdict: against its host-aware reference, else the plain gate's.
 
-        The plain gate judges where the history holds nothing of this case on its device
-        class (the committed baseline alone is the reference then, as without a history).
+        A host the history holds nothing of is judged against the class baseline widened by
+        the class's host-to-host spread (measured from the history's hosts, else a stated
+        default): a new runner is not red on day one for being a slower host (run 59: a
+        fresh H100 read linear-fwdbwd-tf32 at 1.022x and 1.030x of another host's baseline).
         """
         plain = gate.judge(entry_of(m))
         # only samples metrics (time) move from host to host and night to night; a peak or
         # a count is deterministic and keeps the gate's exact check against the baseline
         metrics = [x for x in metric_records(m) if METRICS[x.metric].kind is Kind.SAMPLES]
         points = self.history.case_points(m.id, m.device_class, [x.metric for x in metrics])
-        if not any(points.values()):
-            return plain
         stored = gate.store.load(m.device_class, m.spec.family) or {}
+        if not any(points.values()) and m.id not in stored:
+            return plain  # nothing to judge against: new
         judged = judge_case(
             m.id,
             m.spec.family,

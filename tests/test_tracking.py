@@ -113,3 +113,30 @@ def test_a_bad_history_stops_the_run_before_it_measures(
     r = bench.runpytest_subprocess("--history", target)
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*--history*"])
+
+
+def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None:
+    """Run 59: a fresh H100 read a GEMM 1.022x of another host's baseline; that host is not
+    a slower build. With a history (even an empty one) the class baseline's allowance is
+    widened by the host-to-host spread; a plain gate would fail it."""
+    from gpugauge.regress.baselines import BaselineStore, entry_of
+    from gpugauge.regress.gate import Gate, Verdict
+    from gpugauge.regress.tolerances import load_tolerances
+    from gpugauge.tracking import Tracker
+
+    from .fakes import result, save_baselines
+
+    save_baselines(tmp_path / "b", [result("gemm", 2.0, family="layers")])
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "t.toml").write_text("[default]\ntime = 0.015\n")
+    gate = Gate(BaselineStore(tmp_path / "b"), load_tolerances(tmp_path / "t"))
+    tracker = Tracker(str(tmp_path / "h.sqlite"), "seed")
+    slower_host = result("gemm", 2.0 * 1.05, family="layers")  # beyond 2 x floor
+    assert gate.judge(entry_of(slower_host)).verdict is Verdict.REGRESSED  # without history
+    judged = tracker.judge(slower_host, gate)
+    assert judged.verdict is not Verdict.REGRESSED
+    assert "new host" in judged.note
+    assert "host spread" in judged.note
+    slower_build = result("gemm", 2.0 * 1.15, family="layers")
+    assert tracker.judge(slower_build, gate).verdict is Verdict.REGRESSED
+    tracker.close()
