@@ -16,6 +16,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
 
@@ -147,15 +148,26 @@ def timer_command(args: argparse.Namespace) -> int:
         baselines_dir=args.baselines_dir,
         pytest_args=tuple(args.pytest_args),
     )
+    return _checked("timer", lambda: run_timer_check(cfg), render_timer, write_timer, cfg.out)
+
+
+def _checked(
+    name: str,
+    check: Callable[[], Any],
+    render: Callable[[Any], str],
+    write: Callable[[Any, Path, str], list[Path]],
+    out: Path,
+) -> int:
+    """Run a check, print its table, write its files; the exit status says if it passed."""
 
     def run() -> int:
-        report = run_timer_check(cfg)
-        print("\n" + render_timer(report))
-        for path in write_timer(report, cfg.out, _command_line()):
+        report = check()
+        print("\n" + render(report))
+        for path in write(report, out, _command_line()):
             print(f"wrote {path}")
         return EXIT_PASSED if report.passed else EXIT_FAILED
 
-    return _guarded("timer", run)
+    return _guarded(name, run)
 
 
 def gate_command(args: argparse.Namespace) -> int:
@@ -174,15 +186,7 @@ def gate_command(args: argparse.Namespace) -> int:
         tolerances_dir=args.tolerances_dir,
         pytest_args=tuple(args.pytest_args),
     )
-
-    def run() -> int:
-        report = run_gate_check(cfg)
-        print("\n" + render_gate(report))
-        for path in write_gate(report, cfg.out, _command_line()):
-            print(f"wrote {path}")
-        return EXIT_PASSED if report.passed else EXIT_FAILED
-
-    return _guarded("gate", run)
+    return _checked("gate", lambda: run_gate_check(cfg), render_gate, write_gate, cfg.out)
 
 
 def main(argv: list[str] | None = None) -> int:
