@@ -165,7 +165,14 @@ def _record_baselines(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
-    parser = argparse.ArgumentParser(prog="gpugauge", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="gpugauge",
+        description="gpugauge's commands beside pytest: reports of saved runs, baselines for "
+        "the gate, the environment fingerprint, checks of the suite on a new GPU, and the "
+        "results history. Benchmarks themselves run under pytest "
+        "(python -m pytest benches --benchmark-autosave).",
+        epilog="Each command has its own --help, e.g. python -m gpugauge report --help.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     rep = sub.add_parser("report", help="write a Markdown + HTML comparison report")
@@ -195,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="tolerance TOML (default: tolerances)",
     )
-    rep.add_argument("--out", type=path_option, default=Path("reports"))
+    rep.add_argument(
+        "--out",
+        type=path_option,
+        default=Path("reports"),
+        help="folder for <name>.md, <name>.html and the charts' PNGs (default: reports)",
+    )
     rep.add_argument("--name", default="report", help="file name stem of the outputs")
     rep.add_argument(
         "--history",
@@ -213,10 +225,17 @@ def main(argv: list[str] | None = None) -> int:
         "several runs of one build record run-to-run noise",
     )
     base.add_argument("runs", type=path_option, nargs="+", help="saved runs, oldest first")
-    base.add_argument("--baselines-dir", type=path_option, default=Path("baselines"))
+    base.add_argument(
+        "--baselines-dir",
+        type=path_option,
+        default=Path("baselines"),
+        help="where baselines go, as <device-class>/<family>.json (default: baselines)",
+    )
     base.set_defaults(func=_baseline)
 
-    env = sub.add_parser("env", help="print the environment fingerprint as JSON")
+    env = sub.add_parser(
+        "env", help="print the environment fingerprint (GPU, driver, CUDA, torch, ...) as JSON"
+    )
     env.add_argument("--ceilings", action="store_true", help="also measure device ceilings")
     env.set_defaults(func=_env)
 

@@ -208,8 +208,13 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     root = Path(__file__).resolve().parents[1]
     text = (root / ".github" / "workflows" / "nightly-gpu.yml").read_text()
     assert "runs-on: [self-hosted, gpu]" in text
-    assert "python3 -m pytest benches --profile seed --gate --record-kernels" in text
-    assert "--benchmark-autosave" in text
+    single = 'python3 -m pytest benches --profile seed -m "not multi_gpu and not distributed"'
+    assert single in text  # every single-GPU family on the single-GPU runner
+    assert "--gate --require-baselines" in text  # a result with no baseline fails
+    assert "--record-kernels --benchmark-autosave" in text
+    assert "GPUGAUGE_HISTORY:" in text  # the history outlives the checkout
+    assert "runs-on: [self-hosted, gpu, multi-gpu]" in text
+    assert 'NCCL_NVLS_ENABLE: "0"' in text
     assert "python3 -m gpugauge report --current results/nightly.json" in text
     assert "actions/upload-artifact" in text
     assert "if: always()" in text  # the report is kept when the gate fails the run
