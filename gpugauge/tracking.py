@@ -155,9 +155,8 @@ class Tracker:
         checks = (*judged.checks, *(c for c in plain.checks if c.metric not in by_history))
         order = list(METRICS)
         checks = tuple(sorted(checks, key=lambda c: order.index(c.metric)))
-        return replace(
-            judged, checks=checks, note="; ".join(n for n in (judged.note, plain.note) if n)
-        )
+        notes = dict.fromkeys(n for n in (judged.note, plain.note) if n)  # once each
+        return replace(judged, checks=checks, note="; ".join(notes))
 
     def keep(self, attempts: Sequence[tuple[Measurement, GateResult | None]]) -> None:
         """Keep a result's measurements (a first one and its confirmation), oldest first."""

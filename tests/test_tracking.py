@@ -119,6 +119,7 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     """Run 59: a fresh H100 read a GEMM 1.022x of another host's baseline; that host is not
     a slower build. With a history (even an empty one) the class baseline's allowance is
     widened by the host-to-host spread; a plain gate would fail it."""
+    from gpugauge.history.capture import result_record
     from gpugauge.regress.baselines import BaselineStore, entry_of
     from gpugauge.regress.gate import Gate, Verdict
     from gpugauge.regress.tolerances import load_tolerances
@@ -137,6 +138,11 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     assert judged.verdict is not Verdict.REGRESSED
     assert "new host" in judged.note
     assert "host spread" in judged.note
+    # the history keeps what judged the result, not the plain gate's "no history"
+    assert judged.references["time"].startswith("new host")
+    kept = result_record(slower_host, judged)
+    assert kept.metric("time").reference == judged.references["time"]
+    assert judged.as_dict()["references"] == {"time": judged.references["time"]}
     slower_build = result("gemm", 2.0 * 1.15, family="layers")
     assert tracker.judge(slower_build, gate).verdict is Verdict.REGRESSED
     tracker.close()

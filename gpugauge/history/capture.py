@@ -172,7 +172,10 @@ def result_record(
         verdict, note = judged.verdict.value, judged.gate.note
     elif isinstance(judged, GateResult):
         verdicts = {c.metric: c.verdict.value for c in judged.checks}
-        references = {c.metric: "class baseline (no history)" for c in judged.checks}
+        references = {
+            c.metric: judged.references.get(c.metric, "class baseline (no history)")
+            for c in judged.checks
+        }
         verdict, note = judged.verdict.value, judged.note
     clock, power = _conditions(m)
     return ResultRecord(

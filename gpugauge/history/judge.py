@@ -43,8 +43,6 @@ from gpugauge.regress.gate import (
 from gpugauge.regress.tolerances import Tolerance
 from gpugauge.results.metrics import METRICS, Kind
 
-_ORDER = list(Verdict)
-
 
 def accepted(verdict: Verdict | str | None) -> bool:
     """Whether a result with this verdict may serve as a reference for later runs.
@@ -131,9 +129,8 @@ class CaseJudgement:
 
     @property
     def verdict(self) -> Verdict:
-        """The worst metric verdict; new where nothing had a reference."""
-        judged = [j.verdict for j in self.judgements if j.check is not None]
-        return min(judged, key=_ORDER.index) if judged else Verdict.NEW
+        """The worst metric verdict (the gate's form decides); new where none had a reference."""
+        return self.gate.verdict
 
     def judgement(self, metric: str) -> Judgement | None:
         """One metric's judgement."""
@@ -157,7 +154,9 @@ class CaseJudgement:
             f"{j.metric} drifted past the class baseline" for j in self.judgements if j.drift
         )
         note = "; ".join(part for part in (drifts, reasons, self.note) if part)
-        return GateResult(self.id, self.family, self.device_class, tuple(checks), note)
+        return GateResult(
+            self.id, self.family, self.device_class, tuple(checks), note, self.references()
+        )
 
     def references(self) -> dict[str, str]:
         """Per metric, what judged it (for :class:`~gpugauge.history.records.MetricRecord`)."""

@@ -17,7 +17,8 @@ the result's note says which ones differ: a change of algorithm, not of clock or
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -102,13 +103,18 @@ class MetricCheck:
 
 @dataclass(frozen=True)
 class GateResult:
-    """A benchmark's verdict (the worst of its metrics) and each metric's check."""
+    """A benchmark's verdict (the worst of its metrics) and each metric's check.
+
+    ``references`` says, per metric, what judged it where that was not the committed class
+    baseline alone (the history's host-aware reference); empty for the plain gate.
+    """
 
     id: str
     family: str
     device_class: str
     checks: tuple[MetricCheck, ...]
     note: str = ""
+    references: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def verdict(self) -> Verdict:
@@ -131,7 +137,8 @@ class GateResult:
     def from_dict(cls, d: dict[str, Any], family: str, device_class: str) -> GateResult:
         """Read back :meth:`as_dict`, stored in a result by the run that judged it."""
         checks = tuple(MetricCheck.from_dict(c) for c in d["checks"])
-        return cls(str(d["id"]), family, device_class, checks, str(d.get("note") or ""))
+        refs = {str(k): str(v) for k, v in (d.get("references") or {}).items()}
+        return cls(str(d["id"]), family, device_class, checks, str(d.get("note") or ""), refs)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -140,7 +147,7 @@ class GateResult:
             "verdict": self.verdict.value,
             "note": self.note,
             "checks": [c.as_dict() for c in self.checks],
-        }
+        } | ({"references": dict(self.references)} if self.references else {})
 
 
 def _point(m: Metric, current: float, baseline: float, tol: float) -> MetricCheck:
