@@ -1,7 +1,9 @@
 """amp benchmarks: fp32 against AMP fp16 and bf16 training steps, profiler tables and traces,
 and CPU against GPU inference (seeds 003 and 001).
 
-The cases, steps, profiler pass and agreement check live in :mod:`gpugauge.families.amp.workload`;
+The cases and steps live in :mod:`gpugauge.families.amp.workload`, the profiler pass in
+:mod:`gpugauge.families.amp.profiler`, the agreement check in
+:mod:`gpugauge.families.amp.inference`;
 the graphed step and its check against the eager step in :mod:`gpugauge.families.amp.graphed`;
 the GPU-busy share in :mod:`gpugauge.families.amp.busy`.
 """
@@ -15,14 +17,18 @@ import pytest
 
 from gpugauge.families.amp.busy import measure_busy
 from gpugauge.families.amp.graphed import check_graphed
+from gpugauge.families.amp.inference import (
+    cpu_reference,
+    make_inference,
+)
+from gpugauge.families.amp.profiler import (
+    profile_pass,
+)
 from gpugauge.families.amp.workload import (
     AmpCase,
     InferCase,
     cases,
-    cpu_reference,
-    make_inference,
     make_step,
-    profile_pass,
     tf32_flags,
 )
 from gpugauge.plugin import parametrize_cases

@@ -119,9 +119,9 @@ def pytest_configure(config: pytest.Config) -> None:
         gate=gate,
         messages=messages,
         foreign_note=foreign_note(config),
+        tracker=tracker,
+        confirm=not config.getoption("no_confirm", False),
     )
-    config.stash[SESSION].tracker = tracker
-    config.stash[SESSION].confirm = not config.getoption("no_confirm", False)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

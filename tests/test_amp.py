@@ -34,25 +34,29 @@ from gpugauge.families.amp.graphed import (
     compare_displacements,
     warm_up,
 )
-from gpugauge.families.amp.tables import amp_table
-from gpugauge.families.amp.workload import (
+from gpugauge.families.amp.inference import (
     AGREE_TOL_FP32,
     AGREE_TOL_TF32,
+    compare_outputs,
+    cpu_reference,
+    make_inference,
+)
+from gpugauge.families.amp.profiler import (
+    HostImages,
+    profile_pass,
+)
+from gpugauge.families.amp.tables import amp_table
+from gpugauge.families.amp.workload import (
     INFER_MODEL,
     MODELS,
     UNVERIFIED_GRAPHS,
     AmpCase,
-    HostImages,
     InferCase,
     Trainer,
     cases,
-    compare_outputs,
-    cpu_reference,
     current_tf32,
     image_batch,
-    make_inference,
     make_step,
-    profile_pass,
     sgd,
     tf32_flags,
 )

@@ -1,4 +1,4 @@
-"""amp workload: training steps in fp32, AMP fp16 and AMP bf16; CPU against GPU inference.
+"""amp workload: the cases, and training steps in fp32, AMP fp16 and AMP bf16.
 
 Seeds 003 (MLP, LeNet, AlexNet, VGG, ResNet with and without AMP, profiler tables) and 001
 (a small CNN's inference at batch 100, 1000 and 10000 on CPU and GPU).
@@ -12,6 +12,9 @@ scale is calibrated before timing (see :func:`make_step`). bf16 needs no scaler.
 whole step from one CUDA graph (:mod:`gpugauge.families.amp.graphed`): the GPU's answer
 where the eager step waits for the host.
 
+CPU against GPU inference is :mod:`~gpugauge.families.amp.inference`; the profiler pass and
+its host loader :mod:`~gpugauge.families.amp.profiler`.
+
 TF32: what an "fp32" number means depends on two flags, so every case sets them
 (:func:`tf32_flags`) and every result records them. ``default`` is torch's default:
 cuDNN convolutions in TF32, matmuls in full fp32; ``off`` and ``on`` set both.
@@ -22,30 +25,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from gpugauge.measure.profile import (
-    OP_HEADERS,
-    Schedule,
-    endless,
-    loader_share,
-    op_cells,
-    op_table,
-    profile_steps,
-    to_csv,
-    to_markdown,
-)
-from gpugauge.measure.timing import CudaEventClock, HostClock, TimingPolicy, measure
 from gpugauge.models.alexnet import alexnet
 from gpugauge.models.lenet import lenet
 from gpugauge.models.mlp import mlp
 from gpugauge.models.resnet import resnet18
 from gpugauge.models.vgg import vgg
-from gpugauge.results.measurement import Measurement
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 TF32_MODES = {"default": (True, False), "off": (False, False), "on": (True, True)}  # cudnn, mm
@@ -436,221 +425,3 @@ def make_step(case: AmpCase) -> TrainStep:
     trainer = Trainer(case)
     x, y = trainer.to_device(*image_batch(case.input_shape, case.defn.num_classes))
     return TrainStep(trainer, x, y, trainer.calibrate_scale(x, y))
-
-
-class HostImages(torch.utils.data.Dataset):
-    """A dataset on the host, as MNIST/CIFAR keep it: uint8 images, converted per item.
-
-    ``__getitem__`` does what ``ToTensor`` + ``Normalize(0.5, 0.5)`` do: uint8 to float in
-    [0, 1], then normalized. ``length`` items; only ``min(length, stored)`` distinct images
-    are kept, item ``i`` is image ``i % stored`` (the per-item work is the same).
-    """
-
-    def __init__(self, shape: tuple[int, int, int], classes: int, length: int, stored: int = 256):
-        g = torch.Generator().manual_seed(1)
-        n = min(length, stored)
-        self.images = torch.randint(0, 256, (n, *shape), generator=g, dtype=torch.uint8)
-        self.labels = torch.randint(0, classes, (n,), generator=g)
-        self.length = length
-
-    def __len__(self) -> int:
-        """Items in one epoch."""
-        return self.length
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Image ``i`` as a normalized float tensor, and its label."""
-        j = i % len(self.images)
-        return self.images[j].float().div_(255).sub_(0.5).div_(0.5), self.labels[j]
-
-
-# The seeds' loader: one process (num_workers 0), shuffled, no pinned memory.
-LOADER_SETTINGS = {"num_workers": 0, "pin_memory": False, "shuffle": True, "drop_last": True}
-
-
-def host_loader(case: AmpCase, batches: int) -> torch.utils.data.DataLoader:
-    """A real DataLoader over a :class:`HostImages` of ``batches`` batches of the case."""
-    shape = case.input_shape[1:]
-    data = HostImages(shape, case.defn.num_classes, batches * case.batch)
-    g = torch.Generator().manual_seed(2)
-    return torch.utils.data.DataLoader(data, batch_size=case.batch, generator=g, **LOADER_SETTINGS)
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """CPU against GPU outputs of the same model and input: worst error against a tolerance.
-
-    ``rel_err`` is max |gpu - cpu| / max |cpu| over all logits; it must be at most
-    ``tolerance``. ``argmax_agree`` is the share of inputs whose predicted class is the same
-    (the seed's 'Correctness' compared across devices); reported, not judged.
-    """
-
-    max_abs_err: float
-    max_abs_ref: float
-    tolerance: float
-    argmax_agree: float
-    tf32: dict[str, Any]
-
-    @property
-    def rel_err(self) -> float:
-        """Worst error relative to the largest reference logit."""
-        return self.max_abs_err / self.max_abs_ref if self.max_abs_ref > 0 else self.max_abs_err
-
-    @property
-    def ok(self) -> bool:
-        """Whether the outputs agree within the tolerance."""
-        return self.rel_err <= self.tolerance
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return {**asdict(self), "rel_err": self.rel_err, "ok": self.ok}
-
-
-# TF32 rounds conv/matmul inputs to a 10-bit mantissa (relative 2^-11 ≈ 5e-4 per operand);
-# without it only the summation order differs from the CPU.
-AGREE_TOL_TF32 = 1e-2
-AGREE_TOL_FP32 = 1e-4
-
-
-def agreement_tolerance(flags: dict[str, Any]) -> float:
-    """The tolerance of :class:`Agreement` under these TF32 flags."""
-    tf32 = flags["cudnn_allow_tf32"] or flags["cuda_matmul_allow_tf32"]
-    return AGREE_TOL_TF32 if tf32 else AGREE_TOL_FP32
-
-
-def compare_outputs(ref: torch.Tensor, out: torch.Tensor, flags: dict[str, Any]) -> Agreement:
-    """Agreement of ``out`` with the CPU reference ``ref`` (both logits, same shape)."""
-    if ref.shape != out.shape:
-        raise ValueError(f"output shapes differ: {tuple(ref.shape)} vs {tuple(out.shape)}")
-    ref, out = ref.detach().double().cpu(), out.detach().double().cpu()
-    return Agreement(
-        max_abs_err=float((out - ref).abs().max()),
-        max_abs_ref=float(ref.abs().max()),
-        tolerance=agreement_tolerance(flags),
-        argmax_agree=float((out.argmax(1) == ref.argmax(1)).double().mean()),
-        tf32=flags,
-    )
-
-
-@dataclass
-class Inference:
-    """The small CNN and one input batch on a device; calling it runs one inference."""
-
-    model: nn.Module
-    x: torch.Tensor
-
-    def __call__(self) -> torch.Tensor:
-        """Logits of the batch (inference mode)."""
-        with torch.inference_mode():
-            return self.model(self.x)
-
-
-def make_inference(case: InferCase, device: str) -> Inference:
-    """The seed-001 model (the same weights on every device) and its input on ``device``."""
-    torch.manual_seed(0)
-    model = INFER_MODEL.build().eval()
-    x, _ = image_batch((case.batch, *INFER_MODEL.input_shape), INFER_MODEL.num_classes)
-    return Inference(model.to(device), x.to(device))
-
-
-def cpu_reference(
-    case: InferCase, device_run: Inference, policy: TimingPolicy, flags: dict[str, Any]
-) -> tuple[Measurement, dict[str, Any]]:
-    """The CPU side of a GPU inference case: agreement with the CPU, then CPU timing.
-
-    On a GPU host ``--device auto`` skips the CPU cases, so the GPU case carries the CPU
-    side: the same model and input on the CPU, checked against ``device_run``'s output
-    (:class:`Agreement`, under ``flags``), then timed with ``perf_counter`` per round under
-    ``policy``. Returns the CPU measurement (not recorded: it is compared with the GPU
-    result) and what goes into the GPU result's ``extra``.
-    """
-    cpu = make_inference(case, "cpu")
-    agree = compare_outputs(cpu(), device_run(), flags)
-    timing = measure(cpu, policy, HostClock())
-    median = timing.summary.median
-    side = {
-        "agreement": agree.as_dict(),
-        "cpu": {
-            "timing": timing.as_dict(),
-            "median_ms": median,
-            "throughput_items_per_s": case.batch / (median / 1e3),
-            "num_threads": torch.get_num_threads(),
-        },
-    }
-    return Measurement(replace(case, device="cpu"), timing=timing), side
-
-
-PROFILE_SCHEDULE = {
-    "smoke": Schedule(wait=1, warmup=1, active=2),
-    "seed": Schedule(wait=1, warmup=1, active=3),  # the seeds' tables: 3 ProfilerSteps
-    "full": Schedule(wait=1, warmup=2, active=5),
-}
-LOADER_STEPS = {"smoke": 2, "seed": 4, "full": 8}  # per window; 3 windows each way
-TOP_MARKDOWN = 30  # rows in the Markdown operator tables; the CSVs hold every operator
-
-
-def _synchronizer(device: str) -> Callable[[], None] | None:
-    if torch.device(device).type != "cuda":
-        return None
-    return lambda: torch.cuda.synchronize(device)
-
-
-def profile_pass(case: AmpCase, path: Callable[[str], Path]) -> tuple[dict[str, Path], dict]:
-    """The case's profiler pass and loader share, on a fresh model; never timed rounds.
-
-    The profiled steps are fed by a real DataLoader (as in the seeds, whose tables show
-    ``enumerate(DataLoader)`` on top). ``path(name)`` is where a file goes. Writes the
-    operator tables by self device time (CUDA only) and by self CPU time, CSV and
-    Markdown, the device kernel table (CUDA only) and the Chrome trace. Returns the files
-    by label and a summary for the result's ``extra``.
-    """
-    trainer = Trainer(case)
-    schedule = PROFILE_SCHEDULE[case.profile]
-    steps = LOADER_STEPS[case.profile]
-    loader = host_loader(case, schedule.steps + 3 * steps + 2)
-    sync = _synchronizer(case.device)
-
-    def train(batch: tuple[torch.Tensor, torch.Tensor]) -> object:
-        return trainer.step(*trainer.to_device(*batch))
-
-    batches = endless(loader)
-    trace = path("profile.pt.trace.json")
-    prof = profile_steps(
-        lambda: train(next(batches)), trace, device=case.device, schedule=schedule, synchronize=sync
-    )
-    files: dict[str, Path] = {"trace": trace}
-    on_gpu = torch.device(case.device).type == "cuda"
-    sorts = ("self_device", "self_cpu") if on_gpu else ("self_cpu",)
-    for by in sorts:
-        rows = op_table(prof.rows, by)
-        title = f"{case.id}: top operators by {by.replace('_', ' ')} time ({schedule.active} steps)"
-        files[f"ops_by_{by}_csv"] = _write(
-            path(f"ops_by_{by}.csv"), to_csv(OP_HEADERS, op_cells(rows, prof.rows))
-        )
-        files[f"ops_by_{by}_md"] = _write(
-            path(f"ops_by_{by}.md"),
-            to_markdown(OP_HEADERS, op_cells(rows[:TOP_MARKDOWN], prof.rows), title),
-        )
-    summary: dict[str, Any] = {"profile": prof.summary()}
-    if on_gpu:
-        kernels = prof.kernels()
-        if not kernels.rows or not kernels.on_device:
-            raise RuntimeError(f"{case.id}: the trace {trace} holds no device kernel events")
-        files["kernels_csv"] = _write(path("kernels.csv"), kernels.to_csv())
-        files["kernels_md"] = _write(
-            path("kernels.md"),
-            kernels.head(TOP_MARKDOWN).to_markdown(
-                f"{case.id}: device kernels and copies ({schedule.active} steps)"
-            ),
-        )
-        summary["profile"]["top_kernels"] = [k.name for k in kernels.rows[:5]]
-    else:
-        summary["profile"]["device_tables"] = "none: no device activity on a CPU"
-    clock = CudaEventClock(case.device) if on_gpu else HostClock()
-    share = loader_share(loader, train, clock, steps=steps, settings=dict(LOADER_SETTINGS))
-    summary["loader"] = share.as_dict()
-    return files, summary
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
