@@ -32,6 +32,7 @@ from gpugauge.history.records import HistoryError, ResultRecord
 from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.regress.baselines import entry_of, kernel_shares
 from gpugauge.regress.gate import Gate, GateResult
+from gpugauge.results.benchmark_storage import storage_folder
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 
@@ -66,16 +67,6 @@ def add_options(group: Any) -> None:
     )
 
 
-def _storage_folder(config: pytest.Config) -> Path:
-    """pytest-benchmark's file storage folder (the history's default home)."""
-    storage = str(config.getoption("benchmark_storage", None) or ".benchmarks")
-    storage = storage.removeprefix("file://")
-    if "://" in storage:  # another backend: the history goes to the default folder
-        return config.rootpath / ".benchmarks"
-    path = Path(storage)
-    return path if path.is_absolute() else config.rootpath / path
-
-
 def target_of(config: pytest.Config) -> str | None:
     """Where this session's history lives, or None when it is turned off."""
     if config.getoption("no_history", False):
@@ -85,7 +76,10 @@ def target_of(config: pytest.Config) -> str | None:
         if not str(given).strip():
             raise pytest.UsageError("--history '': give a file path or a postgresql:// URL")
         return str(given)
-    return os.environ.get(ENV_VAR) or str(default_path(_storage_folder(config)))
+    # beside pytest-benchmark's file storage, where the report looks for it too; another
+    # storage backend (elasticsearch) has no folder: then the default one
+    folder = storage_folder(config) or Path(".benchmarks")
+    return os.environ.get(ENV_VAR) or str(default_path(folder))
 
 
 @dataclass

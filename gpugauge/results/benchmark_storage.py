@@ -50,7 +50,7 @@ from gpugauge.results.files import (
 NUMBERED = re.compile(r"^(\d{4})_")
 
 
-def _storage_folder(config: pytest.Config) -> Path | None:
+def storage_folder(config: pytest.Config) -> Path | None:
     """The file storage's folder of ``--benchmark-storage``; None for another backend."""
     storage = str(config.getoption("benchmark_storage", None) or "")
     if not storage:
@@ -79,7 +79,7 @@ def check_destinations(config: pytest.Config) -> None:
     saving = config.getoption("benchmark_save", None) or config.getoption(
         "benchmark_autosave", None
     )
-    folder = _storage_folder(config)
+    folder = storage_folder(config)
     if saving and folder is not None:
         problem = writable_problem(folder)
         if problem:
