@@ -148,14 +148,8 @@ def atomic_write_bytes(path: Path, content: bytes) -> None:
     OSError names ``path`` (not the temporary file); nothing of the write is left behind.
     """
     tmp = _stage(path, content)
-    try:
+    with _dropped_on_failure(tmp, path):
         os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise _naming(err, path) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_many(files: Mapping[Path, bytes]) -> list[Path]:
@@ -215,6 +209,19 @@ def atomic_write_new(content: bytes, names: Iterable[Path]) -> Path:
         tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def _dropped_on_failure(tmp: Path, path: Path) -> Iterator[None]:
+    """Remove the temporary ``tmp`` if the block fails; an OSError then names ``path``."""
+    try:
+        yield
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise _naming(err, path) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _naming(err: OSError, path: Path) -> OSError:
     """The same error, naming ``path`` (a temporary file's name would mean nothing)."""
     return type(err)(err.errno, err.strerror or str(err), str(path))
@@ -234,19 +241,12 @@ def _stage(path: Path, content: bytes) -> Path:
         fd = _create_exclusive(tmp, 0o666)
     except OSError as err:
         raise _naming(err, path) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if path.exists():
-                os.fchmod(fh.fileno(), stat.S_IMODE(path.stat().st_mode))
-            fh.write(content)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise _naming(err, path) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _dropped_on_failure(tmp, path), os.fdopen(fd, "wb") as fh:
+        if path.exists():
+            os.fchmod(fh.fileno(), stat.S_IMODE(path.stat().st_mode))
+        fh.write(content)
+        fh.flush()
+        os.fsync(fh.fileno())
     return tmp
 
 
