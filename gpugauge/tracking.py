@@ -22,6 +22,7 @@ import pytest
 
 from gpugauge.history.capture import (
     host_id,
+    injected,
     metric_records,
     new_run_id,
     result_record,
@@ -94,6 +95,7 @@ class Tracker:
     profile: str
     run_id: str = field(default_factory=new_run_id)
     records: list[ResultRecord] = field(default_factory=list)
+    left_out: int = 0  # results with injected work, never appended
     _history: History | None = None
     _host: str | None = None
 
@@ -153,7 +155,14 @@ class Tracker:
         return replace(judged, checks=checks, note="; ".join(notes))
 
     def keep(self, attempts: Sequence[tuple[Measurement, GateResult | None]]) -> None:
-        """Keep a result's measurements (a first one and its confirmation), oldest first."""
+        """Keep a result's measurements (a first one and its confirmation), oldest first.
+
+        A measurement with injected work (``gpugauge check``'s slowdown) is not kept: it
+        measures the injection, and in the history it would be a step of the case.
+        """
+        if any(injected(m) for m, _ in attempts):
+            self.left_out += 1
+            return
         earlier: dict[str, list[float]] = {}
         for i, (m, judged) in enumerate(attempts, start=1):
             self.records.append(result_record(m, judged, attempt=i, earlier=dict(earlier)))
@@ -162,8 +171,14 @@ class Tracker:
 
     def append(self, fingerprint: dict[str, Any], device_class: str) -> str:
         """Append the run and every kept result in one transaction; a line saying where."""
+        skipped = (
+            f"history: {self.left_out} result(s) with injected work not appended "
+            "(they measure the injection, not the build)"
+            if self.left_out
+            else ""
+        )
         if not self.records:
-            return ""
+            return skipped
         run = run_record(
             fingerprint,
             host=self.host,
@@ -173,10 +188,11 @@ class Tracker:
             profile=self.profile,
         )
         self.history.append(run, self.records)
-        return (
+        said = (
             f"history: {len(self.records)} result(s) of run {self.run_id[:8]} on host "
             f"{self.host} appended to {self.history.where}"
         )
+        return "; ".join(x for x in (said, skipped) if x)
 
     def close(self) -> None:
         """Close the history if it was opened."""

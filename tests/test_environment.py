@@ -1,6 +1,8 @@
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gpugauge.measure.environment import device_class, fingerprint, git_commit, slug
 
 
@@ -33,6 +35,23 @@ def test_git_commit_inside_and_outside_a_repository(tmp_path: Path) -> None:
     assert inside["dirty"] is False
     (tmp_path / "f").write_text("y")
     assert git_commit(tmp_path)["dirty"] is True
+
+
+def test_a_copied_tree_names_its_commit_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUGAUGE_GIT_COMMIT", "0123abcd")
+    copied = git_commit(tmp_path)
+    assert copied["commit"] == "0123abcd"
+    assert copied["dirty"] is None
+    assert "GPUGAUGE_GIT_COMMIT" in copied["reason"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "f").write_text("x")
+    subprocess.run(["git", "add", "f"], cwd=tmp_path, check=True)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env |= {"GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "commit", "-qm", "x"], cwd=tmp_path, check=True, env=env)
+    assert len(git_commit(tmp_path)["commit"]) == 40  # git's own answer wins
 
 
 def test_fingerprint_without_nvml_says_why() -> None:

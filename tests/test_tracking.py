@@ -106,6 +106,14 @@ def test_no_confirm_fails_at_once(bench: pytest.Pytester) -> None:
     r.stdout.fnmatch_lines(["*not confirmed (--no-confirm)*"])
 
 
+def test_a_run_with_injected_work_is_judged_but_not_kept(bench: pytest.Pytester) -> None:
+    _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
+    r = _run(bench, "fast", "--gate", "-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "3")
+    r.assert_outcomes(failed=1)  # judged: 3 ms added to a 3 ms nap, confirmed
+    r.stdout.fnmatch_lines(["*history: 1 result(s) with injected work not appended*"])
+    assert len(_attempts(bench.path / "h.sqlite")) == 1  # the baseline run's only
+
+
 @pytest.mark.parametrize("target", ["", "mysql://x/y"])
 def test_a_bad_history_stops_the_run_before_it_measures(
     bench: pytest.Pytester, target: str

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.regress.gate import GateResult, Verdict
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
@@ -45,7 +46,7 @@ def read_run(path: Path | None) -> dict[str, RunResult]:
     for m in run.measurements:
         raw = run.verdicts.get(m.id)
         gate = None if raw is None else GateResult.from_dict(raw, m.spec.family, m.device_class)
-        injected = m.extra.get("injected_slowdown_ms")
+        injected = m.extra.get(INJECTED_KEY)
         out[m.id] = RunResult(
             gate,
             m.summary.median if m.timing is not None else None,

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from gpugauge.gauge import Gauge
+from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.measure.environment import device_class
 from gpugauge.results.measurement import devices_of
 
@@ -171,7 +172,7 @@ def slowed_measure(
             delay()
             return out
 
-        kw["extra"] = {**(kw.get("extra") or {}), "injected_slowdown_ms": ms}
+        kw["extra"] = {**(kw.get("extra") or {}), INJECTED_KEY: ms}
         return measure(self, spec, slower, **kw)
 
     return slowed

@@ -33,6 +33,17 @@ from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import load_run
 
+INJECTED_KEY = "injected_slowdown_ms"  # gpugauge.check.slowdown's record of added work
+
+
+def injected(m: Measurement) -> bool:
+    """Whether work was added to the measurement on purpose (``gpugauge.check.slowdown``).
+
+    Such a result measures the injection, not the build: it may be judged against the
+    history but never joins it, or it would be a step in the case's series.
+    """
+    return bool(m.extra.get(INJECTED_KEY))
+
 
 def new_run_id() -> str:
     """A fresh run id (32 hex digits)."""
@@ -258,6 +269,8 @@ def import_run(history: History, path: Path, host: str | None = None) -> tuple[s
     results = []
     stored_verdicts = getattr(saved, "verdicts", {}) or {}
     for m in saved.measurements:
+        if injected(m):
+            continue
         verdict, per_metric, note = _saved_verdict(stored_verdicts.get(m.id))
         results.append(
             replace(
