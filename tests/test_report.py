@@ -211,7 +211,7 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     single = 'python3 -m pytest benches --profile seed -m "not multi_gpu and not distributed"'
     assert single in text  # every single-GPU family on the single-GPU runner
     assert "--gate --require-baselines" in text  # a result with no baseline fails
-    assert "--record-kernels --benchmark-autosave" in text
+    assert "--record-kernels --energy-window 0 --benchmark-autosave" in text  # the budget
     assert "GPUGAUGE_HISTORY:" in text  # the history outlives the checkout
     assert "runs-on: [self-hosted, gpu, multi-gpu]" in text
     assert 'NCCL_NVLS_ENABLE: "0"' in text
