@@ -37,7 +37,7 @@ def test_git_commit_inside_and_outside_a_repository(tmp_path: Path) -> None:
     assert git_commit(tmp_path)["dirty"] is True
 
 
-def test_a_copied_tree_names_its_commit_from_the_environment(
+def test_the_environment_names_the_commit_of_a_copied_tree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUGAUGE_GIT_COMMIT", "0123abcd")
@@ -45,13 +45,17 @@ def test_a_copied_tree_names_its_commit_from_the_environment(
     assert copied["commit"] == "0123abcd"
     assert copied["dirty"] is None
     assert "GPUGAUGE_GIT_COMMIT" in copied["reason"]
+    monkeypatch.delenv("GPUGAUGE_GIT_COMMIT")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "f").write_text("x")
     subprocess.run(["git", "add", "f"], cwd=tmp_path, check=True)
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
     env |= {"GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
     subprocess.run(["git", "commit", "-qm", "x"], cwd=tmp_path, check=True, env=env)
-    assert len(git_commit(tmp_path)["commit"]) == 40  # git's own answer wins
+    inside = git_commit(tmp_path)["commit"]
+    assert len(inside) == 40
+    monkeypatch.setenv("GPUGAUGE_GIT_COMMIT", "0123abcd")  # set: it wins (a stale .git)
+    assert git_commit(tmp_path)["commit"] == "0123abcd"
 
 
 def test_fingerprint_without_nvml_says_why() -> None:

@@ -63,10 +63,13 @@ COMMIT_ENV = "GPUGAUGE_GIT_COMMIT"
 def git_commit(root: Path) -> dict[str, Any]:
     """The suite's commit and whether the tree had changes; nulls with a reason outside git.
 
-    Outside a checkout (a tree copied without its ``.git``) ``$GPUGAUGE_GIT_COMMIT`` names
-    the commit the tree was copied from, so that the history can still say which commit a
-    change point came with; git's own answer wins where there is one.
+    ``$GPUGAUGE_GIT_COMMIT``, where set, names the commit instead: a build farm that
+    copies the tree knows what it copied, and a copy may carry a stale ``.git`` (the GPU
+    machines' copies answered an older commit than the tree held, 2026-11-25).
     """
+    given = os.environ.get(COMMIT_ENV, "").strip()
+    if given:
+        return {"commit": given, "dirty": None, "reason": f"from ${COMMIT_ENV}"}
 
     def git(*args: str) -> str:
         out = subprocess.run(
@@ -78,13 +81,6 @@ def git_commit(root: Path) -> dict[str, Any]:
         return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
     except (OSError, subprocess.SubprocessError) as err:
         reason = f"not a git checkout: {type(err).__name__}"
-        given = os.environ.get(COMMIT_ENV, "").strip()
-        if given:  # a copy of a checkout without its .git (a build farm's export)
-            return {
-                "commit": given,
-                "dirty": None,
-                "reason": f"{reason}; commit from ${COMMIT_ENV}",
-            }
         return {"commit": None, "dirty": None, "reason": reason}
 
 
