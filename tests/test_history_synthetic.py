@@ -8,6 +8,8 @@ run's median; every run's own CI is ±0.2%; the time tolerance floor is 1.5%.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -201,3 +203,28 @@ def test_a_change_point_names_what_changed() -> None:
     assert change.ci_low < 1.03 < change.ci_high
     assert "time 1.02" in change.describe()
     assert "torch 2.11.0 → 2.12.0" in change.describe()
+
+
+def _memory_series(values: list[float]) -> list[Any]:
+    from gpugauge.history.records import MetricRecord, Point, ResultRecord
+    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, run_of
+
+    out = []
+    for night, v in enumerate(values):
+        m = MetricRecord("memory", v, v, v, 1, (v,))
+        out.append(Point(run_of(night, "h1"), ResultRecord(CASE, FAMILY, CLASS, (m,)), m))
+    return out
+
+
+def test_a_deterministic_metric_steps_where_its_value_changes_and_holds() -> None:
+    # a layer made not in place: its extra memory goes from 0 to one output (run 63)
+    (step,) = detect(_memory_series([0, 0, 0, 154e6, 154e6]), "host h1")
+    assert (step.run_id, step.before, step.after) == ("n003-h1", 0, 154e6)
+    assert step.describe().startswith("synthetic-case: memory from 0 to 1.54e+08 from ")
+    assert any(c.startswith("commit c00200000000 → c00300000000") for c in step.changes)
+    assert step.as_dict()["ratio"] is None  # strict JSON: no infinity
+    (double,) = detect(_memory_series([77e6, 77e6, 154e6, 154e6, 154e6]), "host h1")
+    assert (double.ratio, double.n_before, double.n_after) == (2.0, 2, 3)
+    assert detect(_memory_series([77e6] * 6), "host h1") == []
+    assert detect(_memory_series([77e6, 77e6, 90e6, 77e6, 77e6]), "host h1") == []  # no hold
+    assert detect(_memory_series([77e6, 77e6, 77.2e6, 77e6, 77e6]), "host h1") == []  # < 1%

@@ -58,19 +58,41 @@ def test_a_step_is_a_change_point_in_the_changes_section(tmp_path: Path) -> None
     md = (out / "report.md").read_text()
     section = md.split("## Changes", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith(f"| {CASE}")]
-    scopes = {row.split("|")[2].strip() for row in rows}
+    assert {row.split("|")[2].strip() for row in rows} == {"time"}
+    scopes = {row.split("|")[3].strip() for row in rows}
     assert scopes == {"host h0", "host h1", f"class {CLASS}"}  # each host, and the class
     for row in rows:
         assert "torch 2.11.0 → 2.12.0" in row
         assert "commit c00900000000 → c01000000000" in row  # night 10's commit, the step
         assert "2026-01-11" in row  # night 10 of the synthetic nights (from 2026-01-01)
-        ratio = float(row.split("|")[4].split("x")[0])
+        ratio = float(row.split("|")[5].split("x")[0])
         assert 1.02 < ratio < 1.04
     assert (out / "report-trends-1.png").stat().st_size > 0
     assert "no trend chart" not in md
     html = (out / "report.html").read_text()
     assert "<h2>Changes</h2>" in html
     assert "torch 2.11.0 → 2.12.0" in html
+
+
+def test_a_step_of_memory_from_zero_is_in_the_changes_section(tmp_path: Path) -> None:
+    # a layer made not in place: its extra memory goes from 0 to one output (run 63)
+    from gpugauge.history.capture import metric_records, result_record, run_record
+    from gpugauge.measure.memory import Memory
+
+    with History.open(tmp_path / "h.sqlite") as h:
+        for night, peak in enumerate([0, 0, 0, 154_140_672, 154_140_672]):
+            m = result(CASE, 2.0, family=FAMILY, device_class=CLASS)
+            m = replace(m, memory=(Memory("cuda:0", peak, peak, 0, 0),))
+            fp = {"git": {"commit": f"c{night:03d}".ljust(40, "0")}}
+            run = run_record(fp, host="h1", device_class=CLASS, run_id=f"r{night}", argv=())
+            h.append(replace(run, time=run.time.replace(day=night + 1)), [result_record(m)])
+        assert [x.metric for x in metric_records(m)] == ["time", "memory"]
+    out = _report(tmp_path, "--history", str(tmp_path / "h.sqlite"))
+    section = (out / "report.md").read_text().split("## Changes", 1)[1].split("\n## ", 1)[0]
+    (row,) = [line for line in section.splitlines() if "| memory" in line]
+    assert "from 0 to 1.541e+08" in row
+    assert "0 → 1.541e+08 bytes" in row
+    assert "commit c00200000000 → c00300000000" in row
 
 
 def test_the_trend_chart_marks_the_change_point_and_the_allowed_band(tmp_path: Path) -> None:

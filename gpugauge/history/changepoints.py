@@ -34,6 +34,7 @@ import numpy as np
 
 from gpugauge.history.records import Point
 from gpugauge.regress.gate import MAIN_KERNEL_SHARE, short_kernel
+from gpugauge.results.metrics import METRICS, Kind
 
 CLOCK_MOVED = 0.02  # relative change of the median SM clock that is reported
 POWER_MOVED = 0.03  # relative change of the median power that is reported
@@ -53,6 +54,10 @@ class DetectionPolicy:
 
 
 DEFAULT_DETECTION = DetectionPolicy()
+
+
+def _infinite(v: object) -> bool:
+    return isinstance(v, float) and not math.isfinite(v)
 
 
 @dataclass(frozen=True)
@@ -81,12 +86,17 @@ class ChangePoint:
     n_after: int
     changes: tuple[str, ...] = ()
 
+    def size(self) -> str:
+        """'1.031x [1.025, 1.037]', or 'from 0 to 1.541e+08' for a step up from zero."""
+        if not math.isfinite(self.ratio):
+            return f"from {self.before:.4g} to {self.after:.4g}"
+        return f"{self.ratio:.3f}x [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+
     def describe(self) -> str:
         """One line: 'linear-fwd: time 1.031x [1.025, 1.037] from 2026-11-20 run ab12 …'."""
         what = "; ".join(self.changes) if self.changes else "no recorded difference"
         return (
-            f"{self.bench_id}: {self.metric} {self.ratio:.3f}x "
-            f"[{self.ci_low:.3f}, {self.ci_high:.3f}] from {self.time:%Y-%m-%d %H:%M} "
+            f"{self.bench_id}: {self.metric} {self.size()} from {self.time:%Y-%m-%d %H:%M} "
             f"run {self.run_id} ({self.scope}, {self.n_before} runs before, "
             f"{self.n_after} after, p={self.p_value:.1g}): {what}"
         )
@@ -94,6 +104,10 @@ class ChangePoint:
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        # strict JSON has no infinity: a step up from zero has no ratio
+        out = {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()
+        }
         return {**out, "time": self.time.isoformat(), "changes": list(self.changes)}
 
 
@@ -269,13 +283,69 @@ def what_changed(before: Sequence[Point], after: Sequence[Point]) -> tuple[str, 
     )
 
 
+def _held_steps(pts: Sequence[Point], scope: str, policy: DetectionPolicy) -> list[ChangePoint]:
+    """Steps of a deterministic metric (a peak, a count): no statistics, only the values.
+
+    A run starts a step where its value differs from its segment's level (the median of the
+    runs since the last step) by ``min_change`` or more (relative; any change from or to
+    zero) and the new value holds, within
+    ``min_change``, for ``min_size`` runs. Logs cannot take the zero that an in-place op's
+    extra memory is: a layer made not in place moved relu-fwd from 0 to 154 MB (run 63).
+    """
+
+    def same(a: float, b: float) -> bool:
+        return a == b or (a > 0 and b > 0 and abs(b / a - 1) < policy.min_change)
+
+    values = [p.median for p in pts]
+    starts = [0]
+    for i in range(1, len(values)):
+        held = values[i : i + policy.min_size]
+        level = statistics.median(values[starts[-1] : i])  # of the segment so far
+        moved = not same(level, values[i]) and i - starts[-1] >= policy.min_size
+        if moved and len(held) == policy.min_size and all(same(values[i], v) for v in held):
+            starts.append(i)
+    out = []
+    for k, b in enumerate(starts[1:], start=1):
+        end = starts[k + 1] if k + 1 < len(starts) else len(pts)
+        before, after = statistics.median(values[starts[k - 1] : b]), values[b]
+        ratio = after / before if before else math.inf
+        out.append(
+            ChangePoint(
+                bench_id=pts[b].result.bench_id,
+                metric=pts[b].metric.metric,
+                scope=scope,
+                run_id=pts[b].run.id,
+                time=pts[b].run.time,
+                index=b,
+                before=before,
+                after=after,
+                ratio=ratio,
+                ci_low=ratio,
+                ci_high=ratio,
+                p_value=0.0,
+                n_before=b - starts[k - 1],
+                n_after=end - b,
+                changes=what_changed(
+                    pts[max(starts[k - 1], b - policy.context) : b], pts[b : b + policy.context]
+                ),
+            )
+        )
+    return out
+
+
 def detect(
     points: Sequence[Point], scope: str, policy: DetectionPolicy = DEFAULT_DETECTION
 ) -> list[ChangePoint]:
     """Confirmed steps of one series (one case and metric; one host, or a class).
 
     ``points`` are in time order; with several hosts their offsets are taken out first.
+    A deterministic metric (memory, a count) has no noise to model: its steps are the
+    values that change and hold (:func:`_held_steps`).
     """
+    if points and METRICS[points[0].metric.metric].kind is not Kind.SAMPLES:
+        if len(points) < 2 * policy.min_size:
+            return []
+        return _held_steps(points, scope, policy)
     pts = [p for p in points if p.median > 0]
     if len(pts) < 2 * policy.min_size:
         return []

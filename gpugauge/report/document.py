@@ -32,7 +32,7 @@ from gpugauge.report.tables import (
     value_metrics,
     worst_first,
 )
-from gpugauge.report.trends import changes_of, changes_table, load_trends
+from gpugauge.report.trends import changes_of, changes_table, load_trends, value_changes
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
@@ -118,9 +118,10 @@ def collect(
         except RunError:
             continue  # not a gpugauge run: history shows only ours
     runs.sort(key=lambda r: r.label)
-    trends, bands, why = {}, {}, ""
+    trends, bands, why, steps = {}, {}, "", []
     if trend_history is not None:
         trends, bands, why = load_trends(trend_history, run, tolerances, baselines)
+        steps = value_changes(trend_history, run)
     return ReportData(
         run,
         against,
@@ -129,7 +130,7 @@ def collect(
         tuple(notes or ()),
         baseline_noisy,
         trends=trends,
-        changes=changes_of(trends),
+        changes=changes_of(trends, steps),
         bands=bands,
         trend_source=trend_history or "",
         trend_note=why,

@@ -24,6 +24,7 @@ from gpugauge.history.reference import Reference, reference_for
 from gpugauge.history.store import History
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
+from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import SavedRun
 
 if TYPE_CHECKING:
@@ -90,9 +91,33 @@ def latest_reference(
     return reference_for(before, last.host, floor, baseline=baseline)
 
 
-def changes_of(trends: Mapping[str, Sequence[Point]]) -> tuple[ChangePoint, ...]:
-    """Every change point of every case, largest step first."""
-    found = [c for pts in trends.values() for c in case_changes(pts)]
+def value_changes(target: str, run: SavedRun) -> list[ChangePoint]:
+    """Steps of the run's deterministic metrics (peak memory, counts) over the history.
+
+    They have no trend chart (their value is exact and the gate's check of them is too),
+    but a step in them is news: a layer made not in place moved its memory from 0 to one
+    output (docs/gpu-runs.md, run 63). Nothing when the history cannot be read: the time
+    trends' note says why.
+    """
+    if "://" not in target and not Path(target).exists():
+        return []
+    found: list[ChangePoint] = []
+    exact = [name for name, metric in METRICS.items() if metric.kind is not Kind.SAMPLES]
+    try:
+        with History.open(target) as h:
+            for m in run.measurements:
+                for name in exact:  # the history's, also those this run did not read
+                    found += case_changes(h.points(m.id, name, m.device_class))
+    except (HistoryError, OSError):
+        return []
+    return found
+
+
+def changes_of(
+    trends: Mapping[str, Sequence[Point]], more: Sequence[ChangePoint] = ()
+) -> tuple[ChangePoint, ...]:
+    """Every change point of every case (``more``: found elsewhere), largest step first."""
+    found = [c for pts in trends.values() for c in case_changes(pts)] + list(more)
     return tuple(sorted(found, key=lambda c: -abs(math.log(c.ratio))))
 
 
@@ -125,10 +150,11 @@ def changes_table(data: ReportData) -> tuple[list[str], list[list[str]], str]:
     """Headers, rows and the line shown when there are none, of the "changes" section."""
     headers = [
         "case",
+        "metric",
         "host or class",
         "when (UTC, run, commit)",
         "after / before [95% CI]",
-        "before → after ms",
+        "before → after",
         "runs before/after, p",
         "what changed",
     ]
@@ -138,10 +164,11 @@ def changes_table(data: ReportData) -> tuple[list[str], list[list[str]], str]:
         rows.append(
             [
                 c.bench_id,
+                c.metric,
                 c.scope,
                 f"{c.time:%Y-%m-%d %H:%M}, run {c.run_id[:8]}, commit {_commit(pts, c.run_id)}",
-                f"{c.ratio:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]",
-                f"{c.before:.4g} → {c.after:.4g}",
+                c.size(),
+                f"{c.before:.4g} → {c.after:.4g} {METRICS[c.metric].unit}",
                 f"{c.n_before}/{c.n_after}, p={c.p_value:.1g}",
                 "; ".join(c.changes) or "no recorded difference",
             ]
@@ -247,12 +274,15 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
         if c.bench_id != case or c.run_id not in x_of:
             continue
         x = x_of[c.run_id]
-        color = "#c0392b" if c.ratio > 1 else "#2471a3"
-        ax.axvline(x - 0.5, color=color, lw=1.2, ls="-" if c.scope.startswith("host") else "--")
+        timed = c.metric == METRIC  # another metric's step (memory) is marked, grey, by name
+        color = ("#c0392b" if c.ratio > 1 else "#2471a3") if timed else "#7f7f7f"
+        style = ("-" if c.scope.startswith("host") else "--") if timed else ":"
+        ax.axvline(x - 0.5, color=color, lw=1.2, ls=style)
         if x not in labelled:
             labelled.add(x)
+            size = f"{c.ratio:.3f}x" if math.isfinite(c.ratio) else "from 0"
             ax.annotate(
-                f" {c.ratio:.3f}x",
+                f" {size}" if timed else f" {c.metric} {size}",
                 (x - 0.5, 1),
                 xycoords=("data", "axes fraction"),
                 fontsize=6,
