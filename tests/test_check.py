@@ -21,6 +21,7 @@ import torch
 
 from gpugauge.__main__ import main as gpugauge_main
 from gpugauge.check import gate_runs
+from gpugauge.check.delay import host_spin
 from gpugauge.check.gate import (
     GateReport,
     gate_cases,
@@ -30,7 +31,6 @@ from gpugauge.check.gate import (
     write_gate,
 )
 from gpugauge.check.runs import families_with_baselines, or_expression
-from gpugauge.check.slowdown import host_spin
 from gpugauge.check.timer import TimerReport, render_timer, why_not_here
 from gpugauge.check.timers import TimerRow, selected
 from gpugauge.launch.torchrun import processes_mentioning
@@ -507,3 +507,18 @@ def test_tools_folder_is_gone_and_experiments_say_what_they_answered() -> None:
 def test_device_class_of_this_machine_is_the_gate_checks() -> None:
     cls = device_class("cuda" if torch.cuda.is_available() else "cpu")
     assert gate_runs.this_device_class() == cls
+
+
+@pytest.mark.parametrize("text", ["x", "-0.1", "nan", "inf"])
+def test_a_bad_injected_fraction_in_the_environment_is_named(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.check.delay import INJECT_ENV, injected_fraction
+
+    monkeypatch.setenv(INJECT_ENV, text)
+    with pytest.raises(ValueError, match="GPUGAUGE_INJECT_SLOWDOWN"):
+        injected_fraction()
+    monkeypatch.setenv(INJECT_ENV, "0.03")
+    assert injected_fraction() == 0.03
+    monkeypatch.delenv(INJECT_ENV)
+    assert injected_fraction() == 0.0

@@ -359,6 +359,33 @@ def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> 
     assert not _processes_mentioning(str(art))
 
 
+def test_an_injected_slowdown_reaches_every_rank(tmp_path: Path) -> None:
+    # gpugauge check's slowdown: each rank adds the fraction of its own step's median
+    (tmp_path / "none").mkdir()
+    benches = run_bench_module(
+        "benches/test_distributed.py",
+        tmp_path / "run.json",
+        "-k",
+        "resnet18 and cpu",
+        "--profile",
+        "smoke",
+        f"--artifacts-dir={tmp_path / 'art'}",
+        f"--baselines-dir={tmp_path / 'none'}",
+        "--gate",
+        "--no-history",
+        "-p",
+        "gpugauge.check.slowdown",
+        "--inject-slowdown",
+        "0.5",
+    )
+    assert len(benches) == 2
+    for case, info in benches.items():
+        added = info["extra"]["injected_slowdown_ms"]
+        steps = info["timing"]["device_ms"]
+        assert added > 0, case
+        assert min(steps) >= added, case  # every timed step spun for it
+
+
 def _rank_pid(folder: Path, rank: int, timeout_s: float = 120) -> int:
     """The pid of the worker of ``rank`` launched into ``folder``, once it runs."""
     deadline = time.monotonic() + timeout_s

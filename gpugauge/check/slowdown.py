@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from gpugauge.check.delay import INJECT_ENV, delay_for
 from gpugauge.gauge import Gauge
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.measure.environment import device_class
 from gpugauge.results.measurement import devices_of
-
-COPY_BYTES = 64 * 2**20  # beyond L2 (50 MiB on H100/H200): each copy runs at HBM bandwidth
 
 
 def _non_negative(text: str) -> float:
@@ -74,67 +72,6 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-def gpu_delay(ms: float, device: str = "cuda") -> Callable[[], None]:
-    """Device work of ``ms`` on ``device`` that draws power as real work does.
-
-    A spin kernel alone (``torch.cuda._sleep``) keeps one thread busy and draws almost no
-    power, so on a GPU at its power limit the clock recovers during it and the case's own
-    kernels run faster: 3% injected that way measured 1.7-2.1% on VGG-16 fp32 inference
-    (docs/gpu-runs.md, run 12). Copies of a 64 MiB buffer are bound by memory bandwidth,
-    so their length follows the memory clock (fixed under the power limit), not the SM
-    clock that the limit moves, and the count calibrated here holds while the case runs.
-    The remainder below one copy (about 35 µs on an H200) is a spin. The copies also evict
-    L2: the layers family flushes L2 before every round anyway and VGG-16's working set is
-    far beyond L2, so for the suite's cases this adds nothing measurable (runs 24, 49, 52);
-    a case whose data lives in L2 would see more than was injected.
-    """
-    import torch
-
-    dev = torch.device(device)
-    with torch.cuda.device(dev):
-        src = torch.empty(COPY_BYTES // 4, device=dev)
-        dst = torch.empty_like(src)
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        for _ in range(3):
-            dst.copy_(src)
-        start.record()
-        for _ in range(20):
-            dst.copy_(src)
-        stop.record()
-        stop.synchronize()
-        per_copy_ms = start.elapsed_time(stop) / 20
-        copies = int(ms // per_copy_ms)
-        cycles = 10_000_000
-        torch.cuda._sleep(cycles)  # warm-up
-        start.record()
-        torch.cuda._sleep(cycles)
-        stop.record()
-        stop.synchronize()
-        spin = int(cycles * (ms - copies * per_copy_ms) / start.elapsed_time(stop))
-
-    def delay() -> None:
-        for _ in range(copies):
-            dst.copy_(src)
-        if spin > 0:
-            with torch.cuda.device(dev):
-                torch.cuda._sleep(spin)
-
-    return delay
-
-
-def host_spin(ms: float, now: Callable[[], float] = time.perf_counter) -> Callable[[], None]:
-    """Host work of ``ms``: a busy loop on ``now`` (seconds)."""
-    seconds = ms / 1e3
-
-    def delay() -> None:
-        end = now() + seconds
-        while now() < end:
-            pass
-
-    return delay
-
-
 def baseline_median_ms(gauge: Gauge, spec: Any) -> float | None:
     """The median time of ``spec``'s stored baseline, ms; None without --gate or a baseline."""
     gate = gauge.session.gate
@@ -164,8 +101,7 @@ def slowed_measure(
                     pytrace=False,
                 )
             ms += fraction * base
-        device = devices_of(spec)[0]
-        delay = gpu_delay(ms, device) if device.startswith("cuda") else host_spin(ms)
+        delay = delay_for(ms, devices_of(spec)[0])
 
         def slower() -> object:
             out = fn()
@@ -185,3 +121,5 @@ def _inject_slowdown(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     fraction = request.config.getoption("inject_slowdown")
     if fixed or fraction:
         monkeypatch.setattr(Gauge, "measure", slowed_measure(Gauge.measure, fixed, fraction))
+    if fraction:  # processes the test launches (torchrun's ranks) add it to their own steps
+        monkeypatch.setenv(INJECT_ENV, repr(fraction))

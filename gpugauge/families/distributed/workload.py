@@ -42,6 +42,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from gpugauge.check.delay import delay_for, injected_fraction
+from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.launch.torchrun import Launch, LaunchError, launch, slowest_rank_rounds
 from gpugauge.launch.worker import RankContext
 from gpugauge.measure.kernels import CommSplit, comm_split, kernel_table, read_trace
@@ -532,10 +534,19 @@ def run_case(case: DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[
         return {"status": "oom", "error": oom}
     steps = case.steps_per_epoch
     warm = steps if case.epochs == 2 else WARMUP_STEPS
+    policy = TimingPolicy(warmup_rounds=warm, rounds=steps)
     trainer.step_no = 0
-    timing = time_rounds(
-        trainer.step, TimingPolicy(warmup_rounds=warm, rounds=steps), _clock(case, ctx)
-    )
+    timing = time_rounds(trainer.step, policy, _clock(case, ctx))
+    injected = injected_fraction() * timing.summary.median
+    if injected:  # gpugauge check's slowdown, on every rank: the epoch again, each step longer
+        delay = delay_for(injected, ctx.device)
+
+        def slower() -> None:
+            trainer.step()
+            delay()
+
+        trainer.step_no = 0
+        timing = time_rounds(slower, policy, _clock(case, ctx))
     traces = profile_steps(trainer, folder, ctx.rank)
     activities = [read_trace(p) for p in traces]
     splits = [comm_split(a, case.schedule[2]) for a in activities]
@@ -561,6 +572,8 @@ def run_case(case: DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[
         "kernel_rows": len(table.rows),
         "artifacts": files,
     }
+    if injected:
+        result[INJECTED_KEY] = injected
     if case.gpus > 1:
         result["allreduce"] = allreduce_reference(trainer.grad_bytes, case, ctx).as_dict()
     return result
@@ -764,6 +777,9 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
             zip(("wait", "warmup", "active", "repeat"), c.schedule, strict=True)
         ),
     }
+    added = [p[INJECTED_KEY] for p in r.ranks if p.get(INJECTED_KEY)]
+    if added:  # work added on purpose (gpugauge check): never a reference
+        extra[INJECTED_KEY] = max(added)
     if c.model == "resnet18" and c.device == "cuda" and c.batch == RESNET_BATCHES[-1]:
         extra["sweep_end"] = (
             f"per-GPU batch {c.batch} fitted: the sweep ends at its cap, not at an out-of-memory"
