@@ -2,7 +2,7 @@
 
 Each test records one case; the cases of a series (model, mode, GPU count) run in one
 torchrun launch the first time one of them is needed (see
-:mod:`gpugauge.families.distributed.workload`). A case past the first out-of-memory of its sweep is
+:mod:`gpugauge.families.distributed.results`). A case past the first out-of-memory of its sweep is
 skipped with that reason; a launch whose rank crashed or hung fails every test of its series,
 naming the rank.
 """
@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from gpugauge.families.distributed.workload import DistCase, SeriesRuns, cases, to_measurement
+from gpugauge.families.distributed.cases import DistCase, cases
+from gpugauge.families.distributed.results import SeriesRuns, to_measurement
 from gpugauge.plugin import parametrize_cases
 
 pytestmark = pytest.mark.distributed

@@ -51,7 +51,8 @@ def _rank1_pid(folder: Path, t0: float) -> int | None:
 
 def kill_rank_mid_run() -> list[str]:
     """Launch, SIGKILL rank 1 mid-run, and report what happened, line by line."""
-    from gpugauge.families.distributed.workload import DistCase, launch_series, series_dir
+    from gpugauge.families.distributed.cases import DistCase
+    from gpugauge.families.distributed.results import launch_series, series_dir
     from gpugauge.launch.torchrun import LaunchError, processes_mentioning
 
     case = DistCase("resnet18", "ddp", 2, 32, 32, 10, 50_000, 2, "cuda", "seed")

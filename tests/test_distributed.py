@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import torch
 
-from gpugauge.families.distributed import workload as d
+import gpugauge.families.distributed.cases as dist_cases
+from gpugauge.families.distributed import rank, results
 from gpugauge.launch.torchrun import LaunchError
 from gpugauge.launch.worker import RankContext
 from gpugauge.measure import kernels as k
@@ -152,7 +153,7 @@ def test_read_trace_plain_gz_and_garbage(tmp_path: Path) -> None:
 
 
 def test_seed_cases_have_the_seeds_shapes() -> None:
-    seed = d.cases("seed")
+    seed = dist_cases.cases("seed")
     ids = [c.id for c in seed]
     assert len(ids) == len(set(ids))
     vgg = [c for c in seed if c.model == "vgg16" and c.device == "cuda"]
@@ -168,35 +169,37 @@ def test_seed_cases_have_the_seeds_shapes() -> None:
     assert {(c.images, c.epochs, c.classes, c.workers) for c in res} == {(50_000, 2, 10, 2)}
     alex = [c for c in seed if c.model == "alexnet" and c.device == "cuda"]
     assert {(c.batch, c.gpus) for c in alex} == {(b, g) for b in (8, 16, 32, 128) for g in (1, 2)}
-    assert {c.gpus for c in d.cases("full") if c.device == "cuda"} == {1, 2, 4}
+    assert {c.gpus for c in dist_cases.cases("full") if c.device == "cuda"} == {1, 2, 4}
     # every multi-GPU case comes after the one-GPU case that scales it
     for p in ("smoke", "seed", "full"):
-        order = [c.id for c in d.cases(p)]
-        for c in d.cases(p):
+        order = [c.id for c in dist_cases.cases(p)]
+        for c in dist_cases.cases(p):
             if c.gpus > 1:
                 assert order.index(c.reference().id) < order.index(c.id), c.id
-    cpu = [c for c in d.cases("smoke") if c.device == "cpu"]
+    cpu = [c for c in dist_cases.cases("smoke") if c.device == "cpu"]
     assert {c.gpus for c in cpu} == {1, 2}
     assert all(c.mode != "dp" for c in cpu)
 
 
 def test_case_geometry_and_validation() -> None:
-    c = d.DistCase("resnet18", "ddp", 2, 128, 32, 10, 50_000, 2, "cuda", "seed")
+    c = dist_cases.DistCase("resnet18", "ddp", 2, 128, 32, 10, 50_000, 2, "cuda", "seed")
     assert c.id == "resnet18-ddp-2gpu-b128-32px-cuda"
     assert (c.ranks, c.devices, c.steps_per_epoch) == (2, ("cuda:0", "cuda:1"), 196)
-    dp = d.DistCase("resnet18", "dp", 2, 128, 32, 10, 50_000, 2, "cuda", "seed")
+    dp = dist_cases.DistCase("resnet18", "dp", 2, 128, 32, 10, 50_000, 2, "cuda", "seed")
     assert (dp.ranks, dp.steps_per_epoch, dp.profiled_steps) == (1, 196, 16)
-    assert d.DistCase.from_dict(json.loads(json.dumps(c.as_dict()))) == c
+    assert dist_cases.DistCase.from_dict(json.loads(json.dumps(c.as_dict()))) == c
     assert c.reference().id == "resnet18-single-1gpu-b128-32px-cuda"
     with pytest.raises(ValueError, match="single is 1 GPU"):
-        d.DistCase("resnet18", "single", 2, 8, 32, 10, 64, 2, "cuda", "seed")
+        dist_cases.DistCase("resnet18", "single", 2, 8, 32, 10, 64, 2, "cuda", "seed")
     with pytest.raises(ValueError, match="DataParallel on the CPU"):
-        d.DistCase("resnet18", "dp", 2, 8, 32, 10, 64, 2, "cpu", "seed")
+        dist_cases.DistCase("resnet18", "dp", 2, 8, 32, 10, 64, 2, "cpu", "seed")
 
 
 def test_cifar_data_goes_through_the_seed_transforms() -> None:
-    case = d.DistCase("resnet18", "ddp", 2, 2, 32, 10, 8, 2, "cpu", "smoke", workers=0)
-    halves = [d.cifar_epochs(case, RankContext(r, r, 2, "cpu", "gloo"), pin=False) for r in (0, 1)]
+    case = dist_cases.DistCase("resnet18", "ddp", 2, 2, 32, 10, 8, 2, "cpu", "smoke", workers=0)
+    halves = [
+        rank.cifar_epochs(case, RankContext(r, r, 2, "cpu", "gloo"), pin=False) for r in (0, 1)
+    ]
     (x0, y0), (x1, _) = halves[0][0], halves[1][0]
     assert x0.shape == (4, 3, 32, 32)
     assert y0.dtype == torch.int64
@@ -204,7 +207,7 @@ def test_cifar_data_goes_through_the_seed_transforms() -> None:
     assert x0.max() > 1.5
     assert not torch.equal(halves[0][0][0], halves[0][1][0])  # a new order each epoch
     assert not torch.equal(x0, x1)  # the two ranks hold different halves
-    step = d.batches_of(case, halves[0], None)
+    step = rank.batches_of(case, halves[0], None)
     assert torch.equal(step(0)[0], x0[:2])
     assert torch.equal(step(2)[0], halves[0][1][0][:2])
 
@@ -226,15 +229,15 @@ def _rank(step_ms: list[float], *, comm: float = 0.0, allreduce_ms: float | None
 
 
 def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
-    one = d.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
-    two = d.DistCase("alexnet", "ddp", 2, 8, 64, 10, 32, 1, "cpu", "smoke")
-    ref = d.CaseResult(one, (_rank([10.0] * 4),))
-    run = d.CaseResult(
+    one = dist_cases.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
+    two = dist_cases.DistCase("alexnet", "ddp", 2, 8, 64, 10, 32, 1, "cpu", "smoke")
+    ref = results.CaseResult(one, (_rank([10.0] * 4),))
+    run = results.CaseResult(
         two,
         (_rank([11.0, 12.0], comm=2.0, allreduce_ms=1.0), _rank([12.5, 11.0], allreduce_ms=1.5)),
     )
     assert run.timing.device_ms == (12.5, 12.0)  # each step the slowest rank
-    m = d.to_measurement(run, ref)
+    m = results.to_measurement(run, ref)
     v = m.values
     assert v["epoch_time"] == pytest.approx(0.0245)
     assert v["throughput"] == pytest.approx(32 / 0.0245)
@@ -249,47 +252,49 @@ def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
     assert v["busbw_utilization"] == pytest.approx(1.5 / 2.0)
     assert m.extra["subtraction"]["busbw_utilization"] == pytest.approx(1.5 / 2.25)
     assert m.device_class.startswith("2x-cpu")
-    alone = d.to_measurement(run, None)
+    alone = results.to_measurement(run, None)
     assert "speedup" not in alone.values
     assert "no one-GPU result" in alone.extra["scaling"]
 
 
 def test_per_step_scaling_leaves_out_a_short_last_step(monkeypatch: pytest.MonkeyPatch) -> None:
     # 40 images: batch 16 on one GPU is 16 + 16 + 8, DDP on two is 16 + 4 per rank
-    one = d.DistCase("resnet18", "single", 1, 16, 32, 10, 40, 2, "cpu", "smoke")
-    two = d.DistCase("resnet18", "ddp", 2, 16, 32, 10, 40, 2, "cpu", "smoke")
+    one = dist_cases.DistCase("resnet18", "single", 1, 16, 32, 10, 40, 2, "cpu", "smoke")
+    two = dist_cases.DistCase("resnet18", "ddp", 2, 16, 32, 10, 40, 2, "cpu", "smoke")
     assert one.last_step_short
     assert two.last_step_short
     assert not replace(one, batch=8).last_step_short
     assert not replace(one, model="alexnet").last_step_short  # full synthetic batches
-    ref = d.CaseResult(one, (_rank([10.0, 10.0, 5.0]),))
-    run = d.CaseResult(two, (_rank([11.0, 3.0]),) * 2)
-    v = d.to_measurement(run, ref).values
+    ref = results.CaseResult(one, (_rank([10.0, 10.0, 5.0]),))
+    run = results.CaseResult(two, (_rank([11.0, 3.0]),) * 2)
+    v = results.to_measurement(run, ref).values
     assert v["efficiency"] == pytest.approx(10 / 11)  # not the medians 10 / 7
     assert v["weak_speedup"] == pytest.approx(2 * 10 / 11)
     assert v["speedup"] == pytest.approx(0.025 / 0.014)  # epochs: all the work
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "NVIDIA H200")  # device class
-    capped = replace(one, model="resnet18", device="cuda", batch=d.RESNET_BATCHES[-1])
-    note = d.to_measurement(d.CaseResult(capped, (_rank([10.0]),)), None).extra["sweep_end"]
+    capped = replace(one, model="resnet18", device="cuda", batch=dist_cases.RESNET_BATCHES[-1])
+    note = results.to_measurement(results.CaseResult(capped, (_rank([10.0]),)), None).extra[
+        "sweep_end"
+    ]
     assert "ends at its cap" in note
-    lone = d.CaseResult(replace(two, images=20), (_rank([3.0]),) * 2)  # one short step
-    m = d.to_measurement(lone, ref)
+    lone = results.CaseResult(replace(two, images=20), (_rank([3.0]),) * 2)  # one short step
+    m = results.to_measurement(lone, ref)
     assert "efficiency" not in m.values
     assert "no full-batch step" in m.extra["full_steps"]
 
 
 def test_every_series_writes_to_a_folder_of_its_own(tmp_path: Path) -> None:
-    cases = [c for c in d.cases("seed") if c.device == "cuda"]
+    cases = [c for c in dist_cases.cases("seed") if c.device == "cuda"]
     folders = {}
     for c in cases:
-        folders.setdefault(d.series_dir(tmp_path, c), set()).add(c.series)
+        folders.setdefault(results.series_dir(tmp_path, c), set()).add(c.series)
     assert all(len(keys) == 1 for keys in folders.values())  # no two series share one
     assert len(folders) == len({c.series for c in cases})
 
 
 def test_a_sweep_stops_at_its_first_out_of_memory() -> None:
     members = [
-        d.DistCase("resnet18", "ddp", 2, b, 32, 10, 50_000, 2, "cuda", "seed")
+        dist_cases.DistCase("resnet18", "ddp", 2, b, 32, 10, 50_000, 2, "cuda", "seed")
         for b in (512, 2048, 8192)
     ]
     stop = "per-GPU batch 2048 ran out of memory in ... the sweep stopped there"
@@ -305,7 +310,7 @@ def test_a_sweep_stops_at_its_first_out_of_memory() -> None:
         }
         for r in (0, 1)
     ]
-    got = d.read_series(members, per_rank)
+    got = results.read_series(members, per_rank)
     assert got[members[0].id].skipped is None
     assert got[members[1].id].skipped.startswith("out of memory at per-GPU batch 2048 on rank 0")
     assert got[members[2].id].skipped == stop
@@ -313,17 +318,20 @@ def test_a_sweep_stops_at_its_first_out_of_memory() -> None:
 
 def test_run_series_skips_every_case_after_an_oom(monkeypatch: pytest.MonkeyPatch) -> None:
     members = [
-        d.DistCase("alexnet", "single", 1, b, 16, 10, 4 * b, 1, "cpu", "smoke") for b in (1, 2, 4)
+        dist_cases.DistCase("alexnet", "single", 1, b, 16, 10, 4 * b, 1, "cpu", "smoke")
+        for b in (1, 2, 4)
     ]
     ran = []
 
-    def fake(case: d.DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[str, Any]:
+    def fake(
+        case: dist_cases.DistCase, ctx: RankContext, folder: Path, data: Any
+    ) -> dict[str, Any]:
         ran.append(case.batch)
         return {"status": "oom", "error": "boom"} if case.batch == 2 else {"status": "ok"}
 
-    monkeypatch.setattr(d, "run_case", fake)
+    monkeypatch.setattr(rank, "run_case", fake)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # leave this process's threads
-    out = d.run_series(
+    out = rank.run_series(
         {"cases": [c.as_dict() for c in members], "out": "/nonexistent"},
         RankContext(0, 0, 1, "cpu", "gloo"),
     )["extra"]["cases"]
@@ -405,18 +413,18 @@ def _rank_pid(folder: Path, rank: int, timeout_s: float = 120) -> int:
 
 
 def test_a_rank_killed_mid_run_fails_the_launch_naming_it(tmp_path: Path) -> None:
-    case = d.DistCase("resnet18", "ddp", 2, 2, 32, 10, 64, 2, "cpu", "smoke", workers=0)
+    case = dist_cases.DistCase("resnet18", "ddp", 2, 2, 32, 10, 64, 2, "cpu", "smoke", workers=0)
     caught: list[BaseException] = []
 
     def run() -> None:
         try:
-            d.launch_series([case], tmp_path, note=lambda _: None, timeout_s=240)
+            results.launch_series([case], tmp_path, note=lambda _: None, timeout_s=240)
         except BaseException as err:
             caught.append(err)
 
     t = threading.Thread(target=run)
     t.start()
-    pid = _rank_pid(d.series_dir(tmp_path, case), rank=1)
+    pid = _rank_pid(results.series_dir(tmp_path, case), rank=1)
     time.sleep(3.0)  # let it get into its steps
     os.kill(pid, signal.SIGKILL)
     t.join(timeout=240)
@@ -436,11 +444,11 @@ def test_report_draws_scaling_curves_and_comm_bars(tmp_path: Path) -> None:
     from gpugauge.report.data import ReportData
     from gpugauge.results.runs import SavedRun
 
-    one = d.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
-    two = d.DistCase("alexnet", "ddp", 2, 8, 64, 10, 32, 1, "cpu", "smoke")
-    ref = d.CaseResult(one, (_rank([10.0] * 4),))
-    run = d.CaseResult(two, (_rank([12.0] * 2, comm=2.0, allreduce_ms=1.0),) * 2)
-    ms = [d.to_measurement(ref, None), d.to_measurement(run, ref)]
+    one = dist_cases.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
+    two = dist_cases.DistCase("alexnet", "ddp", 2, 8, 64, 10, 32, 1, "cpu", "smoke")
+    ref = results.CaseResult(one, (_rank([10.0] * 4),))
+    run = results.CaseResult(two, (_rank([12.0] * 2, comm=2.0, allreduce_ms=1.0),) * 2)
+    ms = [results.to_measurement(ref, None), results.to_measurement(run, ref)]
     data = ReportData(SavedRun(tmp_path / "r.json", "now", ms), "-", [], [])
     names = [c.name for c in FAMILY.charts if c.applies(data)]
     assert names == ["scaling", "comm"]

@@ -15,8 +15,6 @@ EXCEPTIONS = {
     "rounds; not yet split",
     "measure/kernels.py": "profiler traces read back: kernel tables, the compute and "
     "communication split, device overlap; not yet split",
-    "families/distributed/workload.py": "moved whole into its family package (issue 22); "
-    "not yet split",
 }
 
 

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 
 def cases(profile: str) -> Sequence[Spec]:
-    """The profile's cases (imports the workload)."""
-    from gpugauge.families.distributed.workload import cases
+    """The profile's cases."""
+    from gpugauge.families.distributed.cases import cases
 
     return cases(profile)
 
