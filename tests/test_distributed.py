@@ -343,17 +343,23 @@ def test_run_series_skips_every_case_after_an_oom(monkeypatch: pytest.MonkeyPatc
 # --- the gloo path, end to end --------------------------------------------------------------
 
 
-def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> None:
-    art = tmp_path / "art"
-    benches = run_bench_module(
+def _gloo_resnet(tmp_path: Path, *extra: str) -> dict[str, dict[str, Any]]:
+    """ResNet-18's smoke CPU cases (one process, then DDP over two gloo ranks), by id."""
+    return run_bench_module(
         "benches/test_distributed.py",
         tmp_path / "run.json",
         "-k",
         "resnet18 and cpu",
         "--profile",
         "smoke",
-        f"--artifacts-dir={art}",
+        f"--artifacts-dir={tmp_path / 'art'}",
+        *extra,
     )
+
+
+def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> None:
+    art = tmp_path / "art"
+    benches = _gloo_resnet(tmp_path)
     assert set(benches) == {"resnet18-single-1proc-b2-32px-cpu", "resnet18-ddp-2proc-b2-32px-cpu"}
     ddp = benches["resnet18-ddp-2proc-b2-32px-cpu"]
     assert ddp["device_class"].startswith("2x-cpu")
@@ -370,14 +376,8 @@ def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> 
 def test_an_injected_slowdown_reaches_every_rank(tmp_path: Path) -> None:
     # gpugauge check's slowdown: each rank adds the fraction of its own step's median
     (tmp_path / "none").mkdir()
-    benches = run_bench_module(
-        "benches/test_distributed.py",
-        tmp_path / "run.json",
-        "-k",
-        "resnet18 and cpu",
-        "--profile",
-        "smoke",
-        f"--artifacts-dir={tmp_path / 'art'}",
+    benches = _gloo_resnet(
+        tmp_path,
         f"--baselines-dir={tmp_path / 'none'}",
         "--gate",
         "--no-history",

@@ -306,31 +306,48 @@ def _held_steps(pts: Sequence[Point], scope: str, policy: DetectionPolicy) -> li
             starts.append(i)
     out = []
     for k, b in enumerate(starts[1:], start=1):
-        end = starts[k + 1] if k + 1 < len(starts) else len(pts)
-        before, after = statistics.median(values[starts[k - 1] : b]), values[b]
+        start, end = starts[k - 1], starts[k + 1] if k + 1 < len(starts) else len(pts)
+        before, after = statistics.median(values[start:b]), values[b]
         ratio = after / before if before else math.inf
         out.append(
-            ChangePoint(
-                bench_id=pts[b].result.bench_id,
-                metric=pts[b].metric.metric,
-                scope=scope,
-                run_id=pts[b].run.id,
-                time=pts[b].run.time,
-                index=b,
+            _point_at(
+                pts,
+                (start, b, end),
+                scope,
+                policy,
                 before=before,
                 after=after,
                 ratio=ratio,
                 ci_low=ratio,
                 ci_high=ratio,
                 p_value=0.0,
-                n_before=b - starts[k - 1],
-                n_after=end - b,
-                changes=what_changed(
-                    pts[max(starts[k - 1], b - policy.context) : b], pts[b : b + policy.context]
-                ),
             )
         )
     return out
+
+
+def _point_at(
+    pts: Sequence[Point],
+    bounds: tuple[int, int, int],
+    scope: str,
+    policy: DetectionPolicy,
+    **size: float,
+) -> ChangePoint:
+    """The step at run ``b`` between the segments [start, b) and [b, end), with its size."""
+    start, b, end = bounds
+    seg_before, seg_after = pts[start:b], pts[b:end]
+    return ChangePoint(
+        bench_id=pts[b].result.bench_id,
+        metric=pts[b].metric.metric,
+        scope=scope,
+        run_id=pts[b].run.id,
+        time=pts[b].run.time,
+        index=b,
+        n_before=len(seg_before),
+        n_after=len(seg_after),
+        changes=what_changed(seg_before[-policy.context :], seg_after[: policy.context]),
+        **size,  # type: ignore[arg-type]
+    )
 
 
 def detect(
@@ -362,24 +379,18 @@ def detect(
     out = []
     bounds = [0, *(b for b, *_ in found), len(pts)]
     for i, (b, p, d, lo, hi) in enumerate(found):
-        seg_before, seg_after = pts[bounds[i] : b], pts[b : bounds[i + 2]]
         out.append(
-            ChangePoint(
-                bench_id=pts[b].result.bench_id,
-                metric=pts[b].metric.metric,
-                scope=scope,
-                run_id=pts[b].run.id,
-                time=pts[b].run.time,
-                index=b,
+            _point_at(
+                pts,
+                (bounds[i], b, bounds[i + 2]),
+                scope,
+                policy,
                 before=float(np.exp(np.median(adjusted[bounds[i] : b]))),
                 after=float(np.exp(np.median(adjusted[b : bounds[i + 2]]))),
                 ratio=math.exp(d),
                 ci_low=math.exp(lo),
                 ci_high=math.exp(hi),
                 p_value=p,
-                n_before=len(seg_before),
-                n_after=len(seg_after),
-                changes=what_changed(seg_before[-policy.context :], seg_after[: policy.context]),
             )
         )
     return out
