@@ -100,6 +100,11 @@ def test_changes_say_what_changed(stepped: str, capsys: pytest.CaptureFixture) -
     assert scopes == {"host GPU-1111", "host GPU-2222", "class synthetic-gpu"}
     assert all("torch 2.11.0 → 2.12.0" in line for line in lines)
     assert all(" 1.04" in line or " 1.03" in line for line in lines)
+    assert main(["changes", "--metric", "all", "--history", stepped]) == 0
+    every = capsys.readouterr().out.strip().splitlines()
+    assert set(lines) <= set(every)  # time's, and those of any other metric held
+    assert main(["changes", "--metric", "memory", "--history", stepped]) == 0
+    assert capsys.readouterr().out.strip() == "no change points"  # the history holds time only
 
 
 def test_export_writes_every_metric_row(

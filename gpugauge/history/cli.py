@@ -82,10 +82,12 @@ def _show(h: History, args: argparse.Namespace) -> int:
 
 
 def _all_changes(h: History, metric: str, pattern: str | None) -> list[ChangePoint]:
-    groups: dict[tuple[str, str], list[Point]] = {}
+    """Change points of ``metric`` ('all': of every metric) of the cases ``pattern`` matches."""
+    groups: dict[tuple[str, str, str], list[Point]] = {}
     for p in h.all_points():
-        if p.metric.metric == metric and _matching([p.result.bench_id], pattern):
-            groups.setdefault((p.result.bench_id, p.result.device_class), []).append(p)
+        if metric in ("all", p.metric.metric) and _matching([p.result.bench_id], pattern):
+            key = (p.result.bench_id, p.result.device_class, p.metric.metric)
+            groups.setdefault(key, []).append(p)
     out: list[ChangePoint] = []
     for points in groups.values():
         last: dict[str, Point] = {}
@@ -159,7 +161,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="change points of every case, per host and per class, with what changed",
     )
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
-    p.add_argument("--metric", default="time", help="which metric (default: time)")
+    p.add_argument("--metric", default="time", help="which metric, or all (default: time)")
     p.set_defaults(history_func=_changes)
 
     p = cmds.add_parser("export", help="write every metric row as CSV (one row per metric)")
