@@ -169,3 +169,26 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture) -> None:
         assert "--history PATH|URL" in text
     with pytest.raises(HistoryError):
         History.open("ftp://nowhere")
+
+
+def test_a_run_of_injected_work_is_not_imported(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from dataclasses import replace
+
+    slowed = replace(result("x-cpu"), extra={"injected_slowdown_ms": 1.0})
+    path = save_run(tmp_path / "injected.json", [slowed])
+    assert main(["import", str(path), "--history", str(tmp_path / "h.sqlite")]) == 2
+    assert "injected on purpose" in capsys.readouterr().err
+
+
+def test_show_marks_a_step_from_zero_by_its_values() -> None:
+    from gpugauge.history.changepoints import case_changes
+    from gpugauge.history.render import trend_text
+
+    from .test_history_synthetic import _memory_series
+
+    points = _memory_series([0, 0, 0, 154e6, 154e6])
+    text = trend_text(points, case_changes(points), "memory")
+    assert "◆ from 0 to 1.54e+08 (host)" in text
+    assert "inf" not in text

@@ -8,6 +8,7 @@ run's median; every run's own CI is ±0.2%; the time tolerance floor is 1.5%.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -228,3 +229,45 @@ def test_a_deterministic_metric_steps_where_its_value_changes_and_holds() -> Non
     assert detect(_memory_series([77e6] * 6), "host h1") == []
     assert detect(_memory_series([77e6, 77e6, 90e6, 77e6, 77e6]), "host h1") == []  # no hold
     assert detect(_memory_series([77e6, 77e6, 77.2e6, 77e6, 77e6]), "host h1") == []  # < 1%
+
+
+def test_an_exact_step_down_to_zero_blips_and_a_short_start() -> None:
+    (down,) = detect(_memory_series([154e6, 154e6, 0, 0, 0]), "host h1")
+    assert (down.before, down.after, down.ratio) == (154e6, 0, 0.0)
+    assert down.magnitude == math.inf
+    assert down.size() == "from 1.54e+08 to 0"
+    # one run before the first level holds no level: no step, and no made-up 'before'
+    assert detect(_memory_series([0, 154e6, 154e6, 154e6]), "host h1") == []
+    # a blip inside a level, then a step: the step's 'before' is the level's value
+    (step,) = detect(_memory_series([77e6, 77e6, 80e6, 77e6, 154e6, 154e6]), "host h1")
+    assert (step.run_id, step.before, step.n_before) == ("n004-h1", 77e6, 4)
+    # within the allocator's 2 MiB slack: no change, even from zero
+    assert detect(_memory_series([0, 0, 0, 512, 512, 512]), "host h1") == []
+
+
+def test_noisy_value_metrics_keep_the_statistical_detector() -> None:
+    from gpugauge.history.records import MetricRecord, Point, ResultRecord
+    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, run_of
+
+    rng = np.random.default_rng(0)
+    false = 0
+    for _ in range(50):
+        pts = []
+        for night in range(30):
+            v = 1000 * (1 + 0.02 * rng.standard_normal())
+            m = MetricRecord("throughput", v, v, v, 1, (v,))
+            pts.append(Point(run_of(night, "h1"), ResultRecord(CASE, FAMILY, CLASS, (m,)), m))
+        false += bool(detect(pts, "host h1"))
+    assert false <= 2  # the exact detector reported a step in 100 of 100 such series
+
+
+def test_an_exact_metric_is_not_searched_over_the_class() -> None:
+    from gpugauge.history.records import MetricRecord, Point, ResultRecord
+    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, run_of
+
+    pts = []
+    for night in range(12):  # two hosts 4% apart, alternating in blocks of two nights
+        host, v = ("a", 100e6) if (night // 2) % 2 == 0 else ("b", 104e6)
+        m = MetricRecord("memory", v, v, v, 1, (v,))
+        pts.append(Point(run_of(night, host), ResultRecord(CASE, FAMILY, CLASS, (m,)), m))
+    assert case_changes(pts) == []

@@ -1,9 +1,10 @@
 """Device or host work of a given length, added on purpose to a timed round.
 
 ``gpugauge check``'s injected slowdown (:mod:`gpugauge.check.slowdown`) adds it inside the
-pytest process; a process the test launches (a torchrun rank) reads the fraction of its
-own step's median to add from ``$GPUGAUGE_INJECT_SLOWDOWN``
-(:func:`injected_fraction`), so that a slowdown is injected on every rank. No pytest here:
+pytest process; a process the test launches (a torchrun rank) reads what to add from
+``$GPUGAUGE_INJECT_SLOWDOWN`` (a fraction of its own step's median) and
+``$GPUGAUGE_INJECT_SLOWDOWN_MS`` (:func:`injected_ms`), so that a slowdown is injected on
+every rank. No pytest here:
 the ranks import it.
 """
 
@@ -14,16 +15,14 @@ import os
 import time
 from collections.abc import Callable
 
-INJECT_ENV = "GPUGAUGE_INJECT_SLOWDOWN"
+INJECT_ENV = "GPUGAUGE_INJECT_SLOWDOWN"  # a fraction of the step's own median
+INJECT_MS_ENV = "GPUGAUGE_INJECT_SLOWDOWN_MS"  # and/or a fixed length, ms
 COPY_BYTES = 64 * 2**20  # beyond L2 (50 MiB on H100/H200): each copy runs at HBM bandwidth
 
 
-def injected_fraction() -> float:
-    """The fraction of a step's median to add to it, from the environment; 0 when unset.
-
-    ValueError naming the variable for anything but a finite number >= 0.
-    """
-    text = os.environ.get(INJECT_ENV, "").strip()
+def _env_number(name: str, what: str) -> float:
+    """A finite number >= 0 from ``$name``; 0 when unset; ValueError naming it otherwise."""
+    text = os.environ.get(name, "").strip()
     if not text:
         return 0.0
     try:
@@ -31,8 +30,18 @@ def injected_fraction() -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"${INJECT_ENV}={text!r}: give a fraction >= 0 (0.03 = 3%)")
+        raise ValueError(f"${name}={text!r}: give {what}")
     return value
+
+
+def injected_fraction() -> float:
+    """The fraction of a step's median to add to it, from the environment; 0 when unset."""
+    return _env_number(INJECT_ENV, "a fraction >= 0 (0.03 = 3%)")
+
+
+def injected_ms(median_ms: float) -> float:
+    """What a rank adds to a step whose median is ``median_ms``: fraction plus fixed, ms."""
+    return injected_fraction() * median_ms + _env_number(INJECT_MS_ENV, "milliseconds >= 0")
 
 
 def delay_for(ms: float, device: str) -> Callable[[], None]:

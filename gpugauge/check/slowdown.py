@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from gpugauge.check.delay import INJECT_ENV, delay_for
+from gpugauge.check.delay import INJECT_ENV, INJECT_MS_ENV, delay_for
 from gpugauge.gauge import Gauge
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.measure.environment import device_class
@@ -121,5 +121,6 @@ def _inject_slowdown(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     fraction = request.config.getoption("inject_slowdown")
     if fixed or fraction:
         monkeypatch.setattr(Gauge, "measure", slowed_measure(Gauge.measure, fixed, fraction))
-    if fraction:  # processes the test launches (torchrun's ranks) add it to their own steps
+    if fixed or fraction:  # the processes a test launches (torchrun's ranks) add it too
         monkeypatch.setenv(INJECT_ENV, repr(fraction))
+        monkeypatch.setenv(INJECT_MS_ENV, repr(fixed))

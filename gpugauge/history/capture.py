@@ -281,4 +281,9 @@ def import_run(history: History, path: Path, host: str | None = None) -> tuple[s
                 note=note,
             )
         )
+    if not results:
+        raise HistoryError(
+            f"{path}: every result has work injected on purpose (gpugauge check's "
+            "slowdown): nothing of it may join the history"
+        )
     return run.id, history.append(run, results)

@@ -34,7 +34,7 @@ import numpy as np
 
 from gpugauge.history.records import Point
 from gpugauge.regress.gate import MAIN_KERNEL_SHARE, short_kernel
-from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.results.metrics import METRICS
 
 CLOCK_MOVED = 0.02  # relative change of the median SM clock that is reported
 POWER_MOVED = 0.03  # relative change of the median power that is reported
@@ -85,10 +85,18 @@ class ChangePoint:
     n_before: int
     n_after: int
     changes: tuple[str, ...] = ()
+    commit: str | None = None  # the suite's commit at the step's first run
+
+    @property
+    def magnitude(self) -> float:
+        """|log ratio|: how far the step moved; infinite for a step from or to zero."""
+        if not math.isfinite(self.ratio) or self.ratio <= 0:
+            return math.inf
+        return abs(math.log(self.ratio))
 
     def size(self) -> str:
-        """'1.031x [1.025, 1.037]', or 'from 0 to 1.541e+08' for a step up from zero."""
-        if not math.isfinite(self.ratio):
+        """'1.031x [1.025, 1.037]', or 'from 0 to 1.541e+08' for a step from or to zero."""
+        if not math.isfinite(self.ratio) or self.before == 0 or self.after == 0:
             return f"from {self.before:.4g} to {self.after:.4g}"
         return f"{self.ratio:.3f}x [{self.ci_low:.3f}, {self.ci_high:.3f}]"
 
@@ -284,30 +292,41 @@ def what_changed(before: Sequence[Point], after: Sequence[Point]) -> tuple[str, 
 
 
 def _held_steps(pts: Sequence[Point], scope: str, policy: DetectionPolicy) -> list[ChangePoint]:
-    """Steps of a deterministic metric (a peak, a count): no statistics, only the values.
+    """Steps of an exact metric (a peak, a count): no statistics, only the values.
 
-    A run starts a step where its value differs from its segment's level (the median of the
-    runs since the last step) by ``min_change`` or more (relative; any change from or to
-    zero) and the new value holds, within
-    ``min_change``, for ``min_size`` runs. Logs cannot take the zero that an in-place op's
-    extra memory is: a layer made not in place moved relu-fwd from 0 to 154 MB (run 63).
+    Runs of the same value (within the metric's slack, or ``min_change`` relative; any
+    change from or to zero counts) form blocks; a block of ``min_size`` runs or more is a
+    level, a shorter one a blip that belongs to the segment it falls in. A step is the first
+    run of a level whose value differs from the level before it; runs before the first
+    level belong to it (they hold no level to compare with). Logs
+    cannot take the zero that an in-place op's extra memory is: a layer made not in place
+    moved relu-fwd from 0 to 154 MB (run 63).
     """
+    slack = METRICS[pts[0].metric.metric].slack if pts else 0.0
 
     def same(a: float, b: float) -> bool:
-        return a == b or (a > 0 and b > 0 and abs(b / a - 1) < policy.min_change)
+        if abs(b - a) <= slack:
+            return True
+        return a > 0 and b > 0 and abs(b / a - 1) < policy.min_change
 
-    values = [p.median for p in pts]
-    starts = [0]
-    for i in range(1, len(values)):
-        held = values[i : i + policy.min_size]
-        level = statistics.median(values[starts[-1] : i])  # of the segment so far
-        moved = not same(level, values[i]) and i - starts[-1] >= policy.min_size
-        if moved and len(held) == policy.min_size and all(same(values[i], v) for v in held):
-            starts.append(i)
+    blocks: list[list[int]] = []  # [first run, runs] of equal values
+    for i, v in enumerate(p.median for p in pts):
+        if blocks and same(pts[blocks[-1][0]].median, v):
+            blocks[-1][1] += 1
+        else:
+            blocks.append([i, 1])
+    levels = [pts[first].median for first, runs in blocks if runs >= policy.min_size]
+    firsts = [first for first, runs in blocks if runs >= policy.min_size]
+    starts, level_of = [0], levels[:1]  # each segment's first run and value; blips join in
+    for first, value in zip(firsts[1:], levels[1:], strict=True):
+        if not same(level_of[-1], value):
+            starts.append(first)
+            level_of.append(value)
     out = []
-    for k, b in enumerate(starts[1:], start=1):
-        start, end = starts[k - 1], starts[k + 1] if k + 1 < len(starts) else len(pts)
-        before, after = statistics.median(values[start:b]), values[b]
+    for k in range(1, len(starts)):
+        start, b = starts[k - 1], starts[k]
+        end = starts[k + 1] if k + 1 < len(starts) else len(pts)
+        before, after = level_of[k - 1], level_of[k]
         ratio = after / before if before else math.inf
         out.append(
             _point_at(
@@ -346,6 +365,7 @@ def _point_at(
         n_before=len(seg_before),
         n_after=len(seg_after),
         changes=what_changed(seg_before[-policy.context :], seg_after[: policy.context]),
+        commit=pts[b].run.commit,
         **size,  # type: ignore[arg-type]
     )
 
@@ -356,10 +376,10 @@ def detect(
     """Confirmed steps of one series (one case and metric; one host, or a class).
 
     ``points`` are in time order; with several hosts their offsets are taken out first.
-    A deterministic metric (memory, a count) has no noise to model: its steps are the
-    values that change and hold (:func:`_held_steps`).
+    An exact metric (memory, a count) has no noise to model: its steps are the values
+    that change and hold (:func:`_held_steps`), per host only (see :func:`case_changes`).
     """
-    if points and METRICS[points[0].metric.metric].kind is not Kind.SAMPLES:
+    if points and METRICS[points[0].metric.metric].exact:
         if len(points) < 2 * policy.min_size:
             return []
         return _held_steps(points, scope, policy)
@@ -402,12 +422,15 @@ def case_changes(
     """Steps of one case's metric on one device class: per host, then over the class.
 
     The class series is searched only where it holds two or more hosts (with one it is
-    that host's series).
+    that host's series), and for metrics with noise only.
     """
     out = []
     hosts = sorted({p.host for p in points})
     for h in hosts:
         out += detect([p for p in points if p.host == h], f"host {h}", policy)
-    if len(hosts) > 1 and points:
+    # an exact metric differs between hosts only where their software does, and the host
+    # offsets that make a class series comparable are a noisy metric's
+    exact = bool(points) and METRICS[points[0].metric.metric].exact
+    if len(hosts) > 1 and points and not exact:
         out += detect(points, f"class {points[0].result.device_class}", policy)
     return out

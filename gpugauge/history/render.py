@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from gpugauge.history.changepoints import ChangePoint
@@ -63,7 +64,8 @@ def trend_text(points: Sequence[Point], changes: Sequence[ChangePoint], metric: 
     unit = METRICS[metric].unit if metric in METRICS else ""
     marks: dict[str, list[str]] = {}
     for c in changes:
-        marks.setdefault(c.run_id, []).append(f"◆ {c.ratio:.3f}x ({c.scope.split()[0]})")
+        size = f"{c.ratio:.3f}x" if c.magnitude < math.inf else c.size()
+        marks.setdefault(c.run_id, []).append(f"◆ {size} ({c.scope.split()[0]})")
     rows = []
     for p in points:
         m = p.metric

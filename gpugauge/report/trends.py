@@ -24,7 +24,7 @@ from gpugauge.history.reference import Reference, reference_for
 from gpugauge.history.store import History
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
-from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import SavedRun
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def value_changes(target: str, run: SavedRun) -> list[ChangePoint]:
     if "://" not in target and not Path(target).exists():
         return []
     found: list[ChangePoint] = []
-    exact = [name for name, metric in METRICS.items() if metric.kind is not Kind.SAMPLES]
+    exact = [name for name, metric in METRICS.items() if metric.exact]
     try:
         with History.open(target) as h:
             for m in run.measurements:
@@ -118,7 +118,7 @@ def changes_of(
 ) -> tuple[ChangePoint, ...]:
     """Every change point of every case (``more``: found elsewhere), largest step first."""
     found = [c for pts in trends.values() for c in case_changes(pts)] + list(more)
-    return tuple(sorted(found, key=lambda c: -abs(math.log(c.ratio))))
+    return tuple(sorted(found, key=lambda c: -c.magnitude))
 
 
 def runs_in(trends: Mapping[str, Sequence[Point]]) -> int:
@@ -133,17 +133,12 @@ def moved_most(trends: Mapping[str, Sequence[Point]], changes: Sequence[ChangePo
     """
 
     def score(case: str) -> tuple[float, float, str]:
-        steps = [abs(math.log(c.ratio)) for c in changes if c.bench_id == case]
+        steps = [c.magnitude for c in changes if c.bench_id == case and c.metric == METRIC]
         medians = [p.median for p in trends[case] if p.median > 0]
         span = math.log(max(medians) / min(medians)) if medians else 0.0
         return (-max(steps, default=0.0), -span, case)
 
     return sorted(trends, key=score)
-
-
-def _commit(points: Sequence[Point], run_id: str) -> str:
-    commit = next((p.run.commit for p in points if p.run.id == run_id), None)
-    return commit[:12] if commit else "-"
 
 
 def changes_table(data: ReportData) -> tuple[list[str], list[list[str]], str]:
@@ -160,13 +155,12 @@ def changes_table(data: ReportData) -> tuple[list[str], list[list[str]], str]:
     ]
     rows = []
     for c in data.changes:
-        pts = data.trends.get(c.bench_id, ())
         rows.append(
             [
                 c.bench_id,
                 c.metric,
                 c.scope,
-                f"{c.time:%Y-%m-%d %H:%M}, run {c.run_id[:8]}, commit {_commit(pts, c.run_id)}",
+                f"{c.time:%Y-%m-%d %H:%M}, run {c.run_id[:8]}, commit {(c.commit or '-')[:12]}",
                 c.size(),
                 f"{c.before:.4g} → {c.after:.4g} {METRICS[c.metric].unit}",
                 f"{c.n_before}/{c.n_after}, p={c.p_value:.1g}",

@@ -35,7 +35,8 @@ class Metric:
 
     ``tolerance`` is the default relative worsening the gate allows (0: exact, any
     worsening is a regression); ``slack`` an absolute difference, in ``unit``, that is
-    never a change on its own (allocator rounding).
+    never a change on its own (allocator rounding). ``exact``: the same build reads the
+    same value every run (a peak of the allocator, a count), no noise to model.
     """
 
     name: str
@@ -45,6 +46,7 @@ class Metric:
     tolerance: float
     description: str
     slack: float = 0.0
+    exact: bool = False
 
     def allowed(self, tolerance: float) -> str:
         """The bound on current/baseline a result must keep: '<= 1.030' or '>= 0.970'."""
@@ -67,6 +69,7 @@ METRICS: dict[str, Metric] = {
             0.01,
             "peak allocated above the start, summed over devices",
             slack=2 * MiB,
+            exact=True,
         ),
         Metric("energy", "J", Better.LOWER, Kind.VALUE, 0.15, "energy of one round, all devices"),
         Metric(
@@ -76,6 +79,7 @@ METRICS: dict[str, Metric] = {
             Kind.VALUE,
             0.0,
             "largest layer count that fits the memory budget",
+            exact=True,
         ),
         Metric("throughput", "items/s", Better.HIGHER, Kind.VALUE, 0.03, "items per second"),
         Metric("speedup", "x", Better.HIGHER, Kind.VALUE, 0.03, "reference time / this time"),

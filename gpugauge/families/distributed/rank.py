@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpugauge.check.delay import delay_for, injected_fraction
+from gpugauge.check.delay import delay_for, injected_ms
 from gpugauge.families.distributed.cases import OPTIMIZERS, WARMUP_STEPS, DistCase
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.launch.worker import RankContext
@@ -289,7 +289,7 @@ def run_case(case: DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[
     policy = TimingPolicy(warmup_rounds=warm, rounds=steps)
     trainer.step_no = 0
     timing = time_rounds(trainer.step, policy, _clock(case, ctx))
-    injected = injected_fraction() * timing.summary.median
+    injected = injected_ms(timing.summary.median)
     if injected:  # gpugauge check's slowdown, on every rank: the epoch again, each step longer
         delay = delay_for(injected, ctx.device)
 
