@@ -66,3 +66,13 @@ def test_use_allocator_switches_empty_and_restores_even_on_error(
     with use_allocator("default", ["cpu", "cpu"]):
         calls.append("body")
     assert calls == ["body"]  # nothing to switch off CUDA
+
+
+def test_blas_workspaces_are_released_by_the_binding_torch_has() -> None:
+    import torch
+
+    from gpugauge.measure.allocator import release_blas_workspaces
+
+    if torch.backends.cuda.is_built():  # a CUDA build names it, or the release is a no-op
+        assert hasattr(torch._C, "_cuda_clearCublasWorkspaces")
+    release_blas_workspaces(torch)  # CUDA not initialised here: nothing to free, no error

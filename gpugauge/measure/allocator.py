@@ -22,6 +22,7 @@ import contextlib
 import gc
 import os
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 ALLOCATORS = {"default": False, "expandable": True}
 """Allocator names -> whether segments are expandable."""
@@ -81,6 +82,20 @@ def set_conf(conf: str) -> None:
     setter(conf)
 
 
+def release_blas_workspaces(torch: Any) -> None:
+    """Free the cuBLAS workspaces earlier work left allocated (one per handle and stream).
+
+    They live in the caching allocator as allocated memory, which ``empty_cache`` keeps, so
+    a memory budget set after other tests (amp's graphed steps capture on streams of their
+    own) starts smaller than in a fresh process; PyTorch's own leak check frees them the
+    same way. A graph captured before this must not be replayed after it: none is, since
+    every case captures its own. No-op where the binding is absent.
+    """
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None and torch.cuda.is_initialized():
+        clear()
+
+
 @contextlib.contextmanager
 def use_allocator(name: str, devices: Sequence[str]) -> Iterator[None]:
     """Inside, new CUDA segments are ``name``'s kind, with nothing cached from before.
@@ -96,6 +111,7 @@ def use_allocator(name: str, devices: Sequence[str]) -> Iterator[None]:
 
     base = process_conf()
     gc.collect()
+    release_blas_workspaces(torch)
     torch.cuda.empty_cache()
     set_conf(conf_with(base, ALLOCATORS[name]))
     try:
