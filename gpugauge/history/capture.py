@@ -25,7 +25,7 @@ from typing import Any
 from gpugauge.history.judge import CaseJudgement, accepted
 from gpugauge.history.records import HistoryError, MetricRecord, ResultRecord, RunRecord
 from gpugauge.history.store import History
-from gpugauge.measure.stats import median_ci
+from gpugauge.measure.stats import summarize
 from gpugauge.regress.baselines import kernel_shares
 from gpugauge.regress.gate import GateResult
 from gpugauge.results.files import FileError, read_json
@@ -128,6 +128,12 @@ def _conditions(m: Measurement) -> tuple[float | None, float | None]:
     return clock, power
 
 
+def _ci(m: Measurement, name: str, readings: Sequence[float]) -> tuple[float, float]:
+    """The 95% CI of a samples metric's median."""
+    summary = m.summary if name == "time" else summarize(readings)
+    return summary.ci_low, summary.ci_high
+
+
 def metric_records(
     m: Measurement,
     verdicts: Mapping[str, str] | None = None,
@@ -144,7 +150,9 @@ def metric_records(
     for name, readings in m.readings().items():
         if METRICS[name].kind is Kind.SAMPLES:
             median = statistics.median(readings)
-            low, high = median_ci(readings)
+            # time's rounds are summarized once by the timing (cached); the judge and the
+            # record of a result both read that instead of bootstrapping again
+            low, high = _ci(m, name, readings)
             n = len(readings)
         else:
             median = low = high = readings[0]
