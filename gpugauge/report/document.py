@@ -32,7 +32,7 @@ from gpugauge.report.tables import (
     value_metrics,
     worst_first,
 )
-from gpugauge.report.trends import changes_of, changes_table, load_trends, value_changes
+from gpugauge.report.trends import changes_of, changes_table, load_trends
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
@@ -118,10 +118,9 @@ def collect(
         except RunError:
             continue  # not a gpugauge run: history shows only ours
     runs.sort(key=lambda r: r.label)
-    trends, bands, why, steps = {}, {}, "", []
+    trends, bands, steps, why = {}, {}, [], ""
     if trend_history is not None:
-        trends, bands, why = load_trends(trend_history, run, tolerances, baselines)
-        steps = value_changes(trend_history, run)
+        trends, bands, steps, why = load_trends(trend_history, run, tolerances, baselines)
     return ReportData(
         run,
         against,

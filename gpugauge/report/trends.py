@@ -5,7 +5,8 @@ device class over every run and host of the history (:meth:`History.points`), it
 points (:func:`~gpugauge.history.changepoints.case_changes`, per host and over the class)
 and the reference that judged its latest run (:func:`~gpugauge.history.reference.
 reference_for` on the runs before it, with the committed class baseline and the case's
-tolerance, as a gated run judges). :class:`TrendChart` draws them as small multiples,
+tolerance, as a gated run judges), and, in the same read, the steps of the run's exact
+metrics (memory, counts). :class:`TrendChart` draws them as small multiples,
 the cases that moved most first; :func:`changes_table` lists the change points. Nothing
 here names a family.
 """
@@ -40,23 +41,29 @@ FIGURES = 4  # trend figures at most: the 48 cases that moved most
 
 def load_trends(
     target: str, run: SavedRun, tolerances: Tolerances, baselines: Path
-) -> tuple[dict[str, tuple[Point, ...]], dict[str, Reference], str]:
-    """Per case of ``run``: its points and latest reference; and a note when there are none.
+) -> tuple[dict[str, tuple[Point, ...]], dict[str, Reference], list[ChangePoint], str]:
+    """Per case of ``run``: time points, latest reference, exact metrics' steps; a note.
 
-    The note says why there is no trend (no history at ``target``, one that cannot be
-    read, or one holding none of the run's cases); it is empty when trends were found.
+    Exact metrics (peak memory, counts) get no trend chart (their value is exact and the
+    gate's check of them is too), but a step in them is news: a layer made not in place
+    moved its memory from 0 to one output (docs/gpu-runs.md, run 63). The note says why
+    there is no trend (no history at ``target``, one that cannot be read, or one holding
+    none of the run's timed cases); it is empty when trends were found.
     """
     if "://" not in target and not Path(target).exists():
         return (
             {},
             {},
+            [],
             f"no trend chart: no results history at {target} (each measured pytest run "
             f"appends to it; --history PATH|URL names another)",
         )
     store = BaselineStore(baselines)
     points: dict[str, tuple[Point, ...]] = {}
     bands: dict[str, Reference] = {}
+    steps: list[ChangePoint] = []
     timed = [m for m in run.measurements if m.timing is not None]
+    exact = [name for name, metric in METRICS.items() if metric.exact]
     try:
         with History.open(target) as h:
             where = h.where
@@ -71,15 +78,19 @@ def load_trends(
                 ref = latest_reference(found, floor, base)
                 if ref is not None:
                     bands[m.id] = ref
+            for m in run.measurements:
+                for name in exact:  # the history's, also those this run did not read
+                    steps += case_changes(h.points(m.id, name, m.device_class))
     except (HistoryError, OSError) as err:
-        return {}, {}, f"no trend chart: {err}"
+        return {}, {}, [], f"no trend chart: {err}"
     if not points:
         return (
             {},
             {},
+            steps,
             f"no trend chart: history {where} holds none of this run's {len(timed)} timed cases",
         )
-    return points, bands, ""
+    return points, bands, steps, ""
 
 
 def latest_reference(
@@ -89,28 +100,6 @@ def latest_reference(
     last = points[-1]
     before = [p for p in points if p.run.id != last.run.id]
     return reference_for(before, last.host, floor, baseline=baseline)
-
-
-def value_changes(target: str, run: SavedRun) -> list[ChangePoint]:
-    """Steps of the run's deterministic metrics (peak memory, counts) over the history.
-
-    They have no trend chart (their value is exact and the gate's check of them is too),
-    but a step in them is news: a layer made not in place moved its memory from 0 to one
-    output (docs/gpu-runs.md, run 63). Nothing when the history cannot be read: the time
-    trends' note says why.
-    """
-    if "://" not in target and not Path(target).exists():
-        return []
-    found: list[ChangePoint] = []
-    exact = [name for name, metric in METRICS.items() if metric.exact]
-    try:
-        with History.open(target) as h:
-            for m in run.measurements:
-                for name in exact:  # the history's, also those this run did not read
-                    found += case_changes(h.points(m.id, name, m.device_class))
-    except (HistoryError, OSError):
-        return []
-    return found
 
 
 def changes_of(
