@@ -14,6 +14,22 @@ from gpugauge.results.measurement import Comparison, Measurement, SavedSpec
 
 CLASS = class_of(("cpu",))  # this machine's CPU class, as the plugin names it
 
+# The head of a bench module for pytester sandboxes: a spec the gauge accepts, ``Spec(name)``
+SPEC_SOURCE = """
+import time
+from dataclasses import dataclass
+import pytest
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    family: str = "demo"
+    device: str = "cpu"
+    @property
+    def id(self): return self.name
+    def as_dict(self): return {"name": self.name, "device": self.device}
+"""
+
 
 def result(
     bid: str,

@@ -36,24 +36,13 @@ from gpugauge.check.timers import TimerRow, selected
 from gpugauge.launch.torchrun import processes_mentioning
 from gpugauge.measure.environment import device_class
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
-from tests.fakes import CLASS, result, run_json, save_baselines
+from tests.fakes import CLASS, SPEC_SOURCE, result, run_json, save_baselines
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SPIN_BENCH = """
-import time
-from dataclasses import dataclass
-import pytest
-
-@dataclass(frozen=True)
-class Spec:
-    name: str
-    device: str = "cpu"
-    family = "demo"
-    @property
-    def id(self): return self.name
-    def as_dict(self): return {"name": self.name, "device": self.device}
-
+SPIN_BENCH = (
+    SPEC_SOURCE
+    + """
 def spin(ms):
     end = time.perf_counter() + ms / 1e3
     while time.perf_counter() < end:
@@ -64,6 +53,7 @@ def spin(ms):
 def test_demo(gauge, name, ms):
     gauge.measure(Spec(name), lambda: spin(ms))
 """
+)
 
 
 def _rounds(path: Path) -> tuple[list[float], dict]:

@@ -4,20 +4,11 @@ import json
 
 import pytest
 
-BENCH = """
-import time
-from dataclasses import dataclass
-import pytest
+from tests.fakes import SPEC_SOURCE
 
-@dataclass(frozen=True)
-class Spec:
-    name: str
-    device: str = "cpu"
-    family = "demo"
-    @property
-    def id(self): return self.name
-    def as_dict(self): return {"name": self.name, "device": self.device}
-
+BENCH = (
+    SPEC_SOURCE
+    + """
 @pytest.mark.cpu
 @pytest.mark.parametrize("name,sleep_s", [("slow", 0.004), ("fast", 0.002)])
 def test_demo(gauge, name, sleep_s):
@@ -29,6 +20,7 @@ def test_demo(gauge, name, sleep_s):
 def test_needs_gpu(gauge):
     raise AssertionError("must be skipped on a machine with no GPU")
 """
+)
 
 
 @pytest.fixture

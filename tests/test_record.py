@@ -12,22 +12,10 @@ from gpugauge.__main__ import main
 from gpugauge.measure.timing import CudaEventClock, TimingPolicy, measure
 from gpugauge.results.measurement import Measurement, SavedSpec
 from gpugauge.results.metrics import MetricError
-
-SPECS = """
-from dataclasses import dataclass
-
-@dataclass(frozen=True)
-class Spec:
-    name: str
-    family: str = "demo"
-    device: str = "cpu"
-    @property
-    def id(self): return self.name
-    def as_dict(self): return {"name": self.name, "device": self.device}
-"""
+from tests.fakes import SPEC_SOURCE
 
 FIT_BENCH = (
-    SPECS
+    SPEC_SOURCE
     + """
 import os
 import pytest
@@ -94,7 +82,7 @@ def test_a_result_without_timing_is_saved_gated_and_reported(
 
 def test_a_second_result_in_one_test_is_refused(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(
-        test_two=SPECS
+        test_two=SPEC_SOURCE
         + """
 import pytest
 from gpugauge.gauge import GaugeError
@@ -116,7 +104,7 @@ def test_an_artifact_survives_into_the_report(
     gauge_pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     gauge_pytester.makepyfile(
-        test_art=SPECS
+        test_art=SPEC_SOURCE
         + """
 import pytest
 from gpugauge.results.measurement import Measurement
