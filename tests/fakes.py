@@ -69,3 +69,15 @@ def save_run(path: Path, results: list[Measurement], comparisons: list[Compariso
 def save_baselines(root: Path, results: list[Measurement]) -> list[Path]:
     """Store ``results`` as baselines under ``root``."""
     return BaselineStore(root).write(map(entry_of, results), {})
+
+
+def first_report(tmp_path: Path, current: Path) -> str:
+    """``gpugauge report`` of ``current`` with no baselines and no other runs: its Markdown."""
+    from gpugauge.__main__ import main
+
+    empty = tmp_path / "baselines"
+    empty.mkdir()
+    out = tmp_path / "rep"
+    args = ["report", "--current", str(current), "--baselines-dir", str(empty), "--out", str(out)]
+    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
+    return (out / "report.md").read_text()

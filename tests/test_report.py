@@ -281,15 +281,11 @@ def test_verdicts_name_their_metric_and_flag_noise(tmp_path: Path) -> None:
 
 
 def test_a_first_report_says_why_it_has_no_chart(tmp_path: Path) -> None:
-    from .fakes import result, save_run
+    from .fakes import first_report, result, save_run
 
     current = save_run(tmp_path / "only.json", [result("a"), result("b")])
-    empty = tmp_path / "baselines"
-    empty.mkdir()
-    out = tmp_path / "rep"
-    args = ["report", "--current", str(current), "--baselines-dir", str(empty), "--out", str(out)]
-    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
-    md = (out / "report.md").read_text()
+    md = first_report(tmp_path, current)
+    out = tmp_path / "rep"  # where first_report wrote
     assert "## Charts not drawn" in md
     assert "no ratio chart: none of this run's 2 results had a counterpart" in md
     assert "no history chart: it needs two or more saved runs in --storage; found 0" in md

@@ -23,7 +23,7 @@ from gpugauge.report.tables import comparison_table, roofline_table
 from gpugauge.results.files import atomic_write_text
 from gpugauge.results.measurement import Comparison
 
-from .fakes import CLASS, result, save_baselines, save_run
+from .fakes import CLASS, first_report, result, save_baselines, save_run
 from .test_options import DEFAULTS
 from .test_plugin import BENCH
 
@@ -220,12 +220,7 @@ def test_first_report_shows_the_runs_own_numbers(tmp_path: Path) -> None:
         for v, ms in (("normal", 2.0), ("swapped", 1.5))
     )
     current = save_run(tmp_path / "cur.json", [a, b])  # the comparison is derived
-    empty = tmp_path / "baselines"
-    empty.mkdir()
-    out = tmp_path / "rep"
-    args = ["report", "--current", str(current), "--baselines-dir", str(empty), "--out", str(out)]
-    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
-    md = (out / "report.md").read_text()
+    md = first_report(tmp_path, current)
     verdict = next(
         line for line in md.splitlines() if line.startswith("| normal ") and "new" in line
     )
