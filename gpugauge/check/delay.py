@@ -10,9 +10,11 @@ the ranks import it.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable
 
 INJECT_ENV = "GPUGAUGE_INJECT_SLOWDOWN"  # a fraction of the step's own median
@@ -62,20 +64,27 @@ def gpu_delay(ms: float, device: str = "cuda") -> Callable[[], None]:
     L2: the layers family flushes L2 before every round anyway and VGG-16's working set is
     far beyond L2, so for the suite's cases this adds nothing measurable (runs 24, 49, 52);
     a case whose data lives in L2 would see more than was injected.
+
+    The two buffers come from the CUDA driver (:class:`DriverBuffers`), not from PyTorch's
+    caching allocator, so the injected work takes nothing from a case's memory budget.
     """
     import torch
 
     dev = torch.device(device)
     with torch.cuda.device(dev):
-        src = torch.empty(COPY_BYTES // 4, device=dev)
-        dst = torch.empty_like(src)
+        torch.cuda.synchronize(dev)  # the device's primary context is current on this thread
+        buffers = DriverBuffers(COPY_BYTES)
+
+        def copy() -> None:
+            buffers.copy(torch.cuda.current_stream(dev).cuda_stream)
+
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
         for _ in range(3):
-            dst.copy_(src)
+            copy()
         start.record()
         for _ in range(20):
-            dst.copy_(src)
+            copy()
         stop.record()
         stop.synchronize()
         per_copy_ms = start.elapsed_time(stop) / 20
@@ -90,12 +99,63 @@ def gpu_delay(ms: float, device: str = "cuda") -> Callable[[], None]:
 
     def delay() -> None:
         for _ in range(copies):
-            dst.copy_(src)
+            copy()
         if spin > 0:
             with torch.cuda.device(dev):
                 torch.cuda._sleep(spin)
 
+    weakref.finalize(delay, buffers.free)
     return delay
+
+
+class DriverBuffers:
+    """Two device buffers of ``nbytes`` from the CUDA driver API, outside PyTorch's allocator.
+
+    Why: a case with a memory budget caps PyTorch's caching allocator
+    (``set_per_process_memory_fraction``) and layer_fit fits its model to within one block
+    of the cap, so injected work whose buffers came from the allocator ran that case out
+    of memory (docs/gpu-runs.md, run 65). The cap does not count the driver's own
+    allocations. Made on the current device (its context current on this thread).
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self._cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+        self._ptrs: list[int] = []
+        try:
+            for _ in range(2):
+                ptr = ctypes.c_uint64()
+                self._check(self._cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)))
+                self._ptrs.append(ptr.value)
+        except BaseException:
+            self.free()
+            raise
+
+    def _check(self, result: int) -> None:
+        if result:
+            name = ctypes.c_char_p()
+            self._cuda.cuGetErrorName(result, ctypes.byref(name))
+            what = name.value.decode() if name.value else f"error {result}"
+            raise RuntimeError(f"CUDA driver call failed: {what} ({self.nbytes} bytes a buffer)")
+
+    def copy(self, stream: int) -> None:
+        """Copy the first buffer to the second on ``stream`` (a ``cudaStream_t`` as int)."""
+        src, dst = self._ptrs
+        self._check(
+            self._cuda.cuMemcpyDtoDAsync_v2(
+                ctypes.c_uint64(dst),
+                ctypes.c_uint64(src),
+                ctypes.c_size_t(self.nbytes),
+                ctypes.c_void_p(stream),
+            )
+        )
+
+    def free(self) -> None:
+        """Give the buffers back (after the work queued on them); safe to call twice."""
+        while self._ptrs:
+            ptr = self._ptrs.pop()
+            self._cuda.cuCtxSynchronize()
+            self._cuda.cuMemFree_v2(ctypes.c_uint64(ptr))
 
 
 def host_spin(ms: float, now: Callable[[], float] = time.perf_counter) -> Callable[[], None]:
