@@ -574,6 +574,7 @@ def table_results() -> list[Measurement]:
         gpu_result(gpu_case("vgg16", "bf16"), 55.0, 0.98),
         gpu_result(gpu_case("vgg16", "fp32", graphs=True), 91.8, 1.0),
         gpu_result(replace(gpu_case("vgg16", "bf16"), channels_last=True), 36.6),
+        gpu_result(gpu_case("resnet18", "fp32"), 8.5, 0.79),  # graphs unverified: not timed
     ]
 
 
@@ -622,15 +623,16 @@ def test_comparisons_pair_graphed_with_eager_and_precisions_within_each() -> Non
 
 AMP_TABLE = """\
 amp eager vs graphed
-step                   precision  eager ms  graphed ms  graphed x  busy eager / graphed  host-bound  AMP eager  AMP graphed  GPU's answer
----------------------  ---------  --------  ----------  ---------  --------------------  ----------  ---------  -----------  ------------
-mlp b128 28px NCHW          fp32      1.06        0.17      6.24x             15% / 90%         yes        ref          ref       graphed
-mlp b128 28px NCHW          bf16       2.3       0.134     17.16x              7% / 85%         yes      0.46x        1.27x       graphed
-vgg16 b128 224px NCHW       fp32        92        91.8      1.00x            99% / 100%          no        ref          ref        either
-vgg16 b128 224px NCHW       bf16        55           -          -               98% / -          no      1.67x            -        either
-vgg16 b128 224px NHWC       bf16      36.6           -          -                 - / -           -          -            -             -
+step                     precision  eager ms  graphed ms  graphed x  busy eager / graphed  host-bound  AMP eager  AMP graphed  GPU's answer
+-----------------------  ---------  --------  ----------  ---------  --------------------  ----------  ---------  -----------  ------------
+mlp b128 28px NCHW            fp32      1.06        0.17      6.24x             15% / 90%         yes        ref          ref       graphed
+mlp b128 28px NCHW            bf16       2.3       0.134     17.16x              7% / 85%         yes      0.46x        1.27x       graphed
+vgg16 b128 224px NCHW         fp32        92        91.8      1.00x            99% / 100%          no        ref          ref        either
+vgg16 b128 224px NCHW         bf16        55           -          -               98% / -          no      1.67x            -        either
+vgg16 b128 224px NHWC         bf16      36.6           -          -                 - / -           -          -            -             -
+resnet18 b128 32px NCHW       fp32       8.5           -          -               79% / -         yes        ref            -          none
 GPU busy: device activity / wall time of a step in a plain loop. Host-bound: the eager step's share is below 80%.
-GPU's answer: 'graphed' where the eager step is host-bound (its time and AMP speedup are the host's); 'either' where the eager step keeps the GPU busy.
+GPU's answer: 'graphed' where the eager step is host-bound (its time and AMP speedup are the host's); 'either' where the eager step keeps the GPU busy; 'none' where it is host-bound and no graphed step was timed.
 AMP: fp32 median / this median, eager over eager and graphed over graphed."""  # noqa: E501
 
 

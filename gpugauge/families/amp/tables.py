@@ -64,6 +64,15 @@ def _host_bound(m: Measurement | None) -> bool | None:
     return busy.get("host_bound")
 
 
+def _answer(host_bound: bool | None, graphed: Measurement | None) -> str:
+    """Which step gives the GPU's time: a host-bound step's eager time is the host's."""
+    if host_bound is None:
+        return "-"
+    if not host_bound:
+        return "either"
+    return "graphed" if graphed is not None else "none"
+
+
 def amp_table(measurements: Sequence[Measurement]) -> str | None:
     """The table, or None where no GPU training step ran."""
     groups: dict[str, dict[str, dict[bool, Measurement]]] = {}
@@ -95,14 +104,15 @@ def amp_table(measurements: Sequence[Measurement]) -> str | None:
                     {True: "yes", False: "no", None: "-"}[bound],
                     _amp(eager, fp32.get(False), precision),
                     _amp(graphed, fp32.get(True), precision),
-                    {True: "graphed", False: "either", None: "-"}[bound],
+                    _answer(bound, graphed),
                 ]
             )
     notes = [
         "GPU busy: device activity / wall time of a step in a plain loop. Host-bound: the "
         f"eager step's share is below {threshold:.0%}.",
         "GPU's answer: 'graphed' where the eager step is host-bound (its time and AMP "
-        "speedup are the host's); 'either' where the eager step keeps the GPU busy.",
+        "speedup are the host's); 'either' where the eager step keeps the GPU busy; 'none' "
+        "where it is host-bound and no graphed step was timed.",
         "AMP: fp32 median / this median, eager over eager and graphed over graphed.",
     ]
     return render(HEADERS, rows, TITLE) + "\n" + "\n".join(notes)
