@@ -160,15 +160,18 @@ def _verdict(case: str, base_ms: float, ratio: float, verdict: Verdict) -> dict:
 
 
 def _canned_run(path: Path, cases: dict[str, tuple], injected: float | None = None) -> Path:
-    """A saved run: per case (baseline ms, ratio, verdict); verdict None = no baseline."""
+    """A saved run: per case (baseline ms, ratio, verdict[, gpu_busy]); verdict None = no
+    baseline."""
     results = []
-    for case, (base, ratio, _) in cases.items():
+    for case, (base, ratio, _, *busy) in cases.items():
         m = result(case, base * ratio)
         if injected is not None:
             m = replace(m, extra={"injected_slowdown_ms": injected * base})
+        if busy:
+            m = replace(m, values={"gpu_busy": busy[0]})
         results.append(m)
     data = run_json(results)
-    for bench, (case, (base, ratio, verdict)) in zip(
+    for bench, (case, (base, ratio, verdict, *_)) in zip(
         data["benchmarks"], cases.items(), strict=True
     ):
         if verdict is None:
@@ -253,6 +256,41 @@ def test_gate_passes_when_every_long_case_is_caught_and_no_alarm(canned: GateRep
     assert not replace(report, cases=()).passed  # nothing judged is no pass
 
 
+def test_host_bound_steps_are_shown_but_not_required(tmp_path: Path) -> None:
+    """Device work added to a step whose GPU idles fills the gaps (run 63): not a miss."""
+    aa = {
+        "graphed": (0.15, 1.0, U, 0.94),
+        "eager": (1.4, 1.0, U, 0.14),
+        "edge": (8.0, 1.0, U, 0.85),  # busy enough that the injected work must show
+    }
+    inj = {
+        "graphed": (0.15, 1.04, R, 0.94),
+        "eager": (1.4, 0.995, U, 0.11),
+        "edge": (8.0, 1.01, U, 0.82),
+    }
+    runs = [_canned_run(tmp_path / "aa.json", aa)]
+    injected = _canned_run(tmp_path / "inj.json", inj, injected=0.03)
+    report = GateReport(tuple(gate_cases([read_run(runs[0])], read_run(injected))), 0.03, CLASS)
+    by_id = {c.id: c for c in report.cases}
+    assert by_id["eager"].gpu_busy == pytest.approx(0.125)  # median over the runs
+    assert by_id["eager"].host_bound
+    assert not by_id["eager"].counted
+    assert by_id["edge"].counted
+    assert not by_id["edge"].host_bound
+    s = report.summary
+    assert (s.caught, s.counted, s.host_bound, s.host_bound_caught) == (0, 1, 1, 0)
+    assert (s.short, s.short_caught) == (1, 1)  # the graphed one, under 1 ms
+    assert "0 of 1 host-bound steps caught, not required" in s.line()
+    assert not report.passed  # "edge" keeps its GPU busy and was missed
+    lines = {ln.split()[0]: ln for ln in render_gate(report).splitlines()[3:] if ln.strip()}
+    assert lines["eager"].rstrip().endswith("no (host-bound, busy 12%)")
+    assert lines["edge"].rstrip().endswith("NO")
+    assert replace(report, cases=(by_id["eager"], by_id["graphed"])).passed is False  # none counted
+    data = report.as_dict()
+    assert data["counts"]["host_bound"] == 1
+    assert next(c for c in data["cases"] if c["id"] == "eager")["host_bound"] is True
+
+
 def test_gate_report_json_round_trips(canned: GateReport, tmp_path: Path) -> None:
     written = write_gate(canned, tmp_path, "gpugauge check gate -k x")
     assert [p.name for p in written] == ["gate.json", "gate.md"]
@@ -264,6 +302,8 @@ def test_gate_report_json_round_trips(canned: GateReport, tmp_path: Path) -> Non
         "aa_verdicts": 12,
         "short_caught": 0,
         "short": 1,
+        "host_bound_caught": 0,
+        "host_bound": 0,
     }
     assert data["passed"] is False
     assert data["command"] == "gpugauge check gate -k x"

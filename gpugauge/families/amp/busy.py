@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.measure.kernels import Interval, length, read_trace
+from gpugauge.results.metrics import HOST_BOUND_BELOW
 
-HOST_BOUND_BELOW = 0.8  # GPU-busy share under which an eager step is host-bound
 LOOP_STEPS = 10  # steps of the plain loop whose median is the step's wall time
 PROFILED_STEPS = 3  # steps whose device activity is traced (after one untraced warm-up)
 WARMUP_STEPS = 2  # steps before the loop
