@@ -21,7 +21,7 @@ import torch
 
 from gpugauge.__main__ import main as gpugauge_main
 from gpugauge.check import gate_runs
-from gpugauge.check.delay import host_spin
+from gpugauge.check.delay import DriverBuffers, delay_for, host_spin
 from gpugauge.check.gate import (
     GateReport,
     gate_cases,
@@ -74,6 +74,104 @@ def test_host_spin_waits_its_time_on_the_given_clock() -> None:
 
     host_spin(25.0, now)()
     assert 0.025 <= t[0] <= 0.028
+
+
+def test_delay_for_a_cpu_is_a_host_spin_in_a_context() -> None:
+    with delay_for(2.0, "cpu") as delay:
+        t0 = time.perf_counter()
+        delay()
+        assert time.perf_counter() - t0 >= 0.002
+
+
+class FakeDriver:
+    """The five CUDA driver calls DriverBuffers makes, as ctypes hands them over.
+
+    ``fail``: call name -> CUresult it returns (0: success). Records every call.
+    """
+
+    def __init__(self, fail: dict[str, int] | None = None, ctx: int = 0xC0) -> None:
+        self.fail, self.ctx, self.calls, self.live = fail or {}, ctx, [], set()
+        self.next_ptr = 0x1000
+
+    def _ret(self, name: str, *args: object) -> int:
+        self.calls.append((name, *args))
+        return self.fail.get(name, 0)
+
+    def cuCtxGetCurrent(self, out):
+        out._obj.value = self.ctx
+        return self._ret("cuCtxGetCurrent")
+
+    def cuMemAlloc_v2(self, out, size):
+        failed = self._ret("cuMemAlloc_v2", size.value)
+        if not failed:
+            out._obj.value = self.next_ptr
+            self.live.add(self.next_ptr)
+            self.next_ptr += size.value
+        if len(self.live) == 1 and "second_alloc" in self.fail:
+            self.fail["cuMemAlloc_v2"] = self.fail["second_alloc"]
+        return failed
+
+    def cuMemcpyDtoDAsync_v2(self, dst, src, size, stream):
+        return self._ret("copy", dst.value, src.value, size.value, stream.value)
+
+    def cuCtxPushCurrent_v2(self, ctx):
+        return self._ret("push", ctx.value)
+
+    def cuCtxSynchronize(self):
+        return self._ret("sync")
+
+    def cuMemFree_v2(self, ptr):
+        failed = self._ret("cuMemFree_v2", ptr.value)
+        if not failed:
+            self.live.remove(ptr.value)
+        return failed
+
+    def cuCtxPopCurrent_v2(self, out):
+        return self._ret("pop")
+
+    def cuGetErrorName(self, result, out):
+        out._obj.value = {2: b"CUDA_ERROR_OUT_OF_MEMORY", 201: b"CUDA_ERROR_INVALID_CONTEXT"}.get(
+            result
+        )
+        return 0
+
+
+def test_driver_buffers_copy_on_the_stream_and_free_in_their_context() -> None:
+    cuda = FakeDriver()
+    buffers = DriverBuffers(64, cuda)
+    assert len(cuda.live) == 2
+    buffers.copy(0x5)
+    [copy] = [c for c in cuda.calls if c[0] == "copy"]
+    assert copy == ("copy", 0x1040, 0x1000, 64, 0x5)  # second <- first, on that stream
+    buffers.free()
+    names = [c[0] for c in cuda.calls]
+    assert names[names.index("push") :] == ["push", "sync", "cuMemFree_v2", "cuMemFree_v2", "pop"]
+    assert ("push", 0xC0) in cuda.calls  # the context they were made in
+    assert not cuda.live
+    buffers.free()  # twice: nothing more
+    assert [c[0] for c in cuda.calls].count("push") == 1
+
+
+def test_driver_buffers_errors_name_the_call_and_lose_nothing() -> None:
+    cuda = FakeDriver({"second_alloc": 2})
+    with pytest.raises(RuntimeError, match="cuMemAlloc of 64 bytes failed: CUDA_ERROR_OUT_OF"):
+        DriverBuffers(64, cuda)
+    assert not cuda.live  # the first buffer was given back
+    assert [c[0] for c in cuda.calls][-1] == "pop"
+    with pytest.raises(RuntimeError, match="no CUDA context is current"):
+        DriverBuffers(64, FakeDriver(ctx=0))
+    cuda = FakeDriver()
+    buffers = DriverBuffers(64, cuda)
+    cuda.fail["copy"] = 201
+    with pytest.raises(RuntimeError, match="cuMemcpyDtoDAsync failed: CUDA_ERROR_INVALID_CONTEXT"):
+        buffers.copy(0)
+    cuda.fail["cuMemFree_v2"] = 201
+    with pytest.raises(RuntimeError, match="cuMemFree failed"):
+        buffers.free()
+    assert [c[0] for c in cuda.calls][-1] == "pop"  # the context is popped all the same
+    del cuda.fail["cuMemFree_v2"]
+    buffers.free()  # what failed is still held, and freed now
+    assert not cuda.live
 
 
 # On a two-core runner shared with other jobs a preempted round runs long: its fastest round
@@ -160,16 +258,20 @@ def _verdict(case: str, base_ms: float, ratio: float, verdict: Verdict) -> dict:
 
 
 def _canned_run(path: Path, cases: dict[str, tuple], injected: float | None = None) -> Path:
-    """A saved run: per case (baseline ms, ratio, verdict[, gpu_busy]); verdict None = no
-    baseline."""
+    """A saved run: per case (baseline ms, ratio, verdict[, gpu_busy[, graphed]]).
+
+    Verdict None: no baseline. A busy share comes with amp's busy record, whose
+    ``host_bound`` is None for a graphed step.
+    """
     results = []
     for case, (base, ratio, _, *busy) in cases.items():
         m = result(case, base * ratio)
-        if injected is not None:
-            m = replace(m, extra={"injected_slowdown_ms": injected * base})
+        extra = {} if injected is None else {"injected_slowdown_ms": injected * base}
         if busy:
-            m = replace(m, values={"gpu_busy": busy[0]})
-        results.append(m)
+            share, graphed = busy[0], busy[1:] == [True]
+            extra["busy"] = {"share": share, "host_bound": None if graphed else share < 0.8}
+            m = replace(m, values={"gpu_busy": share})
+        results.append(replace(m, extra=extra))
     data = run_json(results)
     for bench, (case, (base, ratio, verdict, *_)) in zip(
         data["benchmarks"], cases.items(), strict=True
@@ -259,14 +361,16 @@ def test_gate_passes_when_every_long_case_is_caught_and_no_alarm(canned: GateRep
 def test_host_bound_steps_are_shown_but_not_required(tmp_path: Path) -> None:
     """Device work added to a step whose GPU idles fills the gaps (run 63): not a miss."""
     aa = {
-        "graphed": (0.15, 1.0, U, 0.94),
+        "graphed": (0.15, 1.0, U, 0.94, True),
         "eager": (1.4, 1.0, U, 0.14),
         "edge": (8.0, 1.0, U, 0.85),  # busy enough that the injected work must show
+        "replayed": (2.0, 1.0, U, 0.75, True),  # a graph: its gaps are the device's own
     }
     inj = {
-        "graphed": (0.15, 1.04, R, 0.94),
+        "graphed": (0.15, 1.04, R, 0.94, True),
         "eager": (1.4, 0.995, U, 0.11),
         "edge": (8.0, 1.01, U, 0.82),
+        "replayed": (2.0, 1.01, U, 0.75, True),
     }
     runs = [_canned_run(tmp_path / "aa.json", aa)]
     injected = _canned_run(tmp_path / "inj.json", inj, injected=0.03)
@@ -278,14 +382,19 @@ def test_host_bound_steps_are_shown_but_not_required(tmp_path: Path) -> None:
     assert by_id["edge"].counted
     assert not by_id["edge"].host_bound
     s = report.summary
-    assert (s.caught, s.counted, s.host_bound, s.host_bound_caught) == (0, 1, 1, 0)
+    assert by_id["replayed"].counted  # a graph replay is required whatever its share
+    assert not by_id["replayed"].host_bound
+    assert (s.caught, s.counted, s.host_bound, s.host_bound_caught) == (0, 2, 1, 0)
     assert (s.short, s.short_caught) == (1, 1)  # the graphed one, under 1 ms
     assert "0 of 1 host-bound steps caught, not required" in s.line()
     assert not report.passed  # "edge" keeps its GPU busy and was missed
     lines = {ln.split()[0]: ln for ln in render_gate(report).splitlines()[3:] if ln.strip()}
-    assert lines["eager"].rstrip().endswith("no (host-bound, busy 12%)")
+    assert lines["eager"].rstrip().endswith("no (host-bound, busy 12.5%)")
+    assert lines["replayed"].rstrip().endswith("NO")
     assert lines["edge"].rstrip().endswith("NO")
     assert replace(report, cases=(by_id["eager"], by_id["graphed"])).passed is False  # none counted
+    assert "Host-bound steps (issued by the host" in markdown_gate(report, "c")
+    assert "Host-bound steps" not in markdown_gate(replace(report, cases=(by_id["edge"],)), "c")
     data = report.as_dict()
     assert data["counts"]["host_bound"] == 1
     assert next(c for c in data["cases"] if c["id"] == "eager")["host_bound"] is True

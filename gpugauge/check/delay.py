@@ -10,12 +10,13 @@ the ranks import it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
 import time
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 INJECT_ENV = "GPUGAUGE_INJECT_SLOWDOWN"  # a fraction of the step's own median
 INJECT_MS_ENV = "GPUGAUGE_INJECT_SLOWDOWN_MS"  # and/or a fixed length, ms
@@ -46,13 +47,25 @@ def injected_ms(median_ms: float) -> float:
     return injected_fraction() * median_ms + _env_number(INJECT_MS_ENV, "milliseconds >= 0")
 
 
-def delay_for(ms: float, device: str) -> Callable[[], None]:
-    """``ms`` of added work on ``device``: device work on a GPU, a host spin on a CPU."""
-    return gpu_delay(ms, device) if device.startswith("cuda") else host_spin(ms)
+@contextlib.contextmanager
+def delay_for(ms: float, device: str) -> Iterator[Callable[[], None]]:
+    """``ms`` of added work on ``device``: device work on a GPU, a host spin on a CPU.
+
+    The device work's buffers are freed on exit, never by the garbage collector, whose
+    free (a device synchronize) could land inside another case's timed round.
+    """
+    if not device.startswith("cuda"):
+        yield host_spin(ms)
+        return
+    delay = GpuDelay(ms, device)
+    try:
+        yield delay
+    finally:
+        delay.close()
 
 
-def gpu_delay(ms: float, device: str = "cuda") -> Callable[[], None]:
-    """Device work of ``ms`` on ``device`` that draws power as real work does.
+class GpuDelay:
+    """Device work of ``ms`` on ``device`` that draws power as real work does; call per round.
 
     A spin kernel alone (``torch.cuda._sleep``) keeps one thread busy and draws almost no
     power, so on a GPU at its power limit the clock recovers during it and the case's own
@@ -67,45 +80,65 @@ def gpu_delay(ms: float, device: str = "cuda") -> Callable[[], None]:
 
     The two buffers come from the CUDA driver (:class:`DriverBuffers`), not from PyTorch's
     caching allocator, so the injected work takes nothing from a case's memory budget.
+    :meth:`close` frees them (:func:`delay_for` does).
     """
-    import torch
 
-    dev = torch.device(device)
-    with torch.cuda.device(dev):
-        torch.cuda.synchronize(dev)  # the device's primary context is current on this thread
-        buffers = DriverBuffers(COPY_BYTES)
+    def __init__(self, ms: float, device: str = "cuda") -> None:
+        import torch
 
-        def copy() -> None:
-            buffers.copy(torch.cuda.current_stream(dev).cuda_stream)
+        self._torch = torch
+        self.device = torch.device(device)
+        with torch.cuda.device(self.device):
+            torch.cuda.synchronize(self.device)  # the primary context is current here
+            self._buffers: DriverBuffers | None = DriverBuffers(COPY_BYTES)
+            try:
+                self.copies, self.spin = self._calibrate(ms)
+            except BaseException:
+                self.close()
+                raise
 
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
+    def _copy(self) -> None:
+        assert self._buffers is not None
+        self._buffers.copy(self._torch.cuda.current_stream(self.device).cuda_stream)
+
+    def _calibrate(self, ms: float) -> tuple[int, int]:
+        """(copies, spin cycles) that add up to ``ms`` on this device."""
+        cuda = self._torch.cuda
+        start = cuda.Event(enable_timing=True)
+        stop = cuda.Event(enable_timing=True)
         for _ in range(3):
-            copy()
+            self._copy()
         start.record()
         for _ in range(20):
-            copy()
+            self._copy()
         stop.record()
         stop.synchronize()
         per_copy_ms = start.elapsed_time(stop) / 20
         copies = int(ms // per_copy_ms)
         cycles = 10_000_000
-        torch.cuda._sleep(cycles)  # warm-up
+        cuda._sleep(cycles)  # warm-up
         start.record()
-        torch.cuda._sleep(cycles)
+        cuda._sleep(cycles)
         stop.record()
         stop.synchronize()
-        spin = int(cycles * (ms - copies * per_copy_ms) / start.elapsed_time(stop))
+        return copies, int(cycles * (ms - copies * per_copy_ms) / start.elapsed_time(stop))
 
-    def delay() -> None:
-        for _ in range(copies):
-            copy()
-        if spin > 0:
-            with torch.cuda.device(dev):
-                torch.cuda._sleep(spin)
+    def __call__(self) -> None:
+        """Queue the work on the device's current stream, after what is queued there."""
+        if self._buffers is None:
+            raise RuntimeError("this injected delay was closed: its buffers are freed")
+        with self._torch.cuda.device(self.device):
+            for _ in range(self.copies):
+                self._copy()
+            if self.spin > 0:
+                self._torch.cuda._sleep(self.spin)
 
-    weakref.finalize(delay, buffers.free)
-    return delay
+    def close(self) -> None:
+        """Free the buffers once the work queued on them is done; safe to call twice."""
+        buffers, self._buffers = self._buffers, None
+        if buffers is not None:
+            with self._torch.cuda.device(self.device):
+                buffers.free()
 
 
 class DriverBuffers:
@@ -115,47 +148,63 @@ class DriverBuffers:
     (``set_per_process_memory_fraction``) and layer_fit fits its model to within one block
     of the cap, so injected work whose buffers came from the allocator ran that case out
     of memory (docs/gpu-runs.md, run 65). The cap does not count the driver's own
-    allocations. Made on the current device (its context current on this thread).
+    allocations. Made in the context current on this thread, which :meth:`free` makes
+    current again while it frees them.
     """
 
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, nbytes: int, cuda: Any = None) -> None:
         self.nbytes = nbytes
-        self._cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+        self._cuda = cuda or ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+        self._ctx = ctypes.c_void_p()
+        self._check("cuCtxGetCurrent", self._cuda.cuCtxGetCurrent(ctypes.byref(self._ctx)))
+        if not self._ctx.value:
+            raise RuntimeError("no CUDA context is current on this thread: use the device first")
         self._ptrs: list[int] = []
         try:
             for _ in range(2):
                 ptr = ctypes.c_uint64()
-                self._check(self._cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)))
+                size = ctypes.c_size_t(nbytes)
+                self._check("cuMemAlloc", self._cuda.cuMemAlloc_v2(ctypes.byref(ptr), size))
                 self._ptrs.append(ptr.value)
         except BaseException:
             self.free()
             raise
 
-    def _check(self, result: int) -> None:
+    def _check(self, call: str, result: int) -> None:
+        """RuntimeError naming the driver call and its error; nothing for CUDA_SUCCESS."""
         if result:
             name = ctypes.c_char_p()
             self._cuda.cuGetErrorName(result, ctypes.byref(name))
             what = name.value.decode() if name.value else f"error {result}"
-            raise RuntimeError(f"CUDA driver call failed: {what} ({self.nbytes} bytes a buffer)")
+            size = f" of {self.nbytes} bytes" if call == "cuMemAlloc" else ""
+            raise RuntimeError(f"CUDA driver call {call}{size} failed: {what}")
 
     def copy(self, stream: int) -> None:
         """Copy the first buffer to the second on ``stream`` (a ``cudaStream_t`` as int)."""
         src, dst = self._ptrs
         self._check(
+            "cuMemcpyDtoDAsync",
             self._cuda.cuMemcpyDtoDAsync_v2(
                 ctypes.c_uint64(dst),
                 ctypes.c_uint64(src),
                 ctypes.c_size_t(self.nbytes),
                 ctypes.c_void_p(stream),
-            )
+            ),
         )
 
     def free(self) -> None:
-        """Give the buffers back (after the work queued on them); safe to call twice."""
-        while self._ptrs:
-            ptr = self._ptrs.pop()
-            self._cuda.cuCtxSynchronize()
-            self._cuda.cuMemFree_v2(ctypes.c_uint64(ptr))
+        """Give the buffers back after the work queued in their context; safe to call twice."""
+        if not self._ptrs:
+            return
+        self._check("cuCtxPushCurrent", self._cuda.cuCtxPushCurrent_v2(self._ctx))
+        try:
+            self._check("cuCtxSynchronize", self._cuda.cuCtxSynchronize())
+            while self._ptrs:
+                self._check("cuMemFree", self._cuda.cuMemFree_v2(ctypes.c_uint64(self._ptrs[-1])))
+                self._ptrs.pop()
+        finally:
+            popped = ctypes.c_void_p()
+            self._cuda.cuCtxPopCurrent_v2(ctypes.byref(popped))
 
 
 def host_spin(ms: float, now: Callable[[], float] = time.perf_counter) -> Callable[[], None]:

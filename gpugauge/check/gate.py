@@ -6,7 +6,7 @@ work, a fraction (3% by default) of each case's own baseline median added to eve
 (:mod:`gpugauge.check.slowdown`): every case of 1 ms or more must then regress. Shorter
 cases are shown but not required: their rounds carry a spin's launch cost and move with
 the clock more than the injected fraction (docs/gpu-runs.md, runs 24 and 49). Nor are
-host-bound steps (a ``gpu_busy`` reading under
+host-bound steps (issued op by op, with a ``gpu_busy`` reading under
 :data:`~gpugauge.results.metrics.HOST_BOUND_BELOW`): the host paces them and their GPU
 idles for a fifth of each step or more, so device work added to the step runs in those
 gaps instead of lengthening it (run 63: 3% injected read 0.99-1.32x on six such steps,
@@ -32,6 +32,15 @@ from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
 
 MIN_CASE_MS = 1.0  # cases this long or longer must catch the injected slowdown
+# a result's record of its GPU-busy share: extra["busy"]["host_bound"] is true or false for a
+# step the host issues op by op, None for one replayed from a CUDA graph (one launch: the
+# host does not pace it, and device work added after it lengthens it whatever its share)
+BUSY_KEY = "busy"
+HOST_BOUND_NOTE = (
+    f" Host-bound steps (issued by the host, GPU busy under {HOST_BOUND_BELOW:.0%} of the step)"
+    " are shown but not required: device work added to them runs while their GPU would wait"
+    " for the host."
+)
 DEFAULT_SLOWDOWN = 0.03
 SCHEMA = 1
 
@@ -40,13 +49,21 @@ SCHEMA = 1
 class RunResult:
     """One case in one run: its verdict, median (ms), injected slowdown (ms), GPU-busy share.
 
-    ``gpu_busy`` is a fraction, None where the case does not read one.
+    ``gpu_busy`` is a fraction, None where the case does not read one; ``host_issued``:
+    the step is issued op by op by the host (None: not recorded, or a CUDA graph replay).
     """
 
     gate: GateResult | None  # None: the run has the case but no verdict (not gated)
     median_ms: float | None = None
     injected_ms: float | None = None
     gpu_busy: float | None = None
+    host_issued: bool | None = None
+
+
+def _host_issued(busy: object) -> bool | None:
+    """True where the busy record judged the step as issued by the host (either way)."""
+    judged = busy.get("host_bound") if isinstance(busy, dict) else None
+    return True if isinstance(judged, bool) else None
 
 
 def read_run(path: Path | None) -> dict[str, RunResult]:
@@ -64,6 +81,7 @@ def read_run(path: Path | None) -> dict[str, RunResult]:
             m.summary.median if m.timing is not None else None,
             float(injected) if isinstance(injected, int | float) else None,
             m.values.get("gpu_busy"),
+            _host_issued(m.extra.get(BUSY_KEY)),
         )
     return out
 
@@ -93,9 +111,15 @@ class GateCase:
 
     @property
     def host_bound(self) -> bool:
-        """Its GPU idles for a fifth of the step or more: added device work fills the gaps."""
+        """The host issues its step and its GPU idles for a fifth of it or more.
+
+        The share is the median over the runs. Added device work then fills the GPU's gaps
+        instead of lengthening the step.
+        """
+        runs = [r for r in (*self.aa, self.injected) if r is not None]
         busy = self.gpu_busy
-        return busy is not None and busy < HOST_BOUND_BELOW
+        issued = any(r.host_issued for r in runs)
+        return issued and busy is not None and busy < HOST_BOUND_BELOW
 
     @property
     def counted(self) -> bool:
@@ -162,7 +186,7 @@ class GateSummary:
 
 
 def summarize(cases: Sequence[GateCase]) -> GateSummary:
-    """Count caught cases (1 ms or more, then shorter ones) and A/A false alarms."""
+    """Count caught cases (1 ms or more; shorter ones; host-bound ones) and A/A false alarms."""
     judged = [c for c in cases if c.baseline_ms is not None]
     counted = [c for c in judged if c.counted]
     bound = [c for c in judged if c.host_bound]
@@ -209,7 +233,7 @@ def _caught_cell(c: GateCase) -> str:
         return "- (no baseline)"
     word = "yes" if c.caught else ("NO" if c.counted else "no")
     if c.host_bound:
-        return f"{word} (host-bound, busy {c.gpu_busy:.0%})"
+        return f"{word} (host-bound, busy {c.gpu_busy:.1%})"
     return word if c.counted else f"{word} (< {MIN_CASE_MS:g} ms)"
 
 
@@ -273,6 +297,7 @@ class GateReport:
                 "gate": None if r.gate is None else r.gate.as_dict(),
                 "median_ms": r.median_ms,
                 "injected_ms": r.injected_ms,
+                "gpu_busy": r.gpu_busy,
             }
 
         s = self.summary
@@ -336,9 +361,8 @@ def markdown_gate(report: GateReport, command: str) -> str:
         "",
         f"**{report.summary.line()}.** A/A verdicts: {report.aa_counts() or 'none'}. "
         f"An A/A regression is a false alarm (shown in capitals); the injected run adds "
-        f"{percent(report.fraction)} of each case's baseline median to every round as device work. "
-        f"Host-bound steps (GPU busy under {HOST_BOUND_BELOW:.0%} of the step) are shown but "
-        "not required: device work added to them runs while their GPU would wait for the host.",
+        f"{percent(report.fraction)} of each case's baseline median to every round as device work."
+        + (HOST_BOUND_NOTE if report.summary.host_bound else ""),
         "",
         markdown_table(headers, rows),
         "",

@@ -12,9 +12,10 @@ injected run. Load it explicitly; it changes nothing unless one of its options i
 round, after the case's own work, on the stream the case ran on. Each result records what
 was added in ``extra["injected_slowdown_ms"]``.
 
-On a GPU the added work is sized once per case (see :func:`gpu_delay`): copies of a
-buffer beyond L2, then a spin kernel for the remainder. On a CPU it is a host spin (a busy
-loop on ``perf_counter``: a sleep wakes up a scheduler tick late on a loaded host).
+On a GPU the added work is sized once per case (:class:`~gpugauge.check.delay.GpuDelay`):
+copies of a buffer beyond L2, then a spin kernel for the remainder, freed when the case's
+measurement ends. On a CPU it is a host spin (a busy loop on ``perf_counter``: a sleep wakes
+up a scheduler tick late on a loaded host).
 """
 
 from __future__ import annotations
@@ -101,15 +102,16 @@ def slowed_measure(
                     pytrace=False,
                 )
             ms += fraction * base
-        delay = delay_for(ms, devices_of(spec)[0])
-
-        def slower() -> object:
-            out = fn()
-            delay()
-            return out
-
         kw["extra"] = {**(kw.get("extra") or {}), INJECTED_KEY: ms}
-        return measure(self, spec, slower, **kw)
+        # the confirmation of a regression is measured inside ``measure``, with this delay
+        with delay_for(ms, devices_of(spec)[0]) as delay:
+
+            def slower() -> object:
+                out = fn()
+                delay()
+                return out
+
+            return measure(self, spec, slower, **kw)
 
     return slowed
 

@@ -291,14 +291,14 @@ def run_case(case: DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[
     timing = time_rounds(trainer.step, policy, _clock(case, ctx))
     injected = injected_ms(timing.summary.median)
     if injected:  # gpugauge check's slowdown, on every rank: the epoch again, each step longer
-        delay = delay_for(injected, ctx.device)
+        with delay_for(injected, ctx.device) as delay:
 
-        def slower() -> None:
-            trainer.step()
-            delay()
+            def slower() -> None:
+                trainer.step()
+                delay()
 
-        trainer.step_no = 0
-        timing = time_rounds(slower, policy, _clock(case, ctx))
+            trainer.step_no = 0
+            timing = time_rounds(slower, policy, _clock(case, ctx))
     traces = profile_steps(trainer, folder, ctx.rank)
     activities = [read_trace(p) for p in traces]
     splits = [comm_split(a, case.schedule[2]) for a in activities]
