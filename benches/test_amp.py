@@ -17,13 +17,8 @@ import pytest
 
 from gpugauge.families.amp.busy import measure_busy
 from gpugauge.families.amp.graphed import check_graphed
-from gpugauge.families.amp.inference import (
-    cpu_reference,
-    make_inference,
-)
-from gpugauge.families.amp.profiler import (
-    profile_pass,
-)
+from gpugauge.families.amp.inference import cpu_reference, make_inference
+from gpugauge.families.amp.profiler import profile_pass
 from gpugauge.families.amp.workload import (
     AmpCase,
     InferCase,

@@ -123,6 +123,6 @@ def _inject_slowdown(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     fraction = request.config.getoption("inject_slowdown")
     if fixed or fraction:
         monkeypatch.setattr(Gauge, "measure", slowed_measure(Gauge.measure, fixed, fraction))
-    if fixed or fraction:  # the processes a test launches (torchrun's ranks) add it too
+        # the processes a test launches (torchrun's ranks) add it too
         monkeypatch.setenv(INJECT_ENV, repr(fraction))
         monkeypatch.setenv(INJECT_MS_ENV, repr(fixed))

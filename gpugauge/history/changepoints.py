@@ -57,6 +57,7 @@ DEFAULT_DETECTION = DetectionPolicy()
 
 
 def _infinite(v: object) -> bool:
+    """Whether ``v`` is a float strict JSON cannot hold (a ratio from zero)."""
     return isinstance(v, float) and not math.isfinite(v)
 
 
@@ -96,9 +97,13 @@ class ChangePoint:
 
     def size(self) -> str:
         """'1.031x [1.025, 1.037]', or 'from 0 to 1.541e+08' for a step from or to zero."""
-        if not math.isfinite(self.ratio) or self.before == 0 or self.after == 0:
+        if self.magnitude == math.inf:
             return f"from {self.before:.4g} to {self.after:.4g}"
         return f"{self.ratio:.3f}x [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+
+    def mark(self) -> str:
+        """The size in short, for a mark on a trend: '1.031x', or :meth:`size` from or to 0."""
+        return f"{self.ratio:.3f}x" if self.magnitude < math.inf else self.size()
 
     def describe(self) -> str:
         """One line: 'linear-fwd: time 1.031x [1.025, 1.037] from 2026-11-20 run ab12 …'."""
@@ -113,9 +118,7 @@ class ChangePoint:
         """Plain dict for JSON."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         # strict JSON has no infinity: a step up from zero has no ratio
-        out = {
-            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()
-        }
+        out = {k: None if _infinite(v) else v for k, v in out.items()}
         return {**out, "time": self.time.isoformat(), "changes": list(self.changes)}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from gpugauge.history.changepoints import ChangePoint
@@ -64,8 +63,7 @@ def trend_text(points: Sequence[Point], changes: Sequence[ChangePoint], metric: 
     unit = METRICS[metric].unit if metric in METRICS else ""
     marks: dict[str, list[str]] = {}
     for c in changes:
-        size = f"{c.ratio:.3f}x" if c.magnitude < math.inf else c.size()
-        marks.setdefault(c.run_id, []).append(f"◆ {size} ({c.scope.split()[0]})")
+        marks.setdefault(c.run_id, []).append(f"◆ {c.mark()} ({c.scope.split()[0]})")
     rows = []
     for p in points:
         m = p.metric

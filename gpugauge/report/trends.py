@@ -263,9 +263,8 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
         ax.axvline(x - 0.5, color=color, lw=1.2, ls=style)
         if x not in labelled:
             labelled.add(x)
-            size = f"{c.ratio:.3f}x" if math.isfinite(c.ratio) else "from 0"
             ax.annotate(
-                f" {size}" if timed else f" {c.metric} {size}",
+                f" {c.mark()}" if timed else f" {c.metric} {c.mark()}",
                 (x - 0.5, 1),
                 xycoords=("data", "axes fraction"),
                 fontsize=6,
