@@ -50,20 +50,19 @@ class RunResult:
     """One case in one run: its verdict, median (ms), injected slowdown (ms), GPU-busy share.
 
     ``gpu_busy`` is a fraction, None where the case does not read one; ``host_issued``:
-    the step is issued op by op by the host (None: not recorded, or a CUDA graph replay).
+    the step is issued op by op by the host (false where not recorded, or a graph replay).
     """
 
     gate: GateResult | None  # None: the run has the case but no verdict (not gated)
     median_ms: float | None = None
     injected_ms: float | None = None
     gpu_busy: float | None = None
-    host_issued: bool | None = None
+    host_issued: bool = False
 
 
-def _host_issued(busy: object) -> bool | None:
-    """True where the busy record judged the step as issued by the host (either way)."""
-    judged = busy.get("host_bound") if isinstance(busy, dict) else None
-    return True if isinstance(judged, bool) else None
+def _host_issued(busy: object) -> bool:
+    """Whether the busy record judged the step as one the host issues (either way)."""
+    return isinstance(busy, dict) and isinstance(busy.get("host_bound"), bool)
 
 
 def read_run(path: Path | None) -> dict[str, RunResult]:
