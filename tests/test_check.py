@@ -251,17 +251,27 @@ def test_injected_fraction_without_gate_is_a_usage_error(
 # --- the gate check's table and counts, from canned runs ------------------------------
 
 
-def _verdict(case: str, base_ms: float, ratio: float, verdict: Verdict) -> dict:
+def _verdict(
+    case: str, base_ms: float, ratio: float, verdict: Verdict, base_busy: float | None = None
+) -> dict:
     low, high = ratio - 0.002, ratio + 0.002
-    check = MetricCheck("time", base_ms, base_ms * ratio, ratio, low, high, 0.015, verdict)
-    return GateResult(case, "demo", CLASS, (check,)).as_dict()
+    checks = [MetricCheck("time", base_ms, base_ms * ratio, ratio, low, high, 0.015, verdict)]
+    if base_busy is not None:
+        checks.append(MetricCheck("gpu_busy", base_busy, base_busy, 1.0, 1.0, 1.0, 0.5, U))
+    return GateResult(case, "demo", CLASS, tuple(checks)).as_dict()
 
 
-def _canned_run(path: Path, cases: dict[str, tuple], injected: float | None = None) -> Path:
+def _canned_run(
+    path: Path,
+    cases: dict[str, tuple],
+    injected: float | None = None,
+    baseline_busy: dict[str, float] | None = None,
+) -> Path:
     """A saved run: per case (baseline ms, ratio, verdict[, gpu_busy[, graphed]]).
 
     Verdict None: no baseline. A busy share comes with amp's busy record, whose
-    ``host_bound`` is None for a graphed step.
+    ``host_bound`` is None for a graphed step. ``baseline_busy``: the share a case's
+    baseline recorded, judged beside its time.
     """
     results = []
     for case, (base, ratio, _, *busy) in cases.items():
@@ -279,7 +289,7 @@ def _canned_run(path: Path, cases: dict[str, tuple], injected: float | None = No
         if verdict is None:
             gate = GateResult(case, "demo", CLASS, (), "no baseline").as_dict()
         else:
-            gate = _verdict(case, base, ratio, verdict)
+            gate = _verdict(case, base, ratio, verdict, (baseline_busy or {}).get(case))
         bench["extra_info"]["gate"] = gate
     path.write_text(json.dumps(data))
     return path
@@ -365,38 +375,52 @@ def test_host_bound_steps_are_shown_but_not_required(tmp_path: Path) -> None:
         "eager": (1.4, 1.0, U, 0.14),
         "edge": (8.0, 1.0, U, 0.85),  # busy enough that the injected work must show
         "replayed": (2.0, 1.0, U, 0.75, True),  # a graph: its gaps are the device's own
+        "filled": (10.9, 1.1, U, 0.69),  # run 67: the injected work fills its gaps
+        "was-bound": (8.0, 0.99, U, 0.93),  # busy here, host-bound in its baseline
     }
     inj = {
         "graphed": (0.15, 1.04, R, 0.94, True),
         "eager": (1.4, 0.995, U, 0.11),
         "edge": (8.0, 1.01, U, 0.82),
         "replayed": (2.0, 1.01, U, 0.75, True),
+        "filled": (10.9, 0.70, U, 0.91),
+        "was-bound": (8.0, 1.016, U, 0.94),
     }
-    runs = [_canned_run(tmp_path / "aa.json", aa)]
-    injected = _canned_run(tmp_path / "inj.json", inj, injected=0.03)
+    base_busy = {"was-bound": 0.72, "edge": 0.86}
+    runs = [_canned_run(tmp_path / "aa.json", aa, baseline_busy=base_busy)]
+    injected = _canned_run(tmp_path / "inj.json", inj, injected=0.03, baseline_busy=base_busy)
     report = GateReport(tuple(gate_cases([read_run(runs[0])], read_run(injected))), 0.03, CLASS)
     by_id = {c.id: c for c in report.cases}
-    assert by_id["eager"].gpu_busy == pytest.approx(0.125)  # median over the runs
+    assert by_id["eager"].gpu_busy == pytest.approx(0.14)  # the A/A runs' share, not inj.'s
     assert by_id["eager"].host_bound
+    # over all three runs "filled" would read 0.80 and count; its A/A share says 0.69
+    assert by_id["filled"].host_bound
+    assert by_id["filled"].gpu_busy == pytest.approx(0.69)
+    assert by_id["was-bound"].host_bound
+    assert by_id["was-bound"].baseline_busy == 0.72
+    assert not by_id["edge"].host_bound
+    assert by_id["edge"].baseline_busy == 0.86
     assert not by_id["eager"].counted
     assert by_id["edge"].counted
     assert not by_id["edge"].host_bound
     s = report.summary
     assert by_id["replayed"].counted  # a graph replay is required whatever its share
     assert not by_id["replayed"].host_bound
-    assert (s.caught, s.counted, s.host_bound, s.host_bound_caught) == (0, 2, 1, 0)
+    assert (s.caught, s.counted, s.host_bound, s.host_bound_caught) == (0, 2, 3, 0)
     assert (s.short, s.short_caught) == (1, 1)  # the graphed one, under 1 ms
-    assert "0 of 1 host-bound steps caught, not required" in s.line()
+    assert "0 of 3 host-bound steps caught, not required" in s.line()
     assert not report.passed  # "edge" keeps its GPU busy and was missed
     lines = {ln.split()[0]: ln for ln in render_gate(report).splitlines()[3:] if ln.strip()}
-    assert lines["eager"].rstrip().endswith("no (host-bound, busy 12.5%)")
+    assert lines["eager"].rstrip().endswith("no (host-bound, busy 14.0%)")
+    assert lines["was-bound"].rstrip().endswith("no (host-bound, busy 93.0%, baseline 72.0%)")
+    assert lines["filled"].rstrip().endswith("no (host-bound, busy 69.0%)")
     assert lines["replayed"].rstrip().endswith("NO")
     assert lines["edge"].rstrip().endswith("NO")
     assert replace(report, cases=(by_id["eager"], by_id["graphed"])).passed is False  # none counted
     assert "Host-bound steps (issued by the host" in markdown_gate(report, "c")
     assert "Host-bound steps" not in markdown_gate(replace(report, cases=(by_id["edge"],)), "c")
     data = report.as_dict()
-    assert data["counts"]["host_bound"] == 1
+    assert data["counts"]["host_bound"] == 3
     assert next(c for c in data["cases"] if c["id"] == "eager")["host_bound"] is True
 
 

@@ -23,14 +23,17 @@ keeps the default; its result is the same step's (checked below), and its time d
 from eager fp16's by the graph, the host sync and the fused optimizer together.
 
 Before timing, :func:`check_graphed` runs the graphed step and the eager step from the same
-initial weights and data for the same number of steps and compares how far each moved the
-parameters (:func:`compare_displacements`).
+initial weights and data for the same number of steps, with cuDNN's deterministic
+algorithms, and compares how far each moved the parameters (:func:`compare_displacements`);
+the step that is timed is then captured again with cuDNN's default algorithms.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,12 +45,13 @@ WARMUP_STEPS = 3  # eager steps before capture (fp16: at least until the scale s
 CHECK_REPLAYS = 3  # graphed steps in the check, after the warm-up
 # How far the graphed step's displacement of the parameters may be from the eager step's,
 # relative (see compare_displacements). A replay that is missing, doubled or reads a stale
-# buffer changes it by about 1/steps of the check or more: 1/6 here. fp32 replays the eager
-# kernels in the same order, so only kernels that sum with atomics (some cuDNN weight
-# gradients) may differ, by rounding: 1e-4. Under autocast a weight one fp32 ulp apart can
-# round to a different bf16/fp16 value (8 and 11 significant bits), and fp16's graphed step
-# runs fused SGD where eager runs foreach (the same sums, rounded once instead of twice):
-# 1e-2, still ten times under a missing step.
+# buffer changes it by about 1/steps of the check or more: 1/6 here. fp32, with cuDNN's
+# deterministic algorithms, replays the eager kernels in the same order: bitwise equal on
+# an H100 for all five models (run 67); 1e-4 leaves room for a kernel that still sums in
+# another order. Under autocast a weight one fp32 ulp apart can round to a different
+# bf16/fp16 value (8 and 11 significant bits), and fp16's graphed step runs fused SGD where
+# eager runs foreach (the same sums, rounded once instead of twice): 1e-2, still ten times
+# under a missing step.
 GRAPH_TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2}
 
 
@@ -209,14 +213,46 @@ def compare_displacements(
 Replayable = Callable[[Trainer, torch.Tensor, torch.Tensor], GraphedStep]
 
 
+@contextlib.contextmanager
+def deterministic_cudnn() -> Iterator[None]:
+    """Restrict cuDNN to deterministic algorithms inside; restore its flag afterwards."""
+    saved = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.deterministic = saved
+
+
 def check_graphed(
     case: AmpCase, make: Replayable = capture, replays: int = CHECK_REPLAYS
 ) -> tuple[GraphedStep, GraphCheck]:
-    """The case's graphed step, checked against the eager step (:class:`GraphCheck`).
+    """The case's graphed step, ready to time, and its check against the eager step.
+
+    The check (:func:`check_capture`) runs with cuDNN restricted to deterministic
+    algorithms on both sides: with cuDNN's own choice the fp32 eager steps of VGG-16 and
+    ResNet-18 do not repeat themselves (run 67, H100: two eager runs from one seed 5.6% and
+    5.8% apart after 6 steps, as far as the graphed step was from eager; deterministic,
+    eager and graphed agreed bitwise). Weight gradients summed with atomics round
+    differently on each run, and a few steps of training grow a last-bit difference into
+    percents (a ReLU input near zero, a max-pool window of near-equal values). The checked
+    graph is then released and the step is captured again, the same way, with cuDNN's
+    default choice: the algorithms the eager case runs, so the two times compare.
+    """
+    with deterministic_cudnn():
+        check = check_capture(case, make, replays)
+    gc.collect()  # the checked graph's private pool goes before the next capture
+    trainer = graphed_trainer(case)
+    x, y = trainer.to_device(*image_batch(case.input_shape, case.defn.num_classes))
+    return make(trainer, x, y), check
+
+
+def check_capture(case: AmpCase, make: Replayable, replays: int) -> GraphCheck:
+    """Graphed steps against eager steps from the same start, as :class:`GraphCheck`.
 
     The graphed side warms up and is captured (``make``), then replayed ``replays`` times;
     the eager side then starts from the same seeded weights, data and CUDA generator state
-    and takes as many steps. Returns the graphed step, ready to time, and the check.
+    and takes as many steps.
     """
     trainer = graphed_trainer(case)
     x, y = trainer.to_device(*image_batch(case.input_shape, case.defn.num_classes))
@@ -232,7 +268,7 @@ def check_graphed(
     scales = None
     if eager.scaler is not None and trainer.scaler is not None:
         scales = (eager.scaler.get_scale(), trainer.scaler.get_scale())
-    check = compare_displacements(
+    return compare_displacements(
         names,
         init,
         list(eager.model.parameters()),
@@ -242,4 +278,3 @@ def check_graphed(
         replays,
         scales,
     )
-    return graphed, check
