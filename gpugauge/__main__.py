@@ -23,6 +23,7 @@ from gpugauge.options import path_option
 from gpugauge.regress.baselines import (
     BaselineError,
     BaselineStore,
+    Entry,
     combine_runs,
     entries_of_benchmark_json,
 )
@@ -153,14 +154,35 @@ def _record_baselines(args: argparse.Namespace) -> int:
             same = "is given twice" if p.resolve() == first.resolve() else f"repeats {first}"
             raise RunError(f"{p}: {same}; each run counts once in the run-to-run noise")
         seen[digest] = p
-    entries = combine_runs([entries_of_benchmark_json(p) for p in args.runs])
+    runs = [entries_of_benchmark_json(p) for p in args.runs]
+    store = BaselineStore(args.baselines_dir)
+    stored = _stored_for(store, runs) if args.add else None
+    entries = combine_runs(runs, stored)
     if not entries:
         print("no gpugauge benchmarks in those runs", file=sys.stderr)
         return 1
     meta = {"recorded_from": [str(p) for p in args.runs]}
-    for path in BaselineStore(args.baselines_dir).write(entries, meta):
-        print(f"baseline written: {path}")
+    for path in store.write(entries, meta, added=args.add):
+        print(f"baseline {'extended' if args.add else 'written'}: {path}")
     return 0
+
+
+def _stored_for(store: BaselineStore, runs: list[list[Entry]]) -> dict[tuple[str, str, str], Entry]:
+    """The committed entries of every (device class, family) the runs hold.
+
+    ``--add`` extends baselines; a family with none stored is a BaselineError: record it
+    from two runs first.
+    """
+    stored: dict[tuple[str, str, str], Entry] = {}
+    for dev, fam in sorted({(e.device_class, e.family) for run in runs for e in run}):
+        entries = store.load(dev, fam)
+        if entries is None:
+            raise BaselineError(
+                f"--add: no baseline of {fam} for device class {dev} in {store.root} to add "
+                "to; record one from two or more runs first (gpugauge baseline RUN1 RUN2)"
+            )
+        stored.update({(dev, fam, i): e for i, e in entries.items()})
+    return stored
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         "several runs of one build record run-to-run noise",
     )
     base.add_argument("runs", type=path_option, nargs="+", help="saved runs, oldest first")
+    base.add_argument(
+        "--add",
+        action="store_true",
+        help="add the runs to the stored baselines (another host or lease of the class) "
+        "instead of replacing their entries: each stored case keeps its runs' medians, so "
+        "its allowance covers the spread between hosts",
+    )
     base.add_argument(
         "--baselines-dir",
         type=path_option,

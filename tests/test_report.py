@@ -4,6 +4,7 @@ import base64
 import io
 import json
 import re
+import statistics
 from pathlib import Path
 
 import matplotlib.image
@@ -144,6 +145,49 @@ def test_baseline_command_then_report_against_baselines(
         == 0
     )
     assert "stored baselines in" in (out / "report.md").read_text()
+
+
+def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
+    saved_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Another host's run added to a committed baseline: its allowance sees both hosts."""
+    base, slowed = saved_runs
+    store = tmp_path / "baselines"
+    assert main(["baseline", "--add", str(base), "--baselines-dir", str(store)]) == 2
+    assert "no baseline of demo" in capsys.readouterr().err
+    assert not list(store.rglob("*.json"))
+    assert main(["baseline", str(base), "--baselines-dir", str(store)]) == 0
+    [path] = list(store.rglob("demo.json"))
+    first = parse_baseline(path)
+    assert main(["baseline", "--add", str(slowed), "--baselines-dir", str(store)]) == 0
+    assert "baseline extended" in capsys.readouterr().out
+    added = parse_baseline(path)
+    assert set(added) == set(first)
+    for case, entry in added.items():
+        medians = entry.run_medians["time"]
+        assert len(medians) == 2
+        assert medians[0] == pytest.approx(statistics.median(first[case].readings["time"]))
+        assert entry.run_spread("time") > 0.5  # 20 ms added to rounds of a few ms
+    assert json.loads(path.read_text())["recorded_from"] == [str(base), str(slowed)]
+    # new runs that replace every entry say only where they came from
+    assert main(["baseline", str(slowed), "--baselines-dir", str(store)]) == 0
+    assert json.loads(path.read_text())["recorded_from"] == [str(slowed)]
+
+
+def test_combine_runs_adds_runs_to_a_stored_entry() -> None:
+    def e(ms: float) -> Entry:
+        return Entry("b", "f", "d", {"time": (ms, ms, ms), "memory": (5.0,)})
+
+    stored = Entry("b", "f", "d", {"time": (1.0,) * 3, "memory": (4.0,)}, {"time": (0.98, 1.0)})
+    [wide] = combine_runs([[e(1.07)]], {("d", "f", "b"): stored})
+    assert wide.run_medians == {"time": (0.98, 1.0, 1.07)}  # the stored runs first
+    assert wide.readings == {"time": (1.0,) * 3, "memory": (5.0,)}  # 1.0 is nearer the middle
+    edge = Entry("b", "f", "d", {"time": (1.0,) * 3}, {"time": (0.9, 1.0)})  # two runs: newest
+    [moved] = combine_runs([[e(0.96)]], {("d", "f", "b"): edge})
+    assert moved.readings["time"] == (0.96,) * 3  # nearest the middle, 0.95: the new run
+    assert moved.run_medians == {"time": (0.9, 1.0, 0.96)}
+    [other] = combine_runs([[e(1.07)]], {("d", "f", "c"): stored})  # not the same case
+    assert other.run_medians == {}
 
 
 def test_report_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -19,9 +19,10 @@ once both keep their entries.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,7 +69,9 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
     return entries
 
 
-def combine_runs(runs: list[list[Entry]]) -> list[Entry]:
+def combine_runs(
+    runs: list[list[Entry]], stored: Mapping[tuple[str, str, str], Entry] | None = None
+) -> list[Entry]:
     """One entry per benchmark from several runs given oldest first.
 
     A samples metric keeps the samples of its *central* run, the one whose median lies
@@ -77,30 +80,58 @@ def combine_runs(runs: list[list[Entry]]) -> list[Entry]:
     noise it allows, not from one edge of it. A value metric (a peak, an energy window)
     keeps the newest run's reading; the kernels are those of the central run of time (none
     if it did not record them), so that they belong to the rounds kept.
+
+    ``stored``: committed entries by (device class, family, id) that the runs are added to
+    (``gpugauge baseline --add``, a run from another host or lease): each counts as the runs
+    it was recorded from, its central run's samples and every run's median, oldest first.
     """
     seen: dict[tuple[str, str, str], list[Entry]] = {}
     for run in runs:
         for e in run:
             seen.setdefault((e.device_class, e.family, e.id), []).append(e)
-    return [_combined(entries) for entries in seen.values()]
+    stored = stored or {}
+    out = []
+    for key, entries in seen.items():
+        prior = stored.get(key)
+        out.append(_combined(entries if prior is None else [prior, *entries], prior))
+    return out
 
 
-def _central(entries: list[Entry], name: str) -> tuple[Entry, tuple[float, ...]]:
-    """The entry whose median of ``name`` is nearest the middle of all medians; the medians."""
+def _central(
+    entries: list[Entry], name: str, others: tuple[float, ...] = ()
+) -> tuple[Entry, tuple[float, ...]]:
+    """The entry whose median of ``name`` is nearest the middle of all medians; the medians.
+
+    ``others``: medians of earlier runs whose samples were not kept (they count in the range
+    but cannot be the centre), listed first.
+    """
     medians = tuple(statistics.median(e.readings[name]) for e in entries)
-    middle = (min(medians) + max(medians)) / 2
+    every = others + medians
+    middle = (min(every) + max(every)) / 2
     gaps = [abs(m - middle) for m in medians]
     nearest = min(gaps)
     # the newest of those nearest, equal up to rounding: with two runs, the newest
     best = max(
         i
         for i, g in enumerate(gaps)
-        if math.isclose(g, nearest, rel_tol=1e-9, abs_tol=1e-12 * max(medians))
+        if math.isclose(g, nearest, rel_tol=1e-9, abs_tol=1e-12 * max(every))
     )
-    return entries[best], medians
+    return entries[best], every
 
 
-def _combined(entries: list[Entry]) -> Entry:
+def _other_runs(prior: Entry | None, name: str) -> tuple[float, ...]:
+    """A stored entry's run medians but its central run's (whose samples it keeps)."""
+    if prior is None or name not in prior.readings:
+        return ()
+    medians = list(prior.run_medians.get(name, ()))
+    if not medians:
+        return ()
+    own = statistics.median(prior.readings[name])
+    medians.remove(min(medians, key=lambda m: abs(m - own)))
+    return tuple(medians)
+
+
+def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
     newest = entries[-1]
     readings: dict[str, tuple[float, ...]] = {}
     run_medians: dict[str, tuple[float, ...]] = {}
@@ -110,7 +141,7 @@ def _combined(entries: list[Entry]) -> Entry:
         if not holding:
             continue
         if METRICS[name].kind is Kind.SAMPLES:
-            central, medians = _central(holding, name)
+            central, medians = _central(holding, name, _other_runs(prior, name))
             readings[name] = central.readings[name]
             if len(medians) > 1:
                 run_medians[name] = medians
@@ -119,6 +150,22 @@ def _combined(entries: list[Entry]) -> Entry:
         else:
             readings[name] = holding[-1].readings[name]
     return replace(newest, readings=readings, run_medians=run_medians, kernels=kernels)
+
+
+def _provenance(path: Path, meta: dict[str, Any], keeps_old: bool) -> dict[str, Any]:
+    """``recorded_from`` for a write: the new runs, after the old list where that still holds.
+
+    A write that replaces every entry with new runs alone says where those came from; one
+    that keeps old entries, or old runs inside its entries (``--add``), keeps the file's old
+    list in front, so no entry loses its provenance. The file was parsed before: valid JSON.
+    """
+    new = [str(x) for x in meta.get("recorded_from", [])]
+    old: list[str] = []
+    if keeps_old and path.exists():
+        stored = json.loads(path.read_text()).get("recorded_from", [])
+        old = [x for x in stored if isinstance(x, str)]
+    both = old + [x for x in new if x not in old]
+    return {"recorded_from": both} if both else {}
 
 
 class BaselineStore:
@@ -161,8 +208,13 @@ class BaselineStore:
             parse_baseline(p, (p.parent.name, p.stem))
         return len(files)
 
-    def write(self, entries: Iterable[Entry], meta: dict[str, Any]) -> list[Path]:
+    def write(
+        self, entries: Iterable[Entry], meta: dict[str, Any], added: bool = False
+    ) -> list[Path]:
         """Merge entries into their files (others in the file are kept).
+
+        ``added``: the entries hold the stored runs too (:func:`combine_runs` with
+        ``stored``), so the file's ``recorded_from`` is kept and the new runs appended.
 
         Per file, the read of the old entries, the merge and the atomic write happen under
         one lock (on the device class's folder: :func:`folder_locked`), so concurrent
@@ -187,6 +239,7 @@ class BaselineStore:
                     "family": fam,
                     "written": datetime.now(UTC).isoformat(timespec="seconds"),
                     **meta,
+                    **_provenance(p, meta, added or bool(set(old) - {e.id for e in group})),
                     "benchmarks": {k: merged[k].as_dict() for k in sorted(merged)},
                 }
                 atomic_write_text(p, checked_text(doc, p, (dev, fam)))
