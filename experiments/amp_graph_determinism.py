@@ -31,10 +31,8 @@ Run on one GPU from the checkout::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -45,22 +43,12 @@ from gpugauge.families.amp.graphed import (
     capture,
     check_capture,
     compare_displacements,
+    deterministic_cudnn,
 )
 from gpugauge.families.amp.workload import AmpCase, Trainer, cases, image_batch
 
 MODELS = ("vgg16", "resnet18", "alexnet", "lenet")  # the two that fail, two that pass
 STEPS = 6  # the check's: 3 warm-up steps and 3 replays
-
-
-@contextlib.contextmanager
-def cudnn_deterministic(on: bool) -> Iterator[None]:
-    """Restrict cuDNN to deterministic algorithms (or not); restore the flag afterwards."""
-    saved = torch.backends.cudnn.deterministic
-    torch.backends.cudnn.deterministic = on
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.deterministic = saved
 
 
 def eager_twice(case: AmpCase, steps: int) -> GraphCheck:
@@ -101,7 +89,7 @@ def main() -> None:
     for case in picked:
         for deterministic in (False, True):
             mode = "deterministic" if deterministic else "default"
-            with cudnn_deterministic(deterministic):
+            with deterministic_cudnn(deterministic):
                 checks = {"eager vs eager": eager_twice(case, STEPS)}
                 free()
                 for replays in (1, 3):

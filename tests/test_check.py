@@ -23,7 +23,9 @@ from gpugauge.__main__ import main as gpugauge_main
 from gpugauge.check import gate_runs
 from gpugauge.check.delay import DriverBuffers, delay_for, host_spin
 from gpugauge.check.gate import (
+    GateCase,
     GateReport,
+    RunResult,
     gate_cases,
     markdown_gate,
     read_run,
@@ -366,6 +368,15 @@ def test_gate_passes_when_every_long_case_is_caught_and_no_alarm(canned: GateRep
     assert report.summary.line().startswith("caught 1 of 1 cases of 1 ms or more; false alarms 0")
     assert not replace(report, problems=("A/A 1 of 2: pytest exit 3",)).passed
     assert not replace(report, cases=()).passed  # nothing judged is no pass
+
+
+def test_a_case_judged_on_another_metric_than_time_says_which() -> None:
+    """layer_fit's searches have baselines of max_layers, not of time (run 67)."""
+    check = MetricCheck("max_layers", 62.0, 62.0, 1.0, 1.0, 1.0, 0.0, U)
+    run = RunResult(GateResult("fit-train-m62", "demo", CLASS, (check,)))
+    fit = GateCase("fit-train-m62", (run,), run)
+    line = render_gate(GateReport((fit,), 0.03, CLASS)).splitlines()[3]
+    assert line.rstrip().endswith("- (not timed: max_layers)")
 
 
 def test_host_bound_steps_are_shown_but_not_required(tmp_path: Path) -> None:

@@ -94,14 +94,18 @@ class GateCase:
     aa: tuple[RunResult | None, ...]  # None: no result in that run (its test failed)
     injected: RunResult | None
 
-    @property
-    def baseline_ms(self) -> float | None:
-        """The baseline's median time, ms (from whichever run compared with it)."""
+    def _baseline_of(self, metric: str) -> float | None:
+        """The baseline's reading of ``metric`` (from whichever run compared with it)."""
         for r in (*self.aa, self.injected):
-            check = r.gate.check("time") if r is not None and r.gate is not None else None
+            check = r.gate.check(metric) if r is not None and r.gate is not None else None
             if check is not None:
                 return check.baseline
         return None
+
+    @property
+    def baseline_ms(self) -> float | None:
+        """The baseline's median time, ms."""
+        return self._baseline_of("time")
 
     @property
     def gpu_busy(self) -> float | None:
@@ -116,11 +120,7 @@ class GateCase:
     @property
     def baseline_busy(self) -> float | None:
         """The GPU-busy share the baseline recorded; None where it holds none."""
-        for r in (*self.aa, self.injected):
-            check = r.gate.check("gpu_busy") if r is not None and r.gate is not None else None
-            if check is not None:
-                return check.baseline
-        return None
+        return self._baseline_of("gpu_busy")
 
     @property
     def host_bound(self) -> bool:
@@ -253,7 +253,10 @@ def _busy_text(c: GateCase) -> str:
 
 def _caught_cell(c: GateCase) -> str:
     if c.baseline_ms is None:
-        return "- (no baseline)"
+        judged = sorted(
+            {m.metric for r in (*c.aa, c.injected) if r and r.gate for m in r.gate.checks}
+        )
+        return f"- (not timed: {', '.join(judged)})" if judged else "- (no baseline)"
     word = "yes" if c.caught else ("NO" if c.counted else "no")
     if c.host_bound:
         return f"{word} (host-bound, {_busy_text(c)})"

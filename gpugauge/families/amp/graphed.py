@@ -214,10 +214,10 @@ Replayable = Callable[[Trainer, torch.Tensor, torch.Tensor], GraphedStep]
 
 
 @contextlib.contextmanager
-def deterministic_cudnn() -> Iterator[None]:
-    """Restrict cuDNN to deterministic algorithms inside; restore its flag afterwards."""
+def deterministic_cudnn(on: bool = True) -> Iterator[None]:
+    """Restrict cuDNN to deterministic algorithms inside (or not); restore its flag after."""
     saved = torch.backends.cudnn.deterministic
-    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.deterministic = on
     try:
         yield
     finally:
