@@ -26,6 +26,7 @@ from gpugauge.regress.baselines import (
     Entry,
     combine_runs,
     entries_of_benchmark_json,
+    stored_provenance,
 )
 from gpugauge.regress.tolerances import ToleranceError, load_tolerances
 from gpugauge.results.files import FileError, check_dir, read_regular, signals_interrupt
@@ -144,7 +145,12 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def _record_baselines(args: argparse.Namespace) -> int:
-    """Every run read and checked first; one run file given twice is refused."""
+    """Every run read and checked first; one run file given twice is refused.
+
+    Each run is named in the file's ``recorded_from`` with its content's digest, so that
+    ``--add`` refuses a run the baseline already holds (a repeated or retried command
+    would count it twice in the run-to-run spread).
+    """
     seen: dict[bytes, Path] = {}
     for p in args.runs:
         content = read_regular(p, "JSON")
@@ -154,26 +160,40 @@ def _record_baselines(args: argparse.Namespace) -> int:
             same = "is given twice" if p.resolve() == first.resolve() else f"repeats {first}"
             raise RunError(f"{p}: {same}; each run counts once in the run-to-run noise")
         seen[digest] = p
+    short = {p: d.hex()[:16] for d, p in seen.items()}  # a run's name in recorded_from
+    named = {p: f"{p} (sha256 {h})" for p, h in short.items()}
     runs = [entries_of_benchmark_json(p) for p in args.runs]
     store = BaselineStore(args.baselines_dir)
-    stored = _stored_for(store, runs) if args.add else None
+    stored = None
+    if args.add:
+        stored, provenance = _stored_for(store, runs)
+        for p in args.runs:
+            for path, listed in provenance.items():
+                if str(p) in listed or any(f"sha256 {short[p]}" in x for x in listed):
+                    raise RunError(
+                        f"{p}: already in {path} (recorded_from); each run counts once "
+                        "in the run-to-run noise"
+                    )
     entries = combine_runs(runs, stored)
     if not entries:
         print("no gpugauge benchmarks in those runs", file=sys.stderr)
         return 1
-    meta = {"recorded_from": [str(p) for p in args.runs]}
+    meta = {"recorded_from": [named[p] for p in args.runs]}
     for path in store.write(entries, meta, added=args.add):
         print(f"baseline {'extended' if args.add else 'written'}: {path}")
     return 0
 
 
-def _stored_for(store: BaselineStore, runs: list[list[Entry]]) -> dict[tuple[str, str, str], Entry]:
-    """The committed entries of every (device class, family) the runs hold.
+def _stored_for(
+    store: BaselineStore, runs: list[list[Entry]]
+) -> tuple[dict[tuple[str, str, str], Entry], dict[Path, list[str]]]:
+    """The committed entries of every (device class, family) the runs hold; each file's runs.
 
     ``--add`` extends baselines; a family with none stored is a BaselineError: record it
     from two runs first.
     """
     stored: dict[tuple[str, str, str], Entry] = {}
+    provenance: dict[Path, list[str]] = {}
     for dev, fam in sorted({(e.device_class, e.family) for run in runs for e in run}):
         entries = store.load(dev, fam)
         if entries is None:
@@ -182,7 +202,8 @@ def _stored_for(store: BaselineStore, runs: list[list[Entry]]) -> dict[tuple[str
                 "to; record one from two or more runs first (gpugauge baseline RUN1 RUN2)"
             )
         stored.update({(dev, fam, i): e for i, e in entries.items()})
-    return stored
+        provenance[store.path(dev, fam)] = stored_provenance(store.path(dev, fam))
+    return stored, provenance
 
 
 def main(argv: list[str] | None = None) -> int:

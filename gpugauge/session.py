@@ -190,6 +190,8 @@ class GaugeSession:
                 k: fp.get(k) for k in ("torch", "cuda_runtime", "cudnn", "driver", "git", "python")
             },
             "profile": self.options.profile,
+            # where the entries came from, kept in front of later --add runs
+            "recorded_from": [f"pytest --update-baselines, {datetime.now(UTC):%Y-%m-%dT%H:%M}Z"],
         }
         for path in BaselineStore(self.options.baselines_dir).write(
             map(entry_of, self.measurements), meta

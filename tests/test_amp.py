@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -505,6 +506,9 @@ def test_check_runs_deterministic_and_the_timed_step_is_captured_apart() -> None
     assert check.rel_diff == 0.0
     assert [deterministic for deterministic, _ in seen] == [True, False]
     assert step is seen[1][1]  # the timed step is the second capture, not the checked one
+    checked = weakref.ref(seen[0][1].trainer)
+    seen.pop(0)
+    assert checked() is None  # check_graphed kept no reference to the checked graph's side
     assert torch.backends.cudnn.deterministic is before
 
 

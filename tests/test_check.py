@@ -379,6 +379,19 @@ def test_a_case_judged_on_another_metric_than_time_says_which() -> None:
     assert line.rstrip().endswith("- (not timed: max_layers)")
 
 
+def test_the_injected_share_counts_only_where_no_unchanged_run_has_one() -> None:
+    """Added work only fills gaps: an injected share under 80% proves a host-bound step."""
+    check = MetricCheck("time", 2.0, 2.0, 1.0, 1.0, 1.0, 0.015, U)
+    gate = GateResult("eager", "demo", CLASS, (check,))
+    unread = RunResult(gate, 2.0, None, None, host_issued=True)
+    injected = RunResult(gate, 2.0, 0.06, 0.5, host_issued=True)
+    case = GateCase("eager", (unread,), injected)
+    assert case.gpu_busy == 0.5
+    assert case.host_bound
+    read = RunResult(gate, 2.0, None, 0.9, host_issued=True)
+    assert GateCase("eager", (read,), injected).gpu_busy == 0.9
+
+
 def test_host_bound_steps_are_shown_but_not_required(tmp_path: Path) -> None:
     """Device work added to a step whose GPU idles fills the gaps (run 63): not a miss."""
     aa = {

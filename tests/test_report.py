@@ -12,7 +12,16 @@ import numpy as np
 import pytest
 
 from gpugauge.__main__ import main
-from gpugauge.regress.baselines import Entry, KernelShare, combine_runs, parse_baseline
+from gpugauge.regress.baselines import (
+    UNNAMED_RUNS,
+    BaselineError,
+    BaselineStore,
+    Entry,
+    KernelShare,
+    combine_runs,
+    entries_of_benchmark_json,
+    parse_baseline,
+)
 from gpugauge.regress.gate import Verdict, compare
 from gpugauge.regress.tolerances import Tolerance
 
@@ -168,10 +177,42 @@ def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
         assert len(medians) == 2
         assert medians[0] == pytest.approx(statistics.median(first[case].readings["time"]))
         assert entry.run_spread("time") > 0.5  # 20 ms added to rounds of a few ms
-    assert json.loads(path.read_text())["recorded_from"] == [str(base), str(slowed)]
+    listed = json.loads(path.read_text())["recorded_from"]
+    assert [x.split(" (sha256 ")[0] for x in listed] == [str(base), str(slowed)]
+    # a run already in the baseline, by name or by content, would count twice: refused
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(slowed.read_bytes())
+    for again in (slowed, copy):
+        assert main(["baseline", "--add", str(again), "--baselines-dir", str(store)]) == 2
+        assert "already in" in capsys.readouterr().err
+    assert json.loads(path.read_text())["recorded_from"] == listed
     # new runs that replace every entry say only where they came from
     assert main(["baseline", str(slowed), "--baselines-dir", str(store)]) == 0
-    assert json.loads(path.read_text())["recorded_from"] == [str(slowed)]
+    assert json.loads(path.read_text())["recorded_from"] == listed[1:]
+
+
+def test_provenance_survives_writes_that_keep_old_entries(
+    saved_runs: list[Path], tmp_path: Path
+) -> None:
+    base = saved_runs[0]
+    store = BaselineStore(tmp_path / "b")
+    [fast, slow] = sorted(entries_of_benchmark_json(base), key=lambda e: e.id)
+    [path] = store.write([fast, slow], {})  # as a file written before recorded_from existed
+    assert "recorded_from" not in json.loads(path.read_text())
+    session = {"recorded_from": ["pytest --update-baselines, 2026-11-26T09:00Z"]}
+    store.write([fast], session)  # one entry replaced: the other's origin is not named
+    assert json.loads(path.read_text())["recorded_from"] == [
+        UNNAMED_RUNS,
+        *session["recorded_from"],
+    ]
+    store.write([fast, slow], session)  # every entry replaced
+    assert json.loads(path.read_text())["recorded_from"] == session["recorded_from"]
+    for bad in (None, "run0.json", [1]):
+        doc = json.loads(path.read_text())
+        doc["recorded_from"] = bad
+        path.write_text(json.dumps(doc))
+        with pytest.raises(BaselineError, match="recorded_from must be a list of strings"):
+            parse_baseline(path)
 
 
 def test_combine_runs_adds_runs_to_a_stored_entry() -> None:
@@ -182,6 +223,12 @@ def test_combine_runs_adds_runs_to_a_stored_entry() -> None:
     [wide] = combine_runs([[e(1.07)]], {("d", "f", "b"): stored})
     assert wide.run_medians == {"time": (0.98, 1.0, 1.07)}  # the stored runs first
     assert wide.readings == {"time": (1.0,) * 3, "memory": (5.0,)}  # 1.0 is nearer the middle
+    middle = Entry("b", "f", "d", {"time": (1.0,) * 3}, {"time": (1.0, 0.9, 1.1)})
+    [kept] = combine_runs([[e(1.05)]], {("d", "f", "b"): middle})
+    assert kept.run_medians == {"time": (1.0, 0.9, 1.1, 1.05)}  # the stored order, then the new
+    stale = Entry("b", "f", "d", {"time": (2.0,) * 3}, {"time": (0.9, 1.0)})
+    with pytest.raises(BaselineError, match="none of its run medians"):
+        combine_runs([[e(1.05)]], {("d", "f", "b"): stale})
     edge = Entry("b", "f", "d", {"time": (1.0,) * 3}, {"time": (0.9, 1.0)})  # two runs: newest
     [moved] = combine_runs([[e(0.96)]], {("d", "f", "b"): edge})
     assert moved.readings["time"] == (0.96,) * 3  # nearest the middle, 0.95: the new run

@@ -111,10 +111,13 @@ class GateCase:
     def gpu_busy(self) -> float | None:
         """The median of the case's GPU-busy readings over its A/A runs; None without one.
 
-        The injected run is left out: its added work fills the very gaps the share
-        measures (run 67: ResNet-18 bf16's eager step 69% busy unchanged, 91% injected).
+        The injected run counts only where no A/A run has a reading: its added work fills
+        the very gaps the share measures (run 67: ResNet-18 bf16's eager step 69% busy
+        unchanged, 91% injected), so its share is an upper bound of the step's own.
         """
         readings = [r.gpu_busy for r in self.aa if r and r.gpu_busy is not None]
+        if not readings and self.injected is not None and self.injected.gpu_busy is not None:
+            readings = [self.injected.gpu_busy]
         return statistics.median(readings) if readings else None
 
     @property

@@ -253,6 +253,9 @@ def parse_baseline_data(
             f"{path}: holds device_class {data['device_class']!r} and family "
             f"{data['family']!r}, but its place says {path.parent.name}/{path.stem}.json"
         )
+    listed = data.get("recorded_from", [])
+    if not isinstance(listed, list) or not all(isinstance(x, str) for x in listed):
+        raise BaselineError(f"{path}: recorded_from must be a list of strings, not {listed!r}")
     if not isinstance(data["benchmarks"], dict):
         raise BaselineError(f"{path}: 'benchmarks' must be an object keyed by benchmark id")
     out = {}

@@ -83,7 +83,8 @@ def combine_runs(
 
     ``stored``: committed entries by (device class, family, id) that the runs are added to
     (``gpugauge baseline --add``, a run from another host or lease): each counts as the runs
-    it was recorded from, its central run's samples and every run's median, oldest first.
+    it was recorded from, its central run's samples and every run's median, oldest first;
+    the new runs' medians follow.
     """
     seen: dict[tuple[str, str, str], list[Entry]] = {}
     for run in runs:
@@ -98,15 +99,17 @@ def combine_runs(
 
 
 def _central(
-    entries: list[Entry], name: str, others: tuple[float, ...] = ()
+    entries: list[Entry], name: str, prior: Entry | None = None
 ) -> tuple[Entry, tuple[float, ...]]:
     """The entry whose median of ``name`` is nearest the middle of all medians; the medians.
 
-    ``others``: medians of earlier runs whose samples were not kept (they count in the range
-    but cannot be the centre), listed first.
+    ``prior``: a stored entry, ``entries[0]``, whose runs but the central one kept no
+    samples: their medians count in the range, in their stored order, but cannot be the
+    centre. The medians come back oldest first.
     """
     medians = tuple(statistics.median(e.readings[name]) for e in entries)
-    every = others + medians
+    stored = _stored_runs(prior, name)
+    every = stored + medians[1:] if stored else medians
     middle = (min(every) + max(every)) / 2
     gaps = [abs(m - middle) for m in medians]
     nearest = min(gaps)
@@ -119,16 +122,23 @@ def _central(
     return entries[best], every
 
 
-def _other_runs(prior: Entry | None, name: str) -> tuple[float, ...]:
-    """A stored entry's run medians but its central run's (whose samples it keeps)."""
+def _stored_runs(prior: Entry | None, name: str) -> tuple[float, ...]:
+    """A stored entry's run medians (oldest first); () for none or a one-run entry.
+
+    Its samples are its central run's, so their median must be one of them: a file whose
+    samples and run medians disagree (edited by hand, or stale) is a BaselineError rather
+    than a silently wrong range.
+    """
     if prior is None or name not in prior.readings:
         return ()
-    medians = list(prior.run_medians.get(name, ()))
-    if not medians:
-        return ()
+    medians = tuple(prior.run_medians.get(name, ()))
     own = statistics.median(prior.readings[name])
-    medians.remove(min(medians, key=lambda m: abs(m - own)))
-    return tuple(medians)
+    if medians and not any(math.isclose(m, own, rel_tol=1e-9) for m in medians):
+        raise BaselineError(
+            f"{prior.device_class}/{prior.family} {prior.id!r}: the median of its {name} "
+            f"samples ({own:g}) is none of its run medians {list(medians)}; record it anew"
+        )
+    return medians
 
 
 def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
@@ -141,7 +151,8 @@ def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
         if not holding:
             continue
         if METRICS[name].kind is Kind.SAMPLES:
-            central, medians = _central(holding, name, _other_runs(prior, name))
+            stored = prior if holding[0] is prior else None
+            central, medians = _central(holding, name, stored)
             readings[name] = central.readings[name]
             if len(medians) > 1:
                 run_medians[name] = medians
@@ -152,18 +163,26 @@ def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
     return replace(newest, readings=readings, run_medians=run_medians, kernels=kernels)
 
 
+UNNAMED_RUNS = "(earlier runs, not named)"
+
+
+def stored_provenance(path: Path) -> list[str]:
+    """A baseline file's ``recorded_from`` ([] for none); the file parsed and valid before."""
+    return list(json.loads(path.read_text()).get("recorded_from", [])) if path.exists() else []
+
+
 def _provenance(path: Path, meta: dict[str, Any], keeps_old: bool) -> dict[str, Any]:
     """``recorded_from`` for a write: the new runs, after the old list where that still holds.
 
     A write that replaces every entry with new runs alone says where those came from; one
     that keeps old entries, or old runs inside its entries (``--add``), keeps the file's old
-    list in front, so no entry loses its provenance. The file was parsed before: valid JSON.
+    list in front (:data:`UNNAMED_RUNS` where the file named none), so no entry loses its
+    provenance.
     """
     new = [str(x) for x in meta.get("recorded_from", [])]
     old: list[str] = []
     if keeps_old and path.exists():
-        stored = json.loads(path.read_text()).get("recorded_from", [])
-        old = [x for x in stored if isinstance(x, str)]
+        old = stored_provenance(path) or [UNNAMED_RUNS]
     both = old + [x for x in new if x not in old]
     return {"recorded_from": both} if both else {}
 

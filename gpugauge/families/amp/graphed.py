@@ -241,7 +241,7 @@ def check_graphed(
     """
     with deterministic_cudnn():
         check = check_capture(case, make, replays)
-    gc.collect()  # the checked graph's private pool goes before the next capture
+    gc.collect()  # the checked graph is gone; capture()'s empty_cache returns its pool
     trainer = graphed_trainer(case)
     x, y = trainer.to_device(*image_batch(case.input_shape, case.defn.num_classes))
     return make(trainer, x, y), check
