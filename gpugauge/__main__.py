@@ -26,7 +26,7 @@ from gpugauge.regress.baselines import (
     Entry,
     combine_runs,
     entries_of_benchmark_json,
-    stored_provenance,
+    read_baseline,
 )
 from gpugauge.regress.tolerances import ToleranceError, load_tolerances
 from gpugauge.results.files import FileError, check_dir, read_regular, signals_interrupt
@@ -195,14 +195,14 @@ def _stored_for(
     stored: dict[tuple[str, str, str], Entry] = {}
     provenance: dict[Path, list[str]] = {}
     for dev, fam in sorted({(e.device_class, e.family) for run in runs for e in run}):
-        entries = store.load(dev, fam)
-        if entries is None:
+        path = store.path(dev, fam)
+        if not path.exists():
             raise BaselineError(
                 f"--add: no baseline of {fam} for device class {dev} in {store.root} to add "
                 "to; record one from two or more runs first (gpugauge baseline RUN1 RUN2)"
             )
+        entries, provenance[path] = read_baseline(path, (dev, fam))
         stored.update({(dev, fam, i): e for i, e in entries.items()})
-        provenance[store.path(dev, fam)] = stored_provenance(store.path(dev, fam))
     return stored, provenance
 
 

@@ -222,7 +222,16 @@ def parse_baseline(path: Path, place: tuple[str, str] | None = None) -> dict[str
     ``place`` is the (device class, family) its location in a store says it holds: a file
     that holds another one would be compared across device classes, so it is an error.
     """
-    return parse_baseline_data(_read_json(path), path, place)
+    return read_baseline(path, place)[0]
+
+
+def read_baseline(
+    path: Path, place: tuple[str, str] | None = None
+) -> tuple[dict[str, Entry], list[str]]:
+    """A baseline file's entries and the runs it names (``recorded_from``), from one read."""
+    data = _read_json(path)
+    entries = parse_baseline_data(data, path, place)  # recorded_from validated here
+    return entries, list(data.get("recorded_from", []))
 
 
 def parse_baseline_data(

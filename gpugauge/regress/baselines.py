@@ -19,7 +19,6 @@ once both keep their entries.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping
@@ -37,6 +36,7 @@ from gpugauge.regress.baseline_file import (
     entry_problem,
     kernel_shares,
     parse_baseline,
+    read_baseline,
 )
 from gpugauge.results.files import (
     atomic_write_json,  # noqa: F401 (tests import it here)
@@ -166,23 +166,16 @@ def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
 UNNAMED_RUNS = "(earlier runs, not named)"
 
 
-def stored_provenance(path: Path) -> list[str]:
-    """A baseline file's ``recorded_from`` ([] for none); the file parsed and valid before."""
-    return list(json.loads(path.read_text()).get("recorded_from", [])) if path.exists() else []
-
-
-def _provenance(path: Path, meta: dict[str, Any], keeps_old: bool) -> dict[str, Any]:
+def _provenance(listed: list[str], meta: dict[str, Any], keeps_old: bool) -> dict[str, Any]:
     """``recorded_from`` for a write: the new runs, after the old list where that still holds.
 
     A write that replaces every entry with new runs alone says where those came from; one
     that keeps old entries, or old runs inside its entries (``--add``), keeps the file's old
-    list in front (:data:`UNNAMED_RUNS` where the file named none), so no entry loses its
-    provenance.
+    list (``listed``) in front (:data:`UNNAMED_RUNS` where the file named none), so no
+    entry loses its provenance.
     """
     new = [str(x) for x in meta.get("recorded_from", [])]
-    old: list[str] = []
-    if keeps_old and path.exists():
-        old = stored_provenance(path) or [UNNAMED_RUNS]
+    old = (listed or [UNNAMED_RUNS]) if keeps_old else []
     both = old + [x for x in new if x not in old]
     return {"recorded_from": both} if both else {}
 
@@ -250,15 +243,17 @@ class BaselineStore:
         for (dev, fam), group in sorted(groups.items()):
             p = self.path(dev, fam)
             with folder_locked(p.parent):
-                old = parse_baseline(p, (dev, fam)) if p.exists() else {}
+                exists = p.exists()
+                old, listed = read_baseline(p, (dev, fam)) if exists else ({}, [])
                 merged = {**old, **{e.id: e for e in group}}
+                keeps_old = exists and (added or bool(set(old) - {e.id for e in group}))
                 doc = {
                     "schema_version": SCHEMA_VERSION,
                     "device_class": dev,
                     "family": fam,
                     "written": datetime.now(UTC).isoformat(timespec="seconds"),
                     **meta,
-                    **_provenance(p, meta, added or bool(set(old) - {e.id for e in group})),
+                    **_provenance(listed, meta, keeps_old),
                     "benchmarks": {k: merged[k].as_dict() for k in sorted(merged)},
                 }
                 atomic_write_text(p, checked_text(doc, p, (dev, fam)))
