@@ -10,9 +10,8 @@ gauge's job (:mod:`gpugauge.gauge`).
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from gpugauge.measure.memory import ExpectedMemory, measure_cpu_memory, measure_
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.profile import round_kernels
 from gpugauge.measure.roofline import Work, roofline
-from gpugauge.measure.sampler import GpuSampler
+from gpugauge.measure.sampler import watching
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.results.measurement import Measurement, Spec, devices_of
 
@@ -33,15 +32,6 @@ if TYPE_CHECKING:
 def clock_for(devices: tuple[str, ...]) -> RoundClock:
     """CUDA events on a GPU (every device of a multi-GPU round), perf_counter_ns on a CPU."""
     return CudaEventClock(devices) if devices[0].startswith("cuda") else HostClock()
-
-
-@contextlib.contextmanager
-def _watch(nvml_device: NvmlDevice | None) -> Iterator[GpuSampler | None]:
-    if nvml_device is None:
-        yield None
-        return
-    with GpuSampler(nvml_device) as sampler:
-        yield sampler
 
 
 def _nothing() -> None:
@@ -160,7 +150,7 @@ def take(
     before = tuple(d.state() for d in known)
     flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None
     between = setup if flush is None else _chain(prepare, flush)
-    with _watch(nvdevs[0]) as watch:
+    with watching(nvdevs[0]) as watch:
         timing = measure(fn, policy, clock, between=between, watch=watch)
     if on_gpu:
         prepare()

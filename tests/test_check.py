@@ -34,9 +34,10 @@ from gpugauge.check.gate import (
 )
 from gpugauge.check.runs import families_with_baselines, or_expression
 from gpugauge.check.timer import TimerReport, render_timer, why_not_here
-from gpugauge.check.timers import TimerRow, selected
+from gpugauge.check.timers import TimerRow, cold_timing, selected
 from gpugauge.launch.torchrun import processes_mentioning
 from gpugauge.measure.environment import device_class
+from gpugauge.options import PROFILE_POLICIES
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from tests.fakes import CLASS, SPEC_SOURCE, result, run_json, save_baselines
 
@@ -621,6 +622,71 @@ def test_timer_report_passes_within_the_threshold() -> None:
     assert replace(report, threshold=0.03).passed
     assert not replace(report, threshold=0.03, problems=("pytest exit 1",)).passed
     assert TimerRow.from_dict(json.loads(json.dumps(rows[0].as_dict()))) == rows[0]
+
+
+def _clocked(op: str, suite: float, bench: float, suite_mhz: float, bench_mhz: float) -> TimerRow:
+    return replace(_row(op, suite, bench), suite_sm_mhz=suite_mhz, do_bench_sm_mhz=bench_mhz)
+
+
+def test_a_difference_the_two_timers_clocks_account_for_is_counted_apart() -> None:
+    """Run 70: matmul-8192-bf16 +3.46% at 1380 MHz in the suite, 1410 under do_bench."""
+    capped = _clocked("matmul-8192-bf16", 1.618, 1.564, 1380, 1410)
+    assert capped.vs_do_bench == pytest.approx(0.0345, abs=1e-4)
+    assert capped.vs_do_bench_at_its_clock == pytest.approx(0.0125, abs=1e-4)
+    report = TimerReport((_row("relu", 0.1, 0.1005), capped), 0.02, device="H100")
+    assert report.clock_apart == [capped]
+    assert not report.outside
+    assert report.passed
+    assert report.summary() == (
+        "1 of 2 within 2.0% of do_bench, 1 more at one SM clock; worst +3.45% (matmul-8192-bf16)"
+    )
+    assert "+3.45% ~" in render_timer(report)
+    assert "+1.25%" in render_timer(report)
+
+
+@pytest.mark.parametrize(
+    ("suite_mhz", "bench_mhz", "why"),
+    [
+        (1980, 1975, "clocks under 1% apart explain nothing"),
+        (1380, 1395, "1.1% apart, but +2.3% is left at one clock"),
+        (1410, 1380, "the clock moved the other way: the difference grows at one clock"),
+    ],
+)
+def test_a_difference_the_clocks_do_not_account_for_fails(
+    suite_mhz: float, bench_mhz: float, why: str
+) -> None:
+    row = _clocked("conv", 1.618, 1.564, suite_mhz, bench_mhz)
+    report = TimerReport((row,), 0.02)
+    assert report.outside == [row], why
+    assert not report.passed
+    assert "+3.45% !" in render_timer(report)
+
+
+def test_a_case_timed_warm_shows_its_own_median_beside_the_cold_ones() -> None:
+    warm = replace(_row("mlp-train-bf16-graphs", 0.1401, 0.1404), case_ms=0.1164)
+    report = TimerReport((warm, _row("vgg16", 60.0, 60.1)), 0.02)
+    text = render_timer(report)
+    assert "case ms (warm L2)" in text.splitlines()[1]
+    assert "0.1164" in text
+    assert TimerRow.from_dict(json.loads(json.dumps(warm.as_dict()))) == warm
+    old = {k: v for k, v in warm.as_dict().items() if k != "case_ms"}  # a file from before
+    assert TimerRow.from_dict(old).case_ms is None
+
+
+def test_cold_timing_flushes_before_every_round_it_times() -> None:
+    """The suite's primitive, with the flush as its between-rounds step (CPU clock here)."""
+    calls: list[str] = []
+    timing = cold_timing(
+        lambda: calls.append("fn"),
+        PROFILE_POLICIES["smoke"],
+        "cpu",
+        lambda: calls.append("flush"),
+        None,
+    )
+    assert timing.l2_flushed
+    assert timing.summary.n >= 5
+    assert calls.count("fn") >= timing.summary.n
+    assert all(calls[i - 1] == "flush" for i, c in enumerate(calls) if c == "fn")
 
 
 def test_ops_are_chosen_by_shell_patterns() -> None:

@@ -9,9 +9,11 @@ the timed thread little.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpugauge.measure.nvml import SLOWDOWN_MASK, NvmlDevice, reason_names
@@ -102,3 +104,13 @@ class GpuSampler:
             reasons=reason_names(mask),
             throttled=flag,
         )
+
+
+@contextlib.contextmanager
+def watching(nvml_device: NvmlDevice | None) -> Iterator[GpuSampler | None]:
+    """A :class:`GpuSampler` over the block, or None where the GPU has no NVML device."""
+    if nvml_device is None:
+        yield None
+        return
+    with GpuSampler(nvml_device) as sampler:
+        yield sampler
