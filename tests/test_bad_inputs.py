@@ -654,6 +654,8 @@ def _python(script: str, *, fsize: int | None = None) -> subprocess.CompletedPro
         import resource
 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        # a shell's background job ignores SIGINT, and Python then keeps ignoring it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
