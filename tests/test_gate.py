@@ -212,6 +212,15 @@ def test_a_higher_is_better_metric_that_drops_regresses_and_one_that_rises_passe
     assert slower_bus.check("busbw").allowed == ">= 0.950"
 
 
+def test_a_per_host_metric_is_not_judged_against_a_baseline() -> None:
+    """Run 72: one build's eager MLP step 18.9% busy on one H100, 7.7% on the next host."""
+    base = entry([1.24] * 5, gpu_busy=0.189)
+    r = compare(entry([0.875] * 5, gpu_busy=0.077), base, Tolerance())
+    assert r.check("gpu_busy") is None
+    assert r.check("time") is not None
+    assert r.verdict is Verdict.IMPROVED
+
+
 def test_a_result_without_time_is_judged_on_what_it_holds() -> None:
     r = compare(entry(None, max_layers=61), entry([1.0, 2.0], max_layers=61), Tolerance())
     assert [c.metric for c in r.checks] == ["max_layers"]

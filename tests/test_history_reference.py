@@ -7,12 +7,21 @@ from dataclasses import replace
 import pytest
 
 from gpugauge.history.judge import accepted, judge_case, judge_metric
+from gpugauge.history.records import MetricRecord, Point, ResultRecord
 from gpugauge.history.reference import (
     ReferencePolicy,
     reference_for,
     small_sample_factor,
 )
-from gpugauge.history.synthetic import CASE, CLASS, FAMILY, baseline_entry, metric_of, point
+from gpugauge.history.synthetic import (
+    CASE,
+    CLASS,
+    FAMILY,
+    baseline_entry,
+    metric_of,
+    point,
+    run_of,
+)
 from gpugauge.regress.baselines import KernelShare
 from gpugauge.regress.gate import Verdict
 from gpugauge.regress.tolerances import Tolerance
@@ -73,6 +82,29 @@ def test_without_a_baseline_the_other_hosts_are_the_class() -> None:
     assert ref.median == pytest.approx(2.05)
     assert ref.reason.startswith("new host (0 of 5 runs): class history of other hosts")
     assert reference_for([], "new", 0.015) is None
+
+
+def _busy(share: float) -> MetricRecord:
+    return MetricRecord("gpu_busy", share, share, share, 1, (share,))
+
+
+def _busy_point(night: int, host: str, share: float) -> Point:
+    m = _busy(share)
+    return Point(run_of(night, host), ResultRecord(CASE, FAMILY, CLASS, (m,)), m)
+
+
+def test_a_per_host_metric_is_judged_against_its_own_host_alone() -> None:
+    """Run 72: an eager MLP step 18.9% busy on one H100, 7.7% on a new one, same build."""
+    others = [_busy_point(i, "h0", 0.189) for i in range(6)]
+    first = judge_metric(_busy(0.077), "new", others, 0.5, baseline=(0.189, 0.5))
+    assert first.check is None
+    assert first.verdict is Verdict.NEW
+    own = [_busy_point(i, "new", 0.9) for i in range(6, 11)]
+    halved = judge_metric(_busy(0.4), "new", others + own, 0.5, baseline=(0.189, 0.5))
+    assert halved.reference is not None
+    assert halved.reference.kind == "host"
+    assert halved.verdict is Verdict.REGRESSED
+    assert halved.anchor is None  # the class baseline is no anchor for it either
 
 
 def test_the_verdict_is_new_without_any_reference() -> None:

@@ -29,6 +29,7 @@ from gpugauge.history.reference import (
     Reference,
     ReferencePolicy,
     anchor_reference,
+    host_reference,
     reference_for,
 )
 from gpugauge.regress.baselines import Entry, KernelShare
@@ -202,8 +203,16 @@ def judge_metric(
     baseline: tuple[float, float] | None = None,
     policy: ReferencePolicy = DEFAULT_POLICY,
 ) -> Judgement:
-    """One metric: its reference from ``points`` (one case, one class, all hosts) and checks."""
-    ref = reference_for(points, host, floor, policy, baseline)
+    """One metric: its reference from ``points`` (one case, one class, all hosts) and checks.
+
+    A per-host metric has the host's own reference or none (new): other hosts' readings and
+    the class baseline are no reference for it, and no anchor.
+    """
+    if METRICS[current.metric].per_host:
+        ref = host_reference(points, host, floor, policy)
+        baseline = None
+    else:
+        ref = reference_for(points, host, floor, policy, baseline)
     if ref is None:
         return Judgement(current.metric, None, None)
     check = check_against(current, ref.median, ref.allowed)

@@ -191,10 +191,13 @@ def _samples(
 
 
 def compare(current: Entry, baseline: Entry, tolerance: Tolerance) -> GateResult:
-    """Judge every metric both entries hold, in registry order."""
+    """Judge every metric both entries hold, in registry order.
+
+    A per-host metric is not judged: the baseline's reading is another host's.
+    """
     checks = []
     for name, m in METRICS.items():
-        if name not in current.readings or name not in baseline.readings:
+        if name not in current.readings or name not in baseline.readings or m.per_host:
             continue
         if m.kind is Kind.SAMPLES:
             checks.append(_samples(m, current.readings[name], baseline, tolerance[name]))
