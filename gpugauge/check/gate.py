@@ -213,7 +213,7 @@ class GateSummary:
         if self.host_bound:
             extra.append(
                 f"{self.host_bound_caught} of {self.host_bound} host-bound steps caught, "
-                "not required: their GPU idles"
+                "not required: the host paces them"
             )
         return f"{text} ({'; '.join(extra)})"
 
