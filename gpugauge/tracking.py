@@ -129,9 +129,14 @@ class Tracker:
         fresh H100 read linear-fwdbwd-tf32 at 1.022x and 1.030x of another host's baseline).
         """
         plain = gate.judge(entry_of(m))
-        # only samples metrics (time) move from host to host and night to night; a peak or
-        # a count is deterministic and keeps the gate's exact check against the baseline
-        metrics = [x for x in metric_records(m) if METRICS[x.metric].kind is Kind.SAMPLES]
+        # samples metrics (time) move from host to host and night to night, and a per-host
+        # metric is judged by its host's history alone; a peak or a count is deterministic
+        # and keeps the gate's exact check against the baseline
+        metrics = [
+            x
+            for x in metric_records(m)
+            if METRICS[x.metric].kind is Kind.SAMPLES or METRICS[x.metric].per_host
+        ]
         points = self.history.case_points(m.id, m.device_class, [x.metric for x in metrics])
         stored = gate.store.load(m.device_class, m.spec.family) or {}
         if not any(points.values()) and m.id not in stored:

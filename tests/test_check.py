@@ -667,6 +667,15 @@ def test_a_difference_the_clocks_do_not_account_for_fails(
     assert "+3.45% !" in render_timer(report)
 
 
+def test_clocks_far_apart_excuse_nothing() -> None:
+    """A memory-bound copy 11.9% slow at clocks 11% apart reads -0.8% at one clock."""
+    copy = _clocked("copy", 1.75, 1.564, 1755, 1980)
+    assert copy.vs_do_bench_at_its_clock == pytest.approx(-0.0082, abs=1e-4)
+    report = TimerReport((copy,), 0.02)
+    assert report.outside == [copy]
+    assert not report.passed
+
+
 def test_a_case_timed_warm_shows_its_own_median_beside_the_cold_ones() -> None:
     warm = replace(_row("mlp-train-bf16-graphs", 0.1401, 0.1404), case_ms=0.1164)
     report = TimerReport((warm, _row("vgg16", 60.0, 60.1)), 0.02)

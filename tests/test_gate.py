@@ -219,6 +219,9 @@ def test_a_per_host_metric_is_not_judged_against_a_baseline() -> None:
     assert r.check("gpu_busy") is None
     assert r.check("time") is not None
     assert r.verdict is Verdict.IMPROVED
+    # two runs of one host (gpugauge report --against): judged
+    same = compare(entry([1.24] * 5, gpu_busy=0.077), base, Tolerance(), same_host=True)
+    assert same.check("gpu_busy").verdict is Verdict.REGRESSED
 
 
 def test_a_result_without_time_is_judged_on_what_it_holds() -> None:

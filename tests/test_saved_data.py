@@ -336,3 +336,19 @@ def test_baselines_round_trip_through_the_store(tmp_path: Path) -> None:
     [p] = save_baselines(tmp_path, [result("a", 3.0)])
     assert p == tmp_path / CLASS / "demo.json"
     assert parse_baseline(p)["a"].readings == entry_of(result("a", 3.0)).readings
+
+
+@pytest.mark.parametrize(
+    ("fingerprint", "host"),
+    [
+        ({"host": "node7", "gpus": [{"uuid": "GPU-1"}]}, "node7"),
+        ({"gpus": [{"uuid": "GPU-ebd78965"}, {"uuid": "GPU-2"}]}, "GPU-ebd78965"),
+        ({"gpus": []}, None),
+        ({}, None),
+    ],
+)
+def test_a_saved_run_names_its_host(fingerprint: dict, host: str | None) -> None:
+    """What `report --against` asks before it judges a per-host metric, and import uses."""
+    from gpugauge.results.runs import SavedRun
+
+    assert SavedRun(Path("run.json"), "run", [], fingerprint).host == host

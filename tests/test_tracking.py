@@ -154,3 +154,41 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     slower_build = result("gemm", 2.0 * 1.15, family="layers")
     assert tracker.judge(slower_build, gate).verdict is Verdict.REGRESSED
     tracker.close()
+
+
+def test_the_busy_share_is_judged_by_its_own_hosts_history_alone(tmp_path: Path) -> None:
+    """Run 72: an eager step 18.9% busy where the baseline was recorded, 7.7% on a new host
+    (same build): not judged there; once the host has five runs of its own, a halving is."""
+    from dataclasses import replace
+
+    from gpugauge.regress.baselines import BaselineStore
+    from gpugauge.regress.gate import Gate, Verdict
+    from gpugauge.regress.tolerances import load_tolerances
+    from gpugauge.tracking import Tracker
+
+    from .fakes import result, save_baselines
+
+    def step(busy: float):
+        return replace(result("eager", 1.0, family="amp"), values={"gpu_busy": busy})
+
+    save_baselines(tmp_path / "b", [step(0.189)])
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "t.toml").write_text("[default]\ntime = 0.015\n")
+    gate = Gate(BaselineStore(tmp_path / "b"), load_tolerances(tmp_path / "t"))
+    history = str(tmp_path / "h.sqlite")
+    first = Tracker(history, "seed")
+    judged = first.judge(step(0.077), gate)
+    assert judged.check("gpu_busy") is None
+    assert judged.verdict is Verdict.UNCHANGED
+    first.close()
+    for _ in range(5):
+        night = Tracker(history, "seed")
+        m = step(0.9)
+        night.keep([(m, night.judge(m, gate))])
+        night.append({"torch": "2.x"}, m.device_class)
+        night.close()
+    later = Tracker(history, "seed")
+    halved = later.judge(step(0.4), gate)
+    assert halved.check("gpu_busy").verdict is Verdict.REGRESSED
+    assert halved.references["gpu_busy"].startswith("host history")
+    later.close()

@@ -43,9 +43,10 @@ HOST_PACED_ALLOWANCE = 0.2
 # host does not pace it, and device work added after it lengthens it whatever its share)
 BUSY_KEY = "busy"
 HOST_BOUND_NOTE = (
-    f" Host-bound steps (issued by the host, GPU busy under {HOST_BOUND_BELOW:.0%} of the step)"
-    " are shown but not required: device work added to them runs while their GPU would wait"
-    " for the host."
+    f" Host-bound steps (issued by the host, GPU busy under {HOST_BOUND_BELOW:.0%} of the step,"
+    f" or a baseline that allows more than {HOST_PACED_ALLOWANCE:.0%} because the hosts that"
+    " recorded it paced the step) are shown but not required: device work added to them runs"
+    " while their GPU would wait for the host, or hides in the hosts' spread."
 )
 DEFAULT_SLOWDOWN = 0.03
 SCHEMA = 1

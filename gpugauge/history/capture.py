@@ -260,8 +260,7 @@ def import_run(history: History, path: Path, host: str | None = None) -> tuple[s
     except FileError as err:
         raise HistoryError(str(err)) from None
     fp = saved.fingerprint
-    gpus = fp.get("gpus") or [{}]
-    host = host or fp.get("host") or (gpus[0] or {}).get("uuid") or "unknown-host"
+    host = host or saved.host or "unknown-host"
     options = (raw.get("gpugauge") or {}).get("options") or {}
     classes = Counter(m.device_class for m in saved.measurements)
     run = run_record(

@@ -190,14 +190,19 @@ def _samples(
     )
 
 
-def compare(current: Entry, baseline: Entry, tolerance: Tolerance) -> GateResult:
+def compare(
+    current: Entry, baseline: Entry, tolerance: Tolerance, *, same_host: bool = False
+) -> GateResult:
     """Judge every metric both entries hold, in registry order.
 
-    A per-host metric is not judged: the baseline's reading is another host's.
+    A per-host metric is judged only where both were measured on ``same_host``: a committed
+    baseline's reading is, as far as the gate knows, another host's.
     """
     checks = []
     for name, m in METRICS.items():
-        if name not in current.readings or name not in baseline.readings or m.per_host:
+        if name not in current.readings or name not in baseline.readings:
+            continue
+        if m.per_host and not same_host:
             continue
         if m.kind is Kind.SAMPLES:
             checks.append(_samples(m, current.readings[name], baseline, tolerance[name]))

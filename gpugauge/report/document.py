@@ -53,12 +53,13 @@ def _against_run(run: SavedRun, other: SavedRun, tolerances: Tolerances) -> list
     """Judge ``run`` against another saved run, result by result, within a device class."""
     base = {(m.device_class, m.id): entry_of(m) for m in other.measurements}
     classes = {m.id: m.device_class for m in other.measurements}
+    same_host = run.host is not None and run.host == other.host  # per-host metrics too
     out = []
     for m in run.measurements:
         e = entry_of(m)
         if (m.device_class, m.id) in base:
             tol = tolerances.for_benchmark(e.family, e.id)
-            out.append(compare(e, base[(m.device_class, m.id)], tol))
+            out.append(compare(e, base[(m.device_class, m.id)], tol, same_host=same_host))
             continue
         note = f"not in {other.path.name}"
         if m.id in classes:

@@ -72,6 +72,13 @@ class SavedRun:
         return f"{gpus}; torch {fp.get('torch', '?')}; driver {fp.get('driver') or '-'}"
 
     @property
+    def host(self) -> str | None:
+        """The host the run names: its fingerprint's 'host', else its first GPU's UUID."""
+        gpus = self.fingerprint.get("gpus") or [{}]
+        found = self.fingerprint.get("host") or (gpus[0] or {}).get("uuid")
+        return str(found) if found else None
+
+    @property
     def device_classes(self) -> set[str]:
         """Every device class a result of this run was measured on."""
         return {m.device_class for m in self.measurements}
