@@ -29,7 +29,14 @@ from gpugauge.check.runs import (
     or_expression,
     run_pytest,
 )
-from gpugauge.check.timers import DO_BENCH_REP_MS, DO_BENCH_WARMUP_MS, TimerRow, time_power_heavy
+from gpugauge.check.timers import (
+    CLOCKS_APART,
+    CLOCKS_APART_AT_MOST,
+    DO_BENCH_REP_MS,
+    DO_BENCH_WARMUP_MS,
+    TimerRow,
+    time_power_heavy,
+)
 from gpugauge.report.tables import render
 from gpugauge.results.files import atomic_write_json, atomic_write_text
 
@@ -48,19 +55,21 @@ class TimerReport:
     problems: tuple[str, ...] = ()  # what kept the check from comparing every case
     runs: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
+    def mark(self, row: TimerRow) -> str:
+        """'!' outside the threshold of do_bench, '~' outside it only by the clocks, else ''."""
+        if row.clocks_explain(self.threshold):
+            return "~"
+        return "!" if abs(row.vs_do_bench) > self.threshold else ""
+
     @property
     def clock_apart(self) -> list[TimerRow]:
         """Rows outside the threshold that the two timers' SM clocks account for."""
-        return [r for r in self.rows if r.clocks_explain(self.threshold)]
+        return [r for r in self.rows if self.mark(r) == "~"]
 
     @property
     def outside(self) -> list[TimerRow]:
         """Rows outside the threshold of do_bench that the clocks do not account for."""
-        return [
-            r
-            for r in self.rows
-            if abs(r.vs_do_bench) > self.threshold and not r.clocks_explain(self.threshold)
-        ]
+        return [r for r in self.rows if self.mark(r) == "!"]
 
     @property
     def passed(self) -> bool:
@@ -124,11 +133,8 @@ def timer_table(report: TimerReport) -> tuple[list[str], list[list[str]]]:
     ]
     rows = []
     for r in report.rows:
-        flag = ""
-        if r.clocks_explain(report.threshold):
-            flag = " ~"
-        elif abs(r.vs_do_bench) > report.threshold:
-            flag = " !"
+        mark = report.mark(r)
+        flag = f" {mark}" if mark else ""
         at_clock = r.vs_do_bench_at_its_clock
         suite_mhz = "-"
         if r.suite_sm_mhz is not None:
@@ -176,7 +182,8 @@ def markdown_timer(report: TimerReport, command: str) -> str:
         f"{report.device}. `{command}`",
         "",
         f"{report.summary()}; `!` marks an op outside the threshold, `~` one inside it once "
-        f"the suite's time is scaled to do_bench's SM clock (the clocks 1% or more apart). "
+        f"the suite's time is scaled to do_bench's SM clock (the clocks "
+        f"{CLOCKS_APART:.0%}-{CLOCKS_APART_AT_MOST:.0%} apart). "
         f"Suite: the suite's timer (sustained regime); do_bench: `triton.testing.do_bench` "
         f"({DO_BENCH_WARMUP_MS} ms warm-up, {DO_BENCH_REP_MS} ms of repetitions, median); "
         "bare: CUDA events around each call, one synchronize, median (not judged). All "

@@ -57,15 +57,21 @@ class TimerRow:
         return self.suite_ms / self.do_bench_ms - 1
 
     @property
+    def clock_ratio(self) -> float | None:
+        """The suite's SM clock / do_bench's; None without both clocks."""
+        if not self.suite_sm_mhz or not self.do_bench_sm_mhz:
+            return None
+        return self.suite_sm_mhz / self.do_bench_sm_mhz
+
+    @property
     def vs_do_bench_at_its_clock(self) -> float | None:
         """Suite / do_bench - 1 with the suite's time scaled to do_bench's SM clock.
 
         None without both clocks. For an op whose time follows the SM clock (a GEMM or a
         convolution at the power cap), what is left once the two clocks are accounted for.
         """
-        if not self.suite_sm_mhz or not self.do_bench_sm_mhz:
-            return None
-        return self.suite_ms * self.suite_sm_mhz / self.do_bench_sm_mhz / self.do_bench_ms - 1
+        ratio = self.clock_ratio
+        return None if ratio is None else (self.vs_do_bench + 1) * ratio - 1
 
     def clocks_explain(self, threshold: float) -> bool:
         """Outside ``threshold`` only because the two timers ran at different SM clocks.
@@ -75,11 +81,10 @@ class TimerRow:
         matmul-8192-bf16 +3.46% at 1380 MHz in the suite, 1410 under do_bench; +1.25% at
         one clock).
         """
-        at_clock = self.vs_do_bench_at_its_clock
-        if at_clock is None or abs(self.vs_do_bench) <= threshold:
+        ratio, at_clock = self.clock_ratio, self.vs_do_bench_at_its_clock
+        if ratio is None or at_clock is None or abs(self.vs_do_bench) <= threshold:
             return False
-        apart = abs((self.suite_sm_mhz or 0) / (self.do_bench_sm_mhz or 1) - 1)
-        return CLOCKS_APART <= apart <= CLOCKS_APART_AT_MOST and abs(at_clock) <= threshold
+        return CLOCKS_APART <= abs(ratio - 1) <= CLOCKS_APART_AT_MOST and abs(at_clock) <= threshold
 
     @property
     def vs_bare(self) -> float:
