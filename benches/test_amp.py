@@ -5,7 +5,7 @@ The cases and steps live in :mod:`gpugauge.families.amp.workload`, the profiler 
 :mod:`gpugauge.families.amp.profiler`, the agreement check in
 :mod:`gpugauge.families.amp.inference`;
 the graphed step and its check against the eager step in :mod:`gpugauge.families.amp.graphed`;
-the GPU-busy share in :mod:`gpugauge.families.amp.busy`.
+the GPU-busy share in :mod:`gpugauge.measure.busy`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from gpugauge.families.amp.busy import measure_busy
 from gpugauge.families.amp.graphed import check_graphed
 from gpugauge.families.amp.inference import cpu_reference, make_inference
 from gpugauge.families.amp.profiler import profile_pass
@@ -26,6 +25,7 @@ from gpugauge.families.amp.workload import (
     make_step,
     tf32_flags,
 )
+from gpugauge.measure.busy import BUSY_KEY, measure_busy
 from gpugauge.plugin import parametrize_cases
 
 pytestmark = pytest.mark.amp
@@ -55,7 +55,7 @@ def _busy(
         return {}, {}, {}
     trace = gauge.artifact_path(case, "busy.pt.trace.json")
     busy = measure_busy(step, case.device, trace, graphed=graphed)
-    return {"gpu_busy": busy.share}, {"busy": busy.as_dict()}, {"busy_trace": trace}
+    return {"gpu_busy": busy.share}, {BUSY_KEY: busy.as_dict()}, {"busy_trace": trace}
 
 
 def test_amp_train(case: AmpCase, gauge: Any) -> None:

@@ -20,12 +20,6 @@ import torch
 import torchvision
 
 from gpugauge.families.amp import FAMILY, comparisons
-from gpugauge.families.amp.busy import (
-    HOST_BOUND_BELOW,
-    BusyShare,
-    busy_ms_per_step,
-    measure_busy,
-)
 from gpugauge.families.amp.graphed import (
     CHECK_REPLAYS,
     GRAPH_TOLERANCE,
@@ -59,6 +53,12 @@ from gpugauge.families.amp.workload import (
     make_step,
     sgd,
     tf32_flags,
+)
+from gpugauge.measure.busy import (
+    HOST_BOUND_BELOW,
+    BusyShare,
+    busy_ms_per_step,
+    measure_busy,
 )
 from gpugauge.measure.kernels import TraceError, kernel_table, parse_events, read_trace
 from gpugauge.measure.profile import (

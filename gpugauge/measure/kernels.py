@@ -233,6 +233,11 @@ class CommSplit:
         """Communication hidden under compute, ms per step."""
         return self.comm_ms - self.exposed_ms
 
+    @property
+    def active_ms(self) -> float:
+        """Device activity per step, compute and communication counted once, ms."""
+        return self.compute_ms + self.exposed_ms
+
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON (ms per step, fractions of the step)."""
         return {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpugauge.families.amp.busy import HOST_BOUND_BELOW
+from gpugauge.measure.busy import BUSY_KEY, HOST_BOUND_BELOW
 from gpugauge.report.tables import fmt_ms, render
 from gpugauge.results.measurement import Measurement
 
@@ -60,7 +60,7 @@ def _busy(m: Measurement | None) -> str:
 
 
 def _host_bound(m: Measurement | None) -> bool | None:
-    busy = (m.extra.get("busy") or {}) if m is not None else {}
+    busy = (m.extra.get(BUSY_KEY) or {}) if m is not None else {}
     return busy.get("host_bound")
 
 
@@ -83,7 +83,7 @@ def amp_table(measurements: Sequence[Measurement]) -> str | None:
             continue
         by_precision = groups.setdefault(_step(p), {})
         by_precision.setdefault(p["precision"], {})[bool(p.get("graphs"))] = m
-        threshold = (m.extra.get("busy") or {}).get("threshold", threshold)
+        threshold = (m.extra.get(BUSY_KEY) or {}).get("threshold", threshold)
     if not groups:
         return None
     rows = []

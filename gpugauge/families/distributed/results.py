@@ -20,6 +20,7 @@ from gpugauge.families.distributed.cases import (
 )
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.launch.torchrun import Launch, LaunchError, launch, slowest_rank_rounds
+from gpugauge.measure.busy import BUSY_KEY, BusyShare
 from gpugauge.measure.kernels import CommSplit
 from gpugauge.measure.timing import Timing
 from gpugauge.results.measurement import Measurement
@@ -68,6 +69,27 @@ class CaseResult:
             return None
         t = slowest_rank_rounds([Timing.from_dict(r["allreduce"]) for r in self.ranks])
         return t.summary.median
+
+    def busy(self) -> BusyShare | None:
+        """The least busy rank's GPU-busy share; None on the CPU.
+
+        Device activity per profiled step (compute and communication, counted once) over
+        that rank's timed steps: the profiled steps are not the timed ones, so a
+        device-bound step reads about 1 and one the host paces (DataParallel's scatter and
+        replicate at a small batch) well below :data:`~gpugauge.results.metrics.HOST_BOUND_BELOW`.
+        """
+        if self.case.device != "cuda":
+            return None
+        shares = [
+            BusyShare(
+                tuple(Timing.from_dict(p["timing"]).device_ms),
+                _mean_split(p["splits"]).active_ms,
+                sum(s["steps"] for s in p["splits"]),
+                clock="cuda_event, the rank's timed steps",
+            )
+            for p in self.ranks
+        ]
+        return min(shares, key=lambda b: b.share)
 
 
 def _mean_split(splits: Sequence[dict[str, Any]]) -> CommSplit:
@@ -193,6 +215,10 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
             zip(("wait", "warmup", "active", "repeat"), c.schedule, strict=True)
         ),
     }
+    busy = r.busy()
+    if busy is not None:
+        values["gpu_busy"] = busy.share
+        extra[BUSY_KEY] = busy.as_dict()
     added = [p[INJECTED_KEY] for p in r.ranks if p.get(INJECTED_KEY)]
     if added:  # work added on purpose (gpugauge check): never a reference
         extra[INJECTED_KEY] = max(added)

@@ -33,6 +33,11 @@ from typing import Any
 from gpugauge.measure.kernels import Interval, length, read_trace
 from gpugauge.results.metrics import HOST_BOUND_BELOW
 
+# a result's record of its share, ``extra[BUSY_KEY]`` (:meth:`BusyShare.as_dict`): its
+# "host_bound" is true or false for a step the host issues op by op, None for one replayed
+# from a CUDA graph (one launch: the host does not pace it, and device work added after it
+# lengthens it whatever its share)
+BUSY_KEY = "busy"
 LOOP_STEPS = 10  # steps of the plain loop whose median is the step's wall time
 PROFILED_STEPS = 3  # steps whose device activity is traced (after one untraced warm-up)
 WARMUP_STEPS = 2  # steps before the loop
@@ -50,7 +55,8 @@ class BusyShare:
     """How busy the GPU was during one step: busy ms of the device / wall ms of the step.
 
     ``loop_ms``: every step of the plain loop (CUDA events), ms; ``busy_ms``: device
-    activity per profiled step, ms; ``graphed``: the step is one CUDA graph launch.
+    activity per profiled step, ms; ``graphed``: the step is one CUDA graph launch;
+    ``clock``: what timed ``loop_ms``.
     """
 
     loop_ms: tuple[float, ...]
@@ -58,6 +64,7 @@ class BusyShare:
     profiled_steps: int
     graphed: bool = False
     threshold: float = HOST_BOUND_BELOW
+    clock: str = "cuda_event, plain loop (no head start)"
 
     def __post_init__(self) -> None:
         if not self.loop_ms or min(self.loop_ms) <= 0 or self.busy_ms < 0:
@@ -89,7 +96,7 @@ class BusyShare:
             "loop_ms": list(self.loop_ms),
             "profiled_steps": self.profiled_steps,
             "graphed": self.graphed,
-            "clock": "cuda_event, plain loop (no head start)",
+            "clock": self.clock,
         }
 
 
