@@ -107,6 +107,21 @@ def test_a_per_host_metric_is_judged_against_its_own_host_alone() -> None:
     assert halved.anchor is None  # the class baseline is no anchor for it either
 
 
+def test_a_diagnostic_metric_gets_no_judgement_from_the_history() -> None:
+    comm = MetricRecord("comm_fraction", 0.074, 0.074, 0.074, 1, (0.074,))
+    points = history("h1", [2.0, 2.002, 1.998, 2.001, 1.999])
+    case = judge_case(
+        CASE,
+        FAMILY,
+        CLASS,
+        (metric_of(2.0, 0.002), comm),
+        host="h1",
+        points={"time": points},
+        tolerance=Tolerance(),
+    )
+    assert [j.metric for j in case.judgements] == ["time"]
+
+
 def test_the_verdict_is_new_without_any_reference() -> None:
     j = judge_metric(metric_of(2.0, 0.002), "h1", [], 0.015)
     assert j.verdict is Verdict.NEW

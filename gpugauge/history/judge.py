@@ -240,10 +240,11 @@ def judge_case(
 
     ``points`` maps metric names to the case's history on this device class (all hosts,
     :meth:`History.points`); ``baseline`` is the committed class baseline's entry, if any;
-    ``kernels`` the result's recorded kernels, compared with the reference's.
+    ``kernels`` the result's recorded kernels, compared with the reference's. A metric
+    that is not ``judged`` (a diagnostic) gets no judgement.
     """
     judgements = []
-    for m in current:
+    for m in (x for x in current if METRICS[x.metric].judged):
         base = baseline_reference(baseline, m.metric, tolerance[m.metric]) if baseline else None
         judgements.append(
             judge_metric(m, host, points.get(m.metric, ()), tolerance[m.metric], base, policy)

@@ -196,13 +196,14 @@ def compare(
     """Judge every metric both entries hold, in registry order.
 
     A per-host metric is judged only where both were measured on ``same_host``: a committed
-    baseline's reading is, as far as the gate knows, another host's.
+    baseline's reading is, as far as the gate knows, another host's. A metric that is not
+    ``judged`` (a diagnostic) never is.
     """
     checks = []
     for name, m in METRICS.items():
         if name not in current.readings or name not in baseline.readings:
             continue
-        if m.per_host and not same_host:
+        if not m.judged or (m.per_host and not same_host):
             continue
         if m.kind is Kind.SAMPLES:
             checks.append(_samples(m, current.readings[name], baseline, tolerance[name]))
