@@ -544,6 +544,31 @@ def test_gate_check_end_to_end(demo_checkout: Path, capsys: pytest.CaptureFixtur
     assert runs == ["aa1.json", "aa1.log", "injected.json", "injected.log"]
 
 
+def test_judge_again_reads_an_earlier_checks_runs_against_todays_baselines(
+    demo_checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A baseline recorded anew turns the same A/A run into a false alarm; nothing runs."""
+    argv = ["check", "gate", "--runs", "1", "--slowdown", "0.9", *GATE_ARGS]
+    assert gpugauge_main([*argv, "--out", "out", "--", "--rounds", "8", "--warmup", "1"]) == 0
+    capsys.readouterr()
+    first = (demo_checkout / "out" / "gate.json").read_text()
+    save_baselines(demo_checkout / "base", [result("long", 6.0), result("short", 0.5)])
+    again = ["--judge-again", "out", "--out", "again"]
+    assert gpugauge_main([*argv, *again]) == 1
+    out = capsys.readouterr().out
+    assert "pytest exit" not in out  # nothing was run
+    assert "false alarms 1 (in 2 A/A verdicts;" in out
+    data = json.loads((demo_checkout / "again" / "gate.json").read_text())
+    assert [r["label"] for r in data["runs"]] == [
+        "aa1.json, judged again",
+        "injected.json, judged again",
+    ]
+    assert not (demo_checkout / "again" / "gate-runs").exists()
+    assert (demo_checkout / "out" / "gate.json").read_text() == first  # left as it was
+    assert gpugauge_main([*argv, "--judge-again", "again", "--out", "x"]) == 2
+    assert "no aa*.json and injected.json of an earlier check here" in capsys.readouterr().err
+
+
 def test_gate_check_stops_its_pytest_on_sigterm(demo_checkout: Path) -> None:
     """SIGTERM mid-run: exit 130, the child's process group gone, no partial file left."""
     slow = ["--", "--rounds", "2000", "--warmup", "1"]

@@ -110,6 +110,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     gate.add_argument("--runs", type=_count, default=2, help="A/A runs (default 2)")
     gate.add_argument("--tolerances-dir", type=Path, default=None)
+    gate.add_argument(
+        "--judge-again",
+        type=Path,
+        default=None,
+        metavar="FOLDER",
+        help="run nothing: judge the runs of an earlier check (its --out folder) again "
+        "against the baselines and tolerances as they are now",
+    )
     gate.set_defaults(func=gate_command)
     return check
 
@@ -173,7 +181,7 @@ def _checked(
 def gate_command(args: argparse.Namespace) -> int:
     """``gpugauge check gate``."""
     from gpugauge.check.gate import render_gate, write_gate
-    from gpugauge.check.gate_runs import GateConfig, run_gate_check
+    from gpugauge.check.gate_runs import GateConfig, judge_again, run_gate_check
 
     cfg = GateConfig(
         out=args.out,
@@ -185,8 +193,10 @@ def gate_command(args: argparse.Namespace) -> int:
         baselines_dir=args.baselines_dir,
         tolerances_dir=args.tolerances_dir,
         pytest_args=tuple(args.pytest_args),
+        judge_again=args.judge_again,
     )
-    return _checked("gate", lambda: run_gate_check(cfg), render_gate, write_gate, cfg.out)
+    check = judge_again if cfg.judge_again is not None else run_gate_check
+    return _checked("gate", lambda: check(cfg), render_gate, write_gate, cfg.out)
 
 
 def main(argv: list[str] | None = None) -> int:

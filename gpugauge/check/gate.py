@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.history.capture import INJECTED_KEY
-from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
+from gpugauge.measure.busy import BUSY_KEY
+from gpugauge.regress.baselines import entry_of
+from gpugauge.regress.gate import Gate, GateResult, MetricCheck, Verdict
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
 from gpugauge.results.metrics import HOST_BOUND_BELOW
@@ -38,10 +40,6 @@ MIN_CASE_MS = 1.0  # cases this long or longer must catch the injected slowdown
 # five H100 hosts, allowed 1.94x), where no case of 1 ms or more that keeps its GPU busy
 # allows more than 3.8%.
 HOST_PACED_ALLOWANCE = 0.2
-# a result's record of its GPU-busy share: extra["busy"]["host_bound"] is true or false for a
-# step the host issues op by op, None for one replayed from a CUDA graph (one launch: the
-# host does not pace it, and device work added after it lengthens it whatever its share)
-BUSY_KEY = "busy"
 HOST_BOUND_NOTE = (
     f" Host-bound steps (issued by the host, GPU busy under {HOST_BOUND_BELOW:.0%} of the step,"
     f" or a baseline that allows more than {HOST_PACED_ALLOWANCE:.0%} because the hosts that"
@@ -72,15 +70,22 @@ def _host_issued(busy: object) -> bool:
     return isinstance(busy, dict) and isinstance(busy.get("host_bound"), bool)
 
 
-def read_run(path: Path | None) -> dict[str, RunResult]:
-    """Each case of a saved run (pytest-benchmark JSON) by id; {} for no file."""
+def read_run(path: Path | None, judge: Gate | None = None) -> dict[str, RunResult]:
+    """Each case of a saved run (pytest-benchmark JSON) by id; {} for no file.
+
+    The verdicts are those the run stored, or, with ``judge``, its verdicts on the run's
+    results now (``gpugauge check gate --judge-again``: the baselines or rules changed).
+    """
     if path is None:
         return {}
     run = load_run(path)
     out = {}
     for m in run.measurements:
         raw = run.verdicts.get(m.id)
-        gate = None if raw is None else GateResult.from_dict(raw, m.spec.family, m.device_class)
+        if judge is not None:
+            gate = judge.judge(entry_of(m))
+        else:
+            gate = None if raw is None else GateResult.from_dict(raw, m.spec.family, m.device_class)
         injected = m.extra.get(INJECTED_KEY)
         out[m.id] = RunResult(
             gate,
@@ -416,13 +421,19 @@ def markdown_gate(report: GateReport, command: str) -> str:
         "Runs:",
         "",
     ]
-    lines += [
-        f"- {r['label']}: pytest exit {r['pytest_exit']} in {r['wall_s']:.0f} s "
-        f"(`{r['json'] or 'no JSON'}`, log `{r['log']}`)"
-        for r in report.runs
-    ]
+    lines += [_run_line(r) for r in report.runs]
     lines += [f"\nProblem: {p}" for p in report.problems]
     return "\n".join(lines) + "\n"
+
+
+def _run_line(r: dict[str, Any]) -> str:
+    """A run of the report as a Markdown item; a run judged again was not run here."""
+    if "pytest_exit" not in r:
+        return f"- {r['label']} (`{r['json']}`)"
+    return (
+        f"- {r['label']}: pytest exit {r['pytest_exit']} in {r['wall_s']:.0f} s "
+        f"(`{r['json'] or 'no JSON'}`, log `{r['log']}`)"
+    )
 
 
 def write_gate(report: GateReport, out: Path, command: str) -> list[Path]:

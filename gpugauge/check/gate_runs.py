@@ -50,6 +50,7 @@ class GateConfig:
     fraction: float = DEFAULT_SLOWDOWN
     aa_runs: int = 2
     baselines_dir: Path = Path("baselines")
+    judge_again: Path | None = None  # an earlier check's --out: judge its runs, run nothing
     tolerances_dir: Path | None = None
     pytest_args: tuple[str, ...] = ()
 
@@ -169,3 +170,44 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
             f"{dev_cls} in {cfg.baselines_dir}"
         )
     return report
+
+
+def judge_again(cfg: GateConfig) -> GateReport:
+    """The runs of an earlier check (``cfg.judge_again``), judged again, nothing run.
+
+    Its A/A runs and injected run, ``gate-runs/aa*.json`` and ``injected.json``, are read
+    back and each result judged against the baselines and tolerances as they are now: a
+    changed rule or baseline is checked on the same measurements.
+    """
+    from gpugauge.regress.baselines import BaselineStore
+    from gpugauge.regress.gate import Gate
+    from gpugauge.regress.tolerances import load_tolerances
+
+    folder = (cfg.judge_again or cfg.out) / "gate-runs"
+    aa_paths = sorted(folder.glob("aa*.json"))
+    injected = folder / "injected.json"
+    if not aa_paths or not injected.is_file():
+        raise CheckError(f"{folder}: no aa*.json and injected.json of an earlier check here")
+    if not cfg.baselines_dir.is_dir():
+        raise CheckError(f"--baselines-dir {cfg.baselines_dir}: no such directory")
+    tolerances = load_tolerances(cfg.tolerances_dir or cfg.root / "tolerances")
+    gate = Gate(BaselineStore(cfg.baselines_dir), tolerances)
+    try:
+        aa = [read_run(p, gate) for p in aa_paths]
+        inj = read_run(injected, gate)
+    except RunError as err:
+        raise CheckError(str(err)) from None
+    cases = gate_cases(aa, inj)
+    classes = sorted(
+        {r.gate.device_class for c in cases for r in (*c.aa, c.injected) if r and r.gate}
+    )
+    runs = tuple(
+        {
+            "name": p.stem,
+            "label": f"{p.name}, judged again",
+            "injected": p == injected,
+            "json": str(p),
+        }
+        for p in (*aa_paths, injected)
+    )
+    return GateReport(tuple(cases), cfg.fraction, ", ".join(classes), runs)
