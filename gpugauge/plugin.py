@@ -35,7 +35,7 @@ from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results import benchmark_storage
-from gpugauge.results.measurement import Spec, devices_of
+from gpugauge.results.measurement import Spec, devices_of, in_nightly
 from gpugauge.session import GaugeSession, Note
 
 SESSION = pytest.StashKey[GaugeSession]()
@@ -70,6 +70,8 @@ MARKERS = (
     "gpu: needs a CUDA device; skipped with a reason where none is visible",
     "cpu: runs on the CPU",
     "multi_gpu(n): needs n (default 2) CUDA devices; skipped with a reason where fewer are seen",
+    "nightly: a case the nightly job gates (-m nightly): every case but those its family "
+    "leaves to the seed and full runs",
 )
 
 
@@ -178,7 +180,8 @@ def parametrize_cases(
     """Parametrize ``argname`` with the cases of the run's profile.
 
     Ids come from ``spec.id``; each case gets a ``gpu`` or ``cpu`` mark, so that the run's
-    devices decide what is skipped, and a case on N > 1 GPUs ``multi_gpu(N)``.
+    devices decide what is skipped, a case on N > 1 GPUs ``multi_gpu(N)``, and a case the
+    nightly job gates ``nightly`` (:func:`~gpugauge.results.measurement.in_nightly`).
     """
     if argname not in metafunc.fixturenames:
         return
@@ -189,6 +192,8 @@ def parametrize_cases(
         gpus = sum(d.startswith("cuda") for d in devices)
         if gpus > 1:
             marks.append(pytest.mark.multi_gpu(gpus))
+        if in_nightly(c):
+            marks.append(pytest.mark.nightly)
         params.append(pytest.param(c, id=c.id, marks=marks))
     metafunc.parametrize(argname, params)
 

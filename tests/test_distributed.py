@@ -23,6 +23,7 @@ from gpugauge.families.distributed import rank, results
 from gpugauge.launch.torchrun import LaunchError
 from gpugauge.launch.worker import RankContext
 from gpugauge.measure import kernels as k
+from gpugauge.measure.busy import BUSY_KEY
 from gpugauge.measure.timing import Timing
 
 from .bench_run import run_bench_module
@@ -255,6 +256,44 @@ def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
     alone = results.to_measurement(run, None)
     assert "speedup" not in alone.values
     assert "no one-GPU result" in alone.extra["scaling"]
+
+
+def test_gpu_busy_is_the_least_busy_ranks_device_activity_over_its_timed_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("gpugauge.results.measurement.device_class", lambda d: "2x-fake-gpu")
+    case = dist_cases.DistCase("resnet18", "ddp", 2, 512, 32, 10, 2048, 2, "cuda", "seed")
+    # device activity 9.0 ms compute + 0.5 ms exposed comm per step on both ranks
+    busy, paced = _rank([10.0, 10.0], comm=1.0), _rank([19.0, 19.0], comm=1.0)
+    m = results.to_measurement(results.CaseResult(case, (busy, paced)), None)
+    assert m.values["gpu_busy"] == pytest.approx(9.5 / 19.0)
+    record = m.extra[BUSY_KEY]
+    assert record["host_bound"] is True
+    assert record["busy_ms"] == pytest.approx(9.5)
+    assert record["clock"] == "cuda_event, the rank's timed steps"
+    on_cpu = replace(case, device="cpu")
+    m = results.to_measurement(results.CaseResult(on_cpu, (busy, busy)), None)
+    assert "gpu_busy" not in m.values
+    assert BUSY_KEY not in m.extra
+
+
+def test_the_nightly_takes_the_gpu_paced_steps_of_the_seed_profile() -> None:
+    nightly = [c.id for c in dist_cases.cases("seed") if c.device == "cuda" and c.nightly]
+    assert nightly == [
+        "vgg16-single-1gpu-b64-224px-cuda",
+        "vgg16-ddp-2gpu-b64-224px-cuda",
+        "resnet18-single-1gpu-b512-32px-cuda",
+        "resnet18-single-1gpu-b2048-32px-cuda",
+        "resnet18-dp-2gpu-b2048-32px-cuda",
+        "resnet18-ddp-2gpu-b512-32px-cuda",
+        "resnet18-ddp-2gpu-b2048-32px-cuda",
+        "alexnet-single-1gpu-b128-224px-cuda",
+        "alexnet-ddp-2gpu-b128-224px-cuda",
+    ]
+    # each multi-GPU case of the nightly has its one-GPU reference there too
+    multi = [c for c in dist_cases.cases("seed") if c.device == "cuda" and c.gpus > 1]
+    refs = {c.reference().id for c in multi if c.nightly}
+    assert refs <= set(nightly)
 
 
 def test_per_step_scaling_leaves_out_a_short_last_step(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,6 +30,7 @@ from gpugauge.families.layer_fit.verify import check_pipeline
 from gpugauge.launch.fresh import in_fresh_process
 from gpugauge.measure.environment import torch_flags
 from gpugauge.models.stacked import HEAD_WIDTH, blocks, stacked
+from gpugauge.results.measurement import in_nightly
 
 SEED = MemoryModel()
 A = allocator_bytes(16 * 64 * 112 * 112 * 4)  # one conv activation: 49 MiB -> 50 MiB segment
@@ -40,6 +41,21 @@ def n_params(module: torch.nn.Module) -> int:
 
 
 # ----------------------------------------------------------------------------- model
+
+
+def test_the_nightly_gates_the_graphed_naive_and_1f1b2_splits_and_the_single_gpu_cases() -> None:
+    gpu_splits = [c for c in split_cases("seed") if c.device == "cuda"]
+    assert [c.id for c in gpu_splits if not c.nightly and c.graphs] == [
+        "split-gpipe2-c138-m62-11gib-expseg-graphs-cuda",
+        "split-gpipe4-c138-m62-11gib-expseg-graphs-cuda",
+        "split-1f1b4-c138-m62-11gib-expseg-graphs-cuda",
+    ]
+    assert [c.id for c in gpu_splits if c.nightly] == [
+        "split-naive-c138-m62-11gib-expseg-graphs-cuda",
+        "split-1f1b2-c138-m62-11gib-expseg-graphs-cuda",
+        "split-single-m62-11gib-cuda",
+    ]
+    assert all(in_nightly(c) for c in cases("seed"))  # the searches: the single-GPU job's
 
 
 def test_parameter_counts_are_pinned() -> None:

@@ -370,6 +370,34 @@ def test_parametrize_cases_without_the_plugin_says_how_to_load_it(
     assert "KeyError" not in result.stdout.str()
 
 
+def test_a_case_its_family_leaves_out_of_the_nightly_has_no_nightly_mark(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest('pytest_plugins = ["gpugauge.plugin"]\n')
+    pytester.makepyfile(
+        test_nightly="""
+        from dataclasses import dataclass
+
+        from gpugauge.plugin import parametrize_cases
+
+        @dataclass(frozen=True)
+        class Case:
+            id: str
+            nightly: bool = True
+            family = "demo"
+            device = "cpu"
+
+        def pytest_generate_tests(metafunc):
+            parametrize_cases(metafunc, "case", lambda p: [Case("kept"), Case("left", False)])
+
+        def test_case(case):
+            pass
+        """
+    )
+    result = pytester.runpytest("--strict-markers", "-m", "nightly", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*test_case[[]kept[]]", "1/2 tests collected (1 deselected)*"])
+
+
 def test_the_plugin_registers_its_markers(pytester: pytest.Pytester) -> None:
     # no ini naming them: --strict-markers would refuse any the plugin did not register
     pytester.makeconftest('pytest_plugins = ["gpugauge.plugin"]\n')

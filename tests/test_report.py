@@ -299,8 +299,11 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     root = Path(__file__).resolve().parents[1]
     text = (root / ".github" / "workflows" / "nightly-gpu.yml").read_text()
     assert "runs-on: [self-hosted, gpu]" in text
-    single = 'python3 -m pytest benches --profile seed -m "not multi_gpu and not distributed"'
+    single = 'benches --profile seed -m "nightly and not multi_gpu and not distributed" --gate'
     assert single in text  # every single-GPU family on the single-GPU runner
+    multi = 'benches --profile seed -m "nightly and (multi_gpu or distributed)" --gate'
+    assert multi in text  # the multi-GPU cases the nightly gates, on the multi-GPU runner
+    assert text.count("--gate --require-baselines") == 2
     assert "--gate --require-baselines" in text  # a result with no baseline fails
     assert "--record-kernels --energy-window 0 --benchmark-autosave" in text  # the budget
     assert "GPUGAUGE_HISTORY:" in text  # the history outlives the checkout

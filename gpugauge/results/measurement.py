@@ -30,7 +30,9 @@ class Spec(Protocol):
     """What is measured: a frozen, hashable value whose ``id`` is the pytest id too.
 
     ``device`` is where it runs ('cuda', 'cpu'); a spec over several devices (a split
-    model, one rank per GPU) also has ``devices``, a tuple of device strings.
+    model, one rank per GPU) also has ``devices``, a tuple of device strings. A spec may
+    say ``nightly = False``: the nightly job (``-m nightly``) leaves it to the seed and full
+    runs (:func:`in_nightly`).
     """
 
     family: str
@@ -42,6 +44,11 @@ class Spec(Protocol):
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
+
+
+def in_nightly(spec: Spec) -> bool:
+    """Whether the nightly job gates ``spec``: its ``nightly``, True where it has none."""
+    return bool(getattr(spec, "nightly", True))
 
 
 def devices_of(spec: Spec) -> tuple[str, ...]:
