@@ -105,6 +105,11 @@ class GateCase:
     aa: tuple[RunResult | None, ...]  # None: no result in that run (its test failed)
     injected: RunResult | None
 
+    @property
+    def verdicts(self) -> tuple[GateResult, ...]:
+        """Every verdict the case got, A/A runs first, the injected run's last."""
+        return tuple(r.gate for r in (*self.aa, self.injected) if r and r.gate)
+
     def _time_check(self) -> MetricCheck | None:
         """The check of time against the baseline, from whichever run compared with it."""
         for r in (*self.aa, self.injected):
@@ -278,9 +283,7 @@ def _busy_text(c: GateCase) -> str:
 
 def _caught_cell(c: GateCase) -> str:
     if c.baseline_ms is None:
-        judged = sorted(
-            {m.metric for r in (*c.aa, c.injected) if r and r.gate for m in r.gate.checks}
-        )
+        judged = sorted({m.metric for g in c.verdicts for m in g.checks})
         return f"- (not timed: {', '.join(judged)})" if judged else "- (no baseline)"
     word = "yes" if c.caught else ("NO" if c.counted else "no")
     if c.host_bound:

@@ -183,7 +183,9 @@ def judge_again(cfg: GateConfig) -> GateReport:
     from gpugauge.regress.gate import Gate
     from gpugauge.regress.tolerances import load_tolerances
 
-    folder = (cfg.judge_again or cfg.out) / "gate-runs"
+    if cfg.judge_again is None:
+        raise CheckError("judging again needs the folder of an earlier check (--judge-again)")
+    folder = cfg.judge_again / "gate-runs"
     aa_paths = sorted(folder.glob("aa*.json"))
     injected = folder / "injected.json"
     if not aa_paths or not injected.is_file():
@@ -198,9 +200,7 @@ def judge_again(cfg: GateConfig) -> GateReport:
     except RunError as err:
         raise CheckError(str(err)) from None
     cases = gate_cases(aa, inj)
-    classes = sorted(
-        {r.gate.device_class for c in cases for r in (*c.aa, c.injected) if r and r.gate}
-    )
+    classes = sorted({g.device_class for c in cases for g in c.verdicts})
     runs = tuple(
         {
             "name": p.stem,

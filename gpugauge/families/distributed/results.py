@@ -26,6 +26,7 @@ from gpugauge.measure.timing import Timing
 from gpugauge.results.measurement import Measurement
 
 CALL = "gpugauge.families.distributed.rank:run_series"
+RANK_STEPS_CLOCK = "cuda_event, the rank's timed steps"  # what times a rank's busy share
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,19 @@ class CaseResult:
     skipped: str | None = None  # why it did not run: out of memory here or before
 
     @property
+    def rank_timings(self) -> list[Timing]:
+        """Each rank's own timed steps, in rank order."""
+        return [Timing.from_dict(r["timing"]) for r in self.ranks]
+
+    @property
+    def rank_splits(self) -> list[CommSplit]:
+        """Each rank's trace split (the mean of its traced windows), in rank order."""
+        return [_mean_split(r["splits"]) for r in self.ranks]
+
+    @property
     def timing(self) -> Timing:
         """Each step the slowest rank's time, ms."""
-        return slowest_rank_rounds([Timing.from_dict(r["timing"]) for r in self.ranks])
+        return slowest_rank_rounds(self.rank_timings)
 
     @property
     def full_step_ms(self) -> tuple[float, ...]:
@@ -60,8 +71,7 @@ class CaseResult:
     @property
     def split(self) -> CommSplit:
         """The trace split of the rank with the most exposed communication (cycle mean)."""
-        per_rank = [_mean_split(r["splits"]) for r in self.ranks]
-        return max(per_rank, key=lambda s: s.exposed_ms)
+        return max(self.rank_splits, key=lambda s: s.exposed_ms)
 
     def allreduce_ms(self) -> float | None:
         """Median time of the reference all-reduce (slowest rank per round), ms."""
@@ -81,13 +91,8 @@ class CaseResult:
         if self.case.device != "cuda":
             return None
         shares = [
-            BusyShare(
-                tuple(Timing.from_dict(p["timing"]).device_ms),
-                _mean_split(p["splits"]).active_ms,
-                sum(s["steps"] for s in p["splits"]),
-                clock="cuda_event, the rank's timed steps",
-            )
-            for p in self.ranks
+            BusyShare(t.device_ms, split.active_ms, split.steps, clock=RANK_STEPS_CLOCK)
+            for t, split in zip(self.rank_timings, self.rank_splits, strict=True)
         ]
         return min(shares, key=lambda b: b.share)
 
@@ -209,7 +214,7 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
         "steps_per_epoch": c.steps_per_epoch,
         "data": c.data if c.model == "resnet18" else "synthetic",
         "trace_split": split.as_dict(),
-        "trace_split_per_rank": [_mean_split(p["splits"]).as_dict() for p in r.ranks],
+        "trace_split_per_rank": [s.as_dict() for s in r.rank_splits],
         "grad_bytes": r.ranks[0]["grad_bytes"],
         "profiler_schedule": dict(
             zip(("wait", "warmup", "active", "repeat"), c.schedule, strict=True)
