@@ -701,15 +701,27 @@ def test_clocks_far_apart_excuse_nothing() -> None:
     assert not report.passed
 
 
-def test_a_case_timed_warm_shows_its_own_median_beside_the_cold_ones() -> None:
-    warm = replace(_row("mlp-train-bf16-graphs", 0.1401, 0.1404), case_ms=0.1164)
-    report = TimerReport((warm, _row("vgg16", 60.0, 60.1)), 0.02)
+def test_a_row_keeps_both_runs_of_each_timer_and_the_case_median_beside() -> None:
+    """suite, do_bench, do_bench, suite: both medians of each side kept, their drift shown."""
+    row = replace(
+        _row("mlp-train-bf16-graphs", 0.1401, 0.1404),
+        case_ms=0.1164,
+        suite_runs_ms=(0.1400, 0.1414),
+        do_bench_runs_ms=(0.1403, 0.1405),
+    )
+    report = TimerReport((row, _row("vgg16", 60.0, 60.1)), 0.02)
     text = render_timer(report)
-    assert "case ms (warm L2)" in text.splitlines()[1]
+    header = text.splitlines()[1]
+    assert "drift" in header
+    assert "case ms" in header
     assert "0.1164" in text
-    assert TimerRow.from_dict(json.loads(json.dumps(warm.as_dict()))) == warm
-    old = {k: v for k, v in warm.as_dict().items() if k != "case_ms"}  # a file from before
-    assert TimerRow.from_dict(old).case_ms is None
+    assert "+1.00%" in text
+    assert TimerRow.from_dict(json.loads(json.dumps(row.as_dict()))) == row
+    old = {k: v for k, v in row.as_dict().items() if not k.endswith(("case_ms", "runs_ms"))}
+    before = TimerRow.from_dict(old)  # a file from before the interleaving
+    assert before.case_ms is None
+    assert before.drift is None
+    assert before.suite_runs_ms == ()
 
 
 def test_cold_timing_flushes_before_every_round_it_times() -> None:

@@ -129,7 +129,8 @@ def timer_table(report: TimerReport) -> tuple[list[str], list[list[str]]]:
         "vs bare",
         "suite SM MHz",
         "do_bench MHz",
-        "case ms (warm L2)",
+        "drift",
+        "case ms",
     ]
     rows = []
     for r in report.rows:
@@ -151,6 +152,7 @@ def timer_table(report: TimerReport) -> tuple[list[str], list[list[str]]]:
                 f"{r.vs_bare:+.2%}",
                 suite_mhz,
                 _mhz(r.do_bench_sm_mhz),
+                "-" if r.drift is None else f"{r.drift:+.2%}",
                 "-" if r.case_ms is None else f"{r.case_ms:.4g}",
             ]
         )
@@ -186,9 +188,11 @@ def markdown_timer(report: TimerReport, command: str) -> str:
         f"{CLOCKS_APART:.0%}-{CLOCKS_APART_AT_MOST:.0%} apart). "
         f"Suite: the suite's timer (sustained regime); do_bench: `triton.testing.do_bench` "
         f"({DO_BENCH_WARMUP_MS} ms warm-up, {DO_BENCH_REP_MS} ms of repetitions, median); "
-        "bare: CUDA events around each call, one synchronize, median (not judged). All "
-        "three with L2 flushed before every round, as do_bench does; for a case the suite "
-        "times with a warm L2, its own median is the last column.",
+        "bare: CUDA events around each call, one synchronize, median (not judged). Run in "
+        "the order suite, do_bench, bare, do_bench, suite, each side the mean of its two "
+        "medians, all three with do_bench's L2 flush before every round; drift: the suite's "
+        "second median against its first; case ms: the case's own median, as its family "
+        "timed it (a training step with a warm L2).",
         "",
         markdown_table(headers, rows),
     ]

@@ -1,31 +1,32 @@
 """The timer check inside a pytest run: each case timed by the suite, do_bench and a bare loop.
 
 ``gpugauge check timer`` runs the benchmarks with this plugin, so that do_bench times
-exactly what the suite times: the same callable, with the same TF32 flags and L2 flush,
-on the family's own cases, whatever family they come from:
+exactly what the suite times: the same callable, with the same TF32 flags, on the
+family's own cases, whatever family they come from:
 
     python -m pytest benches -k layers --profile seed --energy-window 0 \
         -p gpugauge.check.timer_plugin --timer-check-json rows.json
 
 After ``gauge.measure`` has timed and recorded a case as usual, the same callable is timed
-by ``triton.testing.do_bench`` and by a bare CUDA-event loop
-(:func:`gpugauge.check.timers.compare_timers`), all three with L2 flushed before every
-round as do_bench has it: a case the suite times warm is timed again cold by the suite's
-own timer (:func:`gpugauge.check.timers.cold_timing`), its warm median kept beside. A
-case that runs a setup step before every round (do_bench would time it with the round)
-or that is not on one GPU is skipped with that reason. The rows are written to the JSON
+again by the suite's own timer (:func:`gpugauge.check.timers.cold_timing`), by
+``triton.testing.do_bench`` and by a bare CUDA-event loop, interleaved, all three with
+do_bench's L2 flush before every round (:func:`gpugauge.check.timers.compare_timers`); the
+case's own median is kept beside. A case that runs a setup step before every round
+(do_bench would time it with the round) or that is not on one GPU is skipped with that
+reason. The rows are written to the JSON
 file when the session ends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpugauge.gauge import Gauge, l2_flusher
+from gpugauge.gauge import Gauge
 from gpugauge.results.files import atomic_write_json
 from gpugauge.results.measurement import devices_of
 
@@ -99,7 +100,7 @@ def three_ways(
     not_compared: list[dict[str, str]],
 ) -> Callable[..., Any]:
     """``Gauge.measure`` that then times the same callable with do_bench and a bare loop."""
-    from gpugauge.check.timers import cold_timing, compare_timers
+    from gpugauge.check.timers import cold_timing, compare_timers, do_bench_flush
 
     def measured(self: Gauge, spec: Any, fn: Callable[[], object], **kw: Any) -> Any:
         if isinstance(spec, str):  # an id: the test's own spec, as gauge.measure makes it
@@ -116,19 +117,15 @@ def three_ways(
         m = measure(self, spec, fn, **kw)
         if m.timing is None:
             return m
-        device, suite, case_ms = devices[0], m.timing, None
-        nvml_device = self.session.nvml_device(device)
-        flush = l2_flusher(device)
-        if not suite.l2_flushed:  # do_bench's L2 is cold: time the case cold too
-            case_ms = suite.summary.median
-            self.session.note(f"{spec.id}: timed warm; the suite's timer again, L2 cold ...")
-            suite = cold_timing(fn, self.options.policy, device, flush, nvml_device)
+        device, case_ms = devices[0], m.timing.summary.median
+        nvml_device, flush = self.session.nvml_device(device), do_bench_flush(device)
+        suite = partial(cold_timing, fn, self.options.policy, device, flush, nvml_device)
+        self.session.note(f"{spec.id}: the suite's timer, do_bench and a bare loop, interleaved")
         row = compare_timers(spec.id, fn, suite, flush, nvml_device, case_ms)
         rows.append(row.as_dict())
-        warm = "" if case_ms is None else f" (warm {case_ms:.4g} ms)"
         self.session.note(
-            f"{spec.id}: suite {row.suite_ms:.4g} ms{warm}, do_bench {row.do_bench_ms:.4g} ms "
-            f"({row.vs_do_bench:+.2%}), bare {row.bare_ms:.4g} ms"
+            f"{spec.id}: suite {row.suite_ms:.4g} ms (the case: {row.case_ms:.4g} ms), "
+            f"do_bench {row.do_bench_ms:.4g} ms ({row.vs_do_bench:+.2%}), bare {row.bare_ms:.4g} ms"
         )
         return m
 

@@ -1,9 +1,10 @@
 """The three timers of ``gpugauge check timer``, and the ops only the check times.
 
-:func:`compare_timers` times a callable with ``triton.testing.do_bench`` (500 ms warm-up,
-1 s of repetitions, median, as in docs/gpu-runs.md runs 42 and 50) and with a bare
-CUDA-event loop, beside the suite's own :class:`~gpugauge.measure.timing.Timing` of it,
-with the SM clock each saw; :func:`time_power_heavy` does all three for three
+:func:`compare_timers` times a callable with the suite's own timer
+(:func:`gpugauge.measure.timing.measure`), ``triton.testing.do_bench`` (500 ms warm-up,
+1 s of repetitions, median, as in docs/gpu-runs.md runs 42 and 50) and a bare CUDA-event
+loop, in the order suite, do_bench, bare, do_bench, suite, each round after do_bench's own
+L2 flush, with the SM clock each saw; :func:`time_power_heavy` does it for three
 power-capped ops that are no benchmark's case.
 """
 
@@ -15,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any
 
 from gpugauge.check.runs import Note
@@ -36,7 +38,12 @@ CLOCKS_APART_AT_MOST = 0.05
 
 @dataclass(frozen=True)
 class TimerRow:
-    """One op timed three ways (ms) and the SM clock each saw (MHz; None without NVML)."""
+    """One op timed three ways (ms) and the SM clock each saw (MHz; None without NVML).
+
+    ``suite_ms`` and ``do_bench_ms`` are the means of each timer's two medians
+    (``suite_runs_ms``, ``do_bench_runs_ms``, in the order they ran: suite, do_bench,
+    do_bench, suite); rows from before the interleaving have one run or none listed.
+    """
 
     op: str
     suite_ms: float
@@ -49,7 +56,9 @@ class TimerRow:
     l2_flushed: bool = False
     settled: bool | None = None
     rounds: int = 0
-    case_ms: float | None = None  # the case's own median where it ran with a warm L2
+    case_ms: float | None = None  # the case's own median, as its family timed it
+    suite_runs_ms: tuple[float, ...] = ()
+    do_bench_runs_ms: tuple[float, ...] = ()
 
     @property
     def vs_do_bench(self) -> float:
@@ -87,6 +96,12 @@ class TimerRow:
         return CLOCKS_APART <= abs(ratio - 1) <= CLOCKS_APART_AT_MOST and abs(at_clock) <= threshold
 
     @property
+    def drift(self) -> float | None:
+        """The suite's second median / its first - 1: how far the GPU moved during the row."""
+        runs = self.suite_runs_ms
+        return runs[-1] / runs[0] - 1 if len(runs) >= 2 else None
+
+    @property
     def vs_bare(self) -> float:
         """Suite / bare loop - 1."""
         return self.suite_ms / self.bare_ms - 1
@@ -99,7 +114,10 @@ class TimerRow:
     def from_dict(cls, d: dict[str, Any]) -> TimerRow:
         """Read back :meth:`as_dict` (the derived differences are dropped)."""
         names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in d.items() if k in names})
+        kept = {k: v for k, v in d.items() if k in names}
+        for key in ("suite_runs_ms", "do_bench_runs_ms"):
+            kept[key] = tuple(kept.get(key, ()))
+        return cls(**kept)
 
 
 def bare_event_loop(
@@ -139,6 +157,23 @@ def bare_rounds(suite_ms: float) -> int:
     return max(BARE_MIN_ROUNDS, min(BARE_ROUNDS, math.ceil(BARE_SPAN_MS / max(suite_ms, 1e-6))))
 
 
+def do_bench_flush(device: str) -> Callable[[], object]:
+    """do_bench's own L2 flush (triton's 256 MB buffer, zeroed), for all three timers.
+
+    The check compares timers, so the rest of a round is made the same: the suite's own
+    flush zeroes twice the L2 (100 MB on an H100), do_bench's 256 MB, and at the power cap
+    what runs between an op's rounds changes the clock it runs at.
+    """
+    import torch
+    from triton import runtime
+
+    driver = runtime.driver.active
+    with torch.cuda.device(torch.device(device)):
+        cache = driver.get_empty_cache_for_benchmark()
+    clear = getattr(driver, "clear_cache", None)  # triton < 3.2: do_bench zeroes it itself
+    return cache.zero_ if clear is None else partial(clear, cache)
+
+
 def cold_timing(
     fn: Callable[[], object],
     policy: TimingPolicy,
@@ -146,12 +181,12 @@ def cold_timing(
     flush: Callable[[], object],
     nvml_device: NvmlDevice | None,
 ) -> Timing:
-    """The suite's one timing primitive on ``fn`` with L2 flushed before every round.
+    """The suite's one timing primitive on ``fn`` with ``flush`` before every round.
 
     do_bench clears a 256 MB buffer before each repetition; the suite's timer is compared
     with it in that regime. A case the suite times with a warm L2 (a training step that
-    finds its weights in L2) is timed again cold here: a 0.12 ms graphed MLP step read
-    17% under do_bench warm and within 0.1% of the warm bare loop (run 70).
+    finds its weights in L2) is timed cold here: a 0.12 ms graphed MLP step read 17% under
+    do_bench warm and within 0.1% of the warm bare loop (run 70).
     """
     from gpugauge.measure.sampler import watching
     from gpugauge.measure.timing import measure
@@ -162,45 +197,64 @@ def cold_timing(
         return measure(fn, cold, clock_for((device,)), between=flush, watch=watch)
 
 
-def compare_timers(
-    op: str,
-    fn: Callable[[], object],
-    suite: Timing,
-    flush: Callable[[], object] | None,
-    nvml_device: NvmlDevice | None,
-    case_ms: float | None = None,
-) -> TimerRow:
-    """Time ``fn`` with do_bench and the bare loop, beside the suite's ``Timing`` of it.
-
-    The SM clock under do_bench is the median of NVML samples taken while it ran.
-    ``case_ms`` is the case's own warm median where ``suite`` is its cold re-timing.
-    """
+def _do_bench(
+    fn: Callable[[], object], nvml_device: NvmlDevice | None
+) -> tuple[float, list[float]]:
+    """do_bench's median (ms) and the SM clocks NVML read while it ran (MHz)."""
     import triton.testing
 
     from gpugauge.measure.sampler import watching
 
     with watching(nvml_device) as watch:
         t0 = time.perf_counter()
-        bench = triton.testing.do_bench(
+        ms = triton.testing.do_bench(
             fn, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="median"
         )
         t1 = time.perf_counter()
-        bare = bare_event_loop(fn, bare_rounds(suite.summary.median), between=flush)
     seen = [s.sm_clock_mhz for s in watch.between(t0, t1) if s.sm_clock_mhz] if watch else []
-    clocks = suite.clocks()
+    return float(ms), seen
+
+
+def compare_timers(
+    op: str,
+    fn: Callable[[], object],
+    suite: Callable[[], Timing],
+    flush: Callable[[], object],
+    nvml_device: NvmlDevice | None,
+    case_ms: float | None = None,
+) -> TimerRow:
+    """Time ``fn`` with the suite's timer (``suite()``), do_bench and the bare loop.
+
+    In the order suite, do_bench, bare, do_bench, suite, and each side's two medians
+    averaged: a GPU at its power cap slows while the check runs, and a drift linear in
+    time then weighs the same on both sides instead of on whichever timer ran second
+    (run 76: matmul-8192-bf16 +2.88% with the suite first, at the same median clock).
+    ``flush`` runs before every round of all three, as do_bench's own flush does
+    (:func:`do_bench_flush`). ``case_ms`` is the case's own median, as its family timed it.
+    """
+    first = suite()
+    bench_a, seen_a = _do_bench(fn, nvml_device)
+    bare = bare_event_loop(fn, bare_rounds(first.summary.median), between=flush)
+    bench_b, seen_b = _do_bench(fn, nvml_device)
+    second = suite()
+    seen = seen_a + seen_b
+    runs = (first.summary.median, second.summary.median)
+    clocks = replace(first, batches=first.batches + second.batches).clocks()
     return TimerRow(
         op=op,
-        suite_ms=suite.summary.median,
-        do_bench_ms=float(bench),
+        suite_ms=statistics.fmean(runs),
+        do_bench_ms=statistics.fmean((bench_a, bench_b)),
         bare_ms=bare,
         suite_sm_mhz=clocks["sm_median_mhz"],
         suite_sm_min_mhz=clocks["sm_min_mhz"],
         suite_sm_max_mhz=clocks["sm_max_mhz"],
         do_bench_sm_mhz=float(statistics.median(seen)) if seen else None,
-        l2_flushed=suite.l2_flushed,
-        settled=suite.settled,
-        rounds=suite.summary.n,
+        l2_flushed=first.l2_flushed and second.l2_flushed,
+        settled=bool(first.settled and second.settled),
+        rounds=first.summary.n + second.summary.n,
         case_ms=case_ms,
+        suite_runs_ms=runs,
+        do_bench_runs_ms=(bench_a, bench_b),
     )
 
 
@@ -237,7 +291,6 @@ def time_power_heavy(profile: str, patterns: Sequence[str], note: Note) -> list[
         return []
     import torch
 
-    from gpugauge.gauge import l2_flusher
     from gpugauge.measure.nvml import maybe_nvml
     from gpugauge.options import PROFILE_POLICIES
 
@@ -245,9 +298,9 @@ def time_power_heavy(profile: str, patterns: Sequence[str], note: Note) -> list[
     with maybe_nvml() as nvml:
         dev = None if isinstance(nvml, Exception) else nvml.device(0)
         ops = [(name, fn) for name, fn in power_heavy_ops() if name in chosen]
-        flush = l2_flusher("cuda")
+        flush = do_bench_flush("cuda")
         for name, fn in ops:
-            suite = cold_timing(fn, PROFILE_POLICIES[profile], "cuda", flush, dev)
+            suite = partial(cold_timing, fn, PROFILE_POLICIES[profile], "cuda", flush, dev)
             row = compare_timers(name, fn, suite, flush, dev)
             rows.append(row)
             note(f"  {name}: suite {row.suite_ms:.4g} ms, do_bench {row.do_bench_ms:.4g} ms")
