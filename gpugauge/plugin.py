@@ -15,7 +15,7 @@ import gc
 import inspect
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -36,6 +36,7 @@ from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results import benchmark_storage
 from gpugauge.results.measurement import Spec, devices_of, in_nightly
+from gpugauge.results.outcome import Skip, skip_reason, test_id
 from gpugauge.session import GaugeSession, Note
 
 SESSION = pytest.StashKey[GaugeSession]()
@@ -124,6 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
         tracker=tracker,
         confirm=not config.getoption("no_confirm", False),
     )
+    config.pluginmanager.register(OutcomeWatch(config.stash[SESSION]), "gpugauge-outcome")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -150,6 +152,36 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         item.session.shouldstop = (
             f"--stop-after {limit:g} s passed: the tests after {item.name} were not run"
         )
+    gs = item.config.stash.get(SESSION, None)
+    stop = item.session.shouldstop or item.session.shouldfail
+    if gs is not None and stop:
+        gs.stopped = str(stop)
+
+
+class OutcomeWatch:
+    """The run's course for its saved outcome: selected, finished, skipped, interrupted.
+
+    A plugin object registered per run, bound to its session: a test report and the
+    interrupt hook carry no config to find the session by.
+    """
+
+    def __init__(self, session: GaugeSession) -> None:
+        self.session = session
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """How many tests the run selected: a saved run says how many of them ran."""
+        self.session.selected = len(session.items)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Count the tests that ran to their end; keep each skip's reason."""
+        if report.when == "teardown":
+            self.session.finished += 1
+        elif report.skipped and not hasattr(report, "wasxfail"):
+            self.session.skips.append(Skip(test_id(report.nodeid), skip_reason(report.longrepr)))
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Ctrl-C, or a signal raised as one: the saved run and the history must know."""
+        self.session.interrupted = excinfo.typename
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -266,7 +298,9 @@ def gauge_session(pytestconfig: pytest.Config) -> GaugeSession:
 
 
 @pytest.fixture
-def gauge(gauge_session: GaugeSession, benchmark: Any, request: pytest.FixtureRequest) -> Gauge:
+def gauge(
+    gauge_session: GaugeSession, benchmark: Any, request: pytest.FixtureRequest
+) -> Iterator[Gauge]:
     """Measure or record one result per test, saved through pytest-benchmark and gated.
 
     gauge(fn, *args, **kwargs) -> fn's result
@@ -288,7 +322,9 @@ def gauge(gauge_session: GaugeSession, benchmark: Any, request: pytest.FixtureRe
     gauge.compare(a, b, *, title, labels) -> speedup of b over a with its CI.
     A second measure/record in one test is refused (GaugeError): parametrize instead.
     """
-    return Gauge(gauge_session, benchmark, request.node)
+    gauge = Gauge(gauge_session, benchmark, request.node)
+    yield gauge
+    gauge.finish()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -313,6 +349,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             # only gauge.compare's: a family's comparisons are derived from the results
             "comparisons": [c.as_dict() for c in session.adhoc_comparisons],
             "history_run_id": session.tracker.run_id if session.tracker else None,
+            "outcome": session.outcome().as_dict(),
         }
 
 
@@ -349,15 +386,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     session = config.stash.get(SESSION, None)
     if session is None or not (session.measurements or session.messages):
         return
-    title = "gpugauge"
-    if session.measurements and not session.on_gpu:
-        title = f"gpugauge results ({session.label})"
-    terminalreporter.write_sep("=", title)
-    for message in session.messages:
-        terminalreporter.write_line(message)
+    terminalreporter.write_sep("=", "gpugauge")
     for table in session.tables().values():
         terminalreporter.write_line(table)
         terminalreporter.write_line("")
+    for message in session.messages:
+        terminalreporter.write_line(message)
     if session.measurements:
         started = config.stash.get(STARTED_WALL, time.time())
         for line in saved_where(config, started):

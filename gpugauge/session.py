@@ -31,6 +31,7 @@ from gpugauge.report.tables import (
     run_label,
 )
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
+from gpugauge.results.outcome import RunOutcome, Skip
 from gpugauge.tracking import Tracker
 
 Note = Callable[[str], None]
@@ -57,6 +58,11 @@ class GaugeSession:
     foreign_note: str | None = None
     tracker: Tracker | None = None  # the results history; None with --no-history
     confirm: bool = True  # measure a regressed result again before its test fails
+    selected: int = 0  # tests pytest selected to run
+    finished: int = 0  # tests that ran to their teardown
+    skips: list[Skip] = field(default_factory=list)
+    interrupted: str | None = None  # the exception that ended the run (Ctrl-C), or None
+    stopped: str | None = None  # why pytest started no more tests (-x, --stop-after), or None
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
@@ -210,6 +216,12 @@ class GaugeSession:
             self._artifact_run = self.options.artifacts_dir / f"{stamp}-{os.getpid()}"
         return self._artifact_run
 
+    def outcome(self) -> RunOutcome:
+        """How the run went so far: selected, finished, skipped, ended early."""
+        return RunOutcome(
+            self.selected, self.finished, tuple(self.skips), self.interrupted, self.stopped
+        )
+
     def append_history(self) -> None:
         """Append this run's results to the history (once, at the end); never raises.
 
@@ -219,6 +231,13 @@ class GaugeSession:
         results were measured and judged, and a saved run can be added later.
         """
         if self.tracker is None or self.unmeasured:
+            return
+        early = self.outcome().ended_early()
+        if early and self.measurements:
+            self.messages.append(
+                f"history NOT appended: {early}; a night's history keeps whole runs (add "
+                "this one if you want it: python -m gpugauge history import RUN.json)"
+            )
             return
         classes = [m.device_class for m in self.measurements]
         gpu = [c for c in classes if not c.startswith("cpu")]

@@ -317,7 +317,8 @@ def test_cpu_run_says_smoke_check_and_the_next_step(gauge_pytester: pytest.Pytes
     result, _ = run()
     result.stdout.fnmatch_lines(
         [
-            "=*gpugauge results (CPU smoke check: host-timed rounds; not GPU measurements)*=",
+            "=*= gpugauge =*=",
+            "gpugauge results (CPU smoke check: host-timed rounds; not GPU measurements)",
             "benchmark*median ms*95% CI ms*n*CV*notes",
             "results saved: *out.json",
             "report: python -m gpugauge report --current *out.json",
@@ -419,3 +420,91 @@ def test_the_plugin_registers_its_markers(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--strict-markers", "-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     pytester.runpytest("--markers").stdout.fnmatch_lines(["@pytest.mark.vgg_swap: family*"])
+
+
+# --- the run's outcome: selected, finished, skipped, ended early -----------------------------
+
+INTERRUPTED = (
+    SPEC_SOURCE
+    + """
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", ["first", "second", "third"])
+def test_demo(gauge, name):
+    if name == "second":
+        raise KeyboardInterrupt  # Ctrl-C in the middle of a run
+    gauge.measure(Spec(name), lambda: time.sleep(0.001))
+
+@pytest.mark.gpu
+def test_needs_gpu(gauge):
+    raise AssertionError("must be skipped on a machine with no GPU")
+"""
+)
+
+
+def test_a_whole_run_saves_its_outcome_with_each_skip_and_its_reason(run) -> None:
+    _, data = run()
+    outcome = data["gpugauge"]["outcome"]
+    assert outcome["selected"] == 3
+    assert outcome["finished"] == 3
+    assert outcome["interrupted"] is None
+    assert outcome["stopped"] is None
+    assert outcome["skipped"] == [
+        {"test": "test_needs_gpu", "why": "needs a CUDA GPU; none is visible here"}
+    ]
+
+
+def test_an_interrupted_run_says_so_in_its_file_the_history_the_report_and_baseline(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """Ctrl-C: the part measured is saved, marked; nothing takes it for a whole run."""
+    from gpugauge.__main__ import main
+    from gpugauge.history.store import History
+
+    gauge_pytester.makepyfile(test_demo=INTERRUPTED)
+    out, history = gauge_pytester.path / "out.json", gauge_pytester.path / "h.sqlite"
+    result = gauge_pytester.runpytest(
+        "--rounds",
+        "3",
+        "--warmup",
+        "1",
+        f"--benchmark-json={out}",
+        f"--history={history}",
+        no_reraise_ctrlc=True,  # the Ctrl-C is the inner run's, not this test's
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "Benchmark fixture was not used" not in result.stdout.str() + result.stderr.str()
+    outcome = json.loads(out.read_text())["gpugauge"]["outcome"]
+    assert outcome["interrupted"] == "KeyboardInterrupt"
+    assert outcome["finished"] < outcome["selected"] == 4
+    result.stdout.fnmatch_lines(
+        ["history NOT appended: the run was interrupted (KeyboardInterrupt) after 1 of 4*"]
+    )
+    with History.open(history) as h:
+        assert not h.runs()
+    reports = gauge_pytester.path / "rep"
+    assert main(["report", "--current", str(out), "--out", str(reports)]) == 0
+    text = (reports / "report.md").read_text()
+    assert "- note: the run was interrupted (KeyboardInterrupt) after 1 of 4 selected" in text
+    assert "- note: CPU smoke check: host-timed rounds; not GPU measurements" in text
+    bl = gauge_pytester.path / "bl"
+    assert main(["baseline", str(out), "--baselines-dir", str(bl)]) == 2
+    assert not bl.exists() or not any(bl.rglob("*.json"))
+
+
+def test_a_run_stopped_at_its_first_failure_is_not_whole(gauge_pytester: pytest.Pytester) -> None:
+    gauge_pytester.makepyfile(
+        test_demo=SPEC_SOURCE
+        + """
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", ["a", "b", "c"])
+def test_demo(gauge, name):
+    gauge.measure(Spec(name), lambda: time.sleep(0.001))
+    assert name != "a"
+"""
+    )
+    out = gauge_pytester.path / "out.json"
+    gauge_pytester.runpytest("-x", "--rounds", "3", "--warmup", "1", f"--benchmark-json={out}")
+    outcome = json.loads(out.read_text())["gpugauge"]["outcome"]
+    assert outcome["finished"] == 1
+    assert outcome["stopped"]
+    assert outcome["selected"] == 3

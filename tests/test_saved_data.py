@@ -352,3 +352,51 @@ def test_a_saved_run_names_its_host(fingerprint: dict, host: str | None) -> None
     from gpugauge.results.runs import SavedRun
 
     assert SavedRun(Path("run.json"), "run", [], fingerprint).host == host
+
+
+# --- a run's outcome, read back ----------------------------------------------------------------
+
+
+def test_a_run_outcome_reads_back_and_says_how_it_ended() -> None:
+    from gpugauge.results.outcome import RunOutcome, Skip, skip_reason, test_id
+
+    whole = RunOutcome(
+        3, 3, (Skip("a-cuda", "needs a CUDA GPU"), Skip("b-cuda", "needs a CUDA GPU"))
+    )
+    assert whole.complete
+    assert whole.ended_early() is None
+    assert whole.skip_lines() == ["2 tests skipped: needs a CUDA GPU"]
+    assert RunOutcome.from_dict(json.loads(json.dumps(whole.as_dict()))) == whole
+    cut = RunOutcome(5, 2, stopped="stopping after 1 failures")
+    assert not cut.complete
+    assert cut.ended_early() == (
+        "the run was stopped early (stopping after 1 failures) after 2 of 5 selected tests: "
+        "its results are a part of the run"
+    )
+    assert test_id("benches/test_x.py::test_vgg[vgg16-b2-cpu]") == "vgg16-b2-cpu"
+    assert test_id("benches/test_x.py::Test::test_plain") == "test_plain"
+    assert skip_reason(("x.py", 3, "Skipped: no GPU")) == "no GPU"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        {"selected": -1, "finished": 0},
+        {"selected": 1, "finished": True},
+        {"selected": 1, "finished": 1, "skipped": [{"test": 1, "why": "x"}]},
+        {"selected": 1, "finished": 1, "interrupted": 3},
+    ],
+)
+def test_a_bad_outcome_in_a_saved_run_is_named(bad: object, tmp_path: Path) -> None:
+    from gpugauge.results.outcome import RunOutcome
+    from gpugauge.results.runs import RunError, load_run
+
+    with pytest.raises(ValueError, match="outcome"):
+        RunOutcome.from_dict(bad)
+    path = save_run(tmp_path / "run.json", [result("a")])
+    data = json.loads(path.read_text())
+    data.setdefault("gpugauge", {})["outcome"] = bad
+    path.write_text(json.dumps(data))
+    with pytest.raises(RunError, match="outcome"):
+        load_run(path)

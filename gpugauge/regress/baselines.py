@@ -61,7 +61,11 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
     A result that could not be stored as a baseline (one with no metric) is a
     BaselineError naming the run and the result, before anything is written.
     """
-    entries = [entry_of(m) for m in load_run(path).measurements]
+    run = load_run(path)
+    early = run.outcome.ended_early() if run.outcome is not None else None
+    if early:
+        raise BaselineError(f"{path}: {early}; record baselines from whole runs")
+    entries = [entry_of(m) for m in run.measurements]
     for e in entries:
         problem = entry_problem(e)
         if problem:

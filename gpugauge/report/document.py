@@ -29,6 +29,8 @@ from gpugauge.report.tables import (
     fmt_verdict,
     noisy_ids,
     notes_of,
+    on_gpu,
+    run_label,
     value_metrics,
     worst_first,
 )
@@ -127,7 +129,7 @@ def collect(
         against,
         results,
         runs,
-        tuple(notes or ()),
+        (*about(run), *(notes or ())),
         baseline_noisy,
         trends=trends,
         changes=changes_of(trends, steps),
@@ -135,6 +137,18 @@ def collect(
         trend_source=trend_history or "",
         trend_note=why,
     )
+
+
+def about(run: SavedRun) -> list[str]:
+    """What a reader must know before the numbers: CPU-timed, ended early, tests skipped."""
+    lines = []
+    if not on_gpu(run.measurements):
+        lines.append(run_label(run.measurements, smoke=run.profile in (None, "smoke")))
+    if run.outcome is not None:
+        early = run.outcome.ended_early()
+        lines += [early] if early else []
+        lines += run.outcome.skip_lines()
+    return lines
 
 
 Links = tuple[tuple[str, str], ...]  # (text, link target) pairs, shown in one cell

@@ -23,6 +23,7 @@ from gpugauge.plain import RecordError
 from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.results.outcome import RunOutcome
 
 # The magnitudes a reading may have (0 aside, for values). Any ratio of two such readings
 # and its confidence interval stay finite and normal; no time in ms, byte count, energy in
@@ -63,6 +64,8 @@ class SavedRun:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # the gate's, by id
     adhoc_comparisons: list[dict[str, Any]] = field(default_factory=list)  # gauge.compare's
+    outcome: RunOutcome | None = None  # None: saved before runs kept their outcome
+    profile: str | None = None  # the run's --profile, where it was saved
 
     @property
     def machine(self) -> str:
@@ -173,6 +176,14 @@ def load_run(path: Path) -> SavedRun:
         )
     fp = (machine or {}).get("gpugauge") or {}
     saved = data.get("gpugauge") or {}
+    outcome = None
+    if isinstance(saved, dict) and saved.get("outcome") is not None:
+        try:
+            outcome = RunOutcome.from_dict(saved["outcome"])
+        except ValueError as err:
+            raise RunError(f"{path}: {err}") from None
+    options = saved.get("options") if isinstance(saved, dict) else None
+    profile = options.get("profile") if isinstance(options, dict) else None
     return SavedRun(
         path=path,
         label=str(data.get("datetime") or path.stem)[:19],
@@ -180,4 +191,6 @@ def load_run(path: Path) -> SavedRun:
         fingerprint=fp if isinstance(fp, dict) else {},
         verdicts=verdicts,
         adhoc_comparisons=list(saved.get("comparisons") or []) if isinstance(saved, dict) else [],
+        outcome=outcome,
+        profile=profile if isinstance(profile, str) else None,
     )
