@@ -10,7 +10,7 @@ from gpugauge.history.changepoints import ChangePoint
 from gpugauge.history.records import Point
 from gpugauge.history.reference import Reference
 from gpugauge.regress.gate import GateResult, Verdict
-from gpugauge.report.tables import noisy_ids, verdict_counts
+from gpugauge.report.tables import noisy_ids, on_gpu, run_label, verdict_counts
 from gpugauge.results.measurement import Comparison
 from gpugauge.results.runs import SavedRun
 
@@ -78,3 +78,15 @@ class ReportData:
             f"NOTHING COMPARED: no result of this run had a counterpart of its device class "
             f"in {self.against}" + (f" ({counts})" if counts else "")
         )
+
+
+def about(run: SavedRun) -> list[str]:
+    """What a reader must know before the numbers: CPU-timed, ended early, tests skipped."""
+    lines = []
+    if not on_gpu(run.measurements):
+        lines.append(run_label(run.measurements, smoke=run.profile in (None, "smoke")))
+    if run.outcome is not None:
+        early = run.outcome.ended_early()
+        lines += [early] if early else []
+        lines += run.outcome.skip_lines()
+    return lines

@@ -19,7 +19,7 @@ from pathlib import Path
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare
 from gpugauge.regress.tolerances import Tolerances
-from gpugauge.report.data import ReportData
+from gpugauge.report.data import ReportData, about
 from gpugauge.report.tables import (
     checked_metrics,
     decided_by,
@@ -29,8 +29,6 @@ from gpugauge.report.tables import (
     fmt_verdict,
     noisy_ids,
     notes_of,
-    on_gpu,
-    run_label,
     value_metrics,
     worst_first,
 )
@@ -137,18 +135,6 @@ def collect(
         trend_source=trend_history or "",
         trend_note=why,
     )
-
-
-def about(run: SavedRun) -> list[str]:
-    """What a reader must know before the numbers: CPU-timed, ended early, tests skipped."""
-    lines = []
-    if not on_gpu(run.measurements):
-        lines.append(run_label(run.measurements, smoke=run.profile in (None, "smoke")))
-    if run.outcome is not None:
-        early = run.outcome.ended_early()
-        lines += [early] if early else []
-        lines += run.outcome.skip_lines()
-    return lines
 
 
 Links = tuple[tuple[str, str], ...]  # (text, link target) pairs, shown in one cell
