@@ -36,24 +36,33 @@ from pathlib import Path
 
 import torch
 
-from gpugauge.check.timers import _do_bench, cold_timing, do_bench_flush, power_heavy_ops
+from gpugauge.check.timers import (
+    DO_BENCH_WARMUP_MS,
+    _do_bench,
+    cold_timing,
+    do_bench_flush,
+    power_heavy_ops,
+)
 from gpugauge.measure.nvml import maybe_nvml
 from gpugauge.options import PROFILE_POLICIES
 from gpugauge.pipeline import l2_flusher
 
 SERIES = ("S100", "D", "S256", "D", "D", "S256", "D", "S100")
+# the warm-up question (run 79): do_bench with 4x its warm-up, against the suite and itself
+WARMUP_SERIES = ("S256", "D", "D2000", "S256", "D2000", "D", "S256")
 
 
-def series(op: str, fn, dev, repeat: int) -> list[dict]:
-    """Every block of ``SERIES``, ``repeat`` times: kind, median ms, SM clock MHz, start s."""
+def series(op: str, fn, dev, repeat: int, kinds: tuple[str, ...] = SERIES) -> list[dict]:
+    """Every block of ``kinds``, ``repeat`` times: kind, median ms, SM clock MHz, start s."""
     policy = PROFILE_POLICIES["seed"]
     flushes = {"S100": l2_flusher("cuda"), "S256": do_bench_flush("cuda")}
     out, t0 = [], time.perf_counter()
     for r in range(repeat):
-        for i, kind in enumerate(SERIES):
+        for i, kind in enumerate(kinds):
             start = time.perf_counter() - t0
-            if kind == "D":
-                ms, seen = _do_bench(fn, dev)
+            if kind.startswith("D"):
+                warmup = int(kind[1:] or DO_BENCH_WARMUP_MS)
+                ms, seen = _do_bench(fn, dev, warmup)
                 mhz = statistics.median(seen) if seen else None
             else:
                 timing = partial(cold_timing, fn, policy, "cuda", flushes[kind], dev)()
@@ -80,16 +89,18 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--ops", nargs="*", default=["matmul-8192-bf16", "matmul-8192-fp16"])
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--warmup-series", action="store_true", help="S D D2000 S D2000 D S")
     args = ap.parse_args()
+    kinds = WARMUP_SERIES if args.warmup_series else SERIES
     rows = []
     with maybe_nvml() as nvml:
         dev = None if isinstance(nvml, Exception) else nvml.device(0)
         for op, fn in power_heavy_ops():
             if op in args.ops:
-                rows += series(op, fn, dev, args.repeat)
+                rows += series(op, fn, dev, args.repeat, kinds)
     for op in args.ops:
         mine = [r for r in rows if r["op"] == op]
-        for kind in ("S100", "S256", "D"):
+        for kind in sorted(set(kinds)):
             ms = [r["ms"] for r in mine if r["kind"] == kind]
             if ms:
                 print(

@@ -198,7 +198,7 @@ def cold_timing(
 
 
 def _do_bench(
-    fn: Callable[[], object], nvml_device: NvmlDevice | None
+    fn: Callable[[], object], nvml_device: NvmlDevice | None, warmup_ms: int = DO_BENCH_WARMUP_MS
 ) -> tuple[float, list[float]]:
     """do_bench's median (ms) and the SM clocks NVML read while it ran (MHz)."""
     import triton.testing
@@ -208,7 +208,7 @@ def _do_bench(
     with watching(nvml_device) as watch:
         t0 = time.perf_counter()
         ms = triton.testing.do_bench(
-            fn, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="median"
+            fn, warmup=warmup_ms, rep=DO_BENCH_REP_MS, return_mode="median"
         )
         t1 = time.perf_counter()
     seen = [s.sm_clock_mhz for s in watch.between(t0, t1) if s.sm_clock_mhz] if watch else []
