@@ -386,12 +386,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     session = config.stash.get(SESSION, None)
     if session is None or not (session.measurements or session.messages):
         return
-    terminalreporter.write_sep("=", "gpugauge")
+    terminalreporter.write_sep("=", "gpugauge")  # the results table's title says what they are
+    for message in session.messages:
+        terminalreporter.write_line(message)
     for table in session.tables().values():
         terminalreporter.write_line(table)
         terminalreporter.write_line("")
-    for message in session.messages:
-        terminalreporter.write_line(message)
     if session.measurements:
         started = config.stash.get(STARTED_WALL, time.time())
         for line in saved_where(config, started):
