@@ -37,6 +37,7 @@ from gpugauge.check.timer import TimerReport, render_timer, why_not_here
 from gpugauge.check.timers import TimerRow, cold_timing, selected
 from gpugauge.launch.torchrun import processes_mentioning
 from gpugauge.measure.environment import device_class
+from gpugauge.measure.timing import Timing
 from gpugauge.options import PROFILE_POLICIES
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from tests.fakes import CLASS, SPEC_SOURCE, result, run_json, save_baselines
@@ -702,7 +703,7 @@ def test_clocks_far_apart_excuse_nothing() -> None:
 
 
 def test_a_row_keeps_both_runs_of_each_timer_and_the_case_median_beside() -> None:
-    """suite, do_bench, do_bench, suite: both medians of each side kept, their drift shown."""
+    """suite, do_bench, do_bench, suite: every block median kept, their spread shown."""
     row = replace(
         _row("mlp-train-bf16-graphs", 0.1401, 0.1404),
         case_ms=0.1164,
@@ -712,16 +713,54 @@ def test_a_row_keeps_both_runs_of_each_timer_and_the_case_median_beside() -> Non
     report = TimerReport((row, _row("vgg16", 60.0, 60.1)), 0.02)
     text = render_timer(report)
     header = text.splitlines()[1]
-    assert "drift" in header
+    assert "blocks (spread)" in header
     assert "case ms" in header
     assert "0.1164" in text
-    assert "+1.00%" in text
+    assert "2+2 (1.00%)" in text
     assert TimerRow.from_dict(json.loads(json.dumps(row.as_dict()))) == row
     old = {k: v for k, v in row.as_dict().items() if not k.endswith(("case_ms", "runs_ms"))}
     before = TimerRow.from_dict(old)  # a file from before the interleaving
     assert before.case_ms is None
-    assert before.drift is None
+    assert before.spread is None
     assert before.suite_runs_ms == ()
+
+
+def _fixed_timing(ms: float) -> Timing:
+    rounds = (ms,) * 5
+    return Timing(rounds, rounds, "perf_counter", 1, 0.0, "fixed rounds", False, l2_flushed=True)
+
+
+@pytest.mark.parametrize(
+    ("suite_ms", "bench_ms", "pairs"),
+    [
+        # inside 2%: one pair, however the blocks move
+        ([1.00, 1.01], [1.00, 1.03], 1),
+        # outside, and each timer's blocks agree: a difference two blocks tell, one pair
+        ([1.05, 1.051], [1.00, 1.001], 1),
+        # outside while do_bench's own blocks move 4%: timed again, up to three pairs
+        ([1.05, 1.05, 1.05, 1.05, 1.05, 1.05], [1.00, 1.04, 1.00, 1.01, 1.04, 1.05], 3),
+        # outside at first, inside once the second pair is in: two pairs
+        ([1.045, 1.045, 1.045, 1.045], [1.00, 1.04, 1.03, 1.04], 2),
+    ],
+)
+def test_a_row_whose_blocks_move_is_timed_again_until_they_tell(
+    suite_ms: list[float],
+    bench_ms: list[float],
+    pairs: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pairs of blocks suite, do_bench, do_bench, suite; more only while outside and noisy."""
+    from gpugauge.check import timers
+
+    suite = iter(map(_fixed_timing, suite_ms))
+    bench = iter(bench_ms)
+    monkeypatch.setattr(timers, "_do_bench", lambda fn, dev: (next(bench), [1400.0]))
+    monkeypatch.setattr(timers, "bare_event_loop", lambda fn, rounds, between=None: 1.0)
+    row = timers.compare_timers("op", lambda: None, lambda: next(suite), lambda: None, None)
+    assert len(row.suite_runs_ms) == len(row.do_bench_runs_ms) == 2 * pairs
+    assert row.suite_ms == pytest.approx(sum(suite_ms[: 2 * pairs]) / (2 * pairs))
+    assert row.do_bench_ms == pytest.approx(sum(bench_ms[: 2 * pairs]) / (2 * pairs))
+    assert row.rounds == 5 * 2 * pairs
 
 
 def test_cold_timing_flushes_before_every_round_it_times() -> None:

@@ -34,6 +34,7 @@ from gpugauge.check.timers import (
     CLOCKS_APART_AT_MOST,
     DO_BENCH_REP_MS,
     DO_BENCH_WARMUP_MS,
+    MAX_PAIRS,
     TimerRow,
     time_power_heavy,
 )
@@ -117,6 +118,14 @@ def _mhz(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}"
 
 
+def _blocks(r: TimerRow) -> str:
+    """'2+2 (0.31%)': block medians of the suite + do_bench, and the wider side's spread."""
+    spread = r.spread
+    if spread is None:
+        return "-"
+    return f"{len(r.suite_runs_ms)}+{len(r.do_bench_runs_ms)} ({spread:.2%})"
+
+
 def timer_table(report: TimerReport) -> tuple[list[str], list[list[str]]]:
     """Headers and rows: op, the three medians, the two differences, the SM clocks."""
     headers = [
@@ -129,7 +138,7 @@ def timer_table(report: TimerReport) -> tuple[list[str], list[list[str]]]:
         "vs bare",
         "suite SM MHz",
         "do_bench MHz",
-        "drift",
+        "blocks (spread)",
         "case ms",
     ]
     rows = []
@@ -152,7 +161,7 @@ def timer_table(report: TimerReport) -> tuple[list[str], list[list[str]]]:
                 f"{r.vs_bare:+.2%}",
                 suite_mhz,
                 _mhz(r.do_bench_sm_mhz),
-                "-" if r.drift is None else f"{r.drift:+.2%}",
+                _blocks(r),
                 "-" if r.case_ms is None else f"{r.case_ms:.4g}",
             ]
         )
@@ -188,11 +197,13 @@ def markdown_timer(report: TimerReport, command: str) -> str:
         f"{CLOCKS_APART:.0%}-{CLOCKS_APART_AT_MOST:.0%} apart). "
         f"Suite: the suite's timer (sustained regime); do_bench: `triton.testing.do_bench` "
         f"({DO_BENCH_WARMUP_MS} ms warm-up, {DO_BENCH_REP_MS} ms of repetitions, median); "
-        "bare: CUDA events around each call, one synchronize, median (not judged). Run in "
-        "the order suite, do_bench, bare, do_bench, suite, each side the mean of its two "
-        "medians, all three with do_bench's L2 flush before every round; drift: the suite's "
-        "second median against its first; case ms: the case's own median, as its family "
-        "timed it (a training step with a warm L2).",
+        "bare: CUDA events around each call, one synchronize, median (not judged). Timed in "
+        "pairs of blocks suite, do_bench, do_bench, suite (bare once, in the first), each "
+        f"side the mean of its block medians; a row outside the threshold whose blocks "
+        f"spread more than half of it gets another pair, up to {MAX_PAIRS}. All three with "
+        "do_bench's L2 flush before every round. blocks: how many a side, and the wider "
+        "side's spread (max/min - 1); case ms: the case's own median, as its family timed "
+        "it (a training step with a warm L2).",
         "",
         markdown_table(headers, rows),
     ]
@@ -249,6 +260,7 @@ def suite_run_args(cfg: TimerConfig, select: str) -> list[str]:
     """
     args = [str(cfg.benches), "-k", select, "--profile", cfg.profile, "--energy-window", "0"]
     args += ["--no-history", "-p", "gpugauge.check.timer_plugin", "-p", "no:cacheprovider"]
+    args.append(f"--timer-check-threshold={cfg.threshold}")
     for pattern in cfg.ops:
         args.append(f"--timer-check-op={pattern}")
     return [*args, *cfg.pytest_args]
@@ -300,7 +312,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
         )
     got = json.loads(done.json.read_text())
     rows = [TimerRow.from_dict(r) for r in got["rows"]]
-    rows += time_power_heavy(cfg.profile, cfg.ops, note)
+    rows += time_power_heavy(cfg.profile, cfg.ops, note, cfg.threshold)
     if not rows:
         raise CheckError(
             f"no op was timed: -k {select!r} and --ops {' '.join(cfg.ops) or '(all)'} "

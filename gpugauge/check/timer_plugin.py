@@ -46,6 +46,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "loop; the rows go to FILE (gpugauge check timer)",
     )
     group.addoption(
+        "--timer-check-threshold",
+        type=float,
+        default=0.02,
+        metavar="FRACTION",
+        help="a row outside this fraction of do_bench whose blocks spread more than half "
+        "of it is timed again (gpugauge check timer's --threshold; default 0.02)",
+    )
+    group.addoption(
         "--timer-check-op",
         action="append",
         default=[],
@@ -98,6 +106,7 @@ def three_ways(
     measure: Callable[..., Any],
     rows: list[dict[str, Any]],
     not_compared: list[dict[str, str]],
+    threshold: float = 0.02,
 ) -> Callable[..., Any]:
     """``Gauge.measure`` that then times the same callable with do_bench and a bare loop."""
     from gpugauge.check.timers import cold_timing, compare_timers, do_bench_flush
@@ -121,7 +130,7 @@ def three_ways(
         nvml_device, flush = self.session.nvml_device(device), do_bench_flush(device)
         suite = partial(cold_timing, fn, self.options.policy, device, flush, nvml_device)
         self.session.note(f"{spec.id}: the suite's timer, do_bench and a bare loop, interleaved")
-        row = compare_timers(spec.id, fn, suite, flush, nvml_device, case_ms)
+        row = compare_timers(spec.id, fn, suite, flush, nvml_device, case_ms, threshold)
         rows.append(row.as_dict())
         self.session.note(
             f"{spec.id}: suite {row.suite_ms:.4g} ms (the case: {row.case_ms:.4g} ms), "
@@ -137,5 +146,6 @@ def _timer_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     """While a test runs, ``Gauge.measure`` also times three ways (restored afterwards)."""
     stash = request.config.stash
     if ROWS in stash:
-        measured = three_ways(Gauge.measure, stash[ROWS], stash[NOT_COMPARED])
+        threshold = request.config.getoption("timer_check_threshold")
+        measured = three_ways(Gauge.measure, stash[ROWS], stash[NOT_COMPARED], threshold)
         monkeypatch.setattr(Gauge, "measure", measured)
