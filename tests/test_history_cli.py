@@ -153,12 +153,71 @@ def test_the_default_history_is_the_env_var_or_beside_the_benchmarks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPUGAUGE_HISTORY", raising=False)
+    History.open(tmp_path / ".benchmarks" / "gpugauge-history.sqlite").close()
     assert main(["list"]) == 0
-    assert (tmp_path / ".benchmarks" / "gpugauge-history.sqlite").is_file()
-    monkeypatch.setenv("GPUGAUGE_HISTORY", str(tmp_path / "elsewhere.sqlite"))
-    assert main(["list"]) == 0
-    assert (tmp_path / "elsewhere.sqlite").is_file()
     assert "no results" in capsys.readouterr().out
+    monkeypatch.setenv("GPUGAUGE_HISTORY", str(tmp_path / "elsewhere.sqlite"))
+    assert main(["list"]) == 2
+    assert "elsewhere.sqlite: no such file" in capsys.readouterr().err
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", CASE], ["changes"], ["export"]])
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "no such file"),
+        (b"", "not a gpugauge history"),
+        (b"some notes, not a database\n" * 20, "not a SQLite database"),
+    ],
+)
+def test_reading_commands_never_create_or_change_a_history(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    command: list[str],
+    content: bytes | None,
+    said: str,
+) -> None:
+    """A missing file, an empty one or another file: one line, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    named = tmp_path / "x" / "h.sqlite"
+    if content is not None:
+        named.parent.mkdir()
+        named.write_bytes(content)
+    before = _tree(tmp_path)
+    if command == ["export"]:
+        command = ["export", "--csv", str(tmp_path / "out.csv")]
+    for how in ("option", "env", "default"):
+        argv = [*command, "--history", str(named)] if how == "option" else command
+        monkeypatch.delenv("GPUGAUGE_HISTORY", raising=False)
+        if how == "env":
+            monkeypatch.setenv("GPUGAUGE_HISTORY", str(named))
+        if how == "default":
+            if content is None:
+                named = Path(".benchmarks") / "gpugauge-history.sqlite"
+            else:
+                continue
+        assert main(argv) == 2, how
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"gpugauge history {command[0]}: history {named}: {said}"), err
+        assert "\n" not in err
+        assert _tree(tmp_path) == before, how
+        assert not (tmp_path / "x").exists() or content is not None
+
+
+def test_reading_a_history_leaves_its_file_as_it_was(
+    stepped: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """No -wal or -shm left behind, not a byte of the history changed."""
+    before = _tree(tmp_path)
+    for argv in (["list"], ["show", CASE], ["changes"]):
+        assert main([*argv, "--history", stepped]) == 0
+    assert _tree(tmp_path) == before
 
 
 def test_every_subcommand_has_help(capsys: pytest.CaptureFixture) -> None:

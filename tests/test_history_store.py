@@ -488,3 +488,25 @@ def test_sqlite_and_postgresql_give_identical_verdicts(tmp_path: Path, pg_url: s
     assert kinds == {"host", "class"}
     assert "regressed" in verdicts
     assert "unchanged" in verdicts
+
+
+def test_a_read_only_history_creates_and_changes_nothing(tmp_path: Path) -> None:
+    """What the reading commands open: no file made, no empty file made a history."""
+    missing = tmp_path / "no" / "h.sqlite"
+    with pytest.raises(HistoryError, match="no such file"):
+        History.open(missing, read_only=True)
+    assert not (tmp_path / "no").exists()
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    with pytest.raises(HistoryError, match="not a gpugauge history"):
+        History.open(empty, read_only=True)
+    assert empty.read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite"]
+    path = tmp_path / "h.sqlite"
+    with History.open(path) as h:
+        h.append(run(1), [result("conv", 2.0)])
+    with History.open(path, read_only=True) as h:
+        assert [p.median for p in h.points("conv")] == [2.0]
+        with pytest.raises(HistoryError, match="readonly"):
+            h.append(run(2), [result("conv", 2.0)])
+        assert not h.has_run("run-2")

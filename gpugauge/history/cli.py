@@ -1,8 +1,9 @@
 """``gpugauge history``: list, show, export, import, accept, and the change points.
 
 Every subcommand takes ``--history PATH|URL``: a SQLite file or a ``postgresql://`` URL;
-by default ``$GPUGAUGE_HISTORY``, else ``.benchmarks/gpugauge-history.sqlite``. Errors are
-one line on stderr and exit status 2.
+by default ``$GPUGAUGE_HISTORY``, else ``.benchmarks/gpugauge-history.sqlite``. The
+reading subcommands open it read-only (a missing file is an error, never created). Errors
+are one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ The results history that gated runs append to: every result of every run, per ho
   gpugauge history accept RUN_ID [--id ID]      let a run's results serve as references
 
 --history is a SQLite file or a postgresql:// URL; default ${ENV_VAR}, else
-{default_path()}."""
+{default_path()}. list, show, changes and export only read it: they never create or
+change it, and refuse what is not a gpugauge history."""
 
 
 def _history_option(p: argparse.ArgumentParser) -> None:
@@ -144,7 +146,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
     p = cmds.add_parser("list", help="cases with their run counts per host")
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
-    p.set_defaults(history_func=_list)
+    p.set_defaults(history_func=_list, read_only=True)
 
     p = cmds.add_parser(
         "show", help="one case's trend: its runs, medians, CIs, hosts, change points"
@@ -154,7 +156,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--class", dest="device_class", help="one device class (default: each in turn)")
     p.add_argument("--host", help="only this host's runs")
     p.add_argument("--last", type=int, default=0, metavar="N", help="show only the last N runs")
-    p.set_defaults(history_func=_show)
+    p.set_defaults(history_func=_show, read_only=True)
 
     p = cmds.add_parser(
         "changes",
@@ -162,12 +164,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
     p.add_argument("--metric", default="time", help="which metric, or all (default: time)")
-    p.set_defaults(history_func=_changes)
+    p.set_defaults(history_func=_changes, read_only=True)
 
     p = cmds.add_parser("export", help="write every metric row as CSV (one row per metric)")
     p.add_argument("--csv", type=Path, required=True, metavar="FILE", help="the CSV to write")
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
-    p.set_defaults(history_func=_export)
+    p.set_defaults(history_func=_export, read_only=True)
 
     p = cmds.add_parser(
         "import",
@@ -179,7 +181,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--host",
         help="the host they ran on (default: the one their fingerprint names, else 'unknown-host')",
     )
-    p.set_defaults(history_func=_import)
+    p.set_defaults(history_func=_import, read_only=False)
 
     p = cmds.add_parser(
         "accept",
@@ -188,7 +190,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("run_id", help="the run (see: history show)")
     p.add_argument("--id", action="append", metavar="ID", help="only this case (repeatable)")
     p.add_argument("--undo", action="store_true", help="mark them not accepted instead")
-    p.set_defaults(history_func=_accept)
+    p.set_defaults(history_func=_accept, read_only=False)
 
     for p in cmds.choices.values():
         _history_option(p)
@@ -199,7 +201,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run one ``history`` subcommand; errors as one line and exit status 2."""
     try:
-        with History.open(args.history or default_target()) as h:
+        target = args.history or default_target()
+        with History.open(target, read_only=args.read_only) as h:
             return args.history_func(h, args)
     except (HistoryError, RunError) as err:
         print(f"gpugauge history {args.history_command}: {err}", file=sys.stderr)

@@ -2,7 +2,9 @@
 
 :class:`History` is the one way in and out. ``History.open(target)`` takes a SQLite path
 (the default :func:`default_path`, beside pytest-benchmark's storage) or a
-``postgresql://`` URL, and checks or upgrades the schema (:mod:`gpugauge.history.schema`).
+``postgresql://`` URL, and checks or upgrades the schema (:mod:`gpugauge.history.schema`);
+``History.open(target, read_only=True)``, for the commands that only read, creates and
+changes nothing and refuses what is not a gpugauge history.
 :meth:`History.append` writes a run and all its results in one transaction: a run that is
 interrupted, even by SIGKILL, leaves nothing, and a run id already stored adds nothing (so
 an import is idempotent). :meth:`History.points` reads one case's metric back in time
@@ -32,7 +34,7 @@ from gpugauge.history.records import (
     parse_time,
     time_text,
 )
-from gpugauge.history.schema import ensure_schema
+from gpugauge.history.schema import check_schema, ensure_schema
 from gpugauge.regress.baselines import KernelShare
 
 DEFAULT_NAME = "gpugauge-history.sqlite"
@@ -192,15 +194,23 @@ class History:
     def __init__(self, backend: Backend) -> None:
         self._db = backend
         try:
-            ensure_schema(backend)
+            if backend.read_only:
+                check_schema(backend)
+            else:
+                ensure_schema(backend)
         except BaseException:
             backend.close()
             raise
 
     @classmethod
-    def open(cls, target: str | Path | None = None) -> History:
-        """A SQLite path or a ``postgresql://`` URL; None: :func:`default_target`."""
-        return cls(open_backend(default_target() if target is None else target))
+    def open(cls, target: str | Path | None = None, *, read_only: bool = False) -> History:
+        """A SQLite path or a ``postgresql://`` URL; None: :func:`default_target`.
+
+        ``read_only``: for reading only; a missing file, or one that is not a gpugauge
+        history at this schema version, is a HistoryError, and nothing is created or changed.
+        """
+        target = default_target() if target is None else target
+        return cls(open_backend(target, read_only=read_only))
 
     @property
     def backend(self) -> str:
