@@ -103,8 +103,8 @@ def test_changes_say_what_changed(stepped: str, capsys: pytest.CaptureFixture) -
     assert main(["changes", "--metric", "all", "--history", stepped]) == 0
     every = capsys.readouterr().out.strip().splitlines()
     assert set(lines) <= set(every)  # time's, and those of any other metric held
-    assert main(["changes", "--metric", "memory", "--history", stepped]) == 0
-    assert capsys.readouterr().out.strip() == "no change points"  # the history holds time only
+    assert main(["changes", "--id", "other*", "--metric", "all", "--history", stepped]) == 0
+    assert "no results match --id 'other*'" in capsys.readouterr().out
 
 
 def test_export_writes_every_metric_row(
@@ -135,7 +135,7 @@ def test_accept_and_undo(stepped: str, capsys: pytest.CaptureFixture) -> None:
     [
         (["show", "no-such-case"], "no case 'no-such-case'"),
         (["list", "--history", "mysql://x/y"], "unsupported scheme 'mysql'"),
-        (["show", CASE, "--class", "nvidia-b200"], "has no runs on 'nvidia-b200'"),
+        (["show", CASE, "--class", "nvidia-b200"], "--class 'nvidia-b200': case"),
     ],
 )
 def test_errors_are_one_line(
@@ -251,3 +251,80 @@ def test_show_marks_a_step_from_zero_by_its_values() -> None:
     text = trend_text(points, case_changes(points), "memory")
     assert "◆ from 0 to 1.54e+08 (host)" in text
     assert "inf" not in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["show", CASE, "--metric", "bogus"], f"--metric 'bogus': case '{CASE}' holds no such"),
+        (["show", CASE, "--host", "bogus"], f"--host 'bogus': case '{CASE}' has no runs on it"),
+        (["changes", "--metric", "bogus"], "--metric 'bogus': the history holds no such metric"),
+        (["changes", "--metric", "memory"], "--metric 'memory': the history holds no such"),
+    ],
+)
+def test_a_filter_value_the_history_does_not_hold_is_refused(
+    stepped: str, argv: list[str], said: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Not answered as if there were no data: exit 2, the option and what is held."""
+    assert main([*argv, "--history", stepped]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert said in err
+    assert "\n" not in err
+    assert captured.out == ""
+    held = "GPU-1111, GPU-2222" if "--host" in argv else "time"
+    assert err.endswith(held), err
+
+
+@pytest.mark.parametrize("command", [["list"], ["changes"], ["export", "--csv", "x.csv"]])
+def test_an_id_glob_that_matches_nothing_says_so(
+    stepped: str,
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--id", "nomatch*", "--history", stepped]) == 0
+    out = capsys.readouterr().out
+    assert "no results match --id 'nomatch*' (the history holds 32 results of 1 cases)" in out
+    assert "holds no results" not in out
+    assert "no change points" not in out
+
+
+def test_show_of_one_host_shows_its_runs_only(stepped: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["show", CASE, "--host", "GPU-2222", "--history", stepped]) == 0
+    out = capsys.readouterr().out
+    assert "16 runs on 1 host(s)" in out
+    assert "GPU-1111" not in out
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two", "1.5"])
+def test_last_takes_a_whole_number_from_one(
+    stepped: str, value: str, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["show", CASE, "--last", value, "--history", stepped])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --last" in err
+    assert "whole number >= 1" in err
+
+
+def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
+    """--last is the only one; a new integer option must validate too."""
+    import argparse
+
+    from gpugauge.history.cli import add_parser
+    from gpugauge.options import positive_int
+
+    parser = argparse.ArgumentParser()
+    hist = add_parser(parser.add_subparsers())
+    subs = next(a for a in hist._actions if isinstance(a, argparse._SubParsersAction))
+    typed = [
+        (name, a.option_strings, a.type)
+        for name, sub in subs.choices.items()
+        for a in sub._actions
+        if a.type is int or a.type is positive_int
+    ]
+    assert typed == [("show", ["--last"], positive_int)]

@@ -18,10 +18,17 @@ from typing import Any
 
 from gpugauge.history.capture import import_run
 from gpugauge.history.changepoints import ChangePoint, case_changes
-from gpugauge.history.records import HistoryError, Point
+from gpugauge.history.records import HistoryError, Point, some
 from gpugauge.history.render import cases_text, changes_text, trend_text
 from gpugauge.history.rows import COLUMNS, flat_row
-from gpugauge.history.store import ENV_VAR, History, default_path, default_target
+from gpugauge.history.store import (
+    ENV_VAR,
+    Case,
+    History,
+    default_path,
+    default_target,
+)
+from gpugauge.options import positive_int
 from gpugauge.results.runs import RunError
 
 HELP = "the results history: trends, change points, import and export"
@@ -53,33 +60,52 @@ def _matching(ids: Sequence[str], pattern: str | None) -> list[str]:
     return [i for i in ids if pattern is None or fnmatch.fnmatchcase(i, pattern)]
 
 
+def _no_match(cases: Sequence[Case], pattern: str) -> str | None:
+    """What to say when ``--id`` matches no case of a history that holds some; else None."""
+    if not cases or _matching([c.bench_id for c in cases], pattern):
+        return None
+    results, ids = sum(c.runs for c in cases), len({c.bench_id for c in cases})
+    return f"no results match --id {pattern!r} (the history holds {results} results of {ids} cases)"
+
+
 def _list(h: History, args: argparse.Namespace) -> int:
-    cases = [c for c in h.cases() if _matching([c.bench_id], args.id)]
-    print(cases_text(cases))
+    held = h.cases()
+    said = _no_match(held, args.id) if args.id else None
+    print(said or cases_text([c for c in held if _matching([c.bench_id], args.id)]))
     return 0
 
 
-def _classes(h: History, bench_id: str, wanted: str | None) -> list[str]:
-    found = sorted({c.device_class for c in h.cases() if c.bench_id == bench_id})
-    if not found:
-        raise HistoryError(f"history {h.where}: no case {bench_id!r} (see: gpugauge history list)")
-    if wanted is not None and wanted not in found:
-        raise HistoryError(
-            f"case {bench_id!r} has no runs on {wanted!r}; it has {', '.join(found)}"
-        )
-    return [wanted] if wanted else found
+def _one_of(option: str, wanted: str | None, held: Sequence[str], what: str) -> None:
+    """HistoryError naming ``option`` when ``wanted`` is none of ``held``."""
+    if wanted is not None and wanted not in held:
+        raise HistoryError(f"{option} {wanted!r}: {what} {some(held)}")
 
 
 def _show(h: History, args: argparse.Namespace) -> int:
+    cases = [c for c in h.cases() if c.bench_id == args.id]
+    if not cases:
+        raise HistoryError(f"history {h.where}: no case {args.id!r} (see: gpugauge history list)")
+    case = repr(args.id)
+    classes = sorted({c.device_class for c in cases})
+    _one_of("--class", args.device_class, classes, f"case {case} has no runs on it; it has")
+    if args.device_class is not None:
+        classes = [args.device_class]
+    hosts = sorted({c.host for c in cases if c.device_class in classes})
+    _one_of("--host", args.host, hosts, f"case {case} has no runs on it; it has runs on")
+    if args.host is not None:
+        classes = sorted({c.device_class for c in cases if c.host == args.host} & set(classes))
+    _one_of(
+        "--metric", args.metric, h.metrics(args.id), f"case {case} holds no such metric; it holds"
+    )
     blocks = []
-    for cls in _classes(h, args.id, args.device_class):
-        points = h.points(args.id, args.metric, cls)
-        if args.host:
-            points = [p for p in points if p.host == args.host]
+    for cls in classes:
+        points = h.points(args.id, args.metric, cls, args.host)
+        if not points:
+            continue  # the metric is held on another class
         changes = [c for c in case_changes(points) if not args.host or args.host in c.scope]
         shown = points[-args.last :] if args.last else points
         blocks.append(trend_text(shown, changes, args.metric))
-    print("\n\n".join(blocks))
+    print("\n\n".join(blocks) or trend_text([], [], args.metric))
     return 0
 
 
@@ -100,20 +126,25 @@ def _all_changes(h: History, metric: str, pattern: str | None) -> list[ChangePoi
 
 
 def _changes(h: History, args: argparse.Namespace) -> int:
-    print(changes_text(_all_changes(h, args.metric, args.id)))
+    held = h.metrics()
+    if held and args.metric != "all":
+        _one_of("--metric", args.metric, held, "the history holds no such metric; it holds all,")
+    said = _no_match(h.cases(), args.id) if args.id else None
+    print(said or changes_text(_all_changes(h, args.metric, args.id)))
     return 0
 
 
 def _export(h: History, args: argparse.Namespace) -> int:
-    points = [p for p in h.all_points() if _matching([p.result.bench_id], args.id)]
     out: Path = args.csv
     if out.is_dir():
         raise HistoryError(f"--csv {out}: is a directory")
+    points = [p for p in h.all_points() if _matching([p.result.bench_id], args.id)]
+    said = _no_match(h.cases(), args.id) if args.id else None
     with open(out, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
         writer.writeheader()
         writer.writerows(flat_row(p) for p in points)
-    print(f"wrote {len(points)} rows to {out}")
+    print(f"wrote {len(points)} rows to {out}" + (f" ({said})" if said else ""))
     return 0
 
 
@@ -155,7 +186,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--metric", default="time", help="which metric (default: time)")
     p.add_argument("--class", dest="device_class", help="one device class (default: each in turn)")
     p.add_argument("--host", help="only this host's runs")
-    p.add_argument("--last", type=int, default=0, metavar="N", help="show only the last N runs")
+    p.add_argument(
+        "--last", type=positive_int, default=None, metavar="N", help="show only the last N runs"
+    )
     p.set_defaults(history_func=_show, read_only=True)
 
     p = cmds.add_parser(

@@ -269,6 +269,14 @@ class History:
         with self._db.transaction(write=False) as tx:
             return bool(tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))
 
+    def metrics(self, bench_id: str | None = None) -> list[str]:
+        """The metrics the history holds (of one case), sorted."""
+        sql, params = "SELECT DISTINCT metric FROM metrics", ()
+        if bench_id is not None:
+            sql, params = sql + " WHERE bench_id = ?", (bench_id,)
+        with self._db.transaction(write=False) as tx:
+            return sorted(r[0] for r in tx.query(sql, params))
+
     def runs(self, host: str | None = None) -> list[RunRecord]:
         """Every run (of one host), oldest first."""
         sql = f"SELECT {_RUN_COLUMNS} FROM runs"
