@@ -328,3 +328,69 @@ def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
         if a.type is int or a.type is positive_int
     ]
     assert typed == [("show", ["--last"], positive_int)]
+
+
+def _two_runs(tmp_path: Path, ids: tuple[str, ...]) -> str:
+    """A history of runs with these ids (one result each, case 'relu')."""
+    from dataclasses import replace
+
+    path = str(tmp_path / "runs.sqlite")
+    points = series(Scenario(hosts=HOSTS[:1], nights=len(ids)), 1)
+    with History.open(path) as h:
+        for p, run_id in zip(points, ids, strict=True):
+            h.append(replace(p.run, id=run_id), [p.result])
+    return path
+
+
+def test_accept_takes_the_run_id_that_show_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    full = "60ee3c9175d74a1b8c0d2e4f6a8b0c2d"
+    hist = _two_runs(tmp_path, (full, "60ee3c0000000000000000000000000b"))
+    assert main(["show", CASE, "--history", hist]) == 0
+    shown = next(w for w in capsys.readouterr().out.split() if w.startswith("60ee3c91"))
+    assert shown.endswith("…")
+    assert main(["accept", shown.rstrip("…"), "--undo", "--history", hist]) == 0
+    assert f"1 result(s) of run {full} no longer accepted" in capsys.readouterr().out
+    with History.open(hist) as h:
+        assert [p.accepted for p in h.points(CASE)] == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("60ee3c", "run id '60ee3c' is ambiguous: 2 runs begin with it (60ee3c91"),
+        ("60ee3", "no run '60ee3'; a prefix needs 6 characters or more"),
+        ("70ee3c9175", "no run '70ee3c9175'"),
+    ],
+)
+def test_accept_refuses_an_ambiguous_short_or_unknown_run(
+    tmp_path: Path, given: str, said: str, capsys: pytest.CaptureFixture
+) -> None:
+    hist = _two_runs(tmp_path, ("60ee3c9175d74a1b", "60ee3c0000000000"))
+    assert main(["accept", given, "--history", hist]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err
+    assert "\n" not in err
+
+
+def test_accept_help_says_where_the_run_id_is_shown(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["accept", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "history show ID" in text
+    assert "unique prefix" in text
+
+
+def test_accept_of_a_case_the_run_does_not_hold_is_refused(
+    stepped: str, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["accept", "n003-GPU-1111", "--id", "lnear-fwd", "--history", stepped]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert f"run n003-GPU-1111 holds no case 'lnear-fwd'; it holds {CASE}" in err
+    assert "\n" not in err
+    assert "accepted" not in captured.out
+    with History.open(stepped) as h:
+        assert all(p.accepted for p in h.points(CASE))

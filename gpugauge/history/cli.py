@@ -23,6 +23,7 @@ from gpugauge.history.render import cases_text, changes_text, trend_text
 from gpugauge.history.rows import COLUMNS, flat_row
 from gpugauge.history.store import (
     ENV_VAR,
+    MIN_PREFIX,
     Case,
     History,
     default_path,
@@ -159,9 +160,10 @@ def _import(h: History, args: argparse.Namespace) -> int:
 
 
 def _accept(h: History, args: argparse.Namespace) -> int:
-    changed = h.accept(args.run_id, args.id or (), accepted=not args.undo)
+    run_id = h.run_id(args.run_id)
+    changed = h.accept(run_id, args.id or (), accepted=not args.undo)
     what = "no longer accepted" if args.undo else "accepted"
-    print(f"{changed} result(s) of run {args.run_id} {what}")
+    print(f"{changed} result(s) of run {run_id} {what}")
     return 0
 
 
@@ -219,8 +221,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = cmds.add_parser(
         "accept",
         help="let a run's results serve as their host's reference (an intended change)",
+        description="Let a run's results serve as their host's reference (an intended "
+        "change). The run is named by its id or a unique prefix of it: the run column of "
+        "'gpugauge history show ID' (… marks where it is cut), or the 'history: … of run "
+        "ID' line at the end of a pytest run.",
     )
-    p.add_argument("run_id", help="the run (see: history show)")
+    p.add_argument(
+        "run_id",
+        metavar="RUN",
+        help=f"the run's id or a unique prefix of {MIN_PREFIX} or more characters, "
+        "as the run column of 'history show ID' prints it",
+    )
     p.add_argument("--id", action="append", metavar="ID", help="only this case (repeatable)")
     p.add_argument("--undo", action="store_true", help="mark them not accepted instead")
     p.set_defaults(history_func=_accept, read_only=False)

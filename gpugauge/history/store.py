@@ -32,12 +32,14 @@ from gpugauge.history.records import (
     ResultRecord,
     RunRecord,
     parse_time,
+    some,
     time_text,
 )
 from gpugauge.history.schema import check_schema, ensure_schema
 from gpugauge.regress.baselines import KernelShare
 
 DEFAULT_NAME = "gpugauge-history.sqlite"
+MIN_PREFIX = 6  # characters a run id's prefix needs (show cuts ids to 13, a session's line to 8)
 ENV_VAR = "GPUGAUGE_HISTORY"  # a path or URL that replaces the default (a nightly's secret)
 
 
@@ -269,6 +271,29 @@ class History:
         with self._db.transaction(write=False) as tx:
             return bool(tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))
 
+    def run_id(self, given: str) -> str:
+        """The id of the run ``given`` names: its whole id, or a unique prefix of it.
+
+        As git takes a commit: a prefix of :data:`MIN_PREFIX` characters or more that one
+        run's id begins with; HistoryError for none, for several (naming them) or for a
+        shorter one.
+        """
+        with self._db.transaction(write=False) as tx:
+            if tx.query("SELECT 1 FROM runs WHERE id = ?", (given,)):
+                return given
+            ids = [r[0] for r in tx.query("SELECT id FROM runs ORDER BY time_utc, id")]
+        found = [i for i in ids if i.startswith(given)] if len(given) >= MIN_PREFIX else []
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise HistoryError(
+                f"run id {given!r} is ambiguous: {len(found)} runs begin with it "
+                f"({some(found)}); give more of it"
+            )
+        short = len(given) < MIN_PREFIX and any(i.startswith(given) for i in ids)
+        why = f"; a prefix needs {MIN_PREFIX} characters or more" if short else ""
+        raise HistoryError(f"history {self.where}: no run {given!r}{why}")
+
     def metrics(self, bench_id: str | None = None) -> list[str]:
         """The metrics the history holds (of one case), sorted."""
         sql, params = "SELECT DISTINCT metric FROM metrics", ()
@@ -355,6 +380,8 @@ class History:
     def accept(self, run_id: str, bench_ids: Iterable[str] = (), accepted: bool = True) -> int:
         """Mark a run's results (all, or those of ``bench_ids``) accepted; how many changed.
 
+        A case id the run does not hold is a HistoryError naming it and what the run holds
+        (a typo would otherwise accept nothing and say so only as a count of 0).
         An accepted result may serve as its host's reference: accepting a confirmed,
         intended slowdown lets the host's reference move to it.
         """
@@ -366,6 +393,18 @@ class History:
         with self._db.transaction() as tx:
             if not tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
                 raise HistoryError(f"history {self.where}: no run {run_id!r}")
+            held = sorted(
+                r[0]
+                for r in tx.query(
+                    "SELECT DISTINCT bench_id FROM results WHERE run_id = ?", (run_id,)
+                )
+            )
+            unknown = [i for i in dict.fromkeys(ids) if i not in held]
+            if unknown:
+                raise HistoryError(
+                    f"run {run_id} holds no case {', '.join(map(repr, unknown))}; "
+                    f"it holds {some(held)}"
+                )
             return tx.execute(sql, params)
 
     def to_frame(self) -> Any:
