@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
+import platform
 import statistics
 import uuid
 from collections import Counter
@@ -25,6 +25,8 @@ from typing import Any
 from gpugauge.history.judge import CaseJudgement, accepted
 from gpugauge.history.records import HistoryError, MetricRecord, ResultRecord, RunRecord
 from gpugauge.history.store import History
+from gpugauge.measure.environment import host_name
+from gpugauge.measure.nvml import Nvml, maybe_nvml
 from gpugauge.measure.stats import summarize
 from gpugauge.regress.baselines import kernel_shares
 from gpugauge.regress.gate import GateResult
@@ -51,7 +53,11 @@ def new_run_id() -> str:
 
 
 def gpu_uuid(index: int = 0) -> str | None:
-    """NVML's UUID ('GPU-8f2c…') of torch's CUDA device ``index``; None without one."""
+    """NVML's UUID ('GPU-8f2c…') of torch's CUDA device ``index``; None without one.
+
+    Read as the fingerprint reads it (:meth:`Nvml.device`, matched by torch's UUID since
+    CUDA_VISIBLE_DEVICES may reorder NVML's indices), so a saved run names the same GPU.
+    """
     try:
         import pynvml
         import torch
@@ -59,28 +65,19 @@ def gpu_uuid(index: int = 0) -> str | None:
         return None
     if not torch.cuda.is_available() or index >= torch.cuda.device_count():
         return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:  # matched by torch's UUID: CUDA_VISIBLE_DEVICES may reorder NVML's indices
-        tid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-        if tid is not None:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{tid}")
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        found = pynvml.nvmlDeviceGetUUID(handle)
-        return found.decode() if isinstance(found, bytes) else str(found)
-    except pynvml.NVMLError:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+    with maybe_nvml() as nvml:
+        if not isinstance(nvml, Nvml):
+            return None
+        try:
+            return nvml.device(index).uuid()
+        except pynvml.NVMLError:
+            return None
 
 
 def host_id(gpu_index: int | None = 0) -> str:
-    """The host a run is judged as: the GPU's NVML UUID, else this machine's hostname."""
+    """The host a live run is judged and filed as: :func:`host_name` of this machine now."""
     found = gpu_uuid(gpu_index) if gpu_index is not None else None
-    return found or socket.gethostname() or "unknown-host"
+    return host_name(found, platform.node()) or "unknown-host"
 
 
 def _text(value: Any) -> str | None:

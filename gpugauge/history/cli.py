@@ -214,7 +214,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="saved runs")
     p.add_argument(
         "--host",
-        help="the host they ran on (default: the one their fingerprint names, else 'unknown-host')",
+        help="the host they ran on (default: each run's own, as its live append named it: "
+        "its first GPU's UUID, else its machine's name, else 'unknown-host')",
     )
     p.set_defaults(history_func=_import, read_only=False)
 
