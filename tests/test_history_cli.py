@@ -330,6 +330,35 @@ def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
     assert typed == [("show", ["--last"], positive_int)]
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_an_import_with_one_bad_file_writes_nothing(
+    tmp_path: Path, existing: bool, capsys: pytest.CaptureFixture
+) -> None:
+    """Every file read and checked first: a truncated one, named, and no run added."""
+    good = save_run(tmp_path / "good.json", [result("relu", 2.0)])
+    other = save_run(tmp_path / "other.json", [result("conv", 9.0)])
+    trunc = tmp_path / "trunc.json"
+    trunc.write_text(other.read_text()[:200])
+    hist = tmp_path / "h.sqlite"
+    if existing:
+        History.open(hist).close()
+    before = hist.read_bytes() if existing else None
+    assert main(["import", str(good), str(trunc), "--history", str(hist)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith(f"gpugauge history import: {trunc}"), err
+    assert "\n" not in err
+    assert "added" not in captured.out
+    if existing:
+        assert hist.read_bytes() == before
+        with History.open(hist, read_only=True) as h:
+            assert h.runs() == []
+    else:
+        assert not hist.exists()
+    assert main(["import", str(good), str(other), "--history", str(hist)]) == 0
+    assert "2 run(s) added" in capsys.readouterr().out
+
+
 def _two_runs(tmp_path: Path, ids: tuple[str, ...]) -> str:
     """A history of runs with these ids (one result each, case 'relu')."""
     from dataclasses import replace

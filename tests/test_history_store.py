@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -510,3 +511,13 @@ def test_a_read_only_history_creates_and_changes_nothing(tmp_path: Path) -> None
         with pytest.raises(HistoryError, match="readonly"):
             h.append(run(2), [result("conv", 2.0)])
         assert not h.has_run("run-2")
+
+
+def test_several_runs_are_appended_all_or_none(tmp_path: Path) -> None:
+    """An import of several files: one that cannot be stored leaves none of the others."""
+    bad = replace(result("conv", 2.0), sm_clock_mhz=float("nan"))
+    with History.open(tmp_path / "h.sqlite") as h:
+        with pytest.raises(HistoryError, match="finite"):
+            h.append_runs([(run(1), [result("conv", 2.0)]), (run(2), [bad])])
+        assert h.runs() == []
+        assert h.append_runs([(run(1), [result("conv", 2.0)]), (run(1), [])]) == [True, False]

@@ -4,8 +4,8 @@ The plugin builds one :class:`~gpugauge.history.records.RunRecord` per session w
 :func:`run_record` (the fingerprint it already takes, and :func:`host_id`), one
 :class:`~gpugauge.history.records.ResultRecord` per measurement with :func:`result_record`
 (its verdict from the history-aware judgement or the plain gate), and appends them all at
-once. :func:`import_run` does the same for a run saved by pytest-benchmark, with a run id
-derived from the file's content, so importing it twice adds nothing.
+once. :func:`saved_records` does the same for a run saved by pytest-benchmark, with a run
+id derived from the file's content, so importing it twice adds nothing.
 """
 
 from __future__ import annotations
@@ -245,11 +245,12 @@ def saved_run_id(raw: dict[str, Any]) -> str:
     return "import-" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def import_run(history: History, path: Path, host: str | None = None) -> tuple[str, bool]:
-    """Append a run saved by pytest-benchmark; (its run id, whether anything was added).
+def saved_records(path: Path, host: str | None = None) -> tuple[RunRecord, list[ResultRecord]]:
+    """A run saved by pytest-benchmark as history records, read and checked; nothing written.
 
-    The host is ``host``, else the one the fingerprint names ('host', or the first GPU's
-    'uuid'), else 'unknown-host'. Verdicts saved with the results come along.
+    The host is ``host``, else the run's own (:attr:`SavedRun.host`: its first GPU's UUID,
+    else its machine's name, by the rule a live append follows), else 'unknown-host'.
+    Verdicts saved with the results come along. RunError or HistoryError naming the file.
     """
     saved = load_run(path)  # RunError (a ValueError) naming the file if it is not a run
     try:
@@ -290,4 +291,10 @@ def import_run(history: History, path: Path, host: str | None = None) -> tuple[s
             f"{path}: every result has work injected on purpose (gpugauge check's "
             "slowdown): nothing of it may join the history"
         )
+    return run, results
+
+
+def import_run(history: History, path: Path, host: str | None = None) -> tuple[str, bool]:
+    """Append a run saved by pytest-benchmark; (its run id, whether anything was added)."""
+    run, results = saved_records(path, host)
     return run.id, history.append(run, results)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import csv
 import fnmatch
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpugauge.history.capture import import_run
+from gpugauge.history.capture import saved_records
 from gpugauge.history.changepoints import ChangePoint, case_changes
-from gpugauge.history.records import HistoryError, Point, some
+from gpugauge.history.records import HistoryError, Point, ResultRecord, RunRecord, some
 from gpugauge.history.render import cases_text, changes_text, trend_text
 from gpugauge.history.rows import COLUMNS, flat_row
 from gpugauge.history.store import (
@@ -149,13 +150,19 @@ def _export(h: History, args: argparse.Namespace) -> int:
     return 0
 
 
-def _import(h: History, args: argparse.Namespace) -> int:
-    added = 0
-    for path in args.runs:
-        run_id, new = import_run(h, path, host=args.host)
-        added += new
-        print(f"{path}: {'added as' if new else 'already in the history as'} run {run_id}")
-    print(f"{added} run(s) added to {h.where}")
+def _read_runs(args: argparse.Namespace) -> list[tuple[RunRecord, list[ResultRecord]]]:
+    """Every file of an import read and checked, before the history is opened or written."""
+    return [saved_records(path, host=args.host) for path in args.runs]
+
+
+def _import(
+    h: History, args: argparse.Namespace, runs: Sequence[tuple[RunRecord, list[ResultRecord]]]
+) -> int:
+    """Append every run in one transaction: all of them, or none."""
+    added = h.append_runs(runs)
+    for path, (run, _), new in zip(args.runs, runs, added, strict=True):
+        print(f"{path}: {'added as' if new else 'already in the history as'} run {run.id}")
+    print(f"{sum(added)} run(s) added to {h.where}")
     return 0
 
 
@@ -209,7 +216,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = cmds.add_parser(
         "import",
         help="add runs saved by pytest-benchmark (--benchmark-autosave/-json); "
-        "a run already there is skipped",
+        "every file is checked first, and one bad file adds none; a run already there "
+        "is skipped",
     )
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="saved runs")
     p.add_argument(
@@ -247,8 +255,11 @@ def run(args: argparse.Namespace) -> int:
     """Run one ``history`` subcommand; errors as one line and exit status 2."""
     try:
         target = args.history or default_target()
+        func = args.history_func
+        if func is _import:  # every file checked first: a bad one leaves the history as it was
+            func = functools.partial(_import, runs=_read_runs(args))
         with History.open(target, read_only=args.read_only) as h:
-            return args.history_func(h, args)
+            return func(h, args)
     except (HistoryError, RunError) as err:
         print(f"gpugauge history {args.history_command}: {err}", file=sys.stderr)
         return 2

@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpugauge.history.backends import Backend, open_backend
+from gpugauge.history.backends import Backend, Tx, open_backend
 from gpugauge.history.records import (
     HistoryError,
     MetricRecord,
@@ -246,24 +246,36 @@ class History:
         read inside the transaction: if anything fails or the process dies before the end,
         no part of the run is stored.
         """
+        return self.append_runs([(run, results)])[0]
+
+    def append_runs(self, runs: Sequence[tuple[RunRecord, Iterable[ResultRecord]]]) -> list[bool]:
+        """Store several runs in one transaction: all of them or, on any error, none.
+
+        Per run, whether it was added (False: a run of its id was already stored). An
+        import of several files leaves nothing of the good ones when one cannot be stored.
+        """
         with self._db.transaction() as tx:
-            added = tx.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({_marks(_RUN_COLUMNS)}) "
-                "ON CONFLICT (id) DO NOTHING",
-                _run_row(run),
+            return [self._insert(tx, run, results) for run, results in runs]
+
+    @staticmethod
+    def _insert(tx: Tx, run: RunRecord, results: Iterable[ResultRecord]) -> bool:
+        added = tx.execute(
+            f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({_marks(_RUN_COLUMNS)}) "
+            "ON CONFLICT (id) DO NOTHING",
+            _run_row(run),
+        )
+        if added != 1:
+            return False
+        for r in results:
+            result, metrics = _result_rows(run.id, r)
+            tx.execute(
+                f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES ({_marks(_RESULT_COLUMNS)})",
+                result,
             )
-            if added != 1:
-                return False
-            for r in results:
-                result, metrics = _result_rows(run.id, r)
-                tx.execute(
-                    f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES ({_marks(_RESULT_COLUMNS)})",
-                    result,
-                )
-                tx.many(
-                    f"INSERT INTO metrics ({_METRIC_COLUMNS}) VALUES ({_marks(_METRIC_COLUMNS)})",
-                    metrics,
-                )
+            tx.many(
+                f"INSERT INTO metrics ({_METRIC_COLUMNS}) VALUES ({_marks(_METRIC_COLUMNS)})",
+                metrics,
+            )
         return True
 
     def has_run(self, run_id: str) -> bool:
