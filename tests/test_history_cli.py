@@ -359,6 +359,17 @@ def test_an_import_with_one_bad_file_writes_nothing(
     assert "2 run(s) added" in capsys.readouterr().out
 
 
+def test_the_history_help_says_every_measured_run_appends(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    with pytest.raises(SystemExit):
+        gpugauge_main(["history", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "gated runs append" not in text
+    assert "every measured pytest run appends" in text
+    assert "--no-history" in text
+
+
 def _two_runs(tmp_path: Path, ids: tuple[str, ...]) -> str:
     """A history of runs with these ids (one result each, case 'relu')."""
     from dataclasses import replace

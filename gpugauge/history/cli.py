@@ -35,7 +35,8 @@ from gpugauge.results.runs import RunError
 
 HELP = "the results history: trends, change points, import and export"
 DESCRIPTION = f"""\
-The results history that gated runs append to: every result of every run, per host.
+The results history: every measured pytest run appends all its results to it, gated
+or not (unless --no-history), per host.
 
   gpugauge history list                         cases, with run counts per host
   gpugauge history show ID                      one case's trend, change points marked
