@@ -18,7 +18,8 @@ from pathlib import Path
 
 from gpugauge.check.cli import add_parser as add_check_parser
 from gpugauge.history import cli as history_cli
-from gpugauge.history.store import default_target
+from gpugauge.history.records import HistoryError
+from gpugauge.history.store import ENV_VAR, History, default_target
 from gpugauge.options import path_option
 from gpugauge.regress.baselines import (
     BaselineError,
@@ -75,6 +76,7 @@ def _write_report(args: argparse.Namespace) -> int:
     if args.storage.exists() and not args.storage.is_dir():
         raise FileError(f"--storage {args.storage}: not a directory")
     notes = [] if tolerances.is_dir() else [f"no {tolerances}/ folder: built-in tolerances"]
+    trend_history = _trend_history(args)
     history = _stored_runs(args.storage, notes)
     current = args.current or _newest(history, args.storage)
     data = collect(
@@ -84,11 +86,29 @@ def _write_report(args: argparse.Namespace) -> int:
         tolerances=load_tolerances(tolerances),
         history=history,
         notes=notes,
-        trend_history=args.history or default_target(args.storage),
+        trend_history=trend_history,
     )
     for path in write_report(data, args.out, args.name):
         print(f"wrote {path}")
     return 0
+
+
+def _trend_history(args: argparse.Namespace) -> str:
+    """The history the report's trends read; one a person named must open (read-only).
+
+    A history named by ``--history`` or ``$GPUGAUGE_HISTORY`` that cannot be read (missing,
+    not a gpugauge history, a server that does not answer) is a HistoryError naming the
+    option, before any file is written; the default one may be missing, which the report
+    notes under "Charts not drawn".
+    """
+    target = args.history or default_target(args.storage)
+    option = "--history" if args.history else f"${ENV_VAR}" if os.environ.get(ENV_VAR) else None
+    if option is not None:
+        try:
+            History.open(target, read_only=True).close()
+        except HistoryError as err:
+            raise HistoryError(f"{option} {str(err).removeprefix('history ')}") from None
+    return target
 
 
 def _history_target(text: str) -> str:
@@ -296,7 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (BaselineError, ToleranceError, RunError, FileError, FileNotFoundError) as err:
+    except (
+        BaselineError,
+        ToleranceError,
+        RunError,
+        FileError,
+        FileNotFoundError,
+        HistoryError,
+    ) as err:
         print(f"gpugauge {args.command}: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # a folder that cannot be made, a disk that is full

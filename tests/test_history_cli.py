@@ -103,8 +103,8 @@ def test_changes_say_what_changed(stepped: str, capsys: pytest.CaptureFixture) -
     assert main(["changes", "--metric", "all", "--history", stepped]) == 0
     every = capsys.readouterr().out.strip().splitlines()
     assert set(lines) <= set(every)  # time's, and those of any other metric held
-    assert main(["changes", "--metric", "memory", "--history", stepped]) == 0
-    assert capsys.readouterr().out.strip() == "no change points"  # the history holds time only
+    assert main(["changes", "--id", "other*", "--metric", "all", "--history", stepped]) == 0
+    assert "no results match --id 'other*'" in capsys.readouterr().out
 
 
 def test_export_writes_every_metric_row(
@@ -135,7 +135,7 @@ def test_accept_and_undo(stepped: str, capsys: pytest.CaptureFixture) -> None:
     [
         (["show", "no-such-case"], "no case 'no-such-case'"),
         (["list", "--history", "mysql://x/y"], "unsupported scheme 'mysql'"),
-        (["show", CASE, "--class", "nvidia-b200"], "has no runs on 'nvidia-b200'"),
+        (["show", CASE, "--class", "nvidia-b200"], "--class 'nvidia-b200': case"),
     ],
 )
 def test_errors_are_one_line(
@@ -153,12 +153,71 @@ def test_the_default_history_is_the_env_var_or_beside_the_benchmarks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPUGAUGE_HISTORY", raising=False)
+    History.open(tmp_path / ".benchmarks" / "gpugauge-history.sqlite").close()
     assert main(["list"]) == 0
-    assert (tmp_path / ".benchmarks" / "gpugauge-history.sqlite").is_file()
-    monkeypatch.setenv("GPUGAUGE_HISTORY", str(tmp_path / "elsewhere.sqlite"))
-    assert main(["list"]) == 0
-    assert (tmp_path / "elsewhere.sqlite").is_file()
     assert "no results" in capsys.readouterr().out
+    monkeypatch.setenv("GPUGAUGE_HISTORY", str(tmp_path / "elsewhere.sqlite"))
+    assert main(["list"]) == 2
+    assert "elsewhere.sqlite: no such file" in capsys.readouterr().err
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", CASE], ["changes"], ["export"]])
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "no such file"),
+        (b"", "not a gpugauge history"),
+        (b"some notes, not a database\n" * 20, "not a SQLite database"),
+    ],
+)
+def test_reading_commands_never_create_or_change_a_history(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    command: list[str],
+    content: bytes | None,
+    said: str,
+) -> None:
+    """A missing file, an empty one or another file: one line, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    named = tmp_path / "x" / "h.sqlite"
+    if content is not None:
+        named.parent.mkdir()
+        named.write_bytes(content)
+    before = _tree(tmp_path)
+    if command == ["export"]:
+        command = ["export", "--csv", str(tmp_path / "out.csv")]
+    for how in ("option", "env", "default"):
+        argv = [*command, "--history", str(named)] if how == "option" else command
+        monkeypatch.delenv("GPUGAUGE_HISTORY", raising=False)
+        if how == "env":
+            monkeypatch.setenv("GPUGAUGE_HISTORY", str(named))
+        if how == "default":
+            if content is None:
+                named = Path(".benchmarks") / "gpugauge-history.sqlite"
+            else:
+                continue
+        assert main(argv) == 2, how
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"gpugauge history {command[0]}: history {named}: {said}"), err
+        assert "\n" not in err
+        assert _tree(tmp_path) == before, how
+        assert not (tmp_path / "x").exists() or content is not None
+
+
+def test_reading_a_history_leaves_its_file_as_it_was(
+    stepped: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """No -wal or -shm left behind, not a byte of the history changed."""
+    before = _tree(tmp_path)
+    for argv in (["list"], ["show", CASE], ["changes"]):
+        assert main([*argv, "--history", stepped]) == 0
+    assert _tree(tmp_path) == before
 
 
 def test_every_subcommand_has_help(capsys: pytest.CaptureFixture) -> None:
@@ -192,3 +251,186 @@ def test_show_marks_a_step_from_zero_by_its_values() -> None:
     text = trend_text(points, case_changes(points), "memory")
     assert "◆ from 0 to 1.54e+08 (host)" in text
     assert "inf" not in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["show", CASE, "--metric", "bogus"], f"--metric 'bogus': case '{CASE}' holds no such"),
+        (["show", CASE, "--host", "bogus"], f"--host 'bogus': case '{CASE}' has no runs on it"),
+        (["changes", "--metric", "bogus"], "--metric 'bogus': the history holds no such metric"),
+        (["changes", "--metric", "memory"], "--metric 'memory': the history holds no such"),
+    ],
+)
+def test_a_filter_value_the_history_does_not_hold_is_refused(
+    stepped: str, argv: list[str], said: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Not answered as if there were no data: exit 2, the option and what is held."""
+    assert main([*argv, "--history", stepped]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert said in err
+    assert "\n" not in err
+    assert captured.out == ""
+    held = "GPU-1111, GPU-2222" if "--host" in argv else "time"
+    assert err.endswith(held), err
+
+
+@pytest.mark.parametrize("command", [["list"], ["changes"], ["export", "--csv", "x.csv"]])
+def test_an_id_glob_that_matches_nothing_says_so(
+    stepped: str,
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--id", "nomatch*", "--history", stepped]) == 0
+    out = capsys.readouterr().out
+    assert "no results match --id 'nomatch*' (the history holds 32 results of 1 cases)" in out
+    assert "holds no results" not in out
+    assert "no change points" not in out
+
+
+def test_show_of_one_host_shows_its_runs_only(stepped: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["show", CASE, "--host", "GPU-2222", "--history", stepped]) == 0
+    out = capsys.readouterr().out
+    assert "16 runs on 1 host(s)" in out
+    assert "GPU-1111" not in out
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two", "1.5"])
+def test_last_takes_a_whole_number_from_one(
+    stepped: str, value: str, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["show", CASE, "--last", value, "--history", stepped])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --last" in err
+    assert "whole number >= 1" in err
+
+
+def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
+    """--last is the only one; a new integer option must validate too."""
+    import argparse
+
+    from gpugauge.history.cli import add_parser
+    from gpugauge.options import positive_int
+
+    parser = argparse.ArgumentParser()
+    hist = add_parser(parser.add_subparsers())
+    subs = next(a for a in hist._actions if isinstance(a, argparse._SubParsersAction))
+    typed = [
+        (name, a.option_strings, a.type)
+        for name, sub in subs.choices.items()
+        for a in sub._actions
+        if a.type is int or a.type is positive_int
+    ]
+    assert typed == [("show", ["--last"], positive_int)]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_an_import_with_one_bad_file_writes_nothing(
+    tmp_path: Path, existing: bool, capsys: pytest.CaptureFixture
+) -> None:
+    """Every file read and checked first: a truncated one, named, and no run added."""
+    good = save_run(tmp_path / "good.json", [result("relu", 2.0)])
+    other = save_run(tmp_path / "other.json", [result("conv", 9.0)])
+    trunc = tmp_path / "trunc.json"
+    trunc.write_text(other.read_text()[:200])
+    hist = tmp_path / "h.sqlite"
+    if existing:
+        History.open(hist).close()
+    before = hist.read_bytes() if existing else None
+    assert main(["import", str(good), str(trunc), "--history", str(hist)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith(f"gpugauge history import: {trunc}"), err
+    assert "\n" not in err
+    assert "added" not in captured.out
+    if existing:
+        assert hist.read_bytes() == before
+        with History.open(hist, read_only=True) as h:
+            assert h.runs() == []
+    else:
+        assert not hist.exists()
+    assert main(["import", str(good), str(other), "--history", str(hist)]) == 0
+    assert "2 run(s) added" in capsys.readouterr().out
+
+
+def test_the_history_help_says_every_measured_run_appends(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    with pytest.raises(SystemExit):
+        gpugauge_main(["history", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "gated runs append" not in text
+    assert "every measured pytest run appends" in text
+    assert "--no-history" in text
+
+
+def _two_runs(tmp_path: Path, ids: tuple[str, ...]) -> str:
+    """A history of runs with these ids (one result each, case 'relu')."""
+    from dataclasses import replace
+
+    path = str(tmp_path / "runs.sqlite")
+    points = series(Scenario(hosts=HOSTS[:1], nights=len(ids)), 1)
+    with History.open(path) as h:
+        for p, run_id in zip(points, ids, strict=True):
+            h.append(replace(p.run, id=run_id), [p.result])
+    return path
+
+
+def test_accept_takes_the_run_id_that_show_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    full = "60ee3c9175d74a1b8c0d2e4f6a8b0c2d"
+    hist = _two_runs(tmp_path, (full, "60ee3c0000000000000000000000000b"))
+    assert main(["show", CASE, "--history", hist]) == 0
+    shown = next(w for w in capsys.readouterr().out.split() if w.startswith("60ee3c91"))
+    assert shown.endswith("…")
+    assert main(["accept", shown.rstrip("…"), "--undo", "--history", hist]) == 0
+    assert f"1 result(s) of run {full} no longer accepted" in capsys.readouterr().out
+    with History.open(hist) as h:
+        assert [p.accepted for p in h.points(CASE)] == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("60ee3c", "run id '60ee3c' is ambiguous: 2 runs begin with it (60ee3c91"),
+        ("60ee3", "no run '60ee3'; a prefix needs 6 characters or more"),
+        ("70ee3c9175", "no run '70ee3c9175'"),
+    ],
+)
+def test_accept_refuses_an_ambiguous_short_or_unknown_run(
+    tmp_path: Path, given: str, said: str, capsys: pytest.CaptureFixture
+) -> None:
+    hist = _two_runs(tmp_path, ("60ee3c9175d74a1b", "60ee3c0000000000"))
+    assert main(["accept", given, "--history", hist]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err
+    assert "\n" not in err
+
+
+def test_accept_help_says_where_the_run_id_is_shown(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["accept", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "history show ID" in text
+    assert "unique prefix" in text
+
+
+def test_accept_of_a_case_the_run_does_not_hold_is_refused(
+    stepped: str, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["accept", "n003-GPU-1111", "--id", "lnear-fwd", "--history", stepped]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert f"run n003-GPU-1111 holds no case 'lnear-fwd'; it holds {CASE}" in err
+    assert "\n" not in err
+    assert "accepted" not in captured.out
+    with History.open(stepped) as h:
+        assert all(p.accepted for p in h.points(CASE))

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -488,3 +489,35 @@ def test_sqlite_and_postgresql_give_identical_verdicts(tmp_path: Path, pg_url: s
     assert kinds == {"host", "class"}
     assert "regressed" in verdicts
     assert "unchanged" in verdicts
+
+
+def test_a_read_only_history_creates_and_changes_nothing(tmp_path: Path) -> None:
+    """What the reading commands open: no file made, no empty file made a history."""
+    missing = tmp_path / "no" / "h.sqlite"
+    with pytest.raises(HistoryError, match="no such file"):
+        History.open(missing, read_only=True)
+    assert not (tmp_path / "no").exists()
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    with pytest.raises(HistoryError, match="not a gpugauge history"):
+        History.open(empty, read_only=True)
+    assert empty.read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite"]
+    path = tmp_path / "h.sqlite"
+    with History.open(path) as h:
+        h.append(run(1), [result("conv", 2.0)])
+    with History.open(path, read_only=True) as h:
+        assert [p.median for p in h.points("conv")] == [2.0]
+        with pytest.raises(HistoryError, match="readonly"):
+            h.append(run(2), [result("conv", 2.0)])
+        assert not h.has_run("run-2")
+
+
+def test_several_runs_are_appended_all_or_none(tmp_path: Path) -> None:
+    """An import of several files: one that cannot be stored leaves none of the others."""
+    bad = replace(result("conv", 2.0), sm_clock_mhz=float("nan"))
+    with History.open(tmp_path / "h.sqlite") as h:
+        with pytest.raises(HistoryError, match="finite"):
+            h.append_runs([(run(1), [result("conv", 2.0)]), (run(2), [bad])])
+        assert h.runs() == []
+        assert h.append_runs([(run(1), [result("conv", 2.0)]), (run(1), [])]) == [True, False]

@@ -145,15 +145,80 @@ def test_a_flat_history_says_it_has_no_change_points(tmp_path: Path) -> None:
     assert f"## Changes\n\nno change points in {runs} runs of 1 cases (history {history})" in md
 
 
-def test_without_a_history_the_report_says_why_and_creates_none(tmp_path: Path) -> None:
-    missing = tmp_path / "nowhere.sqlite"
-    out = _report(tmp_path, "--history", str(missing))
+def test_without_the_default_history_the_report_says_why_and_creates_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUGAUGE_HISTORY", raising=False)
+    default = tmp_path / "runs" / "gpugauge-history.sqlite"
+    out = _report(tmp_path)
     md = (out / "report.md").read_text()
-    assert f"- no trend chart: no results history at {missing}" in md
+    assert f"- no trend chart: no results history at {default}" in md
     assert "## Changes" not in md
     assert not list(out.glob("*trends*"))
-    assert not missing.exists()
+    assert not default.exists()
     assert "no trend chart: no results history" in (out / "report.html").read_text()
+
+
+def test_a_default_history_that_is_no_history_is_noted_and_left_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty file where the default history would be is not made a database."""
+    monkeypatch.delenv("GPUGAUGE_HISTORY", raising=False)
+    _current(tmp_path)
+    default = tmp_path / "runs" / "gpugauge-history.sqlite"
+    default.touch()
+    md = (_report(tmp_path) / "report.md").read_text()
+    assert "no trend chart: history" in md
+    assert "not a gpugauge history" in md
+    assert default.read_bytes() == b""
+    assert sorted(p.name for p in default.parent.iterdir()) == [
+        "0001_now.json",
+        "gpugauge-history.sqlite",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("history", "said"),
+    [
+        ("missing/typo.sqlite", "no such file"),
+        ("empty.sqlite", "not a gpugauge history"),
+        ("notes.txt", "not a SQLite database"),
+        ("postgresql://x@127.0.0.1:1/db?connect_timeout=2", "cannot connect"),
+        ("mysql://x/y", "unsupported scheme"),
+    ],
+)
+@pytest.mark.parametrize("how", ["--history", "$GPUGAUGE_HISTORY"])
+def test_a_named_history_that_cannot_be_read_is_one_line_and_writes_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    history: str,
+    said: str,
+    how: str,
+) -> None:
+    (tmp_path / "empty.sqlite").touch()
+    (tmp_path / "notes.txt").write_text("not a database\n" * 50)
+    target = history if "://" in history else str(tmp_path / history)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    out, baselines = tmp_path / "reports", tmp_path / "baselines"
+    baselines.mkdir()
+    argv = ["report", "--current", str(_current(tmp_path)), "--storage", str(tmp_path / "runs")]
+    argv += ["--baselines-dir", str(baselines), "--out", str(out)]
+    monkeypatch.delenv("GPUGAUGE_HISTORY", raising=False)
+    if how == "--history":
+        argv += ["--history", target]
+    else:
+        monkeypatch.setenv("GPUGAUGE_HISTORY", target)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith(f"gpugauge report: {how} "), err
+    assert said in err
+    assert "\n" not in err
+    assert "wrote" not in captured.out
+    assert not out.exists()
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (tmp_path / "missing").exists()
 
 
 def test_the_default_history_is_under_storage(
@@ -163,9 +228,6 @@ def test_the_default_history_is_under_storage(
     _current(tmp_path)
     _history(tmp_path / "runs" / "gpugauge-history.sqlite", series(STEP, seed=1))
     assert "## Changes" in (_report(tmp_path) / "report.md").read_text()
-    monkeypatch.setenv("GPUGAUGE_HISTORY", str(tmp_path / "other.sqlite"))
-    md = (_report(tmp_path) / "report.md").read_text()
-    assert f"no results history at {tmp_path / 'other.sqlite'}" in md
 
 
 def test_a_history_without_the_runs_cases_says_so(tmp_path: Path) -> None:

@@ -192,3 +192,36 @@ def test_the_busy_share_is_judged_by_its_own_hosts_history_alone(tmp_path: Path)
     assert halved.check("gpu_busy").verdict is Verdict.REGRESSED
     assert halved.references["gpu_busy"].startswith("host history")
     later.close()
+
+
+def test_an_imported_run_gets_the_host_its_live_append_got(bench: pytest.Pytester) -> None:
+    """One rule names the host: a live append and an import of its saved JSON agree."""
+    import platform
+
+    from gpugauge.history.cli import main as history_main
+
+    r = _run(bench, "fast", "--benchmark-json", "run.json")
+    r.assert_outcomes(passed=1)
+    assert history_main(["import", "run.json", "--history", "other.sqlite"]) == 0
+    with History.open(bench.path / "h.sqlite") as live, History.open("other.sqlite") as imported:
+        [appended] = live.runs()
+        [read_back] = imported.runs()
+    assert appended.id == read_back.id
+    assert read_back.host == appended.host == platform.node()  # no GPU here: the hostname
+
+
+def test_a_gpu_run_is_filed_under_its_first_gpus_uuid_live_and_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GPU's UUID the fingerprint records is the host, as the live append's is."""
+    from gpugauge.history import capture
+    from gpugauge.results.runs import SavedRun
+
+    monkeypatch.setattr(capture, "gpu_uuid", lambda index=0: "GPU-8f2c")
+    saved = SavedRun(Path("run.json"), "run", [], {"gpus": [{"uuid": "GPU-8f2c"}]}, node="vm")
+    assert capture.host_id(0) == saved.host == "GPU-8f2c"
+    monkeypatch.setattr(capture, "gpu_uuid", lambda index=0: None)
+    cpu = SavedRun(Path("run.json"), "run", [], {"gpus": []}, node="vm")
+    assert cpu.host == "vm"
+    monkeypatch.setattr(capture.platform, "node", lambda: "vm")
+    assert capture.host_id(0) == "vm"

@@ -15,6 +15,11 @@ SQLite has not already rolled it back itself (it does on a full disk or an I/O e
 the error reported is the first one and the file keeps its last committed state.
 PostgreSQL (``postgresql://`` or ``postgres://`` URLs) needs the ``postgres`` extra
 (``psycopg`` 3); its writers never conflict, since each run is its own rows.
+
+A backend opened ``read_only`` (what the reading commands use) never creates, switches or
+changes anything: a SQLite file must exist and is opened with SQLite's ``mode=rw`` URI
+(no create) and ``PRAGMA query_only`` (no write), falling back to ``mode=ro`` where the
+file is not writable; a PostgreSQL session's transactions are read-only.
 """
 
 from __future__ import annotations
@@ -102,6 +107,7 @@ class Backend:
 
     name = ""
     where = ""  # the history as a person named it (a URL without its password)
+    read_only = False  # opened by a reading command: nothing may be created or changed
 
     def transaction(self, write: bool = True) -> contextlib.AbstractContextManager[Tx]:
         """A transaction: committed when the block ends, rolled back on an error."""
@@ -124,22 +130,50 @@ class SqliteBackend(Backend):
 
     name = "sqlite"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = Path(path)
         self.where = str(path)
+        self.read_only = read_only
         if self.path.is_dir():
             raise HistoryError(f"history {path}: is a directory, not a SQLite file")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            if read_only:
+                self.conn = self._connect_existing()
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except (OSError, sqlite3.Error) as err:
             raise HistoryError(f"history {path}: cannot be opened ({_one_line(err)})") from None
         try:
-            self._use_wal()
+            if read_only:
+                self.conn.execute("PRAGMA query_only=ON")
+            else:
+                self._use_wal()
             self.conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as err:
             self.conn.close()
             raise self._error(err) from None
+
+    def _connect_existing(self) -> sqlite3.Connection:
+        """The file as it is, never created.
+
+        Read-write without create (``mode=rw``), so that closing removes a WAL file's
+        ``-wal`` and ``-shm`` as a writer's close does; read-only where it is not writable.
+        """
+        if not self.path.exists():
+            raise HistoryError(
+                f"history {self.where}: no such file (a measured pytest run or "
+                "'gpugauge history import' creates it)"
+            )
+        uri = self.path.resolve().as_uri()
+        try:
+            return sqlite3.connect(
+                f"{uri}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
+            )
+        except sqlite3.OperationalError:
+            return sqlite3.connect(
+                f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
+            )
 
     def _use_wal(self) -> None:
         """Switch the file to WAL once; a file already in WAL takes no lock at all.
@@ -218,8 +252,9 @@ class PostgresBackend(Backend):
 
     name = "postgresql"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, read_only: bool = False) -> None:
         self.where = redact(url)
+        self.read_only = read_only
         try:
             import psycopg
         except ImportError:
@@ -231,6 +266,12 @@ class PostgresBackend(Backend):
             self.conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as err:
             raise HistoryError(f"history {self.where}: cannot connect ({_one_line(err)})") from None
+        if read_only:
+            try:
+                self.conn.execute("SET default_transaction_read_only = on")
+            except psycopg.Error as err:
+                self.conn.close()
+                raise HistoryError(f"history {self.where}: {_one_line(err)}") from None
 
     @contextlib.contextmanager
     def transaction(self, write: bool = True) -> Iterator[Tx]:
@@ -257,14 +298,17 @@ class PostgresBackend(Backend):
         self.conn.close()
 
 
-def open_backend(target: str | Path) -> Backend:
-    """A PostgreSQL URL or a SQLite path; HistoryError for a URL of any other scheme."""
+def open_backend(target: str | Path, read_only: bool = False) -> Backend:
+    """A PostgreSQL URL or a SQLite path; HistoryError for a URL of any other scheme.
+
+    ``read_only``: a SQLite file that does not exist is a HistoryError, not created.
+    """
     text = str(target)
     match = _SCHEME.match(text)
     if match is None:
-        return SqliteBackend(Path(text))
+        return SqliteBackend(Path(text), read_only)
     if match.group(1).lower() in POSTGRES_SCHEMES:
-        return PostgresBackend(text)
+        return PostgresBackend(text, read_only)
     raise HistoryError(
         f"history {redact(text)}: unsupported scheme {match.group(1)!r}; "
         "give a SQLite file path or a postgresql:// URL"

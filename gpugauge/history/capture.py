@@ -4,15 +4,15 @@ The plugin builds one :class:`~gpugauge.history.records.RunRecord` per session w
 :func:`run_record` (the fingerprint it already takes, and :func:`host_id`), one
 :class:`~gpugauge.history.records.ResultRecord` per measurement with :func:`result_record`
 (its verdict from the history-aware judgement or the plain gate), and appends them all at
-once. :func:`import_run` does the same for a run saved by pytest-benchmark, with a run id
-derived from the file's content, so importing it twice adds nothing.
+once. :func:`saved_records` does the same for a run saved by pytest-benchmark, with a run
+id derived from the file's content, so importing it twice adds nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import socket
+import platform
 import statistics
 import uuid
 from collections import Counter
@@ -25,6 +25,8 @@ from typing import Any
 from gpugauge.history.judge import CaseJudgement, accepted
 from gpugauge.history.records import HistoryError, MetricRecord, ResultRecord, RunRecord
 from gpugauge.history.store import History
+from gpugauge.measure.environment import host_name
+from gpugauge.measure.nvml import Nvml, maybe_nvml
 from gpugauge.measure.stats import summarize
 from gpugauge.regress.baselines import kernel_shares
 from gpugauge.regress.gate import GateResult
@@ -51,7 +53,11 @@ def new_run_id() -> str:
 
 
 def gpu_uuid(index: int = 0) -> str | None:
-    """NVML's UUID ('GPU-8f2c…') of torch's CUDA device ``index``; None without one."""
+    """NVML's UUID ('GPU-8f2c…') of torch's CUDA device ``index``; None without one.
+
+    Read as the fingerprint reads it (:meth:`Nvml.device`, matched by torch's UUID since
+    CUDA_VISIBLE_DEVICES may reorder NVML's indices), so a saved run names the same GPU.
+    """
     try:
         import pynvml
         import torch
@@ -59,28 +65,19 @@ def gpu_uuid(index: int = 0) -> str | None:
         return None
     if not torch.cuda.is_available() or index >= torch.cuda.device_count():
         return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:  # matched by torch's UUID: CUDA_VISIBLE_DEVICES may reorder NVML's indices
-        tid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-        if tid is not None:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{tid}")
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        found = pynvml.nvmlDeviceGetUUID(handle)
-        return found.decode() if isinstance(found, bytes) else str(found)
-    except pynvml.NVMLError:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+    with maybe_nvml() as nvml:
+        if not isinstance(nvml, Nvml):
+            return None
+        try:
+            return nvml.device(index).uuid()
+        except pynvml.NVMLError:
+            return None
 
 
 def host_id(gpu_index: int | None = 0) -> str:
-    """The host a run is judged as: the GPU's NVML UUID, else this machine's hostname."""
+    """The host a live run is judged and filed as: :func:`host_name` of this machine now."""
     found = gpu_uuid(gpu_index) if gpu_index is not None else None
-    return found or socket.gethostname() or "unknown-host"
+    return host_name(found, platform.node()) or "unknown-host"
 
 
 def _text(value: Any) -> str | None:
@@ -248,11 +245,12 @@ def saved_run_id(raw: dict[str, Any]) -> str:
     return "import-" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def import_run(history: History, path: Path, host: str | None = None) -> tuple[str, bool]:
-    """Append a run saved by pytest-benchmark; (its run id, whether anything was added).
+def saved_records(path: Path, host: str | None = None) -> tuple[RunRecord, list[ResultRecord]]:
+    """A run saved by pytest-benchmark as history records, read and checked; nothing written.
 
-    The host is ``host``, else the one the fingerprint names ('host', or the first GPU's
-    'uuid'), else 'unknown-host'. Verdicts saved with the results come along.
+    The host is ``host``, else the run's own (:attr:`SavedRun.host`: its first GPU's UUID,
+    else its machine's name, by the rule a live append follows), else 'unknown-host'.
+    Verdicts saved with the results come along. RunError or HistoryError naming the file.
     """
     saved = load_run(path)  # RunError (a ValueError) naming the file if it is not a run
     try:
@@ -293,4 +291,10 @@ def import_run(history: History, path: Path, host: str | None = None) -> tuple[s
             f"{path}: every result has work injected on purpose (gpugauge check's "
             "slowdown): nothing of it may join the history"
         )
+    return run, results
+
+
+def import_run(history: History, path: Path, host: str | None = None) -> tuple[str, bool]:
+    """Append a run saved by pytest-benchmark; (its run id, whether anything was added)."""
+    run, results = saved_records(path, host)
     return run.id, history.append(run, results)

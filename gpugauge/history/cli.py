@@ -1,8 +1,9 @@
 """``gpugauge history``: list, show, export, import, accept, and the change points.
 
 Every subcommand takes ``--history PATH|URL``: a SQLite file or a ``postgresql://`` URL;
-by default ``$GPUGAUGE_HISTORY``, else ``.benchmarks/gpugauge-history.sqlite``. Errors are
-one line on stderr and exit status 2.
+by default ``$GPUGAUGE_HISTORY``, else ``.benchmarks/gpugauge-history.sqlite``. The
+reading subcommands open it read-only (a missing file is an error, never created). Errors
+are one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -10,22 +11,32 @@ from __future__ import annotations
 import argparse
 import csv
 import fnmatch
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpugauge.history.capture import import_run
+from gpugauge.history.capture import saved_records
 from gpugauge.history.changepoints import ChangePoint, case_changes
-from gpugauge.history.records import HistoryError, Point
+from gpugauge.history.records import HistoryError, Point, ResultRecord, RunRecord, some
 from gpugauge.history.render import cases_text, changes_text, trend_text
 from gpugauge.history.rows import COLUMNS, flat_row
-from gpugauge.history.store import ENV_VAR, History, default_path, default_target
+from gpugauge.history.store import (
+    ENV_VAR,
+    MIN_PREFIX,
+    Case,
+    History,
+    default_path,
+    default_target,
+)
+from gpugauge.options import positive_int
 from gpugauge.results.runs import RunError
 
 HELP = "the results history: trends, change points, import and export"
 DESCRIPTION = f"""\
-The results history that gated runs append to: every result of every run, per host.
+The results history: every measured pytest run appends all its results to it, gated
+or not (unless --no-history), per host.
 
   gpugauge history list                         cases, with run counts per host
   gpugauge history show ID                      one case's trend, change points marked
@@ -35,7 +46,8 @@ The results history that gated runs append to: every result of every run, per ho
   gpugauge history accept RUN_ID [--id ID]      let a run's results serve as references
 
 --history is a SQLite file or a postgresql:// URL; default ${ENV_VAR}, else
-{default_path()}."""
+{default_path()}. list, show, changes and export only read it: they never create or
+change it, and refuse what is not a gpugauge history."""
 
 
 def _history_option(p: argparse.ArgumentParser) -> None:
@@ -51,33 +63,52 @@ def _matching(ids: Sequence[str], pattern: str | None) -> list[str]:
     return [i for i in ids if pattern is None or fnmatch.fnmatchcase(i, pattern)]
 
 
+def _no_match(cases: Sequence[Case], pattern: str) -> str | None:
+    """What to say when ``--id`` matches no case of a history that holds some; else None."""
+    if not cases or _matching([c.bench_id for c in cases], pattern):
+        return None
+    results, ids = sum(c.runs for c in cases), len({c.bench_id for c in cases})
+    return f"no results match --id {pattern!r} (the history holds {results} results of {ids} cases)"
+
+
 def _list(h: History, args: argparse.Namespace) -> int:
-    cases = [c for c in h.cases() if _matching([c.bench_id], args.id)]
-    print(cases_text(cases))
+    held = h.cases()
+    said = _no_match(held, args.id) if args.id else None
+    print(said or cases_text([c for c in held if _matching([c.bench_id], args.id)]))
     return 0
 
 
-def _classes(h: History, bench_id: str, wanted: str | None) -> list[str]:
-    found = sorted({c.device_class for c in h.cases() if c.bench_id == bench_id})
-    if not found:
-        raise HistoryError(f"history {h.where}: no case {bench_id!r} (see: gpugauge history list)")
-    if wanted is not None and wanted not in found:
-        raise HistoryError(
-            f"case {bench_id!r} has no runs on {wanted!r}; it has {', '.join(found)}"
-        )
-    return [wanted] if wanted else found
+def _one_of(option: str, wanted: str | None, held: Sequence[str], what: str) -> None:
+    """HistoryError naming ``option`` when ``wanted`` is none of ``held``."""
+    if wanted is not None and wanted not in held:
+        raise HistoryError(f"{option} {wanted!r}: {what} {some(held)}")
 
 
 def _show(h: History, args: argparse.Namespace) -> int:
+    cases = [c for c in h.cases() if c.bench_id == args.id]
+    if not cases:
+        raise HistoryError(f"history {h.where}: no case {args.id!r} (see: gpugauge history list)")
+    case = repr(args.id)
+    classes = sorted({c.device_class for c in cases})
+    _one_of("--class", args.device_class, classes, f"case {case} has no runs on it; it has")
+    if args.device_class is not None:
+        classes = [args.device_class]
+    hosts = sorted({c.host for c in cases if c.device_class in classes})
+    _one_of("--host", args.host, hosts, f"case {case} has no runs on it; it has runs on")
+    if args.host is not None:
+        classes = sorted({c.device_class for c in cases if c.host == args.host} & set(classes))
+    _one_of(
+        "--metric", args.metric, h.metrics(args.id), f"case {case} holds no such metric; it holds"
+    )
     blocks = []
-    for cls in _classes(h, args.id, args.device_class):
-        points = h.points(args.id, args.metric, cls)
-        if args.host:
-            points = [p for p in points if p.host == args.host]
+    for cls in classes:
+        points = h.points(args.id, args.metric, cls, args.host)
+        if not points:
+            continue  # the metric is held on another class
         changes = [c for c in case_changes(points) if not args.host or args.host in c.scope]
         shown = points[-args.last :] if args.last else points
         blocks.append(trend_text(shown, changes, args.metric))
-    print("\n\n".join(blocks))
+    print("\n\n".join(blocks) or trend_text([], [], args.metric))
     return 0
 
 
@@ -98,37 +129,49 @@ def _all_changes(h: History, metric: str, pattern: str | None) -> list[ChangePoi
 
 
 def _changes(h: History, args: argparse.Namespace) -> int:
-    print(changes_text(_all_changes(h, args.metric, args.id)))
+    held = h.metrics()
+    if held and args.metric != "all":
+        _one_of("--metric", args.metric, held, "the history holds no such metric; it holds all,")
+    said = _no_match(h.cases(), args.id) if args.id else None
+    print(said or changes_text(_all_changes(h, args.metric, args.id)))
     return 0
 
 
 def _export(h: History, args: argparse.Namespace) -> int:
-    points = [p for p in h.all_points() if _matching([p.result.bench_id], args.id)]
     out: Path = args.csv
     if out.is_dir():
         raise HistoryError(f"--csv {out}: is a directory")
+    points = [p for p in h.all_points() if _matching([p.result.bench_id], args.id)]
+    said = _no_match(h.cases(), args.id) if args.id else None
     with open(out, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
         writer.writeheader()
         writer.writerows(flat_row(p) for p in points)
-    print(f"wrote {len(points)} rows to {out}")
+    print(f"wrote {len(points)} rows to {out}" + (f" ({said})" if said else ""))
     return 0
 
 
-def _import(h: History, args: argparse.Namespace) -> int:
-    added = 0
-    for path in args.runs:
-        run_id, new = import_run(h, path, host=args.host)
-        added += new
-        print(f"{path}: {'added as' if new else 'already in the history as'} run {run_id}")
-    print(f"{added} run(s) added to {h.where}")
+def _read_runs(args: argparse.Namespace) -> list[tuple[RunRecord, list[ResultRecord]]]:
+    """Every file of an import read and checked, before the history is opened or written."""
+    return [saved_records(path, host=args.host) for path in args.runs]
+
+
+def _import(
+    h: History, args: argparse.Namespace, runs: Sequence[tuple[RunRecord, list[ResultRecord]]]
+) -> int:
+    """Append every run in one transaction: all of them, or none."""
+    added = h.append_runs(runs)
+    for path, (run, _), new in zip(args.runs, runs, added, strict=True):
+        print(f"{path}: {'added as' if new else 'already in the history as'} run {run.id}")
+    print(f"{sum(added)} run(s) added to {h.where}")
     return 0
 
 
 def _accept(h: History, args: argparse.Namespace) -> int:
-    changed = h.accept(args.run_id, args.id or (), accepted=not args.undo)
+    run_id = h.run_id(args.run_id)
+    changed = h.accept(run_id, args.id or (), accepted=not args.undo)
     what = "no longer accepted" if args.undo else "accepted"
-    print(f"{changed} result(s) of run {args.run_id} {what}")
+    print(f"{changed} result(s) of run {run_id} {what}")
     return 0
 
 
@@ -144,7 +187,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
     p = cmds.add_parser("list", help="cases with their run counts per host")
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
-    p.set_defaults(history_func=_list)
+    p.set_defaults(history_func=_list, read_only=True)
 
     p = cmds.add_parser(
         "show", help="one case's trend: its runs, medians, CIs, hosts, change points"
@@ -153,8 +196,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--metric", default="time", help="which metric (default: time)")
     p.add_argument("--class", dest="device_class", help="one device class (default: each in turn)")
     p.add_argument("--host", help="only this host's runs")
-    p.add_argument("--last", type=int, default=0, metavar="N", help="show only the last N runs")
-    p.set_defaults(history_func=_show)
+    p.add_argument(
+        "--last", type=positive_int, default=None, metavar="N", help="show only the last N runs"
+    )
+    p.set_defaults(history_func=_show, read_only=True)
 
     p = cmds.add_parser(
         "changes",
@@ -162,33 +207,44 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
     p.add_argument("--metric", default="time", help="which metric, or all (default: time)")
-    p.set_defaults(history_func=_changes)
+    p.set_defaults(history_func=_changes, read_only=True)
 
     p = cmds.add_parser("export", help="write every metric row as CSV (one row per metric)")
     p.add_argument("--csv", type=Path, required=True, metavar="FILE", help="the CSV to write")
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
-    p.set_defaults(history_func=_export)
+    p.set_defaults(history_func=_export, read_only=True)
 
     p = cmds.add_parser(
         "import",
         help="add runs saved by pytest-benchmark (--benchmark-autosave/-json); "
-        "a run already there is skipped",
+        "every file is checked first, and one bad file adds none; a run already there "
+        "is skipped",
     )
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="saved runs")
     p.add_argument(
         "--host",
-        help="the host they ran on (default: the one their fingerprint names, else 'unknown-host')",
+        help="the host they ran on (default: each run's own, as its live append named it: "
+        "its first GPU's UUID, else its machine's name, else 'unknown-host')",
     )
-    p.set_defaults(history_func=_import)
+    p.set_defaults(history_func=_import, read_only=False)
 
     p = cmds.add_parser(
         "accept",
         help="let a run's results serve as their host's reference (an intended change)",
+        description="Let a run's results serve as their host's reference (an intended "
+        "change). The run is named by its id or a unique prefix of it: the run column of "
+        "'gpugauge history show ID' (… marks where it is cut), or the 'history: … of run "
+        "ID' line at the end of a pytest run.",
     )
-    p.add_argument("run_id", help="the run (see: history show)")
+    p.add_argument(
+        "run_id",
+        metavar="RUN",
+        help=f"the run's id or a unique prefix of {MIN_PREFIX} or more characters, "
+        "as the run column of 'history show ID' prints it",
+    )
     p.add_argument("--id", action="append", metavar="ID", help="only this case (repeatable)")
     p.add_argument("--undo", action="store_true", help="mark them not accepted instead")
-    p.set_defaults(history_func=_accept)
+    p.set_defaults(history_func=_accept, read_only=False)
 
     for p in cmds.choices.values():
         _history_option(p)
@@ -199,8 +255,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run one ``history`` subcommand; errors as one line and exit status 2."""
     try:
-        with History.open(args.history or default_target()) as h:
-            return args.history_func(h, args)
+        target = args.history or default_target()
+        func = args.history_func
+        if func is _import:  # every file checked first: a bad one leaves the history as it was
+            func = functools.partial(_import, runs=_read_runs(args))
+        with History.open(target, read_only=args.read_only) as h:
+            return func(h, args)
     except (HistoryError, RunError) as err:
         print(f"gpugauge history {args.history_command}: {err}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ read back with its run: the unit that references and change points work on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +22,13 @@ from gpugauge.regress.baselines import KernelShare
 
 class HistoryError(ValueError):
     """A history that cannot be used; the one-line message names it and says why."""
+
+
+def some(names: Sequence[str], most: int = 6) -> str:
+    """Up to ``most`` names for a message, and how many more: 'a, b, c and 4 more'."""
+    shown = ", ".join(names[:most])
+    rest = len(names) - most
+    return f"{shown} and {rest} more" if rest > 0 else shown or "none"
 
 
 def utc(t: datetime) -> datetime:

@@ -3,7 +3,9 @@
 ``schema_version`` holds one row, the version of the tables. Opening a history brings an
 older one up to :data:`SCHEMA_VERSION` by running :data:`UPGRADES` in order, in one
 transaction (PostgreSQL: under an advisory lock, so two first openers do not race);
-a newer one is refused, since this gpugauge would misread it. The statements are plain SQL
+a newer one is refused, since this gpugauge would misread it. A history opened read-only
+(:func:`check_schema`) is never created or upgraded: it must already be at
+:data:`SCHEMA_VERSION`. The statements are plain SQL
 that SQLite and PostgreSQL both run: TEXT, INTEGER (0/1 for flags) and DOUBLE PRECISION
 columns, JSON kept as TEXT, times as ISO 8601 UTC text (text order is time order).
 """
@@ -114,3 +116,25 @@ def ensure_schema(backend: Backend) -> int:
             if step > 1:
                 tx.execute("UPDATE schema_version SET version = ?", (step,))
     return SCHEMA_VERSION
+
+
+def check_schema(backend: Backend) -> int:
+    """Read-only: HistoryError unless the tables are at :data:`SCHEMA_VERSION` already.
+
+    For the commands that only read: they must not turn a stray file into a history, nor
+    upgrade one behind its writers' backs.
+    """
+    with backend.transaction(write=False) as tx:
+        version = _version(backend, tx)
+    if version == 0:
+        raise HistoryError(
+            f"history {backend.where}: not a gpugauge history (it holds none of its tables)"
+        )
+    _refuse_newer(backend, version)
+    if version < SCHEMA_VERSION:
+        raise HistoryError(
+            f"history {backend.where}: schema version {version} is older than this gpugauge "
+            f"reads ({SCHEMA_VERSION}); a writing command (a measured pytest run, "
+            "'gpugauge history import') upgrades it"
+        )
+    return version

@@ -2,7 +2,9 @@
 
 :class:`History` is the one way in and out. ``History.open(target)`` takes a SQLite path
 (the default :func:`default_path`, beside pytest-benchmark's storage) or a
-``postgresql://`` URL, and checks or upgrades the schema (:mod:`gpugauge.history.schema`).
+``postgresql://`` URL, and checks or upgrades the schema (:mod:`gpugauge.history.schema`);
+``History.open(target, read_only=True)``, for the commands that only read, creates and
+changes nothing and refuses what is not a gpugauge history.
 :meth:`History.append` writes a run and all its results in one transaction: a run that is
 interrupted, even by SIGKILL, leaves nothing, and a run id already stored adds nothing (so
 an import is idempotent). :meth:`History.points` reads one case's metric back in time
@@ -15,14 +17,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpugauge.history.backends import Backend, open_backend
+from gpugauge.history.backends import Backend, Tx, open_backend
 from gpugauge.history.records import (
     HistoryError,
     MetricRecord,
@@ -30,12 +32,14 @@ from gpugauge.history.records import (
     ResultRecord,
     RunRecord,
     parse_time,
+    some,
     time_text,
 )
-from gpugauge.history.schema import ensure_schema
+from gpugauge.history.schema import check_schema, ensure_schema
 from gpugauge.regress.baselines import KernelShare
 
 DEFAULT_NAME = "gpugauge-history.sqlite"
+MIN_PREFIX = 6  # characters a run id's prefix needs (show cuts ids to 13, a session's line to 8)
 ENV_VAR = "GPUGAUGE_HISTORY"  # a path or URL that replaces the default (a nightly's secret)
 
 
@@ -192,15 +196,23 @@ class History:
     def __init__(self, backend: Backend) -> None:
         self._db = backend
         try:
-            ensure_schema(backend)
+            if backend.read_only:
+                check_schema(backend)
+            else:
+                ensure_schema(backend)
         except BaseException:
             backend.close()
             raise
 
     @classmethod
-    def open(cls, target: str | Path | None = None) -> History:
-        """A SQLite path or a ``postgresql://`` URL; None: :func:`default_target`."""
-        return cls(open_backend(default_target() if target is None else target))
+    def open(cls, target: str | Path | None = None, *, read_only: bool = False) -> History:
+        """A SQLite path or a ``postgresql://`` URL; None: :func:`default_target`.
+
+        ``read_only``: for reading only; a missing file, or one that is not a gpugauge
+        history at this schema version, is a HistoryError, and nothing is created or changed.
+        """
+        target = default_target() if target is None else target
+        return cls(open_backend(target, read_only=read_only))
 
     @property
     def backend(self) -> str:
@@ -234,30 +246,73 @@ class History:
         read inside the transaction: if anything fails or the process dies before the end,
         no part of the run is stored.
         """
+        return self.append_runs([(run, results)])[0]
+
+    def append_runs(self, runs: Sequence[tuple[RunRecord, Iterable[ResultRecord]]]) -> list[bool]:
+        """Store several runs in one transaction: all of them or, on any error, none.
+
+        Per run, whether it was added (False: a run of its id was already stored). An
+        import of several files leaves nothing of the good ones when one cannot be stored.
+        """
         with self._db.transaction() as tx:
-            added = tx.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({_marks(_RUN_COLUMNS)}) "
-                "ON CONFLICT (id) DO NOTHING",
-                _run_row(run),
+            return [self._insert(tx, run, results) for run, results in runs]
+
+    @staticmethod
+    def _insert(tx: Tx, run: RunRecord, results: Iterable[ResultRecord]) -> bool:
+        added = tx.execute(
+            f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({_marks(_RUN_COLUMNS)}) "
+            "ON CONFLICT (id) DO NOTHING",
+            _run_row(run),
+        )
+        if added != 1:
+            return False
+        for r in results:
+            result, metrics = _result_rows(run.id, r)
+            tx.execute(
+                f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES ({_marks(_RESULT_COLUMNS)})",
+                result,
             )
-            if added != 1:
-                return False
-            for r in results:
-                result, metrics = _result_rows(run.id, r)
-                tx.execute(
-                    f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES ({_marks(_RESULT_COLUMNS)})",
-                    result,
-                )
-                tx.many(
-                    f"INSERT INTO metrics ({_METRIC_COLUMNS}) VALUES ({_marks(_METRIC_COLUMNS)})",
-                    metrics,
-                )
+            tx.many(
+                f"INSERT INTO metrics ({_METRIC_COLUMNS}) VALUES ({_marks(_METRIC_COLUMNS)})",
+                metrics,
+            )
         return True
 
     def has_run(self, run_id: str) -> bool:
         """Whether a run of this id is stored."""
         with self._db.transaction(write=False) as tx:
             return bool(tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))
+
+    def run_id(self, given: str) -> str:
+        """The id of the run ``given`` names: its whole id, or a unique prefix of it.
+
+        As git takes a commit: a prefix of :data:`MIN_PREFIX` characters or more that one
+        run's id begins with; HistoryError for none, for several (naming them) or for a
+        shorter one.
+        """
+        with self._db.transaction(write=False) as tx:
+            if tx.query("SELECT 1 FROM runs WHERE id = ?", (given,)):
+                return given
+            ids = [r[0] for r in tx.query("SELECT id FROM runs ORDER BY time_utc, id")]
+        found = [i for i in ids if i.startswith(given)] if len(given) >= MIN_PREFIX else []
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise HistoryError(
+                f"run id {given!r} is ambiguous: {len(found)} runs begin with it "
+                f"({some(found)}); give more of it"
+            )
+        short = len(given) < MIN_PREFIX and any(i.startswith(given) for i in ids)
+        why = f"; a prefix needs {MIN_PREFIX} characters or more" if short else ""
+        raise HistoryError(f"history {self.where}: no run {given!r}{why}")
+
+    def metrics(self, bench_id: str | None = None) -> list[str]:
+        """The metrics the history holds (of one case), sorted."""
+        sql, params = "SELECT DISTINCT metric FROM metrics", ()
+        if bench_id is not None:
+            sql, params = sql + " WHERE bench_id = ?", (bench_id,)
+        with self._db.transaction(write=False) as tx:
+            return sorted(r[0] for r in tx.query(sql, params))
 
     def runs(self, host: str | None = None) -> list[RunRecord]:
         """Every run (of one host), oldest first."""
@@ -337,6 +392,8 @@ class History:
     def accept(self, run_id: str, bench_ids: Iterable[str] = (), accepted: bool = True) -> int:
         """Mark a run's results (all, or those of ``bench_ids``) accepted; how many changed.
 
+        A case id the run does not hold is a HistoryError naming it and what the run holds
+        (a typo would otherwise accept nothing and say so only as a count of 0).
         An accepted result may serve as its host's reference: accepting a confirmed,
         intended slowdown lets the host's reference move to it.
         """
@@ -348,6 +405,18 @@ class History:
         with self._db.transaction() as tx:
             if not tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
                 raise HistoryError(f"history {self.where}: no run {run_id!r}")
+            held = sorted(
+                r[0]
+                for r in tx.query(
+                    "SELECT DISTINCT bench_id FROM results WHERE run_id = ?", (run_id,)
+                )
+            )
+            unknown = [i for i in dict.fromkeys(ids) if i not in held]
+            if unknown:
+                raise HistoryError(
+                    f"run {run_id} holds no case {', '.join(map(repr, unknown))}; "
+                    f"it holds {some(held)}"
+                )
             return tx.execute(sql, params)
 
     def to_frame(self) -> Any:

@@ -113,6 +113,17 @@ def apply_torch_flags(flags: dict[str, Any]) -> None:
     torch.set_num_threads(flags["num_threads"])
 
 
+def host_name(first_gpu_uuid: str | None, node: str | None) -> str | None:
+    """The host a run belongs to: its first GPU's NVML UUID, else the machine's name.
+
+    The one rule for a session appending to the history (``history.capture.host_id``, from
+    NVML and ``platform.node()`` now) and a saved run read back (``SavedRun.host``, from
+    its fingerprint's GPUs and pytest-benchmark's ``machine_info['node']``), so that an
+    imported run is filed under the host its live append was. None: neither is known.
+    """
+    return first_gpu_uuid or node or None
+
+
 def fingerprint(root: Path, nvml: Nvml | None, nvml_reason: str | None = None) -> dict[str, Any]:
     """Everything about the software and hardware settings that a number depends on.
 
@@ -162,6 +173,7 @@ def fingerprint(root: Path, nvml: Nvml | None, nvml_reason: str | None = None) -
                 # gpu_before/gpu_after, so identical runs have identical fingerprints
                 dev = nvml.device(i)
                 gpu.update(
+                    uuid=dev.uuid(),  # the history's host (host_name): fixed, not a reading
                     max_sm_clock_mhz=dev.max_sm_clock_mhz(),
                     power_limit_w=dev.power_limit_w(),
                 )

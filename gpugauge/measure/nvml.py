@@ -83,6 +83,11 @@ class NvmlDevice:
         n = self._get(self._nv.nvmlDeviceGetName)
         return n.decode() if isinstance(n, bytes) else n
 
+    def uuid(self) -> str | None:
+        """NVML's UUID, 'GPU-8f2c…': the card's identity wherever it is installed."""
+        u = self._get(self._nv.nvmlDeviceGetUUID)
+        return u.decode() if isinstance(u, bytes) else u
+
     def energy_mj(self) -> int | None:
         """Total energy since the driver loaded, millijoules (Volta and newer)."""
         return self._get(self._nv.nvmlDeviceGetTotalEnergyConsumption)

@@ -65,7 +65,7 @@ def load_trends(
     timed = [m for m in run.measurements if m.timing is not None]
     exact = [name for name, metric in METRICS.items() if metric.exact]
     try:
-        with History.open(target) as h:
+        with History.open(target, read_only=True) as h:  # never created or upgraded
             where = h.where
             for m in timed:
                 found = tuple(h.points(m.id, METRIC, m.device_class))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpugauge.measure.environment import slug
+from gpugauge.measure.environment import host_name, slug
 from gpugauge.plain import RecordError
 from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.measurement import Measurement
@@ -66,6 +66,7 @@ class SavedRun:
     adhoc_comparisons: list[dict[str, Any]] = field(default_factory=list)  # gauge.compare's
     outcome: RunOutcome | None = None  # None: saved before runs kept their outcome
     profile: str | None = None  # the run's --profile, where it was saved
+    node: str | None = None  # the machine's name: pytest-benchmark's machine_info['node']
 
     @property
     def machine(self) -> str:
@@ -76,9 +77,14 @@ class SavedRun:
 
     @property
     def host(self) -> str | None:
-        """The host the run names: its fingerprint's 'host', else its first GPU's UUID."""
+        """The host the run names, as a live append of it was filed.
+
+        Its fingerprint's 'host', else :func:`host_name` of its first GPU's UUID and its
+        machine's name.
+        """
         gpus = self.fingerprint.get("gpus") or [{}]
-        found = self.fingerprint.get("host") or (gpus[0] or {}).get("uuid")
+        first = gpus[0] if isinstance(gpus[0], dict) else {}
+        found = self.fingerprint.get("host") or host_name(first.get("uuid"), self.node)
         return str(found) if found else None
 
     @property
@@ -193,4 +199,5 @@ def load_run(path: Path) -> SavedRun:
         adhoc_comparisons=list(saved.get("comparisons") or []) if isinstance(saved, dict) else [],
         outcome=outcome,
         profile=profile if isinstance(profile, str) else None,
+        node=str((machine or {}).get("node") or "") or None,
     )
