@@ -426,3 +426,44 @@ def test_comparisons_say_when_a_side_was_noisy() -> None:
     c = Comparison("vgg", result("n", 2.0), _noisy(result("s", 1.0)), "normal", "swapped")
     row = comparison_table([c]).splitlines()[-1]
     assert row.endswith("noisy: swapped")
+
+
+def _one_round(m):
+    from dataclasses import replace
+
+    ms = m.timing.device_ms[0]
+    return replace(m, timing=replace(m.timing, device_ms=(ms,), host_ms=(ms,)))
+
+
+def test_a_result_of_one_round_shows_no_interval_in_the_report(tmp_path: Path) -> None:
+    from .fakes import result, save_run
+
+    before = save_run(tmp_path / "before.json", [_one_round(result("ddp", 584.5))])
+    after = save_run(tmp_path / "after.json", [_one_round(result("ddp", 584.5))])
+    out = tmp_path / "rep"
+    args = ["report", "--current", str(after), "--against", str(before), "--out", str(out)]
+    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
+    md = (out / "report.md").read_text()
+    assert "[584.5, 584.5]" not in md
+    assert "584.5 (n=1: no interval)" in md  # the results table's median cell
+    assert "1.000x (no interval)" in md  # the verdict's ratio
+    row = next(line for line in md.splitlines() if line.startswith("| ddp ") and "cpu-" in line)
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[3:6] == ["1", "-", "n=1: no interval"]  # n, no CV, flagged in the notes
+    page = (out / "report.html").read_text()
+    assert '<td class="no-interval">584.5 (n=1: no interval)</td>' in page
+
+
+def test_html_marks_the_noisy_median_not_a_column_position(tmp_path: Path) -> None:
+    from .fakes import result, save_run
+
+    current = save_run(tmp_path / "now.json", [_noisy(result("a", 2.0)), result("b", 2.0)])
+    out = tmp_path / "rep"
+    args = ["report", "--current", str(current), "--out", str(out)]
+    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
+    page = (out / "report.html").read_text()
+    assert "nth-child" not in page  # no style by column position
+    results = page.split("<h2>Results of this run</h2>")[1].split("</table>")[0]
+    marked = re.findall(r'<td class="noisy">([^<]*)</td>', results)
+    assert len(marked) == 1
+    assert marked[0].startswith("2.00")  # the median, never the device class

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpugauge.measure.stats import MIN_CI_N
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare
 from gpugauge.regress.tolerances import Tolerances
@@ -23,12 +24,16 @@ from gpugauge.report.data import ReportData
 from gpugauge.report.tables import (
     checked_metrics,
     decided_by,
+    fmt_ci,
+    fmt_cv,
     fmt_ms,
     fmt_ratio,
     fmt_value,
     fmt_verdict,
+    no_interval,
     noisy_ids,
     notes_of,
+    unsampled_ids,
     value_metrics,
     worst_first,
 )
@@ -138,7 +143,22 @@ def collect(
 
 
 Links = tuple[tuple[str, str], ...]  # (text, link target) pairs, shown in one cell
-Cell = str | Links
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A cell's text with a CSS class of its own: the number a flag is about, not a column."""
+
+    text: str
+    css: str  # e.g. 'noisy' (italic), 'no-interval'; '' for none
+
+
+Cell = str | Links | Marked
+
+
+def _flag_of(noisy: bool, unsampled: bool) -> str:
+    """The CSS class of a cell whose number is noisy or has no interval; '' for neither."""
+    return " ".join(c for c, on in (("noisy", noisy), ("no-interval", unsampled)) if on)
 
 
 @dataclass(frozen=True)
@@ -174,18 +194,20 @@ def _verdict_rows(data: ReportData) -> Section:
     classes = []
     medians = {m.id: m.value("time") for m in data.current.measurements}
     noisy = data.noisy
+    unsampled = unsampled_ids(data.current.measurements)
     for r in worst_first(data.results):
         t = r.check("time")
         now = medians.get(r.id) if t is None else t.current
         flagged = r.id in noisy and bool(r.checks)
+        one = r.id in unsampled
         rows.append(
             [
                 r.id,
-                fmt_verdict(r, flagged),
+                Marked(fmt_verdict(r, flagged), _flag_of(flagged, False)),
                 decided_by(r),
                 "-" if t is None else fmt_ms(t.baseline),
                 "-" if now is None else fmt_ms(now),
-                fmt_ratio(t),
+                Marked(fmt_ratio(t, one), _flag_of(False, one and t is not None)),
                 "-" if t is None else t.allowed,
                 *(fmt_ratio(r.check(n)) for n in names),
                 r.note,
@@ -210,11 +232,12 @@ def _result_rows(data: ReportData, out: Path) -> Section:
     headers += [f"{n} ({METRICS[n].unit})" for n in names] + ["notes", "artifacts"]
     rows: list[list[Cell]] = []
     for m in ms:
-        timed = ["-", "-", "-"]
+        timed: list[Cell] = ["-", "-", "-"]
         if m.timing is not None:
             s = m.summary
-            median = f"{fmt_ms(s.median)} [{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]"
-            timed = [median, str(s.n), f"{s.cv:.1%}"]
+            flag = _flag_of(m.timing.noisy, not s.has_interval)
+            ci = fmt_ci(s) if s.has_interval else f"({fmt_ci(s)})"
+            timed = [Marked(f"{fmt_ms(s.median)} {ci}", flag), str(s.n), fmt_cv(s)]
         links: Links = tuple((name, _link(p, out)) for name, p in sorted(m.artifacts.items()))
         rows.append(
             [
@@ -226,8 +249,7 @@ def _result_rows(data: ReportData, out: Path) -> Section:
                 links or "-",
             ]
         )
-    classes = ["noisy" if m.timing is not None and m.timing.noisy else "" for m in ms]
-    return Section("Results of this run", headers, rows, classes)
+    return Section("Results of this run", headers, rows)
 
 
 def _comparison_rows(data: ReportData) -> Section:
@@ -243,6 +265,7 @@ def _comparison_rows(data: ReportData) -> Section:
     rows: list[list[Cell]] = []
     saved = [c.as_dict() for c in data.comparisons] + data.current.adhoc_comparisons
     noisy = noisy_ids(data.current.measurements)
+    rounds = {m.id: m.summary.n for m in data.current.measurements if m.timing is not None}
     for c in saved:
         try:
             s = c["speedup"]
@@ -252,7 +275,7 @@ def _comparison_rows(data: ReportData) -> Section:
                     str(c["title"]),
                     f"{c['baseline_label']} {fmt_ms(c['baseline_median_ms'])} ms",
                     f"{c['candidate_label']} {fmt_ms(c['candidate_median_ms'])} ms",
-                    f"{s['value']:.3f}x [{s['ci_low']:.3f}, {s['ci_high']:.3f}]",
+                    _speedup_cell(s, rounds, c),
                     "-" if frac is None else f"{frac:+.1%}",
                     _noisy_labels(c, noisy),
                 ]
@@ -260,6 +283,14 @@ def _comparison_rows(data: ReportData) -> Section:
         except (KeyError, TypeError, ValueError):
             continue  # a comparison saved by another version: shown where it can be read
     return Section("Comparisons within this run", headers, rows)
+
+
+def _speedup_cell(speedup: dict, rounds: dict[str, int], saved: dict) -> Cell:
+    """The saved speedup with its CI, or 'no interval' where a side was timed once."""
+    fewest = min(rounds.get(str(saved[side]), MIN_CI_N) for side in ("baseline", "candidate"))
+    if fewest < MIN_CI_N:
+        return Marked(f"{speedup['value']:.3f}x ({no_interval(fewest)})", "no-interval")
+    return f"{speedup['value']:.3f}x [{speedup['ci_low']:.3f}, {speedup['ci_high']:.3f}]"
 
 
 def _noisy_labels(saved: dict, noisy: frozenset[str]) -> str:
@@ -271,6 +302,8 @@ def _noisy_labels(saved: dict, noisy: frozenset[str]) -> str:
 
 
 def _text(cell: Cell) -> str:
+    if isinstance(cell, Marked):
+        return cell.text
     return cell if isinstance(cell, str) else ", ".join(f"[{t}]({href})" for t, href in cell)
 
 
@@ -357,12 +390,16 @@ def render_markdown(data: ReportData, images: dict[str, str], out: Path = Path("
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}
 td:not(:first-child){text-align:right}.regressed{background:#fadbd8}.improved{background:#d6eaf8}
-.inconclusive{background:#fdebd0}.noisy td:nth-child(2){font-style:italic}
+.inconclusive{background:#fdebd0}td.noisy,td.no-interval{font-style:italic}
+td.no-interval{color:#7e5109}
 img{max-width:100%;border:1px solid #eee}"""
 
 
 def _html_cell(cell: Cell) -> str:
     e = html.escape
+    if isinstance(cell, Marked):
+        css = f' class="{e(cell.css)}"' if cell.css else ""
+        return f"<td{css}>{e(cell.text)}</td>"
     if isinstance(cell, str):
         return f"<td>{e(cell)}</td>"
     return "<td>" + ", ".join(f'<a href="{e(href)}">{e(t)}</a>' for t, href in cell) + "</td>"
