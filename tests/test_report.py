@@ -382,7 +382,7 @@ def test_a_first_report_says_why_it_has_no_chart(tmp_path: Path) -> None:
     out = tmp_path / "rep"  # where first_report wrote
     assert "## Charts not drawn" in md
     assert "no ratio chart: none of this run's 2 results had a counterpart" in md
-    assert "no history chart: it needs two or more saved runs in --storage; found 0" in md
+    assert "no history chart: it needs 2 or more saved runs in --storage; found 0" in md
     assert "Charts not drawn" in (out / "report.html").read_text()
     assert not list(out.glob("*.png"))
 

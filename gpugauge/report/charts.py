@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from gpugauge.regress.gate import MetricCheck, Verdict
-from gpugauge.report.trends import TREND_CHARTS
+from gpugauge.report.trends import MIN_RUNS, TREND_CHARTS
 
 if TYPE_CHECKING:
     from gpugauge.report.data import ReportData
@@ -116,8 +116,8 @@ class History:
     title = "History over saved runs (median / first run's median)"
 
     def applies(self, data: ReportData) -> bool:
-        """Needs two or more saved runs."""
-        return len(data.history) >= 2
+        """Needs :data:`~gpugauge.report.trends.MIN_RUNS` or more saved runs, as a trend does."""
+        return len(data.history) >= MIN_RUNS
 
     def draw(self, data: ReportData) -> Figure:
         """One line per benchmark (the 12 that moved most)."""

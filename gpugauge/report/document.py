@@ -37,7 +37,7 @@ from gpugauge.report.tables import (
     value_metrics,
     worst_first,
 )
-from gpugauge.report.trends import changes_of, changes_table, load_trends
+from gpugauge.report.trends import MIN_RUNS, changes_of, changes_table, load_trends, too_few_runs
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
@@ -348,12 +348,13 @@ def missing_charts(data: ReportData) -> list[str]:
             f"record baselines (python -m gpugauge baseline RUN.json ...) or pass "
             f"--against RUN.json"
         )
-    if len(data.history) < 2:
+    if len(data.history) < MIN_RUNS:
         out.append(
-            f"no history chart: it needs two or more saved runs in --storage; found "
+            f"no history chart: it needs {MIN_RUNS} or more saved runs in --storage; found "
             f"{len(data.history)} (run pytest with --benchmark-autosave again)"
         )
-    return out + ([data.trend_note] if data.trend_note else [])
+    few = too_few_runs(data.trends, data.trend_source)
+    return out + [n for n in (data.trend_note, few) if n]
 
 
 INTRO = (
