@@ -467,3 +467,28 @@ def test_html_marks_the_noisy_median_not_a_column_position(tmp_path: Path) -> No
     marked = re.findall(r'<td class="noisy">([^<]*)</td>', results)
     assert len(marked) == 1
     assert marked[0].startswith("2.00")  # the median, never the device class
+
+
+def test_every_line_of_the_history_chart_is_told_apart(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from gpugauge.report.charts import History
+    from gpugauge.report.data import ReportData
+    from gpugauge.results.runs import SavedRun
+
+    from .fakes import result
+
+    def run(r: int) -> SavedRun:
+        cases = [result(f"c{i:02d}", 2.0 + r * i) for i in range(14)]
+        return SavedRun(tmp_path / f"{r}.json", f"run{r}", cases)
+
+    runs = [run(r) for r in range(3)]
+    fig = History().draw(ReportData(runs[-1], "-", [], runs))
+    try:
+        lines = [ln for ln in fig.axes[0].lines if not ln.get_label().startswith("_")]
+        assert len(lines) == 12
+        styles = {(to_hex(ln.get_color()), ln.get_marker(), ln.get_linestyle()) for ln in lines}
+        assert len(styles) == len(lines)
+    finally:
+        plt.close(fig)
