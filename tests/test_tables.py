@@ -71,8 +71,9 @@ def test_one_round_shows_no_interval_anywhere_a_ci_or_cv_is_shown() -> None:
 def test_one_outlier_is_singular() -> None:
     from dataclasses import replace
 
-    from gpugauge.measure.timing import Timing
-    from gpugauge.report.tables import notes_of, plural
+    from gpugauge.measure.timing import Timing, TimingPolicy, stop_reason
+    from gpugauge.report.tables import notes_of
+    from gpugauge.words import plural
 
     from .fakes import result
 
@@ -81,3 +82,4 @@ def test_one_outlier_is_singular() -> None:
     assert notes_of(m) == "1 outlier"
     assert plural(2, "run") == "2 runs"
     assert plural(1, "run") == "1 run"
+    assert stop_reason([5.0], 1.0, TimingPolicy(rounds=1)) == ("fixed 1 round", False)

@@ -36,6 +36,7 @@ from gpugauge.check.runs import (
 )
 from gpugauge.report.tables import verdict_counts
 from gpugauge.results.runs import RunError
+from gpugauge.words import plural
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
     plan.append(("injected", f"+{percent(cfg.fraction)} injected", True))
     note(
         f"[gpugauge check gate] {dev_cls}: -k {select!r}, profile {cfg.profile}, "
-        f"{cfg.aa_runs} A/A run(s) and one with {percent(cfg.fraction)} injected"
+        f"{plural(cfg.aa_runs, 'A/A run')} and one with {percent(cfg.fraction)} injected"
     )
     t0 = time.monotonic()
     found: dict[str, dict[str, RunResult]] = {}

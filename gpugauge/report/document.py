@@ -41,6 +41,7 @@ from gpugauge.report.trends import MIN_RUNS, changes_of, changes_table, load_tre
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
+from gpugauge.words import plural
 
 
 def newest_run(storage: Path) -> Path:
@@ -343,7 +344,8 @@ def missing_charts(data: ReportData) -> list[str]:
     out = []
     if not any(r.check("time") for r in data.results):
         out.append(
-            f"no ratio chart: none of this run's {len(data.current.measurements)} results had "
+            f"no ratio chart: none of this run's "
+            f"{plural(len(data.current.measurements), 'result')} had "
             f"a counterpart of its device class to compare with (against {data.against}); "
             f"record baselines (python -m gpugauge baseline RUN.json ...) or pass "
             f"--against RUN.json"

@@ -9,6 +9,7 @@ from gpugauge.measure.timing import CLOCK_MOVED
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from gpugauge.results.measurement import Comparison, Measurement, devices_of
 from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.words import plural
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -42,11 +43,6 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "
     out = [title] if title else []
     out += [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
     return "\n".join(out)
-
-
-def plural(count: int, noun: str, many: str = "") -> str:
-    """'1 outlier', '3 outliers'; ``many`` where the plural is not ``noun + 's'``."""
-    return f"{count} {noun if count == 1 else many or noun + 's'}"
 
 
 def no_interval(n: int) -> str:

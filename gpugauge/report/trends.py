@@ -25,9 +25,9 @@ from gpugauge.history.reference import Reference, reference_for
 from gpugauge.history.store import History
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
-from gpugauge.report.tables import plural
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import SavedRun
+from gpugauge.words import plural
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
