@@ -632,6 +632,22 @@ def test_gate_check_errors(demo_checkout: Path, capsys: pytest.CaptureFixture[st
     assert "is not a fraction in (0, 1)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "default"),
+    [(["timer", "--threshold", "-1"], "0.02 = 2%"), (["gate", "--slowdown", "1.5"], "0.03 = 3%")],
+)
+def test_a_bad_fraction_quotes_its_own_options_default(
+    args: list[str], default: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as bad:
+        gpugauge_main(["check", *args])
+    assert bad.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(
+        f"argument {args[1]}: {args[2]!r} is not a fraction in (0, 1), e.g. the default {default}"
+    )
+
+
 # --- the timer check's table and plugin -------------------------------------------------
 
 

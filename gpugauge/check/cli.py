@@ -18,21 +18,36 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpugauge.check.gate import DEFAULT_SLOWDOWN
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
+from gpugauge.check.timer import DEFAULT_THRESHOLD
 
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROFILES = ("smoke", "seed", "full")
 DEFAULT_OUT = Path("reports") / "check"
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1): 0.03 = 3%")
-    return value
+def fraction(default: float) -> Callable[[str], float]:
+    """An argparse type: a fraction in (0, 1); its error quotes the option's own default.
+
+    One parser serves --threshold (default 0.02) and --slowdown (0.03): a fixed example in
+    the message would name the other option's default to half of its readers.
+    """
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 < value < 1:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a fraction in (0, 1), e.g. the default {default:g} = "
+                f"{default * 100:g}%"
+            )
+        return value
+
+    parse.__name__ = "fraction"  # argparse names the type by it in its own messages
+    return parse
 
 
 def _count(text: str) -> int:
@@ -89,9 +104,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     timer.add_argument(
         "--threshold",
-        type=_fraction,
-        default=0.02,
-        help="largest |suite/do_bench - 1| that passes (default 0.02)",
+        type=fraction(DEFAULT_THRESHOLD),
+        default=DEFAULT_THRESHOLD,
+        help=f"largest |suite/do_bench - 1| that passes (default {DEFAULT_THRESHOLD:g})",
     )
     timer.set_defaults(func=timer_command)
     gate = kinds.add_parser(
@@ -104,9 +119,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     _common(gate)
     gate.add_argument(
         "--slowdown",
-        type=_fraction,
-        default=0.03,
-        help="injected fraction of each case's baseline median (default 0.03)",
+        type=fraction(DEFAULT_SLOWDOWN),
+        default=DEFAULT_SLOWDOWN,
+        help=f"injected fraction of each case's baseline median (default {DEFAULT_SLOWDOWN:g})",
     )
     gate.add_argument("--runs", type=_count, default=2, help="A/A runs (default 2)")
     gate.add_argument("--tolerances-dir", type=Path, default=None)
