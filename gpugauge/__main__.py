@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from gpugauge.check.cli import add_parser as add_check_parser
+from gpugauge.commands import name_missing_choices, version
 from gpugauge.history import cli as history_cli
 from gpugauge.history.store import default_target
 from gpugauge.options import path_option
@@ -206,8 +207,8 @@ def _stored_for(
     return stored, provenance
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's parser; a missing command or check is named with its choices."""
     parser = argparse.ArgumentParser(
         prog="gpugauge",
         description="gpugauge's commands beside pytest: reports of saved runs, baselines for "
@@ -216,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         "(python -m pytest benches --benchmark-autosave).",
         epilog="Each command has its own --help, e.g. python -m gpugauge report --help.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"gpugauge {version()}")
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
     rep = sub.add_parser("report", help="write a Markdown + HTML comparison report")
     rep.add_argument(
@@ -292,8 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     add_check_parser(sub)
 
     history_cli.add_parser(sub)
+    name_missing_choices(parser)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except (BaselineError, ToleranceError, RunError, FileError, FileNotFoundError) as err:

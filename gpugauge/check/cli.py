@@ -21,6 +21,7 @@ from typing import Any
 from gpugauge.check.gate import DEFAULT_SLOWDOWN
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
 from gpugauge.check.timer import DEFAULT_THRESHOLD
+from gpugauge.commands import name_missing_choices
 
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROFILES = ("smoke", "seed", "full")
@@ -83,9 +84,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "check",
         help="prove the suite on this machine: the timer against triton's do_bench, the "
         "gate against A/A runs and an injected slowdown",
-        description=__doc__.splitlines()[0],
+        description="Prove the suite on this machine: gpugauge check timer compares the "
+        "suite's timer with triton's do_bench; gpugauge check gate runs the gated benchmarks "
+        "unchanged and with an injected slowdown. Exit status: 0 passed, 1 failed, 2 bad "
+        "input, 3 cannot run here, 130 interrupted.",
     )
-    kinds = check.add_subparsers(dest="check", required=True)
+    kinds = check.add_subparsers(title="checks", dest="check", required=True, metavar="CHECK")
     timer = kinds.add_parser(
         "timer",
         help="the suite's timer against triton.testing.do_bench and a bare CUDA-event loop",
@@ -218,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m gpugauge.check.cli timer|gate ...`` (the same as ``gpugauge check``)."""
     parser = argparse.ArgumentParser(prog="gpugauge")
     add_parser(parser.add_subparsers(dest="command", required=True))
+    name_missing_choices(parser)
     args = parser.parse_args(["check", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)
 
