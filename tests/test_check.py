@@ -842,3 +842,25 @@ def test_a_bad_injected_fraction_in_the_environment_is_named(
     assert injected_fraction() == 0.03
     monkeypatch.delenv(INJECT_ENV)
     assert injected_fraction() == 0.0
+
+
+def test_the_echoed_pytest_command_can_be_pasted(tmp_path: Path) -> None:
+    import shlex
+
+    from gpugauge.check.runs import run_pytest
+
+    said: list[str] = []
+    (tmp_path / "empty").mkdir()
+    args = ["-k", "vgg_swap and infer", "--co", "-q", "-p", "no:cacheprovider", "empty"]
+    run_pytest(
+        "echo",
+        args,
+        root=tmp_path,
+        folder=tmp_path / "out",
+        json_option="--junitxml",
+        note=said.append,
+    )
+    (line,) = [s for s in said if s.startswith("  $ ")]
+    argv = shlex.split(line.removeprefix("  $ "))
+    assert argv[3:-1] == args  # the selection one word, as the shell will read it
+    assert "'vgg_swap and infer'" in line

@@ -8,6 +8,7 @@ gathered into a :class:`~gpugauge.check.gate.GateReport`.
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,7 +120,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
     plan = [(f"aa{i + 1}", f"A/A {i + 1} of {cfg.aa_runs}", False) for i in range(cfg.aa_runs)]
     plan.append(("injected", f"+{percent(cfg.fraction)} injected", True))
     note(
-        f"[gpugauge check gate] {dev_cls}: -k {select!r}, profile {cfg.profile}, "
+        f"[gpugauge check gate] {dev_cls}: -k {shlex.quote(select)}, profile {cfg.profile}, "
         f"{plural(cfg.aa_runs, 'A/A run')} and one with {percent(cfg.fraction)} injected"
     )
     t0 = time.monotonic()
@@ -136,7 +137,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
             note=note,
         )
         if done.exit_code == PYTEST_NO_TESTS:
-            raise CheckError(f"-k {select!r} selected no test in {cfg.benches}")
+            raise CheckError(f"-k {shlex.quote(select)} selected no test in {cfg.benches}")
         try:
             found[name] = read_run(done.json)
         except RunError as err:
@@ -167,7 +168,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
     report = GateReport(tuple(cases), cfg.fraction, dev_cls, tuple(runs), tuple(problems))
     if not report.summary.counted and not report.summary.short:
         raise CheckUnavailable(
-            f"nothing to judge: no case of -k {select!r} has a baseline of device class "
+            f"nothing to judge: no case of -k {shlex.quote(select)} has a baseline of device class "
             f"{dev_cls} in {cfg.baselines_dir}"
         )
     return report

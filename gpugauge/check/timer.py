@@ -12,6 +12,7 @@ check passes when every op's suite median is within ``threshold`` of do_bench's.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,7 +275,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
             )
         select = or_expression(families)
     device = f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
-    note(f"[gpugauge check timer] {device}; cases: -k {select!r}")
+    note(f"[gpugauge check timer] {device}; cases: -k {shlex.quote(select)}")
     t0 = time.monotonic()
     done = run_pytest(
         "timer-suite",
@@ -290,7 +291,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
     )
     problems = []
     if done.exit_code == PYTEST_NO_TESTS and not cfg.ops:
-        raise CheckError(f"-k {select!r} selected no test in {cfg.benches}")
+        raise CheckError(f"-k {shlex.quote(select)} selected no test in {cfg.benches}")
     if done.exit_code not in (PYTEST_OK, PYTEST_NO_TESTS):
         problems.append(f"the suite's run ended with pytest exit {done.exit_code}: see {done.log}")
     if done.json is None:
@@ -303,7 +304,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
     rows += time_power_heavy(cfg.profile, cfg.ops, note)
     if not rows:
         raise CheckError(
-            f"no op was timed: -k {select!r} and --ops {' '.join(cfg.ops) or '(all)'} "
+            f"no op was timed: -k {shlex.quote(select)} and --ops {shlex.join(cfg.ops) or '(all)'} "
             f"selected none that can be compared (see {done.log})"
         )
     note(f"[gpugauge check timer] done in {time.monotonic() - t0:.0f} s")
