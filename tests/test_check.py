@@ -569,6 +569,36 @@ def test_judge_again_reads_an_earlier_checks_runs_against_todays_baselines(
     assert "no aa*.json and injected.json of an earlier check here" in capsys.readouterr().err
 
 
+def test_gate_check_with_nothing_to_judge_runs_no_pytest(
+    demo_checkout: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No CUDA here: -k cuda selects no case this CPU's baselines can judge; said up front."""
+    monkeypatch.setattr(gate_runs, "cuda_here", lambda: False)
+    t0 = time.monotonic()
+    assert gpugauge_main(["check", "gate", "-k", "cuda", *GATE_ARGS, "--out", "out"]) == 3
+    assert time.monotonic() - t0 < 5
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"gpugauge check gate: cannot run here: nothing to judge: no case of -k cuda has a "
+        f"baseline of device class {CLASS} in base"
+    )
+    assert not (demo_checkout / "out").exists()  # no pytest run, no folder
+
+
+def test_a_selection_is_judged_up_front_only_where_every_name_is_understood() -> None:
+    from gpugauge.check.selection import can_select
+
+    here = [("long-cpu", "demo"), ("short-cpu", "demo")]
+    known = ["long-cpu", "demo", "short-cpu", "demo", "conv-fwd-cuda", "layers"]
+    assert can_select("cuda", here, known) is False
+    assert can_select("layers and cuda", here, known) is False
+    assert can_select("not cpu", here, known) is False
+    assert can_select("long", here, known) is True
+    assert can_select("demo and not short", here, known) is True
+    assert can_select("nightly", here, known) is None  # a marker it cannot see: pytest decides
+    assert can_select("long and", here, known) is None  # malformed: pytest says so
+
+
 def test_gate_check_stops_its_pytest_on_sigterm(demo_checkout: Path) -> None:
     """SIGTERM mid-run: exit 130, the child's process group gone, no partial file left."""
     slow = ["--", "--rounds", "2000", "--warmup", "1"]

@@ -35,6 +35,7 @@ from gpugauge.check.runs import (
     or_expression,
     run_pytest,
 )
+from gpugauge.check.selection import can_select, stored_cases
 from gpugauge.report.tables import verdict_counts
 from gpugauge.results.runs import RunError
 from gpugauge.words import plural
@@ -57,13 +58,18 @@ class GateConfig:
     pytest_args: tuple[str, ...] = ()
 
 
-def this_device_class() -> str:
-    """The device class the benchmarks' baselines are stored under on this machine."""
+def cuda_here() -> bool:
+    """Whether this machine has a CUDA device (else every result is a CPU result)."""
     import torch
 
+    return torch.cuda.is_available()
+
+
+def this_device_class() -> str:
+    """The device class the benchmarks' baselines are stored under on this machine."""
     from gpugauge.measure.environment import device_class
 
-    return device_class("cuda" if torch.cuda.is_available() else "cpu")
+    return device_class("cuda" if cuda_here() else "cpu")
 
 
 def run_args(cfg: GateConfig, select: str, injected: bool) -> list[str]:
@@ -117,6 +123,16 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
             "RUN2; see docs/check.md)"
         )
     select = cfg.select if cfg.select is not None else or_expression(families)
+    nothing = (
+        f"nothing to judge: no case of -k {shlex.quote(select)} has a baseline of device class "
+        f"{dev_cls} in {cfg.baselines_dir}"
+    )
+    if cfg.select is not None and not cuda_here():
+        # every result here is a CPU result: only this class's baselines can judge one
+        here = stored_cases(cfg.baselines_dir, dev_cls)
+        known = [w for case in stored_cases(cfg.baselines_dir) for w in case]
+        if can_select(select, here, known) is False:
+            raise CheckUnavailable(nothing + " (decided before running pytest)")
     plan = [(f"aa{i + 1}", f"A/A {i + 1} of {cfg.aa_runs}", False) for i in range(cfg.aa_runs)]
     plan.append(("injected", f"+{percent(cfg.fraction)} injected", True))
     note(
@@ -167,10 +183,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
     cases = gate_cases([found[name] for name, _, inj in plan if not inj], found["injected"])
     report = GateReport(tuple(cases), cfg.fraction, dev_cls, tuple(runs), tuple(problems))
     if not report.summary.counted and not report.summary.short:
-        raise CheckUnavailable(
-            f"nothing to judge: no case of -k {shlex.quote(select)} has a baseline of device class "
-            f"{dev_cls} in {cfg.baselines_dir}"
-        )
+        raise CheckUnavailable(nothing)
     return report
 
 
