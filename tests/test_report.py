@@ -315,14 +315,14 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
 
 
 def test_many_artifacts_share_one_cell_under_their_header() -> None:
-    from gpugauge.report.document import _html_cell, markdown_table
+    from gpugauge.report.cells import html_cell, markdown_table
 
     links = (("kernels_rank0_md", "a/k0.md"), ("trace_rank0", "a/t0.json.gz"))
     text = markdown_table(["benchmark", "artifacts"], [["x", links], ["y", "-"]])
     lines = text.splitlines()
     assert {line.count("|") for line in lines} == {3}  # every row: two cells, like the header
     assert "[kernels_rank0_md](a/k0.md), [trace_rank0](a/t0.json.gz)" in lines[2]
-    assert _html_cell(links).count("<a href=") == 2
+    assert html_cell(links).count("<a href=") == 2
 
 
 # a report that explains itself (issue 25)

@@ -407,7 +407,7 @@ def render_gate(report: GateReport) -> str:
 
 def markdown_gate(report: GateReport, command: str) -> str:
     """The report as Markdown: verdict, command, summary line, table, runs."""
-    from gpugauge.report.document import markdown_table
+    from gpugauge.report.cells import markdown_table
 
     headers, rows = gate_table(report.cases, report.fraction)
     lines = [

@@ -176,7 +176,7 @@ def render_timer(report: TimerReport) -> str:
 
 def markdown_timer(report: TimerReport, command: str) -> str:
     """The report as Markdown: verdict, command, table, what was not compared."""
-    from gpugauge.report.document import markdown_table
+    from gpugauge.report.cells import markdown_table
 
     headers, rows = timer_table(report)
     lines = [

@@ -20,6 +20,7 @@ from gpugauge.measure.stats import MIN_CI_N
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare
 from gpugauge.regress.tolerances import Tolerances
+from gpugauge.report.cells import Cell, Links, Marked, flag_of, html_cell, markdown_table
 from gpugauge.report.data import ReportData
 from gpugauge.report.tables import (
     checked_metrics,
@@ -143,25 +144,6 @@ def collect(
     )
 
 
-Links = tuple[tuple[str, str], ...]  # (text, link target) pairs, shown in one cell
-
-
-@dataclass(frozen=True)
-class Marked:
-    """A cell's text with a CSS class of its own: the number a flag is about, not a column."""
-
-    text: str
-    css: str  # e.g. 'noisy' (italic), 'no-interval'; '' for none
-
-
-Cell = str | Links | Marked
-
-
-def _flag_of(noisy: bool, unsampled: bool) -> str:
-    """The CSS class of a cell whose number is noisy or has no interval; '' for neither."""
-    return " ".join(c for c, on in (("noisy", noisy), ("no-interval", unsampled)) if on)
-
-
 @dataclass(frozen=True)
 class Section:
     """One table of the report; ``classes`` holds each row's CSS class in the HTML page."""
@@ -204,11 +186,11 @@ def _verdict_rows(data: ReportData) -> Section:
         rows.append(
             [
                 r.id,
-                Marked(fmt_verdict(r, flagged), _flag_of(flagged, False)),
+                Marked(fmt_verdict(r, flagged), flag_of(flagged, False)),
                 decided_by(r),
                 "-" if t is None else fmt_ms(t.baseline),
                 "-" if now is None else fmt_ms(now),
-                Marked(fmt_ratio(t, one), _flag_of(False, one and t is not None)),
+                Marked(fmt_ratio(t, one), flag_of(False, one and t is not None)),
                 "-" if t is None else t.allowed,
                 *(fmt_ratio(r.check(n)) for n in names),
                 r.note,
@@ -236,7 +218,7 @@ def _result_rows(data: ReportData, out: Path) -> Section:
         timed: list[Cell] = ["-", "-", "-"]
         if m.timing is not None:
             s = m.summary
-            flag = _flag_of(m.timing.noisy, not s.has_interval)
+            flag = flag_of(m.timing.noisy, not s.has_interval)
             ci = fmt_ci(s) if s.has_interval else f"({fmt_ci(s)})"
             timed = [Marked(f"{fmt_ms(s.median)} {ci}", flag), str(s.n), fmt_cv(s)]
         links: Links = tuple((name, _link(p, out)) for name, p in sorted(m.artifacts.items()))
@@ -300,29 +282,6 @@ def _noisy_labels(saved: dict, noisy: frozenset[str]) -> str:
         str(saved[f"{side}_label"]) for side in ("baseline", "candidate") if saved[side] in noisy
     ]
     return f"noisy: {', '.join(sides)}" if sides else "-"
-
-
-def _text(cell: Cell) -> str:
-    if isinstance(cell, Marked):
-        return cell.text
-    return cell if isinstance(cell, str) else ", ".join(f"[{t}]({href})" for t, href in cell)
-
-
-def markdown_table(headers: list[str], rows: list[list[Cell]]) -> str:
-    """A Markdown table padded so that it also reads as aligned plain text."""
-    texts = [[_text(c) for c in r] for r in rows]
-    widths = [max(len(c) for c in col) for col in zip(headers, *texts, strict=True)]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    return "\n".join(
-        [
-            line(headers),
-            "|" + "|".join("-" * (w + 2) for w in widths) + "|",
-            *(line(r) for r in texts),
-        ]
-    )
 
 
 def _sections(data: ReportData, out: Path) -> list[Section]:
@@ -398,16 +357,6 @@ td.no-interval{color:#7e5109}
 img{max-width:100%;border:1px solid #eee}"""
 
 
-def _html_cell(cell: Cell) -> str:
-    e = html.escape
-    if isinstance(cell, Marked):
-        css = f' class="{e(cell.css)}"' if cell.css else ""
-        return f"<td{css}>{e(cell.text)}</td>"
-    if isinstance(cell, str):
-        return f"<td>{e(cell)}</td>"
-    return "<td>" + ", ".join(f'<a href="{e(href)}">{e(t)}</a>' for t, href in cell) + "</td>"
-
-
 def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path(".")) -> str:
     """The report as one self-contained HTML page (plots inlined as base64 PNG)."""
     e = html.escape
@@ -416,7 +365,7 @@ def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path("."))
         head = "".join(f"<th>{e(h)}</th>" for h in sec.headers)
         classes = sec.classes or [""] * len(sec.rows)
         body = "".join(
-            (f'<tr class="{e(cls)}">' if cls else "<tr>") + "".join(map(_html_cell, row)) + "</tr>"
+            (f'<tr class="{e(cls)}">' if cls else "<tr>") + "".join(map(html_cell, row)) + "</tr>"
             for row, cls in zip(sec.rows, classes, strict=True)
         )
         table = f"<table><tr>{head}</tr>{body}</table>"
