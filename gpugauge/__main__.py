@@ -30,7 +30,14 @@ from gpugauge.regress.baselines import (
     read_baseline,
 )
 from gpugauge.regress.tolerances import ToleranceError, load_tolerances
-from gpugauge.results.files import FileError, check_dir, read_regular, signals_interrupt
+from gpugauge.results.files import (
+    FileError,
+    check_dir,
+    check_file,
+    make_dir,
+    read_regular,
+    signals_interrupt,
+)
 from gpugauge.results.runs import RunError
 
 
@@ -77,6 +84,10 @@ def _write_report(args: argparse.Namespace) -> int:
         raise FileError(f"--storage {args.storage}: not a directory")
     notes = [] if tolerances.is_dir() else [f"no {tolerances}/ folder: built-in tolerances"]
     history = _stored_runs(args.storage, notes)
+    if args.current is not None:
+        check_file(args.current, "--current")
+    if args.against is not None:
+        check_file(args.against, "--against")
     current = args.current or _newest(history, args.storage)
     data = collect(
         current,
@@ -87,7 +98,7 @@ def _write_report(args: argparse.Namespace) -> int:
         notes=notes,
         trend_history=args.history or default_target(args.storage),
     )
-    for path in write_report(data, args.out, args.name):
+    for path in write_report(data, make_dir(args.out, "--out"), args.name):
         print(f"wrote {path}")
     return 0
 
@@ -180,6 +191,7 @@ def _record_baselines(args: argparse.Namespace) -> int:
         print("no gpugauge benchmarks in those runs", file=sys.stderr)
         return 1
     meta = {"recorded_from": [named[p] for p in args.runs]}
+    make_dir(args.baselines_dir, "--baselines-dir")
     for path in store.write(entries, meta, added=args.add):
         print(f"baseline {'extended' if args.add else 'written'}: {path}")
     return 0

@@ -656,6 +656,12 @@ def test_gate_check_errors(demo_checkout: Path, capsys: pytest.CaptureFixture[st
     )
     assert gpugauge_main([*gate, "--baselines-dir", "base", "--benches", "nope"]) == 2
     assert "--benches nope: no such directory" in capsys.readouterr().err
+    (demo_checkout / "a-file").write_text("")
+    assert gpugauge_main([*gate, "--baselines-dir", "base", "--out", "a-file/out"]) == 2
+    assert capsys.readouterr().err.startswith("gpugauge check gate: --out a-file/out: ")
+    assert gpugauge_main(["check", "gate", "--judge-again", "nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert err == "gpugauge check gate: --judge-again nowhere: no such directory\n"
     with pytest.raises(SystemExit) as bad:
         gpugauge_main([*gate, "--slowdown", "3"])
     assert bad.value.code == 2

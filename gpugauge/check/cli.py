@@ -22,6 +22,7 @@ from gpugauge.check.gate import DEFAULT_SLOWDOWN
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
 from gpugauge.check.timer import DEFAULT_THRESHOLD
 from gpugauge.commands import name_missing_choices
+from gpugauge.results.files import FileError, make_dir
 
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROFILES = ("smoke", "seed", "full")
@@ -153,7 +154,7 @@ def _guarded(kind: str, run: Callable[[], int]) -> int:
     except CheckUnavailable as err:
         print(f"gpugauge check {kind}: cannot run here: {err}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    except CheckError as err:
+    except (CheckError, FileError) as err:
         print(f"gpugauge check {kind}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -190,7 +191,7 @@ def _checked(
     def run() -> int:
         report = check()
         print("\n" + render(report))
-        for path in write(report, out, _command_line()):
+        for path in write(report, make_dir(out, "--out"), _command_line()):
             print(f"wrote {path}")
         return EXIT_PASSED if report.passed else EXIT_FAILED
 

@@ -37,6 +37,7 @@ from gpugauge.check.runs import (
 )
 from gpugauge.check.selection import can_select, stored_cases
 from gpugauge.report.tables import verdict_counts
+from gpugauge.results.files import FileError, check_dir, make_dir
 from gpugauge.results.runs import RunError
 from gpugauge.words import plural
 
@@ -139,6 +140,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
         f"[gpugauge check gate] {dev_cls}: -k {shlex.quote(select)}, profile {cfg.profile}, "
         f"{plural(cfg.aa_runs, 'A/A run')} and one with {percent(cfg.fraction)} injected"
     )
+    make_dir(cfg.out, "--out")  # before the first run: it holds their logs
     t0 = time.monotonic()
     found: dict[str, dict[str, RunResult]] = {}
     runs, problems = [], []
@@ -200,7 +202,10 @@ def judge_again(cfg: GateConfig) -> GateReport:
 
     if cfg.judge_again is None:
         raise CheckError("judging again needs the folder of an earlier check (--judge-again)")
-    folder = cfg.judge_again / "gate-runs"
+    try:
+        folder = check_dir(cfg.judge_again, "--judge-again") / "gate-runs"
+    except FileError as err:
+        raise CheckError(str(err)) from None
     aa_paths = sorted(folder.glob("aa*.json"))
     injected = folder / "injected.json"
     if not aa_paths or not injected.is_file():

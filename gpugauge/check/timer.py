@@ -39,7 +39,7 @@ from gpugauge.check.timers import (
     time_power_heavy,
 )
 from gpugauge.report.tables import render
-from gpugauge.results.files import atomic_write_json, atomic_write_text
+from gpugauge.results.files import atomic_write_json, atomic_write_text, make_dir
 
 DEFAULT_THRESHOLD = 0.02  # runs 42 and 50: 25 of 25 within 2% (worst -1.54%, -0.63%)
 SCHEMA = 1
@@ -276,6 +276,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
         select = or_expression(families)
     device = f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
     note(f"[gpugauge check timer] {device}; cases: -k {shlex.quote(select)}")
+    make_dir(cfg.out, "--out")  # before the run: it holds its log
     t0 = time.monotonic()
     done = run_pytest(
         "timer-suite",
