@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as installed_version
-from typing import NoReturn
 
 
 def version() -> str:
@@ -35,7 +34,9 @@ def name_missing_choices(parser: argparse.ArgumentParser) -> None:
 
     Each required subcommand group becomes optional, and its parser's default ``func``
     exits 2 with usage and "choose a check: timer, gate" (the group's ``dest``, underscores
-    read as spaces). A chosen subcommand sets its own ``func``, which takes precedence.
+    read as spaces). A chosen subcommand sets its own ``func``, which takes precedence; a
+    parser that dispatches its subcommands itself (``history``) keeps its ``func``, called
+    once a subcommand is chosen.
     """
     for group in _subcommands(parser):
         if group.required:
@@ -43,9 +44,14 @@ def name_missing_choices(parser: argparse.ArgumentParser) -> None:
             what = (group.dest or "command").replace("_", " ")
             article = "an" if what[0] in "aeiou" else "a"
             said = f"choose {article} {what}: {', '.join(group.choices)}"
+            then = parser.get_default("func")  # a parser that dispatches itself keeps it
 
-            def missing(_args: argparse.Namespace, p=parser, said=said) -> NoReturn:
-                p.error(said)
+            def missing(
+                args: argparse.Namespace, p=parser, said=said, dest=group.dest, then=then
+            ) -> int:
+                if getattr(args, dest, None) is None or then is None:
+                    p.error(said)
+                return then(args)
 
             parser.set_defaults(func=missing)
         for sub in group.choices.values():
