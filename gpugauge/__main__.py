@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from gpugauge.check.cli import add_parser as add_check_parser
+from gpugauge.commands import name_missing_choices, version
 from gpugauge.history import cli as history_cli
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import ENV_VAR, History, default_target
@@ -30,7 +31,14 @@ from gpugauge.regress.baselines import (
     read_baseline,
 )
 from gpugauge.regress.tolerances import ToleranceError, load_tolerances
-from gpugauge.results.files import FileError, check_dir, read_regular, signals_interrupt
+from gpugauge.results.files import (
+    FileError,
+    check_dir,
+    check_file,
+    make_dir,
+    read_regular,
+    signals_interrupt,
+)
 from gpugauge.results.runs import RunError
 
 
@@ -78,6 +86,10 @@ def _write_report(args: argparse.Namespace) -> int:
     notes = [] if tolerances.is_dir() else [f"no {tolerances}/ folder: built-in tolerances"]
     trend_history = _trend_history(args)
     history = _stored_runs(args.storage, notes)
+    if args.current is not None:
+        check_file(args.current, "--current")
+    if args.against is not None:
+        check_file(args.against, "--against")
     current = args.current or _newest(history, args.storage)
     data = collect(
         current,
@@ -88,7 +100,7 @@ def _write_report(args: argparse.Namespace) -> int:
         notes=notes,
         trend_history=trend_history,
     )
-    for path in write_report(data, args.out, args.name):
+    for path in write_report(data, make_dir(args.out, "--out"), args.name):
         print(f"wrote {path}")
     return 0
 
@@ -199,6 +211,7 @@ def _record_baselines(args: argparse.Namespace) -> int:
         print("no gpugauge benchmarks in those runs", file=sys.stderr)
         return 1
     meta = {"recorded_from": [named[p] for p in args.runs]}
+    make_dir(args.baselines_dir, "--baselines-dir")
     for path in store.write(entries, meta, added=args.add):
         print(f"baseline {'extended' if args.add else 'written'}: {path}")
     return 0
@@ -226,8 +239,8 @@ def _stored_for(
     return stored, provenance
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's parser; a missing command or check is named with its choices."""
     parser = argparse.ArgumentParser(
         prog="gpugauge",
         description="gpugauge's commands beside pytest: reports of saved runs, baselines for "
@@ -236,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         "(python -m pytest benches --benchmark-autosave).",
         epilog="Each command has its own --help, e.g. python -m gpugauge report --help.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"gpugauge {version()}")
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
     rep = sub.add_parser("report", help="write a Markdown + HTML comparison report")
     rep.add_argument(
@@ -312,8 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     add_check_parser(sub)
 
     history_cli.add_parser(sub)
+    name_missing_choices(parser)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except (

@@ -36,6 +36,7 @@ from gpugauge.regress.gate import Gate, GateResult
 from gpugauge.results.benchmark_storage import storage_folder
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.words import plural
 
 
 def add_options(group: Any) -> None:
@@ -177,7 +178,7 @@ class Tracker:
     def append(self, fingerprint: dict[str, Any], device_class: str) -> str:
         """Append the run and every kept result in one transaction; a line saying where."""
         skipped = (
-            f"history: {self.left_out} result(s) with injected work not appended "
+            f"history: {plural(self.left_out, 'result')} with injected work not appended "
             "(they measure the injection, not the build)"
             if self.left_out
             else ""
@@ -194,7 +195,7 @@ class Tracker:
         )
         self.history.append(run, self.records)
         said = (
-            f"history: {len(self.records)} result(s) of run {self.run_id[:8]} on host "
+            f"history: {plural(len(self.records), 'result')} of run {self.run_id[:8]} on host "
             f"{self.host} appended to {self.history.where}"
         )
         return "; ".join(x for x in (said, skipped) if x)

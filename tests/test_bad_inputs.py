@@ -383,8 +383,12 @@ CLI_OPTIONS: dict[str, tuple[list[str], str]] = {
     "report-out-a-file": (["--out", "{ws}/a-file"], "--out"),
     "report-name-a-path": (["--name", "../x"], "--name"),
     "report-name-empty": (["--name", ""], "--name"),
-    "report-current-missing": (["--current", "{ws}/missing.json"], "missing.json"),
-    "report-against-missing": (["--against", "{ws}/missing.json"], "missing.json"),
+    "report-current-missing": (["--current", "{ws}/missing.json"], "--current"),
+    "report-against-missing": (["--against", "{ws}/missing.json"], "--against"),
+    "report-against-a-folder": (["--against", "{ws}/runs"], "--against"),
+    # an error about a path names the option it came from
+    "report-out-under-a-file": (["--out", "{ws}/a-file/sub"], "--out"),
+    "report-out-cannot-be-made": (["--out", "/proc/nope"], "--out /proc/nope"),
     "report-baselines-missing": (["--baselines-dir", "{ws}/missing"], "--baselines-dir"),
     "report-baselines-a-file": (["--baselines-dir", "{ws}/a-file"], "--baselines-dir"),
     "report-tolerances-missing": (["--tolerances-dir", "{ws}/missing"], "--tolerances-dir"),
@@ -409,6 +413,10 @@ CLI_OPTIONS: dict[str, tuple[list[str], str]] = {
 BASELINE_OPTIONS: dict[str, tuple[list[str], str]] = {
     "baseline-run-missing": (["{ws}/missing.json"], "missing.json"),
     "baseline-dir-a-file": (["--baselines-dir", "{ws}/a-file", "{ws}/good.json"], "a-file"),
+    "baseline-dir-cannot-be-made": (
+        ["--baselines-dir", "/proc/nope", "{ws}/good.json"],
+        "--baselines-dir /proc/nope",
+    ),
     "baseline-no-runs": ([], "required: runs"),
     "baseline-unknown-option": (["--bogus", "{ws}/good.json"], "--bogus"),
     # issue 26: a run counts once; an empty path would mean the current folder

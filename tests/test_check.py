@@ -570,6 +570,36 @@ def test_judge_again_reads_an_earlier_checks_runs_against_todays_baselines(
     assert "no aa*.json and injected.json of an earlier check here" in capsys.readouterr().err
 
 
+def test_gate_check_with_nothing_to_judge_runs_no_pytest(
+    demo_checkout: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No CUDA here: -k cuda selects no case this CPU's baselines can judge; said up front."""
+    monkeypatch.setattr(gate_runs, "cuda_here", lambda: False)
+    t0 = time.monotonic()
+    assert gpugauge_main(["check", "gate", "-k", "cuda", *GATE_ARGS, "--out", "out"]) == 3
+    assert time.monotonic() - t0 < 5
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"gpugauge check gate: cannot run here: nothing to judge: no case of -k cuda has a "
+        f"baseline of device class {CLASS} in base"
+    )
+    assert not (demo_checkout / "out").exists()  # no pytest run, no folder
+
+
+def test_a_selection_is_judged_up_front_only_where_every_name_is_understood() -> None:
+    from gpugauge.check.selection import can_select
+
+    here = [("long-cpu", "demo"), ("short-cpu", "demo")]
+    known = ["long-cpu", "demo", "short-cpu", "demo", "conv-fwd-cuda", "layers"]
+    assert can_select("cuda", here, known) is False
+    assert can_select("layers and cuda", here, known) is False
+    assert can_select("not cpu", here, known) is False
+    assert can_select("long", here, known) is True
+    assert can_select("demo and not short", here, known) is True
+    assert can_select("nightly", here, known) is None  # a marker it cannot see: pytest decides
+    assert can_select("long and", here, known) is None  # malformed: pytest says so
+
+
 def test_gate_check_stops_its_pytest_on_sigterm(demo_checkout: Path) -> None:
     """SIGTERM mid-run: exit 130, the child's process group gone, no partial file left."""
     slow = ["--", "--rounds", "2000", "--warmup", "1"]
@@ -627,10 +657,32 @@ def test_gate_check_errors(demo_checkout: Path, capsys: pytest.CaptureFixture[st
     )
     assert gpugauge_main([*gate, "--baselines-dir", "base", "--benches", "nope"]) == 2
     assert "--benches nope: no such directory" in capsys.readouterr().err
+    (demo_checkout / "a-file").write_text("")
+    assert gpugauge_main([*gate, "--baselines-dir", "base", "--out", "a-file/out"]) == 2
+    assert capsys.readouterr().err.startswith("gpugauge check gate: --out a-file/out: ")
+    assert gpugauge_main(["check", "gate", "--judge-again", "nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert err == "gpugauge check gate: --judge-again nowhere: no such directory\n"
     with pytest.raises(SystemExit) as bad:
         gpugauge_main([*gate, "--slowdown", "3"])
     assert bad.value.code == 2
     assert "is not a fraction in (0, 1)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "default"),
+    [(["timer", "--threshold", "-1"], "0.02 = 2%"), (["gate", "--slowdown", "1.5"], "0.03 = 3%")],
+)
+def test_a_bad_fraction_quotes_its_own_options_default(
+    args: list[str], default: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as bad:
+        gpugauge_main(["check", *args])
+    assert bad.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(
+        f"argument {args[1]}: {args[2]!r} is not a fraction in (0, 1), e.g. the default {default}"
+    )
 
 
 # --- the timer check's table and plugin -------------------------------------------------
@@ -865,3 +917,25 @@ def test_a_bad_injected_fraction_in_the_environment_is_named(
     assert injected_fraction() == 0.03
     monkeypatch.delenv(INJECT_ENV)
     assert injected_fraction() == 0.0
+
+
+def test_the_echoed_pytest_command_can_be_pasted(tmp_path: Path) -> None:
+    import shlex
+
+    from gpugauge.check.runs import run_pytest
+
+    said: list[str] = []
+    (tmp_path / "empty").mkdir()
+    args = ["-k", "vgg_swap and infer", "--co", "-q", "-p", "no:cacheprovider", "empty"]
+    run_pytest(
+        "echo",
+        args,
+        root=tmp_path,
+        folder=tmp_path / "out",
+        json_option="--junitxml",
+        note=said.append,
+    )
+    (line,) = [s for s in said if s.startswith("  $ ")]
+    argv = shlex.split(line.removeprefix("  $ "))
+    assert argv[3:-1] == args  # the selection one word, as the shell will read it
+    assert "'vgg_swap and infer'" in line

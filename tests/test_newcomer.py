@@ -175,3 +175,53 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture) -> Non
     with pytest.raises(SystemExit):
         main(["baseline", "--help"])
     assert "<device-class>/<family>.json" in capsys.readouterr().out
+
+
+def test_no_help_shows_docstring_markup() -> None:
+    from gpugauge.__main__ import build_parser
+    from gpugauge.commands import parsers
+
+    helps = {p.prog: p.format_help() for p in parsers(build_parser())}
+    assert {"gpugauge", "gpugauge check", "gpugauge check gate", "gpugauge history"} <= set(helps)
+    assert [prog for prog, text in helps.items() if "``" in text] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        ([], "gpugauge: error: choose a command: report, baseline, env, check, history"),
+        (["check"], "gpugauge check: error: choose a check: timer, gate"),
+        (["history"], "gpugauge history: error: choose a history command: list, show,"),
+    ],
+)
+def test_a_missing_command_names_its_choices(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(said)
+
+
+def test_version_is_the_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    import gpugauge
+    from gpugauge.commands import version
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"gpugauge {version()}\n"
+    assert version() == gpugauge.__version__  # the installed metadata agrees with the package
+
+
+def test_version_without_an_installed_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import PackageNotFoundError
+
+    import gpugauge
+    from gpugauge import commands
+
+    def missing(name: str) -> str:
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(commands, "installed_version", missing)
+    assert commands.version() == gpugauge.__version__

@@ -315,14 +315,14 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
 
 
 def test_many_artifacts_share_one_cell_under_their_header() -> None:
-    from gpugauge.report.document import _html_cell, markdown_table
+    from gpugauge.report.cells import html_cell, markdown_table
 
     links = (("kernels_rank0_md", "a/k0.md"), ("trace_rank0", "a/t0.json.gz"))
     text = markdown_table(["benchmark", "artifacts"], [["x", links], ["y", "-"]])
     lines = text.splitlines()
     assert {line.count("|") for line in lines} == {3}  # every row: two cells, like the header
     assert "[kernels_rank0_md](a/k0.md), [trace_rank0](a/t0.json.gz)" in lines[2]
-    assert _html_cell(links).count("<a href=") == 2
+    assert html_cell(links).count("<a href=") == 2
 
 
 # a report that explains itself (issue 25)
@@ -382,7 +382,7 @@ def test_a_first_report_says_why_it_has_no_chart(tmp_path: Path) -> None:
     out = tmp_path / "rep"  # where first_report wrote
     assert "## Charts not drawn" in md
     assert "no ratio chart: none of this run's 2 results had a counterpart" in md
-    assert "no history chart: it needs two or more saved runs in --storage; found 0" in md
+    assert "no history chart: it needs 2 or more saved runs in --storage; found 0" in md
     assert "Charts not drawn" in (out / "report.html").read_text()
     assert not list(out.glob("*.png"))
 
@@ -426,3 +426,69 @@ def test_comparisons_say_when_a_side_was_noisy() -> None:
     c = Comparison("vgg", result("n", 2.0), _noisy(result("s", 1.0)), "normal", "swapped")
     row = comparison_table([c]).splitlines()[-1]
     assert row.endswith("noisy: swapped")
+
+
+def _one_round(m):
+    from dataclasses import replace
+
+    ms = m.timing.device_ms[0]
+    return replace(m, timing=replace(m.timing, device_ms=(ms,), host_ms=(ms,)))
+
+
+def test_a_result_of_one_round_shows_no_interval_in_the_report(tmp_path: Path) -> None:
+    from .fakes import result, save_run
+
+    before = save_run(tmp_path / "before.json", [_one_round(result("ddp", 584.5))])
+    after = save_run(tmp_path / "after.json", [_one_round(result("ddp", 584.5))])
+    out = tmp_path / "rep"
+    args = ["report", "--current", str(after), "--against", str(before), "--out", str(out)]
+    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
+    md = (out / "report.md").read_text()
+    assert "[584.5, 584.5]" not in md
+    assert "584.5 (n=1: no interval)" in md  # the results table's median cell
+    assert "1.000x (no interval)" in md  # the verdict's ratio
+    row = next(line for line in md.splitlines() if line.startswith("| ddp ") and "cpu-" in line)
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[3:6] == ["1", "-", "n=1: no interval"]  # n, no CV, flagged in the notes
+    page = (out / "report.html").read_text()
+    assert '<td class="no-interval">584.5 (n=1: no interval)</td>' in page
+
+
+def test_html_marks_the_noisy_median_not_a_column_position(tmp_path: Path) -> None:
+    from .fakes import result, save_run
+
+    current = save_run(tmp_path / "now.json", [_noisy(result("a", 2.0)), result("b", 2.0)])
+    out = tmp_path / "rep"
+    args = ["report", "--current", str(current), "--out", str(out)]
+    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
+    page = (out / "report.html").read_text()
+    assert "nth-child" not in page  # no style by column position
+    results = page.split("<h2>Results of this run</h2>")[1].split("</table>")[0]
+    marked = re.findall(r'<td class="noisy">([^<]*)</td>', results)
+    assert len(marked) == 1
+    assert marked[0].startswith("2.00")  # the median, never the device class
+
+
+def test_every_line_of_the_history_chart_is_told_apart(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from gpugauge.report.charts import History
+    from gpugauge.report.data import ReportData
+    from gpugauge.results.runs import SavedRun
+
+    from .fakes import result
+
+    def run(r: int) -> SavedRun:
+        cases = [result(f"c{i:02d}", 2.0 + r * i) for i in range(14)]
+        return SavedRun(tmp_path / f"{r}.json", f"run{r}", cases)
+
+    runs = [run(r) for r in range(3)]
+    fig = History().draw(ReportData(runs[-1], "-", [], runs))
+    try:
+        lines = [ln for ln in fig.axes[0].lines if not ln.get_label().startswith("_")]
+        assert len(lines) == 12
+        styles = {(to_hex(ln.get_color()), ln.get_marker(), ln.get_linestyle()) for ln in lines}
+        assert len(styles) == len(lines)
+    finally:
+        plt.close(fig)

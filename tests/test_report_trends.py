@@ -142,7 +142,7 @@ def test_a_flat_history_says_it_has_no_change_points(tmp_path: Path) -> None:
     history = _history(tmp_path / "h.sqlite", series(FLAT, seed=2))
     md = (_report(tmp_path, "--history", str(history)) / "report.md").read_text()
     runs = 2 * FLAT.nights
-    assert f"## Changes\n\nno change points in {runs} runs of 1 cases (history {history})" in md
+    assert f"## Changes\n\nno change points in {runs} runs of 1 case (history {history})" in md
 
 
 def test_without_the_default_history_the_report_says_why_and_creates_none(
@@ -234,7 +234,7 @@ def test_a_history_without_the_runs_cases_says_so(tmp_path: Path) -> None:
     other = [replace(p, result=replace(p.result, bench_id="other")) for p in series(FLAT, 3)]
     history = _history(tmp_path / "h.sqlite", other)
     md = (_report(tmp_path, "--history", str(history)) / "report.md").read_text()
-    assert f"no trend chart: history {history} holds none of this run's 1 timed cases" in md
+    assert f"no trend chart: history {history} holds none of this run's 1 timed case" in md
 
 
 def test_an_empty_history_option_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -277,3 +277,38 @@ def test_the_trend_report_renders_in_a_browser(
     assert "Changes" in headings
     errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert not errors, errors
+
+
+def test_one_run_draws_no_trend_and_says_why_as_the_history_chart_does(tmp_path: Path) -> None:
+    one = [p for p in series(FLAT, seed=2) if p.run.id == series(FLAT, seed=2)[0].run.id]
+    history = _history(tmp_path / "h.sqlite", one)
+    out = _report(tmp_path, "--history", str(history))
+    md = (out / "report.md").read_text()
+    missing = md.split("## Charts not drawn", 1)[1]
+    assert "no history chart: it needs 2 or more saved runs in --storage; found 1" in missing
+    assert "no trend chart: it needs 2 or more runs of a case in the history; found 1 run" in md
+    assert not list(out.glob("*trends*"))
+    assert "1 runs" not in md
+
+
+def test_trend_panels_count_runs_in_whole_numbers(tmp_path: Path) -> None:
+    two = [p for p in series(FLAT, seed=2) if p.host == series(FLAT, seed=2)[0].host][:2]
+    history = _history(tmp_path / "h.sqlite", two)
+    data = collect(
+        _current(tmp_path),
+        baseline_run=None,
+        baselines=tmp_path,
+        tolerances=load_tolerances(tmp_path / "none"),
+        history=[],
+        trend_history=str(history),
+    )
+    fig = TrendChart(0).draw(data)
+    try:
+        (ax,) = [a for a in fig.axes if a.get_visible()]
+        fig.canvas.draw()
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks
+        assert all(float(t).is_integer() for t in ticks)
+        assert ax.get_title().endswith("2 runs")
+    finally:
+        plt.close(fig)

@@ -18,21 +18,38 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpugauge.check.gate import DEFAULT_SLOWDOWN
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
+from gpugauge.check.timer import DEFAULT_THRESHOLD
+from gpugauge.commands import name_missing_choices
+from gpugauge.results.files import FileError, make_dir
 
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROFILES = ("smoke", "seed", "full")
 DEFAULT_OUT = Path("reports") / "check"
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1): 0.03 = 3%")
-    return value
+def fraction(default: float) -> Callable[[str], float]:
+    """An argparse type: a fraction in (0, 1); its error quotes the option's own default.
+
+    One parser serves --threshold (default 0.02) and --slowdown (0.03): a fixed example in
+    the message would name the other option's default to half of its readers.
+    """
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 < value < 1:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a fraction in (0, 1), e.g. the default {default:g} = "
+                f"{default * 100:g}%"
+            )
+        return value
+
+    parse.__name__ = "fraction"  # argparse names the type by it in its own messages
+    return parse
 
 
 def _count(text: str) -> int:
@@ -68,9 +85,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "check",
         help="prove the suite on this machine: the timer against triton's do_bench, the "
         "gate against A/A runs and an injected slowdown",
-        description=__doc__.splitlines()[0],
+        description="Prove the suite on this machine: gpugauge check timer compares the "
+        "suite's timer with triton's do_bench; gpugauge check gate runs the gated benchmarks "
+        "unchanged and with an injected slowdown. Exit status: 0 passed, 1 failed, 2 bad "
+        "input, 3 cannot run here, 130 interrupted.",
     )
-    kinds = check.add_subparsers(dest="check", required=True)
+    kinds = check.add_subparsers(title="checks", dest="check", required=True, metavar="CHECK")
     timer = kinds.add_parser(
         "timer",
         help="the suite's timer against triton.testing.do_bench and a bare CUDA-event loop",
@@ -89,9 +109,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     timer.add_argument(
         "--threshold",
-        type=_fraction,
-        default=0.02,
-        help="largest |suite/do_bench - 1| that passes (default 0.02)",
+        type=fraction(DEFAULT_THRESHOLD),
+        default=DEFAULT_THRESHOLD,
+        help=f"largest |suite/do_bench - 1| that passes (default {DEFAULT_THRESHOLD:g})",
     )
     timer.set_defaults(func=timer_command)
     gate = kinds.add_parser(
@@ -104,9 +124,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     _common(gate)
     gate.add_argument(
         "--slowdown",
-        type=_fraction,
-        default=0.03,
-        help="injected fraction of each case's baseline median (default 0.03)",
+        type=fraction(DEFAULT_SLOWDOWN),
+        default=DEFAULT_SLOWDOWN,
+        help=f"injected fraction of each case's baseline median (default {DEFAULT_SLOWDOWN:g})",
     )
     gate.add_argument("--runs", type=_count, default=2, help="A/A runs (default 2)")
     gate.add_argument("--tolerances-dir", type=Path, default=None)
@@ -134,7 +154,7 @@ def _guarded(kind: str, run: Callable[[], int]) -> int:
     except CheckUnavailable as err:
         print(f"gpugauge check {kind}: cannot run here: {err}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    except CheckError as err:
+    except (CheckError, FileError) as err:
         print(f"gpugauge check {kind}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -171,7 +191,7 @@ def _checked(
     def run() -> int:
         report = check()
         print("\n" + render(report))
-        for path in write(report, out, _command_line()):
+        for path in write(report, make_dir(out, "--out"), _command_line()):
             print(f"wrote {path}")
         return EXIT_PASSED if report.passed else EXIT_FAILED
 
@@ -203,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m gpugauge.check.cli timer|gate ...`` (the same as ``gpugauge check``)."""
     parser = argparse.ArgumentParser(prog="gpugauge")
     add_parser(parser.add_subparsers(dest="command", required=True))
+    name_missing_choices(parser)
     args = parser.parse_args(["check", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)
 

@@ -33,6 +33,7 @@ from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
 from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
+from gpugauge.words import plural
 
 MIN_CASE_MS = 1.0  # cases this long or longer must catch the injected slowdown
 # A host-issued step whose baseline allows more than this was recorded on hosts that paced
@@ -218,7 +219,7 @@ class GateSummary:
             f"caught {self.caught} of {self.counted} cases of {MIN_CASE_MS:g} ms or more; "
             f"false alarms {self.false_alarms}"
         )
-        extra = [f"in {self.aa_verdicts} A/A verdicts"]
+        extra = [f"in {plural(self.aa_verdicts, 'A/A verdict')}"]
         if self.short:
             extra.append(f"{self.short_caught} of {self.short} shorter cases caught")
         if self.host_bound:
@@ -406,7 +407,7 @@ def render_gate(report: GateReport) -> str:
 
 def markdown_gate(report: GateReport, command: str) -> str:
     """The report as Markdown: verdict, command, summary line, table, runs."""
-    from gpugauge.report.document import markdown_table
+    from gpugauge.report.cells import markdown_table
 
     headers, rows = gate_table(report.cases, report.fraction)
     lines = [

@@ -8,6 +8,7 @@ gathered into a :class:`~gpugauge.check.gate.GateReport`.
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,11 @@ from gpugauge.check.runs import (
     or_expression,
     run_pytest,
 )
+from gpugauge.check.selection import can_select, stored_cases
 from gpugauge.report.tables import verdict_counts
+from gpugauge.results.files import FileError, check_dir, make_dir
 from gpugauge.results.runs import RunError
+from gpugauge.words import plural
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,18 @@ class GateConfig:
     pytest_args: tuple[str, ...] = ()
 
 
-def this_device_class() -> str:
-    """The device class the benchmarks' baselines are stored under on this machine."""
+def cuda_here() -> bool:
+    """Whether this machine has a CUDA device (else every result is a CPU result)."""
     import torch
 
+    return torch.cuda.is_available()
+
+
+def this_device_class() -> str:
+    """The device class the benchmarks' baselines are stored under on this machine."""
     from gpugauge.measure.environment import device_class
 
-    return device_class("cuda" if torch.cuda.is_available() else "cpu")
+    return device_class("cuda" if cuda_here() else "cpu")
 
 
 def run_args(cfg: GateConfig, select: str, injected: bool) -> list[str]:
@@ -115,12 +124,23 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
             "RUN2; see docs/check.md)"
         )
     select = cfg.select if cfg.select is not None else or_expression(families)
+    nothing = (
+        f"nothing to judge: no case of -k {shlex.quote(select)} has a baseline of device class "
+        f"{dev_cls} in {cfg.baselines_dir}"
+    )
+    if cfg.select is not None and not cuda_here():
+        # every result here is a CPU result: only this class's baselines can judge one
+        here = stored_cases(cfg.baselines_dir, dev_cls)
+        known = [w for case in stored_cases(cfg.baselines_dir) for w in case]
+        if can_select(select, here, known) is False:
+            raise CheckUnavailable(nothing + " (decided before running pytest)")
     plan = [(f"aa{i + 1}", f"A/A {i + 1} of {cfg.aa_runs}", False) for i in range(cfg.aa_runs)]
     plan.append(("injected", f"+{percent(cfg.fraction)} injected", True))
     note(
-        f"[gpugauge check gate] {dev_cls}: -k {select!r}, profile {cfg.profile}, "
-        f"{cfg.aa_runs} A/A run(s) and one with {percent(cfg.fraction)} injected"
+        f"[gpugauge check gate] {dev_cls}: -k {shlex.quote(select)}, profile {cfg.profile}, "
+        f"{plural(cfg.aa_runs, 'A/A run')} and one with {percent(cfg.fraction)} injected"
     )
+    make_dir(cfg.out, "--out")  # before the first run: it holds their logs
     t0 = time.monotonic()
     found: dict[str, dict[str, RunResult]] = {}
     runs, problems = [], []
@@ -135,7 +155,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
             note=note,
         )
         if done.exit_code == PYTEST_NO_TESTS:
-            raise CheckError(f"-k {select!r} selected no test in {cfg.benches}")
+            raise CheckError(f"-k {shlex.quote(select)} selected no test in {cfg.benches}")
         try:
             found[name] = read_run(done.json)
         except RunError as err:
@@ -165,10 +185,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
     cases = gate_cases([found[name] for name, _, inj in plan if not inj], found["injected"])
     report = GateReport(tuple(cases), cfg.fraction, dev_cls, tuple(runs), tuple(problems))
     if not report.summary.counted and not report.summary.short:
-        raise CheckUnavailable(
-            f"nothing to judge: no case of -k {select!r} has a baseline of device class "
-            f"{dev_cls} in {cfg.baselines_dir}"
-        )
+        raise CheckUnavailable(nothing)
     return report
 
 
@@ -185,7 +202,10 @@ def judge_again(cfg: GateConfig) -> GateReport:
 
     if cfg.judge_again is None:
         raise CheckError("judging again needs the folder of an earlier check (--judge-again)")
-    folder = cfg.judge_again / "gate-runs"
+    try:
+        folder = check_dir(cfg.judge_again, "--judge-again") / "gate-runs"
+    except FileError as err:
+        raise CheckError(str(err)) from None
     aa_paths = sorted(folder.glob("aa*.json"))
     injected = folder / "injected.json"
     if not aa_paths or not injected.is_file():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -113,7 +114,7 @@ def run_pytest(
     partial_log = folder / f".{name}.partial.log"
     cmd = [sys.executable, "-m", "pytest", *args, f"{json_option}={partial_json}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    note(f"  $ {' '.join(cmd)}")
+    note(f"  $ {shlex.join(cmd)}")  # quoted as a shell reads it: it can be pasted
     t0 = time.monotonic()
     try:
         with partial_log.open("w") as log:

@@ -12,6 +12,7 @@ check passes when every op's suite median is within ``threshold`` of do_bench's.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ from gpugauge.check.timers import (
     time_power_heavy,
 )
 from gpugauge.report.tables import render
-from gpugauge.results.files import atomic_write_json, atomic_write_text
+from gpugauge.results.files import atomic_write_json, atomic_write_text, make_dir
 
 DEFAULT_THRESHOLD = 0.02  # runs 42 and 50: 25 of 25 within 2% (worst -1.54%, -0.63%)
 SCHEMA = 1
@@ -184,7 +185,7 @@ def render_timer(report: TimerReport) -> str:
 
 def markdown_timer(report: TimerReport, command: str) -> str:
     """The report as Markdown: verdict, command, table, what was not compared."""
-    from gpugauge.report.document import markdown_table
+    from gpugauge.report.cells import markdown_table
 
     headers, rows = timer_table(report)
     lines = [
@@ -286,7 +287,8 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
             )
         select = or_expression(families)
     device = f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
-    note(f"[gpugauge check timer] {device}; cases: -k {select!r}")
+    note(f"[gpugauge check timer] {device}; cases: -k {shlex.quote(select)}")
+    make_dir(cfg.out, "--out")  # before the run: it holds its log
     t0 = time.monotonic()
     done = run_pytest(
         "timer-suite",
@@ -302,7 +304,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
     )
     problems = []
     if done.exit_code == PYTEST_NO_TESTS and not cfg.ops:
-        raise CheckError(f"-k {select!r} selected no test in {cfg.benches}")
+        raise CheckError(f"-k {shlex.quote(select)} selected no test in {cfg.benches}")
     if done.exit_code not in (PYTEST_OK, PYTEST_NO_TESTS):
         problems.append(f"the suite's run ended with pytest exit {done.exit_code}: see {done.log}")
     if done.json is None:
@@ -315,7 +317,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
     rows += time_power_heavy(cfg.profile, cfg.ops, note, cfg.threshold)
     if not rows:
         raise CheckError(
-            f"no op was timed: -k {select!r} and --ops {' '.join(cfg.ops) or '(all)'} "
+            f"no op was timed: -k {shlex.quote(select)} and --ops {shlex.join(cfg.ops) or '(all)'} "
             f"selected none that can be compared (see {done.log})"
         )
     note(f"[gpugauge check timer] done in {time.monotonic() - t0:.0f} s")

@@ -18,6 +18,9 @@ import numpy as np
 CI_LEVEL = 0.95
 RESAMPLES = 2000
 _SEED = 20261122
+# Fewer samples than this have no interval: one sample's bootstrap "CI" is the sample
+# itself, zero wide, which reads as perfect precision where nothing is known of the spread.
+MIN_CI_N = 2
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,11 @@ class Summary:
     ci_level: float
     outliers_low: int
     outliers_high: int
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether there are samples enough (:data:`MIN_CI_N`) for a CI and a CV to be shown."""
+        return self.n >= MIN_CI_N
 
     @property
     def iqr(self) -> float:

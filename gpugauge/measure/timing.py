@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from gpugauge.measure.stats import Summary, summarize
 from gpugauge.plain import from_plain, to_plain
+from gpugauge.words import plural
 
 REGIMES = ("sustained", "burst")
 
@@ -368,7 +369,7 @@ def stop_reason(
     """Why to stop after these samples, and whether the result is noisy; None to go on."""
     n = len(samples)
     if policy.rounds is not None:
-        return (f"fixed {policy.rounds} rounds", False) if n >= policy.rounds else None
+        return (f"fixed {plural(policy.rounds, 'round')}", False) if n >= policy.rounds else None
     short = elapsed_s < policy.min_time_s
     if n < policy.min_rounds or (short and elapsed_s < policy.budget_s):
         return None

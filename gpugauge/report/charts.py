@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from gpugauge.regress.gate import MetricCheck, Verdict
-from gpugauge.report.trends import TREND_CHARTS
+from gpugauge.report.trends import MIN_RUNS, TREND_CHARTS
 
 if TYPE_CHECKING:
     from gpugauge.report.data import ReportData
@@ -109,6 +109,20 @@ def ratio_span(checks: Sequence[MetricCheck | None]) -> float:
     return max(positive) / min(positive)
 
 
+LINE_COLORS = tuple(f"C{i}" for i in range(10))  # matplotlib's default cycle
+LINE_STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."))  # one per turn of it
+
+
+def line_style(i: int) -> tuple[str, str, str]:
+    """The i-th line's (colour, marker, linestyle): each turn of the colours its own marks.
+
+    Ten colours alone repeat at the eleventh line; with a marker and dash pattern that
+    change at every turn, 40 lines are told apart.
+    """
+    marker, dashes = LINE_STYLES[(i // len(LINE_COLORS)) % len(LINE_STYLES)]
+    return LINE_COLORS[i % len(LINE_COLORS)], marker, dashes
+
+
 class History:
     """Median time of each benchmark across saved runs, relative to its first run."""
 
@@ -116,8 +130,8 @@ class History:
     title = "History over saved runs (median / first run's median)"
 
     def applies(self, data: ReportData) -> bool:
-        """Needs two or more saved runs."""
-        return len(data.history) >= 2
+        """Needs :data:`~gpugauge.report.trends.MIN_RUNS` or more saved runs, as a trend does."""
+        return len(data.history) >= MIN_RUNS
 
     def draw(self, data: ReportData) -> Figure:
         """One line per benchmark (the 12 that moved most)."""
@@ -128,10 +142,13 @@ class History:
                     series.setdefault(m.id, []).append((i, m.summary.median))
         moved = sorted(series, key=lambda k: -_span(v for _, v in series[k]))[:12]
         fig, ax = plt.subplots(figsize=(9, 4.5))
-        for key in moved:
+        for n, key in enumerate(moved):
             pts = series[key]
             first = pts[0][1]
-            ax.plot([i for i, _ in pts], [v / first for _, v in pts], marker="o", ms=3, label=key)
+            color, marker, dashes = line_style(n)
+            ys = [v / first for _, v in pts]
+            xs = [i for i, _ in pts]
+            ax.plot(xs, ys, color=color, marker=marker, ls=dashes, ms=3, label=key)
         ax.axhline(1, color="black", lw=0.8)
         ax.set_xticks(
             range(len(data.history)),

@@ -16,26 +16,33 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpugauge.measure.stats import MIN_CI_N
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare
 from gpugauge.regress.tolerances import Tolerances
+from gpugauge.report.cells import Cell, Links, Marked, flag_of, html_cell, markdown_table
 from gpugauge.report.data import ReportData, about
 from gpugauge.report.tables import (
     checked_metrics,
     decided_by,
+    fmt_ci,
+    fmt_cv,
     fmt_ms,
     fmt_ratio,
     fmt_value,
     fmt_verdict,
+    no_interval,
     noisy_ids,
     notes_of,
+    unsampled_ids,
     value_metrics,
     worst_first,
 )
-from gpugauge.report.trends import changes_of, changes_table, load_trends
+from gpugauge.report.trends import MIN_RUNS, changes_of, changes_table, load_trends, too_few_runs
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
+from gpugauge.words import plural
 
 
 def newest_run(storage: Path) -> Path:
@@ -137,10 +144,6 @@ def collect(
     )
 
 
-Links = tuple[tuple[str, str], ...]  # (text, link target) pairs, shown in one cell
-Cell = str | Links
-
-
 @dataclass(frozen=True)
 class Section:
     """One table of the report; ``classes`` holds each row's CSS class in the HTML page."""
@@ -174,18 +177,20 @@ def _verdict_rows(data: ReportData) -> Section:
     classes = []
     medians = {m.id: m.value("time") for m in data.current.measurements}
     noisy = data.noisy
+    unsampled = unsampled_ids(data.current.measurements)
     for r in worst_first(data.results):
         t = r.check("time")
         now = medians.get(r.id) if t is None else t.current
         flagged = r.id in noisy and bool(r.checks)
+        one = r.id in unsampled
         rows.append(
             [
                 r.id,
-                fmt_verdict(r, flagged),
+                Marked(fmt_verdict(r, flagged), flag_of(flagged, False)),
                 decided_by(r),
                 "-" if t is None else fmt_ms(t.baseline),
                 "-" if now is None else fmt_ms(now),
-                fmt_ratio(t),
+                Marked(fmt_ratio(t, one), flag_of(False, one and t is not None)),
                 "-" if t is None else t.allowed,
                 *(fmt_ratio(r.check(n)) for n in names),
                 r.note,
@@ -210,11 +215,12 @@ def _result_rows(data: ReportData, out: Path) -> Section:
     headers += [f"{n} ({METRICS[n].unit})" for n in names] + ["notes", "artifacts"]
     rows: list[list[Cell]] = []
     for m in ms:
-        timed = ["-", "-", "-"]
+        timed: list[Cell] = ["-", "-", "-"]
         if m.timing is not None:
             s = m.summary
-            median = f"{fmt_ms(s.median)} [{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]"
-            timed = [median, str(s.n), f"{s.cv:.1%}"]
+            flag = flag_of(m.timing.noisy, not s.has_interval)
+            ci = fmt_ci(s) if s.has_interval else f"({fmt_ci(s)})"
+            timed = [Marked(f"{fmt_ms(s.median)} {ci}", flag), str(s.n), fmt_cv(s)]
         links: Links = tuple((name, _link(p, out)) for name, p in sorted(m.artifacts.items()))
         rows.append(
             [
@@ -226,8 +232,7 @@ def _result_rows(data: ReportData, out: Path) -> Section:
                 links or "-",
             ]
         )
-    classes = ["noisy" if m.timing is not None and m.timing.noisy else "" for m in ms]
-    return Section("Results of this run", headers, rows, classes)
+    return Section("Results of this run", headers, rows)
 
 
 def _comparison_rows(data: ReportData) -> Section:
@@ -243,6 +248,7 @@ def _comparison_rows(data: ReportData) -> Section:
     rows: list[list[Cell]] = []
     saved = [c.as_dict() for c in data.comparisons] + data.current.adhoc_comparisons
     noisy = noisy_ids(data.current.measurements)
+    rounds = {m.id: m.summary.n for m in data.current.measurements if m.timing is not None}
     for c in saved:
         try:
             s = c["speedup"]
@@ -252,7 +258,7 @@ def _comparison_rows(data: ReportData) -> Section:
                     str(c["title"]),
                     f"{c['baseline_label']} {fmt_ms(c['baseline_median_ms'])} ms",
                     f"{c['candidate_label']} {fmt_ms(c['candidate_median_ms'])} ms",
-                    f"{s['value']:.3f}x [{s['ci_low']:.3f}, {s['ci_high']:.3f}]",
+                    _speedup_cell(s, rounds, c),
                     "-" if frac is None else f"{frac:+.1%}",
                     _noisy_labels(c, noisy),
                 ]
@@ -262,33 +268,20 @@ def _comparison_rows(data: ReportData) -> Section:
     return Section("Comparisons within this run", headers, rows)
 
 
+def _speedup_cell(speedup: dict, rounds: dict[str, int], saved: dict) -> Cell:
+    """The saved speedup with its CI, or 'no interval' where a side was timed once."""
+    fewest = min(rounds.get(str(saved[side]), MIN_CI_N) for side in ("baseline", "candidate"))
+    if fewest < MIN_CI_N:
+        return Marked(f"{speedup['value']:.3f}x ({no_interval(fewest)})", "no-interval")
+    return f"{speedup['value']:.3f}x [{speedup['ci_low']:.3f}, {speedup['ci_high']:.3f}]"
+
+
 def _noisy_labels(saved: dict, noisy: frozenset[str]) -> str:
     """'noisy: normal' for a saved comparison whose sides' rounds missed their target CI."""
     sides = [
         str(saved[f"{side}_label"]) for side in ("baseline", "candidate") if saved[side] in noisy
     ]
     return f"noisy: {', '.join(sides)}" if sides else "-"
-
-
-def _text(cell: Cell) -> str:
-    return cell if isinstance(cell, str) else ", ".join(f"[{t}]({href})" for t, href in cell)
-
-
-def markdown_table(headers: list[str], rows: list[list[Cell]]) -> str:
-    """A Markdown table padded so that it also reads as aligned plain text."""
-    texts = [[_text(c) for c in r] for r in rows]
-    widths = [max(len(c) for c in col) for col in zip(headers, *texts, strict=True)]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    return "\n".join(
-        [
-            line(headers),
-            "|" + "|".join("-" * (w + 2) for w in widths) + "|",
-            *(line(r) for r in texts),
-        ]
-    )
 
 
 def _sections(data: ReportData, out: Path) -> list[Section]:
@@ -310,17 +303,19 @@ def missing_charts(data: ReportData) -> list[str]:
     out = []
     if not any(r.check("time") for r in data.results):
         out.append(
-            f"no ratio chart: none of this run's {len(data.current.measurements)} results had "
+            f"no ratio chart: none of this run's "
+            f"{plural(len(data.current.measurements), 'result')} had "
             f"a counterpart of its device class to compare with (against {data.against}); "
             f"record baselines (python -m gpugauge baseline RUN.json ...) or pass "
             f"--against RUN.json"
         )
-    if len(data.history) < 2:
+    if len(data.history) < MIN_RUNS:
         out.append(
-            f"no history chart: it needs two or more saved runs in --storage; found "
+            f"no history chart: it needs {MIN_RUNS} or more saved runs in --storage; found "
             f"{len(data.history)} (run pytest with --benchmark-autosave again)"
         )
-    return out + ([data.trend_note] if data.trend_note else [])
+    few = too_few_runs(data.trends, data.trend_source)
+    return out + [n for n in (data.trend_note, few) if n]
 
 
 INTRO = (
@@ -357,15 +352,9 @@ def render_markdown(data: ReportData, images: dict[str, str], out: Path = Path("
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}
 td:not(:first-child){text-align:right}.regressed{background:#fadbd8}.improved{background:#d6eaf8}
-.inconclusive{background:#fdebd0}.noisy td:nth-child(2){font-style:italic}
+.inconclusive{background:#fdebd0}td.noisy,td.no-interval{font-style:italic}
+td.no-interval{color:#7e5109}
 img{max-width:100%;border:1px solid #eee}"""
-
-
-def _html_cell(cell: Cell) -> str:
-    e = html.escape
-    if isinstance(cell, str):
-        return f"<td>{e(cell)}</td>"
-    return "<td>" + ", ".join(f'<a href="{e(href)}">{e(t)}</a>' for t, href in cell) + "</td>"
 
 
 def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path(".")) -> str:
@@ -376,7 +365,7 @@ def render_html(data: ReportData, pngs: dict[str, bytes], out: Path = Path("."))
         head = "".join(f"<th>{e(h)}</th>" for h in sec.headers)
         classes = sec.classes or [""] * len(sec.rows)
         body = "".join(
-            (f'<tr class="{e(cls)}">' if cls else "<tr>") + "".join(map(_html_cell, row)) + "</tr>"
+            (f'<tr class="{e(cls)}">' if cls else "<tr>") + "".join(map(html_cell, row)) + "</tr>"
             for row, cls in zip(sec.rows, classes, strict=True)
         )
         table = f"<table><tr>{head}</tr>{body}</table>"

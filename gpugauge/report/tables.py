@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from gpugauge.measure.stats import Summary
 from gpugauge.measure.timing import CLOCK_MOVED
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from gpugauge.results.measurement import Comparison, Measurement, devices_of
 from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.words import plural
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -43,16 +45,40 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "
     return "\n".join(out)
 
 
+def no_interval(n: int) -> str:
+    """'n=1: no interval': too few samples for a CI or a CV, said instead of a zero-wide one."""
+    return f"n={n}: no interval"
+
+
+def fmt_ci(s: Summary) -> str:
+    """'[1.98, 2.02]' in ms, or 'n=1: no interval' where the samples are too few for one."""
+    return f"[{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]" if s.has_interval else no_interval(s.n)
+
+
+def fmt_cv(s: Summary) -> str:
+    """'1.2%', or '-' where the samples are too few to show a spread (one sample: 0%)."""
+    return f"{s.cv:.1%}" if s.has_interval else "-"
+
+
+def unsampled_ids(measurements: Sequence[Measurement]) -> frozenset[str]:
+    """Ids of the timed results with too few rounds for a CI (one round): no interval."""
+    return frozenset(
+        m.id for m in measurements if m.timing is not None and not m.summary.has_interval
+    )
+
+
 def notes_of(m: Measurement) -> str:
     """What a reader must know about a result's numbers: noisy, throttled, outliers, ..."""
     notes = []
     if m.timing is not None:
+        if not m.summary.has_interval:
+            notes.append(no_interval(m.summary.n))
         if m.timing.noisy:
             notes.append("noisy")
         if m.timing.throttled_rounds:
             notes.append(f"{m.timing.throttled_rounds} throttled")
         if m.summary.outliers:
-            notes.append(f"{m.summary.outliers} outliers")
+            notes.append(plural(m.summary.outliers, "outlier"))
         if m.timing.settled is False:
             notes.append("warm-up did not settle")
         moved = m.timing.clock_moved
@@ -135,8 +161,7 @@ def results_table(
             timed = ["-"] * 4
         else:
             s = m.summary
-            ci = f"[{fmt_ms(s.ci_low)}, {fmt_ms(s.ci_high)}]"
-            timed = [fmt_ms(s.median), ci, str(s.n), f"{s.cv:.1%}"]
+            timed = [fmt_ms(s.median), fmt_ci(s), str(s.n), fmt_cv(s)]
         watts = sum(e.avg_power_w for e in m.energy) if m.energy else None
         rows.append(
             [
@@ -165,7 +190,10 @@ def results_table(
 
 
 def one_line(m: Measurement) -> str:
-    """A result in one progress line: median, CI, rounds, why timing stopped, flags."""
+    """A result in one progress line: median, CI, rounds, why timing stopped, flags.
+
+    One round has no CI: the line says 'n=1: no interval' instead of a zero-wide one.
+    """
     values = ", ".join(f"{k} {v:.4g} {METRICS[k].unit}" for k, v in m.values.items())
     if m.timing is None:
         return values or "recorded"
@@ -175,7 +203,8 @@ def one_line(m: Measurement) -> str:
         for f, on in (("noisy", t.noisy), (f"{t.throttled_rounds} throttled", t.throttled_rounds))
         if on
     ]
-    line = f"median {s.median:.4g} ms [{s.ci_low:.4g}, {s.ci_high:.4g}] n={s.n} ({t.stop_reason})"
+    ci = f"[{s.ci_low:.4g}, {s.ci_high:.4g}] n={s.n}" if s.has_interval else no_interval(s.n)
+    line = f"median {s.median:.4g} ms {ci} ({t.stop_reason})"
     line += f" [{', '.join(flags)}]" if flags else ""
     return f"{line}; {values}" if values else line
 
@@ -263,7 +292,6 @@ def comparison_table(comparisons: Sequence[Comparison], unmeasured: Collection[s
             labels = [c.baseline_label, c.candidate_label]
             rows.append([c.title, *labels, NOT_MEASURED, "", "", ""])
             continue
-        r = c.speedup
         base_mem, cand_mem = c.baseline.peak_bytes, c.candidate.peak_bytes
         frac = c.memory_saved_fraction
         rows.append(
@@ -271,7 +299,7 @@ def comparison_table(comparisons: Sequence[Comparison], unmeasured: Collection[s
                 c.title,
                 f"{c.baseline_label} {fmt_ms(c.baseline.summary.median)}",
                 f"{c.candidate_label} {fmt_ms(c.candidate.summary.median)}",
-                f"{r.value:.3f}x [{r.ci_low:.3f}, {r.ci_high:.3f}]",
+                fmt_speedup(c),
                 "-" if base_mem is None else f"{fmt_bytes(base_mem)} -> {fmt_bytes(cand_mem)}",
                 "-" if frac is None else f"{frac:+.1%}",
                 noisy_sides(c),
@@ -289,6 +317,15 @@ def comparison_table(comparisons: Sequence[Comparison], unmeasured: Collection[s
     return render(headers, rows, "gpugauge comparisons (speedup = baseline / candidate time)")
 
 
+def fmt_speedup(c: Comparison) -> str:
+    """'1.503x [1.49, 1.52]', or '1.503x (n=1: no interval)' where a side has one round."""
+    r = c.speedup
+    fewest = min(c.baseline.summary.n, c.candidate.summary.n)
+    if not (c.baseline.summary.has_interval and c.candidate.summary.has_interval):
+        return f"{r.value:.3f}x ({no_interval(fewest)})"
+    return f"{r.value:.3f}x [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+
+
 def noisy_sides(c: Comparison) -> str:
     """'noisy: normal, swapped' for the sides whose rounds missed their target CI; or ''."""
     sides = [
@@ -299,10 +336,17 @@ def noisy_sides(c: Comparison) -> str:
     return f"noisy: {', '.join(sides)}" if sides else ""
 
 
-def fmt_ratio(check: MetricCheck | None) -> str:
-    """'1.051x [1.049, 1.053]', or '1.000x' for a single reading, or '-'."""
+def fmt_ratio(check: MetricCheck | None, unsampled: bool = False) -> str:
+    """'1.051x [1.049, 1.053]', '1.000x' for a single-value metric, or '-'.
+
+    A samples metric (time) whose side had one round (``unsampled``), or whose interval is
+    zero wide (one round on both sides), says 'no interval' rather than look exact.
+    """
     if check is None:
         return "-"
+    samples = METRICS[check.metric].kind is Kind.SAMPLES
+    if samples and (unsampled or check.ci_low == check.ci_high):
+        return f"{check.ratio:.3f}x (no interval)"
     if check.ci_low == check.ci_high:
         return f"{check.ratio:.3f}x"
     return f"{check.ratio:.3f}x [{check.ci_low:.3f}, {check.ci_high:.3f}]"
@@ -348,11 +392,13 @@ def gate_table(
     results: Sequence[GateResult],
     missing: Sequence[str] = (),
     noisy: Collection[str] = (),
+    unsampled: Collection[str] = (),
 ) -> str:
     """One row per gated benchmark (regressions first), counts in the title, then missing.
 
     ``decided by`` names the metrics that gave the verdict (a throughput can fail while the
-    time is unchanged); results in ``noisy`` have '(noisy)' beside their verdict.
+    time is unchanged); results in ``noisy`` have '(noisy)' beside their verdict, those in
+    ``unsampled`` (one round: :func:`unsampled_ids`) 'no interval' beside their ratio.
     """
     names = checked_metrics(results)
     rows = []
@@ -363,7 +409,7 @@ def gate_table(
                 r.id,
                 fmt_verdict(r, r.id in noisy),
                 decided_by(r),
-                fmt_ratio(t),
+                fmt_ratio(t, r.id in unsampled),
                 "-" if t is None else t.allowed,
                 *(fmt_ratio(r.check(n)) for n in names),
                 r.note,

@@ -27,6 +27,7 @@ from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import SavedRun
+from gpugauge.words import plural
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 METRIC = "time"  # what the trends show: the median time of a round, ms
 PER_FIGURE = 12  # cases per trend figure (small multiples, 3 a row)
 FIGURES = 4  # trend figures at most: the 48 cases that moved most
+# A trend, like the history chart of saved runs, needs two runs: one run is one dot on an
+# axis of no length, which shows nothing of how a case moved.
+MIN_RUNS = 2
 
 
 def load_trends(
@@ -88,7 +92,8 @@ def load_trends(
             {},
             {},
             steps,
-            f"no trend chart: history {where} holds none of this run's {len(timed)} timed cases",
+            f"no trend chart: history {where} holds none of this run's "
+            f"{plural(len(timed), 'timed case')}",
         )
     return points, bands, steps, ""
 
@@ -113,6 +118,22 @@ def changes_of(
 def runs_in(trends: Mapping[str, Sequence[Point]]) -> int:
     """How many distinct runs the trends hold."""
     return len({p.run.id for pts in trends.values() for p in pts})
+
+
+def charted(trends: Mapping[str, Sequence[Point]]) -> dict[str, Sequence[Point]]:
+    """The cases whose trend is drawn: those with :data:`MIN_RUNS` or more runs."""
+    return {k: pts for k, pts in trends.items() if runs_in({k: pts}) >= MIN_RUNS}
+
+
+def too_few_runs(trends: Mapping[str, Sequence[Point]], source: str) -> str:
+    """Why no trend chart is drawn although the history holds the run's cases; or ''."""
+    if not trends or charted(trends):
+        return ""
+    return (
+        f"no trend chart: it needs {MIN_RUNS} or more runs of a case in the history; found "
+        f"{plural(runs_in(trends), 'run')} (history {source}; each measured pytest run "
+        "appends to it)"
+    )
 
 
 def moved_most(trends: Mapping[str, Sequence[Point]], changes: Sequence[ChangePoint]) -> list[str]:
@@ -157,7 +178,8 @@ def changes_table(data: ReportData) -> tuple[list[str], list[list[str]], str]:
             ]
         )
     empty = (
-        f"no change points in {runs_in(data.trends)} runs of {len(data.trends)} cases "
+        f"no change points in {plural(runs_in(data.trends), 'run')} of "
+        f"{plural(len(data.trends), 'case')} "
         f"(history {data.trend_source})"
     )
     return headers, rows, empty
@@ -190,14 +212,14 @@ class TrendChart:
         )
 
     def applies(self, data: ReportData) -> bool:
-        """Needs the history to hold more than ``page`` x 12 of the run's cases."""
-        return len(data.trends) > self.page * PER_FIGURE
+        """Needs more than ``page`` x 12 of the run's cases with :data:`MIN_RUNS` runs each."""
+        return len(charted(data.trends)) > self.page * PER_FIGURE
 
     def draw(self, data: ReportData) -> Figure:
         """Small multiples, three a row; one legend of hosts."""
         import matplotlib.pyplot as plt
 
-        order = moved_most(data.trends, data.changes)
+        order = moved_most(charted(data.trends), data.changes)
         cases = order[self.page * PER_FIGURE : (self.page + 1) * PER_FIGURE]
         hosts = sorted({p.host for c in cases for p in data.trends[c]})
         style = {
@@ -274,11 +296,11 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
             )
     title = case if len(case) <= 46 else case[:45] + "…"
     kind = f"; allowed ±{ref.allowed:.1%} ({ref.kind})" if ref is not None else ""
-    ax.set_title(f"{title}\n{len(pts)} runs{kind}", fontsize=7)
+    ax.set_title(f"{title}\n{plural(len(x_of), 'run')}{kind}", fontsize=7)
     ax.set_ylabel("ms", fontsize=7)
     ax.tick_params(labelsize=6)
     ax.set_xlim(-0.5, max(len(pts) - 0.5, 0.5))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # runs are whole
     ax.set_xlabel("run, oldest first", fontsize=6)
 
 

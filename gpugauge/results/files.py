@@ -131,6 +131,31 @@ def check_dir(path: Path, what: str) -> Path:
     return path
 
 
+def check_file(path: Path, what: str) -> Path:
+    """``path`` if it is an existing regular file; FileError naming ``what`` otherwise."""
+    if not path.exists():
+        raise FileError(f"{what} {path}: no such file")
+    if not path.is_file():
+        raise FileError(f"{what} {path}: not a regular file")
+    return path
+
+
+def make_dir(path: Path, what: str) -> Path:
+    """``path``, made with its parents if missing; a FileError naming ``what`` where not.
+
+    An error about a path a user gave names the option it came from (``--out /proc/nope:
+    cannot be made (No such file or directory)``), not only the path.
+    """
+    problem = writable_problem(path)
+    if problem is not None:
+        raise FileError(f"{what} {path}: {problem}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise FileError(f"{what} {path}: cannot be made ({err.strerror or err})") from None
+    return path
+
+
 def _create_exclusive(path: Path, mode: int) -> int:
     """A new file's descriptor; the kernel applies the umask to ``mode``."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
