@@ -13,12 +13,14 @@ suite with its own flush (S100), suite with do_bench's flush (S256), do_bench (D
 order S100 D S256 D D S256 D S100, twice. A flush effect shows as S100 against S256 at
 mirrored places; an order effect as the first block of a kind against its mirror.
 
-Answer (run 78, H100, 2026-11-26): mostly neither; do_bench itself. Over 8 blocks its
-median of matmul-8192-bf16 moved 1.577-1.630 ms (3.4%), the suite's with do_bench's flush
-1.6182-1.6190 ms, with its own 1.617-1.652 (fp16: do_bench 1.624-1.704 ms). One do_bench
-block at the power cap is a sample of a moving clock; the flush moved the suite's mean by
-0.6% (bf16) and 0.9% (fp16). So the check now runs suite, do_bench, bare, do_bench, suite
-with do_bench's flush for all three (docs/check.md, "Interleaved, and why").
+Answer (runs 78 and 80, H100s, 2026-11-26): neither; each block is noisy. Run 78: over
+8 blocks do_bench's median of matmul-8192-bf16 moved 1.577-1.630 ms (3.4%), the suite's
+with do_bench's flush 1.6182-1.6190 ms, with its own 1.617-1.652; the flush moved the
+suite's mean by 0.6-0.9%. Run 80 (``--warmup-series``: do_bench also with 2 s of warm-up):
+every kind's blocks moved about 3%, and their means agreed within 1.2% (bf16) and 0.2%
+(fp16); a longer warm-up changed nothing. So the check times suite, do_bench, do_bench,
+suite with do_bench's flush for all, and repeats that pair while a row is outside its
+threshold and its blocks spread (docs/check.md, "Interleaved and repeated, and why").
 
 Run on one GPU from the checkout::
 

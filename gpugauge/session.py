@@ -29,6 +29,7 @@ from gpugauge.report.tables import (
     results_table,
     roofline_table,
     run_label,
+    unsampled_ids,
 )
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
 from gpugauge.results.outcome import RunOutcome, Skip
@@ -144,7 +145,9 @@ class GaugeSession:
         if comparisons:
             out["comparisons"] = comparison_table(comparisons, unmeasured=skip)
         if self.gate is not None and self.measurements:
-            out["gate"] = gate_table(self.gate_results, self.missing_from_run(), noisy_ids(ms))
+            out["gate"] = gate_table(
+                self.gate_results, self.missing_from_run(), noisy_ids(ms), unsampled_ids(ms)
+            )
         return out
 
     def missing_from_run(self) -> list[str]:
