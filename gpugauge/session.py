@@ -34,6 +34,7 @@ from gpugauge.report.tables import (
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
 from gpugauge.results.outcome import RunOutcome, Skip
 from gpugauge.tracking import Tracker
+from gpugauge.words import plural
 
 Note = Callable[[str], None]
 
@@ -186,7 +187,7 @@ class GaugeSession:
             return
         if self.unmeasured:
             self.messages.append(
-                f"baselines NOT written: {len(self.unmeasured)} result(s) were not measured "
+                f"baselines NOT written: {plural(len(self.unmeasured), 'result')} not measured "
                 f"(--benchmark-disable runs each benchmark once, untimed)"
             )
             return

@@ -125,7 +125,7 @@ def test_export_writes_every_metric_row(
 
 def test_accept_and_undo(stepped: str, capsys: pytest.CaptureFixture) -> None:
     assert main(["accept", "n003-GPU-1111", "--undo", "--history", stepped]) == 0
-    assert "1 result(s) of run n003-GPU-1111 no longer accepted" in capsys.readouterr().out
+    assert "1 result of run n003-GPU-1111 no longer accepted" in capsys.readouterr().out
     with History.open(stepped) as h:
         assert not h.points(CASE, host="GPU-1111")[3].accepted
 
@@ -391,7 +391,7 @@ def test_accept_takes_the_run_id_that_show_prints(
     shown = next(w for w in capsys.readouterr().out.split() if w.startswith("60ee3c91"))
     assert shown.endswith("…")
     assert main(["accept", shown.rstrip("…"), "--undo", "--history", hist]) == 0
-    assert f"1 result(s) of run {full} no longer accepted" in capsys.readouterr().out
+    assert f"1 result of run {full} no longer accepted" in capsys.readouterr().out
     with History.open(hist) as h:
         assert [p.accepted for p in h.points(CASE)] == [False, True]
 

@@ -74,7 +74,7 @@ def _attempts(path: Path) -> list[tuple[int, str | None, bool]]:
 def test_history_gets_each_measured_run_once(bench: pytest.Pytester) -> None:
     first = _run(bench, "fast")
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["*history: 1 result(s) of run * appended to *h.sqlite*"])
+    first.stdout.fnmatch_lines(["*history: 1 result of run * appended to *h.sqlite*"])
     _run(bench, "fast", "--benchmark-disable").assert_outcomes(passed=1)  # measured nothing
     _run(bench, "fast", "--no-history").assert_outcomes(passed=1)
     assert len(_attempts(bench.path / "h.sqlite")) == 1
@@ -110,7 +110,7 @@ def test_a_run_with_injected_work_is_judged_but_not_kept(bench: pytest.Pytester)
     _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
     r = _run(bench, "fast", "--gate", "-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "3")
     r.assert_outcomes(failed=1)  # judged: 3 ms added to a 3 ms nap, confirmed
-    r.stdout.fnmatch_lines(["*history: 1 result(s) with injected work not appended*"])
+    r.stdout.fnmatch_lines(["*history: 1 result with injected work not appended*"])
     assert len(_attempts(bench.path / "h.sqlite")) == 1  # the baseline run's only
 
 

@@ -33,6 +33,7 @@ from gpugauge.check.runs import (
 from gpugauge.check.timers import (
     CLOCKS_APART,
     CLOCKS_APART_AT_MOST,
+    DEFAULT_THRESHOLD,
     DO_BENCH_REP_MS,
     DO_BENCH_WARMUP_MS,
     MAX_PAIRS,
@@ -42,7 +43,6 @@ from gpugauge.check.timers import (
 from gpugauge.report.tables import render
 from gpugauge.results.files import atomic_write_json, atomic_write_text, make_dir
 
-DEFAULT_THRESHOLD = 0.02  # runs 42 and 50: 25 of 25 within 2% (worst -1.54%, -0.63%)
 SCHEMA = 1
 
 

@@ -13,8 +13,7 @@ again by the suite's own timer (:func:`gpugauge.check.timers.cold_timing`), by
 do_bench's L2 flush before every round (:func:`gpugauge.check.timers.compare_timers`); the
 case's own median is kept beside. A case that runs a setup step before every round
 (do_bench would time it with the round) or that is not on one GPU is skipped with that
-reason. The rows are written to the JSON
-file when the session ends.
+reason. The rows are written to the JSON file when the session ends.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from gpugauge.check.timers import DEFAULT_THRESHOLD
 from gpugauge.gauge import Gauge
 from gpugauge.results.files import atomic_write_json
 from gpugauge.results.measurement import devices_of
@@ -48,10 +48,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--timer-check-threshold",
         type=float,
-        default=0.02,
+        default=DEFAULT_THRESHOLD,
         metavar="FRACTION",
         help="a row outside this fraction of do_bench whose blocks spread more than half "
-        "of it is timed again (gpugauge check timer's --threshold; default 0.02)",
+        f"of it is timed again (gpugauge check timer's --threshold; default {DEFAULT_THRESHOLD:g})",
     )
     group.addoption(
         "--timer-check-op",
@@ -106,7 +106,7 @@ def three_ways(
     measure: Callable[..., Any],
     rows: list[dict[str, Any]],
     not_compared: list[dict[str, str]],
-    threshold: float = 0.02,
+    threshold: float = DEFAULT_THRESHOLD,
 ) -> Callable[..., Any]:
     """``Gauge.measure`` that then times the same callable with do_bench and a bare loop."""
     from gpugauge.check.timers import cold_timing, compare_timers, do_bench_flush

@@ -32,6 +32,7 @@ from gpugauge.history.store import (
 )
 from gpugauge.options import positive_int
 from gpugauge.results.runs import RunError
+from gpugauge.words import plural
 
 HELP = "the results history: trends, change points, import and export"
 DESCRIPTION = f"""\
@@ -171,7 +172,7 @@ def _accept(h: History, args: argparse.Namespace) -> int:
     run_id = h.run_id(args.run_id)
     changed = h.accept(run_id, args.id or (), accepted=not args.undo)
     what = "no longer accepted" if args.undo else "accepted"
-    print(f"{changed} result(s) of run {run_id} {what}")
+    print(f"{plural(changed, 'result')} of run {run_id} {what}")
     return 0
 
 
