@@ -46,9 +46,9 @@ def test_import_is_idempotent_and_keeps_saved_verdicts(
     assert main(["import", str(saved), str(other), "--history", hist, "--host", "GPU-abc"]) == 0
     assert main(["import", str(saved), "--history", hist]) == 0
     out = capsys.readouterr().out
-    assert "2 run(s) added" in out
+    assert "2 runs added" in out
     assert "already in the history" in out
-    assert "0 run(s) added" in out
+    assert "0 runs added" in out
     with History.open(hist) as h:
         relu = h.points("relu")
         assert [p.run.host for p in relu] == ["GPU-abc", "GPU-abc"]
@@ -356,7 +356,7 @@ def test_an_import_with_one_bad_file_writes_nothing(
     else:
         assert not hist.exists()
     assert main(["import", str(good), str(other), "--history", str(hist)]) == 0
-    assert "2 run(s) added" in capsys.readouterr().out
+    assert "2 runs added" in capsys.readouterr().out
 
 
 def test_the_history_help_says_every_measured_run_appends(

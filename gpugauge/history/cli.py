@@ -164,7 +164,7 @@ def _import(
     added = h.append_runs(runs)
     for path, (run, _), new in zip(args.runs, runs, added, strict=True):
         print(f"{path}: {'added as' if new else 'already in the history as'} run {run.id}")
-    print(f"{sum(added)} run(s) added to {h.where}")
+    print(f"{plural(sum(added), 'run')} added to {h.where}")
     return 0
 
 
