@@ -33,7 +33,6 @@ import argparse
 import json
 import statistics
 import time
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -67,7 +66,7 @@ def series(op: str, fn, dev, repeat: int, kinds: tuple[str, ...] = SERIES) -> li
                 ms, seen = _do_bench(fn, dev, warmup)
                 mhz = statistics.median(seen) if seen else None
             else:
-                timing = partial(cold_timing, fn, policy, "cuda", flushes[kind], dev)()
+                timing = cold_timing(fn, policy, "cuda", flushes[kind], dev)
                 ms, mhz = timing.summary.median, timing.clocks()["sm_median_mhz"]
             out.append(
                 {

@@ -20,6 +20,7 @@ from gpugauge.history.records import Point
 from gpugauge.history.store import History
 from gpugauge.history.synthetic import CASE, CLASS, FAMILY, Scenario, series
 from gpugauge.regress.tolerances import load_tolerances
+from gpugauge.report.data import ReportData
 from gpugauge.report.document import collect
 from gpugauge.report.trends import TREND_CHARTS, TrendChart, moved_most
 
@@ -42,6 +43,18 @@ def _current(root: Path, ids: tuple[str, ...] = (CASE,)) -> Path:
     storage.mkdir(exist_ok=True)
     runs = [result(i, 2.06, family=FAMILY, device_class=CLASS) for i in ids]
     return save_run(storage / "0001_now.json", runs)
+
+
+def _trends_of(root: Path, history: Path) -> ReportData:
+    """What the report of the current run shows of ``history``'s trends (no baselines)."""
+    return collect(
+        _current(root),
+        baseline_run=None,
+        baselines=root,
+        tolerances=load_tolerances(root / "none"),
+        history=[],
+        trend_history=str(history),
+    )
 
 
 def _report(root: Path, *extra: str) -> Path:
@@ -106,14 +119,7 @@ def test_a_step_of_memory_from_or_to_zero_is_in_the_changes_section(
 
 def test_the_trend_chart_marks_the_change_point_and_the_allowed_band(tmp_path: Path) -> None:
     history = _history(tmp_path / "h.sqlite", series(STEP, seed=1))
-    data = collect(
-        _current(tmp_path),
-        baseline_run=None,
-        baselines=tmp_path,
-        tolerances=load_tolerances(tmp_path / "none"),
-        history=[],
-        trend_history=str(history),
-    )
+    data = _trends_of(tmp_path, history)
     (step,) = [c for c in data.changes if c.scope.startswith("class")]
     pts = data.trends[CASE]
     assert pts[step.index].run.id == step.run_id
@@ -294,14 +300,7 @@ def test_one_run_draws_no_trend_and_says_why_as_the_history_chart_does(tmp_path:
 def test_trend_panels_count_runs_in_whole_numbers(tmp_path: Path) -> None:
     two = [p for p in series(FLAT, seed=2) if p.host == series(FLAT, seed=2)[0].host][:2]
     history = _history(tmp_path / "h.sqlite", two)
-    data = collect(
-        _current(tmp_path),
-        baseline_run=None,
-        baselines=tmp_path,
-        tolerances=load_tolerances(tmp_path / "none"),
-        history=[],
-        trend_history=str(history),
-    )
+    data = _trends_of(tmp_path, history)
     fig = TrendChart(0).draw(data)
     try:
         (ax,) = [a for a in fig.axes if a.get_visible()]

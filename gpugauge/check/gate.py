@@ -113,11 +113,8 @@ class GateCase:
 
     def _time_check(self) -> MetricCheck | None:
         """The check of time against the baseline, from whichever run compared with it."""
-        for r in (*self.aa, self.injected):
-            check = r.gate.check("time") if r is not None and r.gate is not None else None
-            if check is not None:
-                return check
-        return None
+        checks = (g.check("time") for g in self.verdicts)
+        return next((c for c in checks if c is not None), None)
 
     @property
     def baseline_ms(self) -> float | None:

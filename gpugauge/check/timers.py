@@ -256,6 +256,27 @@ def compare_timers(
         bench.append(ms)
         seen.extend(clocks)
 
+    def row() -> TimerRow:
+        runs = tuple(t.summary.median for t in timings)
+        pooled = replace(timings[0], batches=tuple(b for t in timings for b in t.batches))
+        clocks = pooled.clocks()
+        return TimerRow(
+            op=op,
+            suite_ms=statistics.fmean(runs),
+            do_bench_ms=statistics.fmean(bench),
+            bare_ms=bare,
+            suite_sm_mhz=clocks["sm_median_mhz"],
+            suite_sm_min_mhz=clocks["sm_min_mhz"],
+            suite_sm_max_mhz=clocks["sm_max_mhz"],
+            do_bench_sm_mhz=float(statistics.median(seen)) if seen else None,
+            l2_flushed=all(t.l2_flushed for t in timings),
+            settled=all(t.settled for t in timings),
+            rounds=sum(t.summary.n for t in timings),
+            case_ms=case_ms,
+            suite_runs_ms=runs,
+            do_bench_runs_ms=tuple(bench),
+        )
+
     for pair in range(MAX_PAIRS):
         timings.append(suite())
         do_bench()
@@ -263,30 +284,10 @@ def compare_timers(
             bare = bare_event_loop(fn, bare_rounds(timings[0].summary.median), between=flush)
         do_bench()
         timings.append(suite())
-        runs = [t.summary.median for t in timings]
-        outside = abs(statistics.fmean(runs) / statistics.fmean(bench) - 1) > threshold
-        noisy = max(block_spread(runs), block_spread(bench)) > threshold / 2
-        if not (outside and noisy):
-            break
-    first = timings[0]
-    pooled = replace(first, batches=tuple(b for t in timings for b in t.batches))
-    clocks = pooled.clocks()
-    return TimerRow(
-        op=op,
-        suite_ms=statistics.fmean(runs),
-        do_bench_ms=statistics.fmean(bench),
-        bare_ms=bare,
-        suite_sm_mhz=clocks["sm_median_mhz"],
-        suite_sm_min_mhz=clocks["sm_min_mhz"],
-        suite_sm_max_mhz=clocks["sm_max_mhz"],
-        do_bench_sm_mhz=float(statistics.median(seen)) if seen else None,
-        l2_flushed=all(t.l2_flushed for t in timings),
-        settled=all(t.settled for t in timings),
-        rounds=sum(t.summary.n for t in timings),
-        case_ms=case_ms,
-        suite_runs_ms=tuple(runs),
-        do_bench_runs_ms=tuple(bench),
-    )
+        done = row()
+        if abs(done.vs_do_bench) <= threshold or (done.spread or 0.0) <= threshold / 2:
+            return done
+    return done
 
 
 POWER_HEAVY_OPS = ("matmul-8192-bf16", "matmul-8192-fp16", "conv3x3-256ch-56px-b128-bf16")
