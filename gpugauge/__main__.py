@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from gpugauge.ab.cli import add_parser as add_ab_parser
 from gpugauge.check.cli import add_parser as add_check_parser
 from gpugauge.commands import name_missing_choices, version
 from gpugauge.history import cli as history_cli
@@ -324,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     env.set_defaults(func=_env)
 
     add_check_parser(sub)
+    add_ab_parser(sub)
 
     history_cli.add_parser(sub)
     name_missing_choices(parser)
@@ -332,7 +334,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m gpugauge`` and the ``gpugauge`` script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # everything after the first "--" goes to pytest, for every command that runs it: an
+    # optional positional (ab's HEAD) would otherwise end the positionals before it
+    rest: list[str] | None = None
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
+    if rest is not None:
+        if not hasattr(args, "pytest_args"):
+            print(f"gpugauge {args.command}: takes no pytest arguments after --", file=sys.stderr)
+            return 2
+        args.pytest_args = [*args.pytest_args, *rest]
     try:
         return args.func(args)
     except (

@@ -240,13 +240,15 @@ def test_injected_slowdown_takes_a_spec_given_by_its_id(
     assert min(rounds) >= 10.0
 
 
-def test_injected_fraction_without_gate_is_a_usage_error(
+def test_injected_fraction_reads_baselines_without_gate(
     gauge_pytester: pytest.Pytester,
 ) -> None:
+    # a fraction of the baseline median needs the baselines, not the gate (one side of an
+    # A/B is slowed without being gated); a case with no baseline fails, saying so
     gauge_pytester.makepyfile(test_demo=SPIN_BENCH)
     res = gauge_pytester.runpytest("-p", "gpugauge.check.slowdown", "--inject-slowdown", "0.03")
-    assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["*--inject-slowdown is a fraction*add --gate*"])
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    res.stdout.fnmatch_lines(["*--inject-slowdown: no baseline median for*"])
     bad = gauge_pytester.runpytest("-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "-1")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*'-1' is not a number >= 0*"])

@@ -7,7 +7,8 @@ injected run. Load it explicitly; it changes nothing unless one of its options i
     python -m pytest benches -k vgg_swap -p gpugauge.check.slowdown --inject-slowdown-ms 5
 
 ``--inject-slowdown F`` adds F times the case's own baseline median to every timed round
-(0.03: 3% for every case, long or short; needs ``--gate`` for the baselines);
+(0.03: 3% for every case, long or short; read from ``--baselines-dir``, gated or not, so
+that one side of a ``gpugauge ab`` can be slowed);
 ``--inject-slowdown-ms MS`` adds a fixed time. The added work runs inside the timed
 round, after the case's own work, on the stream the case ran on. Each result records what
 was added in ``extra["injected_slowdown_ms"]``.
@@ -31,6 +32,7 @@ from gpugauge.check.delay import INJECT_ENV, INJECT_MS_ENV, delay_for
 from gpugauge.gauge import Gauge
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.measure.environment import device_class
+from gpugauge.regress.baselines import BaselineStore
 from gpugauge.results.measurement import devices_of
 
 
@@ -52,8 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=_non_negative,
         default=0.0,
         metavar="FRACTION",
-        help="add this fraction of each case's baseline median to every timed round, as "
-        "device work (0.03 = 3%%; needs --gate)",
+        help="add this fraction of each case's baseline median (from --baselines-dir) to "
+        "every timed round, as device work (0.03 = 3%%)",
     )
     group.addoption(
         "--inject-slowdown-ms",
@@ -64,21 +66,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """A fraction of the baseline needs the baselines: say so before any case runs."""
-    if config.getoption("inject_slowdown") and not config.getoption("gate"):
-        raise pytest.UsageError(
-            "--inject-slowdown is a fraction of each case's baseline median: add --gate "
-            "(or use --inject-slowdown-ms)"
-        )
-
-
 def baseline_median_ms(gauge: Gauge, spec: Any) -> float | None:
-    """The median time of ``spec``'s stored baseline, ms; None without --gate or a baseline."""
+    """The median time of ``spec``'s stored baseline, ms; None without a baseline of it."""
     gate = gauge.session.gate
-    if gate is None:
-        return None
-    stored = gate.store.load(device_class(devices_of(spec)), spec.family) or {}
+    store = gate.store if gate is not None else BaselineStore(gauge.options.baselines_dir)
+    stored = store.load(device_class(devices_of(spec)), spec.family) or {}
     entry = stored.get(spec.id)
     times = entry.readings.get("time") if entry else None
     return statistics.median(times) if times else None

@@ -250,15 +250,19 @@ def _not_in(side: tuple[KernelShare, ...], other: tuple[KernelShare, ...]) -> li
     ]
 
 
-def kernel_change(current: tuple[KernelShare, ...], baseline: tuple[KernelShare, ...]) -> str:
-    """What main kernels changed; '' when either side did not record them, or none did."""
+def kernel_change(
+    current: tuple[KernelShare, ...],
+    baseline: tuple[KernelShare, ...],
+    other: str = "the baseline's",
+) -> str:
+    """What main kernels changed from ``other``'s; '' when either side lacks them, or none did."""
     if not current or not baseline:
         return ""
     now = ", ".join(short_kernel(k) for k in _not_in(current, baseline))
     gone = ", ".join(short_kernel(k) for k in _not_in(baseline, current))
     parts = [f"now runs {now}" if now else "", f"no longer {gone}" if gone else ""]
     said = "; ".join(p for p in parts if p)
-    return f"main kernels differ from the baseline's: {said}" if said else ""
+    return f"main kernels differ from {other}: {said}" if said else ""
 
 
 class Gate:

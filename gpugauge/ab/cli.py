@@ -1,0 +1,263 @@
+"""Command line of ``gpugauge ab`` and ``gpugauge bisect`` (subcommands of ``python -m gpugauge``).
+
+    gpugauge ab BASE [HEAD] [-k EXPR] [-m MARKEXPR] [--profile P] [-- PYTEST_ARG ...]
+    gpugauge bisect GOOD BAD [-k EXPR] [-m MARKEXPR] [--profile P] [-- PYTEST_ARG ...]
+
+BASE, HEAD, GOOD and BAD are git refs of the benchmark checkout, or ``WORKTREE`` for the
+working tree as it is (HEAD's default). Exit status: 0 nothing slower (bisect: a culprit
+confirmed); 1 a case slower (bisect: no culprit confirmed), or a side that did not end
+well; 2 bad input; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from gpugauge.ab.bisect import bisect, render_bisect
+from gpugauge.ab.render import markdown, terminal
+from gpugauge.ab.result import ABReport
+from gpugauge.ab.runner import ABConfig, ABError, run_sides
+from gpugauge.ab.sides import WORKING_TREE, SideError, SideSpec, checkouts, repo_root
+from gpugauge.ab.verdict import MIN_EFFECT, Schedule
+from gpugauge.check.runs import sigterm_as_interrupt
+from gpugauge.results.files import atomic_write_text, make_dir
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_OUT = Path("reports") / "ab"
+SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a fraction in (0, 1), e.g. the default {MIN_EFFECT:g}"
+        )
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 60:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds in (0, 60]")
+    return value
+
+
+def _pairs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 2 pairs")
+    return value
+
+
+def _shared(p: argparse.ArgumentParser) -> None:
+    """The options ``ab`` and ``bisect`` share: the selection and how hard to look."""
+    p.add_argument("-k", dest="select", default=None, metavar="EXPR", help="pytest -k")
+    p.add_argument("-m", dest="markers", default=None, metavar="MARKEXPR", help="pytest -m")
+    p.add_argument("--profile", default=None, help="the benchmarks' profile (smoke, seed, full)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"folder for the sides' logs and saved runs and ab.json (default {DEFAULT_OUT})",
+    )
+    p.add_argument(
+        "--min-effect",
+        type=_fraction,
+        default=MIN_EFFECT,
+        help=f"smallest change called slower or faster (default {MIN_EFFECT:g} = 1%%)",
+    )
+    p.add_argument(
+        "--max-pairs",
+        type=_pairs,
+        default=Schedule().max_pairs,
+        help=f"most block pairs a case gets (default {Schedule().max_pairs})",
+    )
+    p.add_argument(
+        "--block-time",
+        type=_seconds,
+        default=ABConfig((), Path()).block_s,
+        help="seconds of rounds in one block (default %(default)s)",
+    )
+    p.add_argument("--base-python", default=None, help="the base side's Python (default: this)")
+    p.add_argument("--head-python", default=None, help="the head side's Python (default: this)")
+    p.add_argument(
+        "--base-args", default="", metavar="ARGS", help="more pytest arguments for base only"
+    )
+    p.add_argument(
+        "--head-args",
+        default="",
+        metavar="ARGS",
+        help="more pytest arguments for head only (e.g. '-p gpugauge.check.slowdown "
+        "--inject-slowdown-ms 0.1')",
+    )
+    p.add_argument(
+        "pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed to both sides' pytest"
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``ab`` and ``bisect`` to a subparsers object."""
+    ab = sub.add_parser(
+        "ab",
+        help="compare two builds on this GPU: alternating blocks, a paired verdict per case",
+        description="Run the selected benchmarks of two builds (git refs of this checkout, "
+        "or WORKTREE) on this GPU at once, each in its own process, one at a time on the GPU "
+        "in alternating blocks, and give each case a verdict from the paired log-ratios: "
+        "slower, faster, same or need more samples. Writes ab.json and ab.md under --out "
+        "(and appends the Markdown to $GITHUB_STEP_SUMMARY when set). Exit status: 0 "
+        "nothing slower, 1 a case slower or a side failed, 2 bad input, 130 interrupted.",
+    )
+    ab.add_argument("base", metavar="BASE", help="git ref of the reference build, or WORKTREE")
+    ab.add_argument(
+        "head",
+        metavar="HEAD",
+        nargs="?",
+        default=WORKING_TREE,
+        help="git ref of the build under test (default: WORKTREE, the working tree)",
+    )
+    _shared(ab)
+    ab.set_defaults(func=ab_command)
+    bis = sub.add_parser(
+        "bisect",
+        help="find the first commit whose cases are slower than GOOD's, by A/Bs on this GPU",
+        description="A/B GOOD against BAD to find the cases BAD made slower, then search the "
+        "first-parent commits between them, each an A/B against GOOD on this GPU, and confirm "
+        "the culprit by an A/B of its parent against it. Exit status: 0 a culprit confirmed, "
+        "1 none, 2 bad input, 130 interrupted.",
+    )
+    bis.add_argument("good", metavar="GOOD", help="a git ref whose cases are not slower")
+    bis.add_argument("bad", metavar="BAD", help="a later git ref whose cases are slower")
+    _shared(bis)
+    bis.set_defaults(func=bisect_command)
+
+
+def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Both sides' pytest arguments: -k (narrowed to ``ids``), -m, --profile, the rest."""
+    select = args.select
+    if ids:
+        only = " or ".join(ids)
+        select = f"({select}) and ({only})" if select else only
+    out: list[str] = []
+    if select:
+        out += ["-k", select]
+    if args.markers:
+        out += ["-m", args.markers]
+    if args.profile:
+        out += ["--profile", args.profile]
+    return (*out, *args.pytest_args)
+
+
+def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = None) -> ABConfig:
+    """The A/B's configuration from the command line."""
+    try:
+        side_args = {"base": shlex.split(args.base_args), "head": shlex.split(args.head_args)}
+    except ValueError as err:
+        raise SideError(f"--base-args/--head-args: {err}") from None
+    return ABConfig(
+        selection(args, ids),
+        out,
+        side_args={k: tuple(v) for k, v in side_args.items()},
+        schedule=replace(Schedule(), min_effect=args.min_effect, max_pairs=args.max_pairs),
+        block_s=args.block_time,
+    )
+
+
+def run_ab(
+    args: argparse.Namespace, base: str, head: str, out: Path, ids: Sequence[str] | None = None
+) -> ABReport:
+    """One A/B of two refs with this command line's selection and settings."""
+    here = Path.cwd()
+    top = repo_root(here)
+    specs = [
+        SideSpec("base", base, args.base_python or sys.executable),
+        SideSpec("head", head, args.head_python or sys.executable),
+    ]
+    cfg = config_of(args, make_dir(out, "--out"), ids)
+    print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
+    with checkouts(top, specs) as sides:
+        rel = here.resolve().relative_to(top.resolve())
+        report = run_sides(cfg, sides, note=_say, cwd=rel if str(rel) != "." else None)
+    write_report(report, out)
+    return report
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def write_report(report: ABReport, out: Path) -> None:
+    """ab.json and ab.md under ``out``; the Markdown also to ``$GITHUB_STEP_SUMMARY``."""
+    atomic_write_text(out / "ab.json", json.dumps(report.as_dict(), indent=2) + "\n")
+    md = markdown(report)
+    atomic_write_text(out / "ab.md", md)
+    summary = os.environ.get(SUMMARY_ENV)
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(md + "\n")
+
+
+def _guarded(name: str, body) -> int:
+    try:
+        with sigterm_as_interrupt():
+            return body()
+    except KeyboardInterrupt:
+        print(
+            f"\ngpugauge {name}: interrupted; both sides stopped, worktrees removed",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except (SideError, ValueError, OSError) as err:
+        print(f"gpugauge {name}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ABError as err:
+        print(f"gpugauge {name}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def ab_command(args: argparse.Namespace) -> int:
+    """``gpugauge ab``."""
+
+    def body() -> int:
+        report = run_ab(args, args.base, args.head, args.out)
+        print("\n" + terminal(report))
+        print(f"wrote {args.out / 'ab.json'} and {args.out / 'ab.md'}")
+        return EXIT_FAILED if report.slower or report.problems else EXIT_OK
+
+    return _guarded("ab", body)
+
+
+def bisect_command(args: argparse.Namespace) -> int:
+    """``gpugauge bisect``."""
+
+    def body() -> int:
+        top = repo_root(Path.cwd())
+
+        def compare(base: str, head: str, ids: Sequence[str] | None, step: str) -> ABReport:
+            report = run_ab(args, base, head, args.out / step, ids)
+            print(terminal(report), flush=True)
+            return report
+
+        result = bisect(top, args.good, args.bad, compare, note=_say)
+        text = render_bisect(result)
+        print("\n" + text)
+        atomic_write_text(make_dir(args.out, "--out") / "bisect.txt", text + "\n")
+        return EXIT_OK if result.confirmed else EXIT_FAILED
+
+    return _guarded("bisect", body)

@@ -1,0 +1,102 @@
+"""An A/B report as a person reads it: a terminal table, and Markdown for a PR or a job summary.
+
+Rows go worst first (slower, need more samples, faster, same, then tests one side ran
+alone), so that what needs a look is on top.
+"""
+
+from __future__ import annotations
+
+from gpugauge.ab.result import ABReport, CaseAB
+from gpugauge.ab.verdict import Outcome
+from gpugauge.report.tables import fmt_ms, render
+from gpugauge.words import plural
+
+_ORDER = [Outcome.SLOWER, Outcome.NEED_MORE, Outcome.FASTER, Outcome.SAME, None]
+HEADERS = ("case", "base ms", "head ms", "head/base", "CI", "pairs", "verdict", "kernels")
+
+
+def worst_first(cases: tuple[CaseAB, ...]) -> list[CaseAB]:
+    """Slower first, cases of one side last; by ratio within an outcome (largest first)."""
+
+    def key(c: CaseAB) -> tuple[int, float]:
+        r = c.ratio
+        return (_ORDER.index(c.outcome), -(r.ratio if r else 0.0))
+
+    return sorted(cases, key=key)
+
+
+def row(c: CaseAB) -> list[str]:
+    """One case's cells."""
+    r = c.ratio
+    if c.only or r is None:
+        verdict = f"on {c.only} only" if c.only else "not paired"
+        return [c.id, "-", "-", "-", "-", "0", verdict, c.kernels or "-"]
+    ci = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else "no interval"
+    pairs = str(r.n) + (f" (+{c.remeasured} again)" if c.remeasured else "")
+    return [
+        c.id,
+        fmt_ms(c.base_ms) if c.base_ms else "-",
+        fmt_ms(c.head_ms) if c.head_ms else "-",
+        f"{r.ratio:.3f}x",
+        ci,
+        pairs,
+        str(c.outcome),
+        c.kernels or "-",
+    ]
+
+
+def summary_line(report: ABReport) -> str:
+    """'53 cases: 50 slower, 3 same, 0 faster, 0 need more samples; 512 s'."""
+    counts = ", ".join(f"{report.count(o)} {o}" for o in Outcome)
+    alone = sum(bool(c.only) for c in report.cases)
+    more = f", {alone} on one side only" if alone else ""
+    return f"{plural(len(report.cases), 'case')}: {counts}{more}; {report.wall_s:.0f} s"
+
+
+def sides_line(report: ABReport) -> str:
+    """Which build is which, and where they ran."""
+    b, h = report.base, report.head
+    return (
+        f"base {b.ref} ({(b.commit or 'working tree')[:10]}) against head {h.ref} "
+        f"({(h.commit or 'working tree')[:10]}) on {report.device}"
+    )
+
+
+def terminal(report: ABReport) -> str:
+    """The terminal table, with what the verdicts mean."""
+    s = report.schedule
+    title = (
+        f"gpugauge ab: {sides_line(report)}\n"
+        f"same GPU, blocks alternating; CI {s.level:.1%} of the paired log-ratios; "
+        f"'slower'/'faster' needs a change of at least {s.min_effect:.1%}"
+    )
+    table = render(HEADERS, [row(c) for c in worst_first(report.cases)], title=title)
+    problems = "".join(f"\nproblem: {p}" for p in report.problems)
+    return f"{table}\n{summary_line(report)}{problems}"
+
+
+def _md_cell(text: str) -> str:
+    """A table cell: no line breaks, and a '|' kept as text."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def markdown(report: ABReport) -> str:
+    """Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
+    s = report.schedule
+    lines = [
+        "### gpugauge A/B",
+        "",
+        _md_cell(sides_line(report)),
+        "",
+        f"**{_md_cell(summary_line(report))}**. Both builds ran on this GPU in alternating "
+        f"blocks; the CI ({s.level:.1%}) is of the blocks' paired log-ratios; a verdict of "
+        f"slower or faster needs at least {s.min_effect:.1%}.",
+        "",
+        "| " + " | ".join(HEADERS) + " |",
+        "|" + "|".join([":---", *["---:"] * (len(HEADERS) - 2), ":---"]) + "|",
+    ]
+    lines += [
+        "| " + " | ".join(_md_cell(x) for x in row(c)) + " |" for c in worst_first(report.cases)
+    ]
+    lines += [f"\n> problem: {_md_cell(p)}" for p in report.problems]
+    return "\n".join(lines) + "\n"

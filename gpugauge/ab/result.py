@@ -1,0 +1,222 @@
+"""What an A/B found: every block pair kept, the verdicts derived from them.
+
+A :class:`Pair` is one block of each side, timed back to back; a :class:`CaseAB` holds a
+test's pairs and its verdict (:mod:`gpugauge.ab.verdict`), derived, never stored as the
+truth; an :class:`ABReport` is the whole A/B with the two sides it compared. JSON is
+``as_dict``/``from_dict``; the terminal table and Markdown are :mod:`gpugauge.ab.render`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpugauge.ab.verdict import Outcome, PairedRatio, Schedule, decide, paired_ratio
+
+AB_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Block:
+    """One side's block: median round (ms), rounds timed, SM clock (MHz), power (W)."""
+
+    median_ms: float
+    rounds: int
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Block:
+        """From a worker's ``block_done`` message or :meth:`as_dict`."""
+        median = float(d["median_ms"])
+        if not math.isfinite(median) or median <= 0:
+            raise ValueError(f"a block's median must be a positive time, not {median!r}")
+        clock, power = d.get("sm_clock_mhz"), d.get("power_w")
+        return cls(
+            median,
+            int(d["rounds"]),
+            None if clock is None else float(clock),
+            None if power is None else float(power),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "median_ms": self.median_ms,
+            "rounds": self.rounds,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "power_w": self.power_w,
+        }
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A block of base and one of head, back to back; ``base_first`` says in which order."""
+
+    base: Block
+    head: Block
+    base_first: bool
+    kept: bool = True  # False: measured again because the two clocks were too far apart
+
+    @property
+    def log_ratio(self) -> float:
+        """ln(head / base) of the two blocks' medians."""
+        return math.log(self.head.median_ms / self.base.median_ms)
+
+    @property
+    def clock_ratio(self) -> float | None:
+        """Head's SM clock / base's; None without both."""
+        if self.base.sm_clock_mhz and self.head.sm_clock_mhz:
+            return self.head.sm_clock_mhz / self.base.sm_clock_mhz
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "base": self.base.as_dict(),
+            "head": self.head.as_dict(),
+            "base_first": self.base_first,
+            "kept": self.kept,
+            "log_ratio": self.log_ratio,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Pair:
+        """Read back :meth:`as_dict`."""
+        return cls(
+            Block.from_dict(d["base"]),
+            Block.from_dict(d["head"]),
+            bool(d["base_first"]),
+            bool(d.get("kept", True)),
+        )
+
+
+@dataclass(frozen=True)
+class CaseAB:
+    """One test's A/B: the pairs of its timed call, and what the sides' kernels were.
+
+    ``call`` counts the test's calls of the timing primitive that were paired (the last is
+    the case's own result; earlier ones time, e.g., the session's ceilings). ``only`` names
+    the side that ran the test where the other did not.
+    """
+
+    id: str
+    nodeid: str
+    pairs: tuple[Pair, ...] = ()
+    calls: int = 1
+    kernels: str = ""  # 'same kernels', 'kernels changed: X -> Y', or '' (not recorded)
+    only: str = ""  # 'base' or 'head': the test ran on that side alone
+    schedule: Schedule = field(default_factory=Schedule)
+
+    @property
+    def kept(self) -> tuple[Pair, ...]:
+        """The pairs the verdict uses (not those measured again)."""
+        return tuple(p for p in self.pairs if p.kept)
+
+    @property
+    def ratio(self) -> PairedRatio | None:
+        """Head/base with its CI; None without a pair."""
+        logs = [p.log_ratio for p in self.kept]
+        return paired_ratio(logs, self.schedule.level) if logs else None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """slower, faster, same or need more samples; None where nothing was paired."""
+        r = self.ratio
+        return None if r is None else decide(r, self.schedule.min_effect)
+
+    @property
+    def base_ms(self) -> float | None:
+        """Median of base's block medians, ms."""
+        return _median([p.base.median_ms for p in self.kept])
+
+    @property
+    def head_ms(self) -> float | None:
+        """Median of head's block medians, ms."""
+        return _median([p.head.median_ms for p in self.kept])
+
+    @property
+    def remeasured(self) -> int:
+        """Pairs measured again because their clocks were too far apart."""
+        return sum(not p.kept for p in self.pairs)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON: the pairs and the verdict derived from them."""
+        r = self.ratio
+        return {
+            "id": self.id,
+            "nodeid": self.nodeid,
+            "outcome": None if self.outcome is None else self.outcome.value,
+            "ratio": None if r is None else r.ratio,
+            "ci_low": None if r is None or not r.has_interval else r.ci_low,
+            "ci_high": None if r is None or not r.has_interval else r.ci_high,
+            "level": self.schedule.level,
+            "min_effect": self.schedule.min_effect,
+            "base_ms": self.base_ms,
+            "head_ms": self.head_ms,
+            "calls": self.calls,
+            "kernels": self.kernels,
+            "only": self.only,
+            "pairs": [p.as_dict() for p in self.pairs],
+        }
+
+
+def _median(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+@dataclass(frozen=True)
+class SideInfo:
+    """One side as the report names it."""
+
+    name: str
+    ref: str
+    commit: str | None
+    python: str
+    gpugauge: str  # the folder its gpugauge was imported from
+    exit_code: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ABReport:
+    """A whole A/B: the sides, the device, every case, and how long it took (s)."""
+
+    base: SideInfo
+    head: SideInfo
+    cases: tuple[CaseAB, ...]
+    device: str
+    wall_s: float
+    schedule: Schedule = field(default_factory=Schedule)
+    problems: tuple[str, ...] = ()  # what went wrong beside the verdicts (a side's exit)
+
+    def count(self, outcome: Outcome) -> int:
+        """How many cases have this outcome."""
+        return sum(c.outcome is outcome for c in self.cases)
+
+    @property
+    def slower(self) -> tuple[CaseAB, ...]:
+        """The cases head made slower."""
+        return tuple(c for c in self.cases if c.outcome is Outcome.SLOWER)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "ab_schema": AB_SCHEMA,
+            "base": self.base.as_dict(),
+            "head": self.head.as_dict(),
+            "device": self.device,
+            "wall_s": self.wall_s,
+            "schedule": dict(self.schedule.__dict__),
+            "counts": {o.value: self.count(o) for o in Outcome},
+            "problems": list(self.problems),
+            "cases": [c.as_dict() for c in self.cases],
+        }

@@ -1,0 +1,471 @@
+"""Running an A/B: both sides' pytest at once, one of them on the GPU at a time.
+
+Each side is ``python -m pytest -p _gpugauge_ab_worker ARGS`` in its own checkout and
+process group (:mod:`gpugauge.ab.worker`). The coordinator here holds a local socket to
+both and runs the tests in lock-step: for a test both sides have, first one side runs its
+setup up to its timing call and waits, then the other; then blocks alternate, base first in
+one pair and head first in the next (the first side alternates from test to test too), until
+the paired test decides (:class:`~gpugauge.ab.verdict.Schedule`); then each side in turn
+finishes its test. A pair whose two blocks ran at SM clocks further apart than
+``clocks_apart`` is kept in the record but measured again, up to ``max_remeasure`` times a
+test. A test only one side has, or one whose timing calls the other side does not make,
+runs on that side alone with the GPU to itself.
+
+On Ctrl-C or SIGTERM (under :func:`~gpugauge.check.runs.sigterm_as_interrupt`) both sides'
+process groups are stopped, their partial files removed, and the interrupt raised; the
+sides also die with the coordinator if it is killed outright (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import queue
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from gpugauge.ab import worker
+from gpugauge.ab.result import ABReport, Block, CaseAB, Pair, SideInfo
+from gpugauge.ab.sides import Checkout
+from gpugauge.ab.verdict import Schedule
+from gpugauge.check.runs import log_tail, stop_group
+from gpugauge.words import plural
+
+Note = Callable[[str], None]
+WORKER_MODULE = "_gpugauge_ab_worker"
+CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects
+# SM clocks of a pair's two blocks this far apart (relative) are measured again: as far as
+# ``gpugauge check timer`` lets clocks explain a difference (CLOCKS_APART_AT_MOST)
+CLOCKS_APART = 0.05
+MAX_REMEASURE = 3
+
+# Options the sides take, by pytest ``dest`` (old and namespaced names): no energy windows
+# (seconds a case, and an A/B judges time), no history appends (the A/B keeps its own
+# record), the main kernels of each result (to say whether they changed), no gate.
+SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
+    (("energy_window", "gauge_energy_window"), 0.0),
+    (("no_history", "gauge_no_history"), True),
+    (("record_kernels", "gauge_record_kernels"), True),
+    (("gate", "gauge_gate"), False),
+    (("update_baselines", "gauge_update_baselines"), False),
+)
+
+
+class ABError(RuntimeError):
+    """An A/B that could not be run to its end: why, with the side's log tail."""
+
+
+@dataclass(frozen=True)
+class ABConfig:
+    """What to compare, and how hard.
+
+    ``pytest_args`` select the cases for both sides (``-k``, ``-m``, paths, ``--profile``);
+    ``side_args`` adds arguments to one side only (by side name). ``block_s`` is a block's
+    timed seconds, ``rewarm_s`` the warm-up of every block after a call's first.
+    """
+
+    pytest_args: tuple[str, ...]
+    out: Path
+    side_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    schedule: Schedule = field(default_factory=Schedule)
+    block_s: float = 0.25
+    rewarm_s: float = 0.1
+    min_rounds: int = 3
+    clocks_apart: float = CLOCKS_APART
+    max_remeasure: int = MAX_REMEASURE
+
+    def __post_init__(self) -> None:
+        if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:
+            raise ValueError(f"block_s > 0, rewarm_s >= 0 and min_rounds >= 1: {self}")
+
+
+class SideGone(ABError):
+    """A side's pytest ended or broke its connection in the middle of the A/B."""
+
+
+@dataclass
+class Side:
+    """One running side: its checkout, process, connection and files."""
+
+    name: str
+    checkout: Checkout
+    proc: subprocess.Popen[bytes]
+    log: Path
+    json: Path
+    conn: Connection | None = None
+    hello: dict[str, Any] = field(default_factory=dict)
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one order to the side."""
+        assert self.conn is not None
+        try:
+            self.conn.send(message)
+        except OSError as err:
+            raise self.gone(f"cannot be reached ({err})") from None
+
+    def recv(self) -> dict[str, Any]:
+        """The side's next message; SideGone if its pytest ends first."""
+        assert self.conn is not None
+        while True:
+            try:
+                if self.conn.poll(0.5):
+                    return self.conn.recv()
+            except (EOFError, OSError):
+                raise self.gone("closed its connection") from None
+            if self.proc.poll() is not None and not self.conn.poll(0):
+                raise self.gone(f"ended with exit status {self.proc.returncode}")
+
+    def expect(self, *ops: str) -> dict[str, Any]:
+        """The next message, which must be one of ``ops``."""
+        m = self.recv()
+        if m.get("op") not in ops:
+            raise ABError(f"{self.name}: said {m.get('op')!r} where {' or '.join(ops)} was due")
+        return m
+
+    def gone(self, what: str) -> SideGone:
+        """The error for a side that went away, with its log's tail."""
+        return SideGone(f"{self.name} ({self.checkout.label}) {what}:\n{log_tail(self.log)}")
+
+    def info(self) -> SideInfo:
+        """The side as the report names it."""
+        return SideInfo(
+            self.name,
+            self.checkout.spec.ref,
+            self.checkout.commit,
+            self.checkout.spec.python,
+            str(self.hello.get("gpugauge", "?")),
+            self.proc.returncode,
+        )
+
+
+def case_id(nodeid: str) -> str:
+    """A test's case id: its parameter id (the spec id), else the test's name."""
+    if nodeid.endswith("]") and "[" in nodeid:
+        return nodeid[nodeid.index("[") + 1 : -1]
+    return nodeid.rsplit("::", 1)[-1]
+
+
+def _die_with_parent() -> None:  # pragma: no cover (runs in the child before exec)
+    """Linux: SIGKILL this process when the coordinator dies, however it dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def _socket_dir() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="gpugauge-ab-sock-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _plugin_dir(folder: Path) -> Path:
+    """A folder holding only the worker, under the name the sides load it by."""
+    plugin = folder / "plugin"
+    plugin.mkdir()
+    shutil.copyfile(worker.__file__, plugin / f"{WORKER_MODULE}.py")
+    return plugin
+
+
+class Coordinator:
+    """Runs one A/B over two checkouts; :meth:`run` returns its report."""
+
+    def __init__(
+        self,
+        cfg: ABConfig,
+        sides: dict[str, Checkout],
+        note: Note = print,
+        cwd: Path | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.checkouts = sides
+        self.note = note
+        self.cwd = cwd  # relative place in each checkout to run from (None: its root)
+        self._flip = False
+
+    # ----- starting and stopping the sides
+    def _start(self, name: str, folder: Path, plugin: Path, address: str, key: str) -> Side:
+        co = self.checkouts[name]
+        out = self.cfg.out
+        log, js = out / f"{name}.log", out / f"{name}.json"
+        partial = out / f".{name}.partial.json"
+        args = [
+            co.spec.python,
+            "-m",
+            "pytest",
+            "-p",
+            WORKER_MODULE,
+            *self.cfg.pytest_args,
+            *self.cfg.side_args.get(name, ()),
+            f"--benchmark-json={partial}",
+        ]
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(
+                x for x in (str(plugin), os.environ.get("PYTHONPATH", "")) if x
+            ),
+            worker.ADDRESS_ENV: address,
+            worker.KEY_ENV: key,
+            worker.SIDE_ENV: name,
+            worker.SETTINGS_ENV: json.dumps([[list(d), v] for d, v in SIDE_SETTINGS]),
+        }
+        env.pop("GPUGAUGE_GIT_COMMIT", None)  # each side's commit is its checkout's
+        root = co.root / self.cwd if self.cwd else co.root
+        self.note(f"  {name}: {co.label} $ {' '.join(args[1:])}")
+        fh = log.open("w")
+        try:
+            proc = subprocess.Popen(
+                args,
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            fh.close()
+        return Side(name, co, proc, log, js)
+
+    def _connect(self, listener: Listener, sides: dict[str, Side]) -> None:
+        """Accept both sides' connections; an ABError if one ends before it connects."""
+        got: queue.Queue[Connection | BaseException] = queue.Queue()
+
+        def accept() -> None:
+            for _ in sides:
+                try:
+                    got.put(listener.accept())
+                except BaseException as err:  # the listener closed under it
+                    got.put(err)
+                    return
+
+        threading.Thread(target=accept, daemon=True).start()
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while any(s.conn is None for s in sides.values()):
+            try:
+                conn = got.get(timeout=0.5)
+            except queue.Empty:
+                conn = None
+            if conn is None:
+                for s in sides.values():
+                    if s.conn is None and s.proc.poll() is not None:
+                        raise s.gone("ended before it connected")
+                if time.monotonic() > deadline:
+                    raise ABError(f"the sides did not connect within {CONNECT_TIMEOUT_S:g} s")
+                continue
+            if isinstance(conn, BaseException):
+                raise ABError(f"accepting a side failed: {conn}")
+            hello = conn.recv()
+            side = sides[str(hello.get("side"))]
+            side.conn, side.hello = conn, hello
+            mine = side.checkout.root / "gpugauge"
+            theirs = Path(str(hello.get("gpugauge", "")))
+            if mine.is_dir() and theirs.resolve() != mine.resolve():
+                raise ABError(
+                    f"{side.name}: its pytest imported gpugauge from {theirs}, not from its "
+                    f"checkout {mine}: an installed copy shadows the checkout's"
+                )
+
+    def _finish(self, side: Side) -> None:
+        """Wait for a side's pytest to end; keep its JSON under its final name."""
+        side.proc.wait()
+        partial = self.cfg.out / f".{side.name}.partial.json"
+        if partial.exists() and partial.stat().st_size > 0:
+            os.replace(partial, side.json)
+        else:
+            partial.unlink(missing_ok=True)
+            side.json.unlink(missing_ok=True)
+
+    def _stop(self, sides: dict[str, Side]) -> None:
+        for s in sides.values():
+            if s.proc.poll() is None:
+                stop_group(s.proc, grace_s=2.0)
+            (self.cfg.out / f".{s.name}.partial.json").unlink(missing_ok=True)
+
+    # ----- the lock-step
+    def run(self) -> ABReport:
+        """Run both sides to their ends; the report of every case."""
+        self.cfg.out.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        with _socket_dir() as folder:
+            plugin = _plugin_dir(folder)
+            key = secrets.token_hex(16)
+            address = str(folder / "ab.sock")
+            listener = Listener(address, family="AF_UNIX", authkey=bytes.fromhex(key))
+            sides: dict[str, Side] = {}
+            try:
+                for name in ("base", "head"):
+                    sides[name] = self._start(name, folder, plugin, address, key)
+                self._connect(listener, sides)
+                cases = self._lockstep(sides["base"], sides["head"])
+                for s in sides.values():
+                    self._finish(s)
+            except BaseException:
+                self._stop(sides)
+                raise
+            finally:
+                listener.close()
+        problems = tuple(
+            f"{s.name}'s pytest ended with exit status {s.proc.returncode} (log: {s.log})"
+            for s in sides.values()
+            if s.proc.returncode not in (0, 1)
+        )
+        from gpugauge.ab.kernels import device_of, with_kernels
+
+        cases = with_kernels(cases, sides["base"].json, sides["head"].json)
+        return ABReport(
+            sides["base"].info(),
+            sides["head"].info(),
+            tuple(cases),
+            device_of(sides["head"].json) or device_of(sides["base"].json) or "unknown",
+            time.monotonic() - t0,
+            self.cfg.schedule,
+            problems,
+        )
+
+    def _lockstep(self, base: Side, head: Side) -> list[CaseAB]:
+        ids = {s.name: s.expect("collected", "bye").get("ids", []) for s in (base, head)}
+        total = len(set(ids["base"]) | set(ids["head"]))
+        self.note(f"  {plural(total, 'test')} collected; pairing blocks on this device")
+        cases: list[CaseAB] = []
+        mb, mh = base.recv(), head.recv()
+        while not (mb["op"] == "bye" and mh["op"] == "bye"):
+            if mb["op"] == "test" and mh["op"] == "test" and mb["id"] == mh["id"]:
+                case = self._paired(base, head, mb["id"])
+                mb, mh = base.expect("test", "bye"), head.expect("test", "bye")
+            else:
+                alone = self._alone_first(base, head, mb, mh, ids)
+                nodeid = (mb if alone is base else mh)["id"]
+                self._alone(alone)
+                case = CaseAB(case_id(nodeid), nodeid, only=alone.name, calls=0)
+                if alone is base:
+                    mb = base.expect("test", "bye")
+                else:
+                    mh = head.expect("test", "bye")
+            cases.append(case)
+            self.note(f"  [{len(cases)}/{total}] {progress_line(case)}")
+        return cases
+
+    @staticmethod
+    def _alone_first(
+        base: Side, head: Side, mb: dict[str, Any], mh: dict[str, Any], ids: dict[str, list[str]]
+    ) -> Side:
+        """Which side runs its next test alone: the one whose test the other lacks."""
+        if mb["op"] == "test" and (mh["op"] == "bye" or mb["id"] not in ids["head"]):
+            return base
+        if mh["op"] == "test" and (mb["op"] == "bye" or mh["id"] not in ids["base"]):
+            return head
+        return base if mb["op"] == "test" else head  # both have it, in another order
+
+    @staticmethod
+    def _alone(side: Side) -> None:
+        """Run one test of one side with the GPU to itself, every timing call as usual."""
+        side.send({"op": "go"})
+        while side.expect("measure", "done")["op"] == "measure":
+            side.send({"op": "solo"})
+
+    def _paired(self, base: Side, head: Side, nodeid: str) -> CaseAB:
+        first, second = (head, base) if self._flip else (base, head)
+        self._flip = not self._flip
+        first.send({"op": "go"})
+        at = {first.name: first.expect("measure", "done")["op"]}
+        second.send({"op": "go"})
+        at[second.name] = second.expect("measure", "done")["op"]
+        pairs: tuple[Pair, ...] = ()
+        calls = 0
+        while True:
+            if at["base"] == at["head"] == "measure":
+                pairs = self._blocks(base, head, base_starts=first is base)
+                calls += 1
+                for s in (first, second):
+                    s.send({"op": "end"})
+                    at[s.name] = s.expect("measure", "done")["op"]
+            elif "measure" in at.values():
+                s = base if at["base"] == "measure" else head
+                s.send({"op": "solo"})
+                at[s.name] = s.expect("measure", "done")["op"]
+            else:
+                break
+        return CaseAB(case_id(nodeid), nodeid, pairs, calls, schedule=self.cfg.schedule)
+
+    def _block(self, side: Side, first: bool) -> Block:
+        side.send(
+            {
+                "op": "block",
+                "block_s": self.cfg.block_s,
+                "rewarm_s": self.cfg.rewarm_s,
+                "min_rounds": self.cfg.min_rounds,
+                "first": first,
+            }
+        )
+        return Block.from_dict(side.expect("block_done"))
+
+    def _blocks(self, base: Side, head: Side, base_starts: bool) -> tuple[Pair, ...]:
+        """Pairs of blocks, order alternating, until the schedule has its answer."""
+        pairs: list[Pair] = []
+        remeasured = 0
+        started = {"base": False, "head": False}
+        while more := self.cfg.schedule.more([p.log_ratio for p in pairs if p.kept]):
+            for _ in range(more):
+                base_first = (len(pairs) % 2 == 0) == base_starts
+                got = {}
+                for s in (base, head) if base_first else (head, base):
+                    got[s.name] = self._block(s, not started[s.name])
+                    started[s.name] = True
+                pair = Pair(got["base"], got["head"], base_first)
+                clocks = pair.clock_ratio
+                if (
+                    clocks is not None
+                    and abs(clocks - 1) > self.cfg.clocks_apart
+                    and remeasured < self.cfg.max_remeasure
+                ):
+                    pair = replace(pair, kept=False)
+                    remeasured += 1
+                pairs.append(pair)
+        return tuple(pairs)
+
+
+def progress_line(case: CaseAB) -> str:
+    """'vgg16-...: slower 1.031x [1.024, 1.038] (5 pairs)'."""
+    if case.only:
+        return f"{case.id}: on {case.only} only"
+    r = case.ratio
+    if r is None:
+        return f"{case.id}: no timed rounds to pair"
+    ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
+    again = f", {case.remeasured} measured again" if case.remeasured else ""
+    return f"{case.id}: {case.outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again})"
+
+
+def run_sides(
+    cfg: ABConfig,
+    sides: dict[str, Checkout],
+    note: Note = print,
+    cwd: Path | None = None,
+) -> ABReport:
+    """Run an A/B over two prepared checkouts (see :class:`Coordinator`)."""
+    return Coordinator(cfg, sides, note, cwd).run()
+
+
+def interpreter_of(python: str | None) -> str:
+    """The Python a side runs: the one given, else this one."""
+    return python or sys.executable
+
+
+__all__: Sequence[str] = ("ABConfig", "ABError", "Coordinator", "run_sides")

@@ -1,0 +1,217 @@
+"""The A/B worker: a pytest plugin that lets ``gpugauge ab`` pace one side's rounds.
+
+``gpugauge ab`` starts one pytest per side, each in its own checkout so that it imports its
+own code, and loads this file into both as ``-p _gpugauge_ab_worker`` from a folder of its
+own. It is standalone on purpose (stdlib and pytest only): a side may be a commit from
+before this module existed. It relies on one interface of the side's gpugauge, the suite's
+one timing primitive, ``gpugauge.measure.timing.measure(fn, policy, clock, **kw)`` with its
+``TimingPolicy`` and ``Timing`` dataclasses, which it wraps when it is imported (before the
+side's plugin and benches import the primitive by name).
+
+Inert unless ``GPUGAUGE_AB_ADDRESS`` is set. Then, over a local socket, the coordinator
+decides when this side may use the GPU:
+
+* before each test, the worker asks ``test`` and waits for ``go``: one side at a time runs
+  a test's setup and the work after its rounds, so the two never share the GPU;
+* at each ``measure`` call it asks ``measure``; for each ``block`` it warms up (the first
+  block in the case's own regime, later ones briefly: the other side just ran the same
+  work) and times rounds for the block's time, then reports the block's median, SM clock
+  and power; on ``end`` the call returns one ``Timing`` of every block's rounds, so the
+  test and its saved result go on as usual; ``solo`` times the call as without an A/B (a
+  call the other side does not make);
+* after each test it frees the allocator's cache and says ``done``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import statistics
+import sys
+from collections.abc import Callable
+from multiprocessing.connection import Client, Connection
+from typing import Any
+
+import pytest
+
+ADDRESS_ENV = "GPUGAUGE_AB_ADDRESS"
+KEY_ENV = "GPUGAUGE_AB_KEY"
+SIDE_ENV = "GPUGAUGE_AB_SIDE"
+SETTINGS_ENV = "GPUGAUGE_AB_SETTINGS"  # JSON: pytest option dests and the values they take
+
+
+class Channel:
+    """The worker's end of the socket: ``ask`` sends a message and waits for the reply."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one message."""
+        self.conn.send(message)
+
+    def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one message, then wait for the coordinator's answer."""
+        self.conn.send(message)
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            # the coordinator is gone (stopped or killed): end this side now
+            os._exit(3)
+
+
+def _fields(obj: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(obj)}
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` with only the fields this side's version has."""
+    have = _fields(obj)
+    return dataclasses.replace(obj, **{k: v for k, v in changes.items() if k in have})
+
+
+def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
+    """The case's policy, made to time one block of about ``block_s`` seconds.
+
+    The first block of a call warms up as the case's own policy says (its regime); later
+    blocks warm up for ``rewarm_s`` only, since the other side has just run the same work
+    on this GPU. A burst case keeps its idle before every block: that is its regime.
+    """
+    block_s = float(order["block_s"])
+    changes: dict[str, Any] = {
+        "rounds": None,
+        "min_rounds": max(1, int(order["min_rounds"])),
+        "min_time_s": block_s,
+        "target_ci": 0.5,  # stop at the block's time, however wide its own CI
+        "budget_s": max(4 * block_s, 1.0),
+    }
+    if not first:
+        rewarm = float(order["rewarm_s"])
+        changes |= {"warmup_rounds": 1, "warmup_s": rewarm, "settle": 0.0}
+        changes["max_warmup_s"] = rewarm
+    return _replace(policy, **changes)
+
+
+def block_stats(timing: Any) -> dict[str, Any]:
+    """What the coordinator needs of one block: median ms, rounds, SM clock MHz, power W."""
+    times = list(timing.device_ms)
+    batches = getattr(timing, "batches", ()) or ()
+    clocks = [b.sm_clock_mhz for b in batches if getattr(b, "sm_clock_mhz", None)]
+    power = [b.power_w for b in batches if getattr(b, "power_w", None)]
+    return {
+        "median_ms": statistics.median(times),
+        "rounds": len(times),
+        "sm_clock_mhz": statistics.median(clocks) if clocks else None,
+        "power_w": statistics.fmean(power) if power else None,
+    }
+
+
+def combined(blocks: list[Any]) -> Any:
+    """One ``Timing`` of every block's rounds, as the test's result."""
+    first = blocks[0]
+    every: dict[str, Any] = {}
+    for name in ("device_ms", "host_ms", "throttled", "batches"):
+        if name in _fields(first):
+            every[name] = tuple(x for b in blocks for x in getattr(b, name))
+    every["stop_reason"] = f"A/B: {len(blocks)} blocks, sides alternating"
+    every["noisy"] = any(getattr(b, "noisy", False) for b in blocks)
+    if "clock_events" in _fields(first):
+        every["clock_events"] = tuple(sorted({r for b in blocks for r in b.clock_events}))
+    return _replace(first, **every)
+
+
+def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
+    """The timing primitive, with its rounds timed in the blocks the coordinator orders."""
+
+    def measure(fn: Callable[[], object], policy: Any, clock: Any, **kw: Any) -> Any:
+        order = channel.ask({"op": "measure"})
+        if order["op"] == "solo":
+            return original(fn, policy, clock, **kw)
+        blocks: list[Any] = []
+        while order["op"] == "block":
+            timing = original(fn, block_policy(policy, order, not blocks), clock, **kw)
+            blocks.append(timing)
+            order = channel.ask({"op": "block_done", **block_stats(timing)})
+        if order["op"] != "end" or not blocks:
+            raise RuntimeError(f"gpugauge ab: unexpected order {order!r}")
+        return combined(blocks)
+
+    measure.__wrapped__ = original  # type: ignore[attr-defined]
+    return measure
+
+
+def _connect() -> Channel | None:
+    address = os.environ.get(ADDRESS_ENV)
+    if not address:
+        return None
+    conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ[KEY_ENV]))
+    channel = Channel(conn)
+    import gpugauge
+    import gpugauge.measure.timing as timing
+
+    timing.measure = paced(timing.measure, channel)
+    channel.send(
+        {
+            "op": "hello",
+            "side": os.environ.get(SIDE_ENV, "?"),
+            "pid": os.getpid(),
+            "gpugauge": os.path.dirname(os.path.abspath(gpugauge.__file__)),
+            "python": sys.executable,
+        }
+    )
+    return channel
+
+
+# Wrap the primitive now, before pytest loads the side's own plugin and benches: they
+# import it by name. Nothing happens without the coordinator's address.
+CHANNEL = _connect()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Apply the coordinator's settings to options this side's gpugauge has (others: none).
+
+    By option ``dest``, so that both a side with the option's old name and one with its new
+    name get it; a setting a side does not know is left out and said in its log.
+    """
+    if CHANNEL is None:
+        return
+    settings = json.loads(os.environ.get(SETTINGS_ENV) or "{}")
+    for dests, value in settings:
+        known = [d for d in dests if hasattr(config.option, d)]
+        for d in known:
+            setattr(config.option, d, value)
+        if not known:
+            print(f"gpugauge ab: this side has none of the options {dests}", file=sys.stderr)
+
+
+pytest_configure = pytest.hookimpl(tryfirst=True)(pytest_configure)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Tell the coordinator which tests this side will run, in order."""
+    if CHANNEL is not None:
+        CHANNEL.send({"op": "collected", "ids": [item.nodeid for item in session.items]})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Run a test only when the coordinator says so; free the GPU's cache after it."""
+    if CHANNEL is None:
+        yield
+        return
+    CHANNEL.ask({"op": "test", "id": item.nodeid})
+    yield
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    CHANNEL.send({"op": "done", "id": item.nodeid})
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Say goodbye, so that the coordinator stops waiting for this side."""
+    if CHANNEL is not None:
+        CHANNEL.send({"op": "bye", "exitstatus": int(exitstatus)})
