@@ -13,7 +13,8 @@ decides when this side may use the GPU:
 
 * before each test, the worker asks ``test`` and waits for ``go``: one side at a time runs
   a test's setup and the work after its rounds, so the two never share the GPU;
-* at each ``measure`` call it asks ``measure``; for each ``block`` it warms up (the first
+* at each call of the primitive that times a case's result (from ``gauge.measure``) it
+  asks ``measure``; for each ``block`` it warms up (the first
   block in the case's own regime, later ones briefly: the other side just ran the same
   work) and times rounds for the block's time, then reports the block's median, SM clock
   and power; on ``end`` the call returns one ``Timing`` of every block's rounds, so the
@@ -122,10 +123,30 @@ def combined(blocks: list[Any]) -> Any:
     return _replace(first, **every)
 
 
+# The module whose calls of the primitive time a case's own result (``gauge.measure``);
+# other calls (the session's ceilings, a family's cost probes, host-timed CPU references)
+# run as they would without an A/B. A side whose gpugauge has no such module pairs them all.
+CASE_CALLER = "gpugauge.pipeline"
+
+
+def times_a_case() -> bool:
+    """Whether this call of the primitive comes from ``gauge.measure``."""
+    if CASE_CALLER not in sys.modules:
+        return True
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == CASE_CALLER:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
     """The timing primitive, with its rounds timed in the blocks the coordinator orders."""
 
     def measure(fn: Callable[[], object], policy: Any, clock: Any, **kw: Any) -> Any:
+        if not times_a_case():
+            return original(fn, policy, clock, **kw)
         order = channel.ask({"op": "measure"})
         if order["op"] == "solo":
             return original(fn, policy, clock, **kw)
@@ -169,6 +190,7 @@ def _connect() -> Channel | None:
 CHANNEL = _connect()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Apply the coordinator's settings to options this side's gpugauge has (others: none).
 
@@ -184,9 +206,6 @@ def pytest_configure(config: pytest.Config) -> None:
             setattr(config.option, d, value)
         if not known:
             print(f"gpugauge ab: this side has none of the options {dests}", file=sys.stderr)
-
-
-pytest_configure = pytest.hookimpl(tryfirst=True)(pytest_configure)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
