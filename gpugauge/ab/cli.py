@@ -72,6 +72,12 @@ def _shared(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", dest="markers", default=None, metavar="MARKEXPR", help="pytest -m")
     p.add_argument("--profile", default=None, help="the benchmarks' profile (smoke, seed, full)")
     p.add_argument(
+        "--benches",
+        default="benches",
+        metavar="PATH",
+        help="the benchmarks' folder, run where no path is given after -- (default: benches)",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=DEFAULT_OUT,
@@ -161,7 +167,9 @@ def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tup
         out += ["-m", args.markers]
     if args.profile:
         out += ["--profile", args.profile]
-    return (*out, *args.pytest_args)
+    paths = [a for a in args.pytest_args if not a.startswith("-")]
+    where = () if paths or not Path(args.benches).exists() else (args.benches,)
+    return (*where, *out, *args.pytest_args)
 
 
 def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = None) -> ABConfig:
