@@ -167,7 +167,7 @@ def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tup
         out += ["-m", args.markers]
     if args.profile:
         out += ["--profile", args.profile]
-    paths = [a for a in args.pytest_args if not a.startswith("-")]
+    paths = [a for a in args.pytest_args if Path(a.split("::")[0]).exists()]
     where = () if paths or not Path(args.benches).exists() else (args.benches,)
     return (*where, *out, *args.pytest_args)
 
