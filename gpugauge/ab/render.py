@@ -29,8 +29,7 @@ def row(c: CaseAB) -> list[str]:
     """One case's cells."""
     r = c.ratio
     if c.only or r is None:
-        verdict = f"on {c.only} only" if c.only else "not paired"
-        return [c.id, "-", "-", "-", "-", "0", verdict, c.kernels or "-"]
+        return [c.id, "-", "-", "-", "-", "0", c.unpaired_reason, c.kernels or "-"]
     ci = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else "no interval"
     pairs = str(r.n) + (f" (+{c.remeasured} again)" if c.remeasured else "")
     return [

@@ -107,7 +107,19 @@ class CaseAB:
     calls: int = 1
     kernels: str = ""  # 'same kernels', 'kernels changed: X -> Y', or '' (not recorded)
     only: str = ""  # 'base' or 'head': the test ran on that side alone
+    status: dict[str, str] = field(default_factory=dict, hash=False)  # test outcome by side
     schedule: Schedule = field(default_factory=Schedule)
+
+    @property
+    def unpaired_reason(self) -> str:
+        """Why a case has no pairs: 'skipped: no CUDA', 'failed on head', ..."""
+        if self.only:
+            return f"on {self.only} only ({self.status.get(self.only, '?')})"
+        outcomes = set(self.status.values())
+        if len(outcomes) == 1:
+            (one,) = outcomes
+            return one if one != "passed" else "no timing of gauge.measure to pair"
+        return "; ".join(f"{k}: {v}" for k, v in sorted(self.status.items()))
 
     @property
     def kept(self) -> tuple[Pair, ...]:
@@ -158,6 +170,7 @@ class CaseAB:
             "calls": self.calls,
             "kernels": self.kernels,
             "only": self.only,
+            "status": dict(self.status),
             "pairs": [p.as_dict() for p in self.pairs],
         }
 

@@ -352,8 +352,8 @@ class Coordinator:
             else:
                 alone = self._alone_first(base, head, mb, mh, ids)
                 nodeid = (mb if alone is base else mh)["id"]
-                self._alone(alone)
-                case = CaseAB(case_id(nodeid), nodeid, only=alone.name, calls=0)
+                status = {alone.name: self._alone(alone)}
+                case = CaseAB(case_id(nodeid), nodeid, only=alone.name, calls=0, status=status)
                 if alone is base:
                     mb = base.expect("test", "bye")
                 else:
@@ -374,35 +374,40 @@ class Coordinator:
         return base if mb["op"] == "test" else head  # both have it, in another order
 
     @staticmethod
-    def _alone(side: Side) -> None:
+    def _alone(side: Side) -> str:
         """Run one test of one side with the GPU to itself, every timing call as usual."""
         side.send({"op": "go"})
-        while side.expect("measure", "done")["op"] == "measure":
+        while (m := side.expect("measure", "done"))["op"] == "measure":
             side.send({"op": "solo"})
+        return str(m.get("outcome", "?"))
 
     def _paired(self, base: Side, head: Side, nodeid: str) -> CaseAB:
         first, second = (head, base) if self._flip else (base, head)
         self._flip = not self._flip
-        first.send({"op": "go"})
-        at = {first.name: first.expect("measure", "done")["op"]}
-        second.send({"op": "go"})
-        at[second.name] = second.expect("measure", "done")["op"]
+        said: dict[str, dict[str, Any]] = {}
+        for s in (first, second):
+            s.send({"op": "go"})
+            said[s.name] = s.expect("measure", "done")
+        at = lambda name: said[name]["op"]  # noqa: E731
         pairs: tuple[Pair, ...] = ()
         calls = 0
         while True:
-            if at["base"] == at["head"] == "measure":
+            if at("base") == at("head") == "measure":
                 pairs = self._blocks(base, head, base_starts=first is base)
                 calls += 1
                 for s in (first, second):
                     s.send({"op": "end"})
-                    at[s.name] = s.expect("measure", "done")["op"]
-            elif "measure" in at.values():
-                s = base if at["base"] == "measure" else head
+                    said[s.name] = s.expect("measure", "done")
+            elif "measure" in (at("base"), at("head")):
+                s = base if at("base") == "measure" else head
                 s.send({"op": "solo"})
-                at[s.name] = s.expect("measure", "done")["op"]
+                said[s.name] = s.expect("measure", "done")
             else:
                 break
-        return CaseAB(case_id(nodeid), nodeid, pairs, calls, schedule=self.cfg.schedule)
+        status = {name: str(m.get("outcome", "?")) for name, m in said.items()}
+        return CaseAB(
+            case_id(nodeid), nodeid, pairs, calls, status=status, schedule=self.cfg.schedule
+        )
 
     def _block(self, side: Side, first: bool) -> Block:
         side.send(
@@ -447,7 +452,7 @@ def progress_line(case: CaseAB) -> str:
         return f"{case.id}: on {case.only} only"
     r = case.ratio
     if r is None:
-        return f"{case.id}: no timed rounds to pair"
+        return f"{case.id}: {case.unpaired_reason}"
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
     again = f", {case.remeasured} measured again" if case.remeasured else ""
     return f"{case.id}: {case.outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again})"

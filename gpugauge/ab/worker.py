@@ -44,10 +44,15 @@ SETTINGS_ENV = "GPUGAUGE_AB_SETTINGS"  # JSON: pytest option dests and the value
 
 
 class Channel:
-    """The worker's end of the socket: ``ask`` sends a message and waits for the reply."""
+    """The worker's end of the socket: ``ask`` sends a message and waits for the reply.
+
+    ``outcomes`` keeps each test's outcome ('passed', 'failed', 'skipped: reason') for the
+    ``done`` message, so that the A/B says why a case has no pairs.
+    """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.outcomes: dict[str, str] = {}
 
     def send(self, message: dict[str, Any]) -> None:
         """Send one message."""
@@ -227,7 +232,22 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-    CHANNEL.send({"op": "done", "id": item.nodeid})
+    CHANNEL.send(
+        {"op": "done", "id": item.nodeid, "outcome": CHANNEL.outcomes.pop(item.nodeid, "?")}
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep a test's outcome: its worst phase, a skip with its reason."""
+    if CHANNEL is None:
+        return
+    if report.failed:
+        CHANNEL.outcomes[report.nodeid] = "failed"
+    elif report.skipped and report.nodeid not in CHANNEL.outcomes:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else "skipped"
+        CHANNEL.outcomes[report.nodeid] = f"skipped: {str(reason).removeprefix('Skipped: ')}"
+    else:
+        CHANNEL.outcomes.setdefault(report.nodeid, "passed")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -58,6 +58,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "every timed round, as device work (0.03 = 3%%)",
     )
     group.addoption(
+        "--inject-slowdown-own",
+        action="store_true",
+        default=False,
+        help="with --inject-slowdown: a case with no baseline gets the fraction of its own "
+        "median, timed just before it (else it fails)",
+    )
+    group.addoption(
         "--inject-slowdown-ms",
         type=_non_negative,
         default=0.0,
@@ -76,8 +83,26 @@ def baseline_median_ms(gauge: Gauge, spec: Any) -> float | None:
     return statistics.median(times) if times else None
 
 
+OWN_ROUNDS = 20
+
+
+def own_median_ms(
+    fn: Callable[[], object], devices: tuple[str, ...], setup: Callable[[], object] | None
+) -> float:
+    """The case's own median, ms: a few rounds with the suite's timer, before the case's own.
+
+    Taken in the first moments of work (a boost clock on a power-capped GPU), so it may lie
+    a little under the sustained median: the injection is then a little under its fraction.
+    """
+    from gpugauge.measure.timing import TimingPolicy, measure
+    from gpugauge.pipeline import clock_for
+
+    policy = TimingPolicy(warmup_rounds=3, rounds=OWN_ROUNDS)
+    return measure(fn, policy, clock_for(devices), between=setup).summary.median
+
+
 def slowed_measure(
-    measure: Callable[..., Any], fixed_ms: float, fraction: float
+    measure: Callable[..., Any], fixed_ms: float, fraction: float, own: bool = False
 ) -> Callable[..., Any]:
     """``Gauge.measure`` with the injected work added to the end of every round."""
 
@@ -87,12 +112,15 @@ def slowed_measure(
         ms = fixed_ms
         if fraction:
             base = baseline_median_ms(self, spec)
-            if base is None:
+            if base is None and not own:
                 pytest.fail(
                     f"--inject-slowdown: no baseline median for {spec.id} in "
-                    f"{self.options.baselines_dir} (its device class has no baseline of it)",
+                    f"{self.options.baselines_dir} (its device class has no baseline of it; "
+                    "--inject-slowdown-own sizes it from the case's own median instead)",
                     pytrace=False,
                 )
+            if base is None:
+                base = own_median_ms(fn, devices_of(spec), kw.get("setup"))
             ms += fraction * base
         kw["extra"] = {**(kw.get("extra") or {}), INJECTED_KEY: ms}
         # the confirmation of a regression is measured inside ``measure``, with this delay
@@ -114,7 +142,8 @@ def _inject_slowdown(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     fixed = request.config.getoption("inject_slowdown_ms")
     fraction = request.config.getoption("inject_slowdown")
     if fixed or fraction:
-        monkeypatch.setattr(Gauge, "measure", slowed_measure(Gauge.measure, fixed, fraction))
+        own = request.config.getoption("inject_slowdown_own")
+        monkeypatch.setattr(Gauge, "measure", slowed_measure(Gauge.measure, fixed, fraction, own))
         # the processes a test launches (torchrun's ranks) add it too
         monkeypatch.setenv(INJECT_ENV, repr(fraction))
         monkeypatch.setenv(INJECT_MS_ENV, repr(fixed))
