@@ -3,7 +3,8 @@
 Every step is an A/B on this GPU (:mod:`gpugauge.ab.runner`): GOOD against BAD first, to
 learn which cases BAD made slower (nothing slower: nothing to bisect); then a binary search
 over the first-parent commits between them, each commit tried against GOOD on those cases
-alone; a commit is bad when any of them is slower. The commit found is named only after a
+alone; a commit is bad when any of them is slower (a step that leaves them at "need more
+samples" is run once more before it counts as good). The commit found is named only after a
 closer A/B, of its parent against it, says slower too: a search over noisy steps can land
 one commit off, and the confirmation says so rather than blaming the wrong change.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.sides import git
+from gpugauge.ab.verdict import Outcome
 from gpugauge.words import plural
 
 # compare(base ref, head ref, case ids or None for the selection, step name) -> report
@@ -67,6 +69,22 @@ def _slower(report: ABReport) -> tuple[str, ...]:
     return tuple(c.id for c in report.slower)
 
 
+def _undecided(report: ABReport, cases: Sequence[str]) -> bool:
+    """No followed case slower, and one of them left at 'need more samples'."""
+    followed = [c for c in report.cases if c.id in cases]
+    return not any(c.outcome is Outcome.SLOWER for c in followed) and any(
+        c.outcome is Outcome.NEED_MORE for c in followed
+    )
+
+
+def _step(compare: Compare, base: str, head: str, cases: Sequence[str], name: str) -> Step:
+    """One A/B of the search; an undecided one is run once more before it counts as good."""
+    report = compare(base, head, cases, name)
+    if _undecided(report, cases):
+        report = compare(base, head, cases, f"{name}-again")
+    return Step(base, head, _slower(report), report)
+
+
 def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print) -> BisectResult:
     """Search GOOD..BAD for the first commit whose cases are slower than GOOD's."""
     good_sha = git(repo, "rev-parse", "--verify", f"{good}^{{commit}}")
@@ -95,9 +113,9 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
     lo, hi = -1, len(commits) - 1  # commits[hi] is bad; commits[lo] (or GOOD) is good
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        r = compare(good_sha, commits[mid], cases, f"step-{len(steps)}")
-        slower = _slower(r)
-        steps.append(Step(good_sha, commits[mid], slower, r))
+        step = _step(compare, good_sha, commits[mid], cases, f"step-{len(steps)}")
+        slower = step.slower
+        steps.append(step)
         note(
             f"bisect: {commits[mid][:10]} {'bad' if slower else 'good'}"
             f" ({plural(hi - lo - 1, 'commit')} left to try)"
@@ -108,9 +126,9 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
             lo = mid
     culprit = commits[hi]
     parent = commits[hi - 1] if hi > 0 else good_sha
-    check = compare(parent, culprit, cases, "confirm")
-    confirmed = _slower(check)
-    steps.append(Step(parent, culprit, confirmed, check))
+    check = _step(compare, parent, culprit, cases, "confirm")
+    confirmed = check.slower
+    steps.append(check)
     return BisectResult(
         good_sha,
         bad_sha,

@@ -108,6 +108,7 @@ class CaseAB:
     kernels: str = ""  # 'same kernels', 'kernels changed: X -> Y', or '' (not recorded)
     only: str = ""  # 'base' or 'head': the test ran on that side alone
     status: dict[str, str] = field(default_factory=dict, hash=False)  # test outcome by side
+    wall_s: float = 0.0  # both sides' whole test, setup and blocks included
     schedule: Schedule = field(default_factory=Schedule)
 
     @property
@@ -171,6 +172,7 @@ class CaseAB:
             "kernels": self.kernels,
             "only": self.only,
             "status": dict(self.status),
+            "wall_s": self.wall_s,
             "pairs": [p.as_dict() for p in self.pairs],
         }
 

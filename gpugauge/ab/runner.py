@@ -346,6 +346,7 @@ class Coordinator:
         cases: list[CaseAB] = []
         mb, mh = base.recv(), head.recv()
         while not (mb["op"] == "bye" and mh["op"] == "bye"):
+            t0 = time.monotonic()
             if mb["op"] == "test" and mh["op"] == "test" and mb["id"] == mh["id"]:
                 case = self._paired(base, head, mb["id"])
                 mb, mh = base.expect("test", "bye"), head.expect("test", "bye")
@@ -358,8 +359,8 @@ class Coordinator:
                     mb = base.expect("test", "bye")
                 else:
                     mh = head.expect("test", "bye")
-            cases.append(case)
-            self.note(f"  [{len(cases)}/{total}] {progress_line(case)}")
+            cases.append(replace(case, wall_s=time.monotonic() - t0))
+            self.note(f"  [{len(cases)}/{total}] {progress_line(cases[-1])}")
         return cases
 
     @staticmethod
@@ -455,7 +456,8 @@ def progress_line(case: CaseAB) -> str:
         return f"{case.id}: {case.unpaired_reason}"
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
     again = f", {case.remeasured} measured again" if case.remeasured else ""
-    return f"{case.id}: {case.outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again})"
+    took = f", {case.wall_s:.0f} s" if case.wall_s else ""
+    return f"{case.id}: {case.outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again}{took})"
 
 
 def run_sides(

@@ -30,6 +30,8 @@ from enum import StrEnum
 
 LEVEL = 0.998  # two-sided, per look
 MIN_EFFECT = 0.01  # a change smaller than 1% is not reported as slower or faster
+# a case whose CI could not shrink below this many minimum effects by max_pairs stops early
+FUTILE = 4.0
 
 
 class Outcome(StrEnum):
@@ -116,13 +118,30 @@ class Schedule:
             raise ValueError(f"level must be in (0.5, 1): {self.level}")
 
     def more(self, log_ratios: Sequence[float]) -> int:
-        """How many pairs to add now: 0 once decided or at the cap."""
+        """How many pairs to add now: 0 once decided, at the cap, or past hope (:meth:`futile`)."""
         n = len(log_ratios)
         if n < self.min_pairs:
             return self.min_pairs - n
         if n >= self.max_pairs or self.outcome(log_ratios) is not Outcome.NEED_MORE:
             return 0
+        if self.futile(log_ratios):
+            return 0
         return min(self.step, self.max_pairs - n)
+
+    def futile(self, log_ratios: Sequence[float]) -> bool:
+        """Whether even ``max_pairs`` pairs could not narrow the CI to decide.
+
+        True when, at this spread, the CI's half-width at ``max_pairs`` would still exceed
+        :data:`FUTILE` minimum effects: a case whose blocks scatter this much (a step
+        paced by the host's dispatch) stays 'need more samples', and more pairs only cost
+        time.
+        """
+        n = len(log_ratios)
+        if n < 3:
+            return False
+        spread = statistics.stdev(log_ratios)
+        half = t_quantile(0.5 + self.level / 2, self.max_pairs - 1) * spread
+        return half / math.sqrt(self.max_pairs) > FUTILE * math.log1p(self.min_effect)
 
     def outcome(self, log_ratios: Sequence[float]) -> Outcome:
         """The outcome of the pairs so far."""

@@ -1,0 +1,378 @@
+"""gpugauge ab and bisect: the paired verdict, its false-alarm rate, and real A/Bs of a toy repo.
+
+The A/Bs here run two real pytest processes over git worktrees of a throw-away repository
+whose benchmark is a host spin (CPU, host-timed): one commit adds a sleep to every round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpugauge.ab.bisect import bisect, render_bisect
+from gpugauge.ab.render import markdown, terminal
+from gpugauge.ab.result import ABReport, Block, CaseAB, Pair, SideInfo
+from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve
+from gpugauge.ab.verdict import Outcome, Schedule, decide, paired_ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# --- the verdict ---------------------------------------------------------------------
+
+
+def test_paired_ratio_is_the_geometric_mean_with_a_t_interval() -> None:
+    logs = [math.log(1.03), math.log(1.031), math.log(1.029), math.log(1.030)]
+    r = paired_ratio(logs, level=0.95)
+    assert r.ratio == pytest.approx(1.03, rel=1e-4)
+    assert r.ci_low < 1.03 < r.ci_high
+    assert r.ci_high / r.ci_low < 1.003
+    one = paired_ratio([0.1])
+    assert not one.has_interval
+    assert decide(one) is Outcome.NEED_MORE
+    with pytest.raises(ValueError, match="finite"):
+        paired_ratio([math.nan, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("logs", "expected"),
+    [
+        ([0.03, 0.031, 0.029, 0.03, 0.03], Outcome.SLOWER),
+        ([-0.03, -0.031, -0.029, -0.03, -0.03], Outcome.FASTER),
+        ([0.001, -0.001, 0.0, 0.0005, -0.0005], Outcome.SAME),
+        # significant, but under the minimum effect and not inside it: more pairs
+        ([0.006, 0.010, 0.007, 0.009, 0.008], Outcome.NEED_MORE),
+        # an effect worth reporting, but the interval crosses 1
+        ([0.05, -0.02, 0.08, -0.01, 0.06], Outcome.NEED_MORE),
+    ],
+)
+def test_decide(logs: list[float], expected: Outcome) -> None:
+    assert decide(paired_ratio(logs)) is expected
+
+
+def _simulate(schedule: Schedule, effect: float, sigma: float, rng: random.Random) -> Outcome:
+    logs: list[float] = []
+    while k := schedule.more(logs):
+        logs += [rng.gauss(math.log1p(effect), sigma) for _ in range(k)]
+    return schedule.outcome(logs)
+
+
+@pytest.mark.parametrize("sigma", [0.002, 0.005, 0.01, 0.02, 0.05, 0.2])
+def test_false_alarms_stay_under_one_percent_over_many_seeds(sigma: float) -> None:
+    """A/A pairs at any noise, through the adaptive schedule: <= 1% slower or faster."""
+    rng = random.Random(20261127 + int(sigma * 1e4))
+    n = 1500
+    wrong = sum(
+        _simulate(Schedule(), 0.0, sigma, rng) in (Outcome.SLOWER, Outcome.FASTER) for _ in range(n)
+    )
+    assert wrong / n <= 0.01
+
+
+@pytest.mark.parametrize(("sigma", "caught"), [(0.003, 1.0), (0.01, 0.99), (0.02, 0.95)])
+def test_three_percent_is_caught(sigma: float, caught: float) -> None:
+    rng = random.Random(7)
+    n = 400
+    hits = sum(_simulate(Schedule(), 0.03, sigma, rng) is Outcome.SLOWER for _ in range(n))
+    assert hits / n >= caught
+
+
+def test_a_host_paced_case_stops_early_instead_of_spending_every_pair() -> None:
+    rng = random.Random(3)
+    logs: list[float] = []
+    s = Schedule()
+    while k := s.more(logs):
+        logs += [rng.gauss(0, 0.3) for _ in range(k)]
+    assert len(logs) < s.max_pairs
+    assert s.outcome(logs) is Outcome.NEED_MORE
+
+
+def test_schedule_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="min_pairs"):
+        Schedule(min_pairs=1)
+    with pytest.raises(ValueError, match="min_effect"):
+        Schedule(min_effect=0)
+
+
+# --- the report ----------------------------------------------------------------------
+
+
+def _report(cases: tuple[CaseAB, ...]) -> ABReport:
+    side = SideInfo("base", "HEAD~1", "a" * 40, "python3", "/x/gpugauge")
+    return ABReport(
+        side,
+        SideInfo("head", "HEAD", "b" * 40, "python3", "/y/gpugauge"),
+        cases,
+        "NVIDIA H100",
+        12.0,
+    )
+
+
+def _pairs(ratio: float, n: int = 5) -> tuple[Pair, ...]:
+    return tuple(
+        Pair(
+            Block(10.0, 20, 1755.0),
+            Block(10.0 * ratio * (1 + 0.001 * (i % 2)), 20, 1755.0),
+            i % 2 == 0,
+        )
+        for i in range(n)
+    )
+
+
+def test_report_renders_worst_first_and_escapes_markdown() -> None:
+    cases = (
+        CaseAB("same-case", "t.py::t[same-case]", _pairs(1.0)),
+        CaseAB("slow|case", "t.py::t[slow|case]", _pairs(1.05), kernels="same kernels"),
+        CaseAB("gone", "t.py::t[gone]", only="base", status={"base": "passed"}),
+    )
+    report = _report(cases)
+    text = terminal(report)
+    lines = text.splitlines()
+    assert lines.index(next(x for x in lines if x.startswith("slow|case"))) < lines.index(
+        next(x for x in lines if x.startswith("same-case"))
+    )
+    assert "on base only (passed)" in text
+    assert "3 cases: 1 slower, 0 faster, 1 same, 0 need more samples, 1 on one side only" in text
+    md = markdown(report)
+    assert "slow\\|case" in md
+    data = report.as_dict()
+    assert data["counts"]["slower"] == 1
+    assert data["cases"][1]["pairs"][0]["log_ratio"] == pytest.approx(math.log(1.05))
+    json.dumps(data)  # plain JSON
+
+
+def test_a_pair_far_apart_in_clock_is_kept_but_not_counted() -> None:
+    kept = _pairs(1.0, 5)
+    again = Pair(Block(10.0, 20, 1500.0), Block(11.0, 20, 1755.0), True, kept=False)
+    case = CaseAB("c", "t.py::t[c]", (*kept, again))
+    assert case.remeasured == 1
+    assert case.outcome is Outcome.SAME
+    assert len(case.as_dict()["pairs"]) == 6
+
+
+# --- real A/Bs of a toy repository ---------------------------------------------------
+
+BENCH = """\
+import time
+
+
+def spin(ms):
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def work():
+    spin(3.0){extra}
+
+
+def test_spin(gauge):
+    gauge(work)
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _commit(repo: Path, extra: str, message: str) -> str:
+    (repo / "test_toy.py").write_text(BENCH.format(extra=extra))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    repo = tmp_path / "toy"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    (repo / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    _commit(repo, "", "spin")
+    return repo
+
+
+def _ab(repo: Path, *args: str, out: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(out.parent)}
+    return subprocess.run(
+        [sys.executable, "-m", "gpugauge", *args, "--out", str(out), "--block-time", "0.1"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _leftovers(repo: Path, tmp: Path) -> list[str]:
+    trees = [
+        x
+        for x in _git(repo, "worktree", "list", "--porcelain").splitlines()
+        if x.startswith("worktree ") and PREFIX in x
+    ]
+    folders = [str(p) for p in tmp.glob(f"{PREFIX}*")]
+    return trees + folders
+
+
+@pytest.mark.slow
+def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Path) -> None:
+    _commit(toy, "\n    time.sleep(0.003)", "sleep")
+    slow = _ab(toy, "ab", "HEAD~1", "HEAD", out=tmp_path / "slow")
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    data = json.loads((tmp_path / "slow" / "ab.json").read_text())
+    (case,) = data["cases"]
+    assert case["outcome"] == "slower"
+    assert case["ci_low"] > 1.1  # a sleep of >= 3 ms on a 3 ms round
+    assert "slower" in (tmp_path / "slow" / "ab.md").read_text()
+    same = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "same")
+    assert same.returncode == 0, same.stdout + same.stderr
+    (case,) = json.loads((tmp_path / "same" / "ab.json").read_text())["cases"]
+    # "same" on a quiet host; a host-timed spin on a loaded one (other processes taking
+    # its cores) can leave the CI too wide to say so, but never slower or faster
+    assert case["outcome"] in ("same", "need more samples")
+    assert _leftovers(toy, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_bisect_names_the_commit_that_sleeps(toy: Path, tmp_path: Path) -> None:
+    for i in range(1, 6):
+        extra = "\n    time.sleep(0.003)" if i >= 3 else ""
+        _commit(toy, extra + f"  # {i}", f"commit {i}" + (" sleeps" if i == 3 else ""))
+    culprit = _git(toy, "rev-parse", "HEAD~2")
+    done = _ab(toy, "bisect", "HEAD~5", "HEAD", out=tmp_path / "bisect", timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "bisect" / "bisect.txt").read_text()
+    assert f"culprit: {culprit} commit 3 sleeps" in text
+    assert "slower" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_ab_leaves_no_worktree_or_process(
+    toy: Path, tmp_path: Path, how: signal.Signals
+) -> None:
+    out = tmp_path / "stopped"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpugauge",
+            "ab",
+            "HEAD",
+            "HEAD",
+            "--out",
+            str(out),
+            "--block-time",
+            "2",
+        ],
+        cwd=toy,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out / "base.log").exists():
+        time.sleep(0.5)
+    time.sleep(8)  # both sides started, pytest importing or timing
+    sides = _side_pids(tmp_path)
+    assert sides, "no side was running"
+    proc.send_signal(how)
+    said, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, said
+    assert "interrupted" in said
+    time.sleep(1)
+    assert [p for p in sides if _alive(p)] == []
+    assert _leftovers(toy, tmp_path) == []
+    assert not list(out.glob(".*.partial.json"))
+
+
+def _side_pids(tmp: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"_gpugauge_ab_worker" in cmd and any(str(tmp).encode() in c for c in cmd):
+            pids.append(int(proc.name))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
+
+
+def test_an_unknown_ref_is_a_clear_error(toy: Path) -> None:
+    with pytest.raises(SideError, match="names no commit"):
+        resolve(toy, "no-such-ref")
+    with (
+        pytest.raises(SideError, match="not found"),
+        checkouts(toy, [SideSpec("base", "HEAD", "no-such-python-3")]),
+    ):
+        pass
+
+
+def test_checkouts_remove_their_worktrees_on_an_exception(toy: Path, tmp_path: Path) -> None:
+    specs = [SideSpec("base", "HEAD", sys.executable), SideSpec("head", "HEAD", sys.executable)]
+    seen = {}
+
+    def inside() -> None:
+        with checkouts(toy, specs, parent=tmp_path) as sides:
+            seen.update(sides)
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        inside()
+    assert (seen["base"].root / "test_toy.py").exists() is False  # removed
+    assert seen["base"].root != seen["head"].root
+    assert _leftovers(toy, tmp_path) == []
+
+
+def test_a_killed_ab_s_worktrees_are_swept_by_the_next(toy: Path, tmp_path: Path) -> None:
+    dead = tmp_path / f"{PREFIX}dead"
+    dead.mkdir()
+    (dead / "owner.pid").write_text("999999999")
+    _git(toy, "worktree", "add", "-q", "--detach", str(dead / "base"), "HEAD")
+    specs = [SideSpec("base", "HEAD", sys.executable)]
+    with checkouts(toy, specs, parent=tmp_path):
+        pass
+    assert _leftovers(toy, tmp_path) == []
+
+
+def test_bisect_search_with_a_fake_compare(tmp_path: Path, toy: Path) -> None:
+    for i in range(1, 9):
+        _commit(toy, f"  # {i}", f"commit {i}")
+    commits = _git(toy, "rev-list", "--reverse", "HEAD~8..HEAD").split()
+    bad_from = commits[4]
+    order = {c: i for i, c in enumerate(commits)}
+    asked = []
+
+    def compare(base: str, head: str, ids: object, step: str) -> ABReport:
+        asked.append((base, head))
+        slower = order.get(head, -1) >= order[bad_from] and order.get(base, -1) < order[bad_from]
+        case = CaseAB("c", "t.py::t[c]", _pairs(1.05 if slower else 1.0))
+        return _report((case,))
+
+    result = bisect(toy, "HEAD~8", "HEAD", compare, note=lambda _: None)
+    assert result.culprit == bad_from
+    assert result.confirmed
+    assert len(asked) == 1 + 3 + 1  # good-vs-bad, log2(8) steps, the confirmation
+    assert asked[-1] == (commits[3], bad_from)
+    assert "culprit:" in render_bisect(result)
