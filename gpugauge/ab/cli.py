@@ -2,6 +2,7 @@
 
     gpugauge ab BASE [HEAD] [-k EXPR] [-m MARKEXPR] [--profile P] [-- PYTEST_ARG ...]
     gpugauge bisect GOOD BAD [-k EXPR] [-m MARKEXPR] [--profile P] [-- PYTEST_ARG ...]
+    gpugauge confirm RUN.json [--floor 0.01]
 
 BASE, HEAD, GOOD and BAD are git refs of the benchmark checkout, or ``WORKTREE`` for the
 working tree as it is (HEAD's default). Exit status: 0 nothing slower (bisect: a culprit
@@ -70,7 +71,12 @@ def _shared(p: argparse.ArgumentParser) -> None:
     """The options ``ab`` and ``bisect`` share: the selection and how hard to look."""
     p.add_argument("-k", dest="select", default=None, metavar="EXPR", help="pytest -k")
     p.add_argument("-m", dest="markers", default=None, metavar="MARKEXPR", help="pytest -m")
-    p.add_argument("--profile", default=None, help="the benchmarks' profile (smoke, seed, full)")
+    p.add_argument(
+        "--profile",
+        choices=("smoke", "seed", "full"),
+        default=None,
+        help="the benchmarks' profile (default: theirs)",
+    )
     p.add_argument(
         "--benches",
         default="benches",
@@ -148,6 +154,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the culprit by an A/B of its parent against it. Exit status: 0 a culprit confirmed, "
         "1 none, 2 bad input, 130 interrupted.",
     )
+    conf = sub.add_parser(
+        "confirm",
+        help="A/B a gated run's new-host results against the commit that accepted their baselines",
+        description="For every result of a saved gated run that passed against a class "
+        "reference (a host with too little history) with a time ratio above 1 + --floor, "
+        "run an A/B on this GPU: the commit that last wrote its class baseline against the "
+        "working tree. A case the A/B finds slower fails (exit 1). Exit status: 0 nothing "
+        "slower or nothing to confirm, 1 a case slower, 2 bad input, 130 interrupted.",
+    )
+    conf.add_argument("run", type=Path, metavar="RUN.json", help="a gated run's saved JSON")
+    conf.add_argument(
+        "--floor",
+        type=_fraction,
+        default=MIN_EFFECT,
+        help=f"time ratio above which a passed result is confirmed (default {MIN_EFFECT:g})",
+    )
+    conf.add_argument(
+        "--baselines-dir", type=Path, default=Path("baselines"), help="default: baselines"
+    )
+    _shared(conf)
+    conf.set_defaults(func=confirm_command)
     bis.add_argument("good", metavar="GOOD", help="a git ref whose cases are not slower")
     bis.add_argument("bad", metavar="BAD", help="a later git ref whose cases are slower")
     _shared(bis)
@@ -155,7 +182,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:
-    """Both sides' pytest arguments: -k (narrowed to ``ids``), -m, --profile, the rest."""
+    """Both sides' pytest arguments: -k (narrowed to ``ids``), -m, the rest.
+
+    The profile goes to the sides by option dest (:class:`~gpugauge.ab.runner.ABConfig`), as
+    its option's name differs between older and newer commits.
+    """
     select = args.select
     if ids:
         only = " or ".join(ids)
@@ -165,8 +196,6 @@ def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tup
         out += ["-k", select]
     if args.markers:
         out += ["-m", args.markers]
-    if args.profile:
-        out += ["--profile", args.profile]
     paths = [a for a in args.pytest_args if Path(a.split("::")[0]).exists()]
     where = () if paths or not Path(args.benches).exists() else (args.benches,)
     return (*where, *out, *args.pytest_args)
@@ -184,6 +213,7 @@ def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = N
         side_args={k: tuple(v) for k, v in side_args.items()},
         schedule=replace(Schedule(), min_effect=args.min_effect, max_pairs=args.max_pairs),
         block_s=args.block_time,
+        profile=args.profile,
     )
 
 
@@ -269,3 +299,35 @@ def bisect_command(args: argparse.Namespace) -> int:
         return EXIT_OK if result.confirmed else EXIT_FAILED
 
     return _guarded("bisect", body)
+
+
+def confirm_command(args: argparse.Namespace) -> int:
+    """``gpugauge confirm``."""
+    from gpugauge.ab.confirm import borderline, by_reference
+    from gpugauge.results.runs import load_run
+
+    def body() -> int:
+        cases = borderline(args.run, args.floor)
+        if not cases:
+            print(
+                f"gpugauge confirm: nothing to confirm in {args.run}: no passed result judged "
+                f"against a class reference reads above {1 + args.floor:.3f}x"
+            )
+            return EXIT_OK
+        print(
+            f"gpugauge confirm: {len(cases)} borderline results: "
+            + ", ".join(f"{c.id} {c.ratio:.3f}x" for c in cases)
+        )
+        if args.profile is None:
+            args.profile = load_run(args.run).profile
+        given = list(args.pytest_args)
+        status = EXIT_OK
+        for ref, group in by_reference(repo_root(Path.cwd()), args.baselines_dir, cases).items():
+            args.pytest_args = [*given, *(c.nodeid for c in group)]
+            report = run_ab(args, ref, WORKING_TREE, args.out / ref[:10])
+            print("\n" + terminal(report))
+            if report.slower or report.problems:
+                status = EXIT_FAILED
+        return status
+
+    return _guarded("confirm", body)

@@ -86,6 +86,7 @@ class ABConfig:
     min_rounds: int = 3
     clocks_apart: float = CLOCKS_APART
     max_remeasure: int = MAX_REMEASURE
+    profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
 
     def __post_init__(self) -> None:
         if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:
@@ -197,6 +198,12 @@ class Coordinator:
         self.cwd = cwd  # relative place in each checkout to run from (None: its root)
         self._flip = False
 
+    def settings(self) -> tuple[tuple[tuple[str, ...], object], ...]:
+        """The options every side takes, by dest; the profile where one was asked for."""
+        if self.cfg.profile is None:
+            return SIDE_SETTINGS
+        return (*SIDE_SETTINGS, (("profile", "gauge_profile"), self.cfg.profile))
+
     # ----- starting and stopping the sides
     def _start(self, name: str, folder: Path, plugin: Path, address: str, key: str) -> Side:
         co = self.checkouts[name]
@@ -222,7 +229,7 @@ class Coordinator:
             worker.ADDRESS_ENV: address,
             worker.KEY_ENV: key,
             worker.SIDE_ENV: name,
-            worker.SETTINGS_ENV: json.dumps([[list(d), v] for d, v in SIDE_SETTINGS]),
+            worker.SETTINGS_ENV: json.dumps([[list(d), v] for d, v in self.settings()]),
         }
         env.pop("GPUGAUGE_GIT_COMMIT", None)  # each side's commit is its checkout's
         root = co.root / self.cwd if self.cwd else co.root

@@ -48,6 +48,7 @@ class ReferencePolicy:
 
 
 DEFAULT_POLICY = ReferencePolicy()
+HOST_REASON = "host history"  # how a host reference's reason begins (a verdict's references)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def host_reference(
         allowed=max(floor, policy.spread_factor * spread),
         n_runs=policy.runs,
         hosts=1,
-        reason=f"host history: last {policy.runs} runs, spread {spread:.1%}",
+        reason=f"{HOST_REASON}: last {policy.runs} runs, spread {spread:.1%}",
         spread=spread,
     )
 

@@ -1,0 +1,97 @@
+"""``gpugauge confirm RUN.json``: a gated run's new-host results, confirmed by A/Bs on this GPU.
+
+A host the history knows too few runs of is judged against the class baseline, allowed
+the host-to-host spread on top of the baseline's own allowance: 6.5% on an H100 whose
+history is empty, so a 3% slowdown passes. Such a result is *borderline* when its time
+ratio lies above ``1 + floor`` yet passed. ``confirm`` A/Bs every borderline case of a
+saved gated run on this GPU, the reference build being the commit that accepted the class
+baseline (the last commit that wrote ``baselines/<class>/<family>.json``), and the verdict
+of that A/B is the one that counts: a case it finds slower fails the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpugauge.ab.sides import SideError, git
+from gpugauge.ab.verdict import MIN_EFFECT
+from gpugauge.history.reference import HOST_REASON
+from gpugauge.results.files import read_json
+from gpugauge.results.runs import load_run
+
+
+@dataclass(frozen=True)
+class Borderline:
+    """A passed result worth an A/B: its id, test node id, family, class and time ratio."""
+
+    id: str
+    nodeid: str
+    family: str
+    device_class: str
+    ratio: float
+
+
+def _time_check(verdict: dict[str, Any]) -> dict[str, Any] | None:
+    checks = verdict.get("checks") if isinstance(verdict, dict) else None
+    return next((c for c in checks or () if c.get("metric") == "time"), None)
+
+
+def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
+    """The results of a gated run that passed against a class reference above ``1 + floor``.
+
+    A result judged by its own host's history is left out (that reference already sees a
+    small step); so is one that regressed (it fails already) or has no time check.
+    """
+    run = load_run(path)
+    nodeids = _nodeids(path)
+    out = []
+    for m in run.measurements:
+        verdict = run.verdicts.get(m.id)
+        check = _time_check(verdict) if verdict else None
+        if check is None or check.get("verdict") == "regressed":
+            continue
+        reason = str((verdict.get("references") or {}).get("time", ""))
+        if reason.startswith(HOST_REASON):
+            continue
+        ratio = float(check["ratio"])
+        if ratio > 1 + floor and m.id in nodeids:
+            out.append(Borderline(m.id, nodeids[m.id], m.spec.family, m.device_class, ratio))
+    return out
+
+
+def _nodeids(path: Path) -> dict[str, str]:
+    """Each result's test node id, from pytest-benchmark's ``fullname``."""
+    data = read_json(path)
+    out = {}
+    for bench in data.get("benchmarks", []):
+        info = bench.get("extra_info") or {}
+        if isinstance(info, dict) and info.get("id") and bench.get("fullname"):
+            out[str(info["id"])] = str(bench["fullname"])
+    return out
+
+
+def reference_commit(repo: Path, baselines: Path, device_class: str, family: str) -> str:
+    """The commit that last wrote a class baseline: the build its numbers accepted."""
+    if git(repo, "rev-parse", "--is-shallow-repository") == "true":
+        raise SideError(
+            "the checkout is shallow: the commit that accepted the baselines is not in it "
+            "(check out with full history, e.g. actions/checkout's fetch-depth: 0)"
+        )
+    target = baselines / device_class / f"{family}.json"
+    found = git(repo, "log", "-1", "--format=%H", "--", str(target))
+    if not found:
+        raise SideError(f"{target}: no commit wrote it (not a committed baseline)")
+    return found
+
+
+def by_reference(
+    repo: Path, baselines: Path, cases: Iterable[Borderline]
+) -> dict[str, list[Borderline]]:
+    """The borderline cases grouped by the commit their class baseline came from."""
+    groups: dict[str, list[Borderline]] = {}
+    for c in cases:
+        groups.setdefault(reference_commit(repo, baselines, c.device_class, c.family), []).append(c)
+    return groups
