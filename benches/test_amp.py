@@ -28,8 +28,6 @@ from gpugauge.families.amp.workload import (
 from gpugauge.measure.busy import BUSY_KEY, measure_busy
 from gpugauge.plugin import parametrize_cases
 
-pytestmark = pytest.mark.amp
-
 
 def _train_cases(profile: str) -> list[AmpCase]:
     return [c for c in cases(profile) if isinstance(c, AmpCase)]

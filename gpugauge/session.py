@@ -3,7 +3,8 @@
 It holds the resolved options and the run's resources, each opened or measured once and
 lazily (NVML, the environment fingerprint, each device's ceilings, the artifact folder),
 and every result and comparison so far; at the end it renders the tables and writes
-baselines. The plugin creates it in ``pytest_configure`` and closes it in ``unconfigure``.
+baselines. The plugin creates it when gpugauge starts in a run (:mod:`gpugauge.startup`)
+and closes it in ``unconfigure``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ Note = Callable[[str], None]
 
 @dataclass
 class GaugeSession:
-    """State of one pytest run; created in ``pytest_configure``, closed in ``unconfigure``.
+    """State of one pytest run; created when gpugauge starts in it, closed in ``unconfigure``.
 
     ``foreign_note`` says which pytest-benchmark timing options were given: they drive
     pytest-benchmark's own loop (tests that take ``benchmark``), not gauge tests, so the

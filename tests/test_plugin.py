@@ -199,8 +199,9 @@ def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.
         GLOBALS = {}
         """
     )
-    # in a subprocess: pytester's in-process run records every hook call, failures included
-    result = gauge_pytester.runpytest_subprocess()
+    # in a subprocess: pytester's in-process run records every hook call, failures included;
+    # a gpugauge option makes it a gpugauge run (an unrelated run's failures are left alone)
+    result = gauge_pytester.runpytest_subprocess("--device", "cpu")
     result.assert_outcomes(failed=2, passed=3)
 
 

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpugauge.markers import family_marker_line
+
 if TYPE_CHECKING:
     from gpugauge.report.charts import Chart
     from gpugauge.results.measurement import Comparison, Measurement, Spec
@@ -51,7 +53,7 @@ class Family:
 
     def marker_line(self) -> str:
         """The ``markers`` ini line that registers this family's marker."""
-        return f"{self.name}: family {self.name} ({self.about})"
+        return family_marker_line(self.name, self.about)
 
     def describe(self) -> dict[str, Any]:
         """What ``gpugauge families`` prints."""
