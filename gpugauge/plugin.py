@@ -188,7 +188,8 @@ def parametrize_cases(
     Ids come from ``spec.id``; each case gets a ``gpu`` or ``cpu`` mark, so that the run's
     devices decide what is skipped, a case on N > 1 GPUs ``multi_gpu(N)``, a case the
     nightly job gates ``nightly`` (:func:`~gpugauge.results.measurement.in_nightly`), and a
-    case of a registered family its family's mark (``-m vgg_swap``).
+    case of a registered family its family's mark (``-m vgg_swap``), and a skip with the
+    reason where a module the family needs is not installed (``Family.needs``).
     """
     if argname not in metafunc.fixturenames:
         return
@@ -196,12 +197,16 @@ def parametrize_cases(
     from gpugauge.families import registry
     from gpugauge.results.measurement import devices_of, in_nightly
 
+    families = registry()
+    missing = {name: family.missing() for name, family in families.items()}
     params = []
     for c in cases(profile):
         devices = devices_of(c)
         marks = [pytest.mark.gpu if devices[0].startswith("cuda") else pytest.mark.cpu]
-        if c.family in registry():
+        if c.family in families:
             marks.append(getattr(pytest.mark, c.family))
+            if missing[c.family]:
+                marks.append(pytest.mark.skip(reason=missing[c.family]))
         gpus = sum(d.startswith("cuda") for d in devices)
         if gpus > 1:
             marks.append(pytest.mark.multi_gpu(gpus))

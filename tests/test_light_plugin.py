@@ -147,3 +147,32 @@ def test_the_built_in_family_markers_are_found_without_importing_them() -> None:
     from gpugauge.markers import built_in_family_names
 
     assert built_in_family_names() == sorted(f.name for f in BUILT_IN)
+
+
+WITHOUT_TORCHVISION = """
+import sys
+
+import pytest
+
+sys.modules["torchvision"] = None  # as in an install without the families extra
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+def test_a_family_whose_module_is_missing_skips_with_the_reason(tmp_path) -> None:
+    """The light install has no torchvision: distributed's cases skip, saying what to install."""
+    args = ["benches/test_distributed.py", "-rs", "-p", "no:cacheprovider", "--no-history"]
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCHVISION, *args, f"--basetemp={tmp_path}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "error" not in run.stdout.lower()
+    assert (
+        "family distributed needs torchvision, which is not installed: "
+        "pip install 'gpugauge[families]'" in run.stdout
+    )
+    assert " passed" not in run.stdout  # every case skipped, none ran
