@@ -22,7 +22,7 @@ import torch
 from gpugauge.__main__ import main as gpugauge_main
 from gpugauge.check import gate_runs
 from gpugauge.check.delay import DriverBuffers, delay_for, host_spin
-from gpugauge.check.gate import (
+from gpugauge.check.gate_report import (
     GateCase,
     GateReport,
     RunResult,
@@ -33,8 +33,8 @@ from gpugauge.check.gate import (
     write_gate,
 )
 from gpugauge.check.runs import families_with_baselines, or_expression
-from gpugauge.check.timer import TimerReport, render_timer, why_not_here
-from gpugauge.check.timers import TimerRow, cold_timing, selected
+from gpugauge.check.three_timers import TimerRow, cold_timing, selected
+from gpugauge.check.timer_report import TimerReport, render_timer, why_not_here
 from gpugauge.launch.torchrun import processes_mentioning
 from gpugauge.measure.environment import device_class
 from gpugauge.measure.timing import Timing
@@ -802,13 +802,13 @@ def test_a_row_whose_blocks_move_is_timed_again_until_they_tell(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Pairs of blocks suite, do_bench, do_bench, suite; more only while outside and noisy."""
-    from gpugauge.check import timers
+    from gpugauge.check import three_timers
 
     suite = iter(map(_fixed_timing, suite_ms))
     bench = iter(bench_ms)
-    monkeypatch.setattr(timers, "_do_bench", lambda fn, dev: (next(bench), [1400.0]))
-    monkeypatch.setattr(timers, "bare_event_loop", lambda fn, rounds, between=None: 1.0)
-    row = timers.compare_timers("op", lambda: None, lambda: next(suite), lambda: None, None)
+    monkeypatch.setattr(three_timers, "_do_bench", lambda fn, dev: (next(bench), [1400.0]))
+    monkeypatch.setattr(three_timers, "bare_event_loop", lambda fn, rounds, between=None: 1.0)
+    row = three_timers.compare_timers("op", lambda: None, lambda: next(suite), lambda: None, None)
     assert len(row.suite_runs_ms) == len(row.do_bench_runs_ms) == 2 * pairs
     assert row.suite_ms == pytest.approx(sum(suite_ms[: 2 * pairs]) / (2 * pairs))
     assert row.do_bench_ms == pytest.approx(sum(bench_ms[: 2 * pairs]) / (2 * pairs))

@@ -3,7 +3,7 @@
 Each run is ``python -m pytest benches -k EXPR --profile P --gate --energy-window 0`` in
 a process of its own (:func:`gpugauge.check.runs.run_pytest`); the A/A runs record each
 case's kernels, the injected one loads :mod:`gpugauge.check.slowdown`. The verdicts are
-gathered into a :class:`~gpugauge.check.gate.GateReport`.
+gathered into a :class:`~gpugauge.check.gate_report.GateReport`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpugauge.check.gate import (
+from gpugauge.check.gate_report import (
     DEFAULT_SLOWDOWN,
     GateReport,
     RunResult,

@@ -8,9 +8,9 @@ family's own cases, whatever family they come from:
         -p gpugauge.check.timer_plugin --timer-check-json rows.json
 
 After ``gauge.measure`` has timed and recorded a case as usual, the same callable is timed
-again by the suite's own timer (:func:`gpugauge.check.timers.cold_timing`), by
+again by the suite's own timer (:func:`gpugauge.check.three_timers.cold_timing`), by
 ``triton.testing.do_bench`` and by a bare CUDA-event loop, interleaved, all three with
-do_bench's L2 flush before every round (:func:`gpugauge.check.timers.compare_timers`); the
+do_bench's L2 flush before every round (:func:`gpugauge.check.three_timers.compare_timers`); the
 case's own median is kept beside. A case that runs a setup step before every round
 (do_bench would time it with the round) or that is not on one GPU is skipped with that
 reason. The rows are written to the JSON file when the session ends.
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from gpugauge.check.timers import DEFAULT_THRESHOLD
+from gpugauge.check.three_timers import DEFAULT_THRESHOLD
 from gpugauge.gauge import Gauge
 from gpugauge.results.files import atomic_write_json
 from gpugauge.results.measurement import devices_of
@@ -77,7 +77,7 @@ def case_id(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep only the cases ``--timer-check-op`` patterns select (all when none is given)."""
-    from gpugauge.check.timers import selected
+    from gpugauge.check.three_timers import selected
 
     patterns = config.getoption("timer_check_op")
     if not patterns:
@@ -109,7 +109,7 @@ def three_ways(
     threshold: float = DEFAULT_THRESHOLD,
 ) -> Callable[..., Any]:
     """``Gauge.measure`` that then times the same callable with do_bench and a bare loop."""
-    from gpugauge.check.timers import cold_timing, compare_timers, do_bench_flush
+    from gpugauge.check.three_timers import cold_timing, compare_timers, do_bench_flush
 
     def measured(self: Gauge, spec: Any, fn: Callable[[], object], **kw: Any) -> Any:
         if isinstance(spec, str):  # an id: the test's own spec, as gauge.measure makes it

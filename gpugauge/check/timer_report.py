@@ -3,7 +3,7 @@
 Every GPU case of the selected benchmarks is timed three ways in one pytest run (see
 :mod:`gpugauge.check.timer_plugin`): by the suite (``gauge.measure``, which calls
 :func:`gpugauge.measure.timing.measure`, in the profile's sustained regime), by
-``triton.testing.do_bench`` and by a bare CUDA-event loop (:mod:`gpugauge.check.timers`);
+``triton.testing.do_bench`` and by a bare CUDA-event loop (:mod:`gpugauge.check.three_timers`);
 then three power-heavy ops the same way, in this process. The SM clock is recorded beside
 each: a power-capped op's time follows how densely each timer keeps the GPU busy. The
 check passes when every op's suite median is within ``threshold`` of do_bench's.
@@ -30,7 +30,7 @@ from gpugauge.check.runs import (
     or_expression,
     run_pytest,
 )
-from gpugauge.check.timers import (
+from gpugauge.check.three_timers import (
     CLOCKS_APART,
     CLOCKS_APART_AT_MOST,
     DEFAULT_THRESHOLD,
