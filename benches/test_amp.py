@@ -90,7 +90,7 @@ def test_amp_inference(infer_case: InferCase, gauge: Any) -> None:
         gpu = make_inference(case, case.device)
         extra: dict[str, Any] = {"tf32": flags}
         if case.device != "cpu":
-            # --device auto skips CPU cases on a GPU host: the GPU case carries the CPU side
+            # --gauge-device auto skips CPU cases on a GPU host: the GPU case carries the CPU side
             _, side = cpu_reference(case, gpu, gauge.options.policy, flags)
             extra.update(side)
             agree = side["agreement"]

@@ -6,7 +6,7 @@ harness (:mod:`gpugauge.options` resolves the values once gpugauge is used).
 
 Argument types reject bad values at parse time with argparse's message, which names the
 option: every number must be finite and within its range (a budget of ``inf`` or 1e308 s
-overflows the clock arithmetic; ``--min-rounds 99999999999`` never ends), and a path must
+overflows the clock arithmetic; ``--gauge-min-rounds 99999999999`` never ends), and a path must
 not be empty (``""`` would mean the current folder).
 """
 
@@ -16,11 +16,17 @@ import argparse
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
 
 PROFILES = ("smoke", "seed", "full")
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")
 REGIMES = ("sustained", "burst")
+# Every option is --gauge-*, its dest gauge_*, as pytest-benchmark's are --benchmark-*: a
+# project's own --device, --profile or --rounds never clashes with gpugauge's.
+DEST_PREFIX = "gauge_"
 HISTORY_ENV_VAR = "GPUGAUGE_HISTORY"  # a path or URL that replaces the default (a nightly's secret)
 
 
@@ -77,105 +83,105 @@ def path_option(text: str) -> Path:
 def add_options(group: Any) -> None:
     """Declare the options on a pytest option group."""
     group.addoption(
-        "--profile",
+        "--gauge-profile",
         choices=PROFILES,
         default=None,
         help="smoke: small shapes (default without a GPU); seed: the seeds' exact "
         "shapes (default with a GPU); full: sweeps",
     )
     group.addoption(
-        "--device",
+        "--gauge-device",
         choices=DEVICE_CHOICES,
         default="auto",
         help="where benchmarks run; auto: cuda if visible, else cpu; all: both",
     )
     group.addoption(
-        "--rounds",
+        "--gauge-rounds",
         type=positive_int,
         default=None,
         help="fixed timed rounds (the seeds used 10); default: adaptive",
     )
     group.addoption(
-        "--min-rounds",
+        "--gauge-min-rounds",
         type=positive_int,
         default=None,
         help="fewest timed rounds in adaptive mode (profile default)",
     )
     group.addoption(
-        "--warmup", type=count, default=None, help="warm-up rounds before timing (default 5)"
+        "--gauge-warmup", type=count, default=None, help="warm-up rounds before timing (default 5)"
     )
     group.addoption(
-        "--warmup-time",
+        "--gauge-warmup-time",
         type=seconds,
         default=None,
         help="also warm up for at least this many seconds (profile default)",
     )
     group.addoption(
-        "--regime",
+        "--gauge-regime",
         choices=REGIMES,
         default="sustained",
-        help="sustained (default): warm up until the clock settles, then time >= --min-time "
+        help="sustained (default): warm up until the clock settles, then time >= --gauge-min-time "
         "of rounds; burst: idle 2 s first, then a short run at boost clocks (no energy)",
     )
     group.addoption(
-        "--min-time",
+        "--gauge-min-time",
         type=seconds,
         default=None,
         help="adaptive stop: at least this many seconds of measured rounds (profile default)",
     )
     group.addoption(
-        "--target-ci",
+        "--gauge-target-ci",
         type=fraction,
         default=None,
         help="adaptive stop: relative half-width of the 95%% CI of the median",
     )
     group.addoption(
-        "--time-budget",
+        "--gauge-time-budget",
         type=positive_seconds,
         default=None,
         help="adaptive stop: seconds of timed rounds per benchmark at most",
     )
     group.addoption(
-        "--flush-l2",
+        "--gauge-flush-l2",
         action="store_true",
         default=False,
         help="flush the GPU's L2 cache before every timed round (outside the timing)",
     )
     group.addoption(
-        "--energy-window",
+        "--gauge-energy-window",
         type=seconds,
         default=5.0,
         help="seconds of repeated runs per energy reading (>= 1; 0 turns energy off)",
     )
     group.addoption(
-        "--idle-time",
+        "--gauge-idle-time",
         type=seconds,
         default=1.0,
         help="idle seconds before each energy window, for the idle power",
     )
     group.addoption(
-        "--stop-after",
+        "--gauge-stop-after",
         type=run_seconds,
         default=None,
         help="start no new test once this many seconds have passed; the run ends as "
         "usual, its results saved (for jobs with a time limit)",
     )
     group.addoption(
-        "--gate",
+        "--gauge-gate",
         action="store_true",
         default=False,
         help="compare every result with the stored baseline of this device class; "
         "a regression fails its test",
     )
     group.addoption(
-        "--update-baselines",
+        "--gauge-update-baselines",
         action="store_true",
         default=False,
         help="after a run in which every test passed, store its results as the "
         "baselines of this device class",
     )
     group.addoption(
-        "--record-kernels",
+        "--gauge-record-kernels",
         action="store_true",
         default=False,
         help="after each GPU result is measured, run one more round under torch.profiler "
@@ -185,26 +191,26 @@ def add_options(group: Any) -> None:
         "(off by default: one more, profiled round per GPU result)",
     )
     group.addoption(
-        "--require-baselines",
+        "--gauge-require-baselines",
         action="store_true",
         default=False,
-        help="with --gate: a result with no baseline of its device class fails its test "
+        help="with --gauge-gate: a result with no baseline of its device class fails its test "
         "(for nightly jobs, so that a missing baseline cannot pass as 'new')",
     )
     group.addoption(
-        "--baselines-dir",
+        "--gauge-baselines-dir",
         type=path_option,
         default=None,
         help="baselines folder (default: <rootdir>/baselines)",
     )
     group.addoption(
-        "--tolerances-dir",
+        "--gauge-tolerances-dir",
         type=path_option,
         default=None,
         help="tolerance TOML folder (default: <rootdir>/tolerances)",
     )
     group.addoption(
-        "--artifacts-dir",
+        "--gauge-artifacts-dir",
         type=path_option,
         default=None,
         help="where results' files (traces, tables) go, one folder per run "
@@ -215,24 +221,24 @@ def add_options(group: Any) -> None:
 def add_history_options(group: Any) -> None:
     """The results history's options, in the gpugauge group."""
     group.addoption(
-        "--history",
+        "--gauge-history",
         metavar="PATH|URL",
         default=None,
         help=(
             "results history: a SQLite file or a postgresql:// URL that several runners "
             f"share (default: ${HISTORY_ENV_VAR}, else gpugauge-history.sqlite beside "
-            "pytest-benchmark's storage). Every measured run is appended; with --gate, "
+            "pytest-benchmark's storage). Every measured run is appended; with --gauge-gate, "
             "each result is judged against its host's own history once it has one"
         ),
     )
     group.addoption(
-        "--no-history",
+        "--gauge-no-history",
         action="store_true",
         default=False,
         help="neither read nor append the results history",
     )
     group.addoption(
-        "--no-confirm",
+        "--gauge-no-confirm",
         action="store_true",
         default=False,
         help=(
@@ -260,3 +266,8 @@ def defaults() -> Mapping[str, Any]:
     add_options(group)
     add_history_options(group)
     return group.found
+
+
+def getter(config: pytest.Config) -> Callable[[str], Any]:
+    """``get(name)``: this run's value of ``--gauge-<name>`` (``name`` as ``resolve`` asks)."""
+    return lambda name: config.getoption(DEST_PREFIX + name)

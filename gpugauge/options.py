@@ -106,8 +106,8 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     device = get("device")
     if device in ("cuda", "all") and not cuda_available:
         raise ValueError(
-            f"--device {device}: no CUDA device is visible (torch.cuda.is_available() "
-            "is False); use --device auto or cpu"
+            f"--gauge-device {device}: no CUDA device is visible (torch.cuda.is_available() "
+            "is False); use --gauge-device auto or cpu"
         )
     devices = {
         "auto": ("cuda",) if cuda_available else ("cpu",),
@@ -118,7 +118,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     window = get("energy_window")
     if 0 < window < MIN_WINDOW_S:
         raise ValueError(
-            f"--energy-window {window}: NVML's energy counter and power readings "
+            f"--gauge-energy-window {window}: NVML's energy counter and power readings "
             f"update every 20-100 ms; use at least {MIN_WINDOW_S:g} s, or 0 for off"
         )
     overrides = {
@@ -141,7 +141,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         slack = base.max_warmup_s - base.warmup_s
         merged.setdefault("max_warmup_s", max(base.max_warmup_s, merged["warmup_s"] + slack))
     if merged.get("target_ci", 0.5) >= 1:
-        raise ValueError("--target-ci must be below 1 (0.01 means ±1%)")
+        raise ValueError("--gauge-target-ci must be below 1 (0.01 means ±1%)")
     try:
         policy = replace(base, **merged)
     except ValueError as err:
@@ -166,15 +166,15 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
 
 # TimingPolicy fields and the options that set them, to name an option in its errors.
 POLICY_OPTIONS = {
-    "rounds": "--rounds",
-    "min_rounds": "--min-rounds",
-    "max_rounds": "--min-rounds",
-    "warmup_rounds": "--warmup",
-    "warmup_s": "--warmup-time",
-    "max_warmup_s": "--warmup-time",
-    "target_ci": "--target-ci",
-    "budget_s": "--time-budget",
-    "min_time_s": "--min-time",
+    "rounds": "--gauge-rounds",
+    "min_rounds": "--gauge-min-rounds",
+    "max_rounds": "--gauge-min-rounds",
+    "warmup_rounds": "--gauge-warmup",
+    "warmup_s": "--gauge-warmup-time",
+    "max_warmup_s": "--gauge-warmup-time",
+    "target_ci": "--gauge-target-ci",
+    "budget_s": "--gauge-time-budget",
+    "min_time_s": "--gauge-min-time",
 }
 
 
@@ -196,16 +196,16 @@ def _folder_error(option: str, path: Path, must_exist: bool) -> str | None:
 def _check_folders(get: Callable[[str], Any]) -> None:
     """Folders named on the command line must be usable: a typo must not turn the gate off.
 
-    With ``--gate`` a given ``--baselines-dir`` must exist (else every result would be
-    'new'); a given ``--tolerances-dir`` must exist (else built-in tolerances would apply
-    unseen). ``--update-baselines`` may create the baselines folder; no folder may be a file.
+    With ``--gauge-gate`` a given ``--gauge-baselines-dir`` must exist (else every result would be
+    'new'); a given ``--gauge-tolerances-dir`` must exist (else built-in tolerances would apply
+    unseen). ``--gauge-update-baselines`` may create the baselines folder; no folder may be a file.
     """
     if get("require_baselines") and not get("gate"):
-        raise ValueError("--require-baselines applies to --gate; add --gate")
+        raise ValueError("--gauge-require-baselines applies to --gauge-gate; add --gauge-gate")
     checks = [
-        ("--baselines-dir", get("baselines_dir"), bool(get("gate"))),
-        ("--tolerances-dir", get("tolerances_dir"), True),
-        ("--artifacts-dir", get("artifacts_dir"), False),
+        ("--gauge-baselines-dir", get("baselines_dir"), bool(get("gate"))),
+        ("--gauge-tolerances-dir", get("tolerances_dir"), True),
+        ("--gauge-artifacts-dir", get("artifacts_dir"), False),
     ]
     for option, path, must_exist in checks:
         problem = None if path is None else _folder_error(option, path, must_exist)
@@ -216,15 +216,15 @@ def _check_folders(get: Callable[[str], Any]) -> None:
 def check_destinations(options: Options, get: Callable[[str], Any]) -> None:
     """Folders the run will write to must be writable now, not after it has measured.
 
-    ``--artifacts-dir`` when given (a folder under a file fails here, not inside a test);
-    the baselines folder with ``--update-baselines`` (a read-only one would fail only once
+    ``--gauge-artifacts-dir`` when given (a folder under a file fails here, not inside a test);
+    the baselines folder with ``--gauge-update-baselines`` (a read-only one would fail only once
     every benchmark had run). ValueError naming the option.
     """
     targets = []
     if get("artifacts_dir") is not None:
-        targets.append(("--artifacts-dir", options.artifacts_dir))
+        targets.append(("--gauge-artifacts-dir", options.artifacts_dir))
     if options.update_baselines:
-        option = "--update-baselines into --baselines-dir"
+        option = "--gauge-update-baselines into --gauge-baselines-dir"
         targets.append((option, options.baselines_dir))
         if options.baselines_dir.is_dir():  # each device class's folder is written too
             targets += [(option, p) for p in sorted(options.baselines_dir.iterdir()) if p.is_dir()]

@@ -137,18 +137,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    """``--stop-after``: past the limit, let the test in hand finish and start no other.
+    """``--gauge-stop-after``: past the limit, let the test in hand finish and start no other.
 
     The session then ends as usual: results and pytest-benchmark's JSON are written, which
     a signal or a killed job would lose.
     """
     yield
-    limit = item.config.getoption("stop_after", None)
+    limit = item.config.getoption("gauge_stop_after", None)
     started = item.config.stash.get(STARTED, None)
     late = limit and started is not None and time.monotonic() - started > limit
     if late and nextitem is not None:
         item.session.shouldstop = (
-            f"--stop-after {limit:g} s passed: the tests after {item.name} were not run"
+            f"--gauge-stop-after {limit:g} s passed: the tests after {item.name} were not run"
         )
     gs = item.config.stash.get(SESSION, None)
     stop = item.session.shouldstop or item.session.shouldfail
@@ -241,9 +241,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") and "cuda" not in o.devices:
         if not o.cuda_available:
             pytest.skip("needs a CUDA GPU; none is visible here")
-        pytest.skip("CUDA case, but --device selects only the CPU")
+        pytest.skip("CUDA case, but --gauge-device selects only the CPU")
     if item.get_closest_marker("cpu") and "cpu" not in o.devices:
-        pytest.skip("CPU case; --device auto picked cuda (use --device all or cpu to run it)")
+        pytest.skip(
+            "CPU case; --gauge-device auto picked cuda (use --gauge-device all or cpu to run it)"
+        )
     marker = item.get_closest_marker("multi_gpu")
     if marker:
         import torch
@@ -360,7 +362,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gs.append_history()
     if not gs.options.update_baselines:
         return
-    if session.shouldstop and exitstatus == pytest.ExitCode.INTERRUPTED:  # --stop-after
+    if session.shouldstop and exitstatus == pytest.ExitCode.INTERRUPTED:  # --gauge-stop-after
         gs.messages.append(f"baselines NOT written: the run was cut short ({session.shouldstop})")
         return
     try:

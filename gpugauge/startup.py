@@ -13,6 +13,7 @@ import pytest
 from gpugauge import tracking
 from gpugauge.benchmark_options import benchmark_disabled, foreign_note
 from gpugauge.families import registry
+from gpugauge.flags import getter
 from gpugauge.options import check_destinations, resolve
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
@@ -41,12 +42,13 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
     register_family_markers(config)
     messages = []
     try:
-        options = resolve(config.getoption, torch.cuda.is_available(), config.rootpath)
-        check_destinations(options, config.getoption)  # before anything is measured
+        get = getter(config)
+        options = resolve(get, torch.cuda.is_available(), config.rootpath)
+        check_destinations(options, get)  # before anything is measured
         benchmark_storage.guard(config, started)  # pytest-benchmark's own writes made atomic
         if options.update_baselines and benchmark_disabled(config):
             raise ValueError(
-                "--update-baselines with --benchmark-disable: a run that does not measure "
+                "--gauge-update-baselines with --benchmark-disable: a run that does not measure "
                 "never writes baselines"
             )
         gate = None
@@ -70,7 +72,7 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
         try:
             tracker.open()  # now: a bad path or URL stops the run before it measures
         except (OSError, ValueError) as err:  # HistoryError is a ValueError
-            raise pytest.UsageError(f"--history: {err}") from None
+            raise pytest.UsageError(f"--gauge-history: {err}") from None
     session = GaugeSession(
         options,
         config.rootpath,
@@ -79,7 +81,7 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
         messages=messages,
         foreign_note=foreign_note(config),
         tracker=tracker,
-        confirm=not config.getoption("no_confirm", False),
+        confirm=not config.getoption("gauge_no_confirm", False),
     )
     config.pluginmanager.register(OutcomeWatch(session), "gpugauge-outcome")
     if started:

@@ -41,12 +41,12 @@ from gpugauge.words import plural
 
 def target_of(config: pytest.Config) -> str | None:
     """Where this session's history lives, or None when it is turned off."""
-    if config.getoption("no_history", False):
+    if config.getoption("gauge_no_history", False):
         return None
-    given = config.getoption("history", None)
+    given = config.getoption("gauge_history", None)
     if given is not None:
         if not str(given).strip():
-            raise pytest.UsageError("--history '': give a file path or a postgresql:// URL")
+            raise pytest.UsageError("--gauge-history '': give a file path or a postgresql:// URL")
         return str(given)
     # beside pytest-benchmark's file storage, where the report looks for it too; another
     # storage backend (elasticsearch) has no folder: then the default one

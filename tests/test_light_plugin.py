@@ -86,7 +86,7 @@ def test_mine(gauge):
     gauge.measure(Spec("mine"), lambda: time.sleep(0.001))
 """
     )
-    result = gauge_pytester.runpytest_subprocess("-p", "no:cacheprovider", "--no-history")
+    result = gauge_pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gauge-no-history")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*gpugauge: profile=smoke devices=cpu*", "*gpugauge results*"])
 
@@ -125,7 +125,7 @@ def test_mine(case, gauge):
     monkeypatch.setenv("GPUGAUGE_HISTORY", str(gauge_pytester.path / "afile/h.db"))
     result = gauge_pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--history:" in result.stderr.str()
+    assert "--gauge-history:" in result.stderr.str()
 
 
 def test_the_defaults_that_tell_an_option_given_are_pytests(pytestconfig: pytest.Config) -> None:
@@ -161,7 +161,7 @@ sys.exit(pytest.main(sys.argv[1:]))
 
 def test_a_family_whose_module_is_missing_skips_with_the_reason(tmp_path) -> None:
     """The light install has no torchvision: distributed's cases skip, saying what to install."""
-    args = ["benches/test_distributed.py", "-rs", "-p", "no:cacheprovider", "--no-history"]
+    args = ["benches/test_distributed.py", "-rs", "-p", "no:cacheprovider", "--gauge-no-history"]
     run = subprocess.run(
         [sys.executable, "-c", WITHOUT_TORCHVISION, *args, f"--basetemp={tmp_path}"],
         capture_output=True,
@@ -176,3 +176,39 @@ def test_a_family_whose_module_is_missing_skips_with_the_reason(tmp_path) -> Non
         "pip install 'gpugauge[families]'" in run.stdout
     )
     assert " passed" not in run.stdout  # every case skipped, none ran
+
+
+OWN_OPTIONS = """
+pytest_plugins = ["gpugauge.plugin"]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default="cpu")
+    parser.addoption("--profile", action="store_true")
+    parser.addoption("--rounds", type=int, default=1)
+    parser.addoption("--gate", action="store_true")
+"""
+
+
+def test_a_project_with_its_own_common_options_starts(gauge_pytester: pytest.Pytester) -> None:
+    """A conftest declaring --device, --profile, --rounds and --gate: gpugauge takes none."""
+    gauge_pytester.makeconftest(OWN_OPTIONS)
+    gauge_pytester.makepyfile(
+        test_mine=SPEC_SOURCE
+        + """
+def test_theirs(pytestconfig):
+    got = [pytestconfig.getoption(o) for o in ("device", "profile", "rounds", "gate")]
+    assert got == ["meta", True, 7, True]
+
+def test_ours(gauge, pytestconfig):
+    m = gauge.measure(Spec("mine"), lambda: time.sleep(0.001))
+    assert len(m.timing.device_ms) == pytestconfig.getoption("gauge_rounds") == 3
+"""
+    )
+    result = gauge_pytester.runpytest_subprocess(
+        *("--device", "meta", "--profile", "--rounds", "7", "--gate"),
+        *("--gauge-rounds", "3", "--gauge-warmup", "1", "--gauge-no-history"),
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=2)

@@ -3,12 +3,12 @@
 It proves that the gate fails a real slowdown: ``gpugauge check gate`` loads it for its
 injected run. Load it explicitly; it changes nothing unless one of its options is given:
 
-    python -m pytest benches --gate -p gpugauge.check.slowdown --inject-slowdown 0.03
-    python -m pytest benches -k vgg_swap -p gpugauge.check.slowdown --inject-slowdown-ms 5
+    python -m pytest benches --gauge-gate -p gpugauge.check.slowdown --gauge-inject-slowdown 0.03
+    python -m pytest benches -k vgg_swap -p gpugauge.check.slowdown --gauge-inject-slowdown-ms 5
 
-``--inject-slowdown F`` adds F times the case's own baseline median to every timed round
-(0.03: 3% for every case, long or short; needs ``--gate`` for the baselines);
-``--inject-slowdown-ms MS`` adds a fixed time. The added work runs inside the timed
+``--gauge-inject-slowdown F`` adds F times the case's own baseline median to every timed round
+(0.03: 3% for every case, long or short; needs ``--gauge-gate`` for the baselines);
+``--gauge-inject-slowdown-ms MS`` adds a fixed time. The added work runs inside the timed
 round, after the case's own work, on the stream the case ran on. Each result records what
 was added in ``extra["injected_slowdown_ms"]``.
 
@@ -48,15 +48,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """The injection's options, in the ``gpugauge check`` group."""
     group = parser.getgroup("gpugauge-check", "gpugauge check")
     group.addoption(
-        "--inject-slowdown",
+        "--gauge-inject-slowdown",
         type=_non_negative,
         default=0.0,
         metavar="FRACTION",
         help="add this fraction of each case's baseline median to every timed round, as "
-        "device work (0.03 = 3%%; needs --gate)",
+        "device work (0.03 = 3%%; needs --gauge-gate)",
     )
     group.addoption(
-        "--inject-slowdown-ms",
+        "--gauge-inject-slowdown-ms",
         type=_non_negative,
         default=0.0,
         metavar="MS",
@@ -66,15 +66,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """A fraction of the baseline needs the baselines: say so before any case runs."""
-    if config.getoption("inject_slowdown") and not config.getoption("gate"):
+    if config.getoption("gauge_inject_slowdown") and not config.getoption("gauge_gate"):
         raise pytest.UsageError(
-            "--inject-slowdown is a fraction of each case's baseline median: add --gate "
-            "(or use --inject-slowdown-ms)"
+            "--gauge-inject-slowdown is a fraction of each case's baseline median: add "
+            "--gauge-gate (or use --gauge-inject-slowdown-ms)"
         )
 
 
 def baseline_median_ms(gauge: Gauge, spec: Any) -> float | None:
-    """The median time of ``spec``'s stored baseline, ms; None without --gate or a baseline."""
+    """The median of ``spec``'s stored baseline, ms; None without --gauge-gate or a baseline."""
     gate = gauge.session.gate
     if gate is None:
         return None
@@ -97,7 +97,7 @@ def slowed_measure(
             base = baseline_median_ms(self, spec)
             if base is None:
                 pytest.fail(
-                    f"--inject-slowdown: no baseline median for {spec.id} in "
+                    f"--gauge-inject-slowdown: no baseline median for {spec.id} in "
                     f"{self.options.baselines_dir} (its device class has no baseline of it)",
                     pytrace=False,
                 )
@@ -119,8 +119,8 @@ def slowed_measure(
 @pytest.fixture(autouse=True)
 def _inject_slowdown(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """While a test runs, ``Gauge.measure`` adds the injected work (restored afterwards)."""
-    fixed = request.config.getoption("inject_slowdown_ms")
-    fraction = request.config.getoption("inject_slowdown")
+    fixed = request.config.getoption("gauge_inject_slowdown_ms")
+    fraction = request.config.getoption("gauge_inject_slowdown")
     if fixed or fraction:
         monkeypatch.setattr(Gauge, "measure", slowed_measure(Gauge.measure, fixed, fraction))
         # the processes a test launches (torchrun's ranks) add it too

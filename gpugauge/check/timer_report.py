@@ -259,11 +259,19 @@ def suite_run_args(cfg: TimerConfig, select: str) -> list[str]:
 
     Time only, and nothing appended to the results history: a check is not a night.
     """
-    args = [str(cfg.benches), "-k", select, "--profile", cfg.profile, "--energy-window", "0"]
-    args += ["--no-history", "-p", "gpugauge.check.timer_plugin", "-p", "no:cacheprovider"]
-    args.append(f"--timer-check-threshold={cfg.threshold}")
+    args = [
+        str(cfg.benches),
+        "-k",
+        select,
+        "--gauge-profile",
+        cfg.profile,
+        "--gauge-energy-window",
+        "0",
+    ]
+    args += ["--gauge-no-history", "-p", "gpugauge.check.timer_plugin", "-p", "no:cacheprovider"]
+    args.append(f"--gauge-timer-check-threshold={cfg.threshold}")
     for pattern in cfg.ops:
-        args.append(f"--timer-check-op={pattern}")
+        args.append(f"--gauge-timer-check-op={pattern}")
     return [*args, *cfg.pytest_args]
 
 
@@ -295,7 +303,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
         suite_run_args(cfg, select),
         root=cfg.root,
         folder=cfg.out / "timer-runs",
-        json_option="--timer-check-json",
+        json_option="--gauge-timer-check-json",
         note=note,
     )
     note(
