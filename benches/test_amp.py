@@ -28,8 +28,6 @@ from gpugauge.families.amp.workload import (
 from gpugauge.measure.busy import BUSY_KEY, measure_busy
 from gpugauge.plugin import parametrize_cases
 
-pytestmark = pytest.mark.amp
-
 
 def _train_cases(profile: str) -> list[AmpCase]:
     return [c for c in cases(profile) if isinstance(c, AmpCase)]
@@ -92,7 +90,7 @@ def test_amp_inference(infer_case: InferCase, gauge: Any) -> None:
         gpu = make_inference(case, case.device)
         extra: dict[str, Any] = {"tf32": flags}
         if case.device != "cpu":
-            # --device auto skips CPU cases on a GPU host: the GPU case carries the CPU side
+            # --gauge-device auto skips CPU cases on a GPU host: the GPU case carries the CPU side
             _, side = cpu_reference(case, gpu, gauge.options.policy, flags)
             extra.update(side)
             agree = side["agreement"]

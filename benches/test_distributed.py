@@ -17,8 +17,6 @@ from gpugauge.families.distributed.cases import DistCase, cases
 from gpugauge.families.distributed.results import SeriesRuns, to_measurement
 from gpugauge.plugin import parametrize_cases
 
-pytestmark = pytest.mark.distributed
-
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_cases(metafunc, "case", cases)

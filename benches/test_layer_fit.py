@@ -29,8 +29,6 @@ from gpugauge.measure.timing import measure
 from gpugauge.plugin import parametrize_cases
 from gpugauge.results.measurement import Measurement
 
-pytestmark = pytest.mark.layer_fit
-
 GRAD_REL_TOL = 1e-4  # fp32, TF32 off: the schedules differ only in summation order
 # Graphs replay the eager schedule's kernels, but eager GPipe's backward is one autograd
 # call that likely sums the parts' gradients in the engine's order, the graphs in

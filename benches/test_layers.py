@@ -13,8 +13,6 @@ from gpugauge.families.layers.workload import LayerCase, cases, make_round
 from gpugauge.measure.ceilings import matmul_precision
 from gpugauge.plugin import parametrize_cases
 
-pytestmark = pytest.mark.layers
-
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_cases(metafunc, "layer_case", cases)

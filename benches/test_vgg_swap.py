@@ -19,8 +19,6 @@ from gpugauge.families.vgg_swap.workload import (
 )
 from gpugauge.plugin import parametrize_cases
 
-pytestmark = pytest.mark.vgg_swap
-
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_cases(metafunc, "case", cases)

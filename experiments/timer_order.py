@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from gpugauge.check.timers import (
+from gpugauge.check.three_timers import (
     DO_BENCH_WARMUP_MS,
     _do_bench,
     cold_timing,

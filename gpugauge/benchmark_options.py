@@ -18,19 +18,44 @@ import pytest
 # pytest-benchmark options that drive its own timing loop, which gpugauge does not use:
 # (option dest, flag, the value that means "not given", what to use instead).
 _FOREIGN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
-    ("benchmark_min_rounds", "--benchmark-min-rounds", 5, "use --min-rounds N (or --rounds N)"),
-    ("benchmark_max_time", "--benchmark-max-time", 1.0, "use --time-budget S"),
-    ("benchmark_min_time", "--benchmark-min-time", 5e-6, "a round is one call; use --rounds N"),
-    ("benchmark_precision", "--benchmark-precision", None, "use --target-ci F"),
-    ("benchmark_confidence", "--benchmark-confidence", 0.99, "the CI is 95%; use --target-ci F"),
+    (
+        "benchmark_min_rounds",
+        "--benchmark-min-rounds",
+        5,
+        "use --gauge-min-rounds N (or --gauge-rounds N)",
+    ),
+    ("benchmark_max_time", "--benchmark-max-time", 1.0, "use --gauge-time-budget S"),
+    (
+        "benchmark_min_time",
+        "--benchmark-min-time",
+        5e-6,
+        "a round is one call; use --gauge-rounds N",
+    ),
+    ("benchmark_precision", "--benchmark-precision", None, "use --gauge-target-ci F"),
+    (
+        "benchmark_confidence",
+        "--benchmark-confidence",
+        0.99,
+        "the CI is 95%; use --gauge-target-ci F",
+    ),
     (
         "benchmark_calibration_precision",
         "--benchmark-calibration-precision",
         10,
-        "rounds are not calibrated; use --rounds N",
+        "rounds are not calibrated; use --gauge-rounds N",
     ),
-    ("benchmark_warmup", "--benchmark-warmup", False, "use --warmup N and --warmup-time S"),
-    ("benchmark_warmup_iterations", "--benchmark-warmup-iterations", 100000, "use --warmup N"),
+    (
+        "benchmark_warmup",
+        "--benchmark-warmup",
+        False,
+        "use --gauge-warmup N and --gauge-warmup-time S",
+    ),
+    (
+        "benchmark_warmup_iterations",
+        "--benchmark-warmup-iterations",
+        100000,
+        "use --gauge-warmup N",
+    ),
     (
         "benchmark_timer",
         "--benchmark-timer",

@@ -311,7 +311,7 @@ class Gauge:
         result recorded from elsewhere (a worker's, a search) cannot be measured again.
         """
         if self._again is None or not self.session.confirm:
-            why = "--no-confirm" if self._again is not None else "recorded from elsewhere"
+            why = "--gauge-no-confirm" if self._again is not None else "recorded from elsewhere"
             return m, replace(first, note=_joined(first.note, f"not confirmed ({why})"))
         self.session.note(f"{m.id}: regressed; measuring again to confirm ...")
         second = self._again()
@@ -343,7 +343,9 @@ class Gauge:
         if result.verdict is Verdict.REGRESSED:
             pytest.fail(f"gpugauge gate: {result.message()}", pytrace=False)
         if result.verdict is Verdict.NEW and self.options.require_baselines:
-            pytest.fail(f"gpugauge gate: {result.message()} (--require-baselines)", pytrace=False)
+            pytest.fail(
+                f"gpugauge gate: {result.message()} (--gauge-require-baselines)", pytrace=False
+            )
 
     @property
     def _benchmark_disabled(self) -> bool:

@@ -1,30 +1,24 @@
-"""Command-line options of the suite, validated once and resolved into :class:`Options`.
+"""The suite's options resolved into :class:`Options`, once gpugauge is used in a run.
 
-Argument types reject bad values at parse time with argparse's message, which names the
-option: every number must be finite and within its range (a budget of ``inf`` or 1e308 s
-overflows the clock arithmetic; ``--min-rounds 99999999999`` never ends), and a path must
-not be empty (``""`` would mean the current folder). The cross-option checks in
-:func:`resolve` raise ``ValueError`` naming the option, which the plugin turns into a usage
-error before anything is measured; so do the destinations the run will write to
-(:func:`check_destinations`), checked up front rather than after the measuring.
+The options are declared in :mod:`gpugauge.flags` (light: the plugin declares them in
+every pytest run). The cross-option checks in :func:`resolve` raise ``ValueError`` naming
+the option, which the plugin turns into a usage error before anything is measured; so do
+the destinations the run will write to (:func:`check_destinations`), checked up front
+rather than after the measuring.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gpugauge.flags import path_option, positive_int
 from gpugauge.measure.energy import MIN_WINDOW_S
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.plain import to_plain
 from gpugauge.results.files import writable_problem
-
-PROFILES = ("smoke", "seed", "full")
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")
 
 # Per profile: how hard to try for a tight median, in the sustained regime. The seeds
 # warmed up 5 rounds and averaged 10: every profile warms up 5, and seed/full take at
@@ -67,195 +61,6 @@ BURST = {
     "min_rounds": 10,
     "budget_s": 0.1,
 }
-REGIMES = ("sustained", "burst")
-
-
-# Upper bounds of the numeric options. A result keeps every round, so a million rounds is
-# already tens of megabytes of JSON; a day of timing or warm-up per benchmark, or a week of
-# a whole run, is past any job's limit, and far below where the clock arithmetic overflows.
-MAX_ROUNDS = 1_000_000
-MAX_BENCH_S = 86_400.0
-MAX_RUN_S = 7 * 86_400.0
-
-
-def _number(
-    kind: type, low: float, what: str, inclusive: bool = True, high: float = math.inf
-) -> Callable[[str], Any]:
-    """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high``."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if (
-            not math.isfinite(value)
-            or value < low
-            or (not inclusive and value == low)
-            or value > high
-        ):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
-
-    parse.__name__ = what
-    return parse
-
-
-positive_int = _number(int, 1, f"a whole number >= 1 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
-count = _number(int, 0, f"a whole number >= 0 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
-seconds = _number(float, 0, f"a number of seconds >= 0 (at most {MAX_BENCH_S:g})", high=MAX_BENCH_S)
-positive_seconds = _number(
-    float, 0, f"a number of seconds > 0 (at most {MAX_BENCH_S:g})", False, MAX_BENCH_S
-)
-run_seconds = _number(
-    float, 0, f"a number of seconds > 0 (at most {MAX_RUN_S:g})", False, MAX_RUN_S
-)
-fraction = _number(float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1)
-
-
-def path_option(text: str) -> Path:
-    """An argparse type: a path that is not empty (an empty one would mean the current folder)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder)")
-    return Path(text)
-
-
-def add_options(group: Any) -> None:
-    """Declare the options on a pytest option group."""
-    group.addoption(
-        "--profile",
-        choices=PROFILES,
-        default=None,
-        help="smoke: small shapes (default without a GPU); seed: the seeds' exact "
-        "shapes (default with a GPU); full: sweeps",
-    )
-    group.addoption(
-        "--device",
-        choices=DEVICE_CHOICES,
-        default="auto",
-        help="where benchmarks run; auto: cuda if visible, else cpu; all: both",
-    )
-    group.addoption(
-        "--rounds",
-        type=positive_int,
-        default=None,
-        help="fixed timed rounds (the seeds used 10); default: adaptive",
-    )
-    group.addoption(
-        "--min-rounds",
-        type=positive_int,
-        default=None,
-        help="fewest timed rounds in adaptive mode (profile default)",
-    )
-    group.addoption(
-        "--warmup", type=count, default=None, help="warm-up rounds before timing (default 5)"
-    )
-    group.addoption(
-        "--warmup-time",
-        type=seconds,
-        default=None,
-        help="also warm up for at least this many seconds (profile default)",
-    )
-    group.addoption(
-        "--regime",
-        choices=REGIMES,
-        default="sustained",
-        help="sustained (default): warm up until the clock settles, then time >= --min-time "
-        "of rounds; burst: idle 2 s first, then a short run at boost clocks (no energy)",
-    )
-    group.addoption(
-        "--min-time",
-        type=seconds,
-        default=None,
-        help="adaptive stop: at least this many seconds of measured rounds (profile default)",
-    )
-    group.addoption(
-        "--target-ci",
-        type=fraction,
-        default=None,
-        help="adaptive stop: relative half-width of the 95%% CI of the median",
-    )
-    group.addoption(
-        "--time-budget",
-        type=positive_seconds,
-        default=None,
-        help="adaptive stop: seconds of timed rounds per benchmark at most",
-    )
-    group.addoption(
-        "--flush-l2",
-        action="store_true",
-        default=False,
-        help="flush the GPU's L2 cache before every timed round (outside the timing)",
-    )
-    group.addoption(
-        "--energy-window",
-        type=seconds,
-        default=5.0,
-        help="seconds of repeated runs per energy reading (>= 1; 0 turns energy off)",
-    )
-    group.addoption(
-        "--idle-time",
-        type=seconds,
-        default=1.0,
-        help="idle seconds before each energy window, for the idle power",
-    )
-    group.addoption(
-        "--stop-after",
-        type=run_seconds,
-        default=None,
-        help="start no new test once this many seconds have passed; the run ends as "
-        "usual, its results saved (for jobs with a time limit)",
-    )
-    group.addoption(
-        "--gate",
-        action="store_true",
-        default=False,
-        help="compare every result with the stored baseline of this device class; "
-        "a regression fails its test",
-    )
-    group.addoption(
-        "--update-baselines",
-        action="store_true",
-        default=False,
-        help="after a run in which every test passed, store its results as the "
-        "baselines of this device class",
-    )
-    group.addoption(
-        "--record-kernels",
-        action="store_true",
-        default=False,
-        help="after each GPU result is measured, run one more round under torch.profiler "
-        "and keep its longest kernels (name, calls, µs, share of the round) in "
-        "extra_info['kernels'] and in baselines, so that the gate can say when a case ran "
-        "another cuDNN or cuBLAS algorithm; the nightly job and the baseline recipe use it "
-        "(off by default: one more, profiled round per GPU result)",
-    )
-    group.addoption(
-        "--require-baselines",
-        action="store_true",
-        default=False,
-        help="with --gate: a result with no baseline of its device class fails its test "
-        "(for nightly jobs, so that a missing baseline cannot pass as 'new')",
-    )
-    group.addoption(
-        "--baselines-dir",
-        type=path_option,
-        default=None,
-        help="baselines folder (default: <rootdir>/baselines)",
-    )
-    group.addoption(
-        "--tolerances-dir",
-        type=path_option,
-        default=None,
-        help="tolerance TOML folder (default: <rootdir>/tolerances)",
-    )
-    group.addoption(
-        "--artifacts-dir",
-        type=path_option,
-        default=None,
-        help="where results' files (traces, tables) go, one folder per run "
-        "(default: <rootdir>/artifacts)",
-    )
 
 
 @dataclass(frozen=True)
@@ -301,8 +106,8 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     device = get("device")
     if device in ("cuda", "all") and not cuda_available:
         raise ValueError(
-            f"--device {device}: no CUDA device is visible (torch.cuda.is_available() "
-            "is False); use --device auto or cpu"
+            f"--gauge-device {device}: no CUDA device is visible (torch.cuda.is_available() "
+            "is False); use --gauge-device auto or cpu"
         )
     devices = {
         "auto": ("cuda",) if cuda_available else ("cpu",),
@@ -313,7 +118,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     window = get("energy_window")
     if 0 < window < MIN_WINDOW_S:
         raise ValueError(
-            f"--energy-window {window}: NVML's energy counter and power readings "
+            f"--gauge-energy-window {window}: NVML's energy counter and power readings "
             f"update every 20-100 ms; use at least {MIN_WINDOW_S:g} s, or 0 for off"
         )
     overrides = {
@@ -336,7 +141,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         slack = base.max_warmup_s - base.warmup_s
         merged.setdefault("max_warmup_s", max(base.max_warmup_s, merged["warmup_s"] + slack))
     if merged.get("target_ci", 0.5) >= 1:
-        raise ValueError("--target-ci must be below 1 (0.01 means ±1%)")
+        raise ValueError("--gauge-target-ci must be below 1 (0.01 means ±1%)")
     try:
         policy = replace(base, **merged)
     except ValueError as err:
@@ -361,15 +166,15 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
 
 # TimingPolicy fields and the options that set them, to name an option in its errors.
 POLICY_OPTIONS = {
-    "rounds": "--rounds",
-    "min_rounds": "--min-rounds",
-    "max_rounds": "--min-rounds",
-    "warmup_rounds": "--warmup",
-    "warmup_s": "--warmup-time",
-    "max_warmup_s": "--warmup-time",
-    "target_ci": "--target-ci",
-    "budget_s": "--time-budget",
-    "min_time_s": "--min-time",
+    "rounds": "--gauge-rounds",
+    "min_rounds": "--gauge-min-rounds",
+    "max_rounds": "--gauge-min-rounds",
+    "warmup_rounds": "--gauge-warmup",
+    "warmup_s": "--gauge-warmup-time",
+    "max_warmup_s": "--gauge-warmup-time",
+    "target_ci": "--gauge-target-ci",
+    "budget_s": "--gauge-time-budget",
+    "min_time_s": "--gauge-min-time",
 }
 
 
@@ -391,16 +196,16 @@ def _folder_error(option: str, path: Path, must_exist: bool) -> str | None:
 def _check_folders(get: Callable[[str], Any]) -> None:
     """Folders named on the command line must be usable: a typo must not turn the gate off.
 
-    With ``--gate`` a given ``--baselines-dir`` must exist (else every result would be
-    'new'); a given ``--tolerances-dir`` must exist (else built-in tolerances would apply
-    unseen). ``--update-baselines`` may create the baselines folder; no folder may be a file.
+    With ``--gauge-gate`` a given ``--gauge-baselines-dir`` must exist (else every result would be
+    'new'); a given ``--gauge-tolerances-dir`` must exist (else built-in tolerances would apply
+    unseen). ``--gauge-update-baselines`` may create the baselines folder; no folder may be a file.
     """
     if get("require_baselines") and not get("gate"):
-        raise ValueError("--require-baselines applies to --gate; add --gate")
+        raise ValueError("--gauge-require-baselines applies to --gauge-gate; add --gauge-gate")
     checks = [
-        ("--baselines-dir", get("baselines_dir"), bool(get("gate"))),
-        ("--tolerances-dir", get("tolerances_dir"), True),
-        ("--artifacts-dir", get("artifacts_dir"), False),
+        ("--gauge-baselines-dir", get("baselines_dir"), bool(get("gate"))),
+        ("--gauge-tolerances-dir", get("tolerances_dir"), True),
+        ("--gauge-artifacts-dir", get("artifacts_dir"), False),
     ]
     for option, path, must_exist in checks:
         problem = None if path is None else _folder_error(option, path, must_exist)
@@ -411,15 +216,15 @@ def _check_folders(get: Callable[[str], Any]) -> None:
 def check_destinations(options: Options, get: Callable[[str], Any]) -> None:
     """Folders the run will write to must be writable now, not after it has measured.
 
-    ``--artifacts-dir`` when given (a folder under a file fails here, not inside a test);
-    the baselines folder with ``--update-baselines`` (a read-only one would fail only once
+    ``--gauge-artifacts-dir`` when given (a folder under a file fails here, not inside a test);
+    the baselines folder with ``--gauge-update-baselines`` (a read-only one would fail only once
     every benchmark had run). ValueError naming the option.
     """
     targets = []
     if get("artifacts_dir") is not None:
-        targets.append(("--artifacts-dir", options.artifacts_dir))
+        targets.append(("--gauge-artifacts-dir", options.artifacts_dir))
     if options.update_baselines:
-        option = "--update-baselines into --baselines-dir"
+        option = "--gauge-update-baselines into --gauge-baselines-dir"
         targets.append((option, options.baselines_dir))
         if options.baselines_dir.is_dir():  # each device class's folder is written too
             targets += [(option, p) for p in sorted(options.baselines_dir.iterdir()) if p.is_dir()]
@@ -427,3 +232,7 @@ def check_destinations(options: Options, get: Callable[[str], Any]) -> None:
         problem = writable_problem(folder)
         if problem:
             raise ValueError(f"{option} {folder}: {problem}")
+
+
+# declared in gpugauge.flags; kept importable from here for the code that reads them so
+__all__ = ["Options", "check_destinations", "path_option", "positive_int", "resolve"]

@@ -3,7 +3,7 @@
 In order: idle power (so that warm-up, timing and the energy window that follows all run in
 the same sustained regime), warm-up and timed rounds with the suite's one timing primitive
 (:func:`gpugauge.measure.timing.measure`), the peak memory of one round, NVML energy over a
-window of rounds, and, with ``--record-kernels``, one profiled round's kernels. The result
+window of rounds, and, with ``--gauge-record-kernels``, one profiled round's kernels. The result
 is a :class:`~gpugauge.results.measurement.Measurement`; storing and gating it is the
 gauge's job (:mod:`gpugauge.gauge`).
 """
@@ -66,7 +66,7 @@ def no_energy_reason(
     if not wanted or not measured:
         return "energy not measured for this benchmark"
     if session.options.energy_window_s == 0:
-        return "energy turned off with --energy-window 0"
+        return "energy turned off with --gauge-energy-window 0"
     if policy.regime != "sustained":
         return (
             f"energy is read in the sustained regime only: a {policy.regime} run is "

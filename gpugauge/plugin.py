@@ -3,9 +3,15 @@
 pytest finds it through the ``pytest11`` entry point ``gpugauge.plugin`` of an installed
 gpugauge; a plain checkout loads it from the root ``conftest.py``
 (``pytest_plugins = ["gpugauge.plugin"]``): both name the same module under the same
-name, so it is registered once. It registers its own markers. All run state lives in
-``config.stash`` (a :class:`GaugeSession`), created in ``pytest_configure`` and closed in
-``unconfigure``.
+name, so it is registered once. It registers its own markers.
+
+Installed, it is in every pytest run of the environment, so it costs nothing until a run
+uses it: importing it and declaring its options load no torch, NVML, family or report code.
+gpugauge starts (:mod:`gpugauge.startup`) when a gpugauge option is given (then in
+``pytest_configure``, so that a bad value stops the run before it collects), or a bench
+asks for its cases or options while collecting, or a collected test takes ``gauge`` or
+carries a gpugauge marker. All run state lives in ``config.stash`` (a
+:class:`GaugeSession`), closed in ``unconfigure``.
 """
 
 from __future__ import annotations
@@ -16,42 +22,35 @@ import inspect
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpugauge import tracking
-from gpugauge.benchmark_options import (
-    benchmark_disabled,
-    check_histogram,
-    foreign_note,
-    saved_where,
-)
-from gpugauge.families import registry
-from gpugauge.gauge import Gauge
-from gpugauge.measure.environment import SCHEMA_VERSION
-from gpugauge.options import Options, add_options, check_destinations, resolve
-from gpugauge.regress.baselines import BaselineStore
-from gpugauge.regress.gate import Gate
-from gpugauge.regress.tolerances import load_tolerances
-from gpugauge.results import benchmark_storage
-from gpugauge.results.measurement import Spec, devices_of, in_nightly
-from gpugauge.results.outcome import Skip, skip_reason, test_id
-from gpugauge.session import GaugeSession, Note
+from gpugauge import flags
+from gpugauge.benchmark_options import check_histogram, saved_where
+from gpugauge.markers import GAUGE_MARKERS, marker_lines
 
-SESSION = pytest.StashKey[GaugeSession]()
+if TYPE_CHECKING:
+    from gpugauge.gauge import Gauge
+    from gpugauge.options import Options
+    from gpugauge.results.measurement import Spec
+    from gpugauge.session import GaugeSession
+
+SESSION = pytest.StashKey["GaugeSession"]()
 STARTED = pytest.StashKey[float]()  # time.monotonic() at the session's start
 STARTED_WALL = pytest.StashKey[float]()  # time.time() at the session's start (file times)
+START_FAILED = pytest.StashKey[pytest.UsageError]()  # why gpugauge could not start
+FIXTURES = ("gauge", "gauge_session")  # a collected test that takes one uses gpugauge
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Declare the suite's options in one group."""
     group = parser.getgroup("gpugauge", "gpugauge benchmarks")
-    add_options(group)
-    tracking.add_options(group)
+    flags.add_options(group)
+    flags.add_history_options(group)
 
 
-def _note_writer(config: pytest.Config) -> Note:
+def _note_writer(config: pytest.Config) -> Callable[[str], None]:
     """Progress lines on the terminal, past output capture; silent under -q."""
 
     def note(text: str) -> None:
@@ -67,65 +66,44 @@ def _note_writer(config: pytest.Config) -> Note:
     return note
 
 
-MARKERS = (
-    "gpu: needs a CUDA device; skipped with a reason where none is visible",
-    "cpu: runs on the CPU",
-    "multi_gpu(n): needs n (default 2) CUDA devices; skipped with a reason where fewer are seen",
-    "nightly: a case the nightly job gates (-m nightly): every case but those its family "
-    "leaves to the seed and full runs",
-)
+def given_options(config: pytest.Config) -> list[str]:
+    """The gpugauge options this run sets to other than their defaults (their dests)."""
+    return [d for d, default in flags.defaults().items() if config.getoption(d) != default]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers; resolve and validate the options; keep the run's state."""
-    import torch
-
-    for line in (*MARKERS, *(f.marker_line() for f in registry().values())):
+    """Register the markers; start gpugauge now if one of its options is given."""
+    for line in marker_lines():
         config.addinivalue_line("markers", line)
     check_histogram(config)
-    messages = []
-    try:
-        options = resolve(config.getoption, torch.cuda.is_available(), config.rootpath)
-        check_destinations(options, config.getoption)  # before anything is measured
-        benchmark_storage.guard(config)  # pytest-benchmark's own writes made atomic
-        if options.update_baselines and benchmark_disabled(config):
-            raise ValueError(
-                "--update-baselines with --benchmark-disable: a run that does not measure "
-                "never writes baselines"
-            )
-        gate = None
-        if options.gate:
-            store = BaselineStore(options.baselines_dir)
-            store.validate_all()
-            gate = Gate(store, load_tolerances(options.tolerances_dir))
-            for what, folder in (
-                ("baselines", options.baselines_dir),
-                ("tolerances", options.tolerances_dir),
-            ):
-                if not folder.is_dir():
-                    fallback = "every result is new" if what == "baselines" else "built-in ones"
-                    messages.append(f"gate: no {what} folder {folder}: {fallback}")
-    except ValueError as err:  # also BaselineError, ToleranceError
-        raise pytest.UsageError(str(err)) from None
-    tracker = None
-    target = tracking.target_of(config)
-    if target is not None and not benchmark_disabled(config):
-        tracker = tracking.Tracker(target, options.profile)
+    if given_options(config):
+        _start(config)
+
+
+def _start(config: pytest.Config) -> GaugeSession:
+    """The run's session, started on first use (see the module's docstring).
+
+    A start that fails (a bad option, an unusable history) raises ``pytest.UsageError``,
+    once: while collecting, that is a collection error of the bench that asked, and
+    ``pytest_collection_modifyitems`` then ends the run with it as a usage error.
+    """
+    failed = config.stash.get(START_FAILED, None)
+    if failed is not None:
+        raise failed
+    session = config.stash.get(SESSION, None)
+    if session is None:
+        from gpugauge.startup import start
+
+        started = STARTED in config.stash
         try:
-            tracker.open()  # now: a bad path or URL stops the run before it measures
-        except (OSError, ValueError) as err:  # HistoryError is a ValueError
-            raise pytest.UsageError(f"--history: {err}") from None
-    config.stash[SESSION] = GaugeSession(
-        options,
-        config.rootpath,
-        _note_writer(config),
-        gate=gate,
-        messages=messages,
-        foreign_note=foreign_note(config),
-        tracker=tracker,
-        confirm=not config.getoption("no_confirm", False),
-    )
-    config.pluginmanager.register(OutcomeWatch(config.stash[SESSION]), "gpugauge-outcome")
+            session = start(config, _note_writer(config), started)
+        except pytest.UsageError as err:
+            config.stash[START_FAILED] = err
+            raise
+        config.stash[SESSION] = session
+        if started:  # too late for the report header: say it as the first progress line
+            session.note(_header(session.options))
+    return session
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -137,51 +115,45 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         gs.fingerprint()
 
 
+def _uses_gauge(item: pytest.Item) -> bool:
+    """A test that takes a gpugauge fixture or carries one of its markers."""
+    if any(f in getattr(item, "fixturenames", ()) for f in FIXTURES):
+        return True
+    return any(m.name in GAUGE_MARKERS for m in item.iter_markers())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start gpugauge if a selected test uses it (its device skips, its results).
+
+    A start that failed while collecting ends the run here, as the usage error it is.
+    """
+    failed = config.stash.get(START_FAILED, None)
+    if failed is not None:
+        raise failed
+    if SESSION not in config.stash and any(_uses_gauge(item) for item in items):
+        _start(config)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    """``--stop-after``: past the limit, let the test in hand finish and start no other.
+    """``--gauge-stop-after``: past the limit, let the test in hand finish and start no other.
 
     The session then ends as usual: results and pytest-benchmark's JSON are written, which
     a signal or a killed job would lose.
     """
     yield
-    limit = item.config.getoption("stop_after", None)
+    limit = item.config.getoption("gauge_stop_after", None)
     started = item.config.stash.get(STARTED, None)
     late = limit and started is not None and time.monotonic() - started > limit
     if late and nextitem is not None:
         item.session.shouldstop = (
-            f"--stop-after {limit:g} s passed: the tests after {item.name} were not run"
+            f"--gauge-stop-after {limit:g} s passed: the tests after {item.name} were not run"
         )
     gs = item.config.stash.get(SESSION, None)
     stop = item.session.shouldstop or item.session.shouldfail
     if gs is not None and stop:
         gs.stopped = str(stop)
-
-
-class OutcomeWatch:
-    """The run's course for its saved outcome: selected, finished, skipped, interrupted.
-
-    A plugin object registered per run, bound to its session: a test report and the
-    interrupt hook carry no config to find the session by.
-    """
-
-    def __init__(self, session: GaugeSession) -> None:
-        self.session = session
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """How many tests the run selected: a saved run says how many of them ran."""
-        self.session.selected = len(session.items)
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Count the tests that ran to their end; keep each skip's reason."""
-        if report.when == "teardown":
-            self.session.finished += 1
-        elif report.skipped and not hasattr(report, "wasxfail"):
-            self.session.skips.append(Skip(test_id(report.nodeid), skip_reason(report.longrepr)))
-
-    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        """Ctrl-C, or a signal raised as one: the saved run and the history must know."""
-        self.session.interrupted = excinfo.typename
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -199,11 +171,13 @@ NOT_LOADED = (
 
 
 def options(config: pytest.Config) -> Options:
-    """The run's resolved options (for ``pytest_generate_tests`` in bench modules)."""
-    session = config.stash.get(SESSION, None)
-    if session is None:
+    """The run's resolved options (for ``pytest_generate_tests`` in bench modules).
+
+    Asking for them starts gpugauge in the run if nothing did yet.
+    """
+    if not config.pluginmanager.has_plugin("gpugauge.plugin"):
         raise pytest.UsageError(NOT_LOADED)
-    return session.options
+    return _start(config).options
 
 
 def parametrize_cases(
@@ -212,15 +186,27 @@ def parametrize_cases(
     """Parametrize ``argname`` with the cases of the run's profile.
 
     Ids come from ``spec.id``; each case gets a ``gpu`` or ``cpu`` mark, so that the run's
-    devices decide what is skipped, a case on N > 1 GPUs ``multi_gpu(N)``, and a case the
-    nightly job gates ``nightly`` (:func:`~gpugauge.results.measurement.in_nightly`).
+    devices decide what is skipped, a case on N > 1 GPUs ``multi_gpu(N)``, a case the
+    nightly job gates ``nightly`` (:func:`~gpugauge.results.measurement.in_nightly`), and a
+    case of a registered family its family's mark (``-m vgg_swap``), and a skip with the
+    reason where a module the family needs is not installed (``Family.needs``).
     """
     if argname not in metafunc.fixturenames:
         return
+    profile = options(metafunc.config).profile  # starts gpugauge: its families are marked
+    from gpugauge.families import registry
+    from gpugauge.results.measurement import devices_of, in_nightly
+
+    families = registry()
+    missing = {name: family.missing() for name, family in families.items()}
     params = []
-    for c in cases(options(metafunc.config).profile):
+    for c in cases(profile):
         devices = devices_of(c)
         marks = [pytest.mark.gpu if devices[0].startswith("cuda") else pytest.mark.cpu]
+        if c.family in families:
+            marks.append(getattr(pytest.mark, c.family))
+            if missing[c.family]:
+                marks.append(pytest.mark.skip(reason=missing[c.family]))
         gpus = sum(d.startswith("cuda") for d in devices)
         if gpus > 1:
             marks.append(pytest.mark.multi_gpu(gpus))
@@ -230,9 +216,8 @@ def parametrize_cases(
     metafunc.parametrize(argname, params)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Say what will be measured, and where."""
-    o = options(config)
+def _header(o: Options) -> str:
+    """What will be measured, and where, in one line."""
     p = o.policy
     rounds = f"{p.rounds} fixed" if p.rounds else f">= {p.min_rounds} adaptive (±{p.target_ci:.1%})"
     return (
@@ -241,15 +226,26 @@ def pytest_report_header(config: pytest.Config) -> str:
     )
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Say what will be measured, and where, when gpugauge has started by then."""
+    session = config.stash.get(SESSION, None)
+    return None if session is None else _header(session.options)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip device-marked cases the run does not cover, with the reason."""
-    o = options(item.config)
+    session = item.config.stash.get(SESSION, None)
+    if session is None:  # no test of this run uses gpugauge
+        return
+    o = session.options
     if item.get_closest_marker("gpu") and "cuda" not in o.devices:
         if not o.cuda_available:
             pytest.skip("needs a CUDA GPU; none is visible here")
-        pytest.skip("CUDA case, but --device selects only the CPU")
+        pytest.skip("CUDA case, but --gauge-device selects only the CPU")
     if item.get_closest_marker("cpu") and "cpu" not in o.devices:
-        pytest.skip("CPU case; --device auto picked cuda (use --device all or cpu to run it)")
+        pytest.skip(
+            "CPU case; --gauge-device auto picked cuda (use --gauge-device all or cpu to run it)"
+        )
     marker = item.get_closest_marker("multi_gpu")
     if marker:
         import torch
@@ -270,7 +266,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     is written, so the frames' locals are cleared and the CUDA cache emptied.
     """
     tb = getattr(sys, "last_traceback", None)
-    if tb is None:  # the test passed, or its failure was cleared already
+    if tb is None or SESSION not in item.config.stash:  # passed, or not a gpugauge run
         return
     while tb is not None:
         frame = tb.tb_frame
@@ -294,7 +290,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 @pytest.fixture(scope="session")
 def gauge_session(pytestconfig: pytest.Config) -> GaugeSession:
     """The run's state: options, NVML, fingerprint, ceilings, results so far."""
-    return pytestconfig.stash[SESSION]
+    return _start(pytestconfig)
 
 
 @pytest.fixture
@@ -322,6 +318,8 @@ def gauge(
     gauge.compare(a, b, *, title, labels) -> speedup of b over a with its CI.
     A second measure/record in one test is refused (GaugeError): parametrize instead.
     """
+    from gpugauge.gauge import Gauge
+
     gauge = Gauge(gauge_session, benchmark, request.node)
     yield gauge
     gauge.finish()
@@ -340,6 +338,8 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
     """Save the run's configuration and measured ceilings beside the benchmarks."""
     session = config.stash.get(SESSION, None)
     if session is not None:
+        from gpugauge.measure.environment import SCHEMA_VERSION
+
         output_json["gpugauge"] = {
             "schema_version": SCHEMA_VERSION,
             "argv": sys.argv,
@@ -362,7 +362,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gs.append_history()
     if not gs.options.update_baselines:
         return
-    if session.shouldstop and exitstatus == pytest.ExitCode.INTERRUPTED:  # --stop-after
+    if session.shouldstop and exitstatus == pytest.ExitCode.INTERRUPTED:  # --gauge-stop-after
         gs.messages.append(f"baselines NOT written: the run was cut short ({session.shouldstop})")
         return
     try:

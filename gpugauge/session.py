@@ -3,7 +3,8 @@
 It holds the resolved options and the run's resources, each opened or measured once and
 lazily (NVML, the environment fingerprint, each device's ceilings, the artifact folder),
 and every result and comparison so far; at the end it renders the tables and writes
-baselines. The plugin creates it in ``pytest_configure`` and closes it in ``unconfigure``.
+baselines. The plugin creates it when gpugauge starts in a run (:mod:`gpugauge.startup`)
+and closes it in ``unconfigure``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ Note = Callable[[str], None]
 
 @dataclass
 class GaugeSession:
-    """State of one pytest run; created in ``pytest_configure``, closed in ``unconfigure``.
+    """State of one pytest run; created when gpugauge starts in it, closed in ``unconfigure``.
 
     ``foreign_note`` says which pytest-benchmark timing options were given: they drive
     pytest-benchmark's own loop (tests that take ``benchmark``), not gauge tests, so the
@@ -58,13 +59,13 @@ class GaugeSession:
     messages: list[str] = field(default_factory=list)
     unmeasured: set[str] = field(default_factory=set)  # ids run once under --benchmark-disable
     foreign_note: str | None = None
-    tracker: Tracker | None = None  # the results history; None with --no-history
+    tracker: Tracker | None = None  # the results history; None with --gauge-no-history
     confirm: bool = True  # measure a regressed result again before its test fails
     selected: int = 0  # tests pytest selected to run
     finished: int = 0  # tests that ran to their teardown
     skips: list[Skip] = field(default_factory=list)
     interrupted: str | None = None  # the exception that ended the run (Ctrl-C), or None
-    stopped: str | None = None  # why pytest started no more tests (-x, --stop-after), or None
+    stopped: str | None = None  # why pytest started no more tests (-x, --gauge-stop-after), or None
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
@@ -169,7 +170,11 @@ class GaugeSession:
         if self.unmeasured:
             return ["gate: NOTHING GATED: --benchmark-disable ran each benchmark once, untimed"]
         if self.gate_results and not any(r.checks for r in self.gate_results):
-            hint = "" if self.options.require_baselines else " (--require-baselines fails the run)"
+            hint = (
+                ""
+                if self.options.require_baselines
+                else " (--gauge-require-baselines fails the run)"
+            )
             return [
                 f"gate: NOTHING COMPARED: none of the {len(self.gate_results)} results had a "
                 f"baseline of its device class in {self.options.baselines_dir}{hint}"
@@ -201,7 +206,9 @@ class GaugeSession:
             },
             "profile": self.options.profile,
             # where the entries came from, kept in front of later --add runs
-            "recorded_from": [f"pytest --update-baselines, {datetime.now(UTC):%Y-%m-%dT%H:%M}Z"],
+            "recorded_from": [
+                f"pytest --gauge-update-baselines, {datetime.now(UTC):%Y-%m-%dT%H:%M}Z"
+            ],
         }
         for path in BaselineStore(self.options.baselines_dir).write(
             map(entry_of, self.measurements), meta

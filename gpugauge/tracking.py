@@ -39,44 +39,14 @@ from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.words import plural
 
 
-def add_options(group: Any) -> None:
-    """The history's options, in the gpugauge group."""
-    group.addoption(
-        "--history",
-        metavar="PATH|URL",
-        default=None,
-        help=(
-            "results history: a SQLite file or a postgresql:// URL that several runners "
-            f"share (default: ${ENV_VAR}, else gpugauge-history.sqlite beside "
-            "pytest-benchmark's storage). Every measured run is appended; with --gate, "
-            "each result is judged against its host's own history once it has one"
-        ),
-    )
-    group.addoption(
-        "--no-history",
-        action="store_true",
-        default=False,
-        help="neither read nor append the results history",
-    )
-    group.addoption(
-        "--no-confirm",
-        action="store_true",
-        default=False,
-        help=(
-            "fail a regressed result at once; by default it is measured again (a fresh "
-            "warm-up) and fails only if the second measurement regresses too"
-        ),
-    )
-
-
 def target_of(config: pytest.Config) -> str | None:
     """Where this session's history lives, or None when it is turned off."""
-    if config.getoption("no_history", False):
+    if config.getoption("gauge_no_history", False):
         return None
-    given = config.getoption("history", None)
+    given = config.getoption("gauge_history", None)
     if given is not None:
         if not str(given).strip():
-            raise pytest.UsageError("--history '': give a file path or a postgresql:// URL")
+            raise pytest.UsageError("--gauge-history '': give a file path or a postgresql:// URL")
         return str(given)
     # beside pytest-benchmark's file storage, where the report looks for it too; another
     # storage backend (elasticsearch) has no folder: then the default one
@@ -207,4 +177,4 @@ class Tracker:
             self._history = None
 
 
-__all__ = ["HistoryError", "Tracker", "add_options", "target_of"]
+__all__ = ["HistoryError", "Tracker", "target_of"]

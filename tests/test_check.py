@@ -22,7 +22,7 @@ import torch
 from gpugauge.__main__ import main as gpugauge_main
 from gpugauge.check import gate_runs
 from gpugauge.check.delay import DriverBuffers, delay_for, host_spin
-from gpugauge.check.gate import (
+from gpugauge.check.gate_report import (
     GateCase,
     GateReport,
     RunResult,
@@ -33,8 +33,8 @@ from gpugauge.check.gate import (
     write_gate,
 )
 from gpugauge.check.runs import families_with_baselines, or_expression
-from gpugauge.check.timer import TimerReport, render_timer, why_not_here
-from gpugauge.check.timers import TimerRow, cold_timing, selected
+from gpugauge.check.three_timers import TimerRow, cold_timing, selected
+from gpugauge.check.timer_report import TimerReport, render_timer, why_not_here
 from gpugauge.launch.torchrun import processes_mentioning
 from gpugauge.measure.environment import device_class
 from gpugauge.measure.timing import Timing
@@ -197,15 +197,15 @@ def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
         test_demo=SPIN_BENCH.replace('[("long", 12.0), ("short", 0.5)]', '[("one", 20.0)]')
     )
     base = gauge_pytester.path / "baselines"
-    common = ["--rounds", "15", "--warmup", "2", f"--baselines-dir={base}", "-p"]
+    common = ["--gauge-rounds", "15", "--gauge-warmup", "2", f"--gauge-baselines-dir={base}", "-p"]
     common.append("gpugauge.check.slowdown")
     out = {name: gauge_pytester.path / f"{name}.json" for name in ("base", "frac", "ms")}
-    gauge_pytester.runpytest(*common, "--update-baselines", f"--benchmark-json={out['base']}")
+    gauge_pytester.runpytest(*common, "--gauge-update-baselines", f"--benchmark-json={out['base']}")
     base_rounds, _ = _rounds(out["base"])
     assert min(base_rounds) >= 20.0
 
     frac = gauge_pytester.runpytest(
-        *common, "--gate", "--inject-slowdown", "0.5", f"--benchmark-json={out['frac']}"
+        *common, "--gauge-gate", "--gauge-inject-slowdown", "0.5", f"--benchmark-json={out['frac']}"
     )
     frac.assert_outcomes(failed=1)  # 1.5x: the gate fails it
     rounds, info = _rounds(out["frac"])
@@ -215,9 +215,9 @@ def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
     assert statistics.median(rounds) <= SLACK * (20.0 + asked)
 
     fixed = gauge_pytester.runpytest(
-        *common, "--inject-slowdown-ms", "10", f"--benchmark-json={out['ms']}"
+        *common, "--gauge-inject-slowdown-ms", "10", f"--benchmark-json={out['ms']}"
     )
-    fixed.assert_outcomes(passed=1)  # no --gate: nothing judged
+    fixed.assert_outcomes(passed=1)  # no --gauge-gate: nothing judged
     rounds, info = _rounds(out["ms"])
     assert info["extra"]["injected_slowdown_ms"] == 10.0
     assert 30.0 <= min(rounds) <= 30.0 + LATE_MS
@@ -231,8 +231,8 @@ def test_injected_slowdown_takes_a_spec_given_by_its_id(
     gauge_pytester.makepyfile(test_demo=bench.replace('("short", 0.5)', '("short", 5.0)'))
     out = gauge_pytester.path / "out.json"
     res = gauge_pytester.runpytest(
-        *("--rounds", "5", "--warmup", "1", "-k", "short", f"--benchmark-json={out}"),
-        *("-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "5"),
+        *("--gauge-rounds", "5", "--gauge-warmup", "1", "-k", "short", f"--benchmark-json={out}"),
+        *("-p", "gpugauge.check.slowdown", "--gauge-inject-slowdown-ms", "5"),
     )
     res.assert_outcomes(passed=1, deselected=1)
     rounds, info = _rounds(out)
@@ -246,10 +246,14 @@ def test_injected_fraction_reads_baselines_without_gate(
     # a fraction of the baseline median needs the baselines, not the gate (one side of an
     # A/B is slowed without being gated); a case with no baseline fails, saying so
     gauge_pytester.makepyfile(test_demo=SPIN_BENCH)
-    res = gauge_pytester.runpytest("-p", "gpugauge.check.slowdown", "--inject-slowdown", "0.03")
+    res = gauge_pytester.runpytest(
+        "-p", "gpugauge.check.slowdown", "--gauge-inject-slowdown", "0.03"
+    )
     assert res.ret == pytest.ExitCode.TESTS_FAILED
-    res.stdout.fnmatch_lines(["*--inject-slowdown: no baseline median for*"])
-    bad = gauge_pytester.runpytest("-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "-1")
+    res.stdout.fnmatch_lines(["*--gauge-inject-slowdown: no baseline median for*"])
+    bad = gauge_pytester.runpytest(
+        "-p", "gpugauge.check.slowdown", "--gauge-inject-slowdown-ms", "-1"
+    )
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*'-1' is not a number >= 0*"])
 
@@ -483,17 +487,17 @@ def test_gate_report_json_round_trips(canned: GateReport, tmp_path: Path) -> Non
 def test_gate_runs_are_gated_time_only_and_the_injected_one_loads_the_plugin(
     tmp_path: Path,
 ) -> None:
-    cfg = gate_runs.GateConfig(out=tmp_path, fraction=0.03, pytest_args=("--rounds", "3"))
+    cfg = gate_runs.GateConfig(out=tmp_path, fraction=0.03, pytest_args=("--gauge-rounds", "3"))
     aa = gate_runs.run_args(cfg, "vgg_swap or conv", injected=False)
     inj = gate_runs.run_args(cfg, "vgg_swap or conv", injected=True)
     for args in (aa, inj):
         assert args[:3] == ["benches", "-k", "vgg_swap or conv"]
-        assert {"--gate", "--energy-window", "--no-history"} <= set(args)
-        assert args[-2:] == ["--rounds", "3"]
-    assert "--record-kernels" in aa
+        assert {"--gauge-gate", "--gauge-energy-window", "--gauge-no-history"} <= set(args)
+        assert args[-2:] == ["--gauge-rounds", "3"]
+    assert "--gauge-record-kernels" in aa
     assert "gpugauge.check.slowdown" not in aa
-    assert "--inject-slowdown=0.03" in inj
-    assert "--record-kernels" not in inj
+    assert "--gauge-inject-slowdown=0.03" in inj
+    assert "--gauge-record-kernels" not in inj
 
 
 def test_default_selection_is_the_families_with_baselines(tmp_path: Path) -> None:
@@ -533,7 +537,7 @@ GATE_ARGS = ["--baselines-dir", "base", "--tolerances-dir", "tol"]
 def test_gate_check_end_to_end(demo_checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One A/A run and a 90% slowdown: both cases caught, no false alarm, exit 0."""
     argv = ["check", "gate", "--runs", "1", "--slowdown", "0.9", *GATE_ARGS, "--out", "out"]
-    code = gpugauge_main([*argv, "--", "--rounds", "8", "--warmup", "1"])
+    code = gpugauge_main([*argv, "--", "--gauge-rounds", "8", "--gauge-warmup", "1"])
     out = capsys.readouterr().out
     assert code == 0, out
     progress = [ln for ln in out.splitlines() if "pytest exit" in ln]
@@ -552,7 +556,10 @@ def test_judge_again_reads_an_earlier_checks_runs_against_todays_baselines(
 ) -> None:
     """A baseline recorded anew turns the same A/A run into a false alarm; nothing runs."""
     argv = ["check", "gate", "--runs", "1", "--slowdown", "0.9", *GATE_ARGS]
-    assert gpugauge_main([*argv, "--out", "out", "--", "--rounds", "8", "--warmup", "1"]) == 0
+    assert (
+        gpugauge_main([*argv, "--out", "out", "--", "--gauge-rounds", "8", "--gauge-warmup", "1"])
+        == 0
+    )
     capsys.readouterr()
     first = (demo_checkout / "out" / "gate.json").read_text()
     save_baselines(demo_checkout / "base", [result("long", 6.0), result("short", 0.5)])
@@ -604,7 +611,7 @@ def test_a_selection_is_judged_up_front_only_where_every_name_is_understood() ->
 
 def test_gate_check_stops_its_pytest_on_sigterm(demo_checkout: Path) -> None:
     """SIGTERM mid-run: exit 130, the child's process group gone, no partial file left."""
-    slow = ["--", "--rounds", "2000", "--warmup", "1"]
+    slow = ["--", "--gauge-rounds", "2000", "--gauge-warmup", "1"]
     out = demo_checkout / "out"  # absolute: the child's command line names it
     cmd = [sys.executable, "-m", "gpugauge", "check", "gate", *GATE_ARGS, "--out", str(out), *slow]
     proc = subprocess.Popen(cmd, cwd=demo_checkout, stderr=subprocess.PIPE, text=True)
@@ -804,13 +811,13 @@ def test_a_row_whose_blocks_move_is_timed_again_until_they_tell(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Pairs of blocks suite, do_bench, do_bench, suite; more only while outside and noisy."""
-    from gpugauge.check import timers
+    from gpugauge.check import three_timers
 
     suite = iter(map(_fixed_timing, suite_ms))
     bench = iter(bench_ms)
-    monkeypatch.setattr(timers, "_do_bench", lambda fn, dev: (next(bench), [1400.0]))
-    monkeypatch.setattr(timers, "bare_event_loop", lambda fn, rounds, between=None: 1.0)
-    row = timers.compare_timers("op", lambda: None, lambda: next(suite), lambda: None, None)
+    monkeypatch.setattr(three_timers, "_do_bench", lambda fn, dev: (next(bench), [1400.0]))
+    monkeypatch.setattr(three_timers, "bare_event_loop", lambda fn, rounds, between=None: 1.0)
+    row = three_timers.compare_timers("op", lambda: None, lambda: next(suite), lambda: None, None)
     assert len(row.suite_runs_ms) == len(row.do_bench_runs_ms) == 2 * pairs
     assert row.suite_ms == pytest.approx(sum(suite_ms[: 2 * pairs]) / (2 * pairs))
     assert row.do_bench_ms == pytest.approx(sum(bench_ms[: 2 * pairs]) / (2 * pairs))
@@ -846,8 +853,8 @@ def test_timer_plugin_skips_what_it_cannot_compare(gauge_pytester: pytest.Pytest
     res = gauge_pytester.runpytest(
         "-p",
         "gpugauge.check.timer_plugin",
-        f"--timer-check-json={rows}",
-        "--timer-check-op=lo*",
+        f"--gauge-timer-check-json={rows}",
+        "--gauge-timer-check-op=lo*",
         "-rs",
     )
     res.assert_outcomes(skipped=1, deselected=1)

@@ -389,9 +389,9 @@ def _gloo_resnet(tmp_path: Path, *extra: str) -> dict[str, dict[str, Any]]:
         tmp_path / "run.json",
         "-k",
         "resnet18 and cpu",
-        "--profile",
+        "--gauge-profile",
         "smoke",
-        f"--artifacts-dir={tmp_path / 'art'}",
+        f"--gauge-artifacts-dir={tmp_path / 'art'}",
         *extra,
     )
 
@@ -417,12 +417,12 @@ def test_an_injected_slowdown_reaches_every_rank(tmp_path: Path) -> None:
     (tmp_path / "none").mkdir()
     benches = _gloo_resnet(
         tmp_path,
-        f"--baselines-dir={tmp_path / 'none'}",
-        "--gate",
-        "--no-history",
+        f"--gauge-baselines-dir={tmp_path / 'none'}",
+        "--gauge-gate",
+        "--gauge-no-history",
         "-p",
         "gpugauge.check.slowdown",
-        "--inject-slowdown",
+        "--gauge-inject-slowdown",
         "0.5",
     )
     assert len(benches) == 2

@@ -204,19 +204,19 @@ def test_a_toy_family_joins_through_the_registry_alone(tmp_path: Path) -> None:
         "test_toy.py",
         "-p",
         "no:cacheprovider",
-        "--rounds",
+        "--gauge-rounds",
         "5",
-        "--warmup",
+        "--gauge-warmup",
         "1",
-        "--baselines-dir",
+        "--gauge-baselines-dir",
         "baselines",
-        "--tolerances-dir",
+        "--gauge-tolerances-dir",
         "tolerances",
     ]
-    first = _run([*common, "--update-baselines"], project, site)
+    first = _run([*common, "--gauge-update-baselines"], project, site)
     assert first.returncode == 0, first.stdout + first.stderr
     assert list((project / "baselines").rglob("toy.json")), first.stdout
-    gated = _run([*common, "--gate", "--benchmark-json", "run.json"], project, site)
+    gated = _run([*common, "--gauge-gate", "--benchmark-json", "run.json"], project, site)
     out = gated.stdout
     assert gated.returncode == 0, out + gated.stderr
     for expected in ("toy-x1-cpu", "toy-x2-cpu", "gpugauge gate"):  # results, gate tables

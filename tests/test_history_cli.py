@@ -367,7 +367,7 @@ def test_the_history_help_says_every_measured_run_appends(
     text = " ".join(capsys.readouterr().out.split())
     assert "gated runs append" not in text
     assert "every measured pytest run appends" in text
-    assert "--no-history" in text
+    assert "--gauge-no-history" in text
 
 
 def _two_runs(tmp_path: Path, ids: tuple[str, ...]) -> str:

@@ -82,7 +82,7 @@ def run(i: int, host: str = "GPU-aaaa", **kw: object) -> RunRecord:
             "torch": "2.11.0",
             "commit": f"{i:040d}",
             "flags": {"cudnn_benchmark": True},
-            "argv": ("pytest", "benches", "--gate"),
+            "argv": ("pytest", "benches", "--gauge-gate"),
             "profile": "seed",
             **kw,
         }
@@ -358,8 +358,8 @@ import pytest
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 # room for SQLite's 32 KiB shared-memory index, not for the run's WAL frames
 resource.setrlimit(resource.RLIMIT_FSIZE, (40000, 40000))
-sys.exit(pytest.main(["-p", "no:cacheprovider", "--rounds", "3", "--warmup", "1",
-                      "--history", "h.sqlite", "test_many.py"]))
+sys.exit(pytest.main(["-p", "no:cacheprovider", "--gauge-rounds", "3", "--gauge-warmup", "1",
+                      "--gauge-history", "h.sqlite", "test_many.py"]))
 """
 
 MANY = """

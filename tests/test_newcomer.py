@@ -94,7 +94,9 @@ def test_a_project_of_ones_own_with_no_conftest_or_ini(tmp_path: Path) -> None:
     (project / "test_readme_examples.py").write_text(_readme_examples())
     assert sorted(p.name for p in project.iterdir()) == ["test_readme_examples.py", "test_x.py"]
 
-    ran = _run(sys.executable, "-m", "pytest", "--rounds", "3", "--benchmark-autosave", cwd=project)
+    ran = _run(
+        sys.executable, "-m", "pytest", "--gauge-rounds", "3", "--benchmark-autosave", cwd=project
+    )
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
     assert "gpugauge results (CPU smoke check" in ran.stdout or "device-timed" in ran.stdout
     assert "report: python -m gpugauge report" in ran.stdout

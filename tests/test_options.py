@@ -53,7 +53,7 @@ def test_min_rounds_above_the_profile_max_raises_the_max() -> None:
 
 
 def test_cuda_without_a_gpu_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="--device cuda: no CUDA device"):
+    with pytest.raises(ValueError, match="--gauge-device cuda: no CUDA device"):
         resolve_with(device="cuda")
 
 
@@ -70,13 +70,13 @@ def test_energy_window_zero_turns_energy_off() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--rounds", "0"], "argument --rounds: '0' is not a whole number >= 1"),
-        (["--rounds", "ten"], "argument --rounds: 'ten' is not a whole number >= 1"),
-        (["--profile", "huge"], "argument --profile: invalid choice: 'huge'"),
-        (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
-        (["--target-ci", "-1"], "argument --target-ci: '-1' is not a fraction > 0"),
-        (["--energy-window", "0.5"], "use at least 1 s"),
-        (["--device", "cuda"], "no CUDA device is visible"),
+        (["--gauge-rounds", "0"], "argument --gauge-rounds: '0' is not a whole number >= 1"),
+        (["--gauge-rounds", "ten"], "argument --gauge-rounds: 'ten' is not a whole number >= 1"),
+        (["--gauge-profile", "huge"], "argument --gauge-profile: invalid choice: 'huge'"),
+        (["--gauge-device", "tpu"], "argument --gauge-device: invalid choice: 'tpu'"),
+        (["--gauge-target-ci", "-1"], "argument --gauge-target-ci: '-1' is not a fraction > 0"),
+        (["--gauge-energy-window", "0.5"], "use at least 1 s"),
+        (["--gauge-device", "cuda"], "no CUDA device is visible"),
         (["--no-such-option"], "unrecognized arguments: --no-such-option"),
     ],
 )
@@ -90,7 +90,7 @@ def test_bad_command_lines_fail_with_a_message(
 
 
 def test_record_kernels_sums_each_device_kernel_of_one_round(monkeypatch) -> None:
-    """--record-kernels keeps one round's kernels (name, calls, µs), largest first."""
+    """--gauge-record-kernels keeps one round's kernels (name, calls, µs), largest first."""
     import contextlib
     from types import SimpleNamespace
 

@@ -30,7 +30,7 @@ def run(gauge_pytester: pytest.Pytester):
     def go(*args: str) -> tuple[pytest.RunResult, dict]:
         out = gauge_pytester.path / "out.json"
         result = gauge_pytester.runpytest(
-            "--rounds", "6", "--warmup", "1", f"--benchmark-json={out}", *args
+            "--gauge-rounds", "6", "--gauge-warmup", "1", f"--benchmark-json={out}", *args
         )
         return result, json.loads(out.read_text()) if out.exists() else {}
 
@@ -109,34 +109,34 @@ def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
     # loaded two-core runner read the 40 ms case at 2.4x, inside the CI of 2x)
     (tols / "t.toml").write_text("[default]\ntime = 0.5\n")
     common = [
-        "--rounds",
+        "--gauge-rounds",
         "10",
-        "--warmup",
+        "--gauge-warmup",
         "1",
-        f"--baselines-dir={base}",
-        f"--tolerances-dir={tols}",
+        f"--gauge-baselines-dir={base}",
+        f"--gauge-tolerances-dir={tols}",
         "-p",
         "gpugauge.check.slowdown",
     ]
 
-    recorded = gauge_pytester.runpytest(*common, "--update-baselines")
+    recorded = gauge_pytester.runpytest(*common, "--gauge-update-baselines")
     recorded.assert_outcomes(passed=2, skipped=1)
     [written] = list(base.rglob("demo.json"))
     assert set(json.loads(written.read_text())["benchmarks"]) == {"slow", "fast"}
     recorded.stdout.fnmatch_lines([f"baseline written: {written}"])
 
-    same = gauge_pytester.runpytest(*common, "--gate")
+    same = gauge_pytester.runpytest(*common, "--gauge-gate")
     same.assert_outcomes(passed=2, skipped=1)
     same.stdout.fnmatch_lines(["gpugauge gate: *", "fast *unchanged*", "slow *unchanged*"])
     assert "REGRESSED" not in same.stdout.str()
 
-    slowed = gauge_pytester.runpytest(*common, "--gate", "--inject-slowdown-ms", "100")
+    slowed = gauge_pytester.runpytest(*common, "--gauge-gate", "--gauge-inject-slowdown-ms", "100")
     assert slowed.ret == pytest.ExitCode.TESTS_FAILED
     slowed.assert_outcomes(failed=2, skipped=1)
     slowed.stdout.fnmatch_lines(["*gpugauge gate: fast: regressed: time *x*", "*fast*REGRESSED*"])
 
     # a slowdown of each case's own baseline median: the same fraction for every case
-    frac = gauge_pytester.runpytest(*common, "--gate", "--inject-slowdown", "3")
+    frac = gauge_pytester.runpytest(*common, "--gauge-gate", "--gauge-inject-slowdown", "3")
     frac.assert_outcomes(failed=2, skipped=1)
     frac.stdout.fnmatch_lines(["*gpugauge gate: slow: regressed: time [34].*x*"])
 
@@ -145,7 +145,7 @@ def test_baselines_are_not_written_after_a_failure(gauge_pytester: pytest.Pytest
     gauge_pytester.makepyfile(test_demo=BENCH + "\ndef test_broken():\n    assert False\n")
     base = gauge_pytester.path / "baselines"
     result = gauge_pytester.runpytest(
-        "--rounds", "3", "--update-baselines", f"--baselines-dir={base}"
+        "--gauge-rounds", "3", "--gauge-update-baselines", f"--gauge-baselines-dir={base}"
     )
     result.stdout.fnmatch_lines(["*baselines NOT written: the run had failures*"])
     assert not base.exists()
@@ -156,7 +156,7 @@ def test_corrupt_baseline_is_a_usage_error(gauge_pytester: pytest.Pytester) -> N
     bad = gauge_pytester.mkdir("baselines") / "cpu-x86_64"
     bad.mkdir()
     (bad / "demo.json").write_text("{oops")
-    result = gauge_pytester.runpytest("--gate", f"--baselines-dir={bad.parent}")
+    result = gauge_pytester.runpytest("--gauge-gate", f"--gauge-baselines-dir={bad.parent}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "demo.json: not valid JSON" in result.stderr.str()
 
@@ -199,14 +199,17 @@ def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.
         GLOBALS = {}
         """
     )
-    # in a subprocess: pytester's in-process run records every hook call, failures included
-    result = gauge_pytester.runpytest_subprocess()
+    # in a subprocess: pytester's in-process run records every hook call, failures included;
+    # a gpugauge option makes it a gpugauge run (an unrelated run's failures are left alone)
+    result = gauge_pytester.runpytest_subprocess("--gauge-device", "cpu")
     result.assert_outcomes(failed=2, passed=3)
 
 
 def test_stop_after_ends_the_run_cleanly_with_its_json(run) -> None:
-    result, data = run("--stop-after", "0.001")
-    result.stdout.fnmatch_lines(["*--stop-after 0.001 s passed: the tests after * were not run*"])
+    result, data = run("--gauge-stop-after", "0.001")
+    result.stdout.fnmatch_lines(
+        ["*--gauge-stop-after 0.001 s passed: the tests after * were not run*"]
+    )
     assert len(data["benchmarks"]) == 1  # the first case finished and was saved; no other ran
 
 
@@ -233,7 +236,9 @@ def test_string_id(gauge):
 def test_gauge_call_form_makes_a_spec_from_the_test(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(test_calls=CALL_FORM)
     out = gauge_pytester.path / "out.json"
-    result = gauge_pytester.runpytest("--rounds", "3", "--warmup", "1", f"--benchmark-json={out}")
+    result = gauge_pytester.runpytest(
+        "--gauge-rounds", "3", "--gauge-warmup", "1", f"--benchmark-json={out}"
+    )
     result.assert_outcomes(passed=3)
     rows = {
         b["extra_info"]["id"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]
@@ -263,7 +268,7 @@ def test_a_spec_without_family_is_a_clear_error(gauge_pytester: pytest.Pytester)
     )
     # (pytest-benchmark warns that the fixture went unused: the test failed before it did)
     result = gauge_pytester.runpytest(
-        "--rounds", "2", "-W", "ignore::pytest_benchmark.logger.PytestBenchmarkWarning"
+        "--gauge-rounds", "2", "-W", "ignore::pytest_benchmark.logger.PytestBenchmarkWarning"
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -287,7 +292,7 @@ def test_benchmark_options_work_for_benchmark_tests(gauge_pytester: pytest.Pytes
     gauge_pytester.makepyfile(test_mixed=PLAIN_AND_GAUGE)
     out = gauge_pytester.path / "out.json"
     result = gauge_pytester.runpytest(
-        "--rounds",
+        "--gauge-rounds",
         "3",
         "--benchmark-min-rounds=7",
         "--benchmark-max-time=0.01",
@@ -303,7 +308,7 @@ def test_benchmark_options_work_for_benchmark_tests(gauge_pytester: pytest.Pytes
     text = result.stdout.str()
     note = "pytest-benchmark options apply to tests that use `benchmark`, not to gauge tests"
     assert text.count(note) == 1  # said once, in the gpugauge section
-    assert "--benchmark-min-rounds: use --min-rounds N" in text
+    assert "--benchmark-min-rounds: use --gauge-min-rounds N" in text
 
 
 def test_benchmark_options_alone_say_nothing(gauge_pytester: pytest.Pytester) -> None:
@@ -333,7 +338,7 @@ def test_cpu_run_says_smoke_check_and_the_next_step(gauge_pytester: pytest.Pytes
     saved.stdout.fnmatch_lines(
         [f"results saved: {file}", f"report: python -m gpugauge report --storage {storage}"]
     )
-    unsaved = gauge_pytester.runpytest("--rounds", "2", "-p", "no:cacheprovider")
+    unsaved = gauge_pytester.runpytest("--gauge-rounds", "2", "-p", "no:cacheprovider")
     unsaved.stdout.fnmatch_lines(["results: not saved; add --benchmark-autosave*"])
 
 
@@ -342,12 +347,12 @@ def test_one_registration_from_conftest_and_entry_point(pytester: pytest.Pyteste
     # environment has gpugauge installed) together, in a fresh interpreter: registered once
     pytester.makeconftest('pytest_plugins = ["gpugauge.plugin"]\n')
     pytester.makepyfile(test_one="def test_one(gauge):\n    gauge(sum, [1, 2])\n")
-    result = pytester.runpytest_subprocess("--rounds", "2", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--gauge-rounds", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert "already registered" not in result.stderr.str()
     # and with no conftest at all: -p names it as the entry point does
     (pytester.path / "conftest.py").unlink()
-    again = pytester.runpytest_subprocess("--rounds", "2", "-p", "gpugauge.plugin")
+    again = pytester.runpytest_subprocess("--gauge-rounds", "2", "-p", "gpugauge.plugin")
     again.assert_outcomes(passed=1)
 
 
@@ -463,12 +468,12 @@ def test_an_interrupted_run_says_so_in_its_file_the_history_the_report_and_basel
     gauge_pytester.makepyfile(test_demo=INTERRUPTED)
     out, history = gauge_pytester.path / "out.json", gauge_pytester.path / "h.sqlite"
     result = gauge_pytester.runpytest(
-        "--rounds",
+        "--gauge-rounds",
         "3",
-        "--warmup",
+        "--gauge-warmup",
         "1",
         f"--benchmark-json={out}",
-        f"--history={history}",
+        f"--gauge-history={history}",
         no_reraise_ctrlc=True,  # the Ctrl-C is the inner run's, not this test's
     )
     assert result.ret == pytest.ExitCode.INTERRUPTED
@@ -503,7 +508,9 @@ def test_demo(gauge, name):
 """
     )
     out = gauge_pytester.path / "out.json"
-    gauge_pytester.runpytest("-x", "--rounds", "3", "--warmup", "1", f"--benchmark-json={out}")
+    gauge_pytester.runpytest(
+        "-x", "--gauge-rounds", "3", "--gauge-warmup", "1", f"--benchmark-json={out}"
+    )
     outcome = json.loads(out.read_text())["gpugauge"]["outcome"]
     assert outcome["finished"] == 1
     assert outcome["stopped"]

@@ -116,7 +116,7 @@ def test_a_signal_to_pytest_stops_the_distributed_family_launch(
     art = no_leftovers / "artifacts"
     cmd = [sys.executable, "-m", "pytest", "benches/test_distributed.py", "-q"]
     cmd += ["-p", "no:cacheprovider", "-k", "resnet18-ddp-2proc-b2-32px-cpu"]
-    cmd += ["--device", "cpu", f"--artifacts-dir={art}"]
+    cmd += ["--gauge-device", "cpu", f"--gauge-artifacts-dir={art}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
 

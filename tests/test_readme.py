@@ -50,7 +50,7 @@ def test_each_example_runs_on_its_own(pytester: pytest.Pytester, code: str) -> N
     pytester.makepyfile(test_example=code)
     saved = pytester.path / "out.json"
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--rounds", "3", f"--benchmark-json={saved}"
+        "-p", "no:cacheprovider", "--gauge-rounds", "3", f"--benchmark-json={saved}"
     )
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) >= 1, result.stdout.str()
@@ -100,7 +100,7 @@ def test_the_options_table_lists_every_option(pytester: pytest.Pytester) -> None
         if line and not line.startswith(" "):
             break  # the next group
         options.update(re.findall(r"^  (--[a-z0-9-]+)", line))
-    assert "--stop-after" in options
+    assert "--gauge-stop-after" in options
     table = _section("Options")
     missing = sorted(o for o in options if f"`{o}" not in table)
     assert not missing, f"options missing from the README's table: {missing}"

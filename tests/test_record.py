@@ -39,10 +39,10 @@ def test_a_result_without_timing_is_saved_gated_and_reported(
     """max_layers is higher-is-better and exact: a drop fails the gate, a rise passes."""
     gauge_pytester.makepyfile(test_fit=FIT_BENCH)
     base = gauge_pytester.path / "baselines"
-    common = [f"--baselines-dir={base}"]
+    common = [f"--gauge-baselines-dir={base}"]
     monkeypatch.setenv("FIT_N", "61")
     saved = gauge_pytester.path / "fit.json"
-    _run(gauge_pytester, *common, "--update-baselines", f"--benchmark-json={saved}")
+    _run(gauge_pytester, *common, "--gauge-update-baselines", f"--benchmark-json={saved}")
     [stored] = json.loads(next(base.rglob("fit.json")).read_text())["benchmarks"].values()
     assert stored == {"max_layers": {"unit": "layers", "value": 61.0}}
     [row] = json.loads(saved.read_text())["benchmarks"]
@@ -50,11 +50,11 @@ def test_a_result_without_timing_is_saved_gated_and_reported(
     assert row["options"]["timer"] == "host wall time of the test (result has no timing)"
 
     monkeypatch.setenv("FIT_N", "60")
-    dropped = _run(gauge_pytester, *common, "--gate")
+    dropped = _run(gauge_pytester, *common, "--gauge-gate")
     dropped.assert_outcomes(failed=1)
     dropped.stdout.fnmatch_lines(["*fit-m62: regressed: max_layers 0.984x vs >= 1.000 allowed*"])
     monkeypatch.setenv("FIT_N", "64")
-    risen = _run(gauge_pytester, *common, "--gate")
+    risen = _run(gauge_pytester, *common, "--gauge-gate")
     risen.assert_outcomes(passed=1)
     risen.stdout.fnmatch_lines(["*fit-m62*improved*"])
 
@@ -95,7 +95,9 @@ def test_two(gauge):
 """
     )
     saved = gauge_pytester.path / "two.json"
-    _run(gauge_pytester, "--rounds", "3", f"--benchmark-json={saved}").assert_outcomes(passed=1)
+    _run(gauge_pytester, "--gauge-rounds", "3", f"--benchmark-json={saved}").assert_outcomes(
+        passed=1
+    )
     [row] = json.loads(saved.read_text())["benchmarks"]
     assert row["extra_info"]["id"] == "first"
 
@@ -126,7 +128,13 @@ def test_missing(gauge):
     )
     saved = gauge_pytester.path / "art.json"
     arts = gauge_pytester.path / "arts"
-    _run(gauge_pytester, "--rounds", "3", f"--artifacts-dir={arts}", f"--benchmark-json={saved}")
+    _run(
+        gauge_pytester,
+        "--gauge-rounds",
+        "3",
+        f"--gauge-artifacts-dir={arts}",
+        f"--benchmark-json={saved}",
+    )
     rows = {r["extra_info"]["id"]: r for r in json.loads(saved.read_text())["benchmarks"]}
     assert rows["no-file"]["extra_info"]["artifacts"] == {}  # the refused record left nothing
     path = Path(rows["with-table"]["extra_info"]["artifacts"]["operator table"])

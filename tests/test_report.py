@@ -44,7 +44,7 @@ def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     # 20 ms on rounds of 2 and 4 ms: a loaded 2-core CI host delays a sleep's wake-up by a
     # scheduler tick or more, and a 3 ms slowdown once read as no regression there
     for i, extra in enumerate(
-        [[], ["-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "20"]]
+        [[], ["-p", "gpugauge.check.slowdown", "--gauge-inject-slowdown-ms", "20"]]
     ):
         out = pytester_dir / f"run{i}.json"
         root = Path(__file__).resolve().parents[1]
@@ -54,9 +54,9 @@ def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
                 "-m",
                 "pytest",
                 "-q",
-                "--rounds",
+                "--gauge-rounds",
                 "8",
-                "--warmup",
+                "--gauge-warmup",
                 "1",
                 f"--benchmark-json={out}",
                 "-p",
@@ -199,7 +199,7 @@ def test_provenance_survives_writes_that_keep_old_entries(
     [fast, slow] = sorted(entries_of_benchmark_json(base), key=lambda e: e.id)
     [path] = store.write([fast, slow], {})  # as a file written before recorded_from existed
     assert "recorded_from" not in json.loads(path.read_text())
-    session = {"recorded_from": ["pytest --update-baselines, 2026-11-26T09:00Z"]}
+    session = {"recorded_from": ["pytest --gauge-update-baselines, 2026-11-26T09:00Z"]}
     store.write([fast], session)  # one entry replaced: the other's origin is not named
     assert json.loads(path.read_text())["recorded_from"] == [
         UNNAMED_RUNS,
@@ -299,13 +299,18 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     root = Path(__file__).resolve().parents[1]
     text = (root / ".github" / "workflows" / "nightly-gpu.yml").read_text()
     assert "runs-on: [self-hosted, gpu]" in text
-    single = 'benches --profile seed -m "nightly and not multi_gpu and not distributed" --gate'
+    single = (
+        'benches --gauge-profile seed -m "nightly and not multi_gpu and not distributed"'
+        " --gauge-gate"
+    )
     assert single in text  # every single-GPU family on the single-GPU runner
-    multi = 'benches --profile seed -m "nightly and (multi_gpu or distributed)" --gate'
+    multi = 'benches --gauge-profile seed -m "nightly and (multi_gpu or distributed)" --gauge-gate'
     assert multi in text  # the multi-GPU cases the nightly gates, on the multi-GPU runner
-    assert text.count("--gate --require-baselines") == 2
-    assert "--gate --require-baselines" in text  # a result with no baseline fails
-    assert "--record-kernels --energy-window 0 --benchmark-autosave" in text  # the budget
+    assert text.count("--gauge-gate --gauge-require-baselines") == 2
+    assert "--gauge-gate --gauge-require-baselines" in text  # a result with no baseline fails
+    assert (
+        "--gauge-record-kernels --gauge-energy-window 0 --benchmark-autosave" in text
+    )  # the budget
     assert "GPUGAUGE_HISTORY:" in text  # the history outlives the checkout
     assert "runs-on: [self-hosted, gpu, multi-gpu]" in text
     assert 'NCCL_NVLS_ENABLE: "0"' in text

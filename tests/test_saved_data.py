@@ -28,7 +28,7 @@ from .test_options import DEFAULTS
 from .test_plugin import BENCH
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["--rounds", "3", "--warmup", "0", "-p", "no:cacheprovider"]
+FAST = ["--gauge-rounds", "3", "--gauge-warmup", "0", "-p", "no:cacheprovider"]
 
 
 def snapshot(*folders: Path) -> dict[str, bytes]:
@@ -56,10 +56,10 @@ def test_update_baselines_under_benchmark_disable_is_refused(demo: pytest.Pytest
     save_baselines(base, [result("slow", 4.0), result("fast", 2.0)])
     before = snapshot(base)
     r = demo.runpytest(
-        *FAST, "--update-baselines", "--benchmark-disable", f"--baselines-dir={base}"
+        *FAST, "--gauge-update-baselines", "--benchmark-disable", f"--gauge-baselines-dir={base}"
     )
     assert r.ret == pytest.ExitCode.USAGE_ERROR
-    r.stderr.fnmatch_lines(["*--update-baselines with --benchmark-disable*never writes*"])
+    r.stderr.fnmatch_lines(["*--gauge-update-baselines with --benchmark-disable*never writes*"])
     assert snapshot(base) == before
 
 
@@ -76,7 +76,9 @@ def test_unmeasured_results_never_become_baselines(tmp_path: Path) -> None:
 def test_benchmark_disable_says_nothing_was_gated_or_measured(demo: pytest.Pytester) -> None:
     base = demo.path / "baselines"
     save_baselines(base, [result("slow", 4.0), result("fast", 2.0)])
-    r = demo.runpytest(*FAST, "--gate", "--benchmark-disable", f"--baselines-dir={base}")
+    r = demo.runpytest(
+        *FAST, "--gauge-gate", "--benchmark-disable", f"--gauge-baselines-dir={base}"
+    )
     assert r.ret == pytest.ExitCode.OK
     r.stdout.fnmatch_lines(
         [
@@ -119,7 +121,7 @@ def test_concurrent_baseline_writes_keep_every_entry(
 
 def test_gated_run_with_no_baseline_is_loud(demo: pytest.Pytester) -> None:
     empty = demo.mkdir("baselines")
-    r = demo.runpytest(*FAST, "--gate", f"--baselines-dir={empty}")
+    r = demo.runpytest(*FAST, "--gauge-gate", f"--gauge-baselines-dir={empty}")
     assert r.ret == pytest.ExitCode.OK
     r.stdout.fnmatch_lines(["gate: NOTHING COMPARED: none of the 2 results had a baseline*"])
 
@@ -129,10 +131,12 @@ def test_require_baselines_fails_results_without_one(demo: pytest.Pytester) -> N
     save_baselines(base, [result("slow", 4.0)])  # 'fast' has none
     tols = demo.mkdir("tolerances")
     (tols / "t.toml").write_text("[default]\ntime = 9\n")
-    args = [f"--baselines-dir={base}", f"--tolerances-dir={tols}"]
-    r = demo.runpytest(*FAST, "--gate", "--require-baselines", *args)
+    args = [f"--gauge-baselines-dir={base}", f"--gauge-tolerances-dir={tols}"]
+    r = demo.runpytest(*FAST, "--gauge-gate", "--gauge-require-baselines", *args)
     r.assert_outcomes(passed=1, failed=1, skipped=1)
-    r.stdout.fnmatch_lines(["*gpugauge gate: fast: new: not in *demo.json (--require-baselines)"])
+    r.stdout.fnmatch_lines(
+        ["*gpugauge gate: fast: new: not in *demo.json (--gauge-require-baselines)"]
+    )
 
 
 def test_baseline_file_in_the_wrong_class_folder_is_refused(tmp_path: Path) -> None:

@@ -57,9 +57,9 @@ def bench(gauge_pytester: pytest.Pytester) -> pytest.Pytester:
 
 def _run(p: pytest.Pytester, mode: str, *args: str) -> pytest.RunResult:
     p._monkeypatch.setenv("NAP_MODE", mode)
-    common = ["--rounds", "5", "--warmup", "1", "--baselines-dir", "baselines"]
+    common = ["--gauge-rounds", "5", "--gauge-warmup", "1", "--gauge-baselines-dir", "baselines"]
     return p.runpytest_subprocess(
-        *common, "--tolerances-dir", "tolerances", "--history", "h.sqlite", *args
+        *common, "--gauge-tolerances-dir", "tolerances", "--gauge-history", "h.sqlite", *args
     )
 
 
@@ -76,16 +76,16 @@ def test_history_gets_each_measured_run_once(bench: pytest.Pytester) -> None:
     first.assert_outcomes(passed=1)
     first.stdout.fnmatch_lines(["*history: 1 result of run * appended to *h.sqlite*"])
     _run(bench, "fast", "--benchmark-disable").assert_outcomes(passed=1)  # measured nothing
-    _run(bench, "fast", "--no-history").assert_outcomes(passed=1)
+    _run(bench, "fast", "--gauge-no-history").assert_outcomes(passed=1)
     assert len(_attempts(bench.path / "h.sqlite")) == 1
 
 
 def test_a_regression_is_confirmed_before_the_test_fails(bench: pytest.Pytester) -> None:
-    _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
-    disturbed = _run(bench, "first", "--gate")
+    _run(bench, "fast", "--gauge-update-baselines").assert_outcomes(passed=1)
+    disturbed = _run(bench, "first", "--gauge-gate")
     disturbed.assert_outcomes(passed=1)
     disturbed.stdout.fnmatch_lines(["*nap-cpu: regressed; measuring again to confirm*"])
-    slow = _run(bench, "slow", "--gate")
+    slow = _run(bench, "slow", "--gauge-gate")
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(["*gpugauge gate: nap-cpu: regressed*first measurement regressed*"])
     kept = _attempts(bench.path / "h.sqlite")
@@ -100,15 +100,23 @@ def test_a_regression_is_confirmed_before_the_test_fails(bench: pytest.Pytester)
 
 
 def test_no_confirm_fails_at_once(bench: pytest.Pytester) -> None:
-    _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
-    r = _run(bench, "first", "--gate", "--no-confirm")
+    _run(bench, "fast", "--gauge-update-baselines").assert_outcomes(passed=1)
+    r = _run(bench, "first", "--gauge-gate", "--gauge-no-confirm")
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["*not confirmed (--no-confirm)*"])
+    r.stdout.fnmatch_lines(["*not confirmed (--gauge-no-confirm)*"])
 
 
 def test_a_run_with_injected_work_is_judged_but_not_kept(bench: pytest.Pytester) -> None:
-    _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
-    r = _run(bench, "fast", "--gate", "-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "3")
+    _run(bench, "fast", "--gauge-update-baselines").assert_outcomes(passed=1)
+    r = _run(
+        bench,
+        "fast",
+        "--gauge-gate",
+        "-p",
+        "gpugauge.check.slowdown",
+        "--gauge-inject-slowdown-ms",
+        "3",
+    )
     r.assert_outcomes(failed=1)  # judged: 3 ms added to a 3 ms nap, confirmed
     r.stdout.fnmatch_lines(["*history: 1 result with injected work not appended*"])
     assert len(_attempts(bench.path / "h.sqlite")) == 1  # the baseline run's only
@@ -118,9 +126,9 @@ def test_a_run_with_injected_work_is_judged_but_not_kept(bench: pytest.Pytester)
 def test_a_bad_history_stops_the_run_before_it_measures(
     bench: pytest.Pytester, target: str
 ) -> None:
-    r = bench.runpytest_subprocess("--history", target)
+    r = bench.runpytest_subprocess("--gauge-history", target)
     assert r.ret == pytest.ExitCode.USAGE_ERROR
-    r.stderr.fnmatch_lines(["*--history*"])
+    r.stderr.fnmatch_lines(["*--gauge-history*"])
 
 
 def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
         default="",
         metavar="ARGS",
         help="more pytest arguments for head only (e.g. '-p gpugauge.check.slowdown "
-        "--inject-slowdown-ms 0.1')",
+        "--gauge-inject-slowdown-ms 0.1')",
     )
     p.add_argument(
         "pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed to both sides' pytest"

@@ -1,6 +1,6 @@
 """What each side's results ran: the main kernels of a case on base and on head, and the GPU.
 
-Both sides record one round's kernels (``--record-kernels``) in their saved runs; an A/B
+Both sides record one round's kernels (``--gauge-record-kernels``) in their saved runs; an A/B
 then says of each case "same kernels" or which main kernels head runs that base did not,
 and the other way round (the gate's rule, :func:`gpugauge.regress.gate.kernel_change`): a
 slowdown with the same kernels is the clock, the memory or the launch path; with other

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpugauge.check.gate import DEFAULT_SLOWDOWN
+from gpugauge.check.gate_report import DEFAULT_SLOWDOWN
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
-from gpugauge.check.timer import DEFAULT_THRESHOLD
+from gpugauge.check.timer_report import DEFAULT_THRESHOLD
 from gpugauge.commands import name_missing_choices
 from gpugauge.results.files import FileError, make_dir
 
@@ -164,7 +164,7 @@ def _guarded(kind: str, run: Callable[[], int]) -> int:
 
 def timer_command(args: argparse.Namespace) -> int:
     """``gpugauge check timer``."""
-    from gpugauge.check.timer import TimerConfig, render_timer, run_timer_check, write_timer
+    from gpugauge.check.timer_report import TimerConfig, render_timer, run_timer_check, write_timer
 
     cfg = TimerConfig(
         out=args.out,
@@ -200,7 +200,7 @@ def _checked(
 
 def gate_command(args: argparse.Namespace) -> int:
     """``gpugauge check gate``."""
-    from gpugauge.check.gate import render_gate, write_gate
+    from gpugauge.check.gate_report import render_gate, write_gate
     from gpugauge.check.gate_runs import GateConfig, judge_again, run_gate_check
 
     cfg = GateConfig(

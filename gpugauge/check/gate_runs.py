@@ -1,9 +1,10 @@
 """Running ``gpugauge check gate``: the A/A runs and the injected run, in pytest.
 
-Each run is ``python -m pytest benches -k EXPR --profile P --gate --energy-window 0`` in
-a process of its own (:func:`gpugauge.check.runs.run_pytest`); the A/A runs record each
-case's kernels, the injected one loads :mod:`gpugauge.check.slowdown`. The verdicts are
-gathered into a :class:`~gpugauge.check.gate.GateReport`.
+Each run is ``python -m pytest benches -k EXPR --gauge-profile P --gauge-gate
+--gauge-energy-window 0`` in a process of its own (:func:`gpugauge.check.runs.run_pytest`);
+the A/A runs record each case's kernels, the injected one loads
+:mod:`gpugauge.check.slowdown`. The verdicts are gathered into a
+:class:`~gpugauge.check.gate_report.GateReport`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpugauge.check.gate import (
+from gpugauge.check.gate_report import (
     DEFAULT_SLOWDOWN,
     GateReport,
     RunResult,
@@ -76,19 +77,24 @@ def this_device_class() -> str:
 def run_args(cfg: GateConfig, select: str, injected: bool) -> list[str]:
     """A gated run's pytest arguments (the JSON option is added by the runner).
 
-    ``--no-history``: the check is judged against the committed baselines alone, as in
+    ``--gauge-no-history``: the check is judged against the committed baselines alone, as in
     runs 48-52, and leaves the results history as it found it (a slowed run must never
     enter it; the A/A runs are a check, not a night). A regression is confirmed by a
     second measurement, as in a nightly.
     """
-    args = [str(cfg.benches), "-k", select, "--profile", cfg.profile, "--gate"]
-    args += ["--energy-window", "0", f"--baselines-dir={cfg.baselines_dir}", "--no-history"]
+    args = [str(cfg.benches), "-k", select, "--gauge-profile", cfg.profile, "--gauge-gate"]
+    args += [
+        "--gauge-energy-window",
+        "0",
+        f"--gauge-baselines-dir={cfg.baselines_dir}",
+        "--gauge-no-history",
+    ]
     if cfg.tolerances_dir is not None:
-        args.append(f"--tolerances-dir={cfg.tolerances_dir}")
+        args.append(f"--gauge-tolerances-dir={cfg.tolerances_dir}")
     if injected:
-        args += ["-p", "gpugauge.check.slowdown", f"--inject-slowdown={cfg.fraction:g}"]
+        args += ["-p", "gpugauge.check.slowdown", f"--gauge-inject-slowdown={cfg.fraction:g}"]
     else:
-        args.append("--record-kernels")  # a changed plan is named in the verdict's note
+        args.append("--gauge-record-kernels")  # a changed plan is named in the verdict's note
     return [*args, "-p", "no:cacheprovider", *cfg.pytest_args]
 
 

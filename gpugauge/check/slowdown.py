@@ -3,13 +3,13 @@
 It proves that the gate fails a real slowdown: ``gpugauge check gate`` loads it for its
 injected run. Load it explicitly; it changes nothing unless one of its options is given:
 
-    python -m pytest benches --gate -p gpugauge.check.slowdown --inject-slowdown 0.03
-    python -m pytest benches -k vgg_swap -p gpugauge.check.slowdown --inject-slowdown-ms 5
+    python -m pytest benches --gauge-gate -p gpugauge.check.slowdown --gauge-inject-slowdown 0.03
+    python -m pytest benches -k vgg_swap -p gpugauge.check.slowdown --gauge-inject-slowdown-ms 5
 
-``--inject-slowdown F`` adds F times the case's own baseline median to every timed round
-(0.03: 3% for every case, long or short; read from ``--baselines-dir``, gated or not, so
+``--gauge-inject-slowdown F`` adds F times the case's own baseline median to every timed round
+(0.03: 3% for every case, long or short; read from ``--gauge-baselines-dir``, gated or not, so
 that one side of a ``gpugauge ab`` can be slowed);
-``--inject-slowdown-ms MS`` adds a fixed time. The added work runs inside the timed
+``--gauge-inject-slowdown-ms MS`` adds a fixed time. The added work runs inside the timed
 round, after the case's own work, on the stream the case ran on. Each result records what
 was added in ``extra["injected_slowdown_ms"]``.
 
@@ -50,22 +50,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """The injection's options, in the ``gpugauge check`` group."""
     group = parser.getgroup("gpugauge-check", "gpugauge check")
     group.addoption(
-        "--inject-slowdown",
+        "--gauge-inject-slowdown",
         type=_non_negative,
         default=0.0,
         metavar="FRACTION",
-        help="add this fraction of each case's baseline median (from --baselines-dir) to "
+        help="add this fraction of each case's baseline median (from --gauge-baselines-dir) to "
         "every timed round, as device work (0.03 = 3%%)",
     )
     group.addoption(
-        "--inject-slowdown-own",
+        "--gauge-inject-slowdown-own",
         action="store_true",
         default=False,
-        help="with --inject-slowdown: a case with no baseline gets the fraction of its own "
+        help="with --gauge-inject-slowdown: a case with no baseline gets the fraction of its own "
         "median, timed just before it (else it fails)",
     )
     group.addoption(
-        "--inject-slowdown-ms",
+        "--gauge-inject-slowdown-ms",
         type=_non_negative,
         default=0.0,
         metavar="MS",
@@ -114,9 +114,9 @@ def slowed_measure(
             base = baseline_median_ms(self, spec)
             if base is None and not own:
                 pytest.fail(
-                    f"--inject-slowdown: no baseline median for {spec.id} in "
+                    f"--gauge-inject-slowdown: no baseline median for {spec.id} in "
                     f"{self.options.baselines_dir} (its device class has no baseline of it; "
-                    "--inject-slowdown-own sizes it from the case's own median instead)",
+                    "--gauge-inject-slowdown-own sizes it from the case's own median instead)",
                     pytrace=False,
                 )
             if base is None:
@@ -139,10 +139,10 @@ def slowed_measure(
 @pytest.fixture(autouse=True)
 def _inject_slowdown(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """While a test runs, ``Gauge.measure`` adds the injected work (restored afterwards)."""
-    fixed = request.config.getoption("inject_slowdown_ms")
-    fraction = request.config.getoption("inject_slowdown")
+    fixed = request.config.getoption("gauge_inject_slowdown_ms")
+    fraction = request.config.getoption("gauge_inject_slowdown")
     if fixed or fraction:
-        own = request.config.getoption("inject_slowdown_own")
+        own = request.config.getoption("gauge_inject_slowdown_own")
         monkeypatch.setattr(Gauge, "measure", slowed_measure(Gauge.measure, fixed, fraction, own))
         # the processes a test launches (torchrun's ranks) add it too
         monkeypatch.setenv(INJECT_ENV, repr(fraction))

@@ -4,13 +4,13 @@
 exactly what the suite times: the same callable, with the same TF32 flags, on the
 family's own cases, whatever family they come from:
 
-    python -m pytest benches -k layers --profile seed --energy-window 0 \
-        -p gpugauge.check.timer_plugin --timer-check-json rows.json
+    python -m pytest benches -k layers --gauge-profile seed --gauge-energy-window 0 \
+        -p gpugauge.check.timer_plugin --gauge-timer-check-json rows.json
 
 After ``gauge.measure`` has timed and recorded a case as usual, the same callable is timed
-again by the suite's own timer (:func:`gpugauge.check.timers.cold_timing`), by
+again by the suite's own timer (:func:`gpugauge.check.three_timers.cold_timing`), by
 ``triton.testing.do_bench`` and by a bare CUDA-event loop, interleaved, all three with
-do_bench's L2 flush before every round (:func:`gpugauge.check.timers.compare_timers`); the
+do_bench's L2 flush before every round (:func:`gpugauge.check.three_timers.compare_timers`); the
 case's own median is kept beside. A case that runs a setup step before every round
 (do_bench would time it with the round) or that is not on one GPU is skipped with that
 reason. The rows are written to the JSON file when the session ends.
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from gpugauge.check.timers import DEFAULT_THRESHOLD
+from gpugauge.check.three_timers import DEFAULT_THRESHOLD
 from gpugauge.gauge import Gauge
 from gpugauge.results.files import atomic_write_json
 from gpugauge.results.measurement import devices_of
@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """The timer check's options, in the ``gpugauge check`` group."""
     group = parser.getgroup("gpugauge-check", "gpugauge check")
     group.addoption(
-        "--timer-check-json",
+        "--gauge-timer-check-json",
         type=Path,
         default=None,
         metavar="FILE",
@@ -46,7 +46,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "loop; the rows go to FILE (gpugauge check timer)",
     )
     group.addoption(
-        "--timer-check-threshold",
+        "--gauge-timer-check-threshold",
         type=float,
         default=DEFAULT_THRESHOLD,
         metavar="FRACTION",
@@ -54,7 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"of it is timed again (gpugauge check timer's --threshold; default {DEFAULT_THRESHOLD:g})",
     )
     group.addoption(
-        "--timer-check-op",
+        "--gauge-timer-check-op",
         action="append",
         default=[],
         metavar="PATTERN",
@@ -64,7 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Room for the rows, kept in the run's stash."""
-    if config.getoption("timer_check_json") is not None:
+    if config.getoption("gauge_timer_check_json") is not None:
         config.stash[ROWS] = []
         config.stash[NOT_COMPARED] = []
 
@@ -76,10 +76,10 @@ def case_id(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep only the cases ``--timer-check-op`` patterns select (all when none is given)."""
-    from gpugauge.check.timers import selected
+    """Keep only the cases ``--gauge-timer-check-op`` patterns select (all when none is given)."""
+    from gpugauge.check.three_timers import selected
 
-    patterns = config.getoption("timer_check_op")
+    patterns = config.getoption("gauge_timer_check_op")
     if not patterns:
         return
     keep = [i for i in items if selected(case_id(i), patterns)]
@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write the rows (atomically: an interrupted write leaves the old file or none)."""
-    path = session.config.getoption("timer_check_json")
+    path = session.config.getoption("gauge_timer_check_json")
     if path is not None and ROWS in session.config.stash:
         atomic_write_json(
             path,
@@ -109,7 +109,7 @@ def three_ways(
     threshold: float = DEFAULT_THRESHOLD,
 ) -> Callable[..., Any]:
     """``Gauge.measure`` that then times the same callable with do_bench and a bare loop."""
-    from gpugauge.check.timers import cold_timing, compare_timers, do_bench_flush
+    from gpugauge.check.three_timers import cold_timing, compare_timers, do_bench_flush
 
     def measured(self: Gauge, spec: Any, fn: Callable[[], object], **kw: Any) -> Any:
         if isinstance(spec, str):  # an id: the test's own spec, as gauge.measure makes it
@@ -146,6 +146,6 @@ def _timer_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     """While a test runs, ``Gauge.measure`` also times three ways (restored afterwards)."""
     stash = request.config.stash
     if ROWS in stash:
-        threshold = request.config.getoption("timer_check_threshold")
+        threshold = request.config.getoption("gauge_timer_check_threshold")
         measured = three_ways(Gauge.measure, stash[ROWS], stash[NOT_COMPARED], threshold)
         monkeypatch.setattr(Gauge, "measure", measured)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from gpugauge.families import amp, distributed, layer_fit, layers, vgg_swap
 from gpugauge.families.family import Family
+from gpugauge.markers import ENTRY_POINT_GROUP
 
 if TYPE_CHECKING:
     from gpugauge.results.measurement import Comparison, Measurement
@@ -28,7 +29,6 @@ BUILT_IN: tuple[Family, ...] = (
     distributed.FAMILY,
     amp.FAMILY,
 )
-ENTRY_POINT_GROUP = "gpugauge.families"
 
 
 class FamilyError(ValueError):

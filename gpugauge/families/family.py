@@ -7,13 +7,24 @@ registry (:mod:`gpugauge.families`) and never names a family.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpugauge.markers import family_marker_line
+
 if TYPE_CHECKING:
     from gpugauge.report.charts import Chart
     from gpugauge.results.measurement import Comparison, Measurement, Spec
+
+
+def _importable(name: str) -> bool:
+    """Whether a module can be imported, found without importing it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing; a spec-less module
+        return False
 
 
 def no_comparisons(measurements: Sequence[Measurement]) -> list[Comparison]:
@@ -36,6 +47,9 @@ class Family:
     against swapped, fp32 against bf16) from whatever results are present, so a comparison
     never depends on which test ran first; ``charts`` are drawn by the report when they
     apply, on this family's results only; ``tables`` are extra end-of-run tables by name.
+    ``needs`` names the modules its cases import that gpugauge itself does not install, and
+    ``install`` says how to install them: where one is missing, its cases are skipped with
+    that reason, never an ImportError.
     """
 
     name: str
@@ -44,14 +58,24 @@ class Family:
     charts: tuple[Chart, ...] = ()
     comparisons: Callable[[Sequence[Measurement]], list[Comparison]] = no_comparisons
     tables: Callable[[Sequence[Measurement]], dict[str, str]] = no_tables
+    needs: tuple[str, ...] = ()
+    install: str = ""
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
             raise ValueError(f"family name {self.name!r} must be a Python identifier")
 
+    def missing(self) -> str | None:
+        """Why this family's cases cannot run here (a module it needs is missing), or None."""
+        gone = [name for name in self.needs if not _importable(name)]
+        if not gone:
+            return None
+        how = f": {self.install}" if self.install else ""
+        return f"family {self.name} needs {', '.join(gone)}, which is not installed{how}"
+
     def marker_line(self) -> str:
         """The ``markers`` ini line that registers this family's marker."""
-        return f"{self.name}: family {self.name} ({self.about})"
+        return family_marker_line(self.name, self.about)
 
     def describe(self) -> dict[str, Any]:
         """What ``gpugauge families`` prints."""

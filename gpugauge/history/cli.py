@@ -37,7 +37,7 @@ from gpugauge.words import plural
 HELP = "the results history: trends, change points, import and export"
 DESCRIPTION = f"""\
 The results history: every measured pytest run appends all its results to it, gated
-or not (unless --no-history), per host.
+or not (unless --gauge-no-history), per host.
 
   gpugauge history list                         cases, with run counts per host
   gpugauge history show ID                      one case's trend, change points marked

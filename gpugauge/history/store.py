@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gpugauge.flags import HISTORY_ENV_VAR
 from gpugauge.history.backends import Backend, Tx, open_backend
 from gpugauge.history.records import (
     HistoryError,
@@ -40,7 +41,7 @@ from gpugauge.regress.baselines import KernelShare
 
 DEFAULT_NAME = "gpugauge-history.sqlite"
 MIN_PREFIX = 6  # characters a run id's prefix needs (show cuts ids to 13, a session's line to 8)
-ENV_VAR = "GPUGAUGE_HISTORY"  # a path or URL that replaces the default (a nightly's secret)
+ENV_VAR = HISTORY_ENV_VAR  # a path or URL that replaces the default (a nightly's secret)
 
 
 def default_path(storage: Path = Path(".benchmarks")) -> Path:

@@ -248,7 +248,7 @@ def parse_baseline_data(
     if version not in (1, SCHEMA_VERSION):
         raise BaselineError(
             f"{path}: schema_version {version!r} is not 1 or {SCHEMA_VERSION}; "
-            f"re-record it with --update-baselines"
+            f"re-record it with --gauge-update-baselines"
         )
     for key in ("device_class", "family", "benchmarks"):
         if key not in data:

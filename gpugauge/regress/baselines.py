@@ -2,7 +2,7 @@
 
 ``baselines/<device-class>/<family>.json`` holds, per benchmark id, every timed round
 (ms), the peak memory (bytes) and the energy per iteration (J), and, where the run
-recorded a round's kernels (``--record-kernels``), each kernel's share of that round's
+recorded a round's kernels (``--gauge-record-kernels``), each kernel's share of that round's
 device time: a gate note then says when a result ran other main kernels than its baseline
 (another cuDNN or cuBLAS algorithm) rather than leaving a change of speed unexplained.
 Files are parsed as JSON only and validated (:mod:`gpugauge.regress.baseline_file`: the

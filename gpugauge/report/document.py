@@ -114,7 +114,7 @@ def collect(
         baseline_noisy = noisy_ids(other.measurements)
     elif run.measurements and all(m.id in run.verdicts for m in run.measurements):
         results = _stored_verdicts(run)
-        against = "the stored baselines, as the run's own gate judged it (--gate)"
+        against = "the stored baselines, as the run's own gate judged it (--gauge-gate)"
     else:
         gate = Gate(BaselineStore(baselines), tolerances)
         results = [gate.judge(entry_of(m)) for m in run.measurements]

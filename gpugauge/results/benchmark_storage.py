@@ -25,7 +25,7 @@ network, untouched; ``--benchmark-csv``, ``--benchmark-histogram`` and
 pytest-benchmark version lacks the methods replaced here, its writes stay as they are and
 the run says so in one line.
 
-:func:`check_destinations` checks, in ``pytest_configure``, that these destinations can be
+:func:`check_destinations` checks, when gpugauge starts in a run, that these destinations can be
 written before anything is measured: ``--benchmark-json`` naming a folder, a FIFO or a
 file under a file, or a storage that cannot be written, is a usage error.
 """
@@ -103,6 +103,10 @@ class BenchmarkFiles:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Replace the writes as the session starts (when registered before it)."""
+        self.install()
+
+    def install(self) -> None:
         """Replace the JSON and storage writes of pytest-benchmark's session object."""
         bs = getattr(self.config, "_benchmarksession", None)
         if bs is None:
@@ -165,8 +169,15 @@ class BenchmarkFiles:
             terminalreporter.write_line(f"[gpugauge] {line}", red=line in self.failures)
 
 
-def guard(config: pytest.Config) -> None:
-    """Check pytest-benchmark's destinations and make its writes atomic (plugin wiring)."""
+def guard(config: pytest.Config, started: bool = False) -> None:
+    """Check pytest-benchmark's destinations and make its writes atomic (plugin wiring).
+
+    ``started``: the session has started already (gpugauge was first used while collecting),
+    so the writes are replaced now rather than in ``pytest_sessionstart``.
+    """
     check_destinations(config)
     if not config.pluginmanager.has_plugin("gpugauge-benchmark-files"):
-        config.pluginmanager.register(BenchmarkFiles(config), "gpugauge-benchmark-files")
+        files = BenchmarkFiles(config)
+        config.pluginmanager.register(files, "gpugauge-benchmark-files")
+        if started:
+            files.install()

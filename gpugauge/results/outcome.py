@@ -30,7 +30,7 @@ class RunOutcome:
 
     ``interrupted`` is the exception that ended the run ('KeyboardInterrupt' for Ctrl-C or
     SIGTERM turned into one), or None; ``stopped`` is pytest's reason for starting no more
-    tests (``-x``, ``--maxfail``, ``--stop-after``), or None.
+    tests (``-x``, ``--maxfail``, ``--gauge-stop-after``), or None.
     """
 
     selected: int

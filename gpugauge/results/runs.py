@@ -65,7 +65,7 @@ class SavedRun:
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # the gate's, by id
     adhoc_comparisons: list[dict[str, Any]] = field(default_factory=list)  # gauge.compare's
     outcome: RunOutcome | None = None  # None: saved before runs kept their outcome
-    profile: str | None = None  # the run's --profile, where it was saved
+    profile: str | None = None  # the run's --gauge-profile, where it was saved
     node: str | None = None  # the machine's name: pytest-benchmark's machine_info['node']
 
     @property

@@ -1,6 +1,6 @@
 """amp's CPU against GPU inference (seed 001): the model run on both, its outputs compared.
 
-The GPU case carries its CPU side (:func:`cpu_reference`): on a GPU host ``--device auto``
+The GPU case carries its CPU side (:func:`cpu_reference`): on a GPU host ``--gauge-device auto``
 skips the CPU cases, and the two must be checked against each other before either is timed.
 """
 
@@ -99,7 +99,7 @@ def cpu_reference(
 ) -> tuple[Measurement, dict[str, Any]]:
     """The CPU side of a GPU inference case: agreement with the CPU, then CPU timing.
 
-    On a GPU host ``--device auto`` skips the CPU cases, so the GPU case carries the CPU
+    On a GPU host ``--gauge-device auto`` skips the CPU cases, so the GPU case carries the CPU
     side: the same model and input on the CPU, checked against ``device_run``'s output
     (:class:`Agreement`, under ``flags``), then timed with ``perf_counter`` per round under
     ``policy``. Returns the CPU measurement (not recorded: it is compared with the GPU

@@ -24,4 +24,6 @@ FAMILY = Family(
     "single vs several GPUs",
     cases,
     charts=(ScalingCurves(), CommBars()),
+    needs=("torchvision",),  # AlexNet, and the CIFAR transforms of every model's data
+    install="pip install 'gpugauge[families]'",
 )

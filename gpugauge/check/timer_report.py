@@ -3,7 +3,7 @@
 Every GPU case of the selected benchmarks is timed three ways in one pytest run (see
 :mod:`gpugauge.check.timer_plugin`): by the suite (``gauge.measure``, which calls
 :func:`gpugauge.measure.timing.measure`, in the profile's sustained regime), by
-``triton.testing.do_bench`` and by a bare CUDA-event loop (:mod:`gpugauge.check.timers`);
+``triton.testing.do_bench`` and by a bare CUDA-event loop (:mod:`gpugauge.check.three_timers`);
 then three power-heavy ops the same way, in this process. The SM clock is recorded beside
 each: a power-capped op's time follows how densely each timer keeps the GPU busy. The
 check passes when every op's suite median is within ``threshold`` of do_bench's.
@@ -30,7 +30,7 @@ from gpugauge.check.runs import (
     or_expression,
     run_pytest,
 )
-from gpugauge.check.timers import (
+from gpugauge.check.three_timers import (
     CLOCKS_APART,
     CLOCKS_APART_AT_MOST,
     DEFAULT_THRESHOLD,
@@ -259,11 +259,19 @@ def suite_run_args(cfg: TimerConfig, select: str) -> list[str]:
 
     Time only, and nothing appended to the results history: a check is not a night.
     """
-    args = [str(cfg.benches), "-k", select, "--profile", cfg.profile, "--energy-window", "0"]
-    args += ["--no-history", "-p", "gpugauge.check.timer_plugin", "-p", "no:cacheprovider"]
-    args.append(f"--timer-check-threshold={cfg.threshold}")
+    args = [
+        str(cfg.benches),
+        "-k",
+        select,
+        "--gauge-profile",
+        cfg.profile,
+        "--gauge-energy-window",
+        "0",
+    ]
+    args += ["--gauge-no-history", "-p", "gpugauge.check.timer_plugin", "-p", "no:cacheprovider"]
+    args.append(f"--gauge-timer-check-threshold={cfg.threshold}")
     for pattern in cfg.ops:
-        args.append(f"--timer-check-op={pattern}")
+        args.append(f"--gauge-timer-check-op={pattern}")
     return [*args, *cfg.pytest_args]
 
 
@@ -295,7 +303,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
         suite_run_args(cfg, select),
         root=cfg.root,
         folder=cfg.out / "timer-runs",
-        json_option="--timer-check-json",
+        json_option="--gauge-timer-check-json",
         note=note,
     )
     note(

@@ -1,0 +1,273 @@
+"""The suite's pytest options as declared: names, argparse types, choices and defaults.
+
+Importing this module imports nothing beyond the standard library, so that the plugin can
+declare its options in every pytest run of an environment without loading torch or the
+harness (:mod:`gpugauge.options` resolves the values once gpugauge is used).
+
+Argument types reject bad values at parse time with argparse's message, which names the
+option: every number must be finite and within its range (a budget of ``inf`` or 1e308 s
+overflows the clock arithmetic; ``--gauge-min-rounds 99999999999`` never ends), and a path must
+not be empty (``""`` would mean the current folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
+
+PROFILES = ("smoke", "seed", "full")
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")
+REGIMES = ("sustained", "burst")
+# Every option is --gauge-*, its dest gauge_*, as pytest-benchmark's are --benchmark-*: a
+# project's own --device, --profile or --rounds never clashes with gpugauge's.
+DEST_PREFIX = "gauge_"
+HISTORY_ENV_VAR = "GPUGAUGE_HISTORY"  # a path or URL that replaces the default (a nightly's secret)
+
+
+# Upper bounds of the numeric options. A result keeps every round, so a million rounds is
+# already tens of megabytes of JSON; a day of timing or warm-up per benchmark, or a week of
+# a whole run, is past any job's limit, and far below where the clock arithmetic overflows.
+MAX_ROUNDS = 1_000_000
+MAX_BENCH_S = 86_400.0
+MAX_RUN_S = 7 * 86_400.0
+
+
+def _number(
+    kind: type, low: float, what: str, inclusive: bool = True, high: float = math.inf
+) -> Callable[[str], Any]:
+    """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if (
+            not math.isfinite(value)
+            or value < low
+            or (not inclusive and value == low)
+            or value > high
+        ):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+positive_int = _number(int, 1, f"a whole number >= 1 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
+count = _number(int, 0, f"a whole number >= 0 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
+seconds = _number(float, 0, f"a number of seconds >= 0 (at most {MAX_BENCH_S:g})", high=MAX_BENCH_S)
+positive_seconds = _number(
+    float, 0, f"a number of seconds > 0 (at most {MAX_BENCH_S:g})", False, MAX_BENCH_S
+)
+run_seconds = _number(
+    float, 0, f"a number of seconds > 0 (at most {MAX_RUN_S:g})", False, MAX_RUN_S
+)
+fraction = _number(float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1)
+
+
+def path_option(text: str) -> Path:
+    """An argparse type: a path that is not empty (an empty one would mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder)")
+    return Path(text)
+
+
+def add_options(group: Any) -> None:
+    """Declare the options on a pytest option group."""
+    group.addoption(
+        "--gauge-profile",
+        choices=PROFILES,
+        default=None,
+        help="smoke: small shapes (default without a GPU); seed: the seeds' exact "
+        "shapes (default with a GPU); full: sweeps",
+    )
+    group.addoption(
+        "--gauge-device",
+        choices=DEVICE_CHOICES,
+        default="auto",
+        help="where benchmarks run; auto: cuda if visible, else cpu; all: both",
+    )
+    group.addoption(
+        "--gauge-rounds",
+        type=positive_int,
+        default=None,
+        help="fixed timed rounds (the seeds used 10); default: adaptive",
+    )
+    group.addoption(
+        "--gauge-min-rounds",
+        type=positive_int,
+        default=None,
+        help="fewest timed rounds in adaptive mode (profile default)",
+    )
+    group.addoption(
+        "--gauge-warmup", type=count, default=None, help="warm-up rounds before timing (default 5)"
+    )
+    group.addoption(
+        "--gauge-warmup-time",
+        type=seconds,
+        default=None,
+        help="also warm up for at least this many seconds (profile default)",
+    )
+    group.addoption(
+        "--gauge-regime",
+        choices=REGIMES,
+        default="sustained",
+        help="sustained (default): warm up until the clock settles, then time >= --gauge-min-time "
+        "of rounds; burst: idle 2 s first, then a short run at boost clocks (no energy)",
+    )
+    group.addoption(
+        "--gauge-min-time",
+        type=seconds,
+        default=None,
+        help="adaptive stop: at least this many seconds of measured rounds (profile default)",
+    )
+    group.addoption(
+        "--gauge-target-ci",
+        type=fraction,
+        default=None,
+        help="adaptive stop: relative half-width of the 95%% CI of the median",
+    )
+    group.addoption(
+        "--gauge-time-budget",
+        type=positive_seconds,
+        default=None,
+        help="adaptive stop: seconds of timed rounds per benchmark at most",
+    )
+    group.addoption(
+        "--gauge-flush-l2",
+        action="store_true",
+        default=False,
+        help="flush the GPU's L2 cache before every timed round (outside the timing)",
+    )
+    group.addoption(
+        "--gauge-energy-window",
+        type=seconds,
+        default=5.0,
+        help="seconds of repeated runs per energy reading (>= 1; 0 turns energy off)",
+    )
+    group.addoption(
+        "--gauge-idle-time",
+        type=seconds,
+        default=1.0,
+        help="idle seconds before each energy window, for the idle power",
+    )
+    group.addoption(
+        "--gauge-stop-after",
+        type=run_seconds,
+        default=None,
+        help="start no new test once this many seconds have passed; the run ends as "
+        "usual, its results saved (for jobs with a time limit)",
+    )
+    group.addoption(
+        "--gauge-gate",
+        action="store_true",
+        default=False,
+        help="compare every result with the stored baseline of this device class; "
+        "a regression fails its test",
+    )
+    group.addoption(
+        "--gauge-update-baselines",
+        action="store_true",
+        default=False,
+        help="after a run in which every test passed, store its results as the "
+        "baselines of this device class",
+    )
+    group.addoption(
+        "--gauge-record-kernels",
+        action="store_true",
+        default=False,
+        help="after each GPU result is measured, run one more round under torch.profiler "
+        "and keep its longest kernels (name, calls, µs, share of the round) in "
+        "extra_info['kernels'] and in baselines, so that the gate can say when a case ran "
+        "another cuDNN or cuBLAS algorithm; the nightly job and the baseline recipe use it "
+        "(off by default: one more, profiled round per GPU result)",
+    )
+    group.addoption(
+        "--gauge-require-baselines",
+        action="store_true",
+        default=False,
+        help="with --gauge-gate: a result with no baseline of its device class fails its test "
+        "(for nightly jobs, so that a missing baseline cannot pass as 'new')",
+    )
+    group.addoption(
+        "--gauge-baselines-dir",
+        type=path_option,
+        default=None,
+        help="baselines folder (default: <rootdir>/baselines)",
+    )
+    group.addoption(
+        "--gauge-tolerances-dir",
+        type=path_option,
+        default=None,
+        help="tolerance TOML folder (default: <rootdir>/tolerances)",
+    )
+    group.addoption(
+        "--gauge-artifacts-dir",
+        type=path_option,
+        default=None,
+        help="where results' files (traces, tables) go, one folder per run "
+        "(default: <rootdir>/artifacts)",
+    )
+
+
+def add_history_options(group: Any) -> None:
+    """The results history's options, in the gpugauge group."""
+    group.addoption(
+        "--gauge-history",
+        metavar="PATH|URL",
+        default=None,
+        help=(
+            "results history: a SQLite file or a postgresql:// URL that several runners "
+            f"share (default: ${HISTORY_ENV_VAR}, else gpugauge-history.sqlite beside "
+            "pytest-benchmark's storage). Every measured run is appended; with --gauge-gate, "
+            "each result is judged against its host's own history once it has one"
+        ),
+    )
+    group.addoption(
+        "--gauge-no-history",
+        action="store_true",
+        default=False,
+        help="neither read nor append the results history",
+    )
+    group.addoption(
+        "--gauge-no-confirm",
+        action="store_true",
+        default=False,
+        help=(
+            "fail a regressed result at once; by default it is measured again (a fresh "
+            "warm-up) and fails only if the second measurement regresses too"
+        ),
+    )
+
+
+class _Defaults:
+    """An option group that only notes each option's destination and default."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, Any] = {}
+
+    def addoption(self, *names: str, **attrs: Any) -> None:
+        long = next(n for n in names if n.startswith("--"))
+        dest = attrs.get("dest") or long[2:].replace("-", "_")  # pytest's rule
+        self.found[dest] = attrs["default"]  # every option here states its default
+
+
+def defaults() -> Mapping[str, Any]:
+    """Each gpugauge option's destination and default: a value not the default was given."""
+    group = _Defaults()
+    add_options(group)
+    add_history_options(group)
+    return group.found
+
+
+def getter(config: pytest.Config) -> Callable[[str], Any]:
+    """``get(name)``: this run's value of ``--gauge-<name>`` (``name`` as ``resolve`` asks)."""
+    return lambda name: config.getoption(DEST_PREFIX + name)

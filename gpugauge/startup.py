@@ -1,0 +1,115 @@
+"""Start gpugauge in a pytest run: resolve the options, open the gate and history, make the session.
+
+The plugin (:mod:`gpugauge.plugin`) is imported in every pytest run of an environment that
+has gpugauge installed, so it imports none of this until a run uses gpugauge: a gpugauge
+option is given, a collected test takes ``gauge`` or carries a gpugauge marker, or a bench
+asks for its cases. This module then loads torch, the families, the gate and the history.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpugauge import tracking
+from gpugauge.benchmark_options import benchmark_disabled, foreign_note
+from gpugauge.families import registry
+from gpugauge.flags import getter
+from gpugauge.options import check_destinations, resolve
+from gpugauge.regress.baselines import BaselineStore
+from gpugauge.regress.gate import Gate
+from gpugauge.regress.tolerances import load_tolerances
+from gpugauge.results import benchmark_storage
+from gpugauge.results.outcome import Skip, skip_reason, test_id
+from gpugauge.session import GaugeSession, Note
+
+
+def register_family_markers(config: pytest.Config) -> None:
+    """Each registered family's marker line, where the plugin did not register it already."""
+    known = {line.split(":")[0].strip() for line in config.getini("markers")}
+    for family in registry().values():
+        if family.name not in known:
+            config.addinivalue_line("markers", family.marker_line())
+
+
+def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
+    """The run's :class:`GaugeSession`; ``pytest.UsageError`` naming the option if one is bad.
+
+    ``started``: the pytest session has started (gpugauge was first used while collecting):
+    pytest-benchmark's writes are guarded and the fingerprint is taken now.
+    """
+    import torch
+
+    register_family_markers(config)
+    messages = []
+    try:
+        get = getter(config)
+        options = resolve(get, torch.cuda.is_available(), config.rootpath)
+        check_destinations(options, get)  # before anything is measured
+        benchmark_storage.guard(config, started)  # pytest-benchmark's own writes made atomic
+        if options.update_baselines and benchmark_disabled(config):
+            raise ValueError(
+                "--gauge-update-baselines with --benchmark-disable: a run that does not measure "
+                "never writes baselines"
+            )
+        gate = None
+        if options.gate:
+            store = BaselineStore(options.baselines_dir)
+            store.validate_all()
+            gate = Gate(store, load_tolerances(options.tolerances_dir))
+            for what, folder in (
+                ("baselines", options.baselines_dir),
+                ("tolerances", options.tolerances_dir),
+            ):
+                if not folder.is_dir():
+                    fallback = "every result is new" if what == "baselines" else "built-in ones"
+                    messages.append(f"gate: no {what} folder {folder}: {fallback}")
+    except ValueError as err:  # also BaselineError, ToleranceError
+        raise pytest.UsageError(str(err)) from None
+    tracker = None
+    target = tracking.target_of(config)
+    if target is not None and not benchmark_disabled(config):
+        tracker = tracking.Tracker(target, options.profile)
+        try:
+            tracker.open()  # now: a bad path or URL stops the run before it measures
+        except (OSError, ValueError) as err:  # HistoryError is a ValueError
+            raise pytest.UsageError(f"--gauge-history: {err}") from None
+    session = GaugeSession(
+        options,
+        config.rootpath,
+        note,
+        gate=gate,
+        messages=messages,
+        foreign_note=foreign_note(config),
+        tracker=tracker,
+        confirm=not config.getoption("gauge_no_confirm", False),
+    )
+    config.pluginmanager.register(OutcomeWatch(session), "gpugauge-outcome")
+    if started:
+        session.fingerprint()  # outside any test's precision context (TF32 and such)
+    return session
+
+
+class OutcomeWatch:
+    """The run's course for its saved outcome: selected, finished, skipped, interrupted.
+
+    A plugin object registered per run, bound to its session: a test report and the
+    interrupt hook carry no config to find the session by.
+    """
+
+    def __init__(self, session: GaugeSession) -> None:
+        self.session = session
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """How many tests the run selected: a saved run says how many of them ran."""
+        self.session.selected = len(session.items)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Count the tests that ran to their end; keep each skip's reason."""
+        if report.when == "teardown":
+            self.session.finished += 1
+        elif report.skipped and not hasattr(report, "wasxfail"):
+            self.session.skips.append(Skip(test_id(report.nodeid), skip_reason(report.longrepr)))
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Ctrl-C, or a signal raised as one: the saved run and the history must know."""
+        self.session.interrupted = excinfo.typename
