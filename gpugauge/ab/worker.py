@@ -135,15 +135,15 @@ CASE_CALLER = "gpugauge.pipeline"
 
 
 def times_a_case() -> bool:
-    """Whether this call of the primitive comes from ``gauge.measure``."""
+    """Whether this call of the primitive comes straight from ``gauge.measure``'s pipeline.
+
+    The direct caller only: the pipeline also measures the session's ceilings, through
+    another module, on its way to the case's rounds.
+    """
     if CASE_CALLER not in sys.modules:
         return True
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_globals.get("__name__") == CASE_CALLER:
-            return True
-        frame = frame.f_back
-    return False
+    caller = sys._getframe(2)  # 0: here, 1: the wrapped primitive, 2: its caller
+    return caller.f_globals.get("__name__") == CASE_CALLER
 
 
 def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
