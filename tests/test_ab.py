@@ -376,3 +376,86 @@ def test_bisect_search_with_a_fake_compare(tmp_path: Path, toy: Path) -> None:
     assert len(asked) == 1 + 3 + 1  # good-vs-bad, log2(8) steps, the confirmation
     assert asked[-1] == (commits[3], bad_from)
     assert "culprit:" in render_bisect(result)
+
+
+# --- confirm: which results of a gated run get an A/B, against which commit -------------
+
+
+def _saved_run(toy: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--gauge-rounds", "3", f"--benchmark-json={out}"],
+        cwd=toy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def _with_verdict(path: Path, ratio: float, verdict: str, reference: str) -> Path:
+    data = json.loads(path.read_text())
+    (bench,) = data["benchmarks"]
+    info = bench["extra_info"]
+    check = {
+        "metric": "time",
+        "baseline": 3.0,
+        "current": 3.0 * ratio,
+        "ratio": ratio,
+        "ci_low": ratio,
+        "ci_high": ratio,
+        "tolerance": 0.065,
+        "verdict": verdict,
+    }
+    info["gate"] = {
+        "id": info["id"],
+        "verdict": verdict,
+        "note": "",
+        "checks": [check],
+        "references": {"time": reference},
+    }
+    out = path.with_name(f"run-{ratio}-{verdict}-{reference[:4]}.json")
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
+    toy: Path, tmp_path: Path
+) -> None:
+    from gpugauge.ab.confirm import borderline
+
+    run = _saved_run(toy, tmp_path)
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    (picked,) = borderline(_with_verdict(run, 1.03, "unchanged", cls))
+    assert picked.id == "test_toy.py::test_spin"
+    assert picked.nodeid == "test_toy.py::test_spin"
+    assert picked.ratio == pytest.approx(1.03)
+    assert borderline(_with_verdict(run, 1.005, "unchanged", cls)) == []  # under the floor
+    assert borderline(_with_verdict(run, 1.09, "regressed", cls)) == []  # fails already
+    host = "host history: last 5 runs, spread 0.3%"
+    assert borderline(_with_verdict(run, 1.03, "unchanged", host)) == []  # the host knows
+    assert borderline(run) == []  # not gated
+
+
+def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
+    toy: Path, tmp_path: Path
+) -> None:
+    from gpugauge.ab.confirm import reference_commit
+
+    folder = toy / "baselines" / "cpu-x"
+    folder.mkdir(parents=True)
+    (folder / "mine.json").write_text("{}\n")
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "baselines")
+    accepted = _git(toy, "rev-parse", "HEAD")
+    _commit(toy, "  # later", "later work")
+    assert reference_commit(toy, Path("baselines"), "cpu-x", "mine") == accepted
+    with pytest.raises(SideError, match="no commit wrote it"):
+        reference_commit(toy, Path("baselines"), "cpu-x", "other")
+    shallow = tmp_path / "shallow"
+    _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{toy}", str(shallow))
+    with pytest.raises(SideError, match="shallow"):
+        reference_commit(shallow, Path("baselines"), "cpu-x", "mine")

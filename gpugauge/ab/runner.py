@@ -153,10 +153,13 @@ class Side:
 
 
 def case_id(nodeid: str) -> str:
-    """A test's case id: its parameter id (the spec id), else the test's name."""
+    """A test's case id as its result names it.
+
+    The parameter id (the spec id), else the node id, which ``gauge(fn)`` names a result by.
+    """
     if nodeid.endswith("]") and "[" in nodeid:
         return nodeid[nodeid.index("[") + 1 : -1]
-    return nodeid.rsplit("::", 1)[-1]
+    return nodeid
 
 
 def _die_with_parent() -> None:  # pragma: no cover (runs in the child before exec)
