@@ -27,24 +27,13 @@ from gpugauge.ab.result import ABReport
 from gpugauge.ab.runner import ABConfig, ABError, run_sides
 from gpugauge.ab.sides import WORKING_TREE, SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
+from gpugauge.check.cli import fraction
 from gpugauge.check.runs import sigterm_as_interrupt
 from gpugauge.results.files import atomic_write_text, make_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OUT = Path("reports") / "ab"
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a fraction in (0, 1), e.g. the default {MIN_EFFECT:g}"
-        )
-    return value
 
 
 def _seconds(text: str) -> float:
@@ -91,7 +80,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--min-effect",
-        type=_fraction,
+        type=fraction(MIN_EFFECT),
         default=MIN_EFFECT,
         help=f"smallest change called slower or faster (default {MIN_EFFECT:g} = 1%%)",
     )
@@ -166,7 +155,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     conf.add_argument("run", type=Path, metavar="RUN.json", help="a gated run's saved JSON")
     conf.add_argument(
         "--floor",
-        type=_fraction,
+        type=fraction(MIN_EFFECT),
         default=MIN_EFFECT,
         help=f"time ratio above which a passed result is confirmed (default {MIN_EFFECT:g})",
     )
