@@ -245,6 +245,25 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
 
 
 @pytest.mark.slow
+def test_a_side_whose_rounds_fail_fails_its_test_and_the_ab_goes_on(
+    toy: Path, tmp_path: Path
+) -> None:
+    (toy / "test_other.py").write_text(BENCH.format(extra="").replace("test_spin", "test_ok"))
+    _commit(toy, "", "a second test")
+    _commit(toy, "\n    raise ValueError('broken')", "work raises")
+    done = _ab(toy, "ab", "HEAD~1", "HEAD", out=tmp_path / "broken")
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = json.loads((tmp_path / "broken" / "ab.json").read_text())
+    by_id = {c["id"]: c for c in data["cases"]}
+    broken = by_id["test_toy.py::test_spin"]
+    assert broken["status"] == {"base": "passed", "head": "failed"}
+    assert broken["outcome"] is None
+    assert by_id["test_other.py::test_ok"]["outcome"] in ("same", "need more samples")
+    assert any("failed on head" in p for p in data["problems"])
+    assert _leftovers(toy, tmp_path) == []
+
+
+@pytest.mark.slow
 def test_bisect_names_the_commit_that_sleeps(toy: Path, tmp_path: Path) -> None:
     for i in range(1, 6):
         extra = "\n    time.sleep(0.003)" if i >= 3 else ""

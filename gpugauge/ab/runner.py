@@ -93,6 +93,18 @@ class ABConfig:
             raise ValueError(f"block_s > 0, rewarm_s >= 0 and min_rounds >= 1: {self}")
 
 
+class _Failed(Exception):
+    """A side's rounds raised in a block (its test fails, as it would alone)."""
+
+
+class BlockFailed(Exception):
+    """A side's block failed: which side, which sides had started, the pairs before it."""
+
+    def __init__(self, side: str, started: dict[str, bool], pairs: tuple[Pair, ...]) -> None:
+        super().__init__(side)
+        self.side, self.started, self.pairs = side, started, pairs
+
+
 class SideGone(ABError):
     """A side's pytest ended or broke its connection in the middle of the A/B."""
 
@@ -335,6 +347,11 @@ class Coordinator:
             f"{s.name}'s pytest ended with exit status {s.proc.returncode} (log: {s.log})"
             for s in sides.values()
             if s.proc.returncode not in (0, 1)
+        ) + tuple(
+            f"{c.id} failed on {side} (log: {sides[side].log})"
+            for c in cases
+            for side, outcome in sorted(c.status.items())
+            if outcome == "failed"
         )
         from gpugauge.ab.kernels import device_of, with_kernels
 
@@ -400,11 +417,22 @@ class Coordinator:
             s.send({"op": "go"})
             said[s.name] = s.expect("measure", "done")
         at = lambda name: said[name]["op"]  # noqa: E731
+        sides = {"base": base, "head": head}
         pairs: tuple[Pair, ...] = ()
         calls = 0
         while True:
             if at("base") == at("head") == "measure":
-                pairs = self._blocks(base, head, base_starts=first is base)
+                try:
+                    pairs = self._blocks(base, head, base_starts=first is base)
+                except BlockFailed as failed:
+                    # the failed side's test fails as it would alone; the other side ends
+                    # its call (or times it alone, if it had no block yet) and goes on
+                    pairs = failed.pairs
+                    said[failed.side] = sides[failed.side].expect("measure", "done")
+                    other = sides["head" if failed.side == "base" else "base"]
+                    other.send({"op": "end" if failed.started[other.name] else "solo"})
+                    said[other.name] = other.expect("measure", "done")
+                    continue
                 calls += 1
                 for s in (first, second):
                     s.send({"op": "end"})
@@ -421,6 +449,7 @@ class Coordinator:
         )
 
     def _block(self, side: Side, first: bool) -> Block:
+        """One block of one side; _Failed if the side's rounds raised."""
         side.send(
             {
                 "op": "block",
@@ -430,7 +459,11 @@ class Coordinator:
                 "first": first,
             }
         )
-        return Block.from_dict(side.expect("block_done"))
+        said = side.expect("block_done", "block_failed")
+        if said["op"] == "block_failed":
+            self.note(f"  {side.name}: its rounds failed: {said.get('error', '?')}")
+            raise _Failed
+        return Block.from_dict(said)
 
     def _blocks(self, base: Side, head: Side, base_starts: bool) -> tuple[Pair, ...]:
         """Pairs of blocks, order alternating, until the schedule has its answer."""
@@ -442,7 +475,10 @@ class Coordinator:
                 base_first = (len(pairs) % 2 == 0) == base_starts
                 got = {}
                 for s in (base, head) if base_first else (head, base):
-                    got[s.name] = self._block(s, not started[s.name])
+                    try:
+                        got[s.name] = self._block(s, not started[s.name])
+                    except _Failed:
+                        raise BlockFailed(s.name, dict(started), tuple(pairs)) from None
                     started[s.name] = True
                 pair = Pair(got["base"], got["head"], base_first)
                 clocks = pair.clock_ratio

@@ -157,9 +157,16 @@ def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
             return original(fn, policy, clock, **kw)
         blocks: list[Any] = []
         while order["op"] == "block":
-            timing = original(fn, block_policy(policy, order, not blocks), clock, **kw)
+            try:
+                timing = original(fn, block_policy(policy, order, not blocks), clock, **kw)
+            except BaseException as err:
+                # the test fails as it would without an A/B; the coordinator ends the pairs
+                channel.send({"op": "block_failed", "error": f"{type(err).__name__}: {err}"})
+                raise
             blocks.append(timing)
             order = channel.ask({"op": "block_done", **block_stats(timing)})
+        if order["op"] == "solo":  # the other side failed before this one timed a block
+            return original(fn, policy, clock, **kw)
         if order["op"] != "end" or not blocks:
             raise RuntimeError(f"gpugauge ab: unexpected order {order!r}")
         return combined(blocks)
