@@ -75,6 +75,27 @@ def test_with_fewer_than_two_other_hosts_the_default_spread_is_said() -> None:
     )
 
 
+def test_a_baseline_recorded_on_several_hosts_carries_its_own_host_spread() -> None:
+    # its allowance comes from its runs' spread, which spans hosts already: no default on top
+    ref = reference_for([], "new", 0.015, baseline=(2.0, 0.03, 3))
+    assert ref is not None
+    assert ref.allowed == pytest.approx(0.03)
+    assert ref.reason == (
+        "new host (0 of 5 runs): class baseline, host spread in the baseline's allowance "
+        "(its runs came from 3 hosts)"
+    )
+    # one host, or hosts unknown (a file recorded before hosts were kept): the default
+    for hosts in (1, None):
+        one = reference_for([], "new", 0.015, baseline=(2.0, 0.03, hosts))
+        assert one is not None
+        assert one.allowed == pytest.approx(0.08)
+    # a history of two other hosts or more measures the spread itself
+    points = history("h0", [2.0] * 6) + history("h1", [2.044] * 6)
+    measured = reference_for(points, "new", 0.015, baseline=(2.0, 0.03, 3))
+    assert measured is not None
+    assert measured.allowed == pytest.approx(0.03 + 0.022)
+
+
 def test_without_a_baseline_the_other_hosts_are_the_class() -> None:
     points = history("h0", [2.0] * 5) + history("h1", [2.1] * 5)
     ref = reference_for(points, "new", 0.015)

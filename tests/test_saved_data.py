@@ -404,3 +404,34 @@ def test_a_bad_outcome_in_a_saved_run_is_named(bad: object, tmp_path: Path) -> N
     path.write_text(json.dumps(data))
     with pytest.raises(RunError, match="outcome"):
         load_run(path)
+
+
+def test_a_baseline_keeps_the_host_of_each_run_it_was_recorded_from(tmp_path: Path) -> None:
+    from gpugauge.regress.baseline_file import BaselineError, Entry, parse_baseline
+    from gpugauge.regress.baselines import BaselineStore, combine_runs, with_host
+
+    def run(host: str, ms: float) -> list[Entry]:
+        e = Entry("c", "fam", "gpu-x", {"time": (ms, ms * 1.001, ms * 0.999)})
+        return [with_host(e, host)]
+
+    (two,) = combine_runs([run("gpu-a", 10.0), run("gpu-b", 10.1)])
+    assert two.run_hosts["time"] == ("gpu-a", "gpu-b")
+    assert two.hosts("time") == 2
+    store = BaselineStore(tmp_path)
+    (path,) = store.write([two], {})
+    again = parse_baseline(path)["c"]
+    assert again.run_hosts == two.run_hosts
+    # --add of a third host's run keeps the stored runs' hosts in front
+    (three,) = combine_runs([run("gpu-c", 10.05)], stored={("gpu-x", "fam", "c"): again})
+    assert three.run_hosts["time"] == ("gpu-a", "gpu-b", "gpu-c")
+    assert three.hosts("time") == 3
+    # an entry stored before hosts were kept has unknown hosts, never a guess
+    old = Entry("c", "fam", "gpu-x", two.readings, two.run_medians)
+    (mixed,) = combine_runs([run("gpu-c", 10.05)], stored={("gpu-x", "fam", "c"): old})
+    assert mixed.run_hosts["time"] == ("", "", "gpu-c")
+    assert mixed.hosts("time") is None
+    data = json.loads(path.read_text())
+    data["benchmarks"]["c"]["time"]["run_hosts"] = ["gpu-a"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(BaselineError, match="names 1 hosts for 2 runs"):
+        parse_baseline(path)

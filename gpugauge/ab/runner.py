@@ -18,54 +18,32 @@ sides also die with the coordinator if it is killed outright (``PR_SET_PDEATHSIG
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import json
-import os
-import queue
-import secrets
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 from typing import Any
 
-from gpugauge.ab import worker
-from gpugauge.ab.result import ABReport, Block, CaseAB, Pair, SideInfo
+from gpugauge.ab.launch import (
+    SIDE_SETTINGS,
+    ABError,
+    Note,
+    Side,
+    connect,
+    finish,
+    listening,
+    start,
+    stop,
+)
+from gpugauge.ab.result import ABReport, Block, CaseAB, Pair
 from gpugauge.ab.sides import Checkout
 from gpugauge.ab.verdict import Schedule
-from gpugauge.check.runs import log_tail, stop_group
 from gpugauge.words import plural
 
-Note = Callable[[str], None]
-WORKER_MODULE = "_gpugauge_ab_worker"
-CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects
 # SM clocks of a pair's two blocks this far apart (relative) are measured again: as far as
 # ``gpugauge check timer`` lets clocks explain a difference (CLOCKS_APART_AT_MOST)
 CLOCKS_APART = 0.05
 MAX_REMEASURE = 3
-
-# Options the sides take, by pytest ``dest`` (old and namespaced names): no energy windows
-# (seconds a case, and an A/B judges time), no history appends (the A/B keeps its own
-# record), the main kernels of each result (to say whether they changed), no gate.
-SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
-    (("energy_window", "gauge_energy_window"), 0.0),
-    (("no_history", "gauge_no_history"), True),
-    (("record_kernels", "gauge_record_kernels"), True),
-    (("gate", "gauge_gate"), False),
-    (("update_baselines", "gauge_update_baselines"), False),
-)
-
-
-class ABError(RuntimeError):
-    """An A/B that could not be run to its end: why, with the side's log tail."""
 
 
 @dataclass(frozen=True)
@@ -105,65 +83,6 @@ class BlockFailed(Exception):
         self.side, self.started, self.pairs = side, started, pairs
 
 
-class SideGone(ABError):
-    """A side's pytest ended or broke its connection in the middle of the A/B."""
-
-
-@dataclass
-class Side:
-    """One running side: its checkout, process, connection and files."""
-
-    name: str
-    checkout: Checkout
-    proc: subprocess.Popen[bytes]
-    log: Path
-    json: Path
-    conn: Connection | None = None
-    hello: dict[str, Any] = field(default_factory=dict)
-
-    def send(self, message: dict[str, Any]) -> None:
-        """Send one order to the side."""
-        assert self.conn is not None
-        try:
-            self.conn.send(message)
-        except OSError as err:
-            raise self.gone(f"cannot be reached ({err})") from None
-
-    def recv(self) -> dict[str, Any]:
-        """The side's next message; SideGone if its pytest ends first."""
-        assert self.conn is not None
-        while True:
-            try:
-                if self.conn.poll(0.5):
-                    return self.conn.recv()
-            except (EOFError, OSError):
-                raise self.gone("closed its connection") from None
-            if self.proc.poll() is not None and not self.conn.poll(0):
-                raise self.gone(f"ended with exit status {self.proc.returncode}")
-
-    def expect(self, *ops: str) -> dict[str, Any]:
-        """The next message, which must be one of ``ops``."""
-        m = self.recv()
-        if m.get("op") not in ops:
-            raise ABError(f"{self.name}: said {m.get('op')!r} where {' or '.join(ops)} was due")
-        return m
-
-    def gone(self, what: str) -> SideGone:
-        """The error for a side that went away, with its log's tail."""
-        return SideGone(f"{self.name} ({self.checkout.label}) {what}:\n{log_tail(self.log)}")
-
-    def info(self) -> SideInfo:
-        """The side as the report names it."""
-        return SideInfo(
-            self.name,
-            self.checkout.spec.ref,
-            self.checkout.commit,
-            self.checkout.spec.python,
-            str(self.hello.get("gpugauge", "?")),
-            self.proc.returncode,
-        )
-
-
 def case_id(nodeid: str) -> str:
     """A test's case id as its result names it.
 
@@ -172,29 +91,6 @@ def case_id(nodeid: str) -> str:
     if nodeid.endswith("]") and "[" in nodeid:
         return nodeid[nodeid.index("[") + 1 : -1]
     return nodeid
-
-
-def _die_with_parent() -> None:  # pragma: no cover (runs in the child before exec)
-    """Linux: SIGKILL this process when the coordinator dies, however it dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-@contextlib.contextmanager
-def _socket_dir() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="gpugauge-ab-sock-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _plugin_dir(folder: Path) -> Path:
-    """A folder holding only the worker, under the name the sides load it by."""
-    plugin = folder / "plugin"
-    plugin.mkdir()
-    shutil.copyfile(worker.__file__, plugin / f"{WORKER_MODULE}.py")
-    return plugin
 
 
 class Coordinator:
@@ -219,130 +115,27 @@ class Coordinator:
             return SIDE_SETTINGS
         return (*SIDE_SETTINGS, (("profile", "gauge_profile"), self.cfg.profile))
 
-    # ----- starting and stopping the sides
-    def _start(self, name: str, folder: Path, plugin: Path, address: str, key: str) -> Side:
-        co = self.checkouts[name]
-        out = self.cfg.out
-        log, js = out / f"{name}.log", out / f"{name}.json"
-        partial = out / f".{name}.partial.json"
-        args = [
-            co.spec.python,
-            "-m",
-            "pytest",
-            "-p",
-            WORKER_MODULE,
-            *self.cfg.pytest_args,
-            *self.cfg.side_args.get(name, ()),
-            f"--benchmark-json={partial}",
-        ]
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(
-                x for x in (str(plugin), os.environ.get("PYTHONPATH", "")) if x
-            ),
-            worker.ADDRESS_ENV: address,
-            worker.KEY_ENV: key,
-            worker.SIDE_ENV: name,
-            worker.SETTINGS_ENV: json.dumps([[list(d), v] for d, v in self.settings()]),
-        }
-        env.pop("GPUGAUGE_GIT_COMMIT", None)  # each side's commit is its checkout's
-        root = co.root / self.cwd if self.cwd else co.root
-        self.note(f"  {name}: {co.label} $ {' '.join(args[1:])}")
-        fh = log.open("w")
-        try:
-            proc = subprocess.Popen(
-                args,
-                cwd=root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        finally:
-            fh.close()
-        return Side(name, co, proc, log, js)
-
-    def _connect(self, listener: Listener, sides: dict[str, Side]) -> None:
-        """Accept both sides' connections; an ABError if one ends before it connects."""
-        got: queue.Queue[Connection | BaseException] = queue.Queue()
-
-        def accept() -> None:
-            for _ in sides:
-                try:
-                    got.put(listener.accept())
-                except BaseException as err:  # the listener closed under it
-                    got.put(err)
-                    return
-
-        threading.Thread(target=accept, daemon=True).start()
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
-        while any(s.conn is None for s in sides.values()):
-            try:
-                conn = got.get(timeout=0.5)
-            except queue.Empty:
-                conn = None
-            if conn is None:
-                for s in sides.values():
-                    if s.conn is None and s.proc.poll() is not None:
-                        raise s.gone("ended before it connected")
-                if time.monotonic() > deadline:
-                    raise ABError(f"the sides did not connect within {CONNECT_TIMEOUT_S:g} s")
-                continue
-            if isinstance(conn, BaseException):
-                raise ABError(f"accepting a side failed: {conn}")
-            hello = conn.recv()
-            side = sides[str(hello.get("side"))]
-            side.conn, side.hello = conn, hello
-            mine = side.checkout.root / "gpugauge"
-            theirs = Path(str(hello.get("gpugauge", "")))
-            if mine.is_dir() and theirs.resolve() != mine.resolve():
-                raise ABError(
-                    f"{side.name}: its pytest imported gpugauge from {theirs}, not from its "
-                    f"checkout {mine}: an installed copy shadows the checkout's"
-                )
-
-    def _finish(self, side: Side) -> None:
-        """Wait for a side's pytest to end; keep its JSON under its final name."""
-        side.proc.wait()
-        partial = self.cfg.out / f".{side.name}.partial.json"
-        if partial.exists() and partial.stat().st_size > 0:
-            os.replace(partial, side.json)
-        else:
-            partial.unlink(missing_ok=True)
-            side.json.unlink(missing_ok=True)
-
-    def _stop(self, sides: dict[str, Side]) -> None:
-        for s in sides.values():
-            if s.proc.poll() is None:
-                stop_group(s.proc, grace_s=2.0)
-            (self.cfg.out / f".{s.name}.partial.json").unlink(missing_ok=True)
-
     # ----- the lock-step
     def run(self) -> ABReport:
         """Run both sides to their ends; the report of every case."""
         self.cfg.out.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        with _socket_dir() as folder:
-            plugin = _plugin_dir(folder)
-            key = secrets.token_hex(16)
-            address = str(folder / "ab.sock")
-            listener = Listener(address, family="AF_UNIX", authkey=bytes.fromhex(key))
-            sides: dict[str, Side] = {}
+        sides: dict[str, Side] = {}
+        with listening() as (listener, channel):
             try:
                 for name in ("base", "head"):
-                    sides[name] = self._start(name, folder, plugin, address, key)
-                self._connect(listener, sides)
+                    args = (*self.cfg.pytest_args, *self.cfg.side_args.get(name, ()))
+                    co = self.checkouts[name]
+                    sides[name] = start(
+                        name, co, args, self.cfg.out, channel, self.settings(), self.cwd, self.note
+                    )
+                connect(listener, sides)
                 cases = self._lockstep(sides["base"], sides["head"])
                 for s in sides.values():
-                    self._finish(s)
+                    finish(s)
             except BaseException:
-                self._stop(sides)
+                stop(sides)
                 raise
-            finally:
-                listener.close()
         problems = tuple(
             f"{s.name}'s pytest ended with exit status {s.proc.returncode} (log: {s.log})"
             for s in sides.values()
@@ -514,11 +307,6 @@ def run_sides(
 ) -> ABReport:
     """Run an A/B over two prepared checkouts (see :class:`Coordinator`)."""
     return Coordinator(cfg, sides, note, cwd).run()
-
-
-def interpreter_of(python: str | None) -> str:
-    """The Python a side runs: the one given, else this one."""
-    return python or sys.executable
 
 
 __all__: Sequence[str] = ("ABConfig", "ABError", "Coordinator", "run_sides")

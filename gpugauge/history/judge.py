@@ -26,6 +26,7 @@ from typing import Any
 from gpugauge.history.records import MetricRecord, Point
 from gpugauge.history.reference import (
     DEFAULT_POLICY,
+    BaselineRef,
     Reference,
     ReferencePolicy,
     anchor_reference,
@@ -185,14 +186,19 @@ class CaseJudgement:
         }
 
 
-def baseline_reference(baseline: Entry, metric: str, floor: float) -> tuple[float, float] | None:
-    """A class baseline's (median, allowed change) of one metric; None if it lacks it."""
+def baseline_reference(baseline: Entry, metric: str, floor: float) -> BaselineRef | None:
+    """A class baseline's (median, allowed change, hosts of its runs) of one metric.
+
+    None if it lacks the metric; hosts None where the file does not say (recorded before
+    hosts were kept).
+    """
     readings = baseline.readings.get(metric)
     if not readings:
         return None
     if METRICS[metric].kind is Kind.SAMPLES:
-        return statistics.median(readings), allowed_change(floor, baseline, metric)
-    return readings[0], floor
+        allowed = allowed_change(floor, baseline, metric)
+        return statistics.median(readings), allowed, baseline.hosts(metric)
+    return readings[0], floor, None
 
 
 def judge_metric(
@@ -200,7 +206,7 @@ def judge_metric(
     host: str,
     points: Sequence[Point],
     floor: float,
-    baseline: tuple[float, float] | None = None,
+    baseline: BaselineRef | None = None,
     policy: ReferencePolicy = DEFAULT_POLICY,
 ) -> Judgement:
     """One metric: its reference from ``points`` (one case, one class, all hosts) and checks.

@@ -48,6 +48,8 @@ class ReferencePolicy:
 
 
 DEFAULT_POLICY = ReferencePolicy()
+# a committed class baseline as a reference: (median, allowed change[, hosts of its runs])
+BaselineRef = tuple[float, float] | tuple[float, float, int | None]
 HOST_REASON = "host history"  # how a host reference's reason begins (a verdict's references)
 
 
@@ -156,24 +158,31 @@ def class_reference(
     host: str,
     floor: float,
     policy: ReferencePolicy,
-    baseline: tuple[float, float] | None = None,
+    baseline: BaselineRef | None = None,
 ) -> Reference | None:
     """The device class's reference for a host without enough history of its own.
 
-    ``baseline`` is the committed class baseline's (median, allowed change); without one
-    the class's center is the median of the other hosts' levels, allowed ``floor``. Either
-    way the host-to-host spread is added to the allowance. None where neither exists.
+    ``baseline`` is the committed class baseline's (median, allowed change[, hosts]);
+    without one the class's center is the median of the other hosts' levels, allowed
+    ``floor``. Either way the host-to-host spread is added to the allowance: the history's
+    (two other hosts or more), else none where the baseline's own runs came from two hosts
+    or more (its allowance, from its runs' spread, spans hosts already), else
+    :attr:`ReferencePolicy.default_host_spread`. None where neither exists.
     """
     levels = host_levels(points, policy, exclude=host)
     spread = host_spread(levels)
     said = f"{spread:.1%} ({len(levels)} hosts)" if spread is not None else None
+    base_hosts = baseline[2] if baseline is not None and len(baseline) > 2 else None
+    if spread is None and base_hosts is not None and base_hosts >= 2:
+        spread = 0.0
+        said = f"in the baseline's allowance (its runs came from {base_hosts} hosts)"
     if spread is None:
         spread = policy.default_host_spread
         said = f"{spread:.1%} (default: {len(levels)} other host{'s' * (len(levels) != 1)})"
     have = len(accepted_of(points, host))
     new = f"new host ({have} of {policy.runs} runs)"
     if baseline is not None:
-        median, allowed = baseline
+        median, allowed = baseline[0], baseline[1]
         return Reference(
             kind="class",
             median=median,
@@ -201,7 +210,7 @@ def reference_for(
     host: str,
     floor: float,
     policy: ReferencePolicy = DEFAULT_POLICY,
-    baseline: tuple[float, float] | None = None,
+    baseline: BaselineRef | None = None,
 ) -> Reference | None:
     """The host's own reference once it has ``policy.runs`` accepted runs, else the class's.
 
@@ -218,7 +227,7 @@ def anchor_reference(
     points: Sequence[Point],
     host: str,
     host_ref: Reference,
-    baseline: tuple[float, float],
+    baseline: BaselineRef,
     policy: ReferencePolicy = DEFAULT_POLICY,
 ) -> Reference:
     """The committed class baseline as an anchor against slow drift, for a host with history.
@@ -228,7 +237,7 @@ def anchor_reference(
     *calibration* (the median of its first accepted runs, fixed once made): an offset the
     host had from its start is no drift, a move away from it is.
     """
-    median, allowed = baseline
+    median, allowed = baseline[0], baseline[1]
     levels = host_levels(points, policy, exclude=host)
     first = accepted_of(points, host)[: policy.runs]
     if first:

@@ -1,7 +1,8 @@
 """The baseline file format: its records, and the one reader that checks a file.
 
 ``baselines/<device-class>/<family>.json`` holds, per benchmark id, each registry metric's
-readings (``{"unit", "samples"[, "run_medians"]}`` or ``{"unit", "value"}``) and, where a
+readings (``{"unit", "samples"[, "run_medians", "run_hosts"]}`` or ``{"unit", "value"}``)
+and, where a
 round's kernels were recorded, ``kernels``: ``[{"name", "share"}]``. :func:`parse_baseline`
 reads a file and :func:`parse_baseline_data` checks parsed JSON; a bad file is a
 :class:`BaselineError` naming it and the entry. The writer
@@ -57,6 +58,16 @@ class Entry:
     readings: Mapping[str, tuple[float, ...]]
     run_medians: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     kernels: tuple[KernelShare, ...] = ()
+    # per samples metric, the host of each run (parallel to run_medians; one host for a
+    # one-run entry); "" where a run's host is unknown (recorded before hosts were kept)
+    run_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def hosts(self, name: str) -> int | None:
+        """How many hosts the runs of metric ``name`` came from; None where any is unknown."""
+        hosts = self.run_hosts.get(name, ())
+        if not hosts or not all(hosts):
+            return None
+        return len(set(hosts))
 
     def run_spread(self, name: str) -> float:
         """Relative spread of the recorded runs' medians, max/min - 1 (0 for one run)."""
@@ -75,6 +86,8 @@ class Entry:
                 stored["samples"] = list(values)
                 if self.run_medians.get(name):
                     stored["run_medians"] = list(self.run_medians[name])
+                if self.run_hosts.get(name):
+                    stored["run_hosts"] = list(self.run_hosts[name])
             else:
                 stored["value"] = values[0]
             out[name] = stored
@@ -187,11 +200,21 @@ def _numbers(values: Any, path: Path, where: str) -> tuple[float, ...]:
     )
 
 
+def _hosts(value: Any, runs: int, path: Path, where: str) -> tuple[str, ...]:
+    """A metric's run hosts: strings, one per run ("" unknown)."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise BaselineError(f"{path}: {where} must be a list of host names")
+    if len(value) != runs:
+        raise BaselineError(f"{path}: {where} names {len(value)} hosts for {runs} runs")
+    return tuple(value)
+
+
 def _parse_metrics(
     raw: dict[str, Any], path: Path, where: str
-) -> tuple[dict[str, tuple[float, ...]], dict[str, tuple[float, ...]]]:
+) -> tuple[dict[str, tuple[float, ...]], dict[str, tuple[float, ...]], dict[str, tuple[str, ...]]]:
     readings: dict[str, tuple[float, ...]] = {}
     medians: dict[str, tuple[float, ...]] = {}
+    hosts: dict[str, tuple[str, ...]] = {}
     for name, stored in raw.items():
         at = f"{where}.{name}"
         if name not in METRICS:
@@ -199,7 +222,11 @@ def _parse_metrics(
         m = METRICS[name]
         if not isinstance(stored, dict):
             raise BaselineError(f"{path}: {at} must be an object")
-        keys = {"unit", "samples", "run_medians"} if m.kind is Kind.SAMPLES else {"unit", "value"}
+        keys = (
+            {"unit", "samples", "run_medians", "run_hosts"}
+            if m.kind is Kind.SAMPLES
+            else {"unit", "value"}
+        )
         if set(stored) - keys:
             raise BaselineError(f"{path}: {at} has unknown key(s) {sorted(set(stored) - keys)}")
         if stored.get("unit") != m.unit:
@@ -208,12 +235,15 @@ def _parse_metrics(
             readings[name] = _numbers(stored.get("samples"), path, f"{at}.samples")
             if "run_medians" in stored:
                 medians[name] = _numbers(stored["run_medians"], path, f"{at}.run_medians")
+            if "run_hosts" in stored:
+                runs = len(medians.get(name, ())) or 1
+                hosts[name] = _hosts(stored["run_hosts"], runs, path, f"{at}.run_hosts")
         else:
             value = _number(stored.get("value"), path, f"{at}.value")
             if value is None:
                 raise BaselineError(f"{path}: {at}.value must be a number")
             readings[name] = (float(value),)
-    return readings, medians
+    return readings, medians, hosts
 
 
 def parse_baseline(path: Path, place: tuple[str, str] | None = None) -> dict[str, Entry]:
@@ -276,10 +306,12 @@ def parse_baseline_data(
             raw = _v1_metrics(raw, path, where)
         raw = dict(raw)
         kernels = _kernels(raw.pop("kernels", []), path, f"{where}.kernels")
-        readings, medians = _parse_metrics(raw, path, where)
+        readings, medians, hosts = _parse_metrics(raw, path, where)
         if not readings:
             raise BaselineError(f"{path}: {where} holds no metric")
-        out[bid] = Entry(bid, data["family"], data["device_class"], readings, medians, kernels)
+        out[bid] = Entry(
+            bid, data["family"], data["device_class"], readings, medians, kernels, hosts
+        )
     return out
 
 

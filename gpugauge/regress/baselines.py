@@ -55,6 +55,12 @@ def entry_of(m: Measurement) -> Entry:
     return Entry(m.id, m.spec.family, m.device_class, m.readings(), kernels=kernels)
 
 
+def with_host(e: Entry, host: str) -> Entry:
+    """A one-run entry with the host it ran on beside each samples metric."""
+    hosts = {k: (host,) for k in e.readings if METRICS[k].kind is Kind.SAMPLES}
+    return replace(e, run_hosts=hosts)
+
+
 def entries_of_benchmark_json(path: Path) -> list[Entry]:
     """Entries of a gpugauge run saved by pytest-benchmark (json or autosave).
 
@@ -65,7 +71,8 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
     early = run.outcome.ended_early() if run.outcome is not None else None
     if early:
         raise BaselineError(f"{path}: {early}; record baselines from whole runs")
-    entries = [entry_of(m) for m in run.measurements]
+    host = run.host or ""
+    entries = [with_host(entry_of(m), host) for m in run.measurements]
     for e in entries:
         problem = entry_problem(e)
         if problem:
@@ -100,6 +107,21 @@ def combine_runs(
         prior = stored.get(key)
         out.append(_combined(entries if prior is None else [prior, *entries], prior))
     return out
+
+
+def _run_hosts(entries: list[Entry], name: str, prior: Entry | None) -> tuple[str, ...]:
+    """Each recorded run's host, in :func:`_central`'s order ("" where unknown)."""
+
+    def one(e: Entry) -> str:
+        hosts = e.run_hosts.get(name, ())
+        return hosts[0] if len(hosts) == 1 else ""
+
+    stored = _stored_runs(prior, name)
+    if stored:
+        kept = prior.run_hosts.get(name, ()) if prior is not None else ()
+        old = kept if len(kept) == len(stored) else ("",) * len(stored)
+        return (*old, *(one(e) for e in entries[1:]))
+    return tuple(one(e) for e in entries)
 
 
 def _central(
@@ -149,6 +171,7 @@ def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
     newest = entries[-1]
     readings: dict[str, tuple[float, ...]] = {}
     run_medians: dict[str, tuple[float, ...]] = {}
+    run_hosts: dict[str, tuple[str, ...]] = {}
     kernels: tuple[KernelShare, ...] = ()  # the time reference's own, or none
     for name in METRICS:
         holding = [e for e in entries if name in e.readings]
@@ -160,11 +183,16 @@ def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
             readings[name] = central.readings[name]
             if len(medians) > 1:
                 run_medians[name] = medians
+            hosts = _run_hosts(holding, name, stored)
+            if any(hosts) and len(hosts) == len(medians):
+                run_hosts[name] = hosts
             if name == "time":
                 kernels = central.kernels
         else:
             readings[name] = holding[-1].readings[name]
-    return replace(newest, readings=readings, run_medians=run_medians, kernels=kernels)
+    return replace(
+        newest, readings=readings, run_medians=run_medians, kernels=kernels, run_hosts=run_hosts
+    )
 
 
 UNNAMED_RUNS = "(earlier runs, not named)"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from gpugauge.history.changepoints import ChangePoint, case_changes
 from gpugauge.history.judge import baseline_reference
 from gpugauge.history.records import HistoryError, Point
-from gpugauge.history.reference import Reference, reference_for
+from gpugauge.history.reference import BaselineRef, Reference, reference_for
 from gpugauge.history.store import History
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
@@ -99,7 +99,7 @@ def load_trends(
 
 
 def latest_reference(
-    points: Sequence[Point], floor: float, baseline: tuple[float, float] | None
+    points: Sequence[Point], floor: float, baseline: BaselineRef | None
 ) -> Reference | None:
     """The reference that judged the latest run: made from the runs before it, its host's."""
     last = points[-1]

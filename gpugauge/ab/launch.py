@@ -1,0 +1,257 @@
+"""The two sides of an A/B as processes: started, connected, finished or stopped.
+
+Each side is ``python -m pytest -p _gpugauge_ab_worker ARGS`` in its own checkout and
+process group, with :mod:`gpugauge.ab.worker` copied into a folder of its own on its
+``PYTHONPATH``; it connects back over a local socket with a key. A side that ends before it
+connects, or mid-run, is a :class:`SideGone` with its log's tail. The sides die with the
+coordinator, however it dies (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import queue
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from gpugauge.ab import worker
+from gpugauge.ab.result import SideInfo
+from gpugauge.ab.sides import Checkout
+from gpugauge.check.runs import log_tail, stop_group
+
+Note = Callable[[str], None]
+WORKER_MODULE = "_gpugauge_ab_worker"
+CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects
+
+# Options the sides take, by pytest ``dest`` (old and namespaced names): no energy windows
+# (seconds a case, and an A/B judges time), no history appends (the A/B keeps its own
+# record), the main kernels of each result (to say whether they changed), no gate.
+SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
+    (("energy_window", "gauge_energy_window"), 0.0),
+    (("no_history", "gauge_no_history"), True),
+    (("record_kernels", "gauge_record_kernels"), True),
+    (("gate", "gauge_gate"), False),
+    (("update_baselines", "gauge_update_baselines"), False),
+)
+
+
+class ABError(RuntimeError):
+    """An A/B that could not be run to its end: why, with the side's log tail."""
+
+
+class SideGone(ABError):
+    """A side's pytest ended or broke its connection in the middle of the A/B."""
+
+
+@dataclass
+class Side:
+    """One running side: its checkout, process, connection and files."""
+
+    name: str
+    checkout: Checkout
+    proc: subprocess.Popen[bytes]
+    log: Path
+    json: Path
+    conn: Connection | None = None
+    hello: dict[str, Any] = field(default_factory=dict)
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one order to the side."""
+        assert self.conn is not None
+        try:
+            self.conn.send(message)
+        except OSError as err:
+            raise self.gone(f"cannot be reached ({err})") from None
+
+    def recv(self) -> dict[str, Any]:
+        """The side's next message; SideGone if its pytest ends first."""
+        assert self.conn is not None
+        while True:
+            try:
+                if self.conn.poll(0.5):
+                    return self.conn.recv()
+            except (EOFError, OSError):
+                raise self.gone("closed its connection") from None
+            if self.proc.poll() is not None and not self.conn.poll(0):
+                raise self.gone(f"ended with exit status {self.proc.returncode}")
+
+    def expect(self, *ops: str) -> dict[str, Any]:
+        """The next message, which must be one of ``ops``."""
+        m = self.recv()
+        if m.get("op") not in ops:
+            raise ABError(f"{self.name}: said {m.get('op')!r} where {' or '.join(ops)} was due")
+        return m
+
+    def gone(self, what: str) -> SideGone:
+        """The error for a side that went away, with its log's tail."""
+        return SideGone(f"{self.name} ({self.checkout.label}) {what}:\n{log_tail(self.log)}")
+
+    def info(self) -> SideInfo:
+        """The side as the report names it."""
+        return SideInfo(
+            self.name,
+            self.checkout.spec.ref,
+            self.checkout.commit,
+            self.checkout.spec.python,
+            str(self.hello.get("gpugauge", "?")),
+            self.proc.returncode,
+        )
+
+
+def _die_with_parent() -> None:  # pragma: no cover (runs in the child before exec)
+    """Linux: SIGKILL this process when the coordinator dies, however it dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass(frozen=True)
+class Channel:
+    """Where the sides reach the coordinator: a socket, its key, the worker's folder."""
+
+    address: str
+    key: str
+    plugin: Path
+
+
+@contextlib.contextmanager
+def listening() -> Iterator[tuple[Listener, Channel]]:
+    """A local socket for the two sides, with the worker copied beside it; removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="gpugauge-ab-sock-"))
+    try:
+        plugin = folder / "plugin"
+        plugin.mkdir()
+        shutil.copyfile(worker.__file__, plugin / f"{WORKER_MODULE}.py")
+        key = secrets.token_hex(16)
+        address = str(folder / "ab.sock")
+        listener = Listener(address, family="AF_UNIX", authkey=bytes.fromhex(key))
+        try:
+            yield listener, Channel(address, key, plugin)
+        finally:
+            listener.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def start(
+    name: str,
+    co: Checkout,
+    args_of_side: Sequence[str],
+    out: Path,
+    channel: Channel,
+    settings: Sequence[tuple[tuple[str, ...], object]],
+    cwd: Path | None,
+    note: Note,
+) -> Side:
+    """Start one side's pytest, in its own process group, logging to ``out/<name>.log``."""
+    log, js = out / f"{name}.log", out / f"{name}.json"
+    partial = out / f".{name}.partial.json"
+    args = [
+        co.spec.python,
+        "-m",
+        "pytest",
+        "-p",
+        WORKER_MODULE,
+        *args_of_side,
+        f"--benchmark-json={partial}",
+    ]
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(
+            x for x in (str(channel.plugin), os.environ.get("PYTHONPATH", "")) if x
+        ),
+        worker.ADDRESS_ENV: channel.address,
+        worker.KEY_ENV: channel.key,
+        worker.SIDE_ENV: name,
+        worker.SETTINGS_ENV: json.dumps([[list(d), v] for d, v in settings]),
+    }
+    env.pop("GPUGAUGE_GIT_COMMIT", None)  # each side's commit is its checkout's
+    root = co.root / cwd if cwd else co.root
+    note(f"  {name}: {co.label} $ {' '.join(args[1:])}")
+    fh = log.open("w")
+    try:
+        proc = subprocess.Popen(
+            args,
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    finally:
+        fh.close()
+    return Side(name, co, proc, log, js)
+
+
+def connect(listener: Listener, sides: dict[str, Side]) -> None:
+    """Accept both sides' connections; an ABError if one ends before it connects."""
+    got: queue.Queue[Connection | BaseException] = queue.Queue()
+
+    def accept() -> None:
+        for _ in sides:
+            try:
+                got.put(listener.accept())
+            except BaseException as err:  # the listener closed under it
+                got.put(err)
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while any(s.conn is None for s in sides.values()):
+        try:
+            conn = got.get(timeout=0.5)
+        except queue.Empty:
+            conn = None
+        if conn is None:
+            for s in sides.values():
+                if s.conn is None and s.proc.poll() is not None:
+                    raise s.gone("ended before it connected")
+            if time.monotonic() > deadline:
+                raise ABError(f"the sides did not connect within {CONNECT_TIMEOUT_S:g} s")
+            continue
+        if isinstance(conn, BaseException):
+            raise ABError(f"accepting a side failed: {conn}")
+        hello = conn.recv()
+        side = sides[str(hello.get("side"))]
+        side.conn, side.hello = conn, hello
+        mine = side.checkout.root / "gpugauge"
+        theirs = Path(str(hello.get("gpugauge", "")))
+        if mine.is_dir() and theirs.resolve() != mine.resolve():
+            raise ABError(
+                f"{side.name}: its pytest imported gpugauge from {theirs}, not from its "
+                f"checkout {mine}: an installed copy shadows the checkout's"
+            )
+
+
+def finish(side: Side) -> None:
+    """Wait for a side's pytest to end; keep its JSON under its final name."""
+    side.proc.wait()
+    partial = side.json.with_name(f".{side.name}.partial.json")
+    if partial.exists() and partial.stat().st_size > 0:
+        os.replace(partial, side.json)
+    else:
+        partial.unlink(missing_ok=True)
+        side.json.unlink(missing_ok=True)
+
+
+def stop(sides: dict[str, Side]) -> None:
+    """Stop every side still running (its whole process group); remove partial files."""
+    for s in sides.values():
+        if s.proc.poll() is None:
+            stop_group(s.proc, grace_s=2.0)
+        s.json.with_name(f".{s.name}.partial.json").unlink(missing_ok=True)
