@@ -508,3 +508,71 @@ def test_demo(gauge, name):
     assert outcome["finished"] == 1
     assert outcome["stopped"]
     assert outcome["selected"] == 3
+
+
+MIXED = """
+import os
+import time
+
+
+def test_gauged(gauge):
+    gauge(time.sleep, float(os.environ.get("NAP_S", "0.001")))
+
+
+def test_plain(benchmark):
+    benchmark(time.sleep, 0.0001)
+"""
+
+
+def test_tests_timed_by_pytest_benchmarks_own_fixture_are_said_to_be_left_out(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """Issue 38: tests that take pytest-benchmark's own `benchmark` were left out of the
+    gpugauge section, gate, history and report without a word. One line counts them: they
+    are pytest-benchmark's host-timed loops with no spec (family, device class) to judge
+    by, and stay in its own table and storage."""
+    gauge_pytester.makepyfile(test_mixed=MIXED)
+    r = gauge_pytester.runpytest("--rounds", "3", "--warmup", "1", "--no-history")
+    r.assert_outcomes(passed=2)
+    said = [ln for ln in r.stdout.lines if "not in gpugauge's results, gate, history" in ln]
+    assert len(said) == 1, r.stdout.str()
+    assert "1 test timed by pytest-benchmark's own `benchmark` fixture" in said[0]
+    assert "test_mixed.py::test_plain" in said[0]
+    assert "test_gauged" not in said[0]
+    only = gauge_pytester.runpytest("--no-history", "-k", "plain")  # no gauge test: no section
+    assert "= gpugauge" not in only.stdout.str()
+
+
+def test_a_benchmark_compare_fail_is_one_line_and_the_gpugauge_section_still_prints(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """Issue 38: a --benchmark-compare-fail regression printed a traceback, and the gpugauge
+    section never printed though the run was saved. Now: pytest-benchmark's own lines, one
+    line of ours, the gpugauge section, exit status 1."""
+    gauge_pytester.makepyfile(test_mixed=MIXED)
+    common = ["--rounds", "3", "--warmup", "1", "-p", "no:cacheprovider"]
+    first = gauge_pytester.runpytest_subprocess(*common, "--benchmark-autosave")
+    first.assert_outcomes(passed=2)
+    gauge_pytester._monkeypatch.setenv("NAP_S", "0.02")
+    r = gauge_pytester.runpytest_subprocess(
+        *common,
+        "--benchmark-autosave",
+        "--benchmark-compare",
+        "--benchmark-compare-fail=median:50%",
+        "--history",
+        "h.sqlite",
+    )
+    out = r.stdout.str() + r.stderr.str()
+    assert "Traceback" not in out, out
+    assert "INTERNALERROR" not in out, out
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "Performance has regressed" in out  # pytest-benchmark's own lines, on stderr
+    r.stdout.fnmatch_lines(
+        [
+            "pytest-benchmark: --benchmark-compare-fail: performance has regressed*",
+            "*= gpugauge =*",
+            "history: 1 result of run * appended to h.sqlite*",
+            "gpugauge results*",
+        ]
+    )
+    assert len(list((gauge_pytester.path / ".benchmarks").rglob("*.json"))) == 2

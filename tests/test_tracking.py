@@ -225,3 +225,65 @@ def test_a_gpu_run_is_filed_under_its_first_gpus_uuid_live_and_imported(
     assert cpu.host == "vm"
     monkeypatch.setattr(capture.platform, "node", lambda: "vm")
     assert capture.host_id(0) == "vm"
+
+
+def _table_median(stdout: str, title: str, case: str) -> str:
+    """The 'median ms' cell of ``case`` in the terminal table under ``title``."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    row = next(line for line in lines[start:] if line.startswith(case + " "))
+    return row.split()[1]
+
+
+def test_a_confirmed_result_shows_the_measurement_its_verdict_used_everywhere(
+    bench: pytest.Pytester,
+) -> None:
+    """Issue 38: after a regression is measured again, the saved result and the terminal
+    table showed the first measurement (30 ms naps) while the verdict used the second (3
+    ms). The result is the second everywhere (saved rounds, terminal and report tables,
+    history chart, trend), the first kept and named as an earlier attempt."""
+    import json
+    import re
+
+    from gpugauge.regress.tolerances import load_tolerances
+    from gpugauge.report.document import collect, render_markdown
+    from gpugauge.report.tables import fmt_ms
+
+    _run(bench, "fast", "--update-baselines", "--benchmark-autosave").assert_outcomes(passed=1)
+    r = _run(bench, "first", "--gate", "--benchmark-json", "run.json", "--benchmark-autosave")
+    r.assert_outcomes(passed=1)
+    saved = json.loads((bench.path / "run.json").read_text())
+    [row] = saved["benchmarks"]
+    info = row["extra_info"]
+    median = info["metrics"]["time"]["median"]
+    assert median < 15, median  # the confirmation's 3 ms naps, not the first's 30 ms
+    assert row["stats"]["median"] * 1e3 == pytest.approx(median)  # pytest-benchmark's row too
+    assert info["gate"]["checks"][0]["current"] == pytest.approx(median)
+    [first] = info["earlier_attempts"]
+    assert first["median_ms"] > 25
+    assert first["verdict"] == "regressed"
+    out = r.stdout.str()
+    assert _table_median(out, "gpugauge results", "nap-cpu") == fmt_ms(median)
+    assert "measured again: first" in out
+    autosaved = sorted((bench.path / ".benchmarks").rglob("*.json"))
+    data = collect(
+        bench.path / "run.json",
+        baseline_run=None,
+        baselines=bench.path / "baselines",
+        tolerances=load_tolerances(bench.path / "tolerances"),
+        history=autosaved,
+        trend_history=str(bench.path / "h.sqlite"),
+    )
+    [m] = data.current.measurements
+    assert m.summary.median == pytest.approx(median)
+    assert m.earlier[0].median_ms == pytest.approx(first["median_ms"])
+    [verdict] = data.results
+    assert verdict.check("time").current == pytest.approx(median)
+    # the history chart's point of this run, and the trend's last point
+    assert data.history[-1].measurements[0].summary.median == pytest.approx(median)
+    assert data.trends["nap-cpu"][-1].median == pytest.approx(median)
+    text = render_markdown(data, {})
+    verdicts, results = text.split("## Verdicts")[1].split("## Results of this run")
+    assert re.search(rf"\| {re.escape(fmt_ms(median))} +\|", verdicts)  # current ms
+    assert f"| {fmt_ms(median)} [" in results
+    assert "measured again: first" in results

@@ -224,7 +224,19 @@ class GateSummary:
                 f"{self.host_bound_caught} of {self.host_bound} host-bound steps caught, "
                 "not required: the host paces them"
             )
-        return f"{text} ({'; '.join(extra)})"
+        line = f"{text} ({'; '.join(extra)})"
+        return f"{line}; {self.why_nothing_counted()}" if not self.counted else line
+
+    def why_nothing_counted(self) -> str:
+        """Why no case was required to be caught, so that the check cannot pass."""
+        judged = self.short + self.host_bound
+        if not judged:
+            return "FAIL: no case had a baseline to judge it by"
+        return (
+            f"FAIL: nothing to require: none of the {plural(judged, 'judged case')} is a "
+            f"case of {MIN_CASE_MS:g} ms or more that keeps its device busy, so the check "
+            "proves nothing here; select such cases (-k EXPR) or a larger --profile"
+        )
 
 
 def summarize(cases: Sequence[GateCase]) -> GateSummary:
