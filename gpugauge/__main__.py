@@ -92,11 +92,15 @@ def _write_report(args: argparse.Namespace) -> int:
     if args.against is not None:
         check_file(args.against, "--against")
     current = args.current or _newest(history, args.storage)
+    policy = load_tolerances(tolerances)
+    if policy.skipped:
+        notes.append(policy.skipped_line())
+        print(f"gpugauge report: {policy.skipped_line()}", file=sys.stderr)
     data = collect(
         current,
         baseline_run=args.against,
         baselines=baselines,
-        tolerances=load_tolerances(tolerances),
+        tolerances=policy,
         history=history,
         notes=notes,
         trend_history=trend_history,

@@ -30,6 +30,7 @@ from gpugauge.benchmark_options import (
 )
 from gpugauge.families import registry
 from gpugauge.gauge import Gauge
+from gpugauge.history.backends import out_of_reach
 from gpugauge.measure.environment import SCHEMA_VERSION
 from gpugauge.options import Options, add_options, check_destinations, resolve
 from gpugauge.regress.baselines import BaselineStore
@@ -98,7 +99,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if options.gate:
             store = BaselineStore(options.baselines_dir)
             store.validate_all()
-            gate = Gate(store, load_tolerances(options.tolerances_dir))
+            tolerances = load_tolerances(options.tolerances_dir)
+            messages += [tolerances.skipped_line()] if tolerances.skipped else []
+            gate = Gate(store, tolerances)
             for what, folder in (
                 ("baselines", options.baselines_dir),
                 ("tolerances", options.tolerances_dir),
@@ -114,7 +117,16 @@ def pytest_configure(config: pytest.Config) -> None:
         tracker = tracking.Tracker(target, options.profile)
         try:
             tracker.open()  # now: a bad path or URL stops the run before it measures
-        except (OSError, ValueError) as err:  # HistoryError is a ValueError
+        except tracking.HistoryUnavailable as err:  # a full disk, a server that is down
+            messages.append(history_skipped(err))
+            tracker.close()
+            tracker = None
+        except OSError as err:
+            if not out_of_reach(err):
+                raise pytest.UsageError(f"--history: {err}") from None
+            messages.append(history_skipped(err))
+            tracker = None
+        except ValueError as err:  # HistoryError is a ValueError
             raise pytest.UsageError(f"--history: {err}") from None
     config.stash[SESSION] = GaugeSession(
         options,
@@ -127,6 +139,15 @@ def pytest_configure(config: pytest.Config) -> None:
         confirm=not config.getoption("no_confirm", False),
     )
     config.pluginmanager.register(OutcomeWatch(config.stash[SESSION]), "gpugauge-outcome")
+
+
+def history_skipped(err: BaseException) -> str:
+    """The one line of a session that goes on without its history (out of reach at start)."""
+    return (
+        f"history NOT used: {err}; the run goes on without it (a gate judges against the "
+        "class baseline alone) and is not appended (its saved run can be added later: "
+        "python -m gpugauge history import RUN.json)"
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

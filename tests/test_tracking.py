@@ -7,11 +7,15 @@ in the history, the first not accepted as a reference.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from gpugauge.history.store import History
+
+from .fakes import SPEC_SOURCE, result, save_baselines
+from .test_history_store import pg_url  # noqa: F401  (the fixture)
 
 BENCH = """
 import os
@@ -287,3 +291,136 @@ def test_a_confirmed_result_shows_the_measurement_its_verdict_used_everywhere(
     assert re.search(rf"\| {re.escape(fmt_ms(median))} +\|", verdicts)  # current ms
     assert f"| {fmt_ms(median)} [" in results
     assert "measured again: first" in results
+
+
+LOST = (
+    SPEC_SOURCE
+    + """
+import os
+
+import psycopg
+
+
+def nap():
+    time.sleep(0.003)
+
+
+def test_a(gauge):
+    gauge.measure(Spec("a"), nap)
+    # the shared history's server goes away for this session: its connection is ended
+    with psycopg.connect(os.environ["HISTORY_BASE"], autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+def test_b(gauge):
+    gauge.measure(Spec("b"), nap)
+"""
+)
+
+
+def _gated_naps(p: pytest.Pytester, bench: str) -> list[str]:
+    p.makepyfile(test_naps=bench)
+    save_baselines(p.path / "baselines", [result("a", 3.0), result("b", 3.0)])
+    (p.path / "tol").mkdir()
+    (p.path / "tol" / "t.toml").write_text("[default]\ntime = 0.9\n")
+    return ["--gate", "--baselines-dir", "baselines", "--tolerances-dir", "tol", "--rounds", "5"]
+
+
+def _no_traceback(r: pytest.RunResult) -> str:
+    out = r.stdout.str() + r.stderr.str()
+    assert "Traceback" not in out, out
+    assert "INTERNALERROR" not in out, out
+    return out
+
+
+def test_a_shared_history_lost_mid_session_fails_no_test(
+    gauge_pytester: pytest.Pytester,
+    pg_url: str,  # noqa: F811
+) -> None:
+    """Issue 38: a PostgreSQL history that went away mid-session failed every later gated
+    test with a traceback. They are judged against the class baseline, one line says the
+    history was lost, and the run is saved."""
+    from .test_history_store import postgres_base
+
+    args = _gated_naps(gauge_pytester, LOST)
+    gauge_pytester._monkeypatch.setenv("HISTORY_BASE", postgres_base())
+    r = gauge_pytester.runpytest_subprocess(
+        *args, "--history", pg_url, "--benchmark-json", "run.json", "-p", "no:cacheprovider"
+    )
+    out = _no_traceback(r)
+    r.assert_outcomes(passed=2)
+    said = [ln for ln in r.stdout.lines if "history unavailable" in ln]
+    assert len(said) == 1, out
+    assert "judged against the class baseline alone" in said[0]
+    saved = json.loads((gauge_pytester.path / "run.json").read_text())["benchmarks"]
+    assert sorted(b["extra_info"]["id"] for b in saved) == ["a", "b"]
+    assert all("gate" in b["extra_info"] for b in saved)
+
+
+def test_a_shared_history_down_at_the_start_is_one_line_and_the_run_goes_on(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """The same class at the session's start: a server that does not answer is no usage
+    error that stops a nightly before it measures; the gate judges without the history."""
+    pytest.importorskip("psycopg")
+    args = _gated_naps(gauge_pytester, SPEC_SOURCE + NAPS)
+    url = "postgresql://me:secret@127.0.0.1:1/nothing?connect_timeout=2"
+    r = gauge_pytester.runpytest_subprocess(*args, "--history", url, "-p", "no:cacheprovider")
+    out = _no_traceback(r)
+    r.assert_outcomes(passed=2)
+    said = [ln for ln in r.stdout.lines if "history NOT used" in ln]
+    assert len(said) == 1, out
+    assert "cannot connect" in said[0]
+    assert "secret" not in out
+
+
+NAPS = """
+def test_a(gauge):
+    gauge.measure(Spec("a"), lambda: time.sleep(0.003))
+
+
+def test_b(gauge):
+    gauge.measure(Spec("b"), lambda: time.sleep(0.003))
+"""
+
+FULL_AT_START = """
+import resource, signal, sys
+import pytest
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+# less room than SQLite's 32 KiB shared-memory index: the history cannot even be opened
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+sys.exit(pytest.main(["-p", "no:cacheprovider", *sys.argv[1:]]))
+"""
+
+
+def test_a_full_disk_at_the_start_skips_the_history_in_one_line(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """Issue 38: a disk too full for SQLite's -shm aborted the nightly before anything was
+    measured (a usage error). The history is skipped in one line; the gate still judges."""
+    import os
+    import subprocess
+    import sys
+
+    args = _gated_naps(gauge_pytester, SPEC_SOURCE + NAPS)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("GPUGAUGE_HISTORY", None)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_AT_START, *args, "--history", "h.sqlite"],
+        cwd=gauge_pytester.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out
+    assert done.returncode == 0, out
+    said = [ln for ln in done.stdout.splitlines() if "history NOT used" in ln]
+    assert len(said) == 1, out
+    assert said[0].startswith("history NOT used: history h.sqlite: ")
+    assert "2 passed" in done.stdout
+    assert "gpugauge gate: 2 " in done.stdout  # both judged, against the class baseline
