@@ -219,6 +219,7 @@ def test_graphed_cases_are_cuda_only_and_read_well() -> None:
     }
 
 
+@pytest.mark.slow
 def test_graphed_cases_skip_on_the_cpu_with_the_reason(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
@@ -945,6 +946,7 @@ def test_profile_pass_writes_the_cpu_tables_and_trace(tmp_path: Path) -> None:
 # --- the bench module end to end, at CPU smoke size ------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_module_end_to_end(tmp_path: Path) -> None:
     bench = run_bench_module(
         "benches/test_amp.py",

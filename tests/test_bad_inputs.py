@@ -797,6 +797,7 @@ def test_a_signal_during_a_baseline_write_leaves_no_partial_file(
 # --- issue 26: pytest-benchmark's own files
 
 
+@pytest.mark.slow
 def test_benchmark_json_on_a_full_disk_keeps_the_previous_file(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["gpugauge.plugin"]\n')
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    cpu: c\n    gpu: g\n")

@@ -184,6 +184,7 @@ def test_driver_buffers_errors_name_the_call_and_lose_nothing() -> None:
 LATE_MS, SLACK = 2.0, 1.3
 
 
+@pytest.mark.slow
 def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
     gauge_pytester: pytest.Pytester,
 ) -> None:
@@ -529,6 +530,7 @@ def demo_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 GATE_ARGS = ["--baselines-dir", "base", "--tolerances-dir", "tol"]
 
 
+@pytest.mark.slow
 def test_gate_check_end_to_end(demo_checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One A/A run and a 90% slowdown: both cases caught, no false alarm, exit 0."""
     argv = ["check", "gate", "--runs", "1", "--slowdown", "0.9", *GATE_ARGS, "--out", "out"]
@@ -546,6 +548,7 @@ def test_gate_check_end_to_end(demo_checkout: Path, capsys: pytest.CaptureFixtur
     assert runs == ["aa1.json", "aa1.log", "injected.json", "injected.log"]
 
 
+@pytest.mark.slow
 def test_judge_again_reads_an_earlier_checks_runs_against_todays_baselines(
     demo_checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -687,6 +690,7 @@ def test_a_selection_is_judged_up_front_only_where_every_name_is_understood() ->
     assert can_select("long and", here, known) is None  # malformed: pytest says so
 
 
+@pytest.mark.slow
 def test_gate_check_stops_its_pytest_on_sigterm(demo_checkout: Path) -> None:
     """SIGTERM mid-run: exit 130, the child's process group gone, no partial file left."""
     slow = ["--", "--rounds", "2000", "--warmup", "1"]
@@ -1006,6 +1010,7 @@ def test_a_bad_injected_fraction_in_the_environment_is_named(
     assert injected_fraction() == 0.0
 
 
+@pytest.mark.slow
 def test_the_echoed_pytest_command_can_be_pasted(tmp_path: Path) -> None:
     import shlex
 

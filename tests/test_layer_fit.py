@@ -538,6 +538,7 @@ def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
     assert cut_fit.settle(lambda: None, ("cpu",)) == 3
 
 
+@pytest.mark.slow
 def test_block_costs_are_measured_at_a_micro_batch(monkeypatch):
     import gpugauge.families.layer_fit.costs as block_costs
 

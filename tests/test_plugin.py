@@ -89,6 +89,7 @@ def test_benchmark_disable_runs_each_case_once(run) -> None:
     assert data == {}
 
 
+@pytest.mark.slow
 def test_autosave_writes_pytest_benchmark_storage(gauge_pytester: pytest.Pytester, run) -> None:
     result, _ = run("--benchmark-autosave", f"--benchmark-storage={gauge_pytester.path / 'st'}")
     result.assert_outcomes(passed=2, skipped=1)
@@ -96,6 +97,7 @@ def test_autosave_writes_pytest_benchmark_storage(gauge_pytester: pytest.Pyteste
     assert json.loads(saved.read_text())["benchmarks"][0]["stats"]["rounds"] == 6
 
 
+@pytest.mark.slow
 def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
     """Record baselines, pass an identical run, fail a slowed run naming the benchmark."""
     # sleeps of 20 and 40 ms: a 2 ms sleep on a busy two-core runner took 7.5 ms at times
@@ -141,6 +143,7 @@ def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
     frac.stdout.fnmatch_lines(["*gpugauge gate: slow: regressed: time [34].*x*"])
 
 
+@pytest.mark.slow
 def test_baselines_are_not_written_after_a_failure(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(test_demo=BENCH + "\ndef test_broken():\n    assert False\n")
     base = gauge_pytester.path / "baselines"
@@ -161,6 +164,7 @@ def test_corrupt_baseline_is_a_usage_error(gauge_pytester: pytest.Pytester) -> N
     assert "demo.json: not valid JSON" in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.Pytester) -> None:
     # pytest keeps the last failure's traceback, and a model's tensors often sit in
     # reference cycles that only the collector frees: on a GPU they would stay allocated
@@ -204,6 +208,7 @@ def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.
     result.assert_outcomes(failed=2, passed=3)
 
 
+@pytest.mark.slow
 def test_stop_after_ends_the_run_cleanly_with_its_json(run) -> None:
     result, data = run("--stop-after", "0.001")
     result.stdout.fnmatch_lines(["*--stop-after 0.001 s passed: the tests after * were not run*"])
@@ -230,6 +235,7 @@ def test_string_id(gauge):
 """
 
 
+@pytest.mark.slow
 def test_gauge_call_form_makes_a_spec_from_the_test(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(test_calls=CALL_FORM)
     out = gauge_pytester.path / "out.json"
@@ -313,6 +319,7 @@ def test_benchmark_options_alone_say_nothing(gauge_pytester: pytest.Pytester) ->
     assert "= gpugauge" not in result.stdout.str()  # no gauge result: no gpugauge section
 
 
+@pytest.mark.slow
 def test_cpu_run_says_smoke_check_and_the_next_step(gauge_pytester: pytest.Pytester, run) -> None:
     result, _ = run()
     result.stdout.fnmatch_lines(
@@ -337,6 +344,7 @@ def test_cpu_run_says_smoke_check_and_the_next_step(gauge_pytester: pytest.Pytes
     unsaved.stdout.fnmatch_lines(["results: not saved; add --benchmark-autosave*"])
 
 
+@pytest.mark.slow
 def test_one_registration_from_conftest_and_entry_point(pytester: pytest.Pytester) -> None:
     # the checkout's way (conftest) and an install's (the pytest11 entry point, when this
     # environment has gpugauge installed) together, in a fresh interpreter: registered once
@@ -543,6 +551,7 @@ def test_tests_timed_by_pytest_benchmarks_own_fixture_are_said_to_be_left_out(
     assert "= gpugauge" not in only.stdout.str()
 
 
+@pytest.mark.slow
 def test_a_benchmark_compare_fail_is_one_line_and_the_gpugauge_section_still_prints(
     gauge_pytester: pytest.Pytester,
 ) -> None:

@@ -75,6 +75,7 @@ def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return runs
 
 
+@pytest.mark.slow
 def test_report_of_two_saved_runs(saved_runs: list[Path], tmp_path: Path) -> None:
     base, slowed = saved_runs
     assert (
@@ -128,6 +129,7 @@ def test_report_of_two_saved_runs(saved_runs: list[Path], tmp_path: Path) -> Non
     }
 
 
+@pytest.mark.slow
 def test_baseline_command_then_report_against_baselines(
     saved_runs: list[Path], tmp_path: Path
 ) -> None:
@@ -156,6 +158,7 @@ def test_baseline_command_then_report_against_baselines(
     assert "stored baselines in" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
     saved_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -197,6 +200,7 @@ def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
     assert json.loads(path.read_text())["recorded_from"] == listed[1:]
 
 
+@pytest.mark.slow
 def test_provenance_survives_writes_that_keep_old_entries(
     saved_runs: list[Path], tmp_path: Path
 ) -> None:

@@ -75,6 +75,7 @@ def _attempts(path: Path) -> list[tuple[int, str | None, bool]]:
         ]
 
 
+@pytest.mark.slow
 def test_history_gets_each_measured_run_once(bench: pytest.Pytester) -> None:
     first = _run(bench, "fast")
     first.assert_outcomes(passed=1)
@@ -84,6 +85,7 @@ def test_history_gets_each_measured_run_once(bench: pytest.Pytester) -> None:
     assert len(_attempts(bench.path / "h.sqlite")) == 1
 
 
+@pytest.mark.slow
 def test_a_regression_is_confirmed_before_the_test_fails(bench: pytest.Pytester) -> None:
     _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
     disturbed = _run(bench, "first", "--gate")
@@ -103,6 +105,7 @@ def test_a_regression_is_confirmed_before_the_test_fails(bench: pytest.Pytester)
     assert [kept[i][2] for i in (0, 1, 3, 4)] == [True, False, False, False]
 
 
+@pytest.mark.slow
 def test_no_confirm_fails_at_once(bench: pytest.Pytester) -> None:
     _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
     r = _run(bench, "first", "--gate", "--no-confirm")
@@ -110,6 +113,7 @@ def test_no_confirm_fails_at_once(bench: pytest.Pytester) -> None:
     r.stdout.fnmatch_lines(["*not confirmed (--no-confirm)*"])
 
 
+@pytest.mark.slow
 def test_a_run_with_injected_work_is_judged_but_not_kept(bench: pytest.Pytester) -> None:
     _run(bench, "fast", "--update-baselines").assert_outcomes(passed=1)
     r = _run(bench, "fast", "--gate", "-p", "gpugauge.check.slowdown", "--inject-slowdown-ms", "3")
@@ -198,6 +202,7 @@ def test_the_busy_share_is_judged_by_its_own_hosts_history_alone(tmp_path: Path)
     later.close()
 
 
+@pytest.mark.slow
 def test_an_imported_run_gets_the_host_its_live_append_got(bench: pytest.Pytester) -> None:
     """One rule names the host: a live append and an import of its saved JSON agree."""
     import platform
@@ -239,6 +244,7 @@ def _table_median(stdout: str, title: str, case: str) -> str:
     return row.split()[1]
 
 
+@pytest.mark.slow
 def test_a_confirmed_result_shows_the_measurement_its_verdict_used_everywhere(
     bench: pytest.Pytester,
 ) -> None:
@@ -336,6 +342,7 @@ def _no_traceback(r: pytest.RunResult) -> str:
     return out
 
 
+@pytest.mark.slow
 def test_a_shared_history_lost_mid_session_fails_no_test(
     gauge_pytester: pytest.Pytester,
     pg_url: str,  # noqa: F811
@@ -360,6 +367,7 @@ def test_a_shared_history_lost_mid_session_fails_no_test(
     assert all("gate" in b["extra_info"] for b in saved)
 
 
+@pytest.mark.slow
 def test_a_shared_history_down_at_the_start_is_one_line_and_the_run_goes_on(
     gauge_pytester: pytest.Pytester,
 ) -> None:
@@ -396,6 +404,7 @@ sys.exit(pytest.main(["-p", "no:cacheprovider", *sys.argv[1:]]))
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_the_start_skips_the_history_in_one_line(
     gauge_pytester: pytest.Pytester,
 ) -> None:
