@@ -30,7 +30,6 @@ from gpugauge.benchmark_options import (
 )
 from gpugauge.families import registry
 from gpugauge.gauge import Gauge
-from gpugauge.history.backends import out_of_reach
 from gpugauge.measure.environment import SCHEMA_VERSION
 from gpugauge.options import Options, add_options, check_destinations, resolve
 from gpugauge.regress.baselines import BaselineStore
@@ -114,20 +113,11 @@ def pytest_configure(config: pytest.Config) -> None:
     tracker = None
     target = tracking.target_of(config)
     if target is not None and not benchmark_disabled(config):
-        tracker = tracking.Tracker(target, options.profile)
-        try:
-            tracker.open()  # now: a bad path or URL stops the run before it measures
-        except tracking.HistoryUnavailable as err:  # a full disk, a server that is down
-            messages.append(history_skipped(err))
-            tracker.close()
-            tracker = None
-        except OSError as err:
-            if not out_of_reach(err):
-                raise pytest.UsageError(f"--history: {err}") from None
-            messages.append(history_skipped(err))
-            tracker = None
-        except ValueError as err:  # HistoryError is a ValueError
+        try:  # now: a bad path or URL stops the run before it measures
+            tracker, skipped = tracking.open_tracker(target, options.profile)
+        except (OSError, ValueError) as err:  # HistoryError is a ValueError
             raise pytest.UsageError(f"--history: {err}") from None
+        messages += [skipped] if skipped else []  # out of reach: a full disk, a server down
     config.stash[SESSION] = GaugeSession(
         options,
         config.rootpath,
@@ -139,15 +129,6 @@ def pytest_configure(config: pytest.Config) -> None:
         confirm=not config.getoption("no_confirm", False),
     )
     config.pluginmanager.register(OutcomeWatch(config.stash[SESSION]), "gpugauge-outcome")
-
-
-def history_skipped(err: BaseException) -> str:
-    """The one line of a session that goes on without its history (out of reach at start)."""
-    return (
-        f"history NOT used: {err}; the run goes on without it (a gate judges against the "
-        "class baseline alone) and is not appended (its saved run can be added later: "
-        "python -m gpugauge history import RUN.json)"
-    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from gpugauge.history.backends import out_of_reach
 from gpugauge.history.capture import (
     host_id,
     injected,
@@ -230,4 +231,33 @@ class Tracker:
             self._history = None
 
 
-__all__ = ["HistoryError", "HistoryUnavailable", "Tracker", "add_options", "target_of"]
+def open_tracker(target: str, profile: str) -> tuple[Tracker | None, str]:
+    """The session's tracker, its history opened now; or None and the line that says why.
+
+    A history out of reach (a disk too full for SQLite's -shm, a server that does not
+    answer) must not stop a nightly before it measures: the session goes on without it.
+    A bad path or URL is raised (HistoryError, OSError): the caller's usage error.
+    """
+    tracker = Tracker(target, profile)
+    try:
+        tracker.open()
+    except (HistoryUnavailable, OSError) as err:
+        if isinstance(err, OSError) and not out_of_reach(err):
+            raise
+        tracker.close()
+        return None, (
+            f"history NOT used: {err}; the run goes on without it (a gate judges against "
+            "the class baseline alone) and is not appended (its saved run can be added "
+            "later: python -m gpugauge history import RUN.json)"
+        )
+    return tracker, ""
+
+
+__all__ = [
+    "HistoryError",
+    "HistoryUnavailable",
+    "Tracker",
+    "add_options",
+    "open_tracker",
+    "target_of",
+]

@@ -705,6 +705,7 @@ def test_warmup_time_above_the_profiles_cap_is_accepted() -> None:
     assert options.policy.max_warmup_s >= 6.0
 
 
+@pytest.mark.slow
 def test_stop_after_with_update_baselines_says_the_run_was_cut_short(
     gauge_pytester: pytest.Pytester,
 ) -> None:

@@ -461,6 +461,7 @@ def test_a_whole_run_saves_its_outcome_with_each_skip_and_its_reason(run) -> Non
     ]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_says_so_in_its_file_the_history_the_report_and_baseline(
     gauge_pytester: pytest.Pytester,
 ) -> None:
@@ -499,6 +500,7 @@ def test_an_interrupted_run_says_so_in_its_file_the_history_the_report_and_basel
     assert not bl.exists() or not any(bl.rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_a_run_stopped_at_its_first_failure_is_not_whole(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(
         test_demo=SPEC_SOURCE
@@ -532,6 +534,7 @@ def test_plain(benchmark):
 """
 
 
+@pytest.mark.slow
 def test_tests_timed_by_pytest_benchmarks_own_fixture_are_said_to_be_left_out(
     gauge_pytester: pytest.Pytester,
 ) -> None:

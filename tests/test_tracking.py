@@ -123,6 +123,7 @@ def test_a_run_with_injected_work_is_judged_but_not_kept(bench: pytest.Pytester)
 
 
 @pytest.mark.parametrize("target", ["", "mysql://x/y"])
+@pytest.mark.slow
 def test_a_bad_history_stops_the_run_before_it_measures(
     bench: pytest.Pytester, target: str
 ) -> None:

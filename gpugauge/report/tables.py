@@ -136,17 +136,13 @@ def noisy_ids(measurements: Sequence[Measurement]) -> frozenset[str]:
 
 
 def uncertainty(m: Measurement) -> str | None:
-    """Why a change this result shows against another run may be noise; None if none.
+    """Why a change of this result against another run may be noise; None if none.
 
-    Its rounds are noisy (:attr:`Timing.noise`), or host-timed (a CPU's): a shared host
-    moves a result from run to run by more than its within-run CI shows (two runs of
-    unchanged code on a CPU read 0.671x [0.627, 0.710]).
+    Noisy rounds (:attr:`Timing.noise`), or host-timed ones: a shared CPU moves a result
+    from run to run by more than its CI shows (unchanged code read 0.671x [0.627, 0.710]).
     """
-    if m.timing is None:
-        return None
-    if m.timing.noise:
-        return m.timing.noise
-    return "host-timed rounds" if m.timing.host_timed else None
+    t = m.timing
+    return None if t is None else t.noise or ("host-timed rounds" if t.host_timed else None)
 
 
 def uncertain_ids(measurements: Sequence[Measurement]) -> frozenset[str]:
