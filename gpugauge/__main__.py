@@ -31,6 +31,7 @@ from gpugauge.regress.baselines import (
     entries_of_benchmark_json,
     read_baseline,
 )
+from gpugauge.regress.gate import WIDE_SPREAD, wide_spreads
 from gpugauge.regress.tolerances import ToleranceError, load_tolerances
 from gpugauge.results.files import (
     FileError,
@@ -92,11 +93,15 @@ def _write_report(args: argparse.Namespace) -> int:
     if args.against is not None:
         check_file(args.against, "--against")
     current = args.current or _newest(history, args.storage)
+    policy = load_tolerances(tolerances)
+    if policy.skipped:
+        notes.append(policy.skipped_line())
+        print(f"gpugauge report: {policy.skipped_line()}", file=sys.stderr)
     data = collect(
         current,
         baseline_run=args.against,
         baselines=baselines,
-        tolerances=load_tolerances(tolerances),
+        tolerances=policy,
         history=history,
         notes=notes,
         trend_history=trend_history,
@@ -211,6 +216,17 @@ def _record_baselines(args: argparse.Namespace) -> int:
     if not entries:
         print("no gpugauge benchmarks in those runs", file=sys.stderr)
         return 1
+    wide = wide_spreads(entries)
+    if wide and not args.allow_wide_spread:
+        raise BaselineError(
+            f"refused, nothing written: the runs disagree by more than {WIDE_SPREAD:.0%} on "
+            f"{len(wide)} case(s), and a baseline that wide lets real slowdowns pass:\n  "
+            + "\n  ".join(wide)
+            + "\nrecord them again on a quiet host, or pass --allow-wide-spread to store "
+            "them as they are (runs of hosts that pace a step differ that much)"
+        )
+    for line in wide:
+        print(f"gpugauge baseline: WARNING, stored anyway: {line}", file=sys.stderr)
     meta = {"recorded_from": [named[p] for p in args.runs]}
     make_dir(args.baselines_dir, "--baselines-dir")
     for path in store.write(entries, meta, added=args.add):
@@ -309,6 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="add the runs to the stored baselines (another host or lease of the class) "
         "instead of replacing their entries: each stored case keeps its runs' medians, so "
         "its allowance covers the spread between hosts",
+    )
+    base.add_argument(
+        "--allow-wide-spread",
+        action="store_true",
+        help=f"store cases whose runs' medians lie more than {WIDE_SPREAD:.0%} apart (refused "
+        "by default: the gate would allow twice that spread); each is named in a warning",
     )
     base.add_argument(
         "--baselines-dir",

@@ -107,6 +107,32 @@ def foreign_note(config: pytest.Config) -> str | None:
     )
 
 
+def plain_benchmarks_line(config: pytest.Config) -> list[str]:
+    """One line counting the tests timed by pytest-benchmark's own ``benchmark`` fixture.
+
+    They are left out of gpugauge's results, gate, history and report, on purpose: their
+    rounds are pytest-benchmark's calibrated host-timed loops (many calls per round), and
+    they carry no spec (family, device, device class) to key a baseline or a history by,
+    so judging them beside gauge results would compare what is not comparable. They stay
+    in pytest-benchmark's own table, storage and ``--benchmark-compare``. Empty when none.
+    """
+    bs = getattr(config, "_benchmarksession", None)
+    names = [
+        str(getattr(b, "fullname", None) or getattr(b, "name", "?"))
+        for b in getattr(bs, "benchmarks", None) or ()
+        if "gpugauge_schema" not in (getattr(b, "extra_info", None) or {})
+    ]
+    if not names:
+        return []
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    count = f"{len(names)} test{'s' if len(names) != 1 else ''}"
+    return [
+        f"not in gpugauge's results, gate, history or report: {count} timed by "
+        f"pytest-benchmark's own `benchmark` fixture ({shown}); pytest-benchmark's table "
+        "shows them (take the `gauge` fixture to have a test judged here)"
+    ]
+
+
 def check_histogram(config: pytest.Config) -> None:
     """--benchmark-histogram needs the histogram extra: refuse it before any test runs."""
     if config.getoption("benchmark_histogram", None):

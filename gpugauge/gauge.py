@@ -29,8 +29,8 @@ from gpugauge.options import Options
 from gpugauge.pipeline import l2_flusher, take
 from gpugauge.regress.baselines import entry_of
 from gpugauge.regress.gate import GateResult, Verdict
-from gpugauge.report.tables import one_line
-from gpugauge.results.measurement import Comparison, Measurement, Spec
+from gpugauge.report.tables import one_line, uncertainty
+from gpugauge.results.measurement import Attempt, Comparison, Measurement, Spec
 from gpugauge.session import GaugeSession, Note
 
 # what other modules import from here
@@ -251,13 +251,15 @@ class Gauge:
         return self.record(once())
 
     def record(self, m: Measurement) -> Measurement:
-        """Record a result built anywhere: store it, gate it, and return it.
+        """Record a result built anywhere: gate it, store it, and return it.
 
         ``m`` may come from :meth:`measure`, from a worker process
         (``Measurement(spec, timing=Timing.from_dict(...))``) or from a search with no
         timing at all (``Measurement(spec, values={"max_layers": 61})``). Its rounds, if
         any, become pytest-benchmark's stats; everything else goes into ``extra_info``.
-        A regression against the baseline fails the calling test.
+        A regression against the baseline fails the calling test. A regressed result that
+        is measured again (:meth:`_confirm`) is that second measurement from then on: it
+        is what is stored, shown and returned, the first kept in its ``earlier``.
         """
         check_spec(m.spec, "gauge.record")
         self._check_not_recorded(m.spec)
@@ -265,17 +267,28 @@ class Gauge:
         if missing:
             raise GaugeError(f"{m.id}: artifact file(s) not written: {', '.join(missing)}")
         self._recorded = m
+        if self._benchmark_disabled:
+            self.session.unmeasured.add(m.id)
+        self.session.note(f"{m.id}: {one_line(m)}")
+        result: GateResult | None = None
+        try:
+            m, result = self._gate(m)
+        finally:  # also when judging or measuring again failed: the first is stored
+            self._store(m, result)
+        self._fail_on(result, uncertainty(m))
+        return m
+
+    def _store(self, m: Measurement, result: GateResult | None) -> None:
+        """Hand the result (and its verdict) to pytest-benchmark and to the session."""
+        self._recorded = m
         if self._benchmark is not None:
-            if self._benchmark.disabled:
-                self.session.unmeasured.add(m.id)
             hand_over(self._benchmark, m, self._started)
+            if result is not None:
+                self._benchmark.extra_info["gate"] = result.as_dict()
         self.session.measurements.append(m)
         foreign = self.session.foreign_note
         if foreign and foreign not in self.session.messages:
             self.session.messages.append(foreign)
-        self.session.note(f"{m.id}: {one_line(m)}")
-        self._gate(m)
-        return m
 
     def artifact_path(self, spec: Spec, name: str) -> Path:
         """Where this result's file ``name`` goes: ``<run folder>/<spec id>/<name>``.
@@ -309,39 +322,53 @@ class Gauge:
         A regression fails its test only if the confirmation regresses too, so one
         disturbed measurement (a neighbour's job, a clock dip) does not fail a night. A
         result recorded from elsewhere (a worker's, a search) cannot be measured again.
+        The confirmation is the result from here on; the first measurement is kept in its
+        ``earlier`` attempts.
         """
         if self._again is None or not self.session.confirm:
             why = "--gauge-no-confirm" if self._again is not None else "recorded from elsewhere"
             return m, replace(first, note=_joined(first.note, f"not confirmed ({why})"))
         self.session.note(f"{m.id}: regressed; measuring again to confirm ...")
         second = self._again()
+        if m.timing is not None and second.timing is not None:
+            second = replace(second, earlier=(*m.earlier, Attempt.of(m, first.verdict.value)))
+        self.session.note(f"{m.id}: measured again: {one_line(second)}")
         judged = self._judge(second)
         said = f"first measurement {first.verdict}: {_deciding(first)}"
         return second, replace(judged, note=_joined(said, judged.note))
 
-    def _gate(self, m: Measurement) -> None:
-        """Judge the result; a regression that a second measurement confirms fails the test.
+    def _gate(self, m: Measurement) -> tuple[Measurement, GateResult | None]:
+        """Judge the result, measuring a regression again; (the result, its verdict).
 
-        Both measurements are kept: the first is the pytest-benchmark row, the history
-        keeps both attempts, and the stored verdict is the confirmation's.
+        The result is the measurement the verdict used: the confirmation where there was
+        one. The history keeps both attempts; no verdict without ``--gate``.
         """
         if self.session.gate is None or self._benchmark_disabled:
             if self.session.tracker is not None and not self._benchmark_disabled:
                 self.session.tracker.keep([(m, None)])
-            return
+            return m, None
         result = self._judge(m)
         attempts: list[tuple[Measurement, GateResult | None]] = [(m, result)]
         if result.verdict is Verdict.REGRESSED:
             second, result = self._confirm(m, result)
             if second is not m:
                 attempts.append((second, result))
+                m = second
         if self.session.tracker is not None:
             self.session.tracker.keep(attempts)
         self.session.gate_results.append(result)
-        if self._benchmark is not None:
-            self._benchmark.extra_info["gate"] = result.as_dict()
+        return m, result
+
+    def _fail_on(self, result: GateResult | None, noise: str | None = None) -> None:
+        """Fail the test for a (confirmed) regression, or a missing baseline when required.
+
+        ``noise``: why the change may be noise (:func:`uncertainty`), said with it.
+        """
+        if result is None:
+            return
         if result.verdict is Verdict.REGRESSED:
-            pytest.fail(f"gpugauge gate: {result.message()}", pytrace=False)
+            maybe = f" ({noise}: the change may be noise)" if noise else ""
+            pytest.fail(f"gpugauge gate: {result.message()}{maybe}", pytrace=False)
         if result.verdict is Verdict.NEW and self.options.require_baselines:
             pytest.fail(
                 f"gpugauge gate: {result.message()} (--gauge-require-baselines)", pytrace=False

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpugauge import flags
-from gpugauge.benchmark_options import check_histogram, saved_where
+from gpugauge.benchmark_options import check_histogram, plain_benchmarks_line, saved_where
 from gpugauge.markers import GAUGE_MARKERS, marker_lines
 
 if TYPE_CHECKING:
@@ -359,6 +359,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if gs is None:
         return
     gs.messages += gs.gate_notes()
+    if gs.measurements:  # a run of plain pytest-benchmark tests alone is none of ours
+        gs.messages += plain_benchmarks_line(session.config)
     gs.append_history()
     if not gs.options.update_baselines:
         return
@@ -382,10 +384,41 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     A run with no CUDA result says in its title that its numbers are host-timed and no
     GPU measurement (in the smoke profile: a smoke check of the suite).
     """
+    _print_section(terminalreporter)
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_guard(terminalreporter: Any) -> Iterator[None]:
+    """A ``--benchmark-compare-fail`` regression: one line, the gpugauge section, exit 1.
+
+    pytest-benchmark raises its PerformanceRegression out of its own summary, after
+    printing which benchmarks regressed. Raised there it is a traceback, and the summaries
+    after it, the gpugauge section among them, never print though the run was saved and
+    added to the history. Caught here, it fails the run (exit status 1) as it means to.
+    """
+    try:
+        return (yield)
+    except Exception as err:
+        if type(err).__name__ != "PerformanceRegression":
+            raise
+        terminalreporter.write_line(
+            "pytest-benchmark: --benchmark-compare-fail: performance has regressed "
+            "(the lines above); the run fails"
+        )
+        _print_section(terminalreporter)
+        session = getattr(terminalreporter, "_session", None)
+        if session is not None:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return None
+
+
+def _print_section(terminalreporter: Any) -> None:
+    """The gpugauge section, once per run: messages, tables, where the results went."""
     config = terminalreporter.config
     session = config.stash.get(SESSION, None)
-    if session is None or not (session.measurements or session.messages):
+    if session is None or session.printed or not (session.measurements or session.messages):
         return
+    session.printed = True
     terminalreporter.write_sep("=", "gpugauge")  # the results table's title says what they are
     for message in session.messages:
         terminalreporter.write_line(message)

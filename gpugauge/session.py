@@ -26,10 +26,10 @@ from gpugauge.regress.gate import Gate, GateResult
 from gpugauge.report.tables import (
     comparison_table,
     gate_table,
-    noisy_ids,
     results_table,
     roofline_table,
     run_label,
+    uncertain_ids,
     unsampled_ids,
 )
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
@@ -66,6 +66,7 @@ class GaugeSession:
     skips: list[Skip] = field(default_factory=list)
     interrupted: str | None = None  # the exception that ended the run (Ctrl-C), or None
     stopped: str | None = None  # why pytest started no more tests (-x, --gauge-stop-after), or None
+    printed: bool = False  # the gpugauge section is on the terminal already
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
@@ -148,7 +149,7 @@ class GaugeSession:
             out["comparisons"] = comparison_table(comparisons, unmeasured=skip)
         if self.gate is not None and self.measurements:
             out["gate"] = gate_table(
-                self.gate_results, self.missing_from_run(), noisy_ids(ms), unsampled_ids(ms)
+                self.gate_results, self.missing_from_run(), uncertain_ids(ms), unsampled_ids(ms)
             )
         return out
 

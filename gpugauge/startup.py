@@ -55,7 +55,9 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
         if options.gate:
             store = BaselineStore(options.baselines_dir)
             store.validate_all()
-            gate = Gate(store, load_tolerances(options.tolerances_dir))
+            tolerances = load_tolerances(options.tolerances_dir)
+            messages += [tolerances.skipped_line()] if tolerances.skipped else []
+            gate = Gate(store, tolerances)
             for what, folder in (
                 ("baselines", options.baselines_dir),
                 ("tolerances", options.tolerances_dir),
@@ -68,11 +70,11 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
     tracker = None
     target = tracking.target_of(config)
     if target is not None and not benchmark_disabled(config):
-        tracker = tracking.Tracker(target, options.profile)
-        try:
-            tracker.open()  # now: a bad path or URL stops the run before it measures
+        try:  # now: a bad path or URL stops the run before it measures
+            tracker, skipped = tracking.open_tracker(target, options.profile)
         except (OSError, ValueError) as err:  # HistoryError is a ValueError
             raise pytest.UsageError(f"--gauge-history: {err}") from None
+        messages += [skipped] if skipped else []  # out of reach: a full disk, a server down
     session = GaugeSession(
         options,
         config.rootpath,

@@ -11,6 +11,7 @@ transaction at its end, so an interrupted session leaves no half run in the hist
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from gpugauge.history.backends import out_of_reach
 from gpugauge.history.capture import (
     host_id,
     injected,
@@ -29,7 +31,7 @@ from gpugauge.history.capture import (
     run_record,
 )
 from gpugauge.history.judge import judge_case
-from gpugauge.history.records import HistoryError, ResultRecord
+from gpugauge.history.records import HistoryError, HistoryUnavailable, ResultRecord
 from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.regress.baselines import entry_of, kernel_shares
 from gpugauge.regress.gate import Gate, GateResult
@@ -67,6 +69,7 @@ class Tracker:
     run_id: str = field(default_factory=new_run_id)
     records: list[ResultRecord] = field(default_factory=list)
     left_out: int = 0  # results with injected work, never appended
+    lost: str | None = None  # why the history stopped answering mid-session, or None
     _history: History | None = None
     _host: str | None = None
 
@@ -94,12 +97,18 @@ class Tracker:
     def judge(self, m: Measurement, gate: Gate) -> GateResult:
         """The result's verdict: against its host-aware reference, else the plain gate's.
 
+        A history that stops answering mid-session (a shared server gone, a failing disk)
+        fails no test: from then on every result is judged by the plain gate against the
+        class baseline, and :attr:`lost` says why (one line at the session's end).
+
         A host the history holds nothing of is judged against the class baseline widened by
         the class's host-to-host spread (measured from the history's hosts, else a stated
         default): a new runner is not red on day one for being a slower host (run 59: a
         fresh H100 read linear-fwdbwd-tf32 at 1.022x and 1.030x of another host's baseline).
         """
         plain = gate.judge(entry_of(m))
+        if self.lost is not None:
+            return plain
         # samples metrics (time) move from host to host and night to night, and a per-host
         # metric is judged by its host's history alone; a peak or a count is deterministic
         # and keeps the gate's exact check against the baseline
@@ -108,7 +117,11 @@ class Tracker:
             for x in metric_records(m)
             if METRICS[x.metric].kind is Kind.SAMPLES or METRICS[x.metric].per_host
         ]
-        points = self.history.case_points(m.id, m.device_class, [x.metric for x in metrics])
+        try:
+            points = self.history.case_points(m.id, m.device_class, [x.metric for x in metrics])
+        except (HistoryError, OSError) as err:  # a server gone, a disk failing: not a test's
+            self.lost = str(err)
+            return plain
         stored = gate.store.load(m.device_class, m.spec.family) or {}
         if not any(points.values()) and m.id not in stored:
             return plain  # nothing to judge against: new
@@ -146,7 +159,17 @@ class Tracker:
                 earlier.setdefault("time", []).append(m.summary.median)
 
     def append(self, fingerprint: dict[str, Any], device_class: str) -> str:
-        """Append the run and every kept result in one transaction; a line saying where."""
+        """Append the run and every kept result in one transaction; a line saying where.
+
+        A history :attr:`lost` mid-session is not tried again: the line says so, and that
+        the results were judged against the class baseline alone.
+        """
+        if self.lost is not None:
+            return (
+                f"history unavailable since mid-session ({self.lost}): later results were "
+                "judged against the class baseline alone, and the run was NOT appended (its "
+                "saved run can be added later: python -m gpugauge history import RUN.json)"
+            )
         skipped = (
             f"history: {plural(self.left_out, 'result')} with injected work not appended "
             "(they measure the injection, not the build)"
@@ -171,10 +194,39 @@ class Tracker:
         return "; ".join(x for x in (said, skipped) if x)
 
     def close(self) -> None:
-        """Close the history if it was opened."""
+        """Close the history if it was opened (one that went away closes quietly)."""
         if self._history is not None:
-            self._history.close()
+            with contextlib.suppress(HistoryError, OSError):
+                self._history.close()
             self._history = None
 
 
-__all__ = ["HistoryError", "Tracker", "target_of"]
+def open_tracker(target: str, profile: str) -> tuple[Tracker | None, str]:
+    """The session's tracker, its history opened now; or None and the line that says why.
+
+    A history out of reach (a disk too full for SQLite's -shm, a server that does not
+    answer) must not stop a nightly before it measures: the session goes on without it.
+    A bad path or URL is raised (HistoryError, OSError): the caller's usage error.
+    """
+    tracker = Tracker(target, profile)
+    try:
+        tracker.open()
+    except (HistoryUnavailable, OSError) as err:
+        if isinstance(err, OSError) and not out_of_reach(err):
+            raise
+        tracker.close()
+        return None, (
+            f"history NOT used: {err}; the run goes on without it (a gate judges against "
+            "the class baseline alone) and is not appended (its saved run can be added "
+            "later: python -m gpugauge history import RUN.json)"
+        )
+    return tracker, ""
+
+
+__all__ = [
+    "HistoryError",
+    "HistoryUnavailable",
+    "Tracker",
+    "open_tracker",
+    "target_of",
+]

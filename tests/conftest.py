@@ -22,11 +22,45 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Warnings are errors in the harness's own tests (not in benchmarks on foreign stacks)."""
+SLOW = (
+    "slow: an end-to-end test of several seconds (pytest or torchrun in processes of their "
+    "own, a synthetic history of many nights); deselected unless -m selects (-m slow: only "
+    "them, as .ci/run runs them; -m 'slow or not slow': every test) or the test is named by "
+    "its node id"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``slow`` marker."""
+    config.addinivalue_line("markers", SLOW)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Say that the slow tests are left out, and how to run them."""
+    if _deselects_slow(config):
+        return "slow end-to-end tests deselected: python -m pytest tests -m slow runs them"
+    return None
+
+
+def _deselects_slow(config: pytest.Config) -> bool:
+    """Left out by default: unless -m was given, or a test was named by its node id."""
+    named = any("::" in str(arg) for arg in config.args)
+    return not config.option.markexpr and not named
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Warnings are errors in the harness's own tests (not in benchmarks on foreign stacks).
+
+    The ``slow`` tests are deselected unless asked for (:func:`_deselects_slow`).
+    """
     for item in items:
         if Path(str(item.path)).is_relative_to(Path(__file__).parent):
             item.add_marker(pytest.mark.filterwarnings("error"))
+    if _deselects_slow(config):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 class FakeClock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,12 @@ def result(
     timing = Timing(rounds, rounds, "perf_counter", 1, 0.0, "fixed rounds", False)
     spec = SavedSpec(family, bid, "cpu", ("cpu",), params or {"name": bid, "device": "cpu"})
     return Measurement(spec, timing=timing, memory=memory, device_class=device_class)
+
+
+def device_timed(m: Measurement) -> Measurement:
+    """``m`` as if its rounds were timed on a device (CUDA events), not by the host."""
+    assert m.timing is not None
+    return replace(m, timing=replace(m.timing, clock="cuda_event"))
 
 
 def run_json(results: list[Measurement], comparisons: list[Comparison] = ()) -> dict[str, Any]:

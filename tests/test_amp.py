@@ -219,6 +219,7 @@ def test_graphed_cases_are_cuda_only_and_read_well() -> None:
     }
 
 
+@pytest.mark.slow
 def test_graphed_cases_skip_on_the_cpu_with_the_reason(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
@@ -551,6 +552,27 @@ def test_busy_share_marks_eager_steps_host_bound_below_the_threshold() -> None:
         BusyShare(loop_ms=(), busy_ms=0.1, profiled_steps=3)
     with pytest.raises(ValueError, match="positive step times"):
         BusyShare(loop_ms=(1.0,), busy_ms=-0.1, profiled_steps=3)
+
+
+def test_a_busy_share_is_at_most_one_and_says_when_it_was_clamped() -> None:
+    """Issue 38: graphed H200 steps read 1.005-1.016 busy: device activity from the
+    profiled pass, wall time from the plain loop, two passes over a device-bound step. A
+    share is at most 1; the record keeps what was measured and says why it was clamped."""
+    graphed = BusyShare(loop_ms=(2.0, 2.0, 2.0), busy_ms=2.032, profiled_steps=3, graphed=True)
+    assert graphed.share == 1.0
+    assert graphed.ratio == pytest.approx(1.016)
+    assert "measured 1.016" in graphed.clamped
+    assert "a share is at most 1" in graphed.clamped
+    d = graphed.as_dict()
+    assert d["share"] == 1.0
+    assert d["ratio"] == pytest.approx(1.016)
+    assert d["clamped"] == graphed.clamped
+    eager = BusyShare(loop_ms=(2.0,), busy_ms=2.01, profiled_steps=3)
+    assert eager.share == 1.0
+    assert eager.host_bound is False
+    inside = BusyShare(loop_ms=(2.0,), busy_ms=1.9, profiled_steps=3)
+    assert inside.share == pytest.approx(0.95)
+    assert inside.clamped is None
 
 
 def test_busy_share_needs_a_cuda_device(tmp_path: Path) -> None:
@@ -924,6 +946,7 @@ def test_profile_pass_writes_the_cpu_tables_and_trace(tmp_path: Path) -> None:
 # --- the bench module end to end, at CPU smoke size ------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_module_end_to_end(tmp_path: Path) -> None:
     bench = run_bench_module(
         "benches/test_amp.py",

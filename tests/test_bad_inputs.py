@@ -31,7 +31,7 @@ import torch
 from gpugauge.__main__ import main
 from gpugauge.regress.baselines import BaselineError, BaselineStore, Entry
 
-from .fakes import CLASS, result, run_json, save_baselines, save_run
+from .fakes import CLASS, SPEC_SOURCE, result, run_json, save_baselines, save_run
 from .test_plugin import BENCH
 from .test_saved_data import snapshot
 
@@ -140,10 +140,18 @@ BAD_TOLERANCES: dict[str, Any] = {
     "default-not-a-table": "default = 3\n",
     "nested-table": "[family.x.y]\ntime = 0.1\n",
     "set-twice": "[family.layers]\ntime = 0.2\n",  # the good file sets it too
-    "directory": DIR,
     # issue 26
     "unknown-family": "[family.typo]\ntime = 0.1\n",
-    "fifo": FIFO,
+}
+
+# Entries of a tolerances folder that are no tolerance file (issue 38: an editor's lock
+# file aborted every gated run): never read, each named once in a warning. By name: what.
+SKIPPED_TOLERANCES: dict[str, Any] = {
+    "d.toml": DIR,
+    "f.toml": FIFO,
+    ".#t.toml": "[default\n",  # an editor's lock file, here a regular one, and no TOML
+    "t.toml~": "[default\n",  # a backup
+    "#t.toml#": "[default\n",  # an auto-save
 }
 
 BAD_RUNS: dict[str, Any] = {
@@ -610,6 +618,67 @@ def test_bad_plugin_option(
     plugin_refuses(plugin_ws, [a.format(root=plugin_ws.path) for a in args], named)
 
 
+def _junk_tolerances(folder: Path) -> list[str]:
+    """Put every entry of SKIPPED_TOLERANCES and a dangling lock link in ``folder``."""
+    for name, content in SKIPPED_TOLERANCES.items():
+        place(folder / name, content)
+    (folder / ".#default.toml").symlink_to("root@host.12345:1700000000")  # as emacs makes
+    return [*SKIPPED_TOLERANCES, ".#default.toml"]
+
+
+def _named(line: str) -> list[str]:
+    """The entries a 'tolerances: not read in DIR: a (why); b (why)' line names."""
+    listed = line.split("not read in ", 1)[1].split(": ", 1)[1]
+    return [part.split(" (", 1)[0] for part in listed.split("); ")]
+
+
+def test_editor_files_in_tolerances_are_named_once_and_not_read_by_report(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 38: a lock file ('.#default.toml', a link to nowhere) aborted every gated run
+    and report. Only regular *.toml files are read; the others are named in one line."""
+    names = _junk_tolerances(ws / "tolerances")
+    argv = report(
+        ws, "--current", str(ws / "good.json"), "--tolerances-dir", str(ws / "tolerances")
+    )
+    code, _, err = run_cli(argv, capsys)
+    assert code == 0, err
+    [line] = [ln for ln in err.splitlines() if "not read" in ln]
+    assert sorted(_named(line)) == sorted(names)  # the real t.toml is not among them
+    md = (ws / "reports" / "report.md").read_text()
+    assert md.count(".#default.toml (a link to nowhere") == 1
+
+
+def test_editor_files_in_tolerances_do_not_stop_a_gated_run(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """The same in a gated pytest run: the tests run, judged by the real tolerance file,
+    and the gpugauge section names what was not read, once."""
+    root = gauge_pytester.path
+    save_baselines(root / "baselines", [result("a")])
+    (root / "tolerances").mkdir()
+    (root / "tolerances" / "t.toml").write_text("[default]\ntime = 0.9\n")
+    names = _junk_tolerances(root / "tolerances")
+    gauge_pytester.makepyfile(
+        test_a=SPEC_SOURCE + "\ndef test_a(gauge):\n    gauge.measure(Spec('a'), lambda: 1)\n"
+    )
+    r = gauge_pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gauge-gate",
+        "--gauge-baselines-dir=baselines",
+        "--gauge-tolerances-dir=tolerances",
+        "--gauge-rounds",
+        "3",
+        "--gauge-no-history",
+    )
+    assert r.ret == pytest.ExitCode.OK, r.stdout.str()
+    said = [ln for ln in r.stdout.lines if "tolerances: not read" in ln]
+    assert len(said) == 1, r.stdout.str()
+    assert sorted(_named(said[0])) == sorted(names)
+    r.stdout.fnmatch_lines(["*allowed*"])
+
+
 def test_cases_are_many() -> None:
     files = len(BAD_BASELINES) + len(BAD_TOLERANCES) + len(BAD_RUNS)
     assert files >= 30
@@ -661,6 +730,7 @@ def test_warmup_time_above_the_profiles_cap_is_accepted() -> None:
     assert options.policy.max_warmup_s >= 6.0
 
 
+@pytest.mark.slow
 def test_stop_after_with_update_baselines_says_the_run_was_cut_short(
     gauge_pytester: pytest.Pytester,
 ) -> None:
@@ -754,6 +824,7 @@ def test_a_signal_during_a_baseline_write_leaves_no_partial_file(
 # --- issue 26: pytest-benchmark's own files
 
 
+@pytest.mark.slow
 def test_benchmark_json_on_a_full_disk_keeps_the_previous_file(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["gpugauge.plugin"]\n')
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    cpu: c\n    gpu: g\n")

@@ -25,6 +25,7 @@ from gpugauge.check.delay import DriverBuffers, delay_for, host_spin
 from gpugauge.check.gate_report import (
     GateCase,
     GateReport,
+    GateSummary,
     RunResult,
     gate_cases,
     markdown_gate,
@@ -183,6 +184,7 @@ def test_driver_buffers_errors_name_the_call_and_lose_nothing() -> None:
 LATE_MS, SLACK = 2.0, 1.3
 
 
+@pytest.mark.slow
 def test_injected_slowdown_grows_the_timed_median_by_what_was_asked(
     gauge_pytester: pytest.Pytester,
 ) -> None:
@@ -534,6 +536,7 @@ def demo_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 GATE_ARGS = ["--baselines-dir", "base", "--tolerances-dir", "tol"]
 
 
+@pytest.mark.slow
 def test_gate_check_end_to_end(demo_checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One A/A run and a 90% slowdown: both cases caught, no false alarm, exit 0."""
     argv = ["check", "gate", "--runs", "1", "--slowdown", "0.9", *GATE_ARGS, "--out", "out"]
@@ -551,6 +554,7 @@ def test_gate_check_end_to_end(demo_checkout: Path, capsys: pytest.CaptureFixtur
     assert runs == ["aa1.json", "aa1.log", "injected.json", "injected.log"]
 
 
+@pytest.mark.slow
 def test_judge_again_reads_an_earlier_checks_runs_against_todays_baselines(
     demo_checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -595,6 +599,92 @@ def test_gate_check_with_nothing_to_judge_runs_no_pytest(
     assert not (demo_checkout / "out").exists()  # no pytest run, no folder
 
 
+USER_BENCH = """
+import time
+
+
+def spin(ms):
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def test_long(gauge):
+    gauge(spin, 12.0)
+
+
+def test_short(gauge):
+    gauge(spin, 0.5)
+"""
+
+
+@pytest.fixture
+def user_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's own project: gauge(fn) tests (family 'custom', no marker), no conftest."""
+    (tmp_path / "benches").mkdir()
+    (tmp_path / "benches" / "test_mine.py").write_text(USER_BENCH)
+    (tmp_path / "tol").mkdir()
+    (tmp_path / "tol" / "t.toml").write_text("[default]\ntime = 0.2\n")
+    cases = [("benches/test_mine.py::test_long", 12.0), ("benches/test_mine.py::test_short", 0.5)]
+    save_baselines(tmp_path / "base", [result(i, ms, family="custom") for i, ms in cases])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_gate_check_in_a_users_own_project_selects_its_cases(
+    user_project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38: in a project without built-in families the check picked -k custom (the
+    family of gauge(fn) tests, which no test name or marker holds): it selected nothing.
+    A family no marker names is selected by its stored cases' names."""
+    argv = ["check", "gate", "--runs", "1", "--slowdown", "0.9", *GATE_ARGS, "--out", "out"]
+    code = gpugauge_main([*argv, "--", "--gauge-rounds", "8", "--gauge-warmup", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "-k 'test_long or test_short'" in out
+    assert "caught 1 of 1 cases of 1 ms or more; false alarms 0" in out
+
+
+def test_the_default_selection_names_a_familys_cases_where_no_marker_does(
+    tmp_path: Path,
+) -> None:
+    from gpugauge.check.selection import default_selection
+
+    save_baselines(
+        tmp_path,
+        [
+            result("t.py::test_a[x-1]", family="custom"),
+            result("conv-fwd-cpu", family="layers"),
+            result("softmax-256-cpu", family="mine"),
+        ],
+    )
+    families = ["custom", "layers", "mine"]
+    chosen = default_selection(tmp_path, CLASS, families, {"layers"})
+    assert chosen == "test_a[x-1] or layers or softmax-256-cpu"
+    save_baselines(tmp_path, [result("a case with spaces", family="mine")])
+    with pytest.raises(ValueError, match="'a case with spaces' is no name -k can select by"):
+        default_selection(tmp_path, CLASS, families, {"layers"})
+
+
+def test_a_gate_check_with_no_case_to_require_says_why_it_fails() -> None:
+    """Issue 38: 'FAIL, caught 0 of 0' without a word of why: every judged case was
+    shorter than 1 ms. The line says so, and what to do; the check fails (exit 1)."""
+    only_short = GateSummary(
+        caught=0, counted=0, false_alarms=0, aa_verdicts=2, short_caught=2, short=2
+    )
+    assert not only_short.passed
+    line = only_short.line()
+    assert line.startswith("caught 0 of 0 cases of 1 ms or more; false alarms 0")
+    assert "nothing to require: none of the 2 judged cases is a case of 1 ms or more" in line
+    assert "-k EXPR" in line
+    nothing = GateSummary(
+        caught=0, counted=0, false_alarms=0, aa_verdicts=0, short_caught=0, short=0
+    )
+    assert "no case had a baseline" in nothing.line()
+
+
 def test_a_selection_is_judged_up_front_only_where_every_name_is_understood() -> None:
     from gpugauge.check.selection import can_select
 
@@ -609,6 +699,7 @@ def test_a_selection_is_judged_up_front_only_where_every_name_is_understood() ->
     assert can_select("long and", here, known) is None  # malformed: pytest says so
 
 
+@pytest.mark.slow
 def test_gate_check_stops_its_pytest_on_sigterm(demo_checkout: Path) -> None:
     """SIGTERM mid-run: exit 130, the child's process group gone, no partial file left."""
     slow = ["--", "--gauge-rounds", "2000", "--gauge-warmup", "1"]
@@ -928,6 +1019,7 @@ def test_a_bad_injected_fraction_in_the_environment_is_named(
     assert injected_fraction() == 0.0
 
 
+@pytest.mark.slow
 def test_the_echoed_pytest_command_can_be_pasted(tmp_path: Path) -> None:
     import shlex
 

@@ -396,6 +396,7 @@ def _gloo_resnet(tmp_path: Path, *extra: str) -> dict[str, dict[str, Any]]:
     )
 
 
+@pytest.mark.slow
 def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> None:
     art = tmp_path / "art"
     benches = _gloo_resnet(tmp_path)
@@ -412,6 +413,7 @@ def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> 
     assert not _processes_mentioning(str(art))
 
 
+@pytest.mark.slow
 def test_an_injected_slowdown_reaches_every_rank(tmp_path: Path) -> None:
     # gpugauge check's slowdown: each rank adds the fraction of its own step's median
     (tmp_path / "none").mkdir()
@@ -451,6 +453,7 @@ def _rank_pid(folder: Path, rank: int, timeout_s: float = 120) -> int:
     raise AssertionError(f"rank {rank} of {folder} never started")
 
 
+@pytest.mark.slow
 def test_a_rank_killed_mid_run_fails_the_launch_naming_it(tmp_path: Path) -> None:
     case = dist_cases.DistCase("resnet18", "ddp", 2, 2, 32, 10, 64, 2, "cpu", "smoke", workers=0)
     caught: list[BaseException] = []

@@ -195,6 +195,7 @@ def _run(args: list[str], cwd: Path, site: Path) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.slow
 def test_a_toy_family_joins_through_the_registry_alone(tmp_path: Path) -> None:
     site = _toy_project(tmp_path)
     project = tmp_path / "project"

@@ -389,6 +389,7 @@ def test_tiny(gauge, n):
 """
 
 
+@pytest.mark.slow
 def test_a_session_whose_history_is_full_says_so_in_one_line(
     gauge_pytester: pytest.Pytester,
 ) -> None:

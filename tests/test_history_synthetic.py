@@ -60,6 +60,7 @@ def test_no_change_on_a_host_with_history_raises_few_alarms(
     assert alarms / total <= (0.005 if noise == 0.005 else 0.02)
 
 
+@pytest.mark.slow
 def test_a_3pct_step_is_caught_within_two_nights(capsys: pytest.CaptureFixture) -> None:
     runs = judged("h1", range(10, 12), step=0.03, step_night=10)
     first = sum(r[0] is Verdict.REGRESSED for r in runs)
@@ -72,6 +73,7 @@ def test_a_3pct_step_is_caught_within_two_nights(capsys: pytest.CaptureFixture) 
     assert within_two / SEEDS >= 0.95
 
 
+@pytest.mark.slow
 def test_a_new_host_within_the_class_spread_is_not_an_alarm(
     capsys: pytest.CaptureFixture,
 ) -> None:
@@ -93,6 +95,7 @@ def test_a_new_host_within_the_class_spread_is_not_an_alarm(
     assert alarms / total <= 0.01
 
 
+@pytest.mark.slow
 def test_a_host_offset_raises_no_alarm_once_the_host_has_its_history(
     capsys: pytest.CaptureFixture,
 ) -> None:
@@ -120,6 +123,7 @@ def test_a_host_offset_raises_no_alarm_once_the_host_has_its_history(
     assert alarms / total <= 0.005
 
 
+@pytest.mark.slow
 def test_a_slow_drift_is_caught_by_the_class_baseline_anchor(
     capsys: pytest.CaptureFixture,
 ) -> None:
@@ -175,6 +179,7 @@ def test_change_points_on_one_host(after: int, capsys: pytest.CaptureFixture) ->
     assert hits / SEEDS >= (0.95 if after == 2 else 0.99)
 
 
+@pytest.mark.slow
 def test_change_points_over_a_class_ignore_host_offsets(capsys: pytest.CaptureFixture) -> None:
     # three hosts up to 5% apart, a fourth 4% slow joining on night 15: no step
     hosts = (*HOSTS, ("h3", 0.04, 15))

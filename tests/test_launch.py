@@ -47,6 +47,7 @@ def test_ddp(gauge, tmp_path_factory):
 """
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_record_one_result_of_the_slowest_rank(
     gauge_pytester: pytest.Pytester,
 ) -> None:
@@ -67,6 +68,7 @@ def test_two_gloo_ranks_record_one_result_of_the_slowest_rank(
     assert not _processes_mentioning(str(out))
 
 
+@pytest.mark.slow
 def test_a_crashed_rank_is_named_and_nothing_is_left(tmp_path: Path) -> None:
     job = Launch(CALL, {"device": "cpu", "rounds": 3, "crash_rank": 1}, 2)
     with pytest.raises(LaunchError, match=r"rank 1 failed: RuntimeError: planned crash on rank 1"):
@@ -74,6 +76,7 @@ def test_a_crashed_rank_is_named_and_nothing_is_left(tmp_path: Path) -> None:
     assert not _processes_mentioning(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_named_and_every_worker_is_stopped(tmp_path: Path) -> None:
     job = Launch(CALL, {"device": "cpu", "rounds": 3, "hang_rank": 1}, 2)
     with pytest.raises(LaunchError, match=r"rank 1 did not finish within 12 s") as err:

@@ -506,6 +506,7 @@ class _FragmentingRunner:
         return step
 
 
+@pytest.mark.slow
 def test_fitted_runner_checks_the_steady_state_and_sheds_blocks_on_one_device(monkeypatch):
     monkeypatch.setattr(cut_fit, "SplitRunner", _FragmentingRunner)
     tiny = dict(batch=4, image=32, width=64, device="cpu")
@@ -538,6 +539,7 @@ def test_settle_runs_until_reserved_memory_stops_growing(monkeypatch):
     assert cut_fit.settle(lambda: None, ("cpu",)) == 3
 
 
+@pytest.mark.slow
 def test_block_costs_are_measured_at_a_micro_batch(monkeypatch):
     import gpugauge.families.layer_fit.costs as block_costs
 
@@ -614,6 +616,7 @@ def test_plan_predicts_the_step_by_the_bubble_model() -> None:
     assert gpipe.as_dict()["predicted_step"] == gpipe.predicted_step
 
 
+@pytest.mark.slow
 def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> None:
     case = FitCase("train", 62, SEED_BUDGET, "cpu", 4096)
     here = search_case(case)
@@ -626,6 +629,7 @@ def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> N
     assert path(there) == path(here)
 
 
+@pytest.mark.slow
 def test_a_cut_is_fitted_in_processes_of_their_own() -> None:
     case = SplitCase("gpipe", 3, 2, 2, "device", "cpu", batch=2, image=8, width=16)
     attempts = cut_fit.fit_cut(case, 3, 3, 0)

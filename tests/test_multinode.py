@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gpugauge.launch.torchrun import processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +33,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_agents_rendezvous_on_localhost_and_leave_nothing(tmp_path: Path) -> None:
     out = tmp_path / "shared"
     endpoint = f"127.0.0.1:{free_port()}"

@@ -28,6 +28,7 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_gpugauge_only_and_declares_the_plugin(tmp_path: Path) -> None:
     # built from a copy, so that the build leaves nothing in the checkout
     src = tmp_path / "src"
@@ -76,6 +77,7 @@ def test_x(gauge):
 """
 
 
+@pytest.mark.slow
 def test_a_project_of_ones_own_with_no_conftest_or_ini(tmp_path: Path) -> None:
     project = tmp_path / "myproject"
     project.mkdir()

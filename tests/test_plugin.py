@@ -89,6 +89,7 @@ def test_benchmark_disable_runs_each_case_once(run) -> None:
     assert data == {}
 
 
+@pytest.mark.slow
 def test_autosave_writes_pytest_benchmark_storage(gauge_pytester: pytest.Pytester, run) -> None:
     result, _ = run("--benchmark-autosave", f"--benchmark-storage={gauge_pytester.path / 'st'}")
     result.assert_outcomes(passed=2, skipped=1)
@@ -96,6 +97,7 @@ def test_autosave_writes_pytest_benchmark_storage(gauge_pytester: pytest.Pyteste
     assert json.loads(saved.read_text())["benchmarks"][0]["stats"]["rounds"] == 6
 
 
+@pytest.mark.slow
 def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
     """Record baselines, pass an identical run, fail a slowed run naming the benchmark."""
     # sleeps of 20 and 40 ms: a 2 ms sleep on a busy two-core runner took 7.5 ms at times
@@ -141,6 +143,7 @@ def test_gate_end_to_end(gauge_pytester: pytest.Pytester) -> None:
     frac.stdout.fnmatch_lines(["*gpugauge gate: slow: regressed: time [34].*x*"])
 
 
+@pytest.mark.slow
 def test_baselines_are_not_written_after_a_failure(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(test_demo=BENCH + "\ndef test_broken():\n    assert False\n")
     base = gauge_pytester.path / "baselines"
@@ -161,6 +164,7 @@ def test_corrupt_baseline_is_a_usage_error(gauge_pytester: pytest.Pytester) -> N
     assert "demo.json: not valid JSON" in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.Pytester) -> None:
     # pytest keeps the last failure's traceback, and a model's tensors often sit in
     # reference cycles that only the collector frees: on a GPU they would stay allocated
@@ -205,6 +209,7 @@ def test_a_failed_tests_locals_are_freed_before_the_next(gauge_pytester: pytest.
     result.assert_outcomes(failed=2, passed=3)
 
 
+@pytest.mark.slow
 def test_stop_after_ends_the_run_cleanly_with_its_json(run) -> None:
     result, data = run("--gauge-stop-after", "0.001")
     result.stdout.fnmatch_lines(
@@ -233,6 +238,7 @@ def test_string_id(gauge):
 """
 
 
+@pytest.mark.slow
 def test_gauge_call_form_makes_a_spec_from_the_test(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(test_calls=CALL_FORM)
     out = gauge_pytester.path / "out.json"
@@ -318,6 +324,7 @@ def test_benchmark_options_alone_say_nothing(gauge_pytester: pytest.Pytester) ->
     assert "= gpugauge" not in result.stdout.str()  # no gauge result: no gpugauge section
 
 
+@pytest.mark.slow
 def test_cpu_run_says_smoke_check_and_the_next_step(gauge_pytester: pytest.Pytester, run) -> None:
     result, _ = run()
     result.stdout.fnmatch_lines(
@@ -342,6 +349,7 @@ def test_cpu_run_says_smoke_check_and_the_next_step(gauge_pytester: pytest.Pytes
     unsaved.stdout.fnmatch_lines(["results: not saved; add --benchmark-autosave*"])
 
 
+@pytest.mark.slow
 def test_one_registration_from_conftest_and_entry_point(pytester: pytest.Pytester) -> None:
     # the checkout's way (conftest) and an install's (the pytest11 entry point, when this
     # environment has gpugauge installed) together, in a fresh interpreter: registered once
@@ -458,6 +466,7 @@ def test_a_whole_run_saves_its_outcome_with_each_skip_and_its_reason(run) -> Non
     ]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_says_so_in_its_file_the_history_the_report_and_baseline(
     gauge_pytester: pytest.Pytester,
 ) -> None:
@@ -496,6 +505,7 @@ def test_an_interrupted_run_says_so_in_its_file_the_history_the_report_and_basel
     assert not bl.exists() or not any(bl.rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_a_run_stopped_at_its_first_failure_is_not_whole(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(
         test_demo=SPEC_SOURCE
@@ -515,3 +525,75 @@ def test_demo(gauge, name):
     assert outcome["finished"] == 1
     assert outcome["stopped"]
     assert outcome["selected"] == 3
+
+
+MIXED = """
+import os
+import time
+
+
+def test_gauged(gauge):
+    gauge(time.sleep, float(os.environ.get("NAP_S", "0.001")))
+
+
+def test_plain(benchmark):
+    benchmark(time.sleep, 0.0001)
+"""
+
+
+@pytest.mark.slow
+def test_tests_timed_by_pytest_benchmarks_own_fixture_are_said_to_be_left_out(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """Issue 38: tests that take pytest-benchmark's own `benchmark` were left out of the
+    gpugauge section, gate, history and report without a word. One line counts them: they
+    are pytest-benchmark's host-timed loops with no spec (family, device class) to judge
+    by, and stay in its own table and storage."""
+    gauge_pytester.makepyfile(test_mixed=MIXED)
+    r = gauge_pytester.runpytest("--gauge-rounds", "3", "--gauge-warmup", "1", "--gauge-no-history")
+    r.assert_outcomes(passed=2)
+    said = [ln for ln in r.stdout.lines if "not in gpugauge's results, gate, history" in ln]
+    assert len(said) == 1, r.stdout.str()
+    assert "1 test timed by pytest-benchmark's own `benchmark` fixture" in said[0]
+    assert "test_mixed.py::test_plain" in said[0]
+    assert "test_gauged" not in said[0]
+    only = gauge_pytester.runpytest(
+        "--gauge-no-history", "-k", "plain"
+    )  # no gauge test: no section
+    assert "= gpugauge" not in only.stdout.str()
+
+
+@pytest.mark.slow
+def test_a_benchmark_compare_fail_is_one_line_and_the_gpugauge_section_still_prints(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """Issue 38: a --benchmark-compare-fail regression printed a traceback, and the gpugauge
+    section never printed though the run was saved. Now: pytest-benchmark's own lines, one
+    line of ours, the gpugauge section, exit status 1."""
+    gauge_pytester.makepyfile(test_mixed=MIXED)
+    common = ["--gauge-rounds", "3", "--gauge-warmup", "1", "-p", "no:cacheprovider"]
+    first = gauge_pytester.runpytest_subprocess(*common, "--benchmark-autosave")
+    first.assert_outcomes(passed=2)
+    gauge_pytester._monkeypatch.setenv("NAP_S", "0.02")
+    r = gauge_pytester.runpytest_subprocess(
+        *common,
+        "--benchmark-autosave",
+        "--benchmark-compare",
+        "--benchmark-compare-fail=median:50%",
+        "--gauge-history",
+        "h.sqlite",
+    )
+    out = r.stdout.str() + r.stderr.str()
+    assert "Traceback" not in out, out
+    assert "INTERNALERROR" not in out, out
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "Performance has regressed" in out  # pytest-benchmark's own lines, on stderr
+    r.stdout.fnmatch_lines(
+        [
+            "pytest-benchmark: --benchmark-compare-fail: performance has regressed*",
+            "*= gpugauge =*",
+            "history: 1 result of run * appended to h.sqlite*",
+            "gpugauge results*",
+        ]
+    )
+    assert len(list((gauge_pytester.path / ".benchmarks").rglob("*.json"))) == 2

@@ -82,6 +82,7 @@ def test_kill_9_of_torchrun_leaves_no_worker(no_leftovers: Path) -> None:
     assert left_after(str(out)) == []
 
 
+@pytest.mark.slow
 def test_a_stopped_rank_is_named_and_killed_before_the_timeout(no_leftovers: Path) -> None:
     out = no_leftovers
     job = Launch(CALL, {"device": "cpu", "rounds": 200_000}, 2, stall_s=4)
@@ -109,6 +110,7 @@ def test_a_stopped_rank_is_named_and_killed_before_the_timeout(no_leftovers: Pat
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.slow
 def test_a_signal_to_pytest_stops_the_distributed_family_launch(
     no_leftovers: Path, sig: signal.Signals
 ) -> None:

@@ -33,6 +33,7 @@ def test_the_readme_is_a_page_a_newcomer_reads() -> None:
 @pytest.mark.parametrize(
     "code", PYTHON_BLOCKS, ids=[f"block{i}" for i in range(len(PYTHON_BLOCKS))]
 )
+@pytest.mark.slow
 def test_each_example_runs_on_its_own(pytester: pytest.Pytester, code: str) -> None:
     """Each block alone: a test module runs under pytest, anything else as a script.
 

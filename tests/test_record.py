@@ -80,6 +80,7 @@ def test_a_result_without_timing_is_saved_gated_and_reported(
     assert any(line.startswith("| fit-m62 ") and "| 61 " in line for line in md.splitlines())
 
 
+@pytest.mark.slow
 def test_a_second_result_in_one_test_is_refused(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(
         test_two=SPEC_SOURCE

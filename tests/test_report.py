@@ -75,6 +75,7 @@ def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return runs
 
 
+@pytest.mark.slow
 def test_report_of_two_saved_runs(saved_runs: list[Path], tmp_path: Path) -> None:
     base, slowed = saved_runs
     assert (
@@ -128,6 +129,7 @@ def test_report_of_two_saved_runs(saved_runs: list[Path], tmp_path: Path) -> Non
     }
 
 
+@pytest.mark.slow
 def test_baseline_command_then_report_against_baselines(
     saved_runs: list[Path], tmp_path: Path
 ) -> None:
@@ -156,6 +158,7 @@ def test_baseline_command_then_report_against_baselines(
     assert "stored baselines in" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
     saved_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -168,8 +171,14 @@ def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
     assert main(["baseline", str(base), "--baselines-dir", str(store)]) == 0
     [path] = list(store.rglob("demo.json"))
     first = parse_baseline(path)
-    assert main(["baseline", "--add", str(slowed), "--baselines-dir", str(store)]) == 0
-    assert "baseline extended" in capsys.readouterr().out
+    add = ["baseline", "--add", str(slowed), "--baselines-dir", str(store)]
+    assert main(add) == 2  # 20 ms added: runs far apart are refused unless asked for
+    assert "--allow-wide-spread" in capsys.readouterr().err
+    assert parse_baseline(path) == first
+    assert main([*add, "--allow-wide-spread"]) == 0
+    said = capsys.readouterr()
+    assert "baseline extended" in said.out
+    assert "WARNING, stored anyway" in said.err
     added = parse_baseline(path)
     assert set(added) == set(first)
     for case, entry in added.items():
@@ -191,6 +200,7 @@ def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
     assert json.loads(path.read_text())["recorded_from"] == listed[1:]
 
 
+@pytest.mark.slow
 def test_provenance_survives_writes_that_keep_old_entries(
     saved_runs: list[Path], tmp_path: Path
 ) -> None:
@@ -346,15 +356,19 @@ def _with_throughput(m, value: float):
 
 
 def test_verdicts_name_their_metric_and_flag_noise(tmp_path: Path) -> None:
-    from .fakes import result, save_run
+    """Device-timed results (a CPU's host-timed ones are all flagged: see below)."""
+    from .fakes import device_timed, result, save_run
+
+    def runs(*results):
+        return [device_timed(m) for m in results]
 
     before = save_run(
         tmp_path / "before.json",
-        [result("a", 2.0), _with_throughput(result("b", 2.0), 100.0), result("c", 2.0)],
+        runs(result("a", 2.0), _with_throughput(result("b", 2.0), 100.0), result("c", 2.0)),
     )
     after = save_run(
         tmp_path / "after.json",
-        [_noisy(result("a", 1.0)), _with_throughput(result("b", 2.0), 50.0), result("c", 2.0)],
+        runs(_noisy(result("a", 1.0)), _with_throughput(result("b", 2.0), 50.0), result("c", 2.0)),
     )
     out = tmp_path / "rep"
     args = ["report", "--current", str(after), "--against", str(before), "--out", str(out)]
@@ -497,3 +511,143 @@ def test_every_line_of_the_history_chart_is_told_apart(tmp_path: Path) -> None:
         assert len(styles) == len(lines)
     finally:
         plt.close(fig)
+
+
+def _rounds(m, rounds: tuple[float, ...]):
+    from dataclasses import replace
+
+    return replace(m, timing=replace(m.timing, device_ms=rounds, host_ms=rounds))
+
+
+def _tailed(median: float, n: int = 200) -> tuple[float, ...]:
+    """A shared CPU's rounds: tight around ``median``, every 20th one 60x slower (CV 326%)."""
+    return tuple(median * (60.0 if i % 20 == 7 else 1 + 0.001 * (i % 9)) for i in range(n))
+
+
+def test_two_cpu_runs_of_unchanged_code_never_read_as_a_plain_change(tmp_path: Path) -> None:
+    """Issue 38: two runs of unchanged code on a CPU, compared with report --against, said
+    '2 improved' (0.671x [0.627, 0.710]); their rounds' CVs of 260-310% were not noisy. A
+    CPU's host-timed rounds move from run to run by more than a within-run CI shows: every
+    verdict they get says so, and so does the verdict line."""
+    from .fakes import result, save_run
+
+    before = save_run(tmp_path / "before.json", [result("a", 3.0), result("b", 3.0)])
+    after = save_run(tmp_path / "after.json", [result("a", 2.013), result("b", 2.013)])
+    out = tmp_path / "rep"
+    args = ["report", "--current", str(after), "--against", str(before), "--out", str(out)]
+    assert main([*args, "--storage", str(tmp_path / "none")]) == 0
+    md = (out / "report.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith(("| a ", "| b ")) and "improved" in ln]
+    assert len(rows) == 2
+    assert all("improved (noisy)" in row for row in rows)  # never a plain 'improved'
+    line = next(ln for ln in md.splitlines() if ln.startswith("- verdicts:"))
+    assert "2 improved (every change noisy or host-timed" in line
+
+
+def test_rounds_with_a_heavy_tail_are_noisy_though_their_median_is_tight() -> None:
+    """Why a CV of 260-310% read as not noisy: the stop rule looks at the median's CI,
+    which a heavy tail does not widen. The noise flag also reads the rounds' spread."""
+    from gpugauge.measure.stats import summarize
+    from gpugauge.report.tables import noisy_ids, notes_of, results_table
+
+    from .fakes import result
+
+    m = _rounds(result("tail", 2.0), _tailed(2.0))
+    s = summarize(m.timing.device_ms)
+    assert s.cv > 2.5
+    assert s.ci_rel_halfwidth < 0.01  # the stop rule would be satisfied
+    assert not m.timing.noisy
+    assert noisy_ids([m]) == {"tail"}
+    assert "noisy: CV 326%" in notes_of(m)
+    row = results_table([m]).splitlines()[-1]
+    assert "noisy" in row
+    steady = result("steady", 2.0)
+    assert noisy_ids([steady]) == frozenset()
+
+
+def test_a_noisy_device_timed_result_is_flagged_in_every_comparison(tmp_path: Path) -> None:
+    """The same rule for GPU-timed rounds: a heavy tail flags the verdict, the ratio chart's
+    label, the within-run comparison and the verdict line; a steady GPU result is not."""
+
+    from gpugauge.regress.tolerances import load_tolerances
+    from gpugauge.report.charts import RatioBars
+    from gpugauge.report.document import collect
+    from gpugauge.report.tables import comparison_table
+    from gpugauge.results.measurement import Comparison
+
+    from .fakes import device_timed as gpu
+    from .fakes import result, save_run
+
+    before = save_run(tmp_path / "b.json", [gpu(result("t", 2.0)), gpu(result("s", 2.0))])
+    noisy = gpu(_rounds(result("t", 1.0), _tailed(1.0)))
+    after = save_run(tmp_path / "a.json", [noisy, gpu(result("s", 1.0))])
+    data = collect(
+        after,
+        baseline_run=before,
+        baselines=tmp_path,
+        tolerances=load_tolerances(tmp_path / "none"),
+        history=[],
+    )
+    assert data.noisy == {"t"}
+    assert "(1 of the changes noisy)" in data.verdict_line
+    import matplotlib.pyplot as plt
+
+    fig = RatioBars().draw(data)
+    try:
+        labels = {t.get_text() for t in fig.axes[0].get_yticklabels()}
+    finally:
+        plt.close(fig)
+    assert "t (noisy)" in labels
+    assert "s" in labels
+    c = Comparison("t vs s", gpu(result("s", 2.0)), noisy, "s", "t")
+    assert comparison_table([c]).splitlines()[-1].endswith("noisy: t")
+
+
+def test_a_baseline_of_runs_far_apart_is_refused_unless_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 38: two runs whose medians lay 49% apart made a baseline that allowed about
+    2x, saved without a word. Refused, naming the case, its spread and the override; with
+    the override, stored with a warning per case; runs that agree are stored quietly."""
+    from .fakes import result, save_run
+
+    one = save_run(tmp_path / "one.json", [result("far", 2.0), result("near", 2.0)])
+    two = save_run(tmp_path / "two.json", [result("far", 2.98), result("near", 2.04)])
+    store = tmp_path / "baselines"
+    args = ["baseline", str(one), str(two), "--baselines-dir", str(store)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpugauge baseline: refused, nothing written")
+    assert "'far': its 2 runs' time medians lie 49% apart (2.007 to 2.99 ms)" in err
+    assert "the gate would allow 1.98x" in err
+    assert "'near'" not in err
+    assert "--allow-wide-spread" in err
+    assert not list(store.rglob("*.json"))
+    assert main([*args, "--allow-wide-spread"]) == 0
+    said = capsys.readouterr()
+    assert "baseline written" in said.out
+    warned = [ln for ln in said.err.splitlines() if "WARNING" in ln]
+    assert len(warned) == 1
+    assert "'far'" in warned[0]
+    quiet = ["baseline", str(one), str(tmp_path / "three.json"), "--baselines-dir", str(store)]
+    save_run(tmp_path / "three.json", [result("far", 2.1), result("near", 2.04)])
+    assert main(quiet) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_adding_a_run_that_widens_a_baseline_past_the_limit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The same for --add: a host 30% slower than the stored runs would widen the case."""
+    from .fakes import result, save_run
+
+    one = save_run(tmp_path / "one.json", [result("a", 2.0)])
+    two = save_run(tmp_path / "two.json", [result("a", 2.02)])
+    store = tmp_path / "baselines"
+    assert main(["baseline", str(one), str(two), "--baselines-dir", str(store)]) == 0
+    [path] = list(store.rglob("*.json"))
+    before = path.read_bytes()
+    slow = save_run(tmp_path / "slow.json", [result("a", 2.6)])
+    assert main(["baseline", "--add", str(slow), "--baselines-dir", str(store)]) == 2
+    assert "its 3 runs' time medians lie 30% apart" in capsys.readouterr().err
+    assert path.read_bytes() == before

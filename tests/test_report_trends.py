@@ -144,6 +144,32 @@ def test_the_trend_chart_marks_the_change_point_and_the_allowed_band(tmp_path: P
         plt.close(fig)
 
 
+def test_the_allowed_band_never_goes_below_zero_ms(tmp_path: Path) -> None:
+    """Issue 38: a reference that allows 2.03x (a baseline whose runs lay far apart) drew
+    its allowed band down to -1.03 x the median. A time is positive: the band stops at 0,
+    and the panel says the allowance has no lower bound."""
+    history = _history(tmp_path / "h.sqlite", series(STEP, seed=1))
+    data = _trends_of(tmp_path, history)
+    wide = replace(data.bands[CASE], allowed=1.03)
+    data = replace(data, bands={CASE: wide})
+    fig = TrendChart(0).draw(data)
+    try:
+        (ax,) = [a for a in fig.axes if a.get_visible()]
+        dashed = [
+            float(ln.get_ydata()[0])
+            for ln in ax.lines
+            if len(set(ln.get_ydata())) == 1 and ln.get_linestyle() == "--"
+        ]
+        assert dashed == pytest.approx([0.0, wide.median * 2.03])
+        spans = [p.get_extents() for p in ax.patches]
+        assert spans
+        lowest = min(ax.transData.inverted().transform(b)[0][1] for b in spans)
+        assert lowest >= -1e-9
+        assert "no lower bound" in ax.get_title()
+    finally:
+        plt.close(fig)
+
+
 def test_a_flat_history_says_it_has_no_change_points(tmp_path: Path) -> None:
     history = _history(tmp_path / "h.sqlite", series(FLAT, seed=2))
     md = (_report(tmp_path, "--history", str(history)) / "report.md").read_text()

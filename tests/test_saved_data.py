@@ -119,6 +119,7 @@ def test_concurrent_baseline_writes_keep_every_entry(
 # 3. a path typo cannot turn the gate off; nothing compared is loud; nightly can require
 
 
+@pytest.mark.slow
 def test_gated_run_with_no_baseline_is_loud(demo: pytest.Pytester) -> None:
     empty = demo.mkdir("baselines")
     r = demo.runpytest(*FAST, "--gauge-gate", f"--gauge-baselines-dir={empty}")
@@ -126,6 +127,7 @@ def test_gated_run_with_no_baseline_is_loud(demo: pytest.Pytester) -> None:
     r.stdout.fnmatch_lines(["gate: NOTHING COMPARED: none of the 2 results had a baseline*"])
 
 
+@pytest.mark.slow
 def test_require_baselines_fails_results_without_one(demo: pytest.Pytester) -> None:
     base = demo.path / "baselines"
     save_baselines(base, [result("slow", 4.0)])  # 'fast' has none
@@ -166,6 +168,7 @@ def test_report_against_a_run_of_another_device_class(tmp_path: Path) -> None:
 # 5. pytest-benchmark options: honoured or refused; the stored options say what was done
 
 
+@pytest.mark.slow
 def test_stored_options_are_what_gpugauge_did(demo: pytest.Pytester) -> None:
     out = demo.path / "out.json"
     r = demo.runpytest(*FAST, f"--benchmark-json={out}")
@@ -262,6 +265,7 @@ def test_case(gauge, case):
 """
 
 
+@pytest.mark.slow
 def test_groups_and_params_reach_pytest_benchmark(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile(test_cases=SPEC_BENCH)
     out = gauge_pytester.path / "out.json"

@@ -31,6 +31,7 @@ def test_swap_moves_every_pool_before_its_relu() -> None:
     assert all(names[i + 1] == "ReLU" and names[i - 1] == "Conv2d" for i in pools)
 
 
+@pytest.mark.slow
 def test_unswapped_equals_torchvision_with_the_same_weights() -> None:
     ours = vgg("vgg11").eval()
     ref = torchvision.models.vgg11(weights=None).eval()
@@ -41,6 +42,7 @@ def test_unswapped_equals_torchvision_with_the_same_weights() -> None:
 
 
 @pytest.mark.parametrize("bn", [False, True])
+@pytest.mark.slow
 def test_swapped_twin_computes_the_same_function(bn: bool) -> None:
     torch.manual_seed(0)
     normal = vgg("vgg11", batch_norm=bn, num_classes=10).eval()

@@ -22,6 +22,7 @@ def small(**kw: object) -> SwapCase:
 
 
 @pytest.mark.parametrize("bn", [False, True])
+@pytest.mark.slow
 def test_equivalence_check_passes_for_the_real_swap(bn: bool) -> None:
     check = check_swap_equivalence(small(batch_norm=bn))
     assert check["outputs_identical"]
@@ -29,6 +30,7 @@ def test_equivalence_check_passes_for_the_real_swap(bn: bool) -> None:
 
 
 @pytest.mark.parametrize("mode", ["infer", "train"])
+@pytest.mark.slow
 def test_steps_run(mode: str) -> None:
     step = make_step(small(mode=mode, variant="swapped"))
     out = step()

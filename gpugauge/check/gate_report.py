@@ -224,7 +224,17 @@ class GateSummary:
                 f"{self.host_bound_caught} of {self.host_bound} host-bound steps caught, "
                 "not required: the host paces them"
             )
-        return f"{text} ({'; '.join(extra)})"
+        line = f"{text} ({'; '.join(extra)})"
+        if self.counted:
+            return line
+        judged = self.short + self.host_bound  # why nothing was required: it cannot pass
+        return f"{line}; FAIL: " + (
+            f"nothing to require: none of the {plural(judged, 'judged case')} is a case of "
+            f"{MIN_CASE_MS:g} ms or more that keeps its device busy, so the check proves "
+            "nothing here; select such cases (-k EXPR) or a larger --profile"
+            if judged
+            else "no case had a baseline to judge it by"
+        )
 
 
 def summarize(cases: Sequence[GateCase]) -> GateSummary:
@@ -361,16 +371,7 @@ class GateReport:
             "min_case_ms": MIN_CASE_MS,
             "passed": self.passed,
             "summary": s.line(),
-            "counts": {
-                "caught": s.caught,
-                "counted": s.counted,
-                "false_alarms": s.false_alarms,
-                "aa_verdicts": s.aa_verdicts,
-                "short_caught": s.short_caught,
-                "short": s.short,
-                "host_bound_caught": s.host_bound_caught,
-                "host_bound": s.host_bound,
-            },
+            "counts": {k: getattr(s, k) for k in s.__dataclass_fields__},  # every count
             "cases": [
                 {
                     "id": c.id,

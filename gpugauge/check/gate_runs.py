@@ -33,10 +33,9 @@ from gpugauge.check.runs import (
     check_benches,
     families_with_baselines,
     log_tail,
-    or_expression,
     run_pytest,
 )
-from gpugauge.check.selection import can_select, stored_cases
+from gpugauge.check.selection import can_select, default_selection, stored_cases
 from gpugauge.report.tables import verdict_counts
 from gpugauge.results.files import FileError, check_dir, make_dir
 from gpugauge.results.runs import RunError
@@ -129,7 +128,14 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
             "first (two runs with --benchmark-json, then python -m gpugauge baseline RUN1 "
             "RUN2; see docs/check.md)"
         )
-    select = cfg.select if cfg.select is not None else or_expression(families)
+    select = cfg.select
+    if select is None:
+        from gpugauge.families import registry
+
+        try:
+            select = default_selection(cfg.baselines_dir, dev_cls, families, set(registry()))
+        except ValueError as err:
+            raise CheckUnavailable(str(err)) from None
     nothing = (
         f"nothing to judge: no case of -k {shlex.quote(select)} has a baseline of device class "
         f"{dev_cls} in {cfg.baselines_dir}"
@@ -161,7 +167,11 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
             note=note,
         )
         if done.exit_code == PYTEST_NO_TESTS:
-            raise CheckError(f"-k {shlex.quote(select)} selected no test in {cfg.benches}")
+            raise CheckError(
+                f"-k {shlex.quote(select)} selected no test in {cfg.benches}: no test's name, "
+                "module or marker holds those words; pass -k EXPR naming the benchmarks "
+                f"whose baselines are in {cfg.baselines_dir} (see {done.log})"
+            )
         try:
             found[name] = read_run(done.json)
         except RunError as err:

@@ -7,11 +7,16 @@ is evaluated here against those baselines' case ids and families, as pytest's ``
 reads names (a case-insensitive substring of a name). It answers only where it
 understands every name in the expression; a name it cannot place (a marker such as
 ``nightly``, a test function's name) leaves the question to pytest, as before.
+
+:func:`default_selection` makes the ``-k`` a check runs without one: a registered
+family's marker, and for a family no marker names (a user's own cases, or tests that call
+``gauge(fn)``: family ``custom``) its stored cases' names, so that it selects what the
+baselines hold rather than nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,52 @@ def stored_cases(baselines: Path, device_cls: str | None = None) -> list[tuple[s
             continue  # judged as it was: the gated run names a broken file
         out += [(case, path.stem) for case in entries]
     return out
+
+
+def _as_keyword(case: str) -> str:
+    """The name ``-k`` finds a case by: a node id's last part (``test_mm[a]``), or the id."""
+    return case.rsplit("::", 1)[-1]
+
+
+def _selects_one_name(word: str) -> bool:
+    """Whether ``word`` is one ``-k`` name (not an operator, nothing pytest cannot parse)."""
+    from _pytest.mark.expression import Expression
+
+    seen: list[str] = []
+    try:
+        Expression.compile(word).evaluate(lambda name, /, **kw: seen.append(name) or True)
+    except Exception:  # a malformed expression, another pytest
+        return False
+    return seen == [word]
+
+
+def default_selection(
+    baselines: Path, device_cls: str | None, families: Iterable[str], markers: Collection[str]
+) -> str:
+    """The ``-k`` of a check that was given none: every family with baselines of a class.
+
+    ``device_cls``: the class whose stored cases name a family's cases (None: every class).
+    A family in ``markers`` (the registry's: each has its marker) is selected by name. Any
+    other family is selected by its stored cases' names: a family name no test carries
+    (``custom``, of ``gauge(fn)`` tests) would select nothing. ValueError naming the case
+    where a name is no ``-k`` name.
+    """
+    words: list[str] = []
+    for family in families:
+        if family in markers:
+            words.append(family)
+            continue
+        cases = [c for c, f in stored_cases(baselines, device_cls) if f == family]
+        for case in cases:
+            word = _as_keyword(case)
+            if not _selects_one_name(word):
+                raise ValueError(
+                    f"family {family!r} has no marker (not a registered family), and its "
+                    f"case {case!r} is no name -k can select by; pass -k EXPR naming the "
+                    "benchmarks to check"
+                )
+            words.append(word)
+    return " or ".join(dict.fromkeys(words))
 
 
 def can_select(select: str, here: Iterable[tuple[str, str]], known: Iterable[str]) -> bool | None:

@@ -27,7 +27,6 @@ from gpugauge.check.runs import (
     check_benches,
     families_with_baselines,
     log_tail,
-    or_expression,
     run_pytest,
 )
 from gpugauge.check.three_timers import (
@@ -293,7 +292,13 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
                 f"no stored baselines in {cfg.baselines_dir} to choose the cases from: "
                 "name them with -k"
             )
-        select = or_expression(families)
+        from gpugauge.check.selection import default_selection
+        from gpugauge.families import registry
+
+        try:
+            select = default_selection(cfg.baselines_dir, None, families, set(registry()))
+        except ValueError as err:
+            raise CheckError(str(err)) from None
     device = f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
     note(f"[gpugauge check timer] {device}; cases: -k {shlex.quote(select)}")
     make_dir(cfg.out, "--out")  # before the run: it holds its log

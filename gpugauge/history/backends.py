@@ -25,6 +25,7 @@ file is not writable; a PostgreSQL session's transactions are read-only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import re
 import sqlite3
 import time
@@ -33,10 +34,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from gpugauge.history.records import HistoryError
+from gpugauge.history.records import HistoryError, HistoryUnavailable
 
 BUSY_TIMEOUT_S = 120.0  # how long a SQLite writer waits for another one's transaction
 _SQLITE_BUSY = 5  # primary result code of "database is locked"
+# primary result codes of a disk, not of the file or its name: I/O error, disk full
+_SQLITE_OUT_OF_REACH = (10, 13)
+# the same as the OS says it, where Python's own calls meet it (making the folder)
+_OS_OUT_OF_REACH = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10  # how long to wait for a PostgreSQL server to answer
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -50,6 +55,14 @@ def _busy(err: sqlite3.Error) -> bool:
     if code is not None:
         return code & 0xFF == _SQLITE_BUSY
     return "database is locked" in str(err)
+
+
+def out_of_reach(err: BaseException) -> bool:
+    """Whether an error is the disk's (full, failing), not the history's path or content."""
+    if isinstance(err, sqlite3.Error):
+        code = getattr(err, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF in _SQLITE_OUT_OF_REACH
+    return isinstance(err, OSError) and err.errno in _OS_OUT_OF_REACH
 
 
 def retry_busy(step: Callable[[], T], limit_s: float = BUSY_TIMEOUT_S) -> T:
@@ -143,7 +156,8 @@ class SqliteBackend(Backend):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except (OSError, sqlite3.Error) as err:
-            raise HistoryError(f"history {path}: cannot be opened ({_one_line(err)})") from None
+            kind = HistoryUnavailable if out_of_reach(err) else HistoryError
+            raise kind(f"history {path}: cannot be opened ({_one_line(err)})") from None
         try:
             if read_only:
                 self.conn.execute("PRAGMA query_only=ON")
@@ -190,7 +204,8 @@ class SqliteBackend(Backend):
     def _error(self, err: sqlite3.Error) -> HistoryError:
         if isinstance(err, sqlite3.DatabaseError) and "not a database" in str(err):
             return HistoryError(f"history {self.where}: not a SQLite database ({err})")
-        return HistoryError(f"history {self.where}: {_one_line(err)}")
+        kind = HistoryUnavailable if out_of_reach(err) else HistoryError
+        return kind(f"history {self.where}: {_one_line(err)}")
 
     @contextlib.contextmanager
     def transaction(self, write: bool = True) -> Iterator[Tx]:
@@ -265,7 +280,9 @@ class PostgresBackend(Backend):
         try:
             self.conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as err:
-            raise HistoryError(f"history {self.where}: cannot connect ({_one_line(err)})") from None
+            raise HistoryUnavailable(
+                f"history {self.where}: cannot connect ({_one_line(err)})"
+            ) from None
         if read_only:
             try:
                 self.conn.execute("SET default_transaction_read_only = on")
@@ -280,7 +297,9 @@ class PostgresBackend(Backend):
             with self.conn.transaction(), self.conn.cursor() as cur:
                 yield Tx(cur, "%s")
         except self._psycopg.Error as err:
-            raise HistoryError(f"history {self.where}: {_one_line(err)}") from None
+            lost = isinstance(err, self._psycopg.OperationalError) or self.conn.closed
+            kind = HistoryUnavailable if lost else HistoryError
+            raise kind(f"history {self.where}: {_one_line(err)}") from None
 
     def tables(self, tx: Tx) -> set[str]:
         """Tables of the connection's current schema."""

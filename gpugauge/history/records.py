@@ -24,6 +24,14 @@ class HistoryError(ValueError):
     """A history that cannot be used; the one-line message names it and says why."""
 
 
+class HistoryUnavailable(HistoryError):
+    """A history out of reach for now, not misnamed: a full disk, a server gone.
+
+    Also an I/O error, or a server that does not answer. A pytest session goes on without
+    it, in one line.
+    """
+
+
 def some(names: Sequence[str], most: int = 6) -> str:
     """Up to ``most`` names for a message, and how many more: 'a, b, c and 4 more'."""
     shown = ", ".join(names[:most])

@@ -16,7 +16,8 @@ memory clocks, power and clock-event reasons seen while it ran.
 
 Then either a fixed number of rounds (the seeds' "average of 10"), or adaptive batches
 until the 95% CI of the median is narrow enough or the time budget is spent; the latter is
-recorded as the stop reason and marks the result noisy. Every round's time is kept.
+recorded as the stop reason and marks the result noisy, as rounds spread wider than
+:data:`NOISY_CV` do (:attr:`Timing.noise`). Every round's time is kept.
 """
 
 from __future__ import annotations
@@ -253,6 +254,13 @@ class ClockWatch(Protocol):
 
 
 CLOCK_MOVED = 0.05  # relative SM-clock range across batches that a result reports as moved
+# A result whose rounds spread wider than this (stdev / mean) is noisy even where its
+# median's CI met the target: the median's CI is robust to a heavy tail, so a run whose
+# rounds are now and then many times slower (a shared CPU's preemptions: CVs of 260-310%)
+# stops early with a narrow CI, yet its next run can read a median far from this one. A
+# stdev above the mean takes such a tail: ten rounds in a thousand at ten times the
+# median give 82%, one round in eight at 4.5 times 86%.
+NOISY_CV = 1.0
 
 
 @dataclass(frozen=True)
@@ -283,6 +291,34 @@ class Timing:
     def host_summary(self) -> Summary:
         """Statistics of the host dispatch time per round, ms (shows launch-bound cases)."""
         return summarize(self.host_ms)
+
+    @property
+    def noise(self) -> str | None:
+        """Why the rounds are noisy, or None: the one rule every table, chart and verdict reads.
+
+        Noisy when the stop rule said so (the time budget ran out before the median's CI
+        met its target: ``noisy``), or when the rounds' CV passes :data:`NOISY_CV`.
+        """
+        if self.noisy:
+            return "noisy"
+        s = self.summary
+        if s.has_interval and s.cv > NOISY_CV:
+            return f"noisy: CV {s.cv:.0%}"
+        return None
+
+    @property
+    def is_noisy(self) -> bool:
+        """Whether :attr:`noise` has a reason."""
+        return self.noise is not None
+
+    @property
+    def host_timed(self) -> bool:
+        """Timed with the host's clock (a CPU result): ``perf_counter_ns`` around each round.
+
+        Such rounds share the host with everything else on it: their run-to-run noise is
+        not the device's and a within-run CI does not see it.
+        """
+        return self.clock == HostClock.name
 
     @property
     def regime(self) -> str:
@@ -334,6 +370,7 @@ class Timing:
             "throttled_rounds": self.throttled_rounds,
             "clocks": self.clocks(),
             "clock_moved": self.clock_moved,
+            "noise": self.noise,
         }
 
     @classmethod

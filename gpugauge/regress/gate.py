@@ -17,7 +17,7 @@ the result's note says which ones differ: a change of algorithm, not of clock or
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -175,6 +175,31 @@ def allowed_change(floor: float, baseline: Entry, metric: str) -> float:
     if len(baseline.run_medians.get(metric, ())) >= 2:
         return max(floor, SPREAD_FACTOR * baseline.run_spread(metric))
     return ONE_RUN_FACTOR * floor
+
+
+# Recorded runs whose medians lie further apart than this (max/min - 1) do not agree on
+# what the build measures: the gate would let SPREAD_FACTOR x this pass unseen (20%). A
+# baseline that wide is refused unless asked for (gpugauge baseline --allow-wide-spread):
+# two runs 49% apart gave one that allowed 2.03x, saved without a word. Steps the host
+# paces are that wide across hosts, and are recorded so on purpose (run 72).
+WIDE_SPREAD = 0.10
+
+
+def wide_spreads(entries: Iterable[Entry], limit: float = WIDE_SPREAD) -> list[str]:
+    """One line per entry and samples metric whose runs' medians lie over ``limit`` apart."""
+    out = []
+    for e in entries:
+        for name, medians in e.run_medians.items():
+            spread = e.run_spread(name)
+            if spread > limit:
+                unit = METRICS[name].unit
+                out.append(
+                    f"{e.device_class}/{e.family} {e.id!r}: its {len(medians)} runs' {name} "
+                    f"medians lie {spread:.0%} apart ({min(medians):.4g} to "
+                    f"{max(medians):.4g} {unit}); the gate would allow "
+                    f"{1 + SPREAD_FACTOR * spread:.2f}x before calling a regression"
+                )
+    return out
 
 
 def _samples(

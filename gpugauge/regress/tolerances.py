@@ -15,9 +15,14 @@ entries also give the built-in defaults. A file has up to three kinds of table::
 More specific tables override less specific ones, metric by metric. A malformed file, an
 unknown table or key, a ``[family.NAME]`` of a family the registry
 (:func:`gpugauge.families.registry`) does not know (a typo would leave the family on the
-default tolerances, unseen), a value that is not a number in [0, 10), one key set by two
-files, or a ``*.toml`` that is not a regular file (a FIFO would block the read) is a
-:class:`ToleranceError` that names the file and the table or key.
+default tolerances, unseen), a value that is not a number in [0, 10), or one key set by
+two files is a :class:`ToleranceError` that names the file and the table or key.
+
+Only regular files named ``*.toml`` are read, never a hidden one. Anything else whose name
+holds ``.toml`` (an editor's lock file ``.#default.toml``, which is a link to nowhere, its
+backup ``default.toml~``, a FIFO or folder of that name) is left unread and named in
+:attr:`Tolerances.skipped`, said once in a warning: such files come and go beside the
+real ones while someone edits them, and must not stop a gated run.
 """
 
 from __future__ import annotations
@@ -64,6 +69,17 @@ class Tolerances:
     default: dict[str, float] = field(default_factory=dict)
     families: dict[str, dict[str, float]] = field(default_factory=dict)
     benchmarks: dict[str, dict[str, float]] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()  # entries not read: 'name (why)'
+    folder: Path | None = None
+
+    def skipped_line(self) -> str:
+        """The one warning naming what was not read ('' when nothing was skipped)."""
+        if not self.skipped:
+            return ""
+        return (
+            f"tolerances: not read in {self.folder}: {'; '.join(self.skipped)} (only "
+            "regular *.toml files are: editors' lock and backup files are left alone)"
+        )
 
     def for_benchmark(self, family: str, bench_id: str) -> Tolerance:
         """Default, then the family's table, then matching benchmark globs (shortest first)."""
@@ -98,12 +114,43 @@ def _metrics(table: Any, path: Path, where: str) -> dict[str, float]:
     return out
 
 
-def load_tolerances(folder: Path, families: Collection[str] | None = None) -> Tolerances:
-    """Read and merge every ``*.toml`` in ``folder`` (none: the built-in defaults).
+def _why_not_read(path: Path) -> str | None:
+    """Why an entry of the tolerances folder is not read; None for a tolerance file."""
+    name = path.name
+    if ".toml" not in name:
+        return None  # a README, anything else: not a tolerance file at all, and not news
+    if path.is_symlink() and not path.exists():
+        return "a link to nowhere, as an editor's lock file is"
+    if name.startswith((".", "#")):
+        return "hidden, as an editor's lock file is"
+    if not name.endswith(".toml"):
+        return "not *.toml, as an editor's backup is"
+    if not path.is_file():
+        return "a folder, not a file" if path.is_dir() else "not a regular file"
+    return None
 
-    A ``folder`` that exists but is not a directory is an error; whether a missing one is
-    is the caller's choice (a folder named on the command line must exist). ``families``
-    are the names a ``[family.NAME]`` table may have: by default the registry's.
+
+def tolerance_files(folder: Path) -> tuple[list[Path], list[str]]:
+    """The files of ``folder`` to read, sorted, and the entries left unread: 'name (why)'."""
+    if not folder.is_dir():
+        return [], []
+    read, skipped = [], []
+    for path in sorted(folder.iterdir()):
+        why = _why_not_read(path)
+        if why is not None:
+            skipped.append(f"{path.name} ({why})")
+        elif path.name.endswith(".toml"):
+            read.append(path)
+    return read, skipped
+
+
+def load_tolerances(folder: Path, families: Collection[str] | None = None) -> Tolerances:
+    """Read and merge every ``*.toml`` file in ``folder`` (none: the built-in defaults).
+
+    What is read, and what is named as skipped, is :func:`tolerance_files`'s. A ``folder``
+    that exists but is not a directory is an error; whether a missing one is is the
+    caller's choice (a folder named on the command line must exist). ``families`` are the
+    names a ``[family.NAME]`` table may have: by default the registry's.
     """
     if folder.exists() and not folder.is_dir():
         raise ToleranceError(f"tolerances folder {folder}: not a directory")
@@ -111,9 +158,10 @@ def load_tolerances(folder: Path, families: Collection[str] | None = None) -> To
         from gpugauge.families import registry
 
         families = tuple(registry())
-    merged = Tolerances()
+    files, skipped = tolerance_files(folder)
+    merged = Tolerances(skipped=tuple(skipped), folder=folder)
     owner: dict[tuple[str, str, str], Path] = {}
-    for path in sorted(folder.glob("*.toml")):
+    for path in files:
         try:
             data = read_parsed(path, tomllib.loads, "TOML", (tomllib.TOMLDecodeError,))
         except FileError as err:

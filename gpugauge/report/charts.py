@@ -51,9 +51,10 @@ LOG_SPAN = 10.0  # ratios spanning more than this factor are drawn on a log axis
 class RatioBars:
     """Current/baseline time per benchmark, with the 95% CI as whiskers and the tolerance.
 
-    A noisy result (its rounds missed their target CI, on either side) is hatched and
-    labelled so. Where the ratios span more than :data:`LOG_SPAN` (a 434x bar beside 1.01x
-    ones) the axis is logarithmic, so that one outlier does not flatten every other bar.
+    A noisy result (noisy or host-timed rounds on either side: :attr:`ReportData.noisy`) is
+    hatched and labelled so. Where the ratios span more than :data:`LOG_SPAN` (a 434x bar
+    beside 1.01x ones) the axis is logarithmic, so that one outlier does not flatten every
+    other bar.
     """
 
     name = "ratio"

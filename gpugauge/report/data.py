@@ -10,7 +10,7 @@ from gpugauge.history.changepoints import ChangePoint
 from gpugauge.history.records import Point
 from gpugauge.history.reference import Reference
 from gpugauge.regress.gate import GateResult, Verdict
-from gpugauge.report.tables import noisy_ids, on_gpu, run_label, verdict_counts
+from gpugauge.report.tables import on_gpu, run_label, uncertain_ids, verdict_counts
 from gpugauge.results.measurement import Comparison
 from gpugauge.results.runs import SavedRun
 
@@ -19,8 +19,9 @@ from gpugauge.results.runs import SavedRun
 class ReportData:
     """Everything a report shows: the current run, its verdicts and the run history.
 
-    ``baseline_noisy`` holds the ids whose time was noisy in the run compared against
-    (``--against``); with the current run's own noisy results they make :attr:`noisy`.
+    ``baseline_noisy`` holds the ids whose time was noisy or host-timed in the run compared
+    against (``--against``: :func:`~gpugauge.report.tables.uncertain_ids`); with the current
+    run's own they make :attr:`noisy`.
 
     From the results history (``trend_source``: its path or URL): ``trends`` holds each
     case's time points on its device class, every host, oldest first; ``changes`` their
@@ -42,8 +43,8 @@ class ReportData:
 
     @property
     def noisy(self) -> frozenset[str]:
-        """Ids whose rounds missed their target CI on either side: changes may be noise."""
-        return noisy_ids(self.current.measurements) | self.baseline_noisy
+        """Ids noisy or host-timed on either side: a change they show may be noise."""
+        return uncertain_ids(self.current.measurements) | self.baseline_noisy
 
     def only(self, family: str) -> ReportData:
         """The same report restricted to one family's results: what its charts are given."""
@@ -73,6 +74,11 @@ class ReportData:
         if any(r.checks for r in self.results):
             moved = [r for r in self.results if r.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)]
             flagged = sum(r.id in self.noisy for r in moved)
+            if flagged and flagged == len(moved):
+                return counts + (
+                    f" (every change noisy or host-timed: {flagged} of {len(moved)}; "
+                    "they may be noise, not the code)"
+                )
             return counts + (f" ({flagged} of the changes noisy)" if flagged else "")
         return (
             f"NOTHING COMPARED: no result of this run had a counterpart of its device class "

@@ -34,6 +34,7 @@ from gpugauge.report.tables import (
     no_interval,
     noisy_ids,
     notes_of,
+    uncertain_ids,
     unsampled_ids,
     value_metrics,
     worst_first,
@@ -111,7 +112,7 @@ def collect(
         other = load_run(baseline_run)
         results = _against_run(run, other, tolerances)
         against = f"saved run {baseline_run}"
-        baseline_noisy = noisy_ids(other.measurements)
+        baseline_noisy = uncertain_ids(other.measurements)
     elif run.measurements and all(m.id in run.verdicts for m in run.measurements):
         results = _stored_verdicts(run)
         against = "the stored baselines, as the run's own gate judged it (--gauge-gate)"
@@ -158,8 +159,8 @@ class Section:
 def _verdict_rows(data: ReportData) -> Section:
     """Verdicts, worst first; ``decided by`` names the metrics that gave each verdict.
 
-    A verdict whose time was noisy on either side (its rounds missed their target CI) says
-    '(noisy)': a change it shows may be noise.
+    A verdict whose time was noisy or host-timed on either side (:attr:`ReportData.noisy`)
+    says '(noisy)': a change it shows may be noise.
     """
     names = checked_metrics(data.results)
     headers = [
@@ -175,12 +176,16 @@ def _verdict_rows(data: ReportData) -> Section:
     ]
     rows: list[list[Cell]] = []
     classes = []
+    # the result's own number, as its row in "Results of this run" shows it (for a result
+    # measured again: the confirmation, which is also what its verdict used)
     medians = {m.id: m.value("time") for m in data.current.measurements}
     noisy = data.noisy
     unsampled = unsampled_ids(data.current.measurements)
     for r in worst_first(data.results):
         t = r.check("time")
-        now = medians.get(r.id) if t is None else t.current
+        now = medians.get(r.id)
+        if now is None and t is not None:
+            now = t.current
         flagged = r.id in noisy and bool(r.checks)
         one = r.id in unsampled
         rows.append(
@@ -218,7 +223,7 @@ def _result_rows(data: ReportData, out: Path) -> Section:
         timed: list[Cell] = ["-", "-", "-"]
         if m.timing is not None:
             s = m.summary
-            flag = flag_of(m.timing.noisy, not s.has_interval)
+            flag = flag_of(m.timing.is_noisy, not s.has_interval)
             ci = fmt_ci(s) if s.has_interval else f"({fmt_ci(s)})"
             timed = [Marked(f"{fmt_ms(s.median)} {ci}", flag), str(s.n), fmt_cv(s)]
         links: Links = tuple((name, _link(p, out)) for name, p in sorted(m.artifacts.items()))

@@ -68,13 +68,17 @@ def unsampled_ids(measurements: Sequence[Measurement]) -> frozenset[str]:
 
 
 def notes_of(m: Measurement) -> str:
-    """What a reader must know about a result's numbers: noisy, throttled, outliers, ..."""
+    """What a reader must know about a result's numbers: noisy, throttled, outliers, ...
+
+    A result measured again says so, with its first measurement: the numbers shown are the
+    second's, the one its verdict used.
+    """
     notes = []
     if m.timing is not None:
         if not m.summary.has_interval:
             notes.append(no_interval(m.summary.n))
-        if m.timing.noisy:
-            notes.append("noisy")
+        if m.timing.noise:
+            notes.append(m.timing.noise)
         if m.timing.throttled_rounds:
             notes.append(f"{m.timing.throttled_rounds} throttled")
         if m.summary.outliers:
@@ -88,6 +92,7 @@ def notes_of(m: Measurement) -> str:
         notes.append("short energy window")
     if len(m.memory) > 1:
         notes.append(" + ".join(fmt_bytes(x.peak_allocated_bytes) for x in m.memory))
+    notes += [a.describe() for a in m.earlier]  # this result is the confirmation
     return ", ".join(notes)
 
 
@@ -126,8 +131,23 @@ def run_label(measurements: Sequence[Measurement], smoke: bool = True) -> str:
 
 
 def noisy_ids(measurements: Sequence[Measurement]) -> frozenset[str]:
-    """Ids of the results whose rounds missed the target CI (the time budget ran out)."""
-    return frozenset(m.id for m in measurements if m.timing is not None and m.timing.noisy)
+    """Ids of the results whose rounds are noisy (:attr:`Timing.noise`)."""
+    return frozenset(m.id for m in measurements if m.timing is not None and m.timing.is_noisy)
+
+
+def uncertainty(m: Measurement) -> str | None:
+    """Why a change of this result against another run may be noise; None if none.
+
+    Noisy rounds (:attr:`Timing.noise`), or host-timed ones: a shared CPU moves a result
+    from run to run by more than its CI shows (unchanged code read 0.671x [0.627, 0.710]).
+    """
+    t = m.timing
+    return None if t is None else t.noise or ("host-timed rounds" if t.host_timed else None)
+
+
+def uncertain_ids(measurements: Sequence[Measurement]) -> frozenset[str]:
+    """Ids with an :func:`uncertainty`: none of their verdicts reads as a plain change."""
+    return frozenset(m.id for m in measurements if uncertainty(m))
 
 
 def drop_empty(
@@ -198,11 +218,8 @@ def one_line(m: Measurement) -> str:
     if m.timing is None:
         return values or "recorded"
     s, t = m.summary, m.timing
-    flags = [
-        f
-        for f, on in (("noisy", t.noisy), (f"{t.throttled_rounds} throttled", t.throttled_rounds))
-        if on
-    ]
+    flags = [t.noise] if t.noise else []
+    flags += [f"{t.throttled_rounds} throttled"] if t.throttled_rounds else []
     ci = f"[{s.ci_low:.4g}, {s.ci_high:.4g}] n={s.n}" if s.has_interval else no_interval(s.n)
     line = f"median {s.median:.4g} ms {ci} ({t.stop_reason})"
     line += f" [{', '.join(flags)}]" if flags else ""
@@ -331,7 +348,7 @@ def noisy_sides(c: Comparison) -> str:
     sides = [
         label
         for m, label in ((c.baseline, c.baseline_label), (c.candidate, c.candidate_label))
-        if m.timing is not None and m.timing.noisy
+        if m.timing is not None and m.timing.is_noisy
     ]
     return f"noisy: {', '.join(sides)}" if sides else ""
 
@@ -361,8 +378,8 @@ def worst_first(results: Sequence[GateResult]) -> list[GateResult]:
 def fmt_verdict(r: GateResult, noisy: bool = False) -> str:
     """The verdict, shouted when it is a regression; '(noisy)' when a side's time was.
 
-    A noisy result's rounds missed their target CI, so a change it shows may be noise: its
-    verdict never reads as a plain 'improved' or 'regressed'.
+    A noisy result's rounds (or a host-timed one's: :func:`uncertain_ids`) may show noise
+    as a change: its verdict never reads as a plain 'improved' or 'regressed'.
     """
     text = r.verdict.value.upper() if r.verdict is Verdict.REGRESSED else r.verdict.value
     return f"{text} (noisy)" if noisy and r.checks else text
@@ -397,7 +414,8 @@ def gate_table(
     """One row per gated benchmark (regressions first), counts in the title, then missing.
 
     ``decided by`` names the metrics that gave the verdict (a throughput can fail while the
-    time is unchanged); results in ``noisy`` have '(noisy)' beside their verdict, those in
+    time is unchanged); results in ``noisy`` (:func:`uncertain_ids`) have '(noisy)' beside
+    their verdict, those in
     ``unsampled`` (one round: :func:`unsampled_ids`) 'no interval' beside their ratio.
     """
     names = checked_metrics(results)

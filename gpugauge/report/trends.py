@@ -107,6 +107,20 @@ def latest_reference(
     return reference_for(before, last.host, floor, baseline=baseline)
 
 
+def allowed_band(ref: Reference) -> tuple[float, float]:
+    """The times a reference lets pass, ms: its median ∓ its allowed change, never below 0.
+
+    A time is positive: an allowance of 100% or more (a baseline whose runs lie far
+    apart: 49% apart allowed 2.03x) has no lower bound but 0.
+    """
+    return ref.median * max(0.0, 1 - ref.allowed), ref.median * (1 + ref.allowed)
+
+
+def fmt_allowed(ref: Reference) -> str:
+    """'±1.5%', or '+103%' where the allowance leaves no lower bound."""
+    return f"±{ref.allowed:.1%}" if ref.allowed < 1 else f"+{ref.allowed:.0%}, no lower bound"
+
+
 def changes_of(
     trends: Mapping[str, Sequence[Point]], more: Sequence[ChangePoint] = ()
 ) -> tuple[ChangePoint, ...]:
@@ -270,7 +284,7 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
         ax.plot(xs, [p.median for _, p in mine], color=color, marker=marker, ms=3.5, lw=1)
     ref = data.bands.get(case)
     if ref is not None:
-        lo, hi = ref.median * (1 - ref.allowed), ref.median * (1 + ref.allowed)
+        lo, hi = allowed_band(ref)
         ax.axhspan(lo, hi, color="#2ca02c", alpha=0.08, lw=0)
         for y in (lo, hi):
             ax.axhline(y, color="#2ca02c", ls="--", lw=0.7)
@@ -295,7 +309,7 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
                 va="top",
             )
     title = case if len(case) <= 46 else case[:45] + "…"
-    kind = f"; allowed ±{ref.allowed:.1%} ({ref.kind})" if ref is not None else ""
+    kind = f"; allowed {fmt_allowed(ref)} ({ref.kind})" if ref is not None else ""
     ax.set_title(f"{title}\n{plural(len(x_of), 'run')}{kind}", fontsize=7)
     ax.set_ylabel("ms", fontsize=7)
     ax.tick_params(labelsize=6)

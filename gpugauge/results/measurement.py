@@ -22,7 +22,7 @@ from gpugauge.measure.nvml import GpuState
 from gpugauge.measure.roofline import Roofline
 from gpugauge.measure.stats import Ratio, Summary, ratio_of_medians
 from gpugauge.measure.timing import Timing
-from gpugauge.plain import RecordError
+from gpugauge.plain import RecordError, from_plain, to_plain
 from gpugauge.results.metrics import METRICS, Kind, MetricError, check_readings, metric
 
 
@@ -77,6 +77,45 @@ def _sum(values: Sequence[float | None]) -> float | None:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """An earlier measurement of a result, set aside for the one its verdict used.
+
+    A result whose first measurement regressed is measured again (a fresh warm-up), and
+    the gate's verdict is that second measurement's: the second is then the result, its
+    number everywhere (the saved rounds, every table and chart). The first is kept as this
+    record, so that a reader sees it was taken and what it read. Times in ms.
+    """
+
+    median_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    n: int
+    verdict: str  # the gate's verdict on this measurement: 'regressed'
+
+    def __post_init__(self) -> None:
+        times = (self.median_ms, self.ci_low_ms, self.ci_high_ms)
+        if not all(isinstance(x, int | float) and 0 < x < float("inf") for x in times):
+            raise ValueError(f"an earlier attempt's times must be positive and finite: {self}")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"an earlier attempt's n must be a whole number >= 1: {self}")
+        if not isinstance(self.verdict, str) or not self.verdict:
+            raise ValueError(f"an earlier attempt's verdict must be a word: {self}")
+
+    @classmethod
+    def of(cls, m: Measurement, verdict: str) -> Attempt:
+        """The record of a timed measurement ``m`` that the gate judged ``verdict``."""
+        s = m.summary
+        return cls(s.median, s.ci_low, s.ci_high, s.n, verdict)
+
+    def describe(self) -> str:
+        """'measured again: first 35.67 ms [35.1, 36.2] n=5, regressed'."""
+        return (
+            f"measured again: first {self.median_ms:.4g} ms "
+            f"[{self.ci_low_ms:.4g}, {self.ci_high_ms:.4g}] n={self.n}, {self.verdict}"
+        )
+
+
+@dataclass(frozen=True)
 class Measurement:
     """One benchmark's result.
 
@@ -85,7 +124,9 @@ class Measurement:
     ``energy_note`` saying why. ``values`` are further single-value metrics by registry
     name; ``artifacts`` are files the result owns, by name. ``device_class`` is the
     baseline key; it is worked out from the spec's devices unless given (a result
-    measured in other processes, or read back, brings its own).
+    measured in other processes, or read back, brings its own). ``earlier`` holds the
+    measurements of the same result taken before this one in the same run (a regressed
+    first measurement, set aside for its confirmation), oldest first: this one is the result.
     """
 
     spec: Spec
@@ -101,6 +142,7 @@ class Measurement:
     artifacts: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     device_class: str = ""
+    earlier: tuple[Attempt, ...] = ()
 
     def __post_init__(self) -> None:
         for name in self.values:
@@ -186,6 +228,7 @@ class Measurement:
             "memory_check": None if self.memory_check is None else dict(self.memory_check),
             "artifacts": dict(self.artifacts),
             "extra": dict(self.extra),
+            "earlier_attempts": [to_plain(a) for a in self.earlier],
         }
 
     @classmethod
@@ -225,6 +268,7 @@ class Measurement:
                 artifacts=dict(info.get("artifacts") or {}),
                 extra=dict(info.get("extra") or {}),
                 device_class=info["device_class"],
+                earlier=_attempts(info.get("earlier_attempts"), f"{where}.earlier_attempts"),
             )
         except KeyError as err:
             raise RecordError(f"{where}: missing field {err}") from None
@@ -232,6 +276,15 @@ class Measurement:
             if isinstance(err, RecordError):
                 raise
             raise RecordError(f"{where}: {err}") from None
+
+
+def _attempts(raw: Any, where: str) -> tuple[Attempt, ...]:
+    """Saved earlier attempts (absent before they were kept: none)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RecordError(f"{where}: expected a list of attempts")
+    return tuple(from_plain(Attempt, a, f"{where}[{i}]") for i, a in enumerate(raw))
 
 
 def _listed(info: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
