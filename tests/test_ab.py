@@ -387,6 +387,7 @@ def test_bisect_search_with_a_fake_compare(tmp_path: Path, toy: Path) -> None:
         asked.append((base, head))
         slower = order.get(head, -1) >= order[bad_from] and order.get(base, -1) < order[bad_from]
         case = CaseAB("c", "t.py::t[c]", _pairs(1.05 if slower else 1.0))
+        assert ids is None or list(ids) == ["t.py::t[c]"]  # later steps follow node ids
         return _report((case,))
 
     result = bisect(toy, "HEAD~8", "HEAD", compare, note=lambda _: None)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpugauge.ab.launch import ABError
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.sides import git
 from gpugauge.ab.verdict import Outcome
@@ -43,7 +44,7 @@ class BisectResult:
     bad: str
     culprit: str | None
     confirmed: bool
-    cases: tuple[str, ...]  # the cases BAD made slower, which the search followed
+    cases: tuple[str, ...]  # node ids of the cases BAD made slower, which the search followed
     steps: tuple[Step, ...]
     subject: str = ""
     reason: str = ""  # why no culprit is named, where none is
@@ -66,12 +67,13 @@ def subject(repo: Path, commit: str) -> str:
 
 
 def _slower(report: ABReport) -> tuple[str, ...]:
-    return tuple(c.id for c in report.slower)
+    """The node ids of the cases head made slower (what later steps select)."""
+    return tuple(c.nodeid for c in report.slower)
 
 
 def _undecided(report: ABReport, cases: Sequence[str]) -> bool:
     """No followed case slower, and one of them left at 'need more samples'."""
-    followed = [c for c in report.cases if c.id in cases]
+    followed = [c for c in report.cases if c.nodeid in cases]
     return not any(c.outcome is Outcome.SLOWER for c in followed) and any(
         c.outcome is Outcome.NEED_MORE for c in followed
     )
@@ -82,6 +84,10 @@ def _step(compare: Compare, base: str, head: str, cases: Sequence[str], name: st
     report = compare(base, head, cases, name)
     if _undecided(report, cases):
         report = compare(base, head, cases, f"{name}-again")
+    if report.problems or not any(c.nodeid in cases for c in report.cases):
+        # a step that did not run its cases is no evidence either way: say so, stop
+        said = "; ".join(report.problems) or "none of the followed cases ran"
+        raise ABError(f"bisect step {name} ({base[:10]} against {head[:10]}): {said}")
     return Step(base, head, _slower(report), report)
 
 
@@ -109,7 +115,8 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
             tuple(steps),
             reason=f"no case of {bad} is slower than {good}: nothing to bisect",
         )
-    note(f"bisect: {plural(len(cases), 'case')} slower at {bad_sha[:10]}: {', '.join(cases)}")
+    names = ", ".join(c.id for c in first.slower)
+    note(f"bisect: {plural(len(cases), 'case')} slower at {bad_sha[:10]}: {names}")
     lo, hi = -1, len(commits) - 1  # commits[hi] is bad; commits[lo] (or GOOD) is good
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -168,7 +175,7 @@ def render_bisect(result: BisectResult) -> str:
     step = result.confirmation
     if step is not None:
         lines.append(f"its parent against it ({step.base[:10]} -> {step.head[:10]}):")
-        lines += [_case_line(c) for c in step.report.cases if c.id in result.cases]
+        lines += [_case_line(c) for c in step.report.cases if c.nodeid in result.cases]
     if not result.confirmed:
         lines.append(result.reason)
     return "\n".join(lines)

@@ -171,23 +171,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:
-    """Both sides' pytest arguments: -k (narrowed to ``ids``), -m, the rest.
+    """Both sides' pytest arguments: -k, -m, the rest, and the node ids ``ids`` if given.
 
     The profile goes to the sides by option dest (:class:`~gpugauge.ab.runner.ABConfig`), as
     its option's name differs between older and newer commits.
     """
-    select = args.select
-    if ids:
-        only = " or ".join(ids)
-        select = f"({select}) and ({only})" if select else only
     out: list[str] = []
-    if select:
-        out += ["-k", select]
+    if args.select:
+        out += ["-k", args.select]
     if args.markers:
         out += ["-m", args.markers]
-    paths = [a for a in args.pytest_args if Path(a.split("::")[0]).exists()]
+    given = [*args.pytest_args, *(ids or ())]
+    paths = [a for a in given if Path(a.split("::")[0]).exists()]
     where = () if paths or not Path(args.benches).exists() else (args.benches,)
-    return (*where, *out, *args.pytest_args)
+    return (*where, *out, *given)
 
 
 def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = None) -> ABConfig:
