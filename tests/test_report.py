@@ -182,7 +182,12 @@ def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
     # a run already in the baseline, by name or by content, would count twice: refused
     copy = tmp_path / "copy.json"
     copy.write_bytes(slowed.read_bytes())
-    for again in (slowed, copy):
+    # the same run written again (another indentation and key order): its content is the
+    # same run, not its bytes (issue 38)
+    rewritten = tmp_path / "rewritten.json"
+    rewritten.write_text(json.dumps(json.loads(slowed.read_text()), indent=4, sort_keys=True))
+    assert rewritten.read_bytes() != slowed.read_bytes()
+    for again in (slowed, copy, rewritten):
         assert main(["baseline", "--add", str(again), "--baselines-dir", str(store)]) == 2
         assert "already in" in capsys.readouterr().err
     assert json.loads(path.read_text())["recorded_from"] == listed
