@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gpugauge.history.backends import is_local
 from gpugauge.history.capture import (
     host_id,
     injected,
@@ -105,7 +106,7 @@ class Tracker:
         """The history, opened once (HistoryError says why it cannot be)."""
         if self._history is None:
             target = self.target
-            if "://" not in target:
+            if is_local(target):  # not a URL or a libpq key=value string
                 Path(target).parent.mkdir(parents=True, exist_ok=True)
             self._history = History.open(target)
         return self._history

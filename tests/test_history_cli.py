@@ -312,7 +312,7 @@ def test_last_takes_a_whole_number_from_one(
 
 
 def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
-    """--last is the only one; a new integer option must validate too."""
+    """--last (show's and changes') is the only one; a new integer option must validate too."""
     import argparse
 
     from gpugauge.history.cli import add_parser
@@ -327,7 +327,7 @@ def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
         for a in sub._actions
         if a.type is int or a.type is positive_int
     ]
-    assert typed == [("show", ["--last"], positive_int)]
+    assert typed == [("show", ["--last"], positive_int), ("changes", ["--last"], positive_int)]
 
 
 @pytest.mark.parametrize("existing", [False, True])
@@ -434,3 +434,57 @@ def test_accept_of_a_case_the_run_does_not_hold_is_refused(
     assert "accepted" not in captured.out
     with History.open(stepped) as h:
         assert all(p.accepted for p in h.points(CASE))
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_ctrl_c_during_import_is_one_line_saying_what_was_stored(
+    tmp_path: Path, when: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It printed a KeyboardInterrupt traceback, even when the run was stored (issue 38).
+
+    A real SIGINT reaches the process just before the transaction, or just after it
+    committed; the one line says which, read back from the history.
+    """
+    import os
+    import signal
+
+    saved = save_run(tmp_path / "0001_run.json", [result("relu", 2.0)])
+    hist = str(tmp_path / "h.sqlite")
+    real = History.append_runs
+
+    def interrupted(self: History, runs: list) -> list[bool]:
+        if when == "before":
+            os.kill(os.getpid(), signal.SIGINT)
+        added = real(self, runs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return added
+
+    monkeypatch.setattr(History, "append_runs", interrupted)
+    code = main(["import", str(saved), "--history", hist])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    stored = "1 run of 1 new stored" if when == "after" else "0 runs of 1 new stored"
+    assert err.strip() == f"gpugauge history import: stopped by SIGINT; {stored}"
+    monkeypatch.undo()
+    with History.open(hist) as h:
+        assert len(h.runs()) == (1 if when == "after" else 0)
+
+
+def test_a_signal_while_reading_is_one_line(
+    stepped: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    real = History.metrics
+
+    def interrupted(self: History, *args: str) -> list[str]:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *args)
+
+    monkeypatch.setattr(History, "metrics", interrupted)
+    assert main(["changes", "--history", stepped]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "gpugauge history changes: stopped by SIGTERM; nothing was written"

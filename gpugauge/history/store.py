@@ -35,6 +35,7 @@ from gpugauge.history.records import (
     some,
     time_text,
 )
+from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.schema import check_schema, ensure_schema
 from gpugauge.regress.baselines import KernelShare
 
@@ -61,9 +62,14 @@ _RESULT_COLUMNS = (
     "run_id, bench_id, attempt, family, device_class, sm_clock_mhz, power_w, kernels, "
     "verdict, accepted, note"
 )
+# Each result also keeps its run's host and time (runs never change): judging a case reads
+# its keys from one index of results, without a join, however long the history.
+_RESULT_WHERE = "host, time_utc"
 _METRIC_COLUMNS = (
-    "run_id, bench_id, attempt, metric, median, ci_low, ci_high, n, run_medians, verdict, reference"
+    "run_id, bench_id, device_class, attempt, metric, median, ci_low, ci_high, n, run_medians, "
+    "verdict, reference"
 )
+_METRIC_KEY = 4  # run_id, bench_id, device_class, attempt: the result a metric row is of
 
 
 def _marks(columns: str) -> str:
@@ -112,7 +118,8 @@ def _run_of(row: tuple[Any, ...]) -> RunRecord:
     )
 
 
-def _result_rows(run_id: str, r: ResultRecord) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+def _result_rows(run: RunRecord, r: ResultRecord) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    run_id = run.id
     where = f"run {run_id}: {r.bench_id}"
     result = (
         run_id,
@@ -126,11 +133,14 @@ def _result_rows(run_id: str, r: ResultRecord) -> tuple[tuple[Any, ...], list[tu
         r.verdict,
         int(r.accepted),
         r.note,
+        run.host,
+        time_text(run.time),
     )
     metrics = [
         (
             run_id,
             r.bench_id,
+            r.device_class,
             r.attempt,
             m.metric,
             _finite(m.median, f"{where}: {m.metric} median"),
@@ -164,7 +174,7 @@ def _result_of(row: tuple[Any, ...], metrics: tuple[MetricRecord, ...]) -> Resul
 
 
 def _metric_of(row: tuple[Any, ...]) -> MetricRecord:
-    # row: the metric columns after run_id, bench_id, attempt
+    # row: the metric columns after run_id, bench_id, device_class, attempt
     return MetricRecord(
         metric=row[0],
         median=row[1],
@@ -175,6 +185,32 @@ def _metric_of(row: tuple[Any, ...]) -> MetricRecord:
         verdict=row[6],
         reference=row[7],
     )
+
+
+def _judged_keys(rows: Sequence[tuple[Any, ...]], policy: ReferencePolicy) -> set[tuple[str, int]]:
+    """(run id, attempt) of the results judging reads, from (host, run, attempt, accepted).
+
+    ``rows`` come by host, then in time order, attempts in order. Per host: the last
+    attempt of each run; of those, the first ``policy.runs`` and the last
+    ``policy.spread_runs`` accepted, and the last one not accepted.
+    """
+    kept: set[tuple[str, int]] = set()
+    by_host: dict[str, dict[str, tuple[int, bool]]] = {}
+    for host, run_id, attempt, ok in rows:
+        by_host.setdefault(host, {})[run_id] = (attempt, bool(ok))  # the last attempt stays
+    for runs in by_host.values():
+        good = [(r, a) for r, (a, ok) in runs.items() if ok]
+        bad = [(r, a) for r, (a, ok) in runs.items() if not ok]
+        kept.update(good[: policy.runs], good[-policy.spread_runs :], bad[-1:])
+    return kept
+
+
+def _last_attempts(found: Iterable[Point]) -> list[Point]:
+    """Per run and device class, the last attempt only (found in attempt order)."""
+    last: dict[tuple[str, str], Point] = {}
+    for p in found:
+        last[(p.run.id, p.result.device_class)] = p
+    return list(last.values())
 
 
 @dataclass(frozen=True)
@@ -195,6 +231,8 @@ class History:
 
     def __init__(self, backend: Backend) -> None:
         self._db = backend
+        self._windows: dict[int, tuple[dict[str, str], list[str]]] = {}  # see _recent
+        self._run_records: dict[str, RunRecord] = {}  # see _points_of
         try:
             if backend.read_only:
                 check_schema(backend)
@@ -218,6 +256,12 @@ class History:
     def backend(self) -> str:
         """'sqlite' or 'postgresql'."""
         return self._db.name
+
+    @property
+    def file(self) -> Path | None:
+        """The SQLite file (None on PostgreSQL)."""
+        path = getattr(self._db, "path", None)
+        return Path(path) if path is not None else None
 
     @property
     def where(self) -> str:
@@ -254,6 +298,7 @@ class History:
         Per run, whether it was added (False: a run of its id was already stored). An
         import of several files leaves nothing of the good ones when one cannot be stored.
         """
+        self._windows.clear()
         with self._db.transaction() as tx:
             return [self._insert(tx, run, results) for run, results in runs]
 
@@ -267,9 +312,10 @@ class History:
         if added != 1:
             return False
         for r in results:
-            result, metrics = _result_rows(run.id, r)
+            result, metrics = _result_rows(run, r)
+            columns = f"{_RESULT_COLUMNS}, {_RESULT_WHERE}"
             tx.execute(
-                f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES ({_marks(_RESULT_COLUMNS)})",
+                f"INSERT INTO results ({columns}) VALUES ({_marks(columns)})",
                 result,
             )
             tx.many(
@@ -277,6 +323,16 @@ class History:
                 metrics,
             )
         return True
+
+    def runs_per_host(self) -> dict[str, int]:
+        """How many runs each host has in the history."""
+        with self._db.transaction(write=False) as tx:
+            return dict(tx.query("SELECT host, COUNT(*) FROM runs GROUP BY host"))
+
+    def bench_ids(self) -> list[str]:
+        """Every case id the history holds, sorted (read from an index)."""
+        with self._db.transaction(write=False) as tx:
+            return sorted(r[0] for r in tx.query("SELECT DISTINCT bench_id FROM results"))
 
     def has_run(self, run_id: str) -> bool:
         """Whether a run of this id is stored."""
@@ -324,37 +380,72 @@ class History:
             rows = tx.query(sql + " ORDER BY time_utc, id", params)
         return [_run_of(r) for r in rows]
 
-    def cases(self) -> list[Case]:
-        """Every (case, device class, host) with its run count, by case then host."""
+    def cases(self, bench_id: str | None = None) -> list[Case]:
+        """Every (case, device class, host) with its run count, by case then host.
+
+        ``bench_id``: that case's only (read through its index, not the whole history).
+        """
+        where, params = ("WHERE s.bench_id = ? ", (bench_id,)) if bench_id is not None else ("", ())
         with self._db.transaction(write=False) as tx:
             rows = tx.query(
                 "SELECT s.bench_id, s.family, s.device_class, r.host, COUNT(DISTINCT r.id), "
                 "MIN(r.time_utc), MAX(r.time_utc) FROM results s JOIN runs r ON r.id = s.run_id "
-                "GROUP BY s.bench_id, s.family, s.device_class, r.host "
-                "ORDER BY s.bench_id, s.device_class, r.host"
+                f"{where}GROUP BY s.bench_id, s.family, s.device_class, r.host "
+                "ORDER BY s.bench_id, s.device_class, r.host",
+                params,
             )
         return [Case(*r[:5], parse_time(r[5]), parse_time(r[6])) for r in rows]
 
-    def _rows(self, where: str, params: tuple[Any, ...]) -> Iterator[Point]:
-        """Points of the metric rows that ``where`` selects, oldest run first."""
+    @staticmethod
+    def _select(
+        where: str,
+        order: str = "r.time_utc, r.id, s.bench_id, s.attempt, m.metric",
+        runs_first: bool = False,
+    ) -> str:
+        """SELECT of run, result and metric columns (in that order) of the rows ``where`` picks.
+
+        ``runs_first``: the runs are read first (SQLite takes a CROSS JOIN's order as
+        given), for a ``where`` that bounds them by host and time: a window of recent runs
+        is then found through the runs' index, not through every row of the case.
+        """
         run_cols = ", ".join(f"r.{c.strip()}" for c in _RUN_COLUMNS.split(","))
         res_cols = ", ".join(f"s.{c.strip()}" for c in _RESULT_COLUMNS.split(",")[1:])
-        met_cols = ", ".join(f"m.{c.strip()}" for c in _METRIC_COLUMNS.split(",")[3:])
-        sql = (
-            f"SELECT {run_cols}, {res_cols}, {met_cols} FROM metrics m "
+        met_cols = ", ".join(f"m.{c.strip()}" for c in _METRIC_COLUMNS.split(",")[_METRIC_KEY:])
+        joined = (
             "JOIN results s ON s.run_id = m.run_id AND s.bench_id = m.bench_id "
-            "AND s.attempt = m.attempt JOIN runs r ON r.id = m.run_id"
-            f"{' WHERE ' + where if where else ''} "
-            "ORDER BY r.time_utc, r.id, s.bench_id, s.attempt, m.metric"
+            "AND s.device_class = m.device_class AND s.attempt = m.attempt"
         )
-        with self._db.transaction(write=False) as tx:
-            rows = tx.query(sql, params)
+        if runs_first:
+            source = f"runs r CROSS JOIN metrics m {joined}"
+            where = f"r.id = m.run_id AND {where}" if where else "r.id = m.run_id"
+        else:
+            source = f"metrics m {joined} JOIN runs r ON r.id = m.run_id"
+        return (
+            f"SELECT {run_cols}, {res_cols}, {met_cols} FROM {source}"
+            f"{' WHERE ' + where if where else ''} ORDER BY {order}"
+        )
+
+    def _points_of(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[Point]:
+        """Points of rows in :meth:`_select`'s columns; each run's record is built once.
+
+        Runs are kept for the History's life (cleared by a removal): a command that reads
+        many cases builds each run once, not once per case.
+        """
         nr, ns = len(_RUN_COLUMNS.split(",")), len(_RESULT_COLUMNS.split(",")) - 1
-        runs: dict[str, RunRecord] = {}
+        nm = len(_METRIC_COLUMNS.split(",")) - _METRIC_KEY
+        runs = self._run_records
         for row in rows:
             run = runs.get(row[0]) or runs.setdefault(row[0], _run_of(row[:nr]))
-            metric = _metric_of(row[nr + ns :])
+            metric = _metric_of(row[nr + ns : nr + ns + nm])
             yield Point(run, _result_of(row[nr : nr + ns], (metric,)), metric)
+
+    def _rows(
+        self, where: str, params: tuple[Any, ...], runs_first: bool = False
+    ) -> Iterator[Point]:
+        """Points of the metric rows that ``where`` selects, oldest run first (streamed)."""
+        sql = self._select(where, runs_first=runs_first)
+        with self._db.transaction(write=False) as tx:
+            yield from self._points_of(tx.stream(sql, params))
 
     def points(
         self,
@@ -364,30 +455,213 @@ class History:
         host: str | None = None,
         *,
         every_attempt: bool = False,
+        last: int | None = None,
     ) -> list[Point]:
-        """One case's metric over the runs, oldest first; per run its last attempt only."""
+        """One case's metric over the runs, oldest first; per run its last attempt only.
+
+        ``last``: only from each host's last ``last`` runs (of any case), the window in
+        which the commands that read a whole history search for change points
+        (:data:`~gpugauge.history.changepoints.RECENT_RUNS`); None: every run.
+        """
         where, params = "s.bench_id = ? AND m.metric = ?", [bench_id, metric]
         if device_class is not None:
             where, params = where + " AND s.device_class = ?", [*params, device_class]
         if host is not None:
             where, params = where + " AND r.host = ?", [*params, host]
-        found = list(self._rows(where, tuple(params)))
+        if last is not None:
+            where, params = self._recent(where, params, last)
+        found = list(self._rows(where, tuple(params), runs_first=last is not None))
         if every_attempt:
             return found
-        last: dict[tuple[str, str], Point] = {}
-        for p in found:  # attempts in order: the last one stays
-            last[(p.run.id, p.result.device_class)] = p
-        return list(last.values())
+        return _last_attempts(found)
+
+    def recent_points(
+        self, metrics: Sequence[str], last: int, bench_ids: Sequence[str] | None = None
+    ) -> dict[tuple[str, str, str], list[Point]]:
+        """Each host's last ``last`` runs, as :meth:`points` per (case, device class, metric).
+
+        Read in one query through the runs' index, for commands that read every case
+        (``history changes``, the report): ``bench_ids`` (None: every case) and
+        ``metrics`` filter it. Per run, its last attempt only; oldest first.
+        """
+        names = list(dict.fromkeys(metrics))
+        if not names or (bench_ids is not None and not bench_ids):
+            return {}
+        where = f"m.metric IN ({_marks(','.join(names))})"
+        params: list[Any] = list(names)
+        if bench_ids is not None:
+            ids = list(dict.fromkeys(bench_ids))
+            where += f" AND m.bench_id IN ({_marks(','.join(ids))})"
+            params += ids
+        where, params = self._recent(where, params, last)
+        out: dict[tuple[str, str, str], list[Point]] = {}
+        for p in self._rows(where, tuple(params), runs_first=True):
+            out.setdefault((p.result.bench_id, p.result.device_class, p.metric.metric), []).append(
+                p
+            )
+        return {key: _last_attempts(found) for key, found in out.items()}
+
+    def _recent(self, where: str, params: Sequence[Any], last: int) -> tuple[str, list[Any]]:
+        """``where`` narrowed to each host's last ``last`` runs, read from the runs' index.
+
+        A host's window starts at the time of its ``last``-th newest run; a host with fewer
+        runs keeps them all. The metric rows are then found from the runs, not the runs
+        from the case's every row: a case's recent runs cost the same in any history.
+        """
+        if last not in self._windows:  # once per command: the runs change only by its writes
+            with self._db.transaction(write=False) as tx:
+                counts = dict(tx.query("SELECT host, COUNT(*) FROM runs GROUP BY host"))
+                starts = dict(
+                    tx.query(
+                        "SELECT host, time_utc FROM (SELECT host, time_utc, ROW_NUMBER() OVER "
+                        "(PARTITION BY host ORDER BY time_utc DESC, id DESC) AS k FROM runs) w "
+                        "WHERE k = ?",
+                        (int(last),),
+                    )
+                )
+            self._windows[last] = starts, [h for h in sorted(counts) if h not in starts]
+        starts, whole = self._windows[last]
+        hosts = sorted(starts)
+        terms = ["(r.host = ? AND r.time_utc >= ?)"] * len(hosts)
+        values: list[Any] = [x for h in hosts for x in (h, starts[h])]
+        if whole:
+            terms.append(f"r.host IN ({_marks(','.join(whole))})")
+            values += whole
+        if not terms:
+            return where, list(params)
+        return f"{where} AND ({' OR '.join(terms)})", [*params, *values]
+
+    def _ranked(
+        self, where: str, params: Sequence[Any], ranks: Sequence[tuple[str, int]]
+    ) -> list[Point]:
+        """Rows ``where`` picks whose run ranks within a bound, per metric and host.
+
+        ``ranks``: (ORDER BY of a run rank, how many runs of it to keep); a row is kept when
+        any rank keeps it. The database ranks the case's narrow keys (a window function
+        over run, metric, host, time and accepted), and only the rows kept are then read
+        whole: a long history costs a sort of its keys, not of every column.
+        """
+        source = self._select(where).split(" FROM ", 1)[1].split(" ORDER BY ")[0]
+        part = "PARTITION BY m.metric, r.host"
+        rank_cols = ", ".join(
+            f"DENSE_RANK() OVER ({part} ORDER BY {order}) AS k{i}"
+            for i, (order, _) in enumerate(ranks)
+        )
+        test = " OR ".join(f"k{i} <= {int(n)}" for i, (_, n) in enumerate(ranks))
+        keys_sql = (
+            f"SELECT run_id, metric FROM (SELECT m.run_id AS run_id, m.metric AS metric, "
+            f"{rank_cols} FROM {source}) w WHERE {test}"
+        )
+        with self._db.transaction(write=False) as tx:
+            keys = set(tx.query(keys_sql, tuple(params)))
+            if not keys:
+                return []
+            ids = sorted({run_id for run_id, _ in keys})
+            full = f"{where} AND m.run_id IN ({_marks(','.join(ids))})"
+            rows = tx.query(self._select(full), (*params, *ids))
+        return [p for p in self._points_of(rows) if (p.run.id, p.metric.metric) in keys]
 
     def case_points(
-        self, bench_id: str, device_class: str, metrics: Iterable[str]
+        self,
+        bench_id: str,
+        device_class: str,
+        metrics: Iterable[str],
+        policy: ReferencePolicy = DEFAULT_POLICY,
     ) -> dict[str, list[Point]]:
-        """Per metric, one case's points on one device class, every host (for judging)."""
-        return {m: self.points(bench_id, m, device_class) for m in metrics}
+        """Per metric, what judging one case on one device class reads, every host.
+
+        :func:`~gpugauge.history.judge.judge_case` reads a host's accepted results only:
+        its first ``policy.runs`` (the anchor's calibration) and its last
+        ``policy.spread_runs`` (reference, spread, levels, kernels). Those, and each host's
+        latest result that is not accepted, are all that is read (the last attempt of each
+        run, as :meth:`points` gives them), however long the history: a night's judging
+        takes about the same time in year three as in week one.
+        """
+        names = list(dict.fromkeys(metrics))
+        if not names:
+            return {}
+        with self._db.transaction(write=False) as tx:
+            keys = tx.query(
+                "SELECT host, run_id, attempt, accepted FROM results "
+                "WHERE bench_id = ? AND device_class = ? ORDER BY host, time_utc, run_id, attempt",
+                (bench_id, device_class),
+            )
+        kept = _judged_keys(keys, policy)
+        if not kept:
+            return {m: [] for m in names}
+        ids = sorted({run_id for run_id, _ in kept})
+        where = (
+            f"s.bench_id = ? AND s.device_class = ? AND m.metric IN ({_marks(','.join(names))}) "
+            f"AND m.run_id IN ({_marks(','.join(ids))})"
+        )
+        with self._db.transaction(write=False) as tx:
+            rows = tx.query(self._select(where), (bench_id, device_class, *names, *ids))
+        out: dict[str, list[Point]] = {m: [] for m in names}
+        for p in self._points_of(rows):
+            if (p.run.id, p.result.attempt) in kept:
+                out[p.metric.metric].append(p)
+        if any(len(points) != len(kept) for points in out.values()):
+            # a kept result lacks a metric: that metric's own first and last runs lie
+            # elsewhere, so rank every row of the case for it (exact, slower)
+            return self._case_points_ranked(bench_id, device_class, names, policy)
+        return out
+
+    def _case_points_ranked(
+        self, bench_id: str, device_class: str, names: list[str], policy: ReferencePolicy
+    ) -> dict[str, list[Point]]:
+        """:meth:`case_points` with the results ranked per metric by the database."""
+        last_attempt = (
+            "NOT EXISTS (SELECT 1 FROM results s2 WHERE s2.run_id = s.run_id AND "
+            "s2.bench_id = s.bench_id AND s2.device_class = s.device_class AND "
+            "s2.attempt > s.attempt)"
+        )
+        where = (
+            f"s.bench_id = ? AND s.device_class = ? AND m.metric IN ({_marks(','.join(names))}) "
+            f"AND {last_attempt}"
+        )
+        found = self._ranked(
+            where,
+            [bench_id, device_class, *names],
+            [  # accepted results rank first: the first and last accepted, the last other
+                ("s.accepted DESC, r.time_utc, r.id", policy.runs),
+                ("s.accepted DESC, r.time_utc DESC, r.id DESC", policy.spread_runs),
+                ("s.accepted, r.time_utc DESC, r.id DESC", 1),
+            ],
+        )
+        out: dict[str, list[Point]] = {m: [] for m in names}
+        for p in found:
+            out[p.metric.metric].append(p)
+        return out
+
+    def iter_points(self) -> Iterator[Point]:
+        """Every metric of every result, oldest run first, streamed (bounded memory)."""
+        return self._rows("", ())
 
     def all_points(self) -> list[Point]:
         """Every metric of every result, oldest run first."""
-        return list(self._rows("", ()))
+        return list(self.iter_points())
+
+    def remove(self, run_ids: Iterable[str]) -> dict[str, int]:
+        """Remove whole runs with every result and metric: all of them, or none.
+
+        Per run id, how many results went with it. A run id not stored is a HistoryError
+        and removes nothing (ids as :meth:`run_id` resolves them).
+        """
+        ids = list(dict.fromkeys(run_ids))
+        removed: dict[str, int] = {}
+        self._windows.clear()
+        self._run_records.clear()
+        with self._db.transaction() as tx:
+            for run_id in ids:
+                if not tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
+                    raise HistoryError(f"history {self.where}: no run {run_id!r}")
+                removed[run_id] = tx.query(
+                    "SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)
+                )[0][0]
+                tx.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
+                tx.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
+                tx.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        return removed
 
     def accept(self, run_id: str, bench_ids: Iterable[str] = (), accepted: bool = True) -> int:
         """Mark a run's results (all, or those of ``bench_ids``) accepted; how many changed.

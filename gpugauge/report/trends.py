@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpugauge.history.changepoints import ChangePoint, case_changes
+from gpugauge.history.backends import is_local
+from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, case_changes
 from gpugauge.history.judge import baseline_reference
 from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import Reference, reference_for
@@ -41,6 +42,7 @@ FIGURES = 4  # trend figures at most: the 48 cases that moved most
 # A trend, like the history chart of saved runs, needs two runs: one run is one dot on an
 # axis of no length, which shows nothing of how a case moved.
 MIN_RUNS = 2
+MARKED_RUNS = 60  # a host's runs in one panel drawn with a marker each; more: a line only
 
 
 def load_trends(
@@ -54,7 +56,7 @@ def load_trends(
     there is no trend (no history at ``target``, one that cannot be read, or one holding
     none of the run's timed cases); it is empty when trends were found.
     """
-    if "://" not in target and not Path(target).exists():
+    if is_local(target) and not Path(target).exists():
         return (
             {},
             {},
@@ -67,12 +69,17 @@ def load_trends(
     bands: dict[str, Reference] = {}
     steps: list[ChangePoint] = []
     timed = [m for m in run.measurements if m.timing is not None]
-    exact = [name for name, metric in METRICS.items() if metric.exact]
     try:
         with History.open(target, read_only=True) as h:  # never created or upgraded
             where = h.where
+            exact = [name for name in h.metrics() if name in METRICS and METRICS[name].exact]
+            # each host's recent runs of every case, in one read: a chart and a search of
+            # years would be slow and unreadable
+            recent = h.recent_points(
+                [METRIC, *exact], RECENT_RUNS, [m.id for m in run.measurements]
+            )
             for m in timed:
-                found = tuple(h.points(m.id, METRIC, m.device_class))
+                found = tuple(recent.get((m.id, m.device_class, METRIC), ()))
                 if not found:
                     continue
                 points[m.id] = found
@@ -84,7 +91,7 @@ def load_trends(
                     bands[m.id] = ref
             for m in run.measurements:
                 for name in exact:  # the history's, also those this run did not read
-                    steps += case_changes(h.points(m.id, name, m.device_class))
+                    steps += case_changes(recent.get((m.id, m.device_class, name), []))
     except (HistoryError, OSError) as err:
         return {}, {}, [], f"no trend chart: {err}"
     if not points:
@@ -244,7 +251,17 @@ class TrendChart:
         fig.suptitle(
             f"cases {first}-{first + len(cases) - 1} of {len(order)}, moved most first", fontsize=8
         )
-        fig.tight_layout(rect=(0, 0.45 / height, 1, 1 - 0.35 / height))
+        # fixed margins (inches): tight_layout measured every tick label of 12 panels, half
+        # of the figure's drawing time
+        width = max(4.2 * cols, 6.0)
+        fig.subplots_adjust(
+            left=0.55 / width,
+            right=1 - 0.15 / width,
+            bottom=(0.45 + 0.45) / height,
+            top=1 - (0.35 + 0.4) / height,
+            wspace=0.28,
+            hspace=0.9 / 2.6,
+        )
         return fig
 
 
@@ -267,7 +284,10 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
             alpha=0.2,
             lw=0,
         )
-        ax.plot(xs, [p.median for _, p in mine], color=color, marker=marker, ms=3.5, lw=1)
+        # a marker per run where they can be told apart; beyond that a line (and far less
+        # to draw)
+        dots = {"marker": marker, "ms": 3.5} if len(mine) <= MARKED_RUNS else {}
+        ax.plot(xs, [p.median for _, p in mine], color=color, lw=1, **dots)
     ref = data.bands.get(case)
     if ref is not None:
         lo, hi = ref.median * (1 - ref.allowed), ref.median * (1 + ref.allowed)
