@@ -43,6 +43,7 @@ FIGURES = 4  # trend figures at most: the 48 cases that moved most
 # axis of no length, which shows nothing of how a case moved.
 MIN_RUNS = 2
 MARKED_RUNS = 60  # a host's runs in one panel drawn with a marker each; more: a line only
+LABELLED_STEPS = 4  # change points of a panel labelled with their size, the largest first
 
 
 def load_trends(
@@ -206,7 +207,8 @@ class TrendChart:
     Per case, each host's run medians (its own colour and marker) with their 95% CI as a
     band, in run order (oldest left); the allowed band of the reference that judged the
     latest run (its median ± allowed, shaded); change points as vertical lines (red:
-    slower, blue: faster; solid: found on one host, dashed: over the class).
+    slower, blue: faster; solid: found on one host, dashed: over the class), the
+    :data:`LABELLED_STEPS` largest labelled with their size.
     """
 
     def __init__(self, page: int) -> None:
@@ -303,7 +305,7 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
         color = ("#c0392b" if c.ratio > 1 else "#2471a3") if timed else "#7f7f7f"
         style = ("-" if c.scope.startswith("host") else "--") if timed else ":"
         ax.axvline(x - 0.5, color=color, lw=1.2, ls=style)
-        if x not in labelled:
+        if x not in labelled and len(labelled) < LABELLED_STEPS:
             labelled.add(x)
             ax.annotate(
                 f" {c.mark()}" if timed else f" {c.metric} {c.mark()}",
