@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from gpugauge.history.backends import is_local
 from gpugauge.history.capture import (
     host_id,
     injected,
@@ -32,6 +31,7 @@ from gpugauge.history.capture import (
 from gpugauge.history.judge import judge_case
 from gpugauge.history.records import HistoryError, ResultRecord
 from gpugauge.history.store import ENV_VAR, History, default_path
+from gpugauge.history.targets import is_local
 from gpugauge.regress.baselines import entry_of, kernel_shares
 from gpugauge.regress.gate import Gate, GateResult
 from gpugauge.results.benchmark_storage import storage_folder

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from gpugauge.__main__ import main as gpugauge_main
-from gpugauge.history.backends import redact
 from gpugauge.history.cli import main
 from gpugauge.history.records import HistoryError, parse_time, time_text
 from gpugauge.history.schema import UPGRADES
 from gpugauge.history.store import History
+from gpugauge.history.targets import redact
 from tests.fakes import result as fake_result
 from tests.fakes import save_run
 

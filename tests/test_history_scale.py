@@ -152,4 +152,4 @@ def test_a_nightly_history_is_built_through_the_store(tmp_path: Path) -> None:
         assert len(h.bench_ids()) == 5
         assert h.metrics() == ["memory", "time"]
         assert h.runs_per_host() == {f"GPU-{i:04x}{'0' * 28}": 3 for i in (1, 2)}
-    assert nightly_case(0)[0] == "layers-case00-fp32"
+    assert nightly_case(0)[0] == "family-a-case00-fp32"

@@ -33,22 +33,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from gpugauge.history.records import HistoryError
+from gpugauge.history.targets import SCHEME, hide, is_conninfo, redact
 
 BUSY_TIMEOUT_S = 120.0  # how long a SQLite writer waits for another one's transaction
 _SQLITE_BUSY = 5  # primary result code of "database is locked"
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10  # how long to wait for a PostgreSQL server to answer
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 _SCHEMA_LOCK = 72_023  # PostgreSQL advisory lock key held while the schema is checked
 
@@ -311,79 +309,6 @@ class SqliteBackend(Backend):
         self.conn.close()
 
 
-_CONNINFO_KEYS = (
-    "host",
-    "hostaddr",
-    "port",
-    "dbname",
-    "user",
-    "password",
-    "passfile",
-    "service",
-    "sslmode",
-    "connect_timeout",
-    "options",
-    "application_name",
-    "target_session_attrs",
-)
-_CONNINFO = re.compile(rf"^\s*({'|'.join(_CONNINFO_KEYS)})\s*=", re.IGNORECASE)
-# password=VALUE in a libpq string: VALUE is 'quoted' (with \' and \\ escapes) or bare
-_CONNINFO_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]*)", re.IGNORECASE)
-
-
-def is_local(target: str | Path) -> bool:
-    """Whether ``target`` names a SQLite file (not a URL, not a libpq ``key=value`` string)."""
-    text = str(target)
-    return _SCHEME.match(text) is None and not is_conninfo(text)
-
-
-def is_conninfo(target: str) -> bool:
-    """Whether ``target`` is a libpq ``key=value`` string ('host=db dbname=h user=u')."""
-    return bool(_CONNINFO.match(target))
-
-
-def redact(target: str) -> str:
-    """``target`` as it may be shown: every password replaced by '***'.
-
-    The one helper for every line and error that names a history: a URL's userinfo
-    ('postgresql://user:***@host/db'), its ``?password=`` parameter, and a libpq
-    ``key=value`` string's ``password=``. A path has none and is returned as it is.
-    """
-    text = _CONNINFO_PASSWORD.sub(r"\1***", target) if is_conninfo(target) else target
-    match = _SCHEME.match(text)
-    if match is None:
-        return text
-    text = _QUERY_PASSWORD.sub(r"\1***", text)
-    try:
-        parts = urlsplit(text)
-        password = parts.password
-    except ValueError:  # a malformed netloc: hide everything between '//' and '@'
-        return re.sub(r"//[^@/]*@", "//***@", text)
-    if password is None:
-        return text
-    user, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
-
-
-def passwords(target: str) -> list[str]:
-    """The password values ``target`` holds (for removing them from a driver's messages)."""
-    found = [m.group(2) for m in _QUERY_PASSWORD.finditer(target)]
-    if is_conninfo(target):
-        found += [m.group(2).strip("'") for m in _CONNINFO_PASSWORD.finditer(target)]
-    elif _SCHEME.match(target):
-        with contextlib.suppress(ValueError):
-            found.append(urlsplit(target).password or "")
-    return [f for f in found if f]
-
-
-def hide(text: str, target: str) -> str:
-    """``text`` (a message) with every password of ``target`` replaced by '***'."""
-    for secret in sorted(passwords(target), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
 class PostgresBackend(Backend):
     """A PostgreSQL database through psycopg 3: a libpq URL or ``key=value`` string.
 
@@ -461,7 +386,7 @@ def open_backend(target: str | Path, read_only: bool = False) -> Backend:
         )
     if is_conninfo(text):  # libpq's key=value form: a server, never a file named after it
         return PostgresBackend(text, read_only)
-    match = _SCHEME.match(text)
+    match = SCHEME.match(text)
     if match is None:
         return SqliteBackend(Path(text), read_only)
     if match.group(1).lower() in POSTGRES_SCHEMES:

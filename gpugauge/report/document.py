@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpugauge.history.backends import redact
+from gpugauge.history.targets import redact
 from gpugauge.measure.stats import MIN_CI_N
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare

@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpugauge.history.backends import is_local
 from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, case_changes
 from gpugauge.history.judge import baseline_reference
 from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import Reference, reference_for
 from gpugauge.history.store import History
+from gpugauge.history.targets import is_local
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
 from gpugauge.results.metrics import METRICS
