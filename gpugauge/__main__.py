@@ -41,7 +41,7 @@ from gpugauge.results.files import (
     read_regular,
     signals_interrupt,
 )
-from gpugauge.results.runs import RunError
+from gpugauge.results.runs import RunError, load_run
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -183,23 +183,26 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def _record_baselines(args: argparse.Namespace) -> int:
-    """Every run read and checked first; one run file given twice is refused.
+    """Every run read and checked first; one run given twice is refused.
 
-    Each run is named in the file's ``recorded_from`` with its content's digest, so that
-    ``--add`` refuses a run the baseline already holds (a repeated or retried command
-    would count it twice in the run-to-run spread).
+    Each run is named in the file's ``recorded_from`` with its content's digest (its date
+    and results, not its bytes: :func:`~gpugauge.results.runs.content_digest`), so that
+    ``--add`` refuses a run the baseline already holds, also as a copy written again with
+    other formatting (a repeated or retried command would count it twice in the
+    run-to-run spread). Baselines recorded before name a file's bytes' digest; that is
+    still recognised.
     """
-    seen: dict[bytes, Path] = {}
+    digests: dict[Path, tuple[str, str]] = {}  # path: (content digest, bytes digest)
+    seen: dict[str, Path] = {}
     for p in args.runs:
         content = read_regular(p, "JSON")
-        digest = hashlib.sha256(content).digest()
-        if digest in seen:
-            first = seen[digest]
+        digests[p] = (load_run(p).digest[:16], hashlib.sha256(content).hexdigest()[:16])
+        first = seen.get(digests[p][0])
+        if first is not None:
             same = "is given twice" if p.resolve() == first.resolve() else f"repeats {first}"
             raise RunError(f"{p}: {same}; each run counts once in the run-to-run noise")
-        seen[digest] = p
-    short = {p: d.hex()[:16] for d, p in seen.items()}  # a run's name in recorded_from
-    named = {p: f"{p} (sha256 {h})" for p, h in short.items()}
+        seen[digests[p][0]] = p
+    named = {p: f"{p} (sha256 {digests[p][0]})" for p in args.runs}
     runs = [entries_of_benchmark_json(p) for p in args.runs]
     store = BaselineStore(args.baselines_dir)
     stored = None
@@ -207,7 +210,10 @@ def _record_baselines(args: argparse.Namespace) -> int:
         stored, provenance = _stored_for(store, runs)
         for p in args.runs:
             for path, listed in provenance.items():
-                if str(p) in listed or any(f"sha256 {short[p]}" in x for x in listed):
+                held = str(p) in listed or any(
+                    f"sha256 {d}" in x for x in listed for d in digests[p]
+                )
+                if held:
                     raise RunError(
                         f"{p}: already in {path} (recorded_from); each run counts once "
                         "in the run-to-run noise"

@@ -33,6 +33,7 @@ from gpugauge.history.capture import (
 from gpugauge.history.judge import judge_case
 from gpugauge.history.records import HistoryError, HistoryUnavailable, ResultRecord
 from gpugauge.history.store import ENV_VAR, History, default_path
+from gpugauge.history.targets import is_local
 from gpugauge.regress.baselines import entry_of, kernel_shares
 from gpugauge.regress.gate import Gate, GateResult
 from gpugauge.results.benchmark_storage import storage_folder
@@ -78,7 +79,7 @@ class Tracker:
         """The history, opened once (HistoryError says why it cannot be)."""
         if self._history is None:
             target = self.target
-            if "://" not in target:
+            if is_local(target):  # not a URL or a libpq key=value string
                 Path(target).parent.mkdir(parents=True, exist_ok=True)
             self._history = History.open(target)
         return self._history

@@ -191,6 +191,43 @@ BAD_RUNS: dict[str, Any] = {
     "samples-huge": _bench(device_ms=[1e300, 1e300]),
     "value-subnormal": _bench(values={"speedup": 5e-324}),
     "fifo": FIFO,
+    # issue 38: fields that reached a reader as a traceback, or were taken as something else
+    "gpugauge-a-list": _run(gpugauge=[1]),
+    "gpugauge-a-string": _run(gpugauge="x"),
+    "argv-an-int": _run(gpugauge={"argv": 5}),
+    "argv-a-string": _run(gpugauge={"argv": "pytest -x"}),  # was stored a char at a time
+    "gpus-a-dict": _run(machine_info={"gpugauge": {"gpus": {"name": "H100"}}}),
+    "date-year-1": _run(datetime="0001-01-01T00:00:00"),
+    "date-year-999": _run(datetime="0999-06-01T00:00:00"),
+    "date-year-9999": _run(datetime="9999-12-31T00:00:00"),
+    "date-year-2999": _run(datetime="2999-01-01T00:00:00"),
+    "date-garbage": _run(datetime="last tuesday"),
+    "date-a-number": _run(datetime=20261122),
+    "id-lone-surrogate": _bench(id="relu\ud800"),
+    "family-lone-surrogate": _bench(family="demo\udfff"),
+    "key-lone-surrogate": _bench(extra={"\ud800": 1}),
+    "device-cuda-abc": _bench(devices=["cuda:abc"]),
+    "schema1-device-cuda-abc": _bench(
+        gpugauge_schema=1, device_class=None, spec={"name": "a", "device": "cuda:abc"}
+    ),
+    "comparisons-a-number": _run(gpugauge={"comparisons": 5}),
+    "comparisons-of-numbers": _run(gpugauge={"comparisons": [5]}),
+    "artifacts-not-strings": _bench(artifacts={"trace": 5}),
+    "artifacts-a-list": _bench(artifacts=["trace.json"]),
+    "fingerprint-schema-minus-1": _run(machine_info={"gpugauge": {"schema_version": -1}}),
+    "schema-minus-1": _bench(gpugauge_schema=-1),
+    "schema-99": _bench(gpugauge_schema=99),
+    "schema-a-string": _bench(gpugauge_schema="2"),
+    "schema-true": _bench(gpugauge_schema=True),
+    "samples-bool": _bench(device_ms=[True] * 8),
+    "host-samples-bool": _bench(host_ms=[False] * 8),
+    "batch-row-garbage-clock": _bench(batches=[{"rounds": 8, "sm_clock_mhz": "fast"}]),
+    "batch-row-garbage-rounds": _bench(batches=[{"rounds": "all"}]),
+    "values-bool": _bench(values={"speedup": True}),
+    "history-run-id-empty": _run(gpugauge={"history_run_id": ""}),
+    "options-a-list": _run(gpugauge={"options": [1]}),
+    "deep-array": "[" * 100_000 + "]" * 100_000,
+    "deep-object": '{"a":' * 100_000 + "1" + "}" * 100_000,
 }
 
 # Saved runs the baseline command must either refuse (one line naming the run, nothing
@@ -333,6 +370,18 @@ def test_bad_run_file_cli(ws: Path, content: Any, capsys: pytest.CaptureFixture)
     against = report(ws, "--current", str(ws / "good.json"), "--against", str(bad))
     cli_refuses(ws, against, str(bad), capsys, why)
     cli_refuses(ws, baseline_cmd(ws, str(ws / "good.json"), str(bad)), str(bad), capsys, why)
+    # the history's import reads through the same reader: nothing created or added
+    into = ["history", "import", str(ws / "good.json"), str(bad), "--history", str(ws / "h.db")]
+    cli_refuses(ws, into, str(bad), capsys, why)
+
+
+def test_one_run_given_twice_in_other_formatting_is_refused(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A run counts once in a baseline's spread, however its file was written (issue 38)."""
+    again = ws / "again.json"
+    again.write_text(json.dumps(json.loads((ws / "good.json").read_text()), indent=2))
+    cli_refuses(ws, baseline_cmd(ws, str(ws / "good.json"), str(again)), str(again), capsys)
 
 
 @pytest.mark.parametrize(("content", "refused"), RUNS_TO_BASELINES.values(), ids=RUNS_TO_BASELINES)

@@ -95,14 +95,19 @@ def test_show_prints_the_trend_with_its_change_points(
 
 def test_changes_say_what_changed(stepped: str, capsys: pytest.CaptureFixture) -> None:
     assert main(["changes", "--history", stepped]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    said = capsys.readouterr().out.strip().splitlines()
+    offers = [ln for ln in said if ln.startswith("  the commit behind it")]
+    lines = [ln for ln in said if ln not in offers]
+    # each step (slower, between two commits) offers the bisect that finds its commit
+    assert len(offers) == len(lines)
+    assert all("gpugauge bisect " in ln for ln in offers)
     scopes = {line.split("(")[1].split(",")[0] for line in lines}
     assert scopes == {"host GPU-1111", "host GPU-2222", "class synthetic-gpu"}
     assert all("torch 2.11.0 → 2.12.0" in line for line in lines)
     assert all(" 1.04" in line or " 1.03" in line for line in lines)
     assert main(["changes", "--metric", "all", "--history", stepped]) == 0
     every = capsys.readouterr().out.strip().splitlines()
-    assert set(lines) <= set(every)  # time's, and those of any other metric held
+    assert set(said) <= set(every)  # time's, and those of any other metric held
     assert main(["changes", "--id", "other*", "--metric", "all", "--history", stepped]) == 0
     assert "no results match --id 'other*'" in capsys.readouterr().out
 
@@ -312,7 +317,7 @@ def test_last_takes_a_whole_number_from_one(
 
 
 def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
-    """--last is the only one; a new integer option must validate too."""
+    """--last (show's and changes') is the only one; a new integer option must validate too."""
     import argparse
 
     from gpugauge.history.cli import add_parser
@@ -327,7 +332,7 @@ def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
         for a in sub._actions
         if a.type is int or a.type is positive_int
     ]
-    assert typed == [("show", ["--last"], positive_int)]
+    assert typed == [("show", ["--last"], positive_int), ("changes", ["--last"], positive_int)]
 
 
 @pytest.mark.parametrize("existing", [False, True])
@@ -434,3 +439,93 @@ def test_accept_of_a_case_the_run_does_not_hold_is_refused(
     assert "accepted" not in captured.out
     with History.open(stepped) as h:
         assert all(p.accepted for p in h.points(CASE))
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_ctrl_c_during_import_is_one_line_saying_what_was_stored(
+    tmp_path: Path, when: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It printed a KeyboardInterrupt traceback, even when the run was stored (issue 38).
+
+    A real SIGINT reaches the process just before the transaction, or just after it
+    committed; the one line says which, read back from the history.
+    """
+    import os
+    import signal
+
+    saved = save_run(tmp_path / "0001_run.json", [result("relu", 2.0)])
+    hist = str(tmp_path / "h.sqlite")
+    real = History.append_runs
+
+    def interrupted(self: History, runs: list) -> list[bool]:
+        if when == "before":
+            os.kill(os.getpid(), signal.SIGINT)
+        added = real(self, runs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return added
+
+    monkeypatch.setattr(History, "append_runs", interrupted)
+    code = main(["import", str(saved), "--history", hist])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    stored = "1 run of 1 new stored" if when == "after" else "0 runs of 1 new stored"
+    assert err.strip() == f"gpugauge history import: stopped by SIGINT; {stored}"
+    monkeypatch.undo()
+    with History.open(hist) as h:
+        assert len(h.runs()) == (1 if when == "after" else 0)
+
+
+def test_a_signal_while_reading_is_one_line(
+    stepped: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    real = History.metrics
+
+    def interrupted(self: History, *args: str) -> list[str]:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *args)
+
+    monkeypatch.setattr(History, "metrics", interrupted)
+    assert main(["changes", "--history", stepped]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "gpugauge history changes: stopped by SIGTERM; nothing was written"
+
+
+def test_a_slower_step_between_two_commits_offers_the_bisect_that_finds_it() -> None:
+    from datetime import UTC, datetime
+
+    from gpugauge.history.changepoints import ChangePoint
+    from gpugauge.history.render import changes_text
+
+    def step(ratio: float, before: str | None, after: str | None, case: str) -> ChangePoint:
+        return ChangePoint(
+            case,
+            "time",
+            "host GPU-1",
+            "run-9",
+            datetime(2026, 11, 27, tzinfo=UTC),
+            9,
+            2.0,
+            2.0 * ratio,
+            ratio,
+            ratio,
+            ratio,
+            0.001,
+            8,
+            8,
+            commit=after,
+            commit_before=before,
+        )
+
+    slower = step(1.04, "aaa111", "bbb222", "relu-fwd-bf16-seed-cuda")
+    assert slower.bisect_command() == "gpugauge bisect aaa111 bbb222 -k relu-fwd-bf16-seed-cuda"
+    assert "gpugauge bisect aaa111 bbb222" in changes_text([slower])
+    node = step(1.04, "aaa111", "bbb222", "test_x.py::test_spin")
+    assert node.bisect_command() == "gpugauge bisect aaa111 bbb222 -- test_x.py::test_spin"
+    assert step(0.96, "aaa111", "bbb222", "c").bisect_command() is None  # faster
+    assert step(1.04, "aaa111", "aaa111", "c").bisect_command() is None  # the same commit
+    assert step(1.04, None, "bbb222", "c").bisect_command() is None  # a commit unknown

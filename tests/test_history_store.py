@@ -469,6 +469,20 @@ def test_an_unreachable_server_is_one_line_without_the_password() -> None:
     assert "\n" not in text
 
 
+def test_one_case_on_two_device_classes_in_one_run_is_stored(target: str) -> None:
+    """Report and baseline take it (results are keyed by class); the history took it not."""
+    other = "nvidia-a100-sxm4-80gb"
+    with History.open(target) as h:
+        on_h100 = result("case-0", 1.0)
+        on_a100 = replace(result("case-0", 3.0), device_class=other)
+        assert h.append(run(1), [on_h100, on_a100])
+        assert [p.median for p in h.points("case-0", "time", "nvidia-h100-80gb-hbm3")] == [1.0]
+        assert [p.median for p in h.points("case-0", "time", other)] == [3.0]
+        assert {c.device_class for c in h.cases()} == {"nvidia-h100-80gb-hbm3", other}
+        assert h.accept("run-1", ["case-0"], accepted=False) == 2
+        assert h.remove(["run-1"]) == {"run-1": 2}
+
+
 def test_sqlite_and_postgresql_give_identical_verdicts(tmp_path: Path, pg_url: str) -> None:
     # a host with history, a 3% step on it, and a new host joining mid-way
     scenario = Scenario(

@@ -191,7 +191,12 @@ def test_baseline_add_keeps_the_stored_runs_and_their_provenance(
     # a run already in the baseline, by name or by content, would count twice: refused
     copy = tmp_path / "copy.json"
     copy.write_bytes(slowed.read_bytes())
-    for again in (slowed, copy):
+    # the same run written again (another indentation and key order): its content is the
+    # same run, not its bytes (issue 38)
+    rewritten = tmp_path / "rewritten.json"
+    rewritten.write_text(json.dumps(json.loads(slowed.read_text()), indent=4, sort_keys=True))
+    assert rewritten.read_bytes() != slowed.read_bytes()
+    for again in (slowed, copy, rewritten):
         assert main(["baseline", "--add", str(again), "--baselines-dir", str(store)]) == 2
         assert "already in" in capsys.readouterr().err
     assert json.loads(path.read_text())["recorded_from"] == listed
@@ -651,3 +656,50 @@ def test_adding_a_run_that_widens_a_baseline_past_the_limit_is_refused(
     assert main(["baseline", "--add", str(slow), "--baselines-dir", str(store)]) == 2
     assert "its 3 runs' time medians lie 30% apart" in capsys.readouterr().err
     assert path.read_bytes() == before
+
+
+# run-file strings in the report: text, never structure or a script (issue 38, class 4)
+
+HOSTILE_ID = "relu\n# Injected heading\n| forged | row |\n[click](javascript:alert(1)) <b>x</b>"
+
+
+def _hostile_run(tmp_path: Path) -> Path:
+    from dataclasses import replace
+
+    from tests.fakes import result, save_run
+
+    m = result(HOSTILE_ID)
+    m = replace(m, artifacts={"trace": "javascript:alert(1)", "kernels\n# x": "a b/k(0).md"})
+    return save_run(tmp_path / "hostile.json", [m, result("plain")])
+
+
+def test_a_run_files_strings_cannot_inject_markdown(tmp_path: Path) -> None:
+    from tests.fakes import first_report
+
+    md = first_report(tmp_path, _hostile_run(tmp_path))
+    lines = md.splitlines()
+    assert [ln for ln in lines if ln.startswith("#")] == [
+        ln for ln in lines if ln.startswith(("# gpugauge report", "## "))
+    ]
+    assert not any("Injected" in ln and not ln.startswith("|") for ln in lines)
+    # every row of the results table has as many cells as its header
+    table = lines[lines.index("## Results of this run") + 2 :]
+    rows = [ln for ln in table[: table.index("")] if ln.startswith("|")]
+    widths = {len(re.split(r"(?<!\\)\|", ln)) for ln in rows}
+    assert len(widths) == 1, rows
+    assert "](javascript" not in md
+    assert "<b>" not in md
+    assert r"relu\n# Injected heading\n\| forged \| row \|" in md  # shown, not acted on
+
+
+def test_a_javascript_artifact_is_never_a_live_link(tmp_path: Path) -> None:
+    from tests.fakes import first_report
+
+    md = first_report(tmp_path, _hostile_run(tmp_path))
+    page = (tmp_path / "rep" / "report.html").read_text()
+    hrefs = re.findall(r'href="([^"]*)"', page) + re.findall(r"\]\(([^)]*)\)", md)
+    assert hrefs
+    for target in hrefs:
+        assert ":" not in target.split("/")[0], target  # no scheme: a relative path
+    assert "javascript%3Aalert%281%29" in page
+    assert "a%20b/k%280%29.md" in md

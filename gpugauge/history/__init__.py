@@ -3,11 +3,14 @@
 Modules, one job each: :mod:`~gpugauge.history.records` (the records and
 :class:`~gpugauge.history.records.HistoryError`), :mod:`~gpugauge.history.store` (the
 :class:`~gpugauge.history.store.History` on SQLite or PostgreSQL, through
-:mod:`~gpugauge.history.backends` and :mod:`~gpugauge.history.schema`),
+:mod:`~gpugauge.history.backends`, :mod:`~gpugauge.history.targets`,
+:mod:`~gpugauge.history.schema` and :mod:`~gpugauge.history.columns`; its bounded reads
+in :mod:`~gpugauge.history.windows`),
 :mod:`~gpugauge.history.capture` (results and saved runs into records),
 :mod:`~gpugauge.history.reference` and :mod:`~gpugauge.history.judge` (host-aware
-references and verdicts), :mod:`~gpugauge.history.changepoints`, and the command line
-(:mod:`~gpugauge.history.cli`, :mod:`~gpugauge.history.render`, :mod:`~gpugauge.history.rows`).
+references and verdicts), :mod:`~gpugauge.history.changepoints` (with
+:mod:`~gpugauge.history.pelt`), and the command line (:mod:`~gpugauge.history.cli`,
+:mod:`~gpugauge.history.render`, :mod:`~gpugauge.history.rows`).
 
 How a pytest session uses it (the plugin's part)::
 

@@ -18,23 +18,31 @@ PostgreSQL (``postgresql://`` or ``postgres://`` URLs) needs the ``postgres`` ex
 
 A backend opened ``read_only`` (what the reading commands use) never creates, switches or
 changes anything: a SQLite file must exist and is opened with SQLite's ``mode=rw`` URI
-(no create) and ``PRAGMA query_only`` (no write), falling back to ``mode=ro`` where the
-file is not writable; a PostgreSQL session's transactions are read-only.
+(no create) and ``PRAGMA query_only`` (no write), falling back to ``mode=ro`` and then
+``immutable=1`` where this process may not write the file or its folder (another user's
+history, a read-only mount); a PostgreSQL session's transactions are read-only.
+
+What a target is, is decided once (:func:`open_backend`): a ``postgresql://`` URL or a
+libpq ``key=value`` string is a server, ``:memory:`` is refused (it would keep nothing),
+anything else a SQLite path, and a path that is not a regular file (a FIFO, a device)
+is refused before SQLite opens it. :func:`redact` is the one way a target is shown: no
+message holds a password.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import re
+import itertools
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from gpugauge.history.records import HistoryError, HistoryUnavailable
+from gpugauge.history.targets import SCHEME, hide, is_conninfo, redact
 
 BUSY_TIMEOUT_S = 120.0  # how long a SQLite writer waits for another one's transaction
 _SQLITE_BUSY = 5  # primary result code of "database is locked"
@@ -44,7 +52,6 @@ _SQLITE_OUT_OF_REACH = (10, 13)
 _OS_OUT_OF_REACH = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10  # how long to wait for a PostgreSQL server to answer
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 _SCHEMA_LOCK = 72_023  # PostgreSQL advisory lock key held while the schema is checked
 
@@ -87,12 +94,22 @@ def _one_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
-class Tx:
-    """Statements inside one transaction; ``?`` placeholders on every backend."""
+STREAM_ROWS = 2000  # rows fetched at a time by Tx.stream: memory stays bounded
 
-    def __init__(self, cursor: Any, placeholder: str) -> None:
+
+class Tx:
+    """Statements inside one transaction; ``?`` placeholders on every backend.
+
+    ``streaming`` makes the cursor :meth:`stream` reads from (PostgreSQL: a server-side
+    cursor, since a client-side one holds every row of a result at once).
+    """
+
+    def __init__(
+        self, cursor: Any, placeholder: str, streaming: Callable[[], Any] | None = None
+    ) -> None:
         self._cur = cursor
         self._ph = placeholder
+        self._streaming = streaming
 
     def _sql(self, sql: str) -> str:
         if "%" in sql:  # psycopg reads '%' as a placeholder: keep statements free of it
@@ -113,6 +130,17 @@ class Tx:
         """Run one query; its rows."""
         self._cur.execute(self._sql(sql), tuple(params))
         return [tuple(r) for r in self._cur.fetchall()]
+
+    def stream(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """Run one query; its rows, :data:`STREAM_ROWS` at a time (for a whole history)."""
+        cur = self._streaming() if self._streaming is not None else self._cur
+        try:
+            cur.execute(self._sql(sql), tuple(params))
+            while rows := cur.fetchmany(STREAM_ROWS):
+                yield from (tuple(r) for r in rows)
+        finally:
+            if cur is not self._cur:
+                cur.close()
 
 
 class Backend:
@@ -147,8 +175,7 @@ class SqliteBackend(Backend):
         self.path = Path(path)
         self.where = str(path)
         self.read_only = read_only
-        if self.path.is_dir():
-            raise HistoryError(f"history {path}: is a directory, not a SQLite file")
+        self._refuse_special()
         try:
             if read_only:
                 self.conn = self._connect_existing()
@@ -168,11 +195,34 @@ class SqliteBackend(Backend):
             self.conn.close()
             raise self._error(err) from None
 
+    def _refuse_special(self) -> None:
+        """HistoryError for a folder, a FIFO, a socket or a device at the path (or its journals).
+
+        Checked before SQLite opens anything: opening a FIFO blocks until a writer comes,
+        in C, where no signal handler runs (a report would then ignore SIGTERM).
+        """
+        for path in (self.path, *(Path(f"{self.path}{s}") for s in ("-wal", "-shm", "-journal"))):
+            try:
+                mode = path.stat().st_mode
+            except OSError:
+                continue  # missing (or unreadable: SQLite says so itself)
+            if stat.S_ISDIR(mode) and path == self.path:
+                raise HistoryError(f"history {self.where}: is a directory, not a SQLite file")
+            if not stat.S_ISREG(mode):
+                raise HistoryError(
+                    f"history {self.where}: {path.name} is not a regular file (a FIFO, "
+                    "socket, device or folder); not opened"
+                )
+
     def _connect_existing(self) -> sqlite3.Connection:
-        """The file as it is, never created.
+        """The file as it is, never created or changed.
 
         Read-write without create (``mode=rw``), so that closing removes a WAL file's
-        ``-wal`` and ``-shm`` as a writer's close does; read-only where it is not writable.
+        ``-wal`` and ``-shm`` as a writer's close does. Where this process may not write
+        the file or its folder (another user's history, a read-only mount), SQLite cannot
+        make the ``-shm`` a WAL reader needs: then ``mode=ro``, and where that cannot read
+        either and no write-ahead log is pending, ``immutable=1`` (the file alone holds
+        every committed run).
         """
         if not self.path.exists():
             raise HistoryError(
@@ -180,14 +230,35 @@ class SqliteBackend(Backend):
                 "'gpugauge history import' creates it)"
             )
         uri = self.path.resolve().as_uri()
-        try:
-            return sqlite3.connect(
-                f"{uri}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
-            )
-        except sqlite3.OperationalError:
-            return sqlite3.connect(
-                f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
-            )
+        wal = Path(f"{self.path}-wal")
+        pending = wal.exists() and wal.stat().st_size > 0
+        tries = ["mode=rw", "mode=ro"] + ([] if pending else ["mode=ro&immutable=1"])
+        last: sqlite3.Error | None = None
+        for query in tries:
+            try:
+                conn = sqlite3.connect(
+                    f"{uri}?{query}", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
+                )
+            except sqlite3.OperationalError as err:
+                last = err
+                continue
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.DatabaseError as err:
+                conn.close()
+                if "not a database" in str(err) or "malformed" in str(err):
+                    raise self._error(err) from None
+                last = err
+                continue
+            return conn
+        assert last is not None
+        hint = (
+            "; it has a pending write-ahead log (-wal) that only a writer can read: "
+            "ask its owner to run a reading command once, or read a copy"
+            if pending
+            else ""
+        )
+        raise HistoryError(f"history {self.where}: cannot be read ({_one_line(last)}){hint}")
 
     def _use_wal(self) -> None:
         """Switch the file to WAL once; a file already in WAL takes no lock at all.
@@ -230,7 +301,8 @@ class SqliteBackend(Backend):
             self._rollback()
             raise
         finally:
-            cur.close()
+            with contextlib.suppress(sqlite3.Error):  # a stream abandoned after close()
+                cur.close()
 
     def _rollback(self) -> None:
         """Roll back what is still open, never raising over the error being reported.
@@ -239,8 +311,8 @@ class SqliteBackend(Backend):
         lock, and a ROLLBACK then fails with "no transaction is active"; that would hide
         the error that matters, so it is skipped (the transaction is gone either way).
         """
-        if self.conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(sqlite3.Error):  # also a connection closed meanwhile
+            if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
 
     def tables(self, tx: Tx) -> set[str]:
@@ -252,23 +324,18 @@ class SqliteBackend(Backend):
         self.conn.close()
 
 
-def redact(url: str) -> str:
-    """``url`` without its password: 'postgresql://user:***@host/db'."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
-
-
 class PostgresBackend(Backend):
-    """A PostgreSQL database through psycopg 3; the URL is libpq's."""
+    """A PostgreSQL database through psycopg 3: a libpq URL or ``key=value`` string.
+
+    No message shows its password: the target is shown :func:`redact`-ed, and a driver's
+    own error text goes through :func:`hide` (libpq quotes parts of a bad string back).
+    """
 
     name = "postgresql"
 
     def __init__(self, url: str, read_only: bool = False) -> None:
         self.where = redact(url)
+        self._url = url
         self.read_only = read_only
         try:
             import psycopg
@@ -281,25 +348,26 @@ class PostgresBackend(Backend):
             self.conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as err:
             raise HistoryUnavailable(
-                f"history {self.where}: cannot connect ({_one_line(err)})"
+                f"history {self.where}: cannot connect ({hide(_one_line(err), url)})"
             ) from None
         if read_only:
             try:
                 self.conn.execute("SET default_transaction_read_only = on")
             except psycopg.Error as err:
                 self.conn.close()
-                raise HistoryError(f"history {self.where}: {_one_line(err)}") from None
+                raise HistoryError(f"history {self.where}: {hide(_one_line(err), url)}") from None
 
     @contextlib.contextmanager
     def transaction(self, write: bool = True) -> Iterator[Tx]:
         """One server transaction (READ COMMITTED)."""
+        named = (f"gpugauge_stream_{i}" for i in itertools.count())
         try:
             with self.conn.transaction(), self.conn.cursor() as cur:
-                yield Tx(cur, "%s")
+                yield Tx(cur, "%s", lambda: self.conn.cursor(name=next(named)))
         except self._psycopg.Error as err:
             lost = isinstance(err, self._psycopg.OperationalError) or self.conn.closed
             kind = HistoryUnavailable if lost else HistoryError
-            raise kind(f"history {self.where}: {_one_line(err)}") from None
+            raise kind(f"history {self.where}: {hide(_one_line(err), self._url)}") from None
 
     def tables(self, tx: Tx) -> set[str]:
         """Tables of the connection's current schema."""
@@ -317,13 +385,25 @@ class PostgresBackend(Backend):
         self.conn.close()
 
 
-def open_backend(target: str | Path, read_only: bool = False) -> Backend:
-    """A PostgreSQL URL or a SQLite path; HistoryError for a URL of any other scheme.
+IN_MEMORY = ("", ":memory:")  # SQLite's names of a database that lives in memory only
 
-    ``read_only``: a SQLite file that does not exist is a HistoryError, not created.
+
+def open_backend(target: str | Path, read_only: bool = False) -> Backend:
+    """A PostgreSQL URL or ``key=value`` string, or a SQLite path; else a HistoryError.
+
+    Refused: a URL of another scheme, and SQLite's in-memory names (``:memory:``, an
+    empty path), which would keep nothing. ``read_only``: a SQLite file that does not
+    exist is a HistoryError, not created.
     """
     text = str(target)
-    match = _SCHEME.match(text)
+    if text.strip() in IN_MEMORY:
+        raise HistoryError(
+            f"history {text!r}: an in-memory database keeps nothing once the command ends; "
+            "give a SQLite file path or a postgresql:// URL"
+        )
+    if is_conninfo(text):  # libpq's key=value form: a server, never a file named after it
+        return PostgresBackend(text, read_only)
+    match = SCHEME.match(text)
     if match is None:
         return SqliteBackend(Path(text), read_only)
     if match.group(1).lower() in POSTGRES_SCHEMES:

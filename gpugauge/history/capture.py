@@ -10,8 +10,6 @@ id derived from the file's content, so importing it twice adds nothing.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import platform
 import statistics
 import uuid
@@ -30,10 +28,9 @@ from gpugauge.measure.nvml import Nvml, maybe_nvml
 from gpugauge.measure.stats import summarize
 from gpugauge.regress.baselines import kernel_shares
 from gpugauge.regress.gate import GateResult
-from gpugauge.results.files import FileError, read_json
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
-from gpugauge.results.runs import load_run
+from gpugauge.results.runs import SavedRun, load_run
 
 INJECTED_KEY = "injected_slowdown_ms"  # gpugauge.check.slowdown's record of added work
 
@@ -223,26 +220,12 @@ def _saved_verdict(saved: Any) -> tuple[str | None, dict[str, str], str]:
     return verdict, per_metric, str(saved.get("note") or "")
 
 
-def _saved_time(raw: dict[str, Any], path: Path) -> datetime:
-    """pytest-benchmark's ``datetime`` (UTC), else the file's modification time."""
-    try:
-        t = datetime.fromisoformat(str(raw.get("datetime")))
-    except ValueError:
-        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+def saved_run_id(saved: SavedRun) -> str:
+    """The id a saved run gets: the one the plugin stored with it, else its content's digest.
 
-
-def saved_run_id(raw: dict[str, Any]) -> str:
-    """The id a saved run gets: the one the plugin stored with it, else a content hash."""
-    own = (raw.get("gpugauge") or {}).get("history_run_id")
-    if isinstance(own, str) and own:
-        return own
-    content = {
-        "datetime": raw.get("datetime"),
-        "results": [b.get("extra_info") for b in raw["benchmarks"] if isinstance(b, dict)],
-    }
-    text = json.dumps(content, sort_keys=True, default=str)
-    return "import-" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    From the content, not the bytes: a copy of the run written again is the same run.
+    """
+    return saved.run_id or "import-" + saved.digest[:24]
 
 
 def saved_records(path: Path, host: str | None = None) -> tuple[RunRecord, list[ResultRecord]]:
@@ -252,23 +235,17 @@ def saved_records(path: Path, host: str | None = None) -> tuple[RunRecord, list[
     else its machine's name, by the rule a live append follows), else 'unknown-host'.
     Verdicts saved with the results come along. RunError or HistoryError naming the file.
     """
-    saved = load_run(path)  # RunError (a ValueError) naming the file if it is not a run
-    try:
-        raw = read_json(path)
-    except FileError as err:
-        raise HistoryError(str(err)) from None
-    fp = saved.fingerprint
+    saved = load_run(path)  # RunError (a ValueError) naming the file and the field
     host = host or saved.host or "unknown-host"
-    options = (raw.get("gpugauge") or {}).get("options") or {}
     classes = Counter(m.device_class for m in saved.measurements)
     run = run_record(
-        fp,
+        saved.fingerprint,
         host=str(host),
         device_class=classes.most_common(1)[0][0],
-        run_id=saved_run_id(raw),
-        time=_saved_time(raw, path),
-        argv=(raw.get("gpugauge") or {}).get("argv") or (),
-        profile=options.get("profile") if isinstance(options, dict) else None,
+        run_id=saved_run_id(saved),
+        time=saved.time or datetime.fromtimestamp(path.stat().st_mtime, UTC),
+        argv=saved.argv,
+        profile=saved.profile,
         source=f"import {path.name}",
     )
     results = []

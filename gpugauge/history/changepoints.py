@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import shlex
 import statistics
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,11 +32,17 @@ from typing import Any
 
 import numpy as np
 
+from gpugauge.history.pelt import noise, pelt
 from gpugauge.history.records import Point
 from gpugauge.regress.gate import MAIN_KERNEL_SHARE, short_kernel
 from gpugauge.results.metrics import METRICS
 
 CLOCK_MOVED = 0.02  # relative change of the median SM clock that is reported
+# The runs of each host that the commands reading a whole history (``history changes``,
+# the report's trends and Changes) read and search for change points: its last
+# RECENT_RUNS runs, two months of nights. They cost the same in year three as in month
+# two; an older step is found with ``history changes --last N`` or ``history show ID``.
+RECENT_RUNS = 60
 POWER_MOVED = 0.03  # relative change of the median power that is reported
 _FIELDS = ("torch", "cuda", "cudnn", "driver", "flags", "commit")
 
@@ -87,6 +93,20 @@ class ChangePoint:
     n_after: int
     changes: tuple[str, ...] = ()
     commit: str | None = None  # the suite's commit at the step's first run
+    commit_before: str | None = None  # the suite's commit at the last run before the step
+
+    def bisect_command(self) -> str | None:
+        """The ``gpugauge bisect`` that finds the commit behind a slowdown, or None.
+
+        Offered for a metric that rose (for time: slower) between two runs of different,
+        known commits.
+        """
+        if self.metric != "time" or not self.ratio > 1:
+            return None
+        if not self.commit or not self.commit_before or self.commit == self.commit_before:
+            return None
+        pick = ["--", self.bench_id] if "::" in self.bench_id else ["-k", self.bench_id]
+        return shlex.join(["gpugauge", "bisect", self.commit_before, self.commit, *pick])
 
     @property
     def magnitude(self) -> float:
@@ -122,60 +142,24 @@ class ChangePoint:
         return {**out, "time": self.time.isoformat(), "changes": list(self.changes)}
 
 
-def noise(x: np.ndarray, floor: float) -> float:
-    """Robust standard deviation of a series from its successive differences."""
-    if x.size < 3:
-        return floor
-    mad = float(np.median(np.abs(np.diff(x) - np.median(np.diff(x)))))
-    return max(1.4826 * mad / math.sqrt(2), floor)
-
-
-def _l2_cost() -> Any:
-    """The l2 cost of ruptures (squared deviation from the segment mean) from running sums.
-
-    The same cost as ``model="l2"``, in constant time per segment instead of a variance
-    over it: PELT calls it for most pairs of runs.
-    """
-    from ruptures.base import BaseCost
-    from ruptures.costs import NotEnoughPoints
-
-    class CumulativeL2(BaseCost):
-        model = "l2"
-        min_size = 1
-
-        def fit(self, signal: np.ndarray) -> CumulativeL2:
-            self.signal = np.asarray(signal, dtype=float).reshape(len(signal), -1)
-            x = self.signal.sum(axis=1)
-            self.s1 = np.concatenate([[0.0], np.cumsum(x)])
-            self.s2 = np.concatenate([[0.0], np.cumsum(x * x)])
-            return self
-
-        def error(self, start: int, end: int) -> float:
-            n = end - start
-            if n < self.min_size:
-                raise NotEnoughPoints
-            total = self.s1[end] - self.s1[start]
-            return float(self.s2[end] - self.s2[start] - total * total / n)
-
-    return CumulativeL2()
-
-
 def _candidates(x: np.ndarray, policy: DetectionPolicy) -> list[int]:
     """PELT's breakpoints on the series in units of its noise (the end excluded)."""
-    import ruptures
-
     n = x.size
     if n < 2 * policy.min_size:
         return []
     z = (x - np.median(x)) / noise(x, policy.noise_floor)
-    algo = ruptures.Pelt(custom_cost=_l2_cost(), min_size=policy.min_size, jump=1)
-    algo.fit(z.reshape(-1, 1))
-    return [b for b in algo.predict(pen=policy.penalty * math.log(n)) if b < n]
+    return [b for b in pelt(z, policy.penalty * math.log(n), policy.min_size) if b < n]
 
 
 def _ttest(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float, float]:
-    """Student's t-test of two samples of logs: p, difference of means, its CI (95%)."""
-    from scipy import stats
+    """Student's t-test of two samples of logs: p, difference of means, its CI (95%).
+
+    ``scipy.stats.ttest_ind(after, before, equal_var=True)``'s statistic and two-sided p,
+    computed directly with Student's t distribution (``scipy.special.stdtr``): the
+    confirmation runs thousands of these over a history, and the wrapper's checks cost
+    nearly all of the time.
+    """
+    from scipy import special
 
     d = float(after.mean() - before.mean())
     df = before.size + after.size - 2
@@ -183,24 +167,29 @@ def _ttest(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float, 
     se = math.sqrt(pooled * (1 / before.size + 1 / after.size))
     if se == 0:  # constant either side: any difference is certain
         return (0.0 if d else 1.0), d, d, d
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # near-constant samples
-        p = float(stats.ttest_ind(after, before, equal_var=True).pvalue)
-    half = float(stats.t.ppf(0.975, df)) * se
+    p = float(2 * special.stdtr(df, -abs(d / se)))
+    half = float(special.stdtrit(df, 0.975)) * se
     return p, d, d - half, d + half
 
 
 def _confirmed(
     x: np.ndarray, candidates: list[int], policy: DetectionPolicy
 ) -> list[tuple[int, float, float, float, float]]:
-    """Candidates that pass the t-test against their neighbours, with p, d and its CI."""
+    """Candidates that pass the t-test against their neighbours, with p, d and its CI.
+
+    A test depends only on a candidate and its two neighbours, so each (start, step, end)
+    is tested once: dropping a candidate re-tests its two neighbours, not every one.
+    """
     kept = sorted(candidates)
+    tests: dict[tuple[int, int, int], tuple[float, float, float, float]] = {}
     while kept:
         bounds = [0, *kept, x.size]
         tested = []
         for i, b in enumerate(kept):
-            before, after = x[bounds[i] : b], x[b : bounds[i + 2]]
-            p, d, lo, hi = _ttest(before, after)
+            key = (bounds[i], b, bounds[i + 2])
+            if key not in tests:
+                tests[key] = _ttest(x[bounds[i] : b], x[b : bounds[i + 2]])
+            p, d, lo, hi = tests[key]
             ok = p < policy.alpha and abs(math.expm1(d)) >= policy.min_change
             tested.append((ok, p, b, d, lo, hi))
         failing = [t for t in tested if not t[0]]
@@ -369,6 +358,7 @@ def _point_at(
         n_after=len(seg_after),
         changes=what_changed(seg_before[-policy.context :], seg_after[: policy.context]),
         commit=pts[b].run.commit,
+        commit_before=pts[b - 1].run.commit if b > 0 else None,
         **size,  # type: ignore[arg-type]
     )
 
@@ -397,8 +387,10 @@ def detect(
         cuts: list[int] = []
         for _ in range(2):  # offsets from the segments found so far, then segments again
             adjusted = x - _offsets(x, hosts, cuts)
-            cuts = [b for b, *_ in _confirmed(adjusted, _candidates(adjusted, policy), policy)]
-    found = _confirmed(adjusted, _candidates(adjusted, policy), policy)
+            found = _confirmed(adjusted, _candidates(adjusted, policy), policy)
+            cuts = [b for b, *_ in found]
+    else:
+        found = _confirmed(adjusted, _candidates(adjusted, policy), policy)
     out = []
     bounds = [0, *(b for b, *_ in found), len(pts)]
     for i, (b, p, d, lo, hi) in enumerate(found):

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.history.capture import saved_records
-from gpugauge.history.changepoints import ChangePoint, case_changes
-from gpugauge.history.records import HistoryError, Point, ResultRecord, RunRecord, some
+from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, case_changes
+from gpugauge.history.records import HistoryError, ResultRecord, RunRecord, some
 from gpugauge.history.render import cases_text, changes_text, trend_text
 from gpugauge.history.rows import COLUMNS, flat_row
 from gpugauge.history.store import (
@@ -31,6 +31,7 @@ from gpugauge.history.store import (
     default_target,
 )
 from gpugauge.options import positive_int
+from gpugauge.results.files import atomic_text_stream, signals_interrupt
 from gpugauge.results.runs import RunError
 from gpugauge.words import plural
 
@@ -45,6 +46,7 @@ or not (unless --gauge-no-history), per host.
   gpugauge history export --csv FILE            every metric row as CSV
   gpugauge history import RUN.json [...]        add saved pytest-benchmark runs
   gpugauge history accept RUN_ID [--id ID]      let a run's results serve as references
+  gpugauge history remove RUN_ID [...]          remove whole runs (all of them, or none)
 
 --history is a SQLite file or a postgresql:// URL; default ${ENV_VAR}, else
 {default_path()}. list, show, changes and export only read it: they never create or
@@ -86,7 +88,7 @@ def _one_of(option: str, wanted: str | None, held: Sequence[str], what: str) -> 
 
 
 def _show(h: History, args: argparse.Namespace) -> int:
-    cases = [c for c in h.cases() if c.bench_id == args.id]
+    cases = h.cases(args.id)
     if not cases:
         raise HistoryError(f"history {h.where}: no case {args.id!r} (see: gpugauge history list)")
     case = repr(args.id)
@@ -113,19 +115,19 @@ def _show(h: History, args: argparse.Namespace) -> int:
     return 0
 
 
-def _all_changes(h: History, metric: str, pattern: str | None) -> list[ChangePoint]:
-    """Change points of ``metric`` ('all': of every metric) of the cases ``pattern`` matches."""
-    groups: dict[tuple[str, str, str], list[Point]] = {}
-    for p in h.all_points():
-        if metric in ("all", p.metric.metric) and _matching([p.result.bench_id], pattern):
-            key = (p.result.bench_id, p.result.device_class, p.metric.metric)
-            groups.setdefault(key, []).append(p)
+def _all_changes(
+    h: History, metric: str, pattern: str | None, last: int = RECENT_RUNS
+) -> list[ChangePoint]:
+    """Change points of ``metric`` ('all': of every metric) of the cases ``pattern`` matches.
+
+    Over each host's last ``last`` runs, read at once: the search costs the same in a
+    history of three years as in one of three months.
+    """
+    names = h.metrics() if metric == "all" else [metric]
+    ids = _matching(h.bench_ids(), pattern) if pattern else None
     out: list[ChangePoint] = []
-    for points in groups.values():
-        last: dict[str, Point] = {}
-        for p in points:  # the last attempt of each run
-            last[p.run.id] = p
-        out += case_changes(list(last.values()))
+    for points in h.recent_points(names, last, ids).values():
+        out += case_changes(points)
     return out
 
 
@@ -134,21 +136,65 @@ def _changes(h: History, args: argparse.Namespace) -> int:
     if held and args.metric != "all":
         _one_of("--metric", args.metric, held, "the history holds no such metric; it holds all,")
     said = _no_match(h.cases(), args.id) if args.id else None
-    print(said or changes_text(_all_changes(h, args.metric, args.id)))
+    if said:
+        print(said)
+        return 0
+    print(changes_text(_all_changes(h, args.metric, args.id, args.last)))
+    most = max(h.runs_per_host().values(), default=0)
+    if most > args.last:
+        print(
+            f"(searched each host's last {plural(args.last, 'run')} of each case; a host holds "
+            f"up to {most:,} runs: --last N searches more)"
+        )
     return 0
+
+
+def _export_problem(out: Path, history: Path | None, force: bool) -> str | None:
+    """Why ``--csv out`` may not be written, or None.
+
+    Never the history itself (or its journal files), whatever ``--force`` says; nothing
+    that is not a regular file; and, unless ``--force``, no existing file but an export of
+    a history (its first line is :data:`COLUMNS`), which this command wrote.
+    """
+    if history is not None:
+        for part in (history, *(Path(f"{history}{s}") for s in ("-wal", "-shm", "-journal"))):
+            if out.resolve() == part.resolve() or (
+                out.exists() and part.exists() and out.samefile(part)
+            ):
+                return (
+                    f"is the history {history} itself{' (its journal)' if part != history else ''}"
+                )
+    if not out.exists():
+        return None
+    if not out.is_file():
+        return "exists and is not a regular file"
+    if force:
+        return None
+    try:
+        with open(out, encoding="utf-8", newline="") as fh:
+            first = fh.readline(10_000).rstrip("\r\n")
+    except (OSError, UnicodeDecodeError):
+        first = None
+    if first == ",".join(COLUMNS):
+        return None
+    return "exists and is not a history export; give another file, or --force to replace it"
 
 
 def _export(h: History, args: argparse.Namespace) -> int:
     out: Path = args.csv
-    if out.is_dir():
-        raise HistoryError(f"--csv {out}: is a directory")
-    points = [p for p in h.all_points() if _matching([p.result.bench_id], args.id)]
+    problem = _export_problem(out, h.file, args.force)
+    if problem:
+        raise HistoryError(f"--csv {out}: {problem}")
     said = _no_match(h.cases(), args.id) if args.id else None
-    with open(out, "w", newline="") as fh:
+    rows = 0
+    with atomic_text_stream(out) as fh:  # streamed: a history of years needs no more memory
         writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
         writer.writeheader()
-        writer.writerows(flat_row(p) for p in points)
-    print(f"wrote {len(points)} rows to {out}" + (f" ({said})" if said else ""))
+        for p in h.iter_points():
+            if _matching([p.result.bench_id], args.id):
+                writer.writerow(flat_row(p))
+                rows += 1
+    print(f"wrote {plural(rows, 'row')} to {out}" + (f" ({said})" if said else ""))
     return 0
 
 
@@ -161,6 +207,10 @@ def _import(
     h: History, args: argparse.Namespace, runs: Sequence[tuple[RunRecord, list[ResultRecord]]]
 ) -> int:
     """Append every run in one transaction: all of them, or none."""
+    fresh = [run.id for run, _ in runs if not h.has_run(run.id)]
+    args.done = lambda seen: (  # what an interrupt left: read back, not guessed
+        f"{plural(sum(map(seen.has_run, fresh)), 'run')} of {len(fresh)} new stored"
+    )
     added = h.append_runs(runs)
     for path, (run, _), new in zip(args.runs, runs, added, strict=True):
         print(f"{path}: {'added as' if new else 'already in the history as'} run {run.id}")
@@ -173,6 +223,19 @@ def _accept(h: History, args: argparse.Namespace) -> int:
     changed = h.accept(run_id, args.id or (), accepted=not args.undo)
     what = "no longer accepted" if args.undo else "accepted"
     print(f"{plural(changed, 'result')} of run {run_id} {what}")
+    return 0
+
+
+def _remove(h: History, args: argparse.Namespace) -> int:
+    """Remove whole runs, every result with them, in one transaction: all, or none."""
+    ids = list(dict.fromkeys(h.run_id(given) for given in args.run_ids))
+    args.done = lambda seen: (
+        f"{plural(sum(not seen.has_run(i) for i in ids), 'run')} of {len(ids)} removed"
+    )
+    removed = h.remove(ids)
+    for run_id, results in removed.items():
+        print(f"removed run {run_id} ({plural(results, 'result')})")
+    print(f"{plural(len(removed), 'run')} removed from {h.where}")
     return 0
 
 
@@ -208,11 +271,27 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
     p.add_argument("--metric", default="time", help="which metric, or all (default: time)")
+    p.add_argument(
+        "--last",
+        type=positive_int,
+        default=RECENT_RUNS,
+        metavar="N",
+        help=f"search each host's last N runs of each case (default: {RECENT_RUNS})",
+    )
     p.set_defaults(history_func=_changes, read_only=True)
 
-    p = cmds.add_parser("export", help="write every metric row as CSV (one row per metric)")
+    p = cmds.add_parser(
+        "export",
+        help="write every metric row as CSV (one row per metric), streamed, put in place "
+        "whole; never over the history, nor over a file that is not an export unless --force",
+    )
     p.add_argument("--csv", type=Path, required=True, metavar="FILE", help="the CSV to write")
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace FILE even if it is not an earlier export (never the history itself)",
+    )
     p.set_defaults(history_func=_export, read_only=True)
 
     p = cmds.add_parser(
@@ -247,6 +326,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--undo", action="store_true", help="mark them not accepted instead")
     p.set_defaults(history_func=_accept, read_only=False)
 
+    p = cmds.add_parser(
+        "remove",
+        help="remove whole runs with all their results (one that should never have been "
+        "stored); all of them or, if one is not found, none",
+    )
+    p.add_argument(
+        "run_ids",
+        nargs="+",
+        metavar="RUN",
+        help=f"a run's id or a unique prefix of {MIN_PREFIX} or more characters",
+    )
+    p.set_defaults(history_func=_remove, read_only=False)
+
     for p in cmds.choices.values():
         _history_option(p)
     hist.set_defaults(func=run)
@@ -254,7 +346,40 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one ``history`` subcommand; errors as one line and exit status 2."""
+    """Run one ``history`` subcommand; errors as one line and exit status 2.
+
+    A signal (Ctrl-C, SIGTERM) is one line too, saying what was done: a transaction that
+    had not committed left the history as it was.
+    """
+    with signals_interrupt():
+        try:
+            return _run(args)
+        except KeyboardInterrupt as err:
+            how = str(err) or "SIGINT"
+            said = f"gpugauge history {args.history_command}: stopped by {how}; "
+            print(said + _left_by_interrupt(args), file=sys.stderr)
+            return 130
+
+
+def _left_by_interrupt(args: argparse.Namespace) -> str:
+    """What a command stopped by a signal left: read back from the history where it wrote.
+
+    A transaction that had not committed left nothing; one that had is whole. Which of the
+    two happened is asked of the history, not inferred from where the signal came.
+    """
+    done = getattr(args, "done", None)
+    if done is None:
+        if args.read_only:
+            return "nothing was written"
+        return "its one transaction was stored whole or not at all"
+    try:
+        with History.open(args.history or default_target(), read_only=True) as seen:
+            return done(seen)
+    except (HistoryError, OSError) as err:
+        return f"what was stored could not be read back ({err})"
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         target = args.history or default_target()
         func = args.history_func

@@ -12,6 +12,7 @@ read back with its run: the unit that references and change points work on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,13 +46,35 @@ def utc(t: datetime) -> datetime:
 
 
 def time_text(t: datetime) -> str:
-    """Stored form of a time: ISO 8601 in UTC with microseconds, so text order is time order."""
-    return utc(t).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """Stored form of a time: ISO 8601 in UTC with microseconds, so text order is time order.
+
+    The year always has four digits: ``strftime("%Y")`` writes year 999 as '999', which
+    no ISO reader takes back and which sorts after '2026'.
+    """
+    t = utc(t)
+    return f"{t.year:04d}-{t:%m-%dT%H:%M:%S}.{t.microsecond:06d}Z"
+
+
+_SHORT_YEAR = re.compile(r"^(\d{1,3})-")
 
 
 def parse_time(text: str) -> datetime:
-    """Read back :func:`time_text` (or any ISO 8601 time; naive means UTC)."""
-    return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    """Read back :func:`time_text` (or any ISO 8601 time; naive means UTC).
+
+    Defensive, since every reader goes through it: a year stored with fewer than four
+    digits (by a gpugauge before :func:`time_text` padded it) is read as padded, and text
+    that is no time at all is a HistoryError saying how to remove the run, not a crash.
+    """
+    if not isinstance(text, str):
+        raise HistoryError(f"a stored run time is {text!r}, not text")
+    fixed = _SHORT_YEAR.sub(lambda m: m.group(1).zfill(4) + "-", text.strip())
+    try:
+        return utc(datetime.fromisoformat(fixed.replace("Z", "+00:00")))
+    except ValueError:
+        raise HistoryError(
+            f"a stored run time {text!r} is not an ISO 8601 time; remove that run "
+            "(gpugauge history remove RUN)"
+        ) from None
 
 
 @dataclass(frozen=True)

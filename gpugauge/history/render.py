@@ -108,4 +108,10 @@ def changes_text(changes: Sequence[ChangePoint]) -> str:
     if not changes:
         return "no change points"
     ordered = sorted(changes, key=lambda c: c.time, reverse=True)
-    return "\n".join(c.describe() for c in ordered)
+    lines = []
+    for c in ordered:
+        lines.append(c.describe())
+        command = c.bisect_command()
+        if command:
+            lines.append(f"  the commit behind it, by A/Bs on this GPU: {command}")
+    return "\n".join(lines)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from gpugauge.history.backends import Backend, Tx
 from gpugauge.history.records import HistoryError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = (
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
@@ -69,8 +69,72 @@ _V1 = (
     "INSERT INTO schema_version (version) VALUES (1)",
 )
 
+_RESULT_FIELDS = (
+    "run_id, bench_id, attempt, family, device_class, sm_clock_mhz, power_w, kernels, "
+    "verdict, accepted, note"
+)
+_METRIC_FIELDS = "metric, median, ci_low, ci_high, n, run_medians, verdict, reference"
+
+# Version 2: a result is keyed by its device class too, so that one run may hold a case
+# on two device classes (two GPU models in one host); metrics carry the class for their
+# key. A result keeps its run's host and time (a run never changes): with the indexes, a
+# long history's reads (a case's keys on a class by host and time, a case's metric, a
+# host's runs in time order) need no scan of the whole history. Tables are rebuilt
+# (SQLite cannot change a primary key in place).
+_V2 = (
+    """CREATE TABLE results_v2 (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        bench_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        family TEXT NOT NULL,
+        device_class TEXT NOT NULL,
+        sm_clock_mhz DOUBLE PRECISION,
+        power_w DOUBLE PRECISION,
+        kernels TEXT NOT NULL,
+        verdict TEXT,
+        accepted INTEGER NOT NULL,
+        note TEXT NOT NULL,
+        host TEXT NOT NULL,
+        time_utc TEXT NOT NULL,
+        PRIMARY KEY (run_id, bench_id, device_class, attempt)
+    )""",
+    f"INSERT INTO results_v2 ({_RESULT_FIELDS}, host, time_utc) "
+    f"SELECT {', '.join('s.' + c.strip() for c in _RESULT_FIELDS.split(','))}, r.host, r.time_utc "
+    "FROM results s JOIN runs r ON r.id = s.run_id",
+    """CREATE TABLE metrics_v2 (
+        run_id TEXT NOT NULL,
+        bench_id TEXT NOT NULL,
+        device_class TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        metric TEXT NOT NULL,
+        median DOUBLE PRECISION NOT NULL,
+        ci_low DOUBLE PRECISION NOT NULL,
+        ci_high DOUBLE PRECISION NOT NULL,
+        n INTEGER NOT NULL,
+        run_medians TEXT NOT NULL,
+        verdict TEXT,
+        reference TEXT NOT NULL,
+        PRIMARY KEY (run_id, bench_id, device_class, attempt, metric),
+        FOREIGN KEY (run_id, bench_id, device_class, attempt)
+            REFERENCES results_v2 (run_id, bench_id, device_class, attempt) ON DELETE CASCADE
+    )""",
+    f"INSERT INTO metrics_v2 (run_id, bench_id, device_class, attempt, {_METRIC_FIELDS}) "
+    f"SELECT m.run_id, m.bench_id, s.device_class, m.attempt, "
+    f"{', '.join('m.' + c.strip() for c in _METRIC_FIELDS.split(','))} FROM metrics m "
+    "JOIN results s ON s.run_id = m.run_id AND s.bench_id = m.bench_id "
+    "AND s.attempt = m.attempt",
+    "DROP TABLE metrics",
+    "DROP TABLE results",
+    "ALTER TABLE results_v2 RENAME TO results",
+    "ALTER TABLE metrics_v2 RENAME TO metrics",
+    "CREATE INDEX results_by_case ON results "
+    "(bench_id, device_class, host, time_utc, run_id, attempt, accepted)",
+    "CREATE INDEX metrics_by_case ON metrics (bench_id, device_class, metric)",
+    "CREATE INDEX runs_by_host ON runs (host, time_utc)",
+)
+
 # UPGRADES[v] takes the tables from version v - 1 to v (0: an empty database).
-UPGRADES: dict[int, tuple[str, ...]] = {1: _V1}
+UPGRADES: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
 OUR_TABLES = {"schema_version", "runs", "results", "metrics"}
 
 

@@ -14,8 +14,6 @@ row as a pandas DataFrame.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,18 +24,31 @@ from typing import Any
 
 from gpugauge.flags import HISTORY_ENV_VAR
 from gpugauge.history.backends import Backend, Tx, open_backend
+from gpugauge.history.columns import (
+    METRIC_COLUMNS,
+    METRIC_KEY,
+    RESULT_COLUMNS,
+    RESULT_WHERE,
+    RUN_COLUMNS,
+    last_attempts,
+    marks,
+    metric_of,
+    result_of,
+    result_rows,
+    run_of,
+    run_row,
+    select_sql,
+)
 from gpugauge.history.records import (
     HistoryError,
-    MetricRecord,
     Point,
     ResultRecord,
     RunRecord,
     parse_time,
     some,
-    time_text,
 )
 from gpugauge.history.schema import check_schema, ensure_schema
-from gpugauge.regress.baselines import KernelShare
+from gpugauge.history.windows import Windows
 
 DEFAULT_NAME = "gpugauge-history.sqlite"
 MIN_PREFIX = 6  # characters a run id's prefix needs (show cuts ids to 13, a session's line to 8)
@@ -54,130 +65,6 @@ def default_target(storage: Path = Path(".benchmarks")) -> str:
     return os.environ.get(ENV_VAR) or str(default_path(storage))
 
 
-_RUN_COLUMNS = (
-    "id, time_utc, host, device_class, driver, cuda_runtime, cudnn, torch, git_commit, "
-    "flags, argv, profile, source"
-)
-_RESULT_COLUMNS = (
-    "run_id, bench_id, attempt, family, device_class, sm_clock_mhz, power_w, kernels, "
-    "verdict, accepted, note"
-)
-_METRIC_COLUMNS = (
-    "run_id, bench_id, attempt, metric, median, ci_low, ci_high, n, run_medians, verdict, reference"
-)
-
-
-def _marks(columns: str) -> str:
-    return ", ".join("?" for _ in columns.split(","))
-
-
-def _finite(value: float | None, what: str) -> float | None:
-    if value is not None and not math.isfinite(value):
-        raise HistoryError(f"{what} is {value!r}: the history stores finite numbers only")
-    return value
-
-
-def _run_row(run: RunRecord) -> tuple[Any, ...]:
-    return (
-        run.id,
-        time_text(run.time),
-        run.host,
-        run.device_class,
-        run.driver,
-        run.cuda_runtime,
-        run.cudnn,
-        run.torch,
-        run.commit,
-        json.dumps(dict(run.flags), sort_keys=True, default=str),
-        json.dumps(list(run.argv)),
-        run.profile,
-        run.source,
-    )
-
-
-def _run_of(row: tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        time=parse_time(row[1]),
-        host=row[2],
-        device_class=row[3],
-        driver=row[4],
-        cuda_runtime=row[5],
-        cudnn=row[6],
-        torch=row[7],
-        commit=row[8],
-        flags=json.loads(row[9]),
-        argv=tuple(json.loads(row[10])),
-        profile=row[11],
-        source=row[12],
-    )
-
-
-def _result_rows(run_id: str, r: ResultRecord) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
-    where = f"run {run_id}: {r.bench_id}"
-    result = (
-        run_id,
-        r.bench_id,
-        r.attempt,
-        r.family,
-        r.device_class,
-        _finite(r.sm_clock_mhz, f"{where}: SM clock"),
-        _finite(r.power_w, f"{where}: power"),
-        json.dumps([{"name": k.name, "share": k.share} for k in r.kernels]),
-        r.verdict,
-        int(r.accepted),
-        r.note,
-    )
-    metrics = [
-        (
-            run_id,
-            r.bench_id,
-            r.attempt,
-            m.metric,
-            _finite(m.median, f"{where}: {m.metric} median"),
-            _finite(m.ci_low, f"{where}: {m.metric} CI"),
-            _finite(m.ci_high, f"{where}: {m.metric} CI"),
-            m.n,
-            json.dumps([_finite(x, f"{where}: run median") for x in m.run_medians]),
-            m.verdict,
-            m.reference,
-        )
-        for m in r.metrics
-    ]
-    return result, metrics
-
-
-def _result_of(row: tuple[Any, ...], metrics: tuple[MetricRecord, ...]) -> ResultRecord:
-    # row: the result columns after run_id
-    return ResultRecord(
-        bench_id=row[0],
-        family=row[2],
-        device_class=row[3],
-        metrics=metrics,
-        sm_clock_mhz=row[4],
-        power_w=row[5],
-        kernels=tuple(KernelShare(k["name"], k["share"]) for k in json.loads(row[6])),
-        verdict=row[7],
-        accepted=bool(row[8]),
-        attempt=row[1],
-        note=row[9],
-    )
-
-
-def _metric_of(row: tuple[Any, ...]) -> MetricRecord:
-    # row: the metric columns after run_id, bench_id, attempt
-    return MetricRecord(
-        metric=row[0],
-        median=row[1],
-        ci_low=row[2],
-        ci_high=row[3],
-        n=row[4],
-        run_medians=tuple(json.loads(row[5])),
-        verdict=row[6],
-        reference=row[7],
-    )
-
-
 @dataclass(frozen=True)
 class Case:
     """One case of the history on one host: how many runs hold it, first and last."""
@@ -191,11 +78,13 @@ class Case:
     last: datetime
 
 
-class History:
+class History(Windows):
     """A results history on SQLite or PostgreSQL; use as a context manager, or close()."""
 
     def __init__(self, backend: Backend) -> None:
         self._db = backend
+        self._windows: dict[int, tuple[dict[str, str], list[str]]] = {}  # see _recent
+        self._run_records: dict[str, RunRecord] = {}  # see _points_of
         try:
             if backend.read_only:
                 check_schema(backend)
@@ -219,6 +108,12 @@ class History:
     def backend(self) -> str:
         """'sqlite' or 'postgresql'."""
         return self._db.name
+
+    @property
+    def file(self) -> Path | None:
+        """The SQLite file (None on PostgreSQL)."""
+        path = getattr(self._db, "path", None)
+        return Path(path) if path is not None else None
 
     @property
     def where(self) -> str:
@@ -255,29 +150,41 @@ class History:
         Per run, whether it was added (False: a run of its id was already stored). An
         import of several files leaves nothing of the good ones when one cannot be stored.
         """
+        self._windows.clear()
         with self._db.transaction() as tx:
             return [self._insert(tx, run, results) for run, results in runs]
 
     @staticmethod
     def _insert(tx: Tx, run: RunRecord, results: Iterable[ResultRecord]) -> bool:
         added = tx.execute(
-            f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({_marks(_RUN_COLUMNS)}) "
+            f"INSERT INTO runs ({RUN_COLUMNS}) VALUES ({marks(RUN_COLUMNS)}) "
             "ON CONFLICT (id) DO NOTHING",
-            _run_row(run),
+            run_row(run),
         )
         if added != 1:
             return False
         for r in results:
-            result, metrics = _result_rows(run.id, r)
+            result, metrics = result_rows(run, r)
+            columns = f"{RESULT_COLUMNS}, {RESULT_WHERE}"
             tx.execute(
-                f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES ({_marks(_RESULT_COLUMNS)})",
+                f"INSERT INTO results ({columns}) VALUES ({marks(columns)})",
                 result,
             )
             tx.many(
-                f"INSERT INTO metrics ({_METRIC_COLUMNS}) VALUES ({_marks(_METRIC_COLUMNS)})",
+                f"INSERT INTO metrics ({METRIC_COLUMNS}) VALUES ({marks(METRIC_COLUMNS)})",
                 metrics,
             )
         return True
+
+    def runs_per_host(self) -> dict[str, int]:
+        """How many runs each host has in the history."""
+        with self._db.transaction(write=False) as tx:
+            return dict(tx.query("SELECT host, COUNT(*) FROM runs GROUP BY host"))
+
+    def bench_ids(self) -> list[str]:
+        """Every case id the history holds, sorted (read from an index)."""
+        with self._db.transaction(write=False) as tx:
+            return sorted(r[0] for r in tx.query("SELECT DISTINCT bench_id FROM results"))
 
     def has_run(self, run_id: str) -> bool:
         """Whether a run of this id is stored."""
@@ -317,45 +224,51 @@ class History:
 
     def runs(self, host: str | None = None) -> list[RunRecord]:
         """Every run (of one host), oldest first."""
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        sql = f"SELECT {RUN_COLUMNS} FROM runs"
         params: tuple[Any, ...] = ()
         if host is not None:
             sql, params = sql + " WHERE host = ?", (host,)
         with self._db.transaction(write=False) as tx:
             rows = tx.query(sql + " ORDER BY time_utc, id", params)
-        return [_run_of(r) for r in rows]
+        return [run_of(r) for r in rows]
 
-    def cases(self) -> list[Case]:
-        """Every (case, device class, host) with its run count, by case then host."""
+    def cases(self, bench_id: str | None = None) -> list[Case]:
+        """Every (case, device class, host) with its run count, by case then host.
+
+        ``bench_id``: that case's only (read through its index, not the whole history).
+        """
+        where, params = ("WHERE s.bench_id = ? ", (bench_id,)) if bench_id is not None else ("", ())
         with self._db.transaction(write=False) as tx:
             rows = tx.query(
                 "SELECT s.bench_id, s.family, s.device_class, r.host, COUNT(DISTINCT r.id), "
                 "MIN(r.time_utc), MAX(r.time_utc) FROM results s JOIN runs r ON r.id = s.run_id "
-                "GROUP BY s.bench_id, s.family, s.device_class, r.host "
-                "ORDER BY s.bench_id, s.device_class, r.host"
+                f"{where}GROUP BY s.bench_id, s.family, s.device_class, r.host "
+                "ORDER BY s.bench_id, s.device_class, r.host",
+                params,
             )
         return [Case(*r[:5], parse_time(r[5]), parse_time(r[6])) for r in rows]
 
-    def _rows(self, where: str, params: tuple[Any, ...]) -> Iterator[Point]:
-        """Points of the metric rows that ``where`` selects, oldest run first."""
-        run_cols = ", ".join(f"r.{c.strip()}" for c in _RUN_COLUMNS.split(","))
-        res_cols = ", ".join(f"s.{c.strip()}" for c in _RESULT_COLUMNS.split(",")[1:])
-        met_cols = ", ".join(f"m.{c.strip()}" for c in _METRIC_COLUMNS.split(",")[3:])
-        sql = (
-            f"SELECT {run_cols}, {res_cols}, {met_cols} FROM metrics m "
-            "JOIN results s ON s.run_id = m.run_id AND s.bench_id = m.bench_id "
-            "AND s.attempt = m.attempt JOIN runs r ON r.id = m.run_id"
-            f"{' WHERE ' + where if where else ''} "
-            "ORDER BY r.time_utc, r.id, s.bench_id, s.attempt, m.metric"
-        )
-        with self._db.transaction(write=False) as tx:
-            rows = tx.query(sql, params)
-        nr, ns = len(_RUN_COLUMNS.split(",")), len(_RESULT_COLUMNS.split(",")) - 1
-        runs: dict[str, RunRecord] = {}
+    def _points_of(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[Point]:
+        """Points of rows in :meth:`_select`'s columns; each run's record is built once.
+
+        Runs are kept for the History's life (cleared by a removal): a command that reads
+        many cases builds each run once, not once per case.
+        """
+        nr, ns = len(RUN_COLUMNS.split(",")), len(RESULT_COLUMNS.split(",")) - 1
+        nm = len(METRIC_COLUMNS.split(",")) - METRIC_KEY
+        runs = self._run_records
         for row in rows:
-            run = runs.get(row[0]) or runs.setdefault(row[0], _run_of(row[:nr]))
-            metric = _metric_of(row[nr + ns :])
-            yield Point(run, _result_of(row[nr : nr + ns], (metric,)), metric)
+            run = runs.get(row[0]) or runs.setdefault(row[0], run_of(row[:nr]))
+            metric = metric_of(row[nr + ns : nr + ns + nm])
+            yield Point(run, result_of(row[nr : nr + ns], (metric,)), metric)
+
+    def _rows(
+        self, where: str, params: tuple[Any, ...], runs_first: bool = False
+    ) -> Iterator[Point]:
+        """Points of the metric rows that ``where`` selects, oldest run first (streamed)."""
+        sql = select_sql(where, runs_first=runs_first)
+        with self._db.transaction(write=False) as tx:
+            yield from self._points_of(tx.stream(sql, params))
 
     def points(
         self,
@@ -365,30 +278,55 @@ class History:
         host: str | None = None,
         *,
         every_attempt: bool = False,
+        last: int | None = None,
     ) -> list[Point]:
-        """One case's metric over the runs, oldest first; per run its last attempt only."""
+        """One case's metric over the runs, oldest first; per run its last attempt only.
+
+        ``last``: only from each host's last ``last`` runs (of any case), the window in
+        which the commands that read a whole history search for change points
+        (:data:`~gpugauge.history.changepoints.RECENT_RUNS`); None: every run.
+        """
         where, params = "s.bench_id = ? AND m.metric = ?", [bench_id, metric]
         if device_class is not None:
             where, params = where + " AND s.device_class = ?", [*params, device_class]
         if host is not None:
             where, params = where + " AND r.host = ?", [*params, host]
-        found = list(self._rows(where, tuple(params)))
+        if last is not None:
+            where, params = self._recent(where, params, last)
+        found = list(self._rows(where, tuple(params), runs_first=last is not None))
         if every_attempt:
             return found
-        last: dict[tuple[str, str], Point] = {}
-        for p in found:  # attempts in order: the last one stays
-            last[(p.run.id, p.result.device_class)] = p
-        return list(last.values())
+        return last_attempts(found)
 
-    def case_points(
-        self, bench_id: str, device_class: str, metrics: Iterable[str]
-    ) -> dict[str, list[Point]]:
-        """Per metric, one case's points on one device class, every host (for judging)."""
-        return {m: self.points(bench_id, m, device_class) for m in metrics}
+    def iter_points(self) -> Iterator[Point]:
+        """Every metric of every result, oldest run first, streamed (bounded memory)."""
+        return self._rows("", ())
 
     def all_points(self) -> list[Point]:
         """Every metric of every result, oldest run first."""
-        return list(self._rows("", ()))
+        return list(self.iter_points())
+
+    def remove(self, run_ids: Iterable[str]) -> dict[str, int]:
+        """Remove whole runs with every result and metric: all of them, or none.
+
+        Per run id, how many results went with it. A run id not stored is a HistoryError
+        and removes nothing (ids as :meth:`run_id` resolves them).
+        """
+        ids = list(dict.fromkeys(run_ids))
+        removed: dict[str, int] = {}
+        self._windows.clear()
+        self._run_records.clear()
+        with self._db.transaction() as tx:
+            for run_id in ids:
+                if not tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
+                    raise HistoryError(f"history {self.where}: no run {run_id!r}")
+                removed[run_id] = tx.query(
+                    "SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)
+                )[0][0]
+                tx.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
+                tx.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
+                tx.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        return removed
 
     def accept(self, run_id: str, bench_ids: Iterable[str] = (), accepted: bool = True) -> int:
         """Mark a run's results (all, or those of ``bench_ids``) accepted; how many changed.

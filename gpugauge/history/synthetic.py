@@ -19,7 +19,7 @@ from gpugauge.history.judge import accepted, judge_case
 from gpugauge.history.records import MetricRecord, Point, ResultRecord, RunRecord
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import History
-from gpugauge.regress.baselines import Entry
+from gpugauge.regress.baselines import Entry, KernelShare
 from gpugauge.regress.gate import Verdict
 from gpugauge.regress.tolerances import Tolerance
 
@@ -173,3 +173,93 @@ def series(scenario: Scenario, seed: int, hosts: Sequence[str] | None = None) ->
                 )
             )
     return out
+
+
+NIGHTLY_END = datetime(2026, 11, 1, 2, 0)  # the last night of a synthetic nightly history
+FAMILIES = ("family-a", "family-b", "family-c", "family-d", "family-e")  # no real ones
+
+
+def nightly_case(i: int) -> tuple[str, str, float, float, bool]:
+    """Case ``i`` of a synthetic nightly: (id, family, level ms, run-to-run noise, memory)."""
+    rng = np.random.default_rng(1000 + i)
+    family = FAMILIES[i % len(FAMILIES)]
+    level = float(np.exp(rng.uniform(np.log(0.05), np.log(50.0))))
+    return f"{family}-case{i:02d}-fp32", family, level, float(rng.uniform(0.003, 0.02)), i % 2 == 0
+
+
+def nightly_history(
+    history: History,
+    *,
+    nights: int,
+    hosts: int = 4,
+    cases: int = 70,
+    seed: int = 0,
+    upgrade_every: int = 180,
+) -> int:
+    """Append ``nights`` nights of a team's nightly to ``history``: each host once a night.
+
+    The realistic shape of a long history, for timing what reads it: every case on every
+    host, time with its CI and n, peak memory for half the cases, two main kernels, SM
+    clock and power; host offsets of a few percent; every ``upgrade_every`` nights a new
+    torch that steps a third of the cases by 3-8% (their memory too, now and then); a
+    regressed, not accepted result on about one night in two hundred. Runs are appended through
+    :meth:`History.append`, one transaction each, as a nightly appends them. Returns the
+    number of runs appended.
+    """
+    rng = np.random.default_rng(seed)
+    names = [f"GPU-{h:04x}{'0' * 28}" for h in range(1, hosts + 1)]
+    offsets = rng.uniform(-0.03, 0.03, size=hosts)
+    specs = [nightly_case(i) for i in range(cases)]
+    start = NIGHTLY_END - timedelta(days=nights - 1)
+    level = np.array([s[2] for s in specs])
+    memory = np.array([float(2**20 * (1 + i)) for i in range(cases)])
+    appended = 0
+    for night in range(nights):
+        era = night // upgrade_every
+        if night and night % upgrade_every == 0:  # a torch upgrade: some cases step
+            stepped = rng.random(cases) < 1 / 3
+            level = level * np.where(stepped, 1 + rng.uniform(-0.08, 0.08, cases), 1.0)
+            memory = memory * np.where(stepped & (rng.random(cases) < 0.3), 1.5, 1.0)
+        for h, host in enumerate(names):
+            run = RunRecord(
+                id=f"night{night:05d}-{h}",
+                time=start + timedelta(days=night, minutes=7 * h),
+                host=host,
+                device_class=CLASS,
+                driver="580.95.05",
+                cuda_runtime="12.8",
+                cudnn="91002",
+                torch=f"2.{10 + era}.0",
+                commit=f"{night:08x}".ljust(40, "0"),
+                flags={"allow_tf32": False},
+                argv=("pytest", "benches", "-m", "nightly", "--gate"),
+                profile="nightly",
+            )
+            results = []
+            for i, (bench_id, family, _, noise, has_memory) in enumerate(specs):
+                median = float(level[i] * (1 + offsets[h]) * (1 + noise * rng.standard_normal()))
+                bad = rng.random() < 0.005
+                verdict = Verdict.REGRESSED if bad else Verdict.UNCHANGED
+                metrics = [metric_of(median * (1.1 if bad else 1.0), 0.003)]
+                if has_memory:
+                    metrics.append(
+                        MetricRecord("memory", memory[i], memory[i], memory[i], 1, (memory[i],))
+                    )
+                results.append(
+                    ResultRecord(
+                        bench_id,
+                        family,
+                        CLASS,
+                        tuple(replace(m, verdict=verdict.value) for m in metrics),
+                        sm_clock_mhz=1755.0 + 10 * rng.standard_normal(),
+                        power_w=400.0 + 5 * rng.standard_normal(),
+                        kernels=(
+                            KernelShare(f"sm90_xmma_gemm_{i}", 0.6),
+                            KernelShare(f"elementwise_{i}", 0.2),
+                        ),
+                        verdict=verdict.value,
+                        accepted=accepted(verdict),
+                    )
+                )
+            appended += history.append(run, results)
+    return appended

@@ -16,11 +16,21 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpugauge.history.targets import redact
 from gpugauge.measure.stats import MIN_CI_N
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare
 from gpugauge.regress.tolerances import Tolerances
-from gpugauge.report.cells import Cell, Links, Marked, flag_of, html_cell, markdown_table
+from gpugauge.report.cells import (
+    Cell,
+    Links,
+    Marked,
+    code_span,
+    flag_of,
+    html_cell,
+    markdown_table,
+    md_text,
+)
 from gpugauge.report.data import ReportData, about
 from gpugauge.report.tables import (
     checked_metrics,
@@ -140,7 +150,7 @@ def collect(
         trends=trends,
         changes=changes_of(trends, steps),
         bands=bands,
-        trend_source=trend_history or "",
+        trend_source=redact(trend_history or ""),
         trend_note=why,
     )
 
@@ -333,24 +343,26 @@ INTRO = (
 
 def render_markdown(data: ReportData, images: dict[str, str], out: Path = Path(".")) -> str:
     """The report as Markdown; ``images`` maps chart titles to PNG file names."""
+    m = md_text  # every line below holds text from the run file or the command line
     parts = [
         "# gpugauge report",
         "",
-        f"- current: `{data.current.path}` ({data.current.label}; {data.current.machine})",
-        f"- against: {data.against}",
-        f"- verdicts: {data.verdict_line}",
-        *(f"- note: {n}" for n in data.notes),
+        f"- current: {code_span(str(data.current.path))} "
+        f"({m(data.current.label)}; {m(data.current.machine)})",
+        f"- against: {m(data.against)}",
+        f"- verdicts: {m(data.verdict_line)}",
+        *(f"- note: {m(n)}" for n in data.notes),
         "",
         INTRO,
     ]
     for sec in _sections(data, out):
-        table = markdown_table(sec.headers, sec.rows) if sec.rows or not sec.empty else sec.empty
+        table = markdown_table(sec.headers, sec.rows) if sec.rows or not sec.empty else m(sec.empty)
         parts += ["", f"## {sec.title}", "", table]
     for title, name in images.items():
         parts += ["", f"## {title}", "", f"![{title}]({name})"]
     missing = missing_charts(data)
     if missing:
-        parts += ["", "## Charts not drawn", "", *(f"- {line}" for line in missing)]
+        parts += ["", "## Charts not drawn", "", *(f"- {m(line)}" for line in missing)]
     return "\n".join(parts) + "\n"
 
 

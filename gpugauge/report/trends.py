@@ -18,11 +18,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpugauge.history.changepoints import ChangePoint, case_changes
+from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, case_changes
 from gpugauge.history.judge import baseline_reference
 from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import BaselineRef, Reference, reference_for
 from gpugauge.history.store import History
+from gpugauge.history.targets import is_local
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
 from gpugauge.results.metrics import METRICS
@@ -41,6 +42,8 @@ FIGURES = 4  # trend figures at most: the 48 cases that moved most
 # A trend, like the history chart of saved runs, needs two runs: one run is one dot on an
 # axis of no length, which shows nothing of how a case moved.
 MIN_RUNS = 2
+MARKED_RUNS = 60  # a host's runs in one panel drawn with a marker each; more: a line only
+LABELLED_STEPS = 4  # change points of a panel labelled with their size, the largest first
 
 
 def load_trends(
@@ -54,7 +57,7 @@ def load_trends(
     there is no trend (no history at ``target``, one that cannot be read, or one holding
     none of the run's timed cases); it is empty when trends were found.
     """
-    if "://" not in target and not Path(target).exists():
+    if is_local(target) and not Path(target).exists():
         return (
             {},
             {},
@@ -67,12 +70,17 @@ def load_trends(
     bands: dict[str, Reference] = {}
     steps: list[ChangePoint] = []
     timed = [m for m in run.measurements if m.timing is not None]
-    exact = [name for name, metric in METRICS.items() if metric.exact]
     try:
         with History.open(target, read_only=True) as h:  # never created or upgraded
             where = h.where
+            exact = [name for name in h.metrics() if name in METRICS and METRICS[name].exact]
+            # each host's recent runs of every case, in one read: a chart and a search of
+            # years would be slow and unreadable
+            recent = h.recent_points(
+                [METRIC, *exact], RECENT_RUNS, [m.id for m in run.measurements]
+            )
             for m in timed:
-                found = tuple(h.points(m.id, METRIC, m.device_class))
+                found = tuple(recent.get((m.id, m.device_class, METRIC), ()))
                 if not found:
                     continue
                 points[m.id] = found
@@ -84,7 +92,7 @@ def load_trends(
                     bands[m.id] = ref
             for m in run.measurements:
                 for name in exact:  # the history's, also those this run did not read
-                    steps += case_changes(h.points(m.id, name, m.device_class))
+                    steps += case_changes(recent.get((m.id, m.device_class, name), []))
     except (HistoryError, OSError) as err:
         return {}, {}, [], f"no trend chart: {err}"
     if not points:
@@ -213,7 +221,8 @@ class TrendChart:
     Per case, each host's run medians (its own colour and marker) with their 95% CI as a
     band, in run order (oldest left); the allowed band of the reference that judged the
     latest run (its median ± allowed, shaded); change points as vertical lines (red:
-    slower, blue: faster; solid: found on one host, dashed: over the class).
+    slower, blue: faster; solid: found on one host, dashed: over the class), the
+    :data:`LABELLED_STEPS` largest labelled with their size.
     """
 
     def __init__(self, page: int) -> None:
@@ -258,7 +267,17 @@ class TrendChart:
         fig.suptitle(
             f"cases {first}-{first + len(cases) - 1} of {len(order)}, moved most first", fontsize=8
         )
-        fig.tight_layout(rect=(0, 0.45 / height, 1, 1 - 0.35 / height))
+        # fixed margins (inches): tight_layout measured every tick label of 12 panels, half
+        # of the figure's drawing time
+        width = max(4.2 * cols, 6.0)
+        fig.subplots_adjust(
+            left=0.55 / width,
+            right=1 - 0.15 / width,
+            bottom=(0.45 + 0.45) / height,
+            top=1 - (0.35 + 0.4) / height,
+            wspace=0.28,
+            hspace=0.9 / 2.6,
+        )
         return fig
 
 
@@ -281,7 +300,10 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
             alpha=0.2,
             lw=0,
         )
-        ax.plot(xs, [p.median for _, p in mine], color=color, marker=marker, ms=3.5, lw=1)
+        # a marker per run where they can be told apart; beyond that a line (and far less
+        # to draw)
+        dots = {"marker": marker, "ms": 3.5} if len(mine) <= MARKED_RUNS else {}
+        ax.plot(xs, [p.median for _, p in mine], color=color, lw=1, **dots)
     ref = data.bands.get(case)
     if ref is not None:
         lo, hi = allowed_band(ref)
@@ -297,7 +319,7 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
         color = ("#c0392b" if c.ratio > 1 else "#2471a3") if timed else "#7f7f7f"
         style = ("-" if c.scope.startswith("host") else "--") if timed else ":"
         ax.axvline(x - 0.5, color=color, lw=1.2, ls=style)
-        if x not in labelled:
+        if x not in labelled and len(labelled) < LABELLED_STEPS:
             labelled.add(x)
             ax.annotate(
                 f" {c.mark()}" if timed else f" {c.metric} {c.mark()}",

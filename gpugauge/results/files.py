@@ -30,7 +30,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 class FileError(ValueError):
@@ -80,8 +80,50 @@ def read_regular(path: Path, what: str = "data") -> bytes:
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file; FileError naming the file when it cannot be read or parsed."""
-    return read_parsed(path, json.loads, "JSON", (json.JSONDecodeError,))
+    """Parse a JSON file; FileError naming the file when it cannot be read or parsed.
+
+    Refused as well: JSON nested deeper than the parser's recursion allows (a 100,000-deep
+    array), and a string that is not valid Unicode: a lone surrogate, which a JSON escape
+    can spell but no UTF-8 file, database or page can hold.
+    """
+    try:
+        data = read_parsed(path, json.loads, "JSON", (json.JSONDecodeError,))
+    except RecursionError:
+        raise FileError(f"{path}: not valid JSON (nested too deep to read)") from None
+    where = invalid_text(data)
+    if where is not None:
+        raise FileError(f"{path}: {where} is not valid Unicode (a lone surrogate); not read")
+    return data
+
+
+def invalid_text(data: Any) -> str | None:
+    """Where a string (or key) of parsed JSON that UTF-8 cannot encode lies, or None.
+
+    Walked without recursion, so any depth the parser accepted is fine.
+    """
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if not _encodable(value):
+                return where or "the document"
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                here = f"{where}.{k}" if where else str(k)
+                if not _encodable(k):
+                    return f"a key of {where or 'the document'}"
+                stack.append((here, v))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def name_problem(name: Any) -> str | None:
@@ -273,6 +315,35 @@ def _stage(path: Path, content: bytes) -> Path:
         fh.flush()
         os.fsync(fh.fileno())
     return tmp
+
+
+@contextlib.contextmanager
+def atomic_text_stream(path: Path) -> Iterator[IO[str]]:
+    """A text file to write in pieces, put in place whole when the block ends.
+
+    For output too large to hold in memory (a history's CSV): the block writes into a
+    temporary file beside ``path`` (mode as :func:`atomic_write_bytes` gives it), which is
+    synced and renamed over ``path`` only if the block ends without an error. A full disk,
+    an exception or a signal (under :func:`signals_interrupt`) removes the temporary file
+    and leaves the previous ``path`` as it was; an OSError names ``path``.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _naming(err, path.parent) from None
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        fd = _create_exclusive(tmp, 0o666)
+    except OSError as err:
+        raise _naming(err, path) from None
+    with _dropped_on_failure(tmp, path):
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            if path.exists():
+                os.fchmod(fh.fileno(), stat.S_IMODE(path.stat().st_mode))
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

@@ -12,9 +12,12 @@ every ratio to it infinite). Ids are keys only, so any non-empty string will do.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import platform
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +27,13 @@ from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.outcome import RunOutcome
+from gpugauge.results.run_checks import RunError, check_result, check_run, run_time
 
 # The magnitudes a reading may have (0 aside, for values). Any ratio of two such readings
 # and its confidence interval stay finite and normal; no time in ms, byte count, energy in
 # J or rate the suite records comes near either end.
 SMALLEST = 1e-100
 LARGEST = 1e100
-
-
-class RunError(ValueError):
-    """A file that is not a saved gpugauge run; the message names it and says why."""
 
 
 def reading_problem(value: float, samples: bool) -> str | None:
@@ -67,6 +67,10 @@ class SavedRun:
     outcome: RunOutcome | None = None  # None: saved before runs kept their outcome
     profile: str | None = None  # the run's --gauge-profile, where it was saved
     node: str | None = None  # the machine's name: pytest-benchmark's machine_info['node']
+    time: datetime | None = None  # pytest-benchmark's 'datetime' (UTC), where it was saved
+    argv: tuple[str, ...] = ()  # the command line the plugin saved
+    run_id: str | None = None  # the history run id the plugin stored with the run
+    digest: str = ""  # sha256 of the run's content (its date and results), not its bytes
 
     @property
     def machine(self) -> str:
@@ -128,6 +132,20 @@ def _check_names(info: dict[str, Any], where: str) -> None:
             raise RunError(f"{where}: {key} {value!r} {problem}")
 
 
+def content_digest(data: dict[str, Any]) -> str:
+    """sha256 (hex) of a saved run's date and results, whatever its formatting.
+
+    A copy of a run written again (other indentation, key order or file name) has the same
+    digest: it is the same run, and must count once (a baseline's run-to-run spread, an
+    import).
+    """
+    content = {
+        "datetime": data.get("datetime"),
+        "results": [b.get("extra_info") for b in data["benchmarks"] if isinstance(b, dict)],
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def load_run(path: Path) -> SavedRun:
     """Every gpugauge result of a saved run; RunError if the file holds none.
 
@@ -140,9 +158,8 @@ def load_run(path: Path) -> SavedRun:
         raise RunError(str(err)) from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise RunError(f"{path}: not a pytest-benchmark JSON (no 'benchmarks' list)")
+    check_run(data, path)  # every run-level field a reader takes: RunError naming it
     machine = data.get("machine_info")
-    if machine is not None and not isinstance(machine, dict):
-        raise RunError(f"{path}: 'machine_info' must be an object, not {type(machine).__name__}")
     found = []
     held: dict[tuple[str, str], int] = {}
     verdicts: dict[str, dict[str, Any]] = {}
@@ -151,6 +168,7 @@ def load_run(path: Path) -> SavedRun:
         if not isinstance(info, dict) or "gpugauge_schema" not in info:
             continue
         where = f"{path}: benchmarks[{i}]"
+        check_result(info, path, f"benchmarks[{i}].extra_info")
         try:
             if info["gpugauge_schema"] == 1:
                 info = {
@@ -160,7 +178,15 @@ def load_run(path: Path) -> SavedRun:
                 }
             _check_names(info, where)
             m = Measurement.from_dict(info, where)
-        except (RecordError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as err:
+        except (
+            RecordError,
+            KeyError,
+            IndexError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            OverflowError,
+        ) as err:
             text = str(err)
             if not text.startswith(where):
                 text = f"{where}: not a readable gpugauge result ({text})"
@@ -193,6 +219,10 @@ def load_run(path: Path) -> SavedRun:
     return SavedRun(
         path=path,
         label=str(data.get("datetime") or path.stem)[:19],
+        time=run_time(data.get("datetime"), path),
+        argv=tuple(saved.get("argv") or ()),
+        run_id=saved.get("history_run_id"),
+        digest=content_digest(data),
         measurements=found,
         fingerprint=fp if isinstance(fp, dict) else {},
         verdicts=verdicts,
