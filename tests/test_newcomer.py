@@ -193,7 +193,11 @@ def test_no_help_shows_docstring_markup() -> None:
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        ([], "gpugauge: error: choose a command: report, baseline, env, check, history"),
+        (
+            [],
+            "gpugauge: error: choose a command: report, baseline, env, check, ab, bisect, "
+            "confirm, history",
+        ),
         (["check"], "gpugauge check: error: choose a check: timer, gate"),
         (["history"], "gpugauge history: error: choose a history command: list, show,"),
     ],

@@ -186,8 +186,7 @@ def _verdict_rows(data: ReportData) -> Section:
     ]
     rows: list[list[Cell]] = []
     classes = []
-    # the result's own number, as its row in "Results of this run" shows it (for a result
-    # measured again: the confirmation, which is also what its verdict used)
+    # the result's own number as "Results of this run" shows it (re-measured: the confirmation)
     medians = {m.id: m.value("time") for m in data.current.measurements}
     noisy = data.noisy
     unsampled = unsampled_ids(data.current.measurements)
