@@ -294,10 +294,10 @@ def _naming(err: OSError, path: Path) -> OSError:
     return type(err)(err.errno, err.strerror or str(err), str(path))
 
 
-def _stage(path: Path, content: bytes) -> Path:
-    """``content`` in a new temporary file beside ``path``, synced; its path.
+def _new_temp(path: Path) -> tuple[Path, int]:
+    """A new temporary file beside ``path`` (its folder made), open for writing: (path, fd).
 
-    On any failure the temporary file is removed and an OSError names ``path``.
+    An OSError names ``path`` (or its folder), never the temporary name.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,9 +305,17 @@ def _stage(path: Path, content: bytes) -> Path:
         raise _naming(err, path.parent) from None
     tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
-        fd = _create_exclusive(tmp, 0o666)
+        return tmp, _create_exclusive(tmp, 0o666)
     except OSError as err:
         raise _naming(err, path) from None
+
+
+def _stage(path: Path, content: bytes) -> Path:
+    """``content`` in a new temporary file beside ``path``, synced; its path.
+
+    On any failure the temporary file is removed and an OSError names ``path``.
+    """
+    tmp, fd = _new_temp(path)
     with _dropped_on_failure(tmp, path), os.fdopen(fd, "wb") as fh:
         if path.exists():
             os.fchmod(fh.fileno(), stat.S_IMODE(path.stat().st_mode))
@@ -327,15 +335,7 @@ def atomic_text_stream(path: Path) -> Iterator[IO[str]]:
     an exception or a signal (under :func:`signals_interrupt`) removes the temporary file
     and leaves the previous ``path`` as it was; an OSError names ``path``.
     """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise _naming(err, path.parent) from None
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    try:
-        fd = _create_exclusive(tmp, 0o666)
-    except OSError as err:
-        raise _naming(err, path) from None
+    tmp, fd = _new_temp(path)
     with _dropped_on_failure(tmp, path):
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
             if path.exists():
