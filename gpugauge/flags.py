@@ -38,7 +38,7 @@ MAX_BENCH_S = 86_400.0
 MAX_RUN_S = 7 * 86_400.0
 
 
-def _number(
+def number(
     kind: type, low: float, what: str, inclusive: bool = True, high: float = math.inf
 ) -> Callable[[str], Any]:
     """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high``."""
@@ -61,16 +61,14 @@ def _number(
     return parse
 
 
-positive_int = _number(int, 1, f"a whole number >= 1 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
-count = _number(int, 0, f"a whole number >= 0 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
-seconds = _number(float, 0, f"a number of seconds >= 0 (at most {MAX_BENCH_S:g})", high=MAX_BENCH_S)
-positive_seconds = _number(
+positive_int = number(int, 1, f"a whole number >= 1 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
+count = number(int, 0, f"a whole number >= 0 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
+seconds = number(float, 0, f"a number of seconds >= 0 (at most {MAX_BENCH_S:g})", high=MAX_BENCH_S)
+positive_seconds = number(
     float, 0, f"a number of seconds > 0 (at most {MAX_BENCH_S:g})", False, MAX_BENCH_S
 )
-run_seconds = _number(
-    float, 0, f"a number of seconds > 0 (at most {MAX_RUN_S:g})", False, MAX_RUN_S
-)
-fraction = _number(float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1)
+run_seconds = number(float, 0, f"a number of seconds > 0 (at most {MAX_RUN_S:g})", False, MAX_RUN_S)
+fraction = number(float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1)
 
 
 def path_option(text: str) -> Path:

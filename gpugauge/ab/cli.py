@@ -17,7 +17,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from gpugauge.ab.sides import WORKING_TREE, SideError, SideSpec, checkouts, repo
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
 from gpugauge.check.cli import fraction
 from gpugauge.check.runs import sigterm_as_interrupt
+from gpugauge.flags import number
 from gpugauge.results.files import atomic_write_text, make_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -36,24 +37,9 @@ DEFAULT_OUT = Path("reports") / "ab"
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 60:
-        raise argparse.ArgumentTypeError(f"{text!r}: give seconds in (0, 60]")
-    return value
-
-
-def _pairs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: at least 2 pairs")
-    return value
+# a block's seconds of rounds, and a case's most block pairs (a paired test needs two)
+_seconds = number(float, 0, "a number of seconds > 0 (at most 60)", inclusive=False, high=60)
+_pairs = number(int, 2, "a whole number of pairs >= 2")
 
 
 def _shared(p: argparse.ArgumentParser) -> None:
@@ -237,7 +223,8 @@ def write_report(report: ABReport, out: Path) -> None:
             fh.write(md + "\n")
 
 
-def _guarded(name: str, body) -> int:
+def _guarded(name: str, body: Callable[[], int]) -> int:
+    """Run ``body()``; its errors as one line and an exit status (interrupted: 130)."""
     try:
         with sigterm_as_interrupt():
             return body()
