@@ -21,7 +21,8 @@ from gpugauge.results.runs import RunError, SavedRun, load_run
 SAME = "same kernels"
 
 
-def _run(path: Path) -> SavedRun | None:
+def saved_run(path: Path) -> SavedRun | None:
+    """A side's saved run, or None where it wrote none (or none that reads)."""
     try:
         return load_run(path) if path.exists() else None
     except RunError:
@@ -41,13 +42,14 @@ def kernel_note(head: Sequence[KernelShare], base: Sequence[KernelShare]) -> str
     return kernel_change(tuple(head), tuple(base), other="base's") or SAME
 
 
-def with_kernels(cases: Sequence[CaseAB], base_json: Path, head_json: Path) -> list[CaseAB]:
+def with_kernels(
+    cases: Sequence[CaseAB], base_run: SavedRun | None, head_run: SavedRun | None
+) -> list[CaseAB]:
     """The cases, each with what its main kernels did from base to head."""
-    base, head = _kernels(_run(base_json)), _kernels(_run(head_json))
+    base, head = _kernels(base_run), _kernels(head_run)
     return [replace(c, kernels=kernel_note(head.get(c.id, ()), base.get(c.id, ()))) for c in cases]
 
 
-def device_of(path: Path) -> str | None:
-    """'NVIDIA H100 80GB HBM3; torch 2.11.0; driver 580.159.04', from a side's saved run."""
-    run = _run(path)
-    return run.machine if run is not None else None
+def device_of(*runs: SavedRun | None) -> str:
+    """'NVIDIA H100 80GB HBM3; torch 2.11.0; driver 580.159.04', from the first saved run."""
+    return next((run.machine for run in runs if run is not None), "unknown")

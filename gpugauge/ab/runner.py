@@ -146,14 +146,15 @@ class Coordinator:
             for side, outcome in sorted(c.status.items())
             if outcome == "failed"
         )
-        from gpugauge.ab.kernels import device_of, with_kernels
+        from gpugauge.ab.kernels import device_of, saved_run, with_kernels
 
-        cases = with_kernels(cases, sides["base"].json, sides["head"].json)
+        base_run, head_run = saved_run(sides["base"].json), saved_run(sides["head"].json)
+        cases = with_kernels(cases, base_run, head_run)
         return ABReport(
             sides["base"].info(),
             sides["head"].info(),
             tuple(cases),
-            device_of(sides["head"].json) or device_of(sides["base"].json) or "unknown",
+            device_of(head_run, base_run),
             time.monotonic() - t0,
             self.cfg.schedule,
             problems,
