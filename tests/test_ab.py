@@ -249,7 +249,8 @@ def test_a_side_whose_rounds_fail_fails_its_test_and_the_ab_goes_on(
     toy: Path, tmp_path: Path
 ) -> None:
     (toy / "test_other.py").write_text(BENCH.format(extra="").replace("test_spin", "test_ok"))
-    _commit(toy, "", "a second test")
+    (toy / "test_plain.py").write_text("def test_plain():\n    pass\n")
+    _commit(toy, "", "a second test, and one that times nothing")
     _commit(toy, "\n    raise ValueError('broken')", "work raises")
     done = _ab(toy, "ab", "HEAD~1", "HEAD", out=tmp_path / "broken")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -260,6 +261,11 @@ def test_a_side_whose_rounds_fail_fails_its_test_and_the_ab_goes_on(
     assert broken["outcome"] is None
     assert by_id["test_other.py::test_ok"]["outcome"] in ("same", "need more samples")
     assert any("failed on head" in p for p in data["problems"])
+    # a test with nothing to pair runs on one side only: its second run would only cost time
+    plain = by_id["test_plain.py::test_plain"]
+    ran, skipped = sorted(plain["status"].values())
+    assert ran == "passed", plain
+    assert skipped.startswith("skipped: gpugauge ab: no timing"), plain
     assert _leftovers(toy, tmp_path) == []
 
 

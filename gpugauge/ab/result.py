@@ -14,6 +14,10 @@ from typing import Any
 
 from gpugauge.ab.verdict import Outcome, PairedRatio, Schedule, decide, paired_ratio
 
+NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
+# a second side's skip reason where the first side's run of the test had nothing to pair
+SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
+
 AB_SCHEMA = 1
 
 
@@ -117,9 +121,11 @@ class CaseAB:
         if self.only:
             return f"on {self.only} only ({self.status.get(self.only, '?')})"
         outcomes = set(self.status.values())
+        if any(SKIPPED_FOR in v for v in outcomes):
+            return NOTHING_TO_PAIR
         if len(outcomes) == 1:
             (one,) = outcomes
-            return one if one != "passed" else "no timing of gauge.measure to pair"
+            return one if one != "passed" else NOTHING_TO_PAIR
         return "; ".join(f"{k}: {v}" for k, v in sorted(self.status.items()))
 
     @property

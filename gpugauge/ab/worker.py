@@ -12,7 +12,8 @@ Inert unless ``GPUGAUGE_AB_ADDRESS`` is set. Then, over a local socket, the coor
 decides when this side may use the GPU:
 
 * before each test, the worker asks ``test`` and waits for ``go``: one side at a time runs
-  a test's setup and the work after its rounds, so the two never share the GPU;
+  a test's setup and the work after its rounds, so the two never share the GPU; or for
+  ``skip``, when the other side's run of the test made no timing call to pair;
 * at each call of the primitive that times a case's result (from ``gauge.measure``) it
   asks ``measure``; for each ``block`` it warms up (the first
   block in the case's own regime, later ones briefly: the other side just ran the same
@@ -232,7 +233,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if CHANNEL is None:
         yield
         return
-    CHANNEL.ask({"op": "test", "id": item.nodeid})
+    order = CHANNEL.ask({"op": "test", "id": item.nodeid})
+    if order.get("op") == "skip":  # the other side's run had nothing to pair: not run here
+        item.add_marker(pytest.mark.skip(reason=str(order.get("reason", "gpugauge ab"))))
     yield
     gc.collect()
     torch = sys.modules.get("torch")
