@@ -123,14 +123,14 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
         step = _step(compare, good_sha, commits[mid], cases, f"step-{len(steps)}")
         slower = step.slower
         steps.append(step)
-        note(
-            f"bisect: {commits[mid][:10]} {'bad' if slower else 'good'}"
-            f" ({plural(hi - lo - 1, 'commit')} left to try)"
-        )
         if slower:
             hi = mid
         else:
             lo = mid
+        note(
+            f"bisect: {commits[mid][:10]} {'bad' if slower else 'good'}"
+            f" ({plural(hi - lo, 'commit')} still suspect)"
+        )
     culprit = commits[hi]
     parent = commits[hi - 1] if hi > 0 else good_sha
     check = _step(compare, parent, culprit, cases, "confirm")
