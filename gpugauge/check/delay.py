@@ -70,7 +70,7 @@ class GpuDelay:
     A spin kernel alone (``torch.cuda._sleep``) keeps one thread busy and draws almost no
     power, so on a GPU at its power limit the clock recovers during it and the case's own
     kernels run faster: 3% injected that way measured 1.7-2.1% on VGG-16 fp32 inference
-    (docs/gpu-runs.md, run 12). Copies of a 64 MiB buffer are bound by memory bandwidth,
+    (docs/lab/gpu-runs.md, run 12). Copies of a 64 MiB buffer are bound by memory bandwidth,
     so their length follows the memory clock (fixed under the power limit), not the SM
     clock that the limit moves, and the count calibrated here holds while the case runs.
     The remainder below one copy (about 35 µs on an H200) is a spin. The copies also evict
@@ -147,7 +147,7 @@ class DriverBuffers:
     Why: a case with a memory budget caps PyTorch's caching allocator
     (``set_per_process_memory_fraction``) and layer_fit fits its model to within one block
     of the cap, so injected work whose buffers came from the allocator ran that case out
-    of memory (docs/gpu-runs.md, run 65). The cap does not count the driver's own
+    of memory (docs/lab/gpu-runs.md, run 65). The cap does not count the driver's own
     allocations. Made in the context current on this thread, which :meth:`free` makes
     current again while it frees them.
     """

@@ -5,7 +5,7 @@ every regression there is a false alarm) and once with a slowdown injected as de
 work, a fraction (3% by default) of each case's own baseline median added to every round
 (:mod:`gpugauge.check.slowdown`): every case of 1 ms or more must then regress. Shorter
 cases are shown but not required: their rounds carry a spin's launch cost and move with
-the clock more than the injected fraction (docs/gpu-runs.md, runs 24 and 49). Nor are
+the clock more than the injected fraction (docs/lab/gpu-runs.md, runs 24 and 49). Nor are
 host-bound steps (issued op by op, with a ``gpu_busy`` reading under
 :data:`~gpugauge.results.metrics.HOST_BOUND_BELOW` in the A/A runs, or a baseline whose runs
 their hosts paced): the host paces them and their GPU idles for a fifth of each step or

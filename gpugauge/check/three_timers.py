@@ -2,7 +2,7 @@
 
 :func:`compare_timers` times a callable with the suite's own timer
 (:func:`gpugauge.measure.timing.measure`), ``triton.testing.do_bench`` (500 ms warm-up,
-1 s of repetitions, median, as in docs/gpu-runs.md runs 42 and 50) and a bare CUDA-event
+1 s of repetitions, median, as in docs/lab/gpu-runs.md runs 42 and 50) and a bare CUDA-event
 loop, in the order suite, do_bench, bare, do_bench, suite, each round after do_bench's own
 L2 flush, with the SM clock each saw; :func:`time_power_heavy` does it for three
 power-capped ops that are no benchmark's case.
