@@ -53,7 +53,7 @@ def load_trends(
 
     Exact metrics (peak memory, counts) get no trend chart (their value is exact and the
     gate's check of them is too), but a step in them is news: a layer made not in place
-    moved its memory from 0 to one output (docs/lab/gpu-runs.md, run 63). The note says why
+    moved its memory from 0 to one output. The note says why
     there is no trend (no history at ``target``, one that cannot be read, or one holding
     none of the run's timed cases); it is empty when trends were found.
     """
