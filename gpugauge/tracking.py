@@ -34,12 +34,12 @@ from gpugauge.history.judge import judge_case
 from gpugauge.history.records import HistoryError, HistoryUnavailable, ResultRecord
 from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.history.targets import is_local
+from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import entry_of, kernel_shares
 from gpugauge.regress.gate import Gate, GateResult
 from gpugauge.results.benchmark_storage import storage_folder
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
-from gpugauge.words import plural
 
 
 def target_of(config: pytest.Config) -> str | None:

@@ -27,13 +27,13 @@ from typing import Any
 
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.measure.busy import BUSY_KEY
+from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import entry_of
 from gpugauge.regress.gate import Gate, GateResult, MetricCheck, Verdict
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
 from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
-from gpugauge.words import plural
 
 MIN_CASE_MS = 1.0  # cases this long or longer must catch the injected slowdown
 # A host-issued step whose baseline allows more than this was recorded on hosts that paced

@@ -36,10 +36,10 @@ from gpugauge.check.runs import (
     run_pytest,
 )
 from gpugauge.check.selection import can_select, default_selection, stored_cases
+from gpugauge.phrasing import plural
 from gpugauge.report.tables import verdict_counts
 from gpugauge.results.files import FileError, check_dir, make_dir
 from gpugauge.results.runs import RunError
-from gpugauge.words import plural
 
 
 @dataclass(frozen=True)

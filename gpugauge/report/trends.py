@@ -24,11 +24,11 @@ from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import BaselineRef, Reference, reference_for
 from gpugauge.history.store import History
 from gpugauge.history.targets import is_local
+from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import SavedRun
-from gpugauge.words import plural
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
