@@ -1,6 +1,6 @@
 """Why the graphed fp32 steps of VGG-16 and ResNet-18 fail their check: capture, or eager steps.
 
-Question (issue 24): on H100s (2026-11-25, docs/gpu-runs.md runs 56-57) the graphed fp32
+Question (issue 24): on H100s (2026-11-25, docs/lab/gpu-runs.md runs 56-57) the graphed fp32
 steps of VGG-16 and ResNet-18 moved the parameters 5.8% (TF32 on) or 2.2-3.0% (TF32 off)
 away from the eager steps' displacement after 6 steps, while every bf16 step matched
 bitwise (``experiments/amp_graph_tf32.py``). TF32 off shrinks each rounding ten-thousandfold

@@ -1,6 +1,6 @@
 """Why a graphed fp32 VGG-16 or ResNet-18 step differs from the eager one.
 
-Question (issue 24): on an H100 (2026-11-25, docs/gpu-runs.md run 56) the graphed fp32 steps
+Question (issue 24): on an H100 (2026-11-25, docs/lab/gpu-runs.md run 56) the graphed fp32 steps
 of VGG-16 and ResNet-18 moved the parameters 5.8% away from the eager steps' displacement
 after 6 steps, while every bf16 step and the fp32 MLP, LeNet and AlexNet steps matched
 bitwise or to 1e-6. fp32 convolutions run in TF32 by default (cuDNN's ``allow_tf32``):

@@ -1,8 +1,8 @@
 """How a power-capped matmul's time and the SM clock move over seconds of back-to-back work.
 
 Question (issue 8): the same kernel read 1.40 ms in a short window and 1.62 ms later; how
-long does a GPU at its power limit boost, and where does it settle? Answer (docs/gpu-runs.md,
-run 8, on an H200 at 700 W; summarized in docs/experiments.md, "clock_probe"): the 1980 MHz
+long does a GPU at its power limit boost, and where does it settle? Answer (docs/lab/gpu-runs.md,
+run 8, on an H200 at 700 W; summarized in docs/lab/experiments.md, "clock_probe"): the 1980 MHz
 boost lasted about 0.15 s from a cold start and 30-60 ms after 2 s idle; sustained batch
 medians after 1 s were 1.567-1.885 ms at 1425-1545 MHz under ``sw_power_cap``. This is why
 the suite times in a named, sustained regime with the clocks recorded beside each result.

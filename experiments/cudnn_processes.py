@@ -2,8 +2,8 @@
 
 Question (issue 8): on one H200 the layers case conv-fwd-tf32 ran at 9.44-9.55 ms in some
 pytest processes and 9.78 ms in others, at 1980 MHz, with ``cudnn.benchmark`` off
-(docs/gpu-runs.md, runs 11, 22-23). A plan chosen per process, the order of the cases, or
-where the output lands in memory? Answer (docs/experiments.md, "cudnn_processes"; run
+(docs/lab/gpu-runs.md, runs 11, 22-23). A plan chosen per process, the order of the cases, or
+where the output lands in memory? Answer (docs/lab/experiments.md, "cudnn_processes"; run
 46): in 12 fresh processes (alone, after conv-fwd-fp32, with ``cudnn.benchmark`` on) and
 in 5 output blocks of one process the case took 9.436-9.438 ms with the same kernels; the
 9.78 ms did not recur, so its cause is not established. Children hung at exit after

@@ -2,7 +2,7 @@
 
 Question (issue 11): when one rank of a two-GPU DistributedDataParallel run is killed, does
 the launcher notice, name the rank, stop the others and leave no process? Answer
-(docs/gpu-runs.md, run 16, two H200s; docs/experiments.md, "kill_rank"): SIGKILL to rank 1
+(docs/lab/gpu-runs.md, run 16, two H200s; docs/lab/experiments.md, "kill_rank"): SIGKILL to rank 1
 of a DDP x2 ResNet-18 launch 29 s in; the launch failed after 30 s (timeout 180 s) with a
 ``LaunchError`` naming both ranks' missing results and torchrun's root cause (rank 1,
 exit code -9, SIGKILL); torchrun and both workers were listed before, none after.

@@ -2,7 +2,7 @@
 
 Question (issue 10): a pipeline splits the seed's batch of 16 into micro-batches; does a
 block's step shrink in proportion, or does splitting cost more in total? Answer
-(docs/gpu-runs.md, run 27, an H200, block costs timed as a stack of 8; docs/experiments.md,
+(docs/lab/gpu-runs.md, run 27, an H200, block costs timed as a stack of 8; docs/lab/experiments.md,
 "microbatch_costs"): a conv block at batch 8, 4, 2 cost 1.16x, 1.35x and 2.08x of batch
 16's in total, a head linear 1.57x, 2.88x and 5.65x: small micro-batches waste the GPU,
 and with 4 parts the head's linears make each part dear (docs/layer_fit.md, "Small

@@ -2,7 +2,7 @@
 
 Question: ``gpugauge check timer`` timed matmul-8192-bf16 first with the suite's timer and
 then with ``triton.testing.do_bench``, and the suite read 2.9-4.3% slower in four of six
-runs on H100s (docs/gpu-runs.md runs 54, 70, 71, 76), the last at the same median SM
+runs on H100s (docs/lab/gpu-runs.md runs 54, 70, 71, 76), the last at the same median SM
 clock (1455 MHz), while every training step agreed within 0.2%. Two things differed
 besides the timer: the order (the suite always ran first) and the L2 flush between rounds
 (the suite zeroes twice the L2, 100 MB on an H100; do_bench zeroes 256 MB). At the power

@@ -63,7 +63,7 @@ def stored_options(t: Timing) -> dict[str, Any]:
     }
 
 
-def hand_over(bench: Any, m: Measurement, started: float) -> None:
+def fill_benchmark_fixture(bench: Any, m: Measurement, started: float) -> None:
     """Give pytest-benchmark's fixture ``bench`` the result ``m``, as if it had timed it.
 
     ``started`` is ``time.perf_counter()`` at the test's start: a result with no timing (a

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from gpugauge.adapter import hand_over, plain_params, stored_options
+from gpugauge.adapter import fill_benchmark_fixture, plain_params, stored_options
 from gpugauge.families import registry
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.options import Options
-from gpugauge.pipeline import l2_flusher, take
+from gpugauge.pipeline import l2_flusher, measure_case
 from gpugauge.regress.baselines import entry_of
 from gpugauge.regress.gate import GateResult, Verdict
 from gpugauge.report.tables import one_line, uncertainty
@@ -232,7 +232,7 @@ class Gauge:
         self._check_not_recorded(spec)
 
         def once() -> Measurement:
-            return take(
+            return measure_case(
                 self.session,
                 spec,
                 fn,
@@ -282,7 +282,7 @@ class Gauge:
         """Hand the result (and its verdict) to pytest-benchmark and to the session."""
         self._recorded = m
         if self._benchmark is not None:
-            hand_over(self._benchmark, m, self._started)
+            fill_benchmark_fixture(self._benchmark, m, self._started)
             if result is not None:
                 self._benchmark.extra_info["gate"] = result.as_dict()
         self.session.measurements.append(m)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.flags import path_option, positive_int
+from gpugauge.json_records import to_plain
 from gpugauge.measure.energy import MIN_WINDOW_S
 from gpugauge.measure.timing import TimingPolicy
-from gpugauge.plain import to_plain
 from gpugauge.results.files import writable_problem
 
 # Per profile: how hard to try for a tight median, in the sustained regime. The seeds

@@ -104,7 +104,7 @@ def _energy(
     return e, ("short window (< 2 s): energy is unreliable" if e[0].short_window else None)
 
 
-def take(
+def measure_case(
     session: GaugeSession,
     spec: Spec,
     fn: Callable[[], object],

@@ -21,6 +21,7 @@ from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.options import Options
+from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult
 from gpugauge.report.tables import (
@@ -35,7 +36,6 @@ from gpugauge.report.tables import (
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
 from gpugauge.results.outcome import RunOutcome, Skip
 from gpugauge.tracking import Tracker
-from gpugauge.words import plural
 
 Note = Callable[[str], None]
 

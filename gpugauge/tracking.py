@@ -34,12 +34,12 @@ from gpugauge.history.judge import judge_case
 from gpugauge.history.records import HistoryError, HistoryUnavailable, ResultRecord
 from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.history.targets import is_local
+from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import entry_of, kernel_shares
 from gpugauge.regress.gate import Gate, GateResult
 from gpugauge.results.benchmark_storage import storage_folder
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
-from gpugauge.words import plural
 
 
 def target_of(config: pytest.Config) -> str | None:
@@ -104,8 +104,8 @@ class Tracker:
 
         A host the history holds nothing of is judged against the class baseline widened by
         the class's host-to-host spread (measured from the history's hosts, else a stated
-        default): a new runner is not red on day one for being a slower host (run 59: a
-        fresh H100 read linear-fwdbwd-tf32 at 1.022x and 1.030x of another host's baseline).
+        default): a new runner is not red on day one for being a slower host (a fresh
+        H100 read linear-fwdbwd-tf32 at 1.022x and 1.030x of another host's baseline).
         """
         plain = gate.judge(entry_of(m))
         if self.lost is not None:

@@ -1,11 +1,16 @@
 """The README as a newcomer reads it: each example runs on its own, every repository path it
-names exists, its options table lists every option, and CI runs its test command."""
+names exists, every command it gives parses (pytest's options with the plugin, gpugauge's
+subcommands and options, pip's extras), its options table lists every option, and CI runs
+its test command."""
 
 from __future__ import annotations
 
+import argparse
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,8 @@ README = ROOT / "README.md"
 TEXT = README.read_text()
 FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
 PYTHON_BLOCKS = [code for lang, code in FENCE.findall(TEXT) if lang == "python"]
+BASH_BLOCKS = [code for lang, code in FENCE.findall(TEXT) if lang == "bash"]
+PYTHONS = ("python", "python3")
 
 
 def _section(title: str) -> str:
@@ -79,6 +86,116 @@ def test_every_path_the_readme_names_exists() -> None:
     assert {"docs/method.md", "docs/vgg_swap.md", "docs/layers.md", ".ci/run"} <= paths
     missing = sorted(p for p in paths if not list(ROOT.glob(p.rstrip("/"))))
     assert not missing, f"README.md names paths that do not exist: {missing}"
+
+
+def _commands() -> list[list[str]]:
+    """The commands of the README's bash blocks, one per line or ``&&`` part, comments off."""
+    out: list[list[str]] = []
+    for block in BASH_BLOCKS:
+        for line in block.splitlines():
+            command: list[str] = []
+            for word in [*shlex.split(line, comments=True), "&&"]:
+                if word != "&&":
+                    command.append(word)
+                elif command:
+                    out.append(command)
+                    command = []
+    return out
+
+
+def _inline_commands() -> list[list[str]]:
+    """Commands in the prose's inline code: ``python -m pytest ...``, ``gpugauge ...``."""
+    spans = re.findall(r"`([^`]+)`", FENCE.sub("", TEXT))
+    return [
+        shlex.split(span)
+        for span in spans
+        if span.startswith(("python -m pytest ", "python -m gpugauge ", "gpugauge "))
+    ]
+
+
+def _module_args(command: list[str], module: str) -> list[str] | None:
+    """The arguments of ``python -m MODULE ...`` (``gpugauge ...`` for the CLI), else None."""
+    if command[:1] == [module] and module == "gpugauge":
+        return command[1:]
+    if command[:1] and command[0] in PYTHONS and command[1:3] == ["-m", module]:
+        return command[3:]
+    return None
+
+
+def test_the_readme_gives_its_commands_in_bash_blocks() -> None:
+    """Every command is one the tests below check; a new kind of command needs a check."""
+    commands = _commands()
+    assert ["python", "-m", "pytest", "tests"] in commands
+    known = ("pytest", "gpugauge", "venv")
+    unchecked = [
+        " ".join(c)
+        for c in commands
+        if c[:2] != ["pip", "install"]
+        and c[0] != "."
+        and not (c[0] in PYTHONS and c[1] == "-m" and c[2] in known)
+    ]
+    assert not unchecked, f"README commands no test checks: {unchecked}"
+
+
+def test_the_readme_pytest_commands_parse(pytester: pytest.Pytester) -> None:
+    """Each option is one pytest knows with the plugin loaded; each path given exists."""
+    runs = [a for c in _commands() + _inline_commands() if (a := _module_args(c, "pytest"))]
+    assert len(runs) >= 4
+    for args in runs:
+        config = pytester.parseconfig("-p", "gpugauge.plugin", *args)  # UsageError if unknown
+        missing = [a for a in config.args if not (ROOT / a).exists()]
+        assert not missing, f"{args}: no such path in the repository: {missing}"
+    # the options the prose names outside a command
+    named = set(re.findall(r"(--(?:gauge|benchmark)-[a-z0-9-]*[a-z0-9])", TEXT))
+    helped = "\n".join(pytester.runpytest("-p", "gpugauge.plugin", "--help").stdout.lines)
+    unknown = sorted(o for o in named if not re.search(rf"^ +{o}\b", helped, re.M))
+    assert not unknown, f"README options pytest does not know: {unknown}"
+
+
+def _subparser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser:
+    """The parser of the subcommand the leading words name (``check gate``), or a failure."""
+    for word in words:
+        subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if subs is None or word.startswith("-"):
+            break
+        assert word in subs.choices, f"gpugauge has no command {word!r} ({', '.join(subs.choices)})"
+        parser = subs.choices[word]
+    return parser
+
+
+def test_the_readme_gpugauge_commands_parse() -> None:
+    """Each subcommand exists and knows the options given; a full command parses whole."""
+    from gpugauge.__main__ import build_parser
+
+    whole = [a for c in _commands() if (a := _module_args(c, "gpugauge"))]
+    named = [a for c in _inline_commands() if (a := _module_args(c, "gpugauge"))]
+    assert len(whole) >= 5
+    assert ["check", "timer"] in named
+    for args in whole + named:
+        parser = _subparser(build_parser(), args)
+        options = [a.split("=")[0] for a in args if a.startswith("--")]
+        unknown = [o for o in options if o not in parser._option_string_actions]
+        assert not unknown, f"gpugauge {' '.join(args)}: unknown options {unknown}"
+    for args in whole:
+        try:
+            build_parser().parse_args(args)
+        except SystemExit as exit_:
+            pytest.fail(f"gpugauge {' '.join(args)} does not parse (exit {exit_.code})")
+
+
+def test_the_readme_pip_extras_exist() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"])
+    installs = [c for c in _commands() if c[:2] == ["pip", "install"]]
+    asked = {
+        e
+        for c in installs
+        for w in c
+        if (m := re.fullmatch(r"\.\[(.+)\]", w))
+        for e in m[1].split(",")
+    }
+    assert asked == {"families", "dev"}
+    assert asked <= extras
 
 
 def test_each_family_has_a_paragraph_and_a_page() -> None:

@@ -72,8 +72,8 @@ def test_one_outlier_is_singular() -> None:
     from dataclasses import replace
 
     from gpugauge.measure.timing import Timing, TimingPolicy, stop_reason
+    from gpugauge.phrasing import plural
     from gpugauge.report.tables import notes_of
-    from gpugauge.words import plural
 
     from .fakes import result
 

@@ -19,7 +19,7 @@ from gpugauge.ab.launch import ABError
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.sides import git
 from gpugauge.ab.verdict import Outcome
-from gpugauge.words import plural
+from gpugauge.phrasing import plural
 
 # compare(base ref, head ref, case ids or None for the selection, step name) -> report
 Compare = Callable[[str, str, Sequence[str] | None, str], ABReport]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.verdict import Outcome
+from gpugauge.phrasing import plural
 from gpugauge.report.tables import fmt_ms, render
-from gpugauge.words import plural
 
 _ORDER = [Outcome.SLOWER, Outcome.NEED_MORE, Outcome.FASTER, Outcome.SAME, None]
 HEADERS = ("case", "base ms", "head ms", "head/base", "CI", "pairs", "verdict", "kernels")

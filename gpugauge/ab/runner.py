@@ -38,7 +38,7 @@ from gpugauge.ab.launch import (
 from gpugauge.ab.result import SKIPPED_FOR, ABReport, Block, CaseAB, Pair
 from gpugauge.ab.sides import Checkout
 from gpugauge.ab.verdict import Schedule
-from gpugauge.words import plural
+from gpugauge.phrasing import plural
 
 # SM clocks of a pair's two blocks this far apart (relative) are measured again: as far as
 # ``gpugauge check timer`` lets clocks explain a difference (CLOCKS_APART_AT_MOST)

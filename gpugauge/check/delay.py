@@ -70,13 +70,13 @@ class GpuDelay:
     A spin kernel alone (``torch.cuda._sleep``) keeps one thread busy and draws almost no
     power, so on a GPU at its power limit the clock recovers during it and the case's own
     kernels run faster: 3% injected that way measured 1.7-2.1% on VGG-16 fp32 inference
-    (docs/gpu-runs.md, run 12). Copies of a 64 MiB buffer are bound by memory bandwidth,
-    so their length follows the memory clock (fixed under the power limit), not the SM
-    clock that the limit moves, and the count calibrated here holds while the case runs.
-    The remainder below one copy (about 35 µs on an H200) is a spin. The copies also evict
-    L2: the layers family flushes L2 before every round anyway and VGG-16's working set is
-    far beyond L2, so for the suite's cases this adds nothing measurable (runs 24, 49, 52);
-    a case whose data lives in L2 would see more than was injected.
+    (docs/check.md). Copies of a 64 MiB buffer are bound by memory bandwidth, so their
+    length follows the memory clock (fixed under the power limit), not the SM clock that
+    the limit moves, and the count calibrated here holds while the case runs. The
+    remainder below one copy (about 35 µs on an H200) is a spin. The copies also evict L2:
+    the layers family flushes L2 before every round anyway and VGG-16's working set is far
+    beyond L2, so for the suite's cases this adds nothing measurable (3% injected read
+    1.027-1.028x); a case whose data lives in L2 would see more than was injected.
 
     The two buffers come from the CUDA driver (:class:`DriverBuffers`), not from PyTorch's
     caching allocator, so the injected work takes nothing from a case's memory budget.
@@ -145,11 +145,10 @@ class DriverBuffers:
     """Two device buffers of ``nbytes`` from the CUDA driver API, outside PyTorch's allocator.
 
     Why: a case with a memory budget caps PyTorch's caching allocator
-    (``set_per_process_memory_fraction``) and layer_fit fits its model to within one block
-    of the cap, so injected work whose buffers came from the allocator ran that case out
-    of memory (docs/gpu-runs.md, run 65). The cap does not count the driver's own
-    allocations. Made in the context current on this thread, which :meth:`free` makes
-    current again while it frees them.
+    (``set_per_process_memory_fraction``) and layer_fit fits its model to within one block of
+    the cap, so injected work whose buffers came from the allocator ran that case out of memory.
+    The cap does not count the driver's own allocations. Made in the context current on this
+    thread, which :meth:`free` makes current again while it frees them.
     """
 
     def __init__(self, nbytes: int, cuda: Any = None) -> None:

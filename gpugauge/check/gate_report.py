@@ -1,20 +1,20 @@
 """``gpugauge check gate``: the gate stays quiet on unchanged runs and catches a slowdown.
 
 The gated benchmarks run ``--runs`` times with nothing changed (A/A: each must pass, so
-every regression there is a false alarm) and once with a slowdown injected as device
-work, a fraction (3% by default) of each case's own baseline median added to every round
+every regression there is a false alarm) and once with a slowdown injected as device work, a
+fraction (3% by default) of each case's own baseline median added to every round
 (:mod:`gpugauge.check.slowdown`): every case of 1 ms or more must then regress. Shorter
-cases are shown but not required: their rounds carry a spin's launch cost and move with
-the clock more than the injected fraction (docs/gpu-runs.md, runs 24 and 49). Nor are
-host-bound steps (issued op by op, with a ``gpu_busy`` reading under
-:data:`~gpugauge.results.metrics.HOST_BOUND_BELOW` in the A/A runs, or a baseline whose runs
-their hosts paced): the host paces them and their GPU idles for a fifth of each step or
-more, so device work added to the step runs in those gaps instead of lengthening it (run
-63: 3% injected read 0.99-1.32x on six such steps, busy 11-72%), or their class baseline
-allows the spread of its hosts' paces. A real device regression there does the same; their
-graphed twins, which keep the GPU busy, are the cases that must catch it. The same
-method as runs 48-52: time only (no energy window), the A/A runs recording each case's
-kernels so that a changed cuDNN or cuBLAS plan is named.
+cases are shown but not required: their rounds carry a spin's launch cost and move with the
+clock more than the injected fraction (docs/check.md). Nor are host-bound steps (issued op
+by op, with a ``gpu_busy`` reading under :data:`~gpugauge.results.metrics.HOST_BOUND_BELOW`
+in the A/A runs, or a baseline whose runs their hosts paced): the host paces them and their
+GPU idles for a fifth of each step or more, so device work added to the step runs in those
+gaps instead of lengthening it (3% injected read 0.99-1.32x on six such steps, busy 11-72%),
+or their class baseline allows the spread of its hosts' paces. A real device regression
+there does the same; their graphed twins, which keep the GPU busy, are the cases that must
+catch it. Time only (no energy window: each adds seconds of rounds to every case, and the
+check is about time), the A/A runs recording each case's kernels so that a changed cuDNN or
+cuBLAS plan is named.
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from typing import Any
 
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.measure.busy import BUSY_KEY
+from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import entry_of
 from gpugauge.regress.gate import Gate, GateResult, MetricCheck, Verdict
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
 from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
-from gpugauge.words import plural
 
 MIN_CASE_MS = 1.0  # cases this long or longer must catch the injected slowdown
 # A host-issued step whose baseline allows more than this was recorded on hosts that paced
-# it: its runs lie 10% or more apart (run 72: ResNet-18's eager fp32 step 7.9-11.7 ms over
+# it: its runs lie 10% or more apart (ResNet-18's eager fp32 step read 7.9-11.7 ms over
 # five H100 hosts, allowed 1.94x), where no case of 1 ms or more that keeps its GPU busy
 # allows more than 3.8%.
 HOST_PACED_ALLOWANCE = 0.2
@@ -127,7 +127,7 @@ class GateCase:
         """The median of the case's GPU-busy readings over its A/A runs; None without one.
 
         The injected run counts only where no A/A run has a reading: its added work fills
-        the very gaps the share measures (run 67: ResNet-18 bf16's eager step 69% busy
+        the very gaps the share measures (ResNet-18 bf16's eager step: 69% busy
         unchanged, 91% injected), so its share is an upper bound of the step's own.
         """
         readings = [r.gpu_busy for r in self.aa if r and r.gpu_busy is not None]
@@ -154,8 +154,8 @@ class GateCase:
         Here: its GPU idled for a fifth of the step or more in the A/A runs (added device
         work then fills the GPU's gaps instead of lengthening the step). In its baseline:
         runs of hosts that paced it lie far apart, and the allowance they give holds the
-        hosts' paces (run 72: ResNet-18's eager fp32 step, 93% busy on that host and
-        lengthened by the whole injected 3%, allowed 1.94x: no 3% can show).
+        hosts' paces (ResNet-18's eager fp32 step, 93% busy on one host and lengthened
+        by the whole injected 3% there, was allowed 1.94x: no 3% can show).
         """
         issued = any(r.host_issued for r in (*self.aa, self.injected) if r is not None)
         busy = self.gpu_busy

@@ -36,10 +36,10 @@ from gpugauge.check.runs import (
     run_pytest,
 )
 from gpugauge.check.selection import can_select, default_selection, stored_cases
+from gpugauge.phrasing import plural
 from gpugauge.report.tables import verdict_counts
 from gpugauge.results.files import FileError, check_dir, make_dir
 from gpugauge.results.runs import RunError
-from gpugauge.words import plural
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,9 @@ def this_device_class() -> str:
 def run_args(cfg: GateConfig, select: str, injected: bool) -> list[str]:
     """A gated run's pytest arguments (the JSON option is added by the runner).
 
-    ``--gauge-no-history``: the check is judged against the committed baselines alone, as in
-    runs 48-52, and leaves the results history as it found it (a slowed run must never
-    enter it; the A/A runs are a check, not a night). A regression is confirmed by a
+    ``--gauge-no-history``: the check is judged against the committed baselines alone (it checks
+    the gate, not this host's past), and leaves the results history as it found it (a slowed run
+    must never enter it; the A/A runs are a check, not a night). A regression is confirmed by a
     second measurement, as in a nightly.
     """
     args = [str(cfg.benches), "-k", select, "--gauge-profile", cfg.profile, "--gauge-gate"]

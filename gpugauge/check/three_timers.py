@@ -1,11 +1,11 @@
 """The three timers of ``gpugauge check timer``, and the ops only the check times.
 
 :func:`compare_timers` times a callable with the suite's own timer
-(:func:`gpugauge.measure.timing.measure`), ``triton.testing.do_bench`` (500 ms warm-up,
-1 s of repetitions, median, as in docs/gpu-runs.md runs 42 and 50) and a bare CUDA-event
-loop, in the order suite, do_bench, bare, do_bench, suite, each round after do_bench's own
-L2 flush, with the SM clock each saw; :func:`time_power_heavy` does it for three
-power-capped ops that are no benchmark's case.
+(:func:`gpugauge.measure.timing.measure`), ``triton.testing.do_bench`` (500 ms warm-up, 1 s
+of repetitions, median: the settings the 2% threshold was set with, docs/check.md) and a
+bare CUDA-event loop, in the order suite, do_bench, bare, do_bench, suite, each round after
+do_bench's own L2 flush, with the SM clock each saw; :func:`time_power_heavy` does it for
+three power-capped ops that are no benchmark's case.
 """
 
 from __future__ import annotations
@@ -23,22 +23,24 @@ from gpugauge.check.runs import Note
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.timing import Timing, TimingPolicy
 
-DO_BENCH_WARMUP_MS = 500  # as in runs 42 and 50
+DO_BENCH_WARMUP_MS = 500  # the settings the threshold was set with (docs/check.md)
 DO_BENCH_REP_MS = 1000
-BARE_WARMUP = 5  # the bare loop of run 1: 5 warm-up rounds, median of 50
+BARE_WARMUP = 5  # a plain event loop: 5 warm-up rounds, median of 50
 BARE_ROUNDS = 50
 BARE_MIN_ROUNDS = 10  # fewer for long ops: at most about BARE_SPAN_MS of rounds
 BARE_SPAN_MS = 1000.0
+# the last comparisons on an H200 and an H100 held 25 of 25 ops within 2% (worst -1.54%,
+# -0.63%; docs/check.md)
+DEFAULT_THRESHOLD = 0.02
 # SM clocks this far apart (relative) can explain a difference, up to CLOCKS_APART_AT_MOST:
 # scaling by the clock holds for an op whose time follows it (a GEMM or a convolution at
-# the cap, run 70: 2.1% apart); a wider gap would excuse a memory-bound op's real difference
-DEFAULT_THRESHOLD = 0.02  # runs 42 and 50: 25 of 25 within 2% (worst -1.54%, -0.63%)
+# the cap: 2.1% apart on an H100); a wider gap would excuse a memory-bound op's real difference
 CLOCKS_APART = 0.01
 CLOCKS_APART_AT_MOST = 0.05
 # suite, do_bench, do_bench, suite is one pair of blocks a side; a row outside the
 # threshold whose blocks of one timer spread more than half the threshold is timed again,
 # up to MAX_PAIRS: at the power cap one ~1 s block of either timer moves ~3% with nothing
-# changed (runs 78, 80), so two blocks a side cannot tell 2% apart
+# changed (docs/check.md), so two blocks a side cannot tell 2% apart
 MAX_PAIRS = 3
 
 
@@ -92,7 +94,7 @@ class TimerRow:
         """Outside ``threshold`` only because the two timers ran at different SM clocks.
 
         True when the clocks differ by :data:`CLOCKS_APART` to :data:`CLOCKS_APART_AT_MOST`
-        and the difference scaled to one clock is within ``threshold`` (run 70:
+        and the difference scaled to one clock is within ``threshold`` (on an H100:
         matmul-8192-bf16 +3.46% at 1380 MHz in the suite, 1410 under do_bench; +1.25% at
         one clock).
         """
@@ -197,7 +199,7 @@ def cold_timing(
     do_bench clears a 256 MB buffer before each repetition; the suite's timer is compared
     with it in that regime. A case the suite times with a warm L2 (a training step that
     finds its weights in L2) is timed cold here: a 0.12 ms graphed MLP step read 17% under
-    do_bench warm and within 0.1% of the warm bare loop (run 70).
+    do_bench warm and within 0.1% of the warm bare loop.
     """
     from gpugauge.measure.sampler import watching
     from gpugauge.measure.timing import measure
@@ -240,7 +242,7 @@ def compare_timers(
     In pairs of blocks suite, do_bench, do_bench, suite (the bare loop once, inside the
     first), each side the mean of its block medians: a GPU at its power cap moves while the
     check runs, and a drift linear in time then weighs the same on both sides instead of on
-    whichever timer ran second (run 76: matmul-8192-bf16 +2.88% with the suite first, at
+    whichever timer ran second (matmul-8192-bf16 read +2.88% with the suite first, at
     the same median clock). A row outside ``threshold`` whose blocks of one timer spread
     more than half of it gets another pair, up to :data:`MAX_PAIRS`. ``flush`` runs before
     every round of all three, as do_bench's own flush does (:func:`do_bench_flush`).
@@ -318,7 +320,7 @@ def time_power_heavy(
     """The power-heavy ops (those ``patterns`` select), timed three ways in this process.
 
     Cold L2 in all three timers, like do_bench, which clears a 256 MB buffer before each
-    repetition: timed warm, the H100 read matmul-8192-bf16 2.9% under do_bench (run 45).
+    repetition: timed warm, the H100 read matmul-8192-bf16 2.9% under do_bench.
     """
     chosen = [name for name in POWER_HEAVY_OPS if selected(name, patterns)]
     if not chosen:

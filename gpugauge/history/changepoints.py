@@ -292,7 +292,7 @@ def _held_steps(pts: Sequence[Point], scope: str, policy: DetectionPolicy) -> li
     run of a level whose value differs from the level before it; runs before the first
     level belong to it (they hold no level to compare with). Logs
     cannot take the zero that an in-place op's extra memory is: a layer made not in place
-    moved relu-fwd from 0 to 154 MB (run 63).
+    moved relu-fwd from 0 to 154 MB.
     """
     slack = METRICS[pts[0].metric.metric].slack if pts else 0.0
 

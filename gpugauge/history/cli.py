@@ -31,9 +31,9 @@ from gpugauge.history.store import (
     default_target,
 )
 from gpugauge.options import positive_int
+from gpugauge.phrasing import plural
 from gpugauge.results.files import atomic_text_stream, signals_interrupt
 from gpugauge.results.runs import RunError
-from gpugauge.words import plural
 
 HELP = "the results history: trends, change points, import and export"
 DESCRIPTION = f"""\

@@ -11,7 +11,7 @@ busy time / loop step time; below :data:`HOST_BOUND_BELOW` an eager step is *hos
 The threshold, 0.8: below it the GPU waits for the host for more than a fifth of the step,
 so the eager step is at least 1.25x slower than its device work, more than most effects
 these steps are compared for. A device-bound step still has small gaps between dependent
-kernels, which add up over a few hundred kernels (docs/amp.md, run 20: ResNet-18 fp32 on
+kernels, which add up over a few hundred kernels (docs/amp.md: ResNet-18 fp32 on
 one H200, 6.85 ms of device activity in a 7.17 ms step, 0.96); a threshold of 0.9 would
 come close to that. A step replayed from a CUDA graph is one launch: the host does not
 pace it, so it is never called host-bound (``host_bound`` is None); its own gaps between

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpugauge.json_records import from_plain, to_plain
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.sampler import GpuSampler
-from gpugauge.plain import from_plain, to_plain
 
 MIN_WINDOW_S = 1.0
 SHORT_WINDOW_S = 2.0

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpugauge.json_records import from_plain, to_plain
 from gpugauge.measure.nvml import NvmlDevice
-from gpugauge.plain import from_plain, to_plain
 
 _STATUS = Path("/proc/self/status")
 

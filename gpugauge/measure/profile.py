@@ -36,8 +36,8 @@ def release_cupti_on_stop() -> None:
     Kineto leaves CUPTI subscribed after a trace unless told, and every later kernel
     launch in the process pays for it: on two H200s (torch 2.11) a host-paced GPipe ×2
     step read 111.2 ms [111.1, 111.3] before a traced step and 115.9 [115.5, 117.1] after;
-    with teardown, 111.3 [111.2, 111.4] and 111.2 [111.2, 111.3] (docs/gpu-runs.md, run
-    36). Kineto reads the variable each time a trace stops, and tears CUPTI down on a
+    with teardown, 111.3 [111.2, 111.4] and 111.2 [111.2, 111.3] (docs/lab/experiments.md,
+    ``pipe_probe``). Kineto reads the variable each time a trace stops, and tears CUPTI down on a
     thread of its own. PyTorch sets it to 0 itself in some CUDA-graph cases (Inductor's,
     and its profiler's own check on CUDA before 12.6), where a CUPTI re-init after a
     teardown crashed; whoever captures CUDA graphs otherwise and profiles may want

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpugauge.json_records import from_plain
 from gpugauge.measure.ceilings import Ceilings
-from gpugauge.plain import from_plain
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
+from gpugauge.json_records import from_plain, to_plain
 from gpugauge.measure.clocks import CudaEventClock, HostClock  # noqa: F401 (re-exported)
 from gpugauge.measure.stats import Summary, summarize
-from gpugauge.plain import from_plain, to_plain
-from gpugauge.words import plural
+from gpugauge.phrasing import plural
 
 REGIMES = ("sustained", "burst")
 

@@ -37,7 +37,7 @@ class KernelShare:
     """A kernel (or copy) of one recorded round and its share of the round's device time."""
 
     name: str
-    share: float  # 0-1, of the round's device time (runs 46-50: of the 8 kernels listed)
+    share: float  # 0-1, of the round's device time (older baselines: of the kernels listed)
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def kernel_shares(recorded: Any) -> tuple[KernelShare, ...]:
     """``extra["kernels"]`` (rows of name, calls, us, share; longest first) as shares.
 
     A row's ``share`` is of its round's whole device time; rows recorded without it
-    (runs 46-50 listed 8 kernels and no share), or whose shares add up to more than the
+    (the first baselines listed 8 kernels and no share), or whose shares add up to more than the
     round (kernels of several streams overlap), get their share of the listed rows' time.
     Anything else (a result from elsewhere, edited by hand; a kernel named twice) gives no
     kernels: the gate then says nothing about them rather than failing.

@@ -181,7 +181,7 @@ def allowed_change(floor: float, baseline: Entry, metric: str) -> float:
 # what the build measures: the gate would let SPREAD_FACTOR x this pass unseen (20%). A
 # baseline that wide is refused unless asked for (gpugauge baseline --allow-wide-spread):
 # two runs 49% apart gave one that allowed 2.03x, saved without a word. Steps the host
-# paces are that wide across hosts, and are recorded so on purpose (run 72).
+# paces are that wide across hosts, and are recorded so on purpose (docs/gate.md).
 WIDE_SPREAD = 0.10
 
 

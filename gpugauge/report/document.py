@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gpugauge.history.targets import redact
 from gpugauge.measure.stats import MIN_CI_N
+from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, GateResult, compare
 from gpugauge.regress.tolerances import Tolerances
@@ -53,7 +54,6 @@ from gpugauge.report.trends import MIN_RUNS, changes_of, changes_table, load_tre
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import RunError, SavedRun, load_run
-from gpugauge.words import plural
 
 
 def newest_run(storage: Path) -> Path:

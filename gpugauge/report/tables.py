@@ -6,10 +6,10 @@ from collections.abc import Collection, Sequence
 
 from gpugauge.measure.stats import Summary
 from gpugauge.measure.timing import CLOCK_MOVED
+from gpugauge.phrasing import plural
 from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from gpugauge.results.measurement import Comparison, Measurement, devices_of
 from gpugauge.results.metrics import METRICS, Kind
-from gpugauge.words import plural
 
 
 def fmt_bytes(n: float | None) -> str:

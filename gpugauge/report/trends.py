@@ -24,11 +24,11 @@ from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import BaselineRef, Reference, reference_for
 from gpugauge.history.store import History
 from gpugauge.history.targets import is_local
+from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import SavedRun
-from gpugauge.words import plural
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -53,7 +53,7 @@ def load_trends(
 
     Exact metrics (peak memory, counts) get no trend chart (their value is exact and the
     gate's check of them is too), but a step in them is news: a layer made not in place
-    moved its memory from 0 to one output (docs/gpu-runs.md, run 63). The note says why
+    moved its memory from 0 to one output. The note says why
     there is no trend (no history at ``target``, one that cannot be read, or one holding
     none of the run's timed cases); it is empty when trends were found.
     """

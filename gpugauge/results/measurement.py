@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpugauge.json_records import RecordError, from_plain, to_plain
 from gpugauge.measure.energy import Energy
 from gpugauge.measure.environment import SCHEMA_VERSION, device_class
 from gpugauge.measure.memory import Memory
@@ -22,7 +23,6 @@ from gpugauge.measure.nvml import GpuState
 from gpugauge.measure.roofline import Roofline
 from gpugauge.measure.stats import Ratio, Summary, ratio_of_medians
 from gpugauge.measure.timing import Timing
-from gpugauge.plain import RecordError, from_plain, to_plain
 from gpugauge.results.metrics import METRICS, Kind, MetricError, check_readings, metric
 
 

@@ -113,7 +113,7 @@ METRICS: dict[str, Metric] = {
         # judged=False below: read from the profiler's two windows of five steps, where an
         # NCCL kernel lasts from its rank's arrival at the collective until the slower
         # rank's, so it holds the ranks' skew under the profiler as well as the transfer.
-        # One 2x H100 host, nothing changed, five runs (run 75): the traced comm share of
+        # One 2x H100 host, nothing changed, five runs: the traced comm share of
         # VGG-16's DDP step read 0.047-0.067, ResNet-18's at batch 512 0.012-0.074, and
         # busbw_utilization 0.09-0.55, while every such case's step time, throughput,
         # efficiency and reference all-reduce busbw stayed within 1.5%. A slower collective
@@ -166,8 +166,8 @@ METRICS: dict[str, Metric] = {
             "device activity (union of kernels, copies, memsets) / wall time of one step",
             # on one host a halving is a change, so is 0.9 -> 0.4; across hosts a step the
             # host issues moves with the host's pace: one build on five H100 hosts read
-            # ResNet-18's eager fp32 step 42-94% busy and MLP's 7.7-18.9% (issue 24, runs
-            # 67-72), a 0.41x that would fail a new host's first night (run 72)
+            # ResNet-18's eager fp32 step 42-94% busy and MLP's 7.7-18.9%, a 0.41x that
+            # would fail a new host's first night (docs/amp.md)
             slack=0.1,
             per_host=True,
         ),

@@ -47,7 +47,7 @@ CHECK_REPLAYS = 3  # graphed steps in the check, after the warm-up
 # relative (see compare_displacements). A replay that is missing, doubled or reads a stale
 # buffer changes it by about 1/steps of the check or more: 1/6 here. fp32, with cuDNN's
 # deterministic algorithms, replays the eager kernels in the same order: bitwise equal on
-# an H100 for all five models (run 67); 1e-4 leaves room for a kernel that still sums in
+# an H100 for all five models (docs/amp.md); 1e-4 leaves room for a kernel that still sums in
 # another order. Under autocast a weight one fp32 ulp apart can round to a different
 # bf16/fp16 value (8 and 11 significant bits), and fp16's graphed step runs fused SGD where
 # eager runs foreach (the same sums, rounded once instead of twice): 1e-2, still ten times
@@ -231,7 +231,7 @@ def check_graphed(
 
     The check (:func:`check_capture`) runs with cuDNN restricted to deterministic
     algorithms on both sides: with cuDNN's own choice the fp32 eager steps of VGG-16 and
-    ResNet-18 do not repeat themselves (run 67, H100: two eager runs from one seed 5.6% and
+    ResNet-18 do not repeat themselves (on an H100, two eager runs from one seed 5.6% and
     5.8% apart after 6 steps, as far as the graphed step was from eager; deterministic,
     eager and graphed agreed bitwise). Weight gradients summed with atomics round
     differently on each run, and a few steps of training grow a last-bit difference into
