@@ -22,13 +22,13 @@ import pytest
 
 from gpugauge.adapter import fill_benchmark_fixture, plain_params, stored_options
 from gpugauge.families import registry
+from gpugauge.judging.judge import Judge
+from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.options import Options
 from gpugauge.pipeline import l2_flusher, measure_case
-from gpugauge.regress.baselines import entry_of
-from gpugauge.regress.gate import GateResult, Verdict
 from gpugauge.report.tables import one_line, uncertainty
 from gpugauge.results.measurement import Attempt, Comparison, Measurement, Spec
 from gpugauge.session import GaugeSession, Note
@@ -311,10 +311,10 @@ class Gauge:
             )
 
     def _judge(self, m: Measurement) -> GateResult:
-        """The gate's verdict, with the history's host-aware reference where it has one."""
-        gate, tracker = self.session.gate, self.session.tracker
+        """The judge's verdict: the class baseline's, the history's where it knows the host."""
+        gate = self.session.gate
         assert gate is not None
-        return gate.judge(entry_of(m)) if tracker is None else tracker.judge(m, gate)
+        return Judge(gate, self.session.tracker).judge(m)
 
     def _confirm(self, m: Measurement, first: GateResult) -> tuple[Measurement, GateResult]:
         """Measure a regressed result again (a fresh warm-up) and judge that measurement.

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.families import comparisons_of, registry
+from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.options import Options
 from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import BaselineStore, entry_of
-from gpugauge.regress.gate import Gate, GateResult
+from gpugauge.regress.gate import Gate
 from gpugauge.report.tables import (
     comparison_table,
     gate_table,

@@ -1,9 +1,10 @@
 """A pytest session's link to the results history: judge each result, then append the run.
 
 The gate judges a result against the committed class baseline. With a history
-(:mod:`gpugauge.history`), a :class:`Tracker` judges it instead against what knows the
-host: the host's own recent accepted runs once it has them, else the class baseline widened
-by the measured host-to-host spread, with the baseline kept as an anchor against slow drift
+(:mod:`gpugauge.history`), a :class:`Tracker` offers the judge
+(:class:`gpugauge.judging.judge.Judge`) a reference that knows the host: the host's own
+recent accepted runs once it has them, else the class baseline widened by the measured
+host-to-host spread, with the baseline kept as an anchor against slow drift
 (:func:`gpugauge.history.judge.judge_case`). Every result is kept, a regressed first
 measurement and its confirmation both, and the session's run is appended in one
 transaction at its end, so an interrupted session leaves no half run in the history.
@@ -15,7 +16,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,10 @@ from gpugauge.history.judge import judge_case
 from gpugauge.history.records import HistoryError, HistoryUnavailable, ResultRecord
 from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.history.targets import is_local
+from gpugauge.judging.verdicts import GateResult
 from gpugauge.phrasing import plural
-from gpugauge.regress.baselines import entry_of, kernel_shares
-from gpugauge.regress.gate import Gate, GateResult
+from gpugauge.regress.baselines import kernel_shares
+from gpugauge.regress.gate import Gate
 from gpugauge.results.benchmark_storage import storage_folder
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
@@ -95,24 +97,22 @@ class Tracker:
         """Open the history now (HistoryError or OSError if it cannot be)."""
         _ = self.history
 
-    def judge(self, m: Measurement, gate: Gate) -> GateResult:
-        """The result's verdict: against its host-aware reference, else the plain gate's.
+    def by_history(self, m: Measurement, gate: Gate) -> GateResult | None:
+        """The result judged against its host-aware reference; None where the history cannot.
 
-        A history that stops answering mid-session (a shared server gone, a failing disk)
-        fails no test: from then on every result is judged by the plain gate against the
-        class baseline, and :attr:`lost` says why (one line at the session's end).
+        None where nothing of the case is known (no history and no baseline: new) or the
+        history stopped answering: a history gone mid-session (a shared server, a failing
+        disk) fails no test, and :attr:`lost` says why (one line at the session's end).
 
         A host the history holds nothing of is judged against the class baseline widened by
         the class's host-to-host spread (measured from the history's hosts, else a stated
-        default): a new runner is not red on day one for being a slower host (a fresh
-        H100 read linear-fwdbwd-tf32 at 1.022x and 1.030x of another host's baseline).
+        default): a new runner is not red on day one for being a slower host. Only samples
+        metrics (time) and per-host metrics are judged here; a peak or a count is
+        deterministic and keeps the class baseline's exact check
+        (:class:`gpugauge.judging.judge.Judge` merges the two).
         """
-        plain = gate.judge(entry_of(m))
         if self.lost is not None:
-            return plain
-        # samples metrics (time) move from host to host and night to night, and a per-host
-        # metric is judged by its host's history alone; a peak or a count is deterministic
-        # and keeps the gate's exact check against the baseline
+            return None
         metrics = [
             x
             for x in metric_records(m)
@@ -122,11 +122,11 @@ class Tracker:
             points = self.history.case_points(m.id, m.device_class, [x.metric for x in metrics])
         except (HistoryError, OSError) as err:  # a server gone, a disk failing: not a test's
             self.lost = str(err)
-            return plain
+            return None
         stored = gate.store.load(m.device_class, m.spec.family) or {}
         if not any(points.values()) and m.id not in stored:
-            return plain  # nothing to judge against: new
-        judged = judge_case(
+            return None  # nothing to judge against: new
+        return judge_case(
             m.id,
             m.spec.family,
             m.device_class,
@@ -137,12 +137,6 @@ class Tracker:
             baseline=stored.get(m.id),
             kernels=kernel_shares(m.extra.get("kernels")),
         ).gate
-        by_history = {c.metric for c in judged.checks}
-        checks = (*judged.checks, *(c for c in plain.checks if c.metric not in by_history))
-        order = list(METRICS)
-        checks = tuple(sorted(checks, key=lambda c: order.index(c.metric)))
-        notes = dict.fromkeys(n for n in (judged.note, plain.note) if n)  # once each
-        return replace(judged, checks=checks, note="; ".join(notes))
 
     def keep(self, attempts: Sequence[tuple[Measurement, GateResult | None]]) -> None:
         """Keep a result's measurements (a first one and its confirmation), oldest first.

@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpugauge.judging.verdicts import Verdict, judge
 from gpugauge.regress.baselines import (
     BaselineError,
     BaselineStore,
@@ -13,7 +14,7 @@ from gpugauge.regress.baselines import (
     kernel_shares,
     parse_baseline,
 )
-from gpugauge.regress.gate import Gate, Verdict, allowed_change, compare, judge, short_kernel
+from gpugauge.regress.gate import Gate, allowed_change, compare, short_kernel
 from gpugauge.regress.tolerances import Tolerance, ToleranceError, Tolerances, load_tolerances
 from gpugauge.results.metrics import METRICS
 

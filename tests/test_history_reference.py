@@ -22,8 +22,8 @@ from gpugauge.history.synthetic import (
     point,
     run_of,
 )
+from gpugauge.judging.verdicts import Verdict
 from gpugauge.regress.baselines import KernelShare
-from gpugauge.regress.gate import Verdict
 from gpugauge.regress.tolerances import Tolerance
 
 
@@ -153,7 +153,9 @@ def test_a_step_on_a_host_with_history_is_regressed_and_says_why() -> None:
     points = history("h1", [2.0, 2.002, 1.998, 2.001, 1.999])
     j = judge_metric(metric_of(2.06, 0.002), "h1", points, 0.015)
     assert j.verdict is Verdict.REGRESSED
-    assert j.describe().startswith("time 1.030x [1.028, 1.032] vs <= 1.015 allowed (regressed)")
+    assert j.describe().startswith(
+        "time 1.030x [1.028, 1.032] vs <= 1.015 allowed (regressed, by host history)"
+    )
     assert "host history: last 5 runs" in j.describe()
 
 

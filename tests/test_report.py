@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from gpugauge.__main__ import main
+from gpugauge.judging.verdicts import Verdict
 from gpugauge.regress.baselines import (
     UNNAMED_RUNS,
     BaselineError,
@@ -22,7 +23,7 @@ from gpugauge.regress.baselines import (
     entries_of_benchmark_json,
     parse_baseline,
 )
-from gpugauge.regress.gate import Verdict, compare
+from gpugauge.regress.gate import compare
 from gpugauge.regress.tolerances import Tolerance
 
 from .test_plugin import BENCH
@@ -414,7 +415,7 @@ def test_a_first_report_says_why_it_has_no_chart(tmp_path: Path) -> None:
 def test_ratio_bars_go_logarithmic_past_ten_x(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    from gpugauge.regress.gate import GateResult, MetricCheck
+    from gpugauge.judging.verdicts import GateResult, MetricCheck
     from gpugauge.report.charts import RatioBars
     from gpugauge.report.data import ReportData
     from gpugauge.results.runs import SavedRun

@@ -145,8 +145,10 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     a slower build. With a history (even an empty one) the class baseline's allowance is
     widened by the host-to-host spread; a plain gate would fail it."""
     from gpugauge.history.capture import result_record
+    from gpugauge.judging.judge import Judge
+    from gpugauge.judging.verdicts import Verdict
     from gpugauge.regress.baselines import BaselineStore, entry_of
-    from gpugauge.regress.gate import Gate, Verdict
+    from gpugauge.regress.gate import Gate
     from gpugauge.regress.tolerances import load_tolerances
     from gpugauge.tracking import Tracker
 
@@ -159,7 +161,7 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     tracker = Tracker(str(tmp_path / "h.sqlite"), "seed")
     slower_host = result("gemm", 2.0 * 1.05, family="layers")  # beyond 2 x floor
     assert gate.judge(entry_of(slower_host)).verdict is Verdict.REGRESSED  # without history
-    judged = tracker.judge(slower_host, gate)
+    judged = Judge(gate, tracker).judge(slower_host)
     assert judged.verdict is not Verdict.REGRESSED
     assert "new host" in judged.note
     assert "host spread" in judged.note
@@ -169,7 +171,7 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     assert kept.metric("time").reference == judged.references["time"]
     assert judged.as_dict()["references"] == {"time": judged.references["time"]}
     slower_build = result("gemm", 2.0 * 1.15, family="layers")
-    assert tracker.judge(slower_build, gate).verdict is Verdict.REGRESSED
+    assert Judge(gate, tracker).judge(slower_build).verdict is Verdict.REGRESSED
     tracker.close()
 
 
@@ -178,8 +180,10 @@ def test_the_busy_share_is_judged_by_its_own_hosts_history_alone(tmp_path: Path)
     (same build): not judged there; once the host has five runs of its own, a halving is."""
     from dataclasses import replace
 
+    from gpugauge.judging.judge import Judge
+    from gpugauge.judging.verdicts import Verdict
     from gpugauge.regress.baselines import BaselineStore
-    from gpugauge.regress.gate import Gate, Verdict
+    from gpugauge.regress.gate import Gate
     from gpugauge.regress.tolerances import load_tolerances
     from gpugauge.tracking import Tracker
 
@@ -194,18 +198,18 @@ def test_the_busy_share_is_judged_by_its_own_hosts_history_alone(tmp_path: Path)
     gate = Gate(BaselineStore(tmp_path / "b"), load_tolerances(tmp_path / "t"))
     history = str(tmp_path / "h.sqlite")
     first = Tracker(history, "seed")
-    judged = first.judge(step(0.077), gate)
+    judged = Judge(gate, first).judge(step(0.077))
     assert judged.check("gpu_busy") is None
     assert judged.verdict is Verdict.UNCHANGED
     first.close()
     for _ in range(5):
         night = Tracker(history, "seed")
         m = step(0.9)
-        night.keep([(m, night.judge(m, gate))])
+        night.keep([(m, Judge(gate, night).judge(m))])
         night.append({"torch": "2.x"}, m.device_class)
         night.close()
     later = Tracker(history, "seed")
-    halved = later.judge(step(0.4), gate)
+    halved = Judge(gate, later).judge(step(0.4))
     assert halved.check("gpu_busy").verdict is Verdict.REGRESSED
     assert halved.references["gpu_busy"].startswith("host history")
     later.close()

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.history.capture import INJECTED_KEY
+from gpugauge.judging.judge import Judge
+from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
 from gpugauge.measure.busy import BUSY_KEY
 from gpugauge.phrasing import plural
-from gpugauge.regress.baselines import entry_of
-from gpugauge.regress.gate import Gate, GateResult, MetricCheck, Verdict
+from gpugauge.regress.gate import Gate
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
 from gpugauge.results.metrics import HOST_BOUND_BELOW
@@ -84,7 +85,7 @@ def read_run(path: Path | None, judge: Gate | None = None) -> dict[str, RunResul
     for m in run.measurements:
         raw = run.verdicts.get(m.id)
         if judge is not None:
-            gate = judge.judge(entry_of(m))
+            gate = Judge(judge).judge(m)
         else:
             gate = None if raw is None else GateResult.from_dict(raw, m.spec.family, m.device_class)
         injected = m.extra.get(INJECTED_KEY)

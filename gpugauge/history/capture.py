@@ -23,11 +23,11 @@ from typing import Any
 from gpugauge.history.judge import CaseJudgement, accepted
 from gpugauge.history.records import HistoryError, MetricRecord, ResultRecord, RunRecord
 from gpugauge.history.store import History
+from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.environment import host_name
 from gpugauge.measure.nvml import Nvml, maybe_nvml
 from gpugauge.measure.stats import summarize
 from gpugauge.regress.baselines import kernel_shares
-from gpugauge.regress.gate import GateResult
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import SavedRun, load_run

@@ -33,15 +33,9 @@ from gpugauge.history.reference import (
     host_reference,
     reference_for,
 )
+from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict, judge
 from gpugauge.regress.baselines import Entry, KernelShare
-from gpugauge.regress.gate import (
-    GateResult,
-    MetricCheck,
-    Verdict,
-    allowed_change,
-    judge,
-    kernel_change,
-)
+from gpugauge.regress.gate import allowed_change, kernel_change
 from gpugauge.regress.tolerances import Tolerance
 from gpugauge.results.metrics import METRICS, Kind
 
@@ -55,7 +49,9 @@ def accepted(verdict: Verdict | str | None) -> bool:
     return verdict not in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
 
 
-def check_against(current: MetricRecord, median: float, allowed: float) -> MetricCheck:
+def check_against(
+    current: MetricRecord, median: float, allowed: float, basis: Basis = Basis.HOST_HISTORY
+) -> MetricCheck:
     """current/median with the CI of the current median, judged in the metric's direction."""
     m = METRICS[current.metric]
     if median <= 0:
@@ -69,6 +65,7 @@ def check_against(current: MetricRecord, median: float, allowed: float) -> Metri
             ratio,
             allowed,
             Verdict.UNCHANGED if ratio == 1.0 else Verdict.INCONCLUSIVE,
+            basis,
         )
     ratio = current.median / median
     low, high = current.ci_low / median, current.ci_high / median
@@ -76,7 +73,7 @@ def check_against(current: MetricRecord, median: float, allowed: float) -> Metri
         verdict = Verdict.UNCHANGED
     else:
         verdict = judge(low, high, allowed, m.better)
-    return MetricCheck(m.name, median, current.median, ratio, low, high, allowed, verdict)
+    return MetricCheck(m.name, median, current.median, ratio, low, high, allowed, verdict, basis)
 
 
 @dataclass(frozen=True)
@@ -110,7 +107,7 @@ class Judgement:
         return Verdict.REGRESSED if self.drift else self.check.verdict
 
     def describe(self) -> str:
-        """'time 1.031x [1.029, 1.033] vs <= 1.015 allowed (regressed); host history: …'."""
+        """'time 1.031x [1.029, 1.033] vs <= 1.015 allowed (regressed, by host history); …'."""
         if self.check is None or self.reference is None:
             return f"{self.metric}: no reference (new)"
         said = f"{self.check.describe()}; {self.reference.reason}"
@@ -221,11 +218,11 @@ def judge_metric(
         ref = reference_for(points, host, floor, policy, baseline)
     if ref is None:
         return Judgement(current.metric, None, None)
-    check = check_against(current, ref.median, ref.allowed)
+    check = check_against(current, ref.median, ref.allowed, ref.basis)
     anchor = None
     if ref.kind == "host" and baseline is not None:
         cls = anchor_reference(points, host, ref, baseline, policy)
-        anchor = check_against(current, cls.median, cls.allowed)
+        anchor = check_against(current, cls.median, cls.allowed, cls.basis)
     return Judgement(current.metric, ref, check, anchor)
 
 

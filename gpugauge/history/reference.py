@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpugauge.history.records import Point
+from gpugauge.judging.verdicts import Basis
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Reference:
     hosts: int
     reason: str
     spread: float = 0.0
+    basis: Basis = Basis.CLASS_BASELINE
 
 
 SMALL_SAMPLE_QUANTILE = 0.995
@@ -150,6 +152,7 @@ def host_reference(
         hosts=1,
         reason=f"{HOST_REASON}: last {policy.runs} runs, spread {spread:.1%}",
         spread=spread,
+        basis=Basis.HOST_HISTORY,
     )
 
 
@@ -202,6 +205,7 @@ def class_reference(
         hosts=len(levels),
         reason=f"{new}: class history of other hosts, host spread {said}",
         spread=spread,
+        basis=Basis.CLASS_HISTORY,
     )
 
 

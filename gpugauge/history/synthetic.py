@@ -19,8 +19,8 @@ from gpugauge.history.judge import accepted, judge_case
 from gpugauge.history.records import MetricRecord, Point, ResultRecord, RunRecord
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import History
+from gpugauge.judging.verdicts import Verdict
 from gpugauge.regress.baselines import Entry, KernelShare
-from gpugauge.regress.gate import Verdict
 from gpugauge.regress.tolerances import Tolerance
 
 START = datetime(2026, 1, 1, 2, 0)

@@ -17,137 +17,16 @@ the result's note says which ones differ: a change of algorithm, not of clock or
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import replace
 
+from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict, judge
 from gpugauge.measure.stats import ratio_of_medians
 from gpugauge.regress.baselines import BaselineStore, Entry, KernelShare
 from gpugauge.regress.tolerances import Tolerance, Tolerances
-from gpugauge.results.metrics import METRICS, Better, Kind, Metric
+from gpugauge.results.metrics import METRICS, Kind, Metric
 
 MEMORY_SLACK_BYTES = 2 * 2**20  # allocator rounding: never a regression on its own
-
-
-class Verdict(StrEnum):
-    """Outcome of one comparison, worst first."""
-
-    REGRESSED = "regressed"
-    INCONCLUSIVE = "inconclusive"
-    IMPROVED = "improved"
-    UNCHANGED = "unchanged"
-    NEW = "new"  # no baseline entry for this benchmark
-
-
-_ORDER = list(Verdict)
-
-
-def judge(low: float, high: float, tolerance: float, better: Better = Better.LOWER) -> Verdict:
-    """Verdict of a current/baseline ratio known to lie in [low, high]."""
-    above, below = low > 1 + tolerance, high < 1 - tolerance
-    if above or below:
-        worse = above if better is Better.LOWER else below
-        return Verdict.REGRESSED if worse else Verdict.IMPROVED
-    if low >= 1 - tolerance and high <= 1 + tolerance:
-        return Verdict.UNCHANGED
-    return Verdict.INCONCLUSIVE
-
-
-@dataclass(frozen=True)
-class MetricCheck:
-    """One metric's comparison; ratio is current / baseline (worse above 1 for time)."""
-
-    metric: str
-    baseline: float
-    current: float
-    ratio: float
-    ci_low: float
-    ci_high: float
-    tolerance: float
-    verdict: Verdict
-
-    @property
-    def allowed(self) -> str:
-        """The bound the ratio must keep, in the metric's direction: '<= 1.030'."""
-        return METRICS[self.metric].allowed(self.tolerance)
-
-    def describe(self) -> str:
-        """'time 1.102x [1.095, 1.110] vs <= 1.030 allowed (regressed)'."""
-        interval = (
-            "" if self.ci_low == self.ci_high else f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
-        )
-        return (
-            f"{self.metric} {self.ratio:.3f}x{interval} vs {self.allowed} allowed ({self.verdict})"
-        )
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MetricCheck:
-        """Read back :meth:`as_dict` (KeyError, ValueError or TypeError if malformed)."""
-        return cls(
-            d["metric"],
-            *(float(d[k]) for k in ("baseline", "current", "ratio", "ci_low", "ci_high")),
-            float(d["tolerance"]),
-            Verdict(d["verdict"]),
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return {
-            **{k: getattr(self, k) for k in self.__dataclass_fields__},
-            "verdict": self.verdict.value,
-            "better": METRICS[self.metric].better.value,
-            "allowed": self.allowed,
-        }
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """A benchmark's verdict (the worst of its metrics) and each metric's check.
-
-    ``references`` says, per metric, what judged it where that was not the committed class
-    baseline alone (the history's host-aware reference); empty for the plain gate.
-    """
-
-    id: str
-    family: str
-    device_class: str
-    checks: tuple[MetricCheck, ...]
-    note: str = ""
-    references: Mapping[str, str] = field(default_factory=dict, hash=False)
-
-    @property
-    def verdict(self) -> Verdict:
-        """Worst metric verdict; NEW where nothing could be compared."""
-        if not self.checks:
-            return Verdict.NEW
-        return min((c.verdict for c in self.checks), key=_ORDER.index)
-
-    def check(self, metric: str) -> MetricCheck | None:
-        """The check of one metric, if it was compared."""
-        return next((c for c in self.checks if c.metric == metric), None)
-
-    def message(self) -> str:
-        """One line for a failing test or a table."""
-        worst = "; ".join(c.describe() for c in self.checks if c.verdict is self.verdict)
-        said = "; ".join(part for part in (worst, self.note) if part)
-        return f"{self.id}: {self.verdict}: {said}"
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], family: str, device_class: str) -> GateResult:
-        """Read back :meth:`as_dict`, stored in a result by the run that judged it."""
-        checks = tuple(MetricCheck.from_dict(c) for c in d["checks"])
-        refs = {str(k): str(v) for k, v in (d.get("references") or {}).items()}
-        return cls(str(d["id"]), family, device_class, checks, str(d.get("note") or ""), refs)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return {
-            "id": self.id,
-            "verdict": self.verdict.value,
-            "note": self.note,
-            "checks": [c.as_dict() for c in self.checks],
-        } | ({"references": dict(self.references)} if self.references else {})
 
 
 def _point(m: Metric, current: float, baseline: float, tol: float) -> MetricCheck:
@@ -216,7 +95,12 @@ def _samples(
 
 
 def compare(
-    current: Entry, baseline: Entry, tolerance: Tolerance, *, same_host: bool = False
+    current: Entry,
+    baseline: Entry,
+    tolerance: Tolerance,
+    *,
+    same_host: bool = False,
+    basis: Basis = Basis.CLASS_BASELINE,
 ) -> GateResult:
     """Judge every metric both entries hold, in registry order.
 
@@ -231,10 +115,11 @@ def compare(
         if not m.judged or (m.per_host and not same_host):
             continue
         if m.kind is Kind.SAMPLES:
-            checks.append(_samples(m, current.readings[name], baseline, tolerance[name]))
+            check = _samples(m, current.readings[name], baseline, tolerance[name])
         else:
             cur, base = current.readings[name][0], baseline.readings[name][0]
-            checks.append(_point(m, cur, base, tolerance[name]))
+            check = _point(m, cur, base, tolerance[name])
+        checks.append(replace(check, basis=basis))
     notes = [kernel_change(current.kernels, baseline.kernels)]
     if not checks:
         notes.append("no metric in common with the baseline")

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from gpugauge.regress.gate import MetricCheck, Verdict
+from gpugauge.judging.verdicts import MetricCheck, Verdict
 from gpugauge.report.trends import MIN_RUNS, TREND_CHARTS
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from gpugauge.families import comparisons_of
 from gpugauge.history.changepoints import ChangePoint
 from gpugauge.history.records import Point
 from gpugauge.history.reference import Reference
-from gpugauge.regress.gate import GateResult, Verdict
+from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.report.tables import on_gpu, run_label, uncertain_ids, verdict_counts
 from gpugauge.results.measurement import Comparison
 from gpugauge.results.runs import SavedRun

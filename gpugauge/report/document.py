@@ -1,10 +1,9 @@
 """Comparison reports: a run against stored baselines, or any two saved runs.
 
-Reads saved runs through :func:`gpugauge.results.runs.load_run`, judges every result with
-the gate's rules and tolerances (never across device classes), and writes Markdown and a
-self-contained HTML page (plots embedded as PNG) into ``reports/``. Besides the verdicts it
-shows the current run itself: every metric of every result, its artifacts (linked), and
-the run's own comparisons, so a first report on a new machine has all its numbers.
+Reads saved runs (:func:`gpugauge.results.runs.load_run`), judges every result with the
+judge's rules (never across device classes), and writes Markdown and a self-contained HTML
+page (plots as PNG) into ``reports/``. Besides the verdicts it shows the run itself: every
+metric of every result, its artifacts and comparisons: a first report has all its numbers.
 """
 
 from __future__ import annotations
@@ -17,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpugauge.history.targets import redact
+from gpugauge.judging.judge import Judge
+from gpugauge.judging.verdicts import Basis, GateResult
 from gpugauge.measure.stats import MIN_CI_N
 from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import BaselineStore, entry_of
-from gpugauge.regress.gate import Gate, GateResult, compare
+from gpugauge.regress.gate import Gate, compare
 from gpugauge.regress.tolerances import Tolerances
 from gpugauge.report.cells import (
     Cell,
@@ -60,10 +61,8 @@ def newest_run(storage: Path) -> Path:
     """The most recently written run under a pytest-benchmark storage folder."""
     runs = sorted(storage.rglob("*.json"), key=lambda p: p.stat().st_mtime)
     if not runs:
-        raise FileNotFoundError(
-            f"no saved runs under {storage}: run pytest with "
-            f"--benchmark-autosave, or pass --current"
-        )
+        hint = "run pytest with --benchmark-autosave, or pass --current"
+        raise FileNotFoundError(f"no saved runs under {storage}: {hint}")
     return runs[-1]
 
 
@@ -77,7 +76,8 @@ def _against_run(run: SavedRun, other: SavedRun, tolerances: Tolerances) -> list
         e = entry_of(m)
         if (m.device_class, m.id) in base:
             tol = tolerances.for_benchmark(e.family, e.id)
-            out.append(compare(e, base[(m.device_class, m.id)], tol, same_host=same_host))
+            other_e = base[(m.device_class, m.id)]
+            out.append(compare(e, other_e, tol, same_host=same_host, basis=Basis.SAVED_RUN))
             continue
         note = f"not in {other.path.name}"
         if m.id in classes:
@@ -127,8 +127,8 @@ def collect(
         results = _stored_verdicts(run)
         against = "the stored baselines, as the run's own gate judged it (--gauge-gate)"
     else:
-        gate = Gate(BaselineStore(baselines), tolerances)
-        results = [gate.judge(entry_of(m)) for m in run.measurements]
+        judge = Judge(Gate(BaselineStore(baselines), tolerances))
+        results = [judge.judge(m) for m in run.measurements]
         against = f"stored baselines in {baselines}/"
     runs = []
     for p in history:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
 from gpugauge.measure.stats import Summary
 from gpugauge.measure.timing import CLOCK_MOVED
 from gpugauge.phrasing import plural
-from gpugauge.regress.gate import GateResult, MetricCheck, Verdict
 from gpugauge.results.measurement import Comparison, Measurement, devices_of
 from gpugauge.results.metrics import METRICS, Kind
 
@@ -386,8 +386,8 @@ def fmt_verdict(r: GateResult, noisy: bool = False) -> str:
 
 
 def decided_by(r: GateResult) -> str:
-    """The metrics whose own verdict is the result's (the worst): what decided it."""
-    return ", ".join(c.metric for c in r.checks if c.verdict is r.verdict) or "-"
+    """The metrics whose own verdict is the result's (the worst), and their references."""
+    return ", ".join(f"{c.metric} ({c.basis})" for c in r.checks if c.verdict is r.verdict) or "-"
 
 
 def verdict_counts(results: Sequence[GateResult]) -> str:

@@ -1,0 +1,1 @@
+"""Judging results: one vocabulary of verdicts, one judge over interchangeable references."""

@@ -1,0 +1,83 @@
+"""The one judge: each metric of a result decided by the most sensitive reference it has.
+
+A result's references, in the order they take precedence (:class:`Basis`):
+
+1. a **same-GPU A/B** of the result's build against the build its class baseline accepted
+   (``gpugauge confirm`` runs one where the host's history is too thin; it sees 1%);
+2. the **host's own history**, once it holds enough accepted runs of the case (a few times
+   the host's night-to-night noise);
+3. the **class baseline**: the committed baseline widened by the host-to-host spread where
+   the history knows the class's hosts, else the baseline's own allowance (or, without a
+   baseline, the **class history** of other hosts).
+
+The class baseline is always asked (it alone judges exact metrics such as an allocator
+peak or a count, and a history that stopped answering falls back to it); the history's
+check replaces it for the metrics the history judges; an A/B's replaces either for time.
+Every check says which reference decided it and what it could see (:class:`MetricCheck`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck
+from gpugauge.regress.baselines import entry_of
+from gpugauge.regress.gate import Gate
+from gpugauge.results.measurement import Measurement
+from gpugauge.results.metrics import METRICS
+
+_PRECEDENCE = list(Basis)
+
+
+class HistoryReference(Protocol):
+    """A reference that knows the host (:class:`gpugauge.tracking.Tracker`)."""
+
+    def by_history(self, m: Measurement, gate: Gate) -> GateResult | None:
+        """The result judged by the history; None where it cannot judge it."""
+
+
+def merged(primary: GateResult, fallback: GateResult) -> GateResult:
+    """``primary``'s checks, with ``fallback``'s for the metrics ``primary`` lacks.
+
+    In the metrics' registry order; each note once.
+    """
+    have = {c.metric for c in primary.checks}
+    checks = (*primary.checks, *(c for c in fallback.checks if c.metric not in have))
+    order = list(METRICS)
+    checks = tuple(sorted(checks, key=lambda c: order.index(c.metric)))
+    notes = dict.fromkeys(n for n in (primary.note, fallback.note) if n)
+    return replace(primary, checks=checks, note="; ".join(notes))
+
+
+def overruled(result: GateResult, check: MetricCheck, note: str = "") -> GateResult:
+    """``result`` with ``check`` deciding its metric, where its basis takes precedence.
+
+    The check it replaces is said in the note ('time was 1.031x ... by class baseline'),
+    so that the result keeps what every reference found.
+    """
+    old = result.check(check.metric)
+    if old is not None and _PRECEDENCE.index(old.basis) < _PRECEDENCE.index(check.basis):
+        return result  # a closer reference decided it already
+    checks = tuple(check if c.metric == check.metric else c for c in result.checks)
+    if old is None:
+        checks = (*checks, check)
+    was = f"{check.metric} was {old.describe()}" if old is not None else ""
+    notes = dict.fromkeys(n for n in (note, was, result.note) if n)
+    return replace(result, checks=checks, note="; ".join(notes))
+
+
+@dataclass
+class Judge:
+    """Judges one result at a time against its references (see the module's order)."""
+
+    gate: Gate
+    history: HistoryReference | None = None
+
+    def judge(self, m: Measurement) -> GateResult:
+        """The result's verdict, each metric by the closest reference that judged it."""
+        plain = self.gate.judge(entry_of(m))
+        if self.history is None:
+            return plain
+        by_history = self.history.by_history(m, self.gate)
+        return plain if by_history is None else merged(by_history, plain)

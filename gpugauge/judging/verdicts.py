@@ -1,0 +1,165 @@
+"""Verdicts, whatever judged them: class baseline, host history or same-GPU A/B.
+
+A metric's :class:`MetricCheck` holds current/reference with its interval, the change the
+reference allows, the verdict, and its :class:`Basis`: which reference decided it. The
+allowed change is also the check's sensitivity, the smallest change it can call: a class
+baseline on a new host allows its runs' spread plus the host-to-host spread (6.5% on an
+H100 with an empty history), the host's own history a few times its night-to-night noise,
+and a same-GPU A/B its minimum effect (1%). A :class:`GateResult` is one result's checks,
+its verdict the worst of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gpugauge.results.metrics import METRICS, Better
+
+
+class Basis(StrEnum):
+    """Which reference decided a check, in the order of precedence (an A/B counts first)."""
+
+    SAME_GPU_AB = "same-GPU A/B"
+    HOST_HISTORY = "host history"
+    CLASS_BASELINE = "class baseline"
+    CLASS_HISTORY = "class history"  # other hosts' runs of a class without a baseline
+    SAVED_RUN = "saved run"  # another run named for the comparison (report --against)
+
+
+class Verdict(StrEnum):
+    """Outcome of one comparison, worst first."""
+
+    REGRESSED = "regressed"
+    INCONCLUSIVE = "inconclusive"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    NEW = "new"  # no baseline entry for this benchmark
+
+
+_ORDER = list(Verdict)
+
+
+def judge(low: float, high: float, tolerance: float, better: Better = Better.LOWER) -> Verdict:
+    """Verdict of a current/baseline ratio known to lie in [low, high]."""
+    above, below = low > 1 + tolerance, high < 1 - tolerance
+    if above or below:
+        worse = above if better is Better.LOWER else below
+        return Verdict.REGRESSED if worse else Verdict.IMPROVED
+    if low >= 1 - tolerance and high <= 1 + tolerance:
+        return Verdict.UNCHANGED
+    return Verdict.INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    """One metric's comparison; ratio is current / reference (worse above 1 for time).
+
+    ``tolerance`` is the relative change the reference allows, which is also how small a
+    change this check can call (its sensitivity); ``basis`` which reference it was.
+    """
+
+    metric: str
+    baseline: float
+    current: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    tolerance: float
+    verdict: Verdict
+    basis: Basis = Basis.CLASS_BASELINE
+
+    @property
+    def allowed(self) -> str:
+        """The bound the ratio must keep, in the metric's direction: '<= 1.030'."""
+        return METRICS[self.metric].allowed(self.tolerance)
+
+    @property
+    def sensitivity(self) -> str:
+        """What this reference can see, in words: 'class baseline: changes beyond 6.5%'."""
+        return f"{self.basis}: changes beyond {self.tolerance:.1%}"
+
+    def describe(self) -> str:
+        """'time 1.102x [1.095, 1.110] vs <= 1.030 allowed (regressed, by class baseline)'."""
+        interval = (
+            "" if self.ci_low == self.ci_high else f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+        )
+        return (
+            f"{self.metric} {self.ratio:.3f}x{interval} vs {self.allowed} allowed "
+            f"({self.verdict}, by {self.basis})"
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MetricCheck:
+        """Read back :meth:`as_dict` (KeyError, ValueError or TypeError if malformed).
+
+        A check saved before checks named their basis was the class baseline's.
+        """
+        return cls(
+            d["metric"],
+            *(float(d[k]) for k in ("baseline", "current", "ratio", "ci_low", "ci_high")),
+            float(d["tolerance"]),
+            Verdict(d["verdict"]),
+            Basis(d.get("basis", Basis.CLASS_BASELINE)),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            **{k: getattr(self, k) for k in self.__dataclass_fields__},
+            "verdict": self.verdict.value,
+            "basis": self.basis.value,
+            "better": METRICS[self.metric].better.value,
+            "allowed": self.allowed,
+        }
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """A benchmark's verdict (the worst of its metrics) and each metric's check.
+
+    ``references`` says, per metric, what judged it where that was not the committed class
+    baseline alone (the history's host-aware reference); empty for the plain gate.
+    """
+
+    id: str
+    family: str
+    device_class: str
+    checks: tuple[MetricCheck, ...]
+    note: str = ""
+    references: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def verdict(self) -> Verdict:
+        """Worst metric verdict; NEW where nothing could be compared."""
+        if not self.checks:
+            return Verdict.NEW
+        return min((c.verdict for c in self.checks), key=_ORDER.index)
+
+    def check(self, metric: str) -> MetricCheck | None:
+        """The check of one metric, if it was compared."""
+        return next((c for c in self.checks if c.metric == metric), None)
+
+    def message(self) -> str:
+        """One line for a failing test or a table."""
+        worst = "; ".join(c.describe() for c in self.checks if c.verdict is self.verdict)
+        said = "; ".join(part for part in (worst, self.note) if part)
+        return f"{self.id}: {self.verdict}: {said}"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], family: str, device_class: str) -> GateResult:
+        """Read back :meth:`as_dict`, stored in a result by the run that judged it."""
+        checks = tuple(MetricCheck.from_dict(c) for c in d["checks"])
+        refs = {str(k): str(v) for k, v in (d.get("references") or {}).items()}
+        return cls(str(d["id"]), family, device_class, checks, str(d.get("note") or ""), refs)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "id": self.id,
+            "verdict": self.verdict.value,
+            "note": self.note,
+            "checks": [c.as_dict() for c in self.checks],
+        } | ({"references": dict(self.references)} if self.references else {})
