@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -466,6 +467,38 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     assert borderline(run) == []  # not gated
 
 
+def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Path) -> None:
+    from gpugauge.ab.settle import decided, regressed
+    from gpugauge.results.runs import load_run
+
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    run = _with_verdict(_saved_run(toy, tmp_path), 1.03, "unchanged", cls)
+    case_id = "test_toy.py::test_spin"
+    slower = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * (1.03 + i / 1e4), 10), i % 2 == 0) for i in range(6)
+    )
+    other = CaseAB("not-in-the-run", "x::y", slower)
+    sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
+    report = ABReport(*sides, (CaseAB(case_id, case_id, slower), other), "cpu", 1.0)
+    (settled,) = decided(run, "a" * 40, report)
+    assert regressed([settled]) == [settled]
+    stored = load_run(run).verdicts[case_id]  # the file says what the job's status says
+    assert stored["verdict"] == "regressed"
+    (check,) = stored["checks"]
+    assert check["basis"] == "same-GPU A/B"
+    assert check["ratio"] == pytest.approx(1.03025, abs=1e-4)
+    assert "decided by a same-GPU A/B against aaaaaaaaaa" in stored["note"]
+    assert (
+        "time was time 1.030x vs <= 1.065 allowed (unchanged, by class baseline)" in stored["note"]
+    )
+    same = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * (1 + (-1) ** i / 1e4), 10), True) for i in range(6)
+    )
+    (again,) = decided(run, "b" * 40, replace(report, cases=(CaseAB(case_id, case_id, same),)))
+    # a later A/B decides again: the latest same-GPU A/B counts
+    assert again.result.verdict.value == "unchanged"
+
+
 def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
     toy: Path, tmp_path: Path
 ) -> None:
@@ -481,7 +514,12 @@ def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
     assert reference_commit(toy, Path("baselines"), "cpu-x", "mine") == accepted
     with pytest.raises(SideError, match="no commit wrote it"):
         reference_commit(toy, Path("baselines"), "cpu-x", "other")
+    # an ephemeral runner's shallow checkout fetches the history it needs
     shallow = tmp_path / "shallow"
     _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{toy}", str(shallow))
-    with pytest.raises(SideError, match="shallow"):
-        reference_commit(shallow, Path("baselines"), "cpu-x", "mine")
+    assert reference_commit(shallow, Path("baselines"), "cpu-x", "mine") == accepted
+    cut_off = tmp_path / "cut-off"  # one that cannot: a clear error
+    _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{toy}", str(cut_off))
+    _git(cut_off, "remote", "remove", "origin")
+    with pytest.raises(SideError, match="shallow and its history could not be fetched"):
+        reference_commit(cut_off, Path("baselines"), "cpu-x", "mine")

@@ -148,6 +148,31 @@ def test_accept_marks_results_as_references(target: str) -> None:
             h.accept("nope")
 
 
+def test_an_ab_that_decided_a_result_is_kept_with_its_pairs(target: str) -> None:
+    from gpugauge.history.records import ABRecord
+
+    pairs = ({"base": {"median_ms": 1.0}, "head": {"median_ms": 1.03}, "base_first": True},)
+    ab = ABRecord("run-1", "a", "nvidia-h100-80gb-hbm3", "c" * 40, "regressed", 1.03, 1.02,
+                  1.04, 0.01, pairs)  # fmt: skip
+    with History.open(target) as h:
+        h.append(run(1), [result("a", 1.0, 1, ok=False), result("a", 1.03, 2), result("b", 1.0)])
+        h.record_ab(ab, result_verdict="regressed", accepted=False, reference="same-GPU A/B")
+        assert h.ab_cases() == [ab]
+        assert h.ab_cases("run-2") == []
+        (last,) = h.points("a")  # the run's last attempt carries the A/B's verdict
+        assert (last.result.attempt, last.result.verdict, last.accepted) == (2, "regressed", False)
+        assert (last.metric.verdict, last.metric.reference) == ("regressed", "same-GPU A/B")
+        assert h.points("b")[0].accepted  # the others are as they were
+        h.record_ab(replace(ab, ratio=1.05), result_verdict="regressed", accepted=False,
+                    reference="again")  # fmt: skip
+        assert [x.ratio for x in h.ab_cases()] == [1.05]  # a second A/B replaces the first
+        with pytest.raises(HistoryError, match="holds no result 'zzz'"):
+            h.record_ab(replace(ab, bench_id="zzz"), result_verdict="x", accepted=True,
+                        reference="")  # fmt: skip
+        h.remove(["run-1"])
+        assert h.ab_cases() == []
+
+
 def test_a_failed_append_writes_nothing(target: str) -> None:
     with History.open(target) as h:
         bad = ResultRecord("x", "f", "c", (MetricRecord("time", float("nan"), 1, 1),))

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpugauge.ab.bisect import bisect, render_bisect
 from gpugauge.ab.render import markdown, terminal
@@ -30,7 +31,11 @@ from gpugauge.ab.verdict import MIN_EFFECT, Schedule
 from gpugauge.check.cli import fraction
 from gpugauge.check.runs import sigterm_as_interrupt
 from gpugauge.flags import number
-from gpugauge.results.files import atomic_write_text, make_dir
+from gpugauge.phrasing import plural
+from gpugauge.results.files import atomic_write_text, make_dir, read_json
+
+if TYPE_CHECKING:
+    from gpugauge.ab.settle import Settled
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OUT = Path("reports") / "ab"
@@ -135,7 +140,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="For every result of a saved gated run that passed against a class "
         "reference (a host with too little history) with a time ratio above 1 + --floor, "
         "run an A/B on this GPU: the commit that last wrote its class baseline against the "
-        "working tree. A case the A/B finds slower fails (exit 1). Exit status: 0 nothing "
+        "working tree. The A/B's verdict becomes the result's: written into RUN.json (and "
+        "its saved gate table), and kept with every pair in the results history the run "
+        "was added to. A case the A/B finds slower fails (exit 1). Exit status: 0 nothing "
         "slower or nothing to confirm, 1 a case slower, 2 bad input, 130 interrupted.",
     )
     conf.add_argument("run", type=Path, metavar="RUN.json", help="a gated run's saved JSON")
@@ -147,6 +154,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     conf.add_argument(
         "--baselines-dir", type=Path, default=Path("baselines"), help="default: baselines"
+    )
+    conf.add_argument(
+        "--history",
+        help="the results history the run was added to, where the A/Bs are kept "
+        "(default: $GPUGAUGE_HISTORY, else .benchmarks/gpugauge-history.sqlite)",
     )
     _shared(conf)
     conf.set_defaults(func=confirm_command)
@@ -274,9 +286,29 @@ def bisect_command(args: argparse.Namespace) -> int:
     return _guarded("bisect", body)
 
 
+def _keep(args: argparse.Namespace, settled: Sequence[Settled]) -> None:
+    """Keep the A/Bs in the history the run was added to; a history out of reach is said."""
+    from gpugauge.ab.settle import kept
+    from gpugauge.history.records import HistoryError
+    from gpugauge.history.store import default_target
+    from gpugauge.history.targets import redact
+
+    run_id = (read_json(args.run).get("gpugauge") or {}).get("history_run_id")
+    if not settled or not isinstance(run_id, str):
+        return
+    target = args.history or default_target()
+    try:
+        n = kept(target, run_id, settled)
+    except (HistoryError, OSError) as err:
+        print(f"gpugauge confirm: the A/Bs were not kept in the history: {err}", file=sys.stderr)
+        return
+    print(f"gpugauge confirm: {plural(n, 'A/B')} kept with run {run_id} in {redact(target)}")
+
+
 def confirm_command(args: argparse.Namespace) -> int:
     """``gpugauge confirm``."""
     from gpugauge.ab.confirm import borderline, by_reference
+    from gpugauge.ab.settle import decided, regressed
     from gpugauge.results.runs import load_run
 
     def body() -> int:
@@ -299,7 +331,11 @@ def confirm_command(args: argparse.Namespace) -> int:
             args.pytest_args = [*given, *(c.nodeid for c in group)]
             report = run_ab(args, ref, WORKING_TREE, args.out / ref[:10])
             print("\n" + terminal(report))
-            if report.slower or report.problems:
+            settled = decided(args.run, ref, report)
+            for s in settled:
+                print(f"  {s.result.message()}")
+            _keep(args, settled)
+            if regressed(settled) or report.slower or report.problems:
                 status = EXIT_FAILED
         return status
 

@@ -75,16 +75,35 @@ def _nodeids(path: Path) -> dict[str, str]:
 
 def reference_commit(repo: Path, baselines: Path, device_class: str, family: str) -> str:
     """The commit that last wrote a class baseline: the build its numbers accepted."""
-    if git(repo, "rev-parse", "--is-shallow-repository") == "true":
-        raise SideError(
-            "the checkout is shallow: the commit that accepted the baselines is not in it "
-            "(check out with full history, e.g. actions/checkout's fetch-depth: 0)"
-        )
+    deepened(repo)
     target = baselines / device_class / f"{family}.json"
     found = git(repo, "log", "-1", "--format=%H", "--", str(target))
     if not found:
         raise SideError(f"{target}: no commit wrote it (not a committed baseline)")
     return found
+
+
+def deepened(repo: Path) -> None:
+    """Fetch the whole history into a shallow checkout (an ephemeral runner's default).
+
+    The commit that accepted a baseline is further back than a shallow clone reaches;
+    SideError where the fetch fails (no remote, no network).
+    """
+    if git(repo, "rev-parse", "--is-shallow-repository") != "true":
+        return
+    print("gpugauge confirm: the checkout is shallow; fetching its history", flush=True)
+    try:
+        git(repo, "fetch", "--quiet", "--unshallow")
+        why = "no remote to fetch it from"  # git fetches nothing and says nothing
+    except SideError as err:
+        why = str(err)
+    # still shallow, its oldest commit would seem to have written every baseline
+    if git(repo, "rev-parse", "--is-shallow-repository") == "true":
+        raise SideError(
+            "the checkout is shallow and its history could not be fetched, so the commit "
+            "that accepted the baselines is not in it (check out with full history, e.g. "
+            f"actions/checkout's fetch-depth: 0): {why}"
+        )
 
 
 def by_reference(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpugauge.ab.verdict import Outcome, PairedRatio, Schedule, decide, paired_ratio
+from gpugauge.judging.verdicts import Basis, MetricCheck, Verdict
 
 NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 # a second side's skip reason where the first side's run of the test had nothing to pair
@@ -156,6 +157,29 @@ class CaseAB:
         return _median([p.head.median_ms for p in self.kept])
 
     @property
+    def check(self) -> MetricCheck | None:
+        """The A/B as the judge's time check (head against base); None without an interval.
+
+        slower is *regressed*, faster *improved*, same *unchanged*, need more samples
+        *inconclusive*; what it can see is the minimum effect.
+        """
+        r, outcome = self.ratio, self.outcome
+        if r is None or outcome is None or not r.has_interval:
+            return None
+        base, head = self.base_ms or 0.0, self.head_ms or 0.0
+        return MetricCheck(
+            "time",
+            base,
+            head,
+            r.ratio,
+            r.ci_low,
+            r.ci_high,
+            self.schedule.min_effect,
+            _VERDICTS[outcome],
+            Basis.SAME_GPU_AB,
+        )
+
+    @property
     def remeasured(self) -> int:
         """Pairs measured again because their clocks were too far apart."""
         return sum(not p.kept for p in self.pairs)
@@ -181,6 +205,14 @@ class CaseAB:
             "wall_s": self.wall_s,
             "pairs": [p.as_dict() for p in self.pairs],
         }
+
+
+_VERDICTS = {
+    Outcome.SLOWER: Verdict.REGRESSED,
+    Outcome.FASTER: Verdict.IMPROVED,
+    Outcome.SAME: Verdict.UNCHANGED,
+    Outcome.NEED_MORE: Verdict.INCONCLUSIVE,
+}
 
 
 def _median(xs: list[float]) -> float | None:

@@ -12,6 +12,7 @@ read back with its run: the unit that references and change points work on.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -154,6 +155,32 @@ class ResultRecord:
     def metric(self, name: str) -> MetricRecord | None:
         """One metric's record, if the result holds it."""
         return next((m for m in self.metrics if m.metric == name), None)
+
+
+@dataclass(frozen=True)
+class ABRecord:
+    """A same-GPU A/B that decided one result of a run: its time verdict and every pair.
+
+    ``base_commit`` is the build it was compared against; ``ratio`` head/base with its
+    CI; ``pairs`` each pair's two blocks as :meth:`gpugauge.ab.result.Pair.as_dict` gives.
+    """
+
+    run_id: str
+    bench_id: str
+    device_class: str
+    base_commit: str
+    verdict: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    min_effect: float
+    pairs: tuple[dict[str, Any], ...]
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> ABRecord:
+        """From an ``ab_cases`` row (its columns in table order)."""
+        *head, pairs = row
+        return cls(*head, pairs=tuple(json.loads(pairs)))
 
 
 @dataclass(frozen=True)

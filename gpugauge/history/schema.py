@@ -15,7 +15,7 @@ from __future__ import annotations
 from gpugauge.history.backends import Backend, Tx
 from gpugauge.history.records import HistoryError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = (
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
@@ -133,9 +133,27 @@ _V2 = (
     "CREATE INDEX runs_by_host ON runs (host, time_utc)",
 )
 
+# Version 3: the same-GPU A/Bs that decided a run's results (``gpugauge confirm``), each
+# with its pairs (JSON: every block's median, clock and power, and the order they ran in).
+_V3 = (
+    """CREATE TABLE ab_cases (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        bench_id TEXT NOT NULL,
+        device_class TEXT NOT NULL,
+        base_commit TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        ratio DOUBLE PRECISION NOT NULL,
+        ci_low DOUBLE PRECISION NOT NULL,
+        ci_high DOUBLE PRECISION NOT NULL,
+        min_effect DOUBLE PRECISION NOT NULL,
+        pairs TEXT NOT NULL,
+        PRIMARY KEY (run_id, bench_id, device_class)
+    )""",
+)
+
 # UPGRADES[v] takes the tables from version v - 1 to v (0: an empty database).
-UPGRADES: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
-OUR_TABLES = {"schema_version", "runs", "results", "metrics"}
+UPGRADES: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
+OUR_TABLES = {"schema_version", "runs", "results", "metrics", "ab_cases"}
 
 
 def _version(backend: Backend, tx: Tx) -> int:

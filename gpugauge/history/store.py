@@ -14,6 +14,7 @@ row as a pandas DataFrame.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from gpugauge.history.columns import (
     select_sql,
 )
 from gpugauge.history.records import (
+    ABRecord,
     HistoryError,
     Point,
     ResultRecord,
@@ -323,6 +325,7 @@ class History(Windows):
                 removed[run_id] = tx.query(
                     "SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)
                 )[0][0]
+                tx.execute("DELETE FROM ab_cases WHERE run_id = ?", (run_id,))
                 tx.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
                 tx.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
                 tx.execute("DELETE FROM runs WHERE id = ?", (run_id,))
@@ -357,6 +360,66 @@ class History(Windows):
                     f"it holds {some(held)}"
                 )
             return tx.execute(sql, params)
+
+    def record_ab(
+        self, case: ABRecord, *, result_verdict: str, accepted: bool, reference: str
+    ) -> None:
+        """Keep the same-GPU A/B that decided one result of a stored run, with its pairs.
+
+        In one transaction: the A/B (one row per run and case; a second A/B of the case
+        replaces the first), and the verdict it gave, on the result's last attempt and its
+        time metric, which then says which reference decided it. A run or case the
+        history does not hold is a HistoryError.
+        """
+        run_id = case.run_id
+        key = (run_id, case.bench_id, case.device_class)
+        where = "run_id = ? AND bench_id = ? AND device_class = ?"
+        self._windows.clear()
+        with self._db.transaction() as tx:
+            found = tx.query(f"SELECT MAX(attempt) FROM results WHERE {where}", key)
+            if not found or found[0][0] is None:
+                raise HistoryError(
+                    f"history {self.where}: run {run_id!r} holds no result "
+                    f"{case.bench_id!r} on {case.device_class}"
+                )
+            attempt = found[0][0]
+            tx.execute(f"DELETE FROM ab_cases WHERE {where}", key)
+            tx.execute(
+                "INSERT INTO ab_cases (run_id, bench_id, device_class, base_commit, verdict, "
+                "ratio, ci_low, ci_high, min_effect, pairs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    *key,
+                    case.base_commit,
+                    case.verdict,
+                    case.ratio,
+                    case.ci_low,
+                    case.ci_high,
+                    case.min_effect,
+                    json.dumps(case.pairs),
+                ),
+            )
+            tx.execute(
+                f"UPDATE results SET verdict = ?, accepted = ? WHERE {where} AND attempt = ?",
+                (result_verdict, int(accepted), *key, attempt),
+            )
+            tx.execute(
+                f"UPDATE metrics SET verdict = ?, reference = ? WHERE {where} AND attempt = ? "
+                "AND metric = 'time'",
+                (case.verdict, reference, *key, attempt),
+            )
+
+    def ab_cases(self, run_id: str | None = None) -> list[ABRecord]:
+        """The A/Bs kept with the runs (one run's, or all), in run and case order."""
+        sql = (
+            "SELECT run_id, bench_id, device_class, base_commit, verdict, ratio, ci_low, "
+            "ci_high, min_effect, pairs FROM ab_cases"
+        )
+        params: tuple[str, ...] = ()
+        if run_id is not None:
+            sql, params = sql + " WHERE run_id = ?", (run_id,)
+        with self._db.transaction(write=False) as tx:
+            rows = tx.query(sql + " ORDER BY run_id, bench_id, device_class", params)
+        return [ABRecord.from_row(r) for r in rows]
 
     def to_frame(self) -> Any:
         """Every metric row with its result and run, as a pandas DataFrame (one row each)."""

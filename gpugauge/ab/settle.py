@@ -1,0 +1,117 @@
+"""A confirming A/B's verdict made the result's own: in the gated run's file and its history.
+
+``gpugauge confirm`` A/Bs a gated run's borderline results; the A/B's time check then
+decides each of them (:func:`gpugauge.judging.judge.overruled`), and says so: the run file's
+stored verdicts and its saved gate table are rewritten (atomically), and, where the run was
+added to a results history, the history keeps the A/B with every pair, and the verdict it
+gave becomes the stored result's (a slower result stops being a reference for later runs).
+The report drawn from the file afterwards shows the same verdict as the job's exit status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpugauge.ab.result import ABReport, CaseAB
+from gpugauge.history.records import ABRecord
+from gpugauge.judging.judge import overruled
+from gpugauge.judging.verdicts import GateResult, Verdict
+from gpugauge.report.tables import gate_table, uncertain_ids, unsampled_ids
+from gpugauge.results.files import atomic_write_json, read_json
+from gpugauge.results.runs import SavedRun, load_run
+
+NOT_RUN = "in the baseline but not run: "  # the saved gate table's last line, kept as it was
+
+
+@dataclass(frozen=True)
+class Settled:
+    """One result decided by an A/B: its verdict now, and the A/B that decided it."""
+
+    result: GateResult
+    case: CaseAB
+    base_commit: str
+
+
+def decided(run: Path, base_commit: str, report: ABReport) -> list[Settled]:
+    """Each A/B'd result of ``run`` with its verdict decided by its A/B; the file rewritten.
+
+    A case the A/B could not decide (no interval: a side skipped or failed it) keeps the
+    verdict it had.
+    """
+    saved = load_run(run)
+    by_id = {m.id: m for m in saved.measurements}
+    checks = {c.id: c for c in report.cases if c.check is not None and c.id in saved.verdicts}
+    out = []
+    data = read_json(run)
+    for bench in data.get("benchmarks", []):
+        info = bench.get("extra_info") or {}
+        case = checks.get(str(info.get("id")))
+        if case is None or case.check is None or not isinstance(info.get("gate"), dict):
+            continue
+        m = by_id[case.id]
+        before = GateResult.from_dict(info["gate"], m.spec.family, m.device_class)
+        note = f"decided by a same-GPU A/B against {base_commit[:10]}"
+        after = overruled(before, case.check, note)
+        info["gate"] = after.as_dict()
+        out.append(Settled(after, case, base_commit))
+    if out:
+        _retable(data, saved)
+        atomic_write_json(run, data)
+    return out
+
+
+def _retable(data: dict[str, Any], saved: SavedRun) -> None:
+    """The run file's saved gate table, drawn again from the verdicts it now stores."""
+    tables = (data.get("gpugauge") or {}).get("tables")
+    if not isinstance(tables, dict) or "gate" not in tables:
+        return
+    gates = {}
+    for bench in data.get("benchmarks", []):
+        info = bench.get("extra_info") or {}
+        if isinstance(info.get("gate"), dict):
+            gates[str(info.get("id"))] = info["gate"]
+    ms = [m for m in saved.measurements if m.id in gates]
+    results = [GateResult.from_dict(gates[m.id], m.spec.family, m.device_class) for m in ms]
+    old = str(tables["gate"])
+    missing = old.split(NOT_RUN, 1)[1].strip().split(", ") if NOT_RUN in old else []
+    tables["gate"] = gate_table(results, missing, uncertain_ids(ms), unsampled_ids(ms))
+
+
+def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
+    """Keep each A/B, with its pairs and the verdict it gave, in the run's history.
+
+    How many were kept; HistoryError where the history cannot be written or lacks the run.
+    """
+    from gpugauge.history.judge import accepted
+    from gpugauge.history.store import History
+
+    with History.open(target) as history:
+        for s in settled:
+            check = s.case.check
+            assert check is not None
+            history.record_ab(
+                ABRecord(
+                    run_id,
+                    s.result.id,
+                    s.result.device_class,
+                    s.base_commit,
+                    check.verdict.value,
+                    check.ratio,
+                    check.ci_low,
+                    check.ci_high,
+                    check.tolerance,
+                    tuple(p.as_dict() for p in s.case.pairs),
+                ),
+                result_verdict=s.result.verdict.value,
+                accepted=accepted(s.result.verdict),
+                reference=f"{check.basis} against {s.base_commit[:10]}",
+            )
+    return len(settled)
+
+
+def regressed(settled: Sequence[Settled]) -> list[Settled]:
+    """The results an A/B found slower: what fails the job."""
+    return [s for s in settled if s.result.verdict is Verdict.REGRESSED]
