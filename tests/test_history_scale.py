@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpugauge.history import changepoints
 from gpugauge.history.changepoints import RECENT_RUNS, case_changes, pelt
 from gpugauge.history.cli import main
 from gpugauge.history.judge import judge_case
@@ -153,3 +154,24 @@ def test_a_nightly_history_is_built_through_the_store(tmp_path: Path) -> None:
         assert h.metrics() == ["memory", "time"]
         assert h.runs_per_host() == {f"GPU-{i:04x}{'0' * 28}": 3 for i in (1, 2)}
     assert nightly_case(0)[0] == "family-a-case00-fp32"
+
+
+@pytest.mark.parametrize("step", [0.0, 0.03])
+def test_a_class_is_searched_again_only_when_its_offsets_moved(
+    monkeypatch: pytest.MonkeyPatch, step: float
+) -> None:
+    """The class series is searched a second time with host offsets from the steps the
+    first search found. Where it found none, the offsets and so the search are the
+    same: searching again was a third of a flat case's time."""
+    searched: list[int] = []
+    real = changepoints.pelt
+
+    def counted(z: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
+        searched.append(z.size)
+        return real(z, penalty, min_size)
+
+    monkeypatch.setattr(changepoints, "pelt", counted)
+    points = series(Scenario(nights=30, step=step, step_night=20), seed=1)
+    found = case_changes(points)
+    assert bool(found) == bool(step)
+    assert sorted(searched) == ([30, 30, 60, 60] if step else [30, 30, 60])  # hosts, class

@@ -388,6 +388,8 @@ def detect(
         for _ in range(2):  # offsets from the segments found so far, then segments again
             adjusted = x - _offsets(x, hosts, cuts)
             found = _confirmed(adjusted, _candidates(adjusted, policy), policy)
+            if [b for b, *_ in found] == cuts:  # the same offsets again: the same steps
+                break
             cuts = [b for b, *_ in found]
     else:
         found = _confirmed(adjusted, _candidates(adjusted, policy), policy)
