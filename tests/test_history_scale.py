@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from gpugauge.history import changepoints
-from gpugauge.history.changepoints import RECENT_RUNS, case_changes, pelt
+from gpugauge.history.changepoints import RECENT_RUNS, case_changes
 from gpugauge.history.cli import main
 from gpugauge.history.judge import judge_case
+from gpugauge.history.pelt import pelt, pelt_many
 from gpugauge.history.records import MetricRecord
 from gpugauge.history.store import History
 from gpugauge.history.synthetic import (
@@ -164,14 +165,39 @@ def test_a_class_is_searched_again_only_when_its_offsets_moved(
     first search found. Where it found none, the offsets and so the search are the
     same: searching again was a third of a flat case's time."""
     searched: list[int] = []
-    real = changepoints.pelt
+    real = changepoints.pelt_many
 
-    def counted(z: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
-        searched.append(z.size)
-        return real(z, penalty, min_size)
+    def counted(zs: list[np.ndarray], penalties: list[float], min_size: int) -> list[list[int]]:
+        searched.extend(z.size for z in zs)
+        return real(zs, penalties, min_size)
 
-    monkeypatch.setattr(changepoints, "pelt", counted)
+    monkeypatch.setattr(changepoints, "pelt_many", counted)
     points = series(Scenario(nights=30, step=step, step_night=20), seed=1)
     found = case_changes(points)
     assert bool(found) == bool(step)
     assert sorted(searched) == ([30, 30, 60, 60] if step else [30, 30, 60])  # hosts, class
+
+
+def test_series_searched_together_find_what_each_finds_alone() -> None:
+    """pelt_many searches series of one length in one numpy operation a step; each must
+    get exactly what it gets alone, whatever else is searched with it."""
+    rng = np.random.default_rng(5)
+    zs, penalties = [], []
+    for i in range(60):
+        z = rng.standard_normal(int(rng.choice([4, 9, 30, 31, 60])))
+        z[z.size // 2 :] += 3.0 * (i % 3 == 0)
+        zs.append(np.round(z, 1) if i % 4 == 0 else z)  # ties, too
+        penalties.append(float(rng.choice([0.5, 3 * math.log(z.size), 12.0])))
+    for min_size in (1, 2, 3):
+        alone = [pelt(z, p, min_size) for z, p in zip(zs, penalties, strict=True)]
+        assert pelt_many(zs, penalties, min_size) == alone
+
+
+def test_cases_searched_together_find_what_each_finds_alone() -> None:
+    cases = [
+        series(Scenario(nights=n, step=s, step_night=n - 6), seed=k)
+        for k, (n, s) in enumerate([(30, 0.03), (30, 0.0), (24, 0.05), (40, 0.02)])
+    ]
+    together = changepoints.changes_of_cases(cases)
+    assert any(together)
+    assert together == [case_changes(points) for points in cases]

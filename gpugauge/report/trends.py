@@ -2,8 +2,8 @@
 
 :func:`load_trends` reads, for every timed case of the current run, the case's time on its
 device class over every run and host of the history (:meth:`History.points`), its change
-points (:func:`~gpugauge.history.changepoints.case_changes`, per host and over the class)
-and the reference that judged its latest run (:func:`~gpugauge.history.reference.
+points (:func:`~gpugauge.history.changepoints.changes_of_cases`, per host and over the
+class) and the reference that judged its latest run (:func:`~gpugauge.history.reference.
 reference_for` on the runs before it, with the committed class baseline and the case's
 tolerance, as a gated run judges), and, in the same read, the steps of the run's exact
 metrics (memory, counts). :class:`TrendChart` draws them as small multiples,
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, case_changes
+from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, changes_of_cases
 from gpugauge.history.judge import baseline_reference
 from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import BaselineRef, Reference, reference_for
@@ -90,9 +90,11 @@ def load_trends(
                 ref = latest_reference(found, floor, base)
                 if ref is not None:
                     bands[m.id] = ref
-            for m in run.measurements:
-                for name in exact:  # the history's, also those this run did not read
-                    steps += case_changes(recent.get((m.id, m.device_class, name), []))
+            # the history's exact metrics, also those this run did not read
+            held = [
+                recent.get((m.id, m.device_class, n), []) for m in run.measurements for n in exact
+            ]
+            steps = [c for found in changes_of_cases(held) for c in found]
     except (HistoryError, OSError) as err:
         return {}, {}, [], f"no trend chart: {err}"
     if not points:
@@ -133,7 +135,7 @@ def changes_of(
     trends: Mapping[str, Sequence[Point]], more: Sequence[ChangePoint] = ()
 ) -> tuple[ChangePoint, ...]:
     """Every change point of every case (``more``: found elsewhere), largest step first."""
-    found = [c for pts in trends.values() for c in case_changes(pts)] + list(more)
+    found = [c for steps in changes_of_cases(list(trends.values())) for c in steps] + list(more)
     return tuple(sorted(found, key=lambda c: -c.magnitude))
 
 
