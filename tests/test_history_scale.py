@@ -34,6 +34,8 @@ from gpugauge.history.synthetic import (
 )
 from gpugauge.regress.tolerances import Tolerance
 
+from .test_history_store import pg_url, target  # noqa: F401  (the fixtures)
+
 
 def _ruptures_pelt(z: np.ndarray, penalty: float, min_size: int) -> list[int]:
     """ruptures' own PELT with the l2 cost: the reference :func:`pelt` must equal."""
@@ -58,7 +60,7 @@ def test_numpy_pelt_finds_what_ruptures_finds(seed: int) -> None:
             assert pelt(z, penalty, min_size) == _ruptures_pelt(z, penalty, min_size)
 
 
-def _mixed_history(path: Path, seed: int) -> History:
+def _mixed_history(path: Path | str, seed: int) -> History:
     """Three hosts, 40 nights, a step; some results not accepted, some measured twice."""
     rng = np.random.default_rng(seed)
     scenario = Scenario(
@@ -110,11 +112,12 @@ def test_judging_reads_a_window_and_judges_as_every_point_would(tmp_path: Path, 
             assert bool(any(windowed.values())) == bool(any(every.values()))
 
 
-def test_recent_points_are_each_hosts_last_runs(tmp_path: Path) -> None:
-    with _mixed_history(tmp_path / "h.sqlite", 1) as h:
-        recent = h.recent_points(["time"], 10)
-        [(key, points)] = recent.items()
-        assert key == ("synthetic-case", CLASS, "time")
+def test_recent_points_are_each_hosts_last_runs(target: str) -> None:  # noqa: F811
+    """On SQLite and PostgreSQL: the window's runs are read apart from its metric rows."""
+    with _mixed_history(target, 1) as h:
+        recent = h.recent_points(["time", "energy"], 10)
+        assert set(recent) == {("synthetic-case", CLASS, m) for m in ("time", "energy")}
+        points = recent[("synthetic-case", CLASS, "time")]
         every = h.points("synthetic-case", "time", CLASS)
         last = {
             host: {q.run.id for q in [q for q in every if q.host == host][-10:]}
@@ -124,6 +127,9 @@ def test_recent_points_are_each_hosts_last_runs(tmp_path: Path) -> None:
         assert [p.run.id for p in points] == [p.run.id for p in expected]
         assert [p.result.attempt for p in points] == [p.result.attempt for p in expected]
         assert h.points("synthetic-case", "time", CLASS, last=10) == points
+        energy = recent[("synthetic-case", CLASS, "energy")]
+        assert h.points("synthetic-case", "energy", CLASS, last=10) == energy
+        assert h.recent_points(["time"], 10, ["no-such-case"]) == {}
 
 
 def test_changes_search_each_hosts_recent_runs_and_say_so(
