@@ -146,7 +146,17 @@ def runs_in(trends: Mapping[str, Sequence[Point]]) -> int:
 
 def charted(trends: Mapping[str, Sequence[Point]]) -> dict[str, Sequence[Point]]:
     """The cases whose trend is drawn: those with :data:`MIN_RUNS` or more runs."""
-    return {k: pts for k, pts in trends.items() if runs_in({k: pts}) >= MIN_RUNS}
+    return {k: pts for k, pts in trends.items() if _runs_reach(pts, MIN_RUNS)}
+
+
+def _runs_reach(points: Sequence[Point], runs: int) -> bool:
+    """Whether ``points`` hold ``runs`` distinct runs: read until they do, not every run."""
+    seen: set[str] = set()
+    for p in points:
+        seen.add(p.run.id)
+        if len(seen) >= runs:
+            return True
+    return False
 
 
 def too_few_runs(trends: Mapping[str, Sequence[Point]], source: str) -> str:
@@ -165,12 +175,15 @@ def moved_most(trends: Mapping[str, Sequence[Point]], changes: Sequence[ChangePo
 
     By their largest change point, then by the span of their medians (max/min); then id.
     """
+    largest: dict[str, float] = {}
+    for c in changes:
+        if c.metric == METRIC:
+            largest[c.bench_id] = max(largest.get(c.bench_id, 0.0), c.magnitude)
 
     def score(case: str) -> tuple[float, float, str]:
-        steps = [c.magnitude for c in changes if c.bench_id == case and c.metric == METRIC]
         medians = [p.median for p in trends[case] if p.median > 0]
         span = math.log(max(medians) / min(medians)) if medians else 0.0
-        return (-max(steps, default=0.0), -span, case)
+        return (-largest.get(case, 0.0), -span, case)
 
     return sorted(trends, key=score)
 
