@@ -253,7 +253,8 @@ class History(Windows):
 
         Runs are kept for the History's life (cleared by a removal): a command that reads
         many cases builds each run once, not once per case. ``run_ids``: the rows hold
-        only the run's id, and its record was read before (:meth:`_read_runs`).
+        only the run's id, and its record was read before
+        (:meth:`~gpugauge.history.windows.Windows.recent_points` reads them first).
         """
         nr, ns = 1 if run_ids else len(RUN_COLUMNS.split(",")), len(RESULT_COLUMNS.split(",")) - 1
         nm = len(METRIC_COLUMNS.split(",")) - METRIC_KEY

@@ -21,15 +21,19 @@ from gpugauge.history.columns import (
     run_of,
     select_sql,
 )
-from gpugauge.history.records import Point
+from gpugauge.history.records import Point, RunRecord
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 
 
 class Windows:
-    """Windowed reads; the class using it gives ``_db``, ``_windows`` and the row readers."""
+    """Windowed reads.
+
+    The class using it gives ``_db``, ``_windows``, ``_run_records`` and the row readers.
+    """
 
     _db: Backend
     _windows: dict[int, tuple[dict[str, str], list[str]]]
+    _run_records: dict[str, RunRecord]
 
     def _points_of(self, rows: Iterable[tuple[Any, ...]], run_ids: bool = False) -> Iterator[Point]:
         raise NotImplementedError
