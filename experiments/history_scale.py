@@ -12,10 +12,11 @@ in a fresh process pinned to one CPU core (``taskset -c 0``):
 Usage: ``python -m experiments.history_scale FOLDER [RUNS ...]`` (default runs: 30 366
 1095 4400); a history already built in FOLDER is reused. Prints one Markdown row per size.
 
-Answer (2026-11-27, the shared 2-core machine): at 4,400 runs ``history changes`` 2.4 s
-of CPU, the report 11.0 s (flat from 366 runs on: most of it is drawing), judging 3.1 s,
-and export 33 s in 58 MiB; before, ``changes`` ran past 600 s and export took 1.4 GB.
-The table before and after is in docs/history.md, "Scale".
+Answer (2026-11-27, the shared 2-core machine, one core): at 4,400 runs ``history
+changes`` 1.3 s of CPU, the report 5.8 s (5.9 s wall; flat from 366 runs on, half of it
+drawing the four trend figures), judging 2.0 s, and export 31.5 s in 66 MiB; at first,
+``changes`` ran past 600 s and export took 1.4 GB. The numbers before and after are in
+docs/history.md, "Scale".
 """
 
 from __future__ import annotations

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from gpugauge.ab.verdict import t_quantile
 from gpugauge.history.judge import accepted, judge_case, judge_metric
 from gpugauge.history.records import MetricRecord, Point, ResultRecord
 from gpugauge.history.reference import (
+    SMALL_SAMPLE_QUANTILE,
     ReferencePolicy,
     reference_for,
     small_sample_factor,
@@ -221,3 +226,27 @@ def test_a_policy_that_cannot_work_is_refused() -> None:
         ReferencePolicy(runs=1)
     with pytest.raises(ValueError, match="runs >= 2"):
         ReferencePolicy(runs=10, spread_runs=5)
+
+
+def test_students_t_comes_without_importing_scipy_stats() -> None:
+    """Issue 38: importing scipy.stats for one quantile took 0.6 s of every report and every
+    gated session; scipy.special gives the same numbers (what scipy.stats calls)."""
+    from scipy import stats
+
+    q = SMALL_SAMPLE_QUANTILE
+    for n in (2, 5, 10, 20, 61, 1000):
+        assert small_sample_factor(n) == stats.t.ppf(q, n - 1) / stats.norm.ppf(q)
+        assert t_quantile(0.975, n - 1) == stats.t.ppf(0.975, n - 1)
+    code = (
+        "import sys\n"
+        "import gpugauge.report.document, gpugauge.tracking\n"
+        "from gpugauge.history.reference import small_sample_factor\n"
+        "from gpugauge.ab.verdict import t_quantile\n"
+        "small_sample_factor(5), t_quantile(0.975, 4)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpugauge.history.changepoints import RECENT_RUNS, case_changes, pelt
+from gpugauge.history import changepoints
+from gpugauge.history.changepoints import RECENT_RUNS, case_changes
 from gpugauge.history.cli import main
 from gpugauge.history.judge import judge_case
+from gpugauge.history.pelt import pelt, pelt_many
 from gpugauge.history.records import MetricRecord
 from gpugauge.history.store import History
 from gpugauge.history.synthetic import (
@@ -31,6 +33,8 @@ from gpugauge.history.synthetic import (
     series,
 )
 from gpugauge.regress.tolerances import Tolerance
+
+from .test_history_store import pg_url, target  # noqa: F401  (the fixtures)
 
 
 def _ruptures_pelt(z: np.ndarray, penalty: float, min_size: int) -> list[int]:
@@ -56,7 +60,7 @@ def test_numpy_pelt_finds_what_ruptures_finds(seed: int) -> None:
             assert pelt(z, penalty, min_size) == _ruptures_pelt(z, penalty, min_size)
 
 
-def _mixed_history(path: Path, seed: int) -> History:
+def _mixed_history(path: Path | str, seed: int) -> History:
     """Three hosts, 40 nights, a step; some results not accepted, some measured twice."""
     rng = np.random.default_rng(seed)
     scenario = Scenario(
@@ -108,11 +112,12 @@ def test_judging_reads_a_window_and_judges_as_every_point_would(tmp_path: Path, 
             assert bool(any(windowed.values())) == bool(any(every.values()))
 
 
-def test_recent_points_are_each_hosts_last_runs(tmp_path: Path) -> None:
-    with _mixed_history(tmp_path / "h.sqlite", 1) as h:
-        recent = h.recent_points(["time"], 10)
-        [(key, points)] = recent.items()
-        assert key == ("synthetic-case", CLASS, "time")
+def test_recent_points_are_each_hosts_last_runs(target: str) -> None:  # noqa: F811
+    """On SQLite and PostgreSQL: the window's runs are read apart from its metric rows."""
+    with _mixed_history(target, 1) as h:
+        recent = h.recent_points(["time", "energy"], 10)
+        assert set(recent) == {("synthetic-case", CLASS, m) for m in ("time", "energy")}
+        points = recent[("synthetic-case", CLASS, "time")]
         every = h.points("synthetic-case", "time", CLASS)
         last = {
             host: {q.run.id for q in [q for q in every if q.host == host][-10:]}
@@ -122,6 +127,9 @@ def test_recent_points_are_each_hosts_last_runs(tmp_path: Path) -> None:
         assert [p.run.id for p in points] == [p.run.id for p in expected]
         assert [p.result.attempt for p in points] == [p.result.attempt for p in expected]
         assert h.points("synthetic-case", "time", CLASS, last=10) == points
+        energy = recent[("synthetic-case", CLASS, "energy")]
+        assert h.points("synthetic-case", "energy", CLASS, last=10) == energy
+        assert h.recent_points(["time"], 10, ["no-such-case"]) == {}
 
 
 def test_changes_search_each_hosts_recent_runs_and_say_so(
@@ -153,3 +161,49 @@ def test_a_nightly_history_is_built_through_the_store(tmp_path: Path) -> None:
         assert h.metrics() == ["memory", "time"]
         assert h.runs_per_host() == {f"GPU-{i:04x}{'0' * 28}": 3 for i in (1, 2)}
     assert nightly_case(0)[0] == "family-a-case00-fp32"
+
+
+@pytest.mark.parametrize("step", [0.0, 0.03])
+def test_a_class_is_searched_again_only_when_its_offsets_moved(
+    monkeypatch: pytest.MonkeyPatch, step: float
+) -> None:
+    """The class series is searched a second time with host offsets from the steps the
+    first search found. Where it found none, the offsets and so the search are the
+    same: searching again was a third of a flat case's time."""
+    searched: list[int] = []
+    real = changepoints.pelt_many
+
+    def counted(zs: list[np.ndarray], penalties: list[float], min_size: int) -> list[list[int]]:
+        searched.extend(z.size for z in zs)
+        return real(zs, penalties, min_size)
+
+    monkeypatch.setattr(changepoints, "pelt_many", counted)
+    points = series(Scenario(nights=30, step=step, step_night=20), seed=1)
+    found = case_changes(points)
+    assert bool(found) == bool(step)
+    assert sorted(searched) == ([30, 30, 60, 60] if step else [30, 30, 60])  # hosts, class
+
+
+def test_series_searched_together_find_what_each_finds_alone() -> None:
+    """pelt_many searches series of one length in one numpy operation a step; each must
+    get exactly what it gets alone, whatever else is searched with it."""
+    rng = np.random.default_rng(5)
+    zs, penalties = [], []
+    for i in range(60):
+        z = rng.standard_normal(int(rng.choice([4, 9, 30, 31, 60])))
+        z[z.size // 2 :] += 3.0 * (i % 3 == 0)
+        zs.append(np.round(z, 1) if i % 4 == 0 else z)  # ties, too
+        penalties.append(float(rng.choice([0.5, 3 * math.log(z.size), 12.0])))
+    for min_size in (1, 2, 3):
+        alone = [pelt(z, p, min_size) for z, p in zip(zs, penalties, strict=True)]
+        assert pelt_many(zs, penalties, min_size) == alone
+
+
+def test_cases_searched_together_find_what_each_finds_alone() -> None:
+    cases = [
+        series(Scenario(nights=n, step=s, step_night=n - 6), seed=k)
+        for k, (n, s) in enumerate([(30, 0.03), (30, 0.0), (24, 0.05), (40, 0.02)])
+    ]
+    together = changepoints.changes_of_cases(cases)
+    assert any(together)
+    assert together == [case_changes(points) for points in cases]

@@ -8,12 +8,16 @@ why it has no trend chart, and creates no history.
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import pytest
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_hex
 
 from gpugauge.__main__ import main
 from gpugauge.history.records import Point
@@ -22,7 +26,15 @@ from gpugauge.history.synthetic import CASE, CLASS, FAMILY, Scenario, series
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.report.data import ReportData
 from gpugauge.report.document import collect
-from gpugauge.report.trends import TREND_CHARTS, TrendChart, moved_most
+from gpugauge.report.trends import (
+    LABELLED_STEPS,
+    TREND_CHARTS,
+    X_TICKS,
+    Y_TICKS,
+    TrendChart,
+    changes_of,
+    moved_most,
+)
 
 from .fakes import result, save_run
 from .test_browser import browser  # noqa: F401  (the fixture)
@@ -55,6 +67,17 @@ def _trends_of(root: Path, history: Path) -> ReportData:
         history=[],
         trend_history=str(history),
     )
+
+
+def _change_lines(ax: Axes) -> dict[float, str]:
+    """The change points a panel marks: x of each vertical line (in runs), its colour."""
+    out = {}
+    for lines in ax.collections:
+        if isinstance(lines, LineCollection):
+            for seg, color in zip(lines.get_segments(), lines.get_colors(), strict=False):
+                if seg[0][0] == seg[-1][0]:
+                    out[float(seg[0][0])] = to_hex(color)
+    return out
 
 
 def _report(root: Path, *extra: str) -> Path:
@@ -129,8 +152,7 @@ def test_the_trend_chart_marks_the_change_point_and_the_allowed_band(tmp_path: P
     fig = TrendChart(0).draw(data)
     try:
         (ax,) = [a for a in fig.axes if a.get_visible()]
-        vertical = [ln for ln in ax.lines if len(set(ln.get_xdata())) == 1]
-        assert step.index - 0.5 in {float(ln.get_xdata()[0]) for ln in vertical}
+        assert step.index - 0.5 in _change_lines(ax)
         horizontal = sorted(
             float(ln.get_ydata()[0])
             for ln in ax.lines
@@ -282,8 +304,6 @@ def test_the_cases_that_moved_most_come_first_twelve_a_figure() -> None:
 
     trends = {f"flat-{i:02d}": tuple(case(f"flat-{i:02d}", FLAT)) for i in range(13)}
     trends["stepped"] = tuple(case("stepped", STEP))
-    from gpugauge.report.trends import changes_of
-
     changes = changes_of(trends)
     assert {c.bench_id for c in changes} == {"stepped"}
     assert moved_most(trends, changes)[0] == "stepped"
@@ -335,5 +355,44 @@ def test_trend_panels_count_runs_in_whole_numbers(tmp_path: Path) -> None:
         assert ticks
         assert all(float(t).is_integer() for t in ticks)
         assert ax.get_title().endswith("2 runs")
+    finally:
+        plt.close(fig)
+
+
+FOUR_HOSTS = (("h0", -0.02, 0), ("h1", 0.0, 0), ("h2", 0.01, 0), ("h3", 0.03, 0))
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        Scenario(hosts=FOUR_HOSTS, nights=12),
+        # 4 times the runs; each host and the class step, then drift
+        Scenario(hosts=FOUR_HOSTS, nights=48, step=0.08, step_night=16, drift=0.01, drift_night=32),
+    ],
+    ids=["12-nights-flat", "48-nights-stepped"],
+)
+def test_a_trend_panel_costs_the_same_whatever_its_runs_and_change_points(
+    tmp_path: Path, scenario: Scenario
+) -> None:
+    """Issue 38: a report of years of nights spent most of its time drawing. A panel draws
+    one line per host, every host's CI band in one collection and every change point in
+    another (one artist each, not one per host or per step), at most LABELLED_STEPS
+    labels, and a few ticks: its cost is the panel's, not its points' or steps'."""
+    base = _trends_of(tmp_path, _history(tmp_path / "h.sqlite", series(STEP, seed=1)))
+    trends = {CASE: tuple(series(scenario, seed=3))}
+    data = replace(base, trends=trends, changes=changes_of(trends))
+    assert len({c.run_id for c in data.changes}) >= (2 if scenario.step else 0)
+    fig = TrendChart(0).draw(data)
+    try:
+        fig.savefig(io.BytesIO(), format="png", dpi=110)
+        (ax,) = [a for a in fig.axes if a.get_visible()]
+        hosts = len(FOUR_HOSTS)
+        assert len(ax.lines) == hosts + 2  # each host's medians; the allowed band's edges
+        assert len(ax.patches) == 1  # the allowed band
+        assert len(ax.collections) == 1 + bool(data.changes)  # CI bands; change points
+        assert len(ax.texts) <= LABELLED_STEPS
+        assert len(_change_lines(ax)) == len({c.run_id for c in data.changes})
+        assert len(ax.xaxis.majorTicks) <= X_TICKS + 3  # a tick or two beyond the view
+        assert len(ax.yaxis.majorTicks) <= Y_TICKS + 3
     finally:
         plt.close(fig)

@@ -60,10 +60,14 @@ class PairedRatio:
 
 
 def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile (scipy's), for the interval of a mean of ``df + 1`` values."""
-    from scipy import stats
+    """Student's t quantile, for the interval of a mean of ``df + 1`` values.
 
-    return float(stats.t.ppf(p, df))
+    ``scipy.special.stdtrit``, what ``scipy.stats.t.ppf`` calls, without importing
+    ``scipy.stats`` (0.6 s).
+    """
+    from scipy import special
+
+    return float(special.stdtrit(df, p))
 
 
 def paired_ratio(log_ratios: Sequence[float], level: float = LEVEL) -> PairedRatio:

@@ -32,19 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from gpugauge.history.pelt import noise, pelt
+from gpugauge.history.differences import what_changed
+from gpugauge.history.pelt import noise, pelt_many
 from gpugauge.history.records import Point
-from gpugauge.regress.gate import MAIN_KERNEL_SHARE, short_kernel
 from gpugauge.results.metrics import METRICS
 
-CLOCK_MOVED = 0.02  # relative change of the median SM clock that is reported
 # The runs of each host that the commands reading a whole history (``history changes``,
 # the report's trends and Changes) read and search for change points: its last
 # RECENT_RUNS runs, two months of nights. They cost the same in year three as in month
 # two; an older step is found with ``history changes --last N`` or ``history show ID``.
 RECENT_RUNS = 60
-POWER_MOVED = 0.03  # relative change of the median power that is reported
-_FIELDS = ("torch", "cuda", "cudnn", "driver", "flags", "commit")
 
 
 @dataclass(frozen=True)
@@ -142,13 +139,15 @@ class ChangePoint:
         return {**out, "time": self.time.isoformat(), "changes": list(self.changes)}
 
 
-def _candidates(x: np.ndarray, policy: DetectionPolicy) -> list[int]:
-    """PELT's breakpoints on the series in units of its noise (the end excluded)."""
-    n = x.size
-    if n < 2 * policy.min_size:
-        return []
-    z = (x - np.median(x)) / noise(x, policy.noise_floor)
-    return [b for b in pelt(z, policy.penalty * math.log(n), policy.min_size) if b < n]
+def _candidates(xs: Sequence[np.ndarray], policy: DetectionPolicy) -> list[list[int]]:
+    """PELT's breakpoints on each series in units of its noise (the end excluded).
+
+    The series are searched together (:func:`pelt_many`): a report's or ``history
+    changes``' hundreds of series cost about what a few do.
+    """
+    zs = [(x - np.median(x)) / noise(x, policy.noise_floor) for x in xs]
+    found = pelt_many(zs, [policy.penalty * math.log(x.size) for x in xs], policy.min_size)
+    return [[b for b in ends if b < x.size] for x, ends in zip(xs, found, strict=True)]
 
 
 def _ttest(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float, float]:
@@ -212,75 +211,6 @@ def _offsets(x: np.ndarray, hosts: list[str], cuts: list[int]) -> np.ndarray:
         by_host.setdefault(h, []).append(float(r))
     off = {h: statistics.median(v) for h, v in by_host.items()}
     return np.array([off[h] for h in hosts])
-
-
-def _value(p: Point, field: str) -> str:
-    v = p.run.fields()[field]
-    if field == "commit" and isinstance(v, str):
-        return v[:12]
-    return str(v)
-
-
-def _fields_changed(before: Sequence[Point], after: Sequence[Point]) -> list[str]:
-    out = []
-    for field in _FIELDS:
-        if field == "flags":
-            out += _flags_changed(before, after)
-            continue
-        seen = {_value(p, field) for p in before}
-        now, was = _value(after[0], field), _value(before[-1], field)
-        if now not in seen and now != was:
-            out.append(f"{field} {was} → {now}")
-    return out
-
-
-def _flags_changed(before: Sequence[Point], after: Sequence[Point]) -> list[str]:
-    was, now = dict(before[-1].run.flags), dict(after[0].run.flags)
-    return [
-        f"flag {k} {was.get(k)} → {now.get(k)}"
-        for k in sorted(set(was) | set(now))
-        if was.get(k) != now.get(k) and now.get(k) not in {p.run.flags.get(k) for p in before}
-    ]
-
-
-def _main_kernels(p: Point) -> set[str]:
-    return {k.name for k in p.result.kernels if k.share >= MAIN_KERNEL_SHARE}
-
-
-def _kernels_changed(before: Sequence[Point], after: Sequence[Point]) -> list[str]:
-    was = next((p for p in reversed(before) if p.result.kernels), None)
-    now = next((p for p in after if p.result.kernels), None)
-    if was is None or now is None:
-        return []
-    listed_before = {k.name for k in was.result.kernels}
-    listed_now = {k.name for k in now.result.kernels}
-    came = sorted(_main_kernels(now) - listed_before)
-    went = sorted(_main_kernels(was) - listed_now)
-    out = [f"now runs {short_kernel(k, 60)}" for k in came]
-    return out + [f"no longer runs {short_kernel(k, 60)}" for k in went]
-
-
-def _moved(
-    before: Sequence[Point], after: Sequence[Point], attr: str, name: str, unit: str, at: float
-) -> list[str]:
-    a = [getattr(p.result, attr) for p in before if getattr(p.result, attr)]
-    b = [getattr(p.result, attr) for p in after if getattr(p.result, attr)]
-    if not a or not b:
-        return []
-    was, now = statistics.median(a), statistics.median(b)
-    return [f"{name} {was:.0f} → {now:.0f} {unit}"] if abs(now / was - 1) >= at else []
-
-
-def what_changed(before: Sequence[Point], after: Sequence[Point]) -> tuple[str, ...]:
-    """Fingerprint fields, main kernels, clocks and power that differ across a step."""
-    if not before or not after:
-        return ()
-    return tuple(
-        _fields_changed(before, after)
-        + _kernels_changed(before, after)
-        + _moved(before, after, "sm_clock_mhz", "SM clock", "MHz", CLOCK_MOVED)
-        + _moved(before, after, "power_w", "power", "W", POWER_MOVED)
-    )
 
 
 def _held_steps(pts: Sequence[Point], scope: str, policy: DetectionPolicy) -> list[ChangePoint]:
@@ -372,43 +302,62 @@ def detect(
     An exact metric (memory, a count) has no noise to model: its steps are the values
     that change and hold (:func:`_held_steps`), per host only (see :func:`case_changes`).
     """
-    if points and METRICS[points[0].metric.metric].exact:
-        if len(points) < 2 * policy.min_size:
-            return []
-        return _held_steps(points, scope, policy)
-    pts = [p for p in points if p.median > 0]
-    if len(pts) < 2 * policy.min_size:
-        return []
-    x = np.log([p.median for p in pts])
-    hosts = [p.host for p in pts]
-    several = len(set(hosts)) > 1
-    adjusted = x
-    if several:
-        cuts: list[int] = []
-        for _ in range(2):  # offsets from the segments found so far, then segments again
-            adjusted = x - _offsets(x, hosts, cuts)
-            found = _confirmed(adjusted, _candidates(adjusted, policy), policy)
-            cuts = [b for b, *_ in found]
-    else:
-        found = _confirmed(adjusted, _candidates(adjusted, policy), policy)
-    out = []
-    bounds = [0, *(b for b, *_ in found), len(pts)]
-    for i, (b, p, d, lo, hi) in enumerate(found):
-        out.append(
-            _point_at(
-                pts,
-                (bounds[i], b, bounds[i + 2]),
-                scope,
-                policy,
-                before=float(np.exp(np.median(adjusted[bounds[i] : b]))),
-                after=float(np.exp(np.median(adjusted[b : bounds[i + 2]]))),
-                ratio=math.exp(d),
-                ci_low=math.exp(lo),
-                ci_high=math.exp(hi),
-                p_value=p,
+    return detect_many([(points, scope)], policy)[0]
+
+
+def detect_many(
+    series: Sequence[tuple[Sequence[Point], str]], policy: DetectionPolicy = DEFAULT_DETECTION
+) -> list[list[ChangePoint]]:
+    """:func:`detect` of each (points, scope), every series searched together."""
+    out: list[list[ChangePoint]] = [[] for _ in series]
+    noisy: dict[int, tuple[list[Point], np.ndarray, list[str]]] = {}
+    for i, (points, scope) in enumerate(series):
+        if points and METRICS[points[0].metric.metric].exact:
+            out[i] = (
+                _held_steps(points, scope, policy) if len(points) >= 2 * policy.min_size else []
             )
-        )
+            continue
+        pts = [p for p in points if p.median > 0]
+        if len(pts) >= 2 * policy.min_size:
+            noisy[i] = (pts, np.log([p.median for p in pts]), [p.host for p in pts])
+    several = {i for i, (_, _, hosts) in noisy.items() if len(set(hosts)) > 1}
+    # over a class, host offsets from the whole series, then from the segments found; with
+    # none found, the same offsets would find the same
+    adjusted = {
+        i: x - _offsets(x, hosts, []) if i in several else x for i, (_, x, hosts) in noisy.items()
+    }
+    found = _search(adjusted, policy)
+    again = {i: [b for b, *_ in found[i]] for i in several if found[i]}
+    for i, cuts in again.items():
+        adjusted[i] = noisy[i][1] - _offsets(noisy[i][1], noisy[i][2], cuts)
+    found.update(_search({i: adjusted[i] for i in again}, policy))
+    for i, (pts, _, _) in noisy.items():
+        x, steps = adjusted[i], found[i]
+        bounds = [0, *(b for b, *_ in steps), len(pts)]
+        for k, (b, p, d, lo, hi) in enumerate(steps):
+            out[i].append(
+                _point_at(
+                    pts,
+                    (bounds[k], b, bounds[k + 2]),
+                    series[i][1],
+                    policy,
+                    before=float(np.exp(np.median(x[bounds[k] : b]))),
+                    after=float(np.exp(np.median(x[b : bounds[k + 2]]))),
+                    ratio=math.exp(d),
+                    ci_low=math.exp(lo),
+                    ci_high=math.exp(hi),
+                    p_value=p,
+                )
+            )
     return out
+
+
+def _search(
+    xs: dict[int, np.ndarray], policy: DetectionPolicy
+) -> dict[int, list[tuple[int, float, float, float, float]]]:
+    """Confirmed steps of each series, by key (:func:`_candidates`, :func:`_confirmed`)."""
+    found = _candidates(list(xs.values()), policy)
+    return {i: _confirmed(x, c, policy) for (i, x), c in zip(xs.items(), found, strict=True)}
 
 
 def case_changes(
@@ -419,13 +368,24 @@ def case_changes(
     The class series is searched only where it holds two or more hosts (with one it is
     that host's series), and for metrics with noise only.
     """
-    out = []
-    hosts = sorted({p.host for p in points})
-    for h in hosts:
-        out += detect([p for p in points if p.host == h], f"host {h}", policy)
-    # an exact metric differs between hosts only where their software does, and the host
-    # offsets that make a class series comparable are a noisy metric's
-    exact = bool(points) and METRICS[points[0].metric.metric].exact
-    if len(hosts) > 1 and points and not exact:
-        out += detect(points, f"class {points[0].result.device_class}", policy)
+    return changes_of_cases([points], policy)[0]
+
+
+def changes_of_cases(
+    cases: Sequence[Sequence[Point]], policy: DetectionPolicy = DEFAULT_DETECTION
+) -> list[list[ChangePoint]]:
+    """:func:`case_changes` of each case, every series of every case searched together."""
+    series: list[tuple[int, Sequence[Point], str]] = []
+    for c, points in enumerate(cases):
+        hosts = sorted({p.host for p in points})
+        series += [(c, [p for p in points if p.host == h], f"host {h}") for h in hosts]
+        # an exact metric differs between hosts only where their software does, and the
+        # host offsets that make a class series comparable are a noisy metric's
+        exact = bool(points) and METRICS[points[0].metric.metric].exact
+        if len(hosts) > 1 and points and not exact:
+            series.append((c, points, f"class {points[0].result.device_class}"))
+    out: list[list[ChangePoint]] = [[] for _ in cases]
+    found = detect_many([(pts, scope) for _, pts, scope in series], policy)
+    for (c, _, _), steps in zip(series, found, strict=True):
+        out[c] += steps
     return out

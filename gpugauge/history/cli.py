@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.history.capture import saved_records
-from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, case_changes
+from gpugauge.history.changepoints import (
+    RECENT_RUNS,
+    ChangePoint,
+    case_changes,
+    changes_of_cases,
+)
 from gpugauge.history.records import HistoryError, ResultRecord, RunRecord, some
 from gpugauge.history.render import cases_text, changes_text, trend_text
 from gpugauge.history.rows import COLUMNS, flat_row
@@ -125,10 +130,8 @@ def _all_changes(
     """
     names = h.metrics() if metric == "all" else [metric]
     ids = _matching(h.bench_ids(), pattern) if pattern else None
-    out: list[ChangePoint] = []
-    for points in h.recent_points(names, last, ids).values():
-        out += case_changes(points)
-    return out
+    found = changes_of_cases(list(h.recent_points(names, last, ids).values()))
+    return [c for steps in found for c in steps]
 
 
 def _changes(h: History, args: argparse.Namespace) -> int:

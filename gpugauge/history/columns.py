@@ -188,14 +188,17 @@ def select_sql(
     where: str,
     order: str = "r.time_utc, r.id, s.bench_id, s.attempt, m.metric",
     runs_first: bool = False,
+    run_ids: bool = False,
 ) -> str:
     """SELECT of run, result and metric columns (in that order) of the rows ``where`` picks.
 
     ``runs_first``: the runs are read first (SQLite takes a CROSS JOIN's order as
     given), for a ``where`` that bounds them by host and time: a window of recent runs
     is then found through the runs' index, not through every row of the case.
+    ``run_ids``: of the run, its id only (for a reader that read the runs apart: each
+    run's 13 columns once, not once per metric row).
     """
-    run_cols = ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
+    run_cols = "r.id" if run_ids else ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
     res_cols = ", ".join(f"s.{c.strip()}" for c in RESULT_COLUMNS.split(",")[1:])
     met_cols = ", ".join(f"m.{c.strip()}" for c in METRIC_COLUMNS.split(",")[METRIC_KEY:])
     joined = (

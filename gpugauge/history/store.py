@@ -250,13 +250,15 @@ class History(Windows):
             )
         return [Case(*r[:5], parse_time(r[5]), parse_time(r[6])) for r in rows]
 
-    def _points_of(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[Point]:
-        """Points of rows in :meth:`_select`'s columns; each run's record is built once.
+    def _points_of(self, rows: Iterable[tuple[Any, ...]], run_ids: bool = False) -> Iterator[Point]:
+        """Points of rows in :func:`select_sql`'s columns; each run's record is built once.
 
         Runs are kept for the History's life (cleared by a removal): a command that reads
-        many cases builds each run once, not once per case.
+        many cases builds each run once, not once per case. ``run_ids``: the rows hold
+        only the run's id, and its record was read before
+        (:meth:`~gpugauge.history.windows.Windows.recent_points` reads them first).
         """
-        nr, ns = len(RUN_COLUMNS.split(",")), len(RESULT_COLUMNS.split(",")) - 1
+        nr, ns = 1 if run_ids else len(RUN_COLUMNS.split(",")), len(RESULT_COLUMNS.split(",")) - 1
         nm = len(METRIC_COLUMNS.split(",")) - METRIC_KEY
         runs = self._run_records
         for row in rows:

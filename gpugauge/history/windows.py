@@ -13,18 +13,29 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from gpugauge.history.backends import Backend
-from gpugauge.history.columns import judged_keys, last_attempts, marks, select_sql
-from gpugauge.history.records import Point
+from gpugauge.history.columns import (
+    RUN_COLUMNS,
+    judged_keys,
+    last_attempts,
+    marks,
+    run_of,
+    select_sql,
+)
+from gpugauge.history.records import Point, RunRecord
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 
 
 class Windows:
-    """Windowed reads; the class using it gives ``_db``, ``_windows`` and the row readers."""
+    """Windowed reads.
+
+    The class using it gives ``_db``, ``_windows``, ``_run_records`` and the row readers.
+    """
 
     _db: Backend
     _windows: dict[int, tuple[dict[str, str], list[str]]]
+    _run_records: dict[str, RunRecord]
 
-    def _points_of(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[Point]:
+    def _points_of(self, rows: Iterable[tuple[Any, ...]], run_ids: bool = False) -> Iterator[Point]:
         raise NotImplementedError
 
     def _rows(
@@ -50,13 +61,23 @@ class Windows:
             ids = list(dict.fromkeys(bench_ids))
             where += f" AND m.bench_id IN ({marks(','.join(ids))})"
             params += ids
-        where, params = self._recent(where, params, last)
+        window, values = self._window(last)
         out: dict[tuple[str, str, str], list[Point]] = {}
-        for p in self._rows(where, tuple(params), runs_first=True):
-            out.setdefault((p.result.bench_id, p.result.device_class, p.metric.metric), []).append(
-                p
-            )
+        with self._db.transaction(write=False) as tx:
+            # the window's runs once, then each metric row with its run's id only
+            for row in tx.query(f"SELECT {RUN_COLUMNS} FROM runs r WHERE {window}", values):
+                if row[0] not in self._run_records:
+                    self._run_records[row[0]] = run_of(row)
+            sql = select_sql(f"{where} AND {window}", runs_first=True, run_ids=True)
+            for p in self._points_of(tx.stream(sql, (*params, *values)), run_ids=True):
+                key = (p.result.bench_id, p.result.device_class, p.metric.metric)
+                out.setdefault(key, []).append(p)
         return {key: last_attempts(found) for key, found in out.items()}
+
+    def _window(self, last: int) -> tuple[str, list[Any]]:
+        """The condition on runs ``r`` of each host's last ``last`` runs, and its values."""
+        where, values = self._recent("", [], last)
+        return where or "1 = 1", values
 
     def _recent(self, where: str, params: Sequence[Any], last: int) -> tuple[str, list[Any]]:
         """``where`` narrowed to each host's last ``last`` runs, read from the runs' index.
@@ -86,7 +107,8 @@ class Windows:
             values += whole
         if not terms:
             return where, list(params)
-        return f"{where} AND ({' OR '.join(terms)})", [*params, *values]
+        within = f"({' OR '.join(terms)})"
+        return f"{where} AND {within}" if where else within, [*params, *values]
 
     def _ranked(
         self, where: str, params: Sequence[Any], ranks: Sequence[tuple[str, int]]

@@ -2,8 +2,8 @@
 
 :func:`load_trends` reads, for every timed case of the current run, the case's time on its
 device class over every run and host of the history (:meth:`History.points`), its change
-points (:func:`~gpugauge.history.changepoints.case_changes`, per host and over the class)
-and the reference that judged its latest run (:func:`~gpugauge.history.reference.
+points (:func:`~gpugauge.history.changepoints.changes_of_cases`, per host and over the
+class) and the reference that judged its latest run (:func:`~gpugauge.history.reference.
 reference_for` on the runs before it, with the committed class baseline and the case's
 tolerance, as a gated run judges), and, in the same read, the steps of the run's exact
 metrics (memory, counts). :class:`TrendChart` draws them as small multiples,
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, case_changes
+from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, changes_of_cases
 from gpugauge.history.judge import baseline_reference
 from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import BaselineRef, Reference, reference_for
@@ -90,9 +90,11 @@ def load_trends(
                 ref = latest_reference(found, floor, base)
                 if ref is not None:
                     bands[m.id] = ref
-            for m in run.measurements:
-                for name in exact:  # the history's, also those this run did not read
-                    steps += case_changes(recent.get((m.id, m.device_class, name), []))
+            # the history's exact metrics, also those this run did not read
+            held = [
+                recent.get((m.id, m.device_class, n), []) for m in run.measurements for n in exact
+            ]
+            steps = [c for found in changes_of_cases(held) for c in found]
     except (HistoryError, OSError) as err:
         return {}, {}, [], f"no trend chart: {err}"
     if not points:
@@ -133,7 +135,7 @@ def changes_of(
     trends: Mapping[str, Sequence[Point]], more: Sequence[ChangePoint] = ()
 ) -> tuple[ChangePoint, ...]:
     """Every change point of every case (``more``: found elsewhere), largest step first."""
-    found = [c for pts in trends.values() for c in case_changes(pts)] + list(more)
+    found = [c for steps in changes_of_cases(list(trends.values())) for c in steps] + list(more)
     return tuple(sorted(found, key=lambda c: -c.magnitude))
 
 
@@ -144,7 +146,17 @@ def runs_in(trends: Mapping[str, Sequence[Point]]) -> int:
 
 def charted(trends: Mapping[str, Sequence[Point]]) -> dict[str, Sequence[Point]]:
     """The cases whose trend is drawn: those with :data:`MIN_RUNS` or more runs."""
-    return {k: pts for k, pts in trends.items() if runs_in({k: pts}) >= MIN_RUNS}
+    return {k: pts for k, pts in trends.items() if _runs_reach(pts, MIN_RUNS)}
+
+
+def _runs_reach(points: Sequence[Point], runs: int) -> bool:
+    """Whether ``points`` hold ``runs`` distinct runs: read until they do, not every run."""
+    seen: set[str] = set()
+    for p in points:
+        seen.add(p.run.id)
+        if len(seen) >= runs:
+            return True
+    return False
 
 
 def too_few_runs(trends: Mapping[str, Sequence[Point]], source: str) -> str:
@@ -163,12 +175,15 @@ def moved_most(trends: Mapping[str, Sequence[Point]], changes: Sequence[ChangePo
 
     By their largest change point, then by the span of their medians (max/min); then id.
     """
+    largest: dict[str, float] = {}
+    for c in changes:
+        if c.metric == METRIC:
+            largest[c.bench_id] = max(largest.get(c.bench_id, 0.0), c.magnitude)
 
     def score(case: str) -> tuple[float, float, str]:
-        steps = [c.magnitude for c in changes if c.bench_id == case and c.metric == METRIC]
         medians = [p.median for p in trends[case] if p.median > 0]
         span = math.log(max(medians) / min(medians)) if medians else 0.0
-        return (-max(steps, default=0.0), -span, case)
+        return (-largest.get(case, 0.0), -span, case)
 
     return sorted(trends, key=score)
 
@@ -239,8 +254,13 @@ class TrendChart:
         return len(charted(data.trends)) > self.page * PER_FIGURE
 
     def draw(self, data: ReportData) -> Figure:
-        """Small multiples, three a row; one legend of hosts."""
-        import matplotlib.pyplot as plt
+        """Small multiples, three a row; one legend of hosts, one label of each axis.
+
+        Drawing cost is per panel, whatever the points: a panel's marks are a few artists
+        (:func:`_draw_case`) and its layout is fixed, never measured from its texts.
+        """
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
 
         order = moved_most(charted(data.trends), data.changes)
         cases = order[self.page * PER_FIGURE : (self.page + 1) * PER_FIGURE]
@@ -250,66 +270,77 @@ class TrendChart:
         }
         cols = min(3, len(cases))
         rows = math.ceil(len(cases) / cols)
-        fig, axes = plt.subplots(
-            rows, cols, figsize=(max(4.2 * cols, 6.0), 2.6 * rows + 0.9), squeeze=False
-        )
-        for ax, case in zip(axes.flat, cases, strict=False):
-            _draw_case(ax, case, data, style)
-        for ax in list(axes.flat)[len(cases) :]:
-            ax.set_visible(False)
-        handles = [
-            plt.Line2D([], [], color=c, marker=m, ls="-", ms=4, label=_short(h))
-            for h, (c, m) in style.items()
-        ]
-        height = 2.6 * rows + 0.9
-        fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=7)
-        first = self.page * PER_FIGURE + 1
-        fig.suptitle(
-            f"cases {first}-{first + len(cases) - 1} of {len(order)}, moved most first", fontsize=8
-        )
-        # fixed margins (inches): tight_layout measured every tick label of 12 panels, half
-        # of the figure's drawing time
-        width = max(4.2 * cols, 6.0)
+        width, height = max(4.2 * cols, 6.0), 2.6 * rows + 0.9
+        # not pyplot's: a figure no window registry holds; fixed margins (inches), since
+        # tight_layout measured every tick label of 12 panels (half the drawing time)
+        fig = Figure(figsize=(width, height))
         fig.subplots_adjust(
-            left=0.55 / width,
+            left=0.7 / width,
             right=1 - 0.15 / width,
             bottom=(0.45 + 0.45) / height,
             top=1 - (0.35 + 0.4) / height,
             wspace=0.28,
             hspace=0.9 / 2.6,
         )
+        axes = fig.subplots(rows, cols, squeeze=False)
+        for ax, case in zip(axes.flat, cases, strict=False):
+            _draw_case(ax, case, data, style)
+        for ax in list(axes.flat)[len(cases) :]:
+            ax.set_visible(False)
+        handles = [
+            Line2D([], [], color=c, marker=m, ls="-", ms=4, label=_short(h))
+            for h, (c, m) in style.items()
+        ]
+        fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=7)
+        first = self.page * PER_FIGURE + 1
+        fig.suptitle(
+            f"cases {first}-{first + len(cases) - 1} of {len(order)}, moved most first", fontsize=8
+        )
+        # one label per axis for every panel: each panel's own cost a text and a layout
+        fig.supxlabel("run, oldest first", fontsize=7, y=0.45 / height)
+        fig.supylabel("median time of a run, ms", fontsize=7, x=0.08 / width)
         return fig
 
 
+X_TICKS = 5  # at most this many intervals between ticks on a panel's axis of runs
+Y_TICKS = 4  # and on its axis of times
+NICE = (1, 2, 2.5, 5, 10)  # tick steps, as matplotlib's default locator takes them
+
+
 def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[str, str]]) -> None:
-    """One case's panel: hosts' medians and CI bands, the allowed band, change points."""
+    """One case's panel: hosts' medians and CI bands, the allowed band, change points.
+
+    A few artists whatever the points and steps: one line per host, every host's CI band
+    in one collection, every change point in one collection (and at most
+    :data:`LABELLED_STEPS` labels); few ticks; the title placed, not measured.
+    """
+    from matplotlib.collections import PolyCollection
     from matplotlib.ticker import MaxNLocator
 
     pts = data.trends[case]
     x_of = {p.run.id: i for i, p in enumerate(pts)}
+    bands, faces = [], []
     for host, (color, marker) in style.items():
         mine = [(x_of[p.run.id], p) for p in pts if p.host == host]
         if not mine:
             continue
         xs = [x for x, _ in mine]
-        ax.fill_between(
-            xs,
-            [p.metric.ci_low for _, p in mine],
-            [p.metric.ci_high for _, p in mine],
-            color=color,
-            alpha=0.2,
-            lw=0,
-        )
+        low = [(x, p.metric.ci_low) for x, p in mine]
+        bands.append(low + [(x, p.metric.ci_high) for x, p in reversed(mine)])
+        faces.append(color)
         # a marker per run where they can be told apart; beyond that a line (and far less
         # to draw)
         dots = {"marker": marker, "ms": 3.5} if len(mine) <= MARKED_RUNS else {}
         ax.plot(xs, [p.median for _, p in mine], color=color, lw=1, **dots)
+    ax.add_collection(PolyCollection(bands, facecolors=faces, alpha=0.2, lw=0, zorder=1))
     ref = data.bands.get(case)
     if ref is not None:
         lo, hi = allowed_band(ref)
         ax.axhspan(lo, hi, color="#2ca02c", alpha=0.08, lw=0)
         for y in (lo, hi):
             ax.axhline(y, color="#2ca02c", ls="--", lw=0.7)
+    on_top = ax.get_xaxis_transform()  # x in runs, y from the panel's bottom (0) to top (1)
+    steps: list[tuple[float, str, str]] = []  # x, colour, line style
     labelled: set[int] = set()
     for c in data.changes:  # largest first: where several share a run, its label is shown
         if c.bench_id != case or c.run_id not in x_of:
@@ -317,27 +348,29 @@ def _draw_case(ax: Axes, case: str, data: ReportData, style: Mapping[str, tuple[
         x = x_of[c.run_id]
         timed = c.metric == METRIC  # another metric's step (memory) is marked, grey, by name
         color = ("#c0392b" if c.ratio > 1 else "#2471a3") if timed else "#7f7f7f"
-        style = ("-" if c.scope.startswith("host") else "--") if timed else ":"
-        ax.axvline(x - 0.5, color=color, lw=1.2, ls=style)
+        dashes = ("-" if c.scope.startswith("host") else "--") if timed else ":"
+        steps.append((x - 0.5, color, dashes))
         if x not in labelled and len(labelled) < LABELLED_STEPS:
             labelled.add(x)
-            ax.annotate(
-                f" {c.mark()}" if timed else f" {c.metric} {c.mark()}",
-                (x - 0.5, 1),
-                xycoords=("data", "axes fraction"),
-                fontsize=6,
-                color=color,
-                ha="left",
-                va="top",
-            )
+            label = f" {c.mark()}" if timed else f" {c.metric} {c.mark()}"
+            ax.text(x - 0.5, 1, label, transform=on_top, fontsize=6, color=color, va="top")
+    if steps:
+        xs, colors, dashes = (list(v) for v in zip(*steps, strict=True))
+        ax.vlines(xs, 0, 1, colors=colors, linestyles=dashes, lw=1.2, transform=on_top)
     title = case if len(case) <= 46 else case[:45] + "…"
     kind = f"; allowed {fmt_allowed(ref)} ({ref.kind})" if ref is not None else ""
-    ax.set_title(f"{title}\n{plural(len(x_of), 'run')}{kind}", fontsize=7)
-    ax.set_ylabel("ms", fontsize=7)
+    # y given: the title sits above the panel, where nothing is drawn, and is not moved
+    # clear of tick labels measured one by one
+    ax.set_title(f"{title}\n{plural(len(x_of), 'run')}{kind}", fontsize=7, y=1.0)
     ax.tick_params(labelsize=6)
     ax.set_xlim(-0.5, max(len(pts) - 0.5, 0.5))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # runs are whole
-    ax.set_xlabel("run, oldest first", fontsize=6)
+    ax.xaxis.set_major_locator(  # runs are whole
+        MaxNLocator(nbins=X_TICKS, steps=NICE, integer=True, min_n_ticks=1)
+    )
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=Y_TICKS, steps=NICE))
+    ax.ticklabel_format(axis="y", useOffset=False)  # ms as they are: no offset text to place
+    for axis, at in ((ax.xaxis, (0.5, 0.0)), (ax.yaxis, (0.0, 0.5))):
+        axis.set_label_coords(*at)  # unlabelled (the figure's labels): never placed by measure
 
 
 TREND_CHARTS = tuple(TrendChart(page) for page in range(FIGURES))
