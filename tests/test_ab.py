@@ -235,6 +235,10 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     (case,) = data["cases"]
     assert case["outcome"] == "slower"
     assert case["ci_low"] > 1.1  # a sleep of >= 3 ms on a 3 ms round
+    # where the time went, kept per case and summed in the table's last line
+    assert set(case["phases"]) == {"setup", "blocks", "after", "alone"}
+    assert case["phases"]["blocks"] > 0.1 * 10  # 5 pairs of two 0.1 s blocks at least
+    assert "time: setups" in slow.stdout
     assert "slower" in (tmp_path / "slow" / "ab.md").read_text()
     same = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "same")
     assert same.returncode == 0, same.stdout + same.stderr

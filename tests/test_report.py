@@ -387,7 +387,10 @@ def test_verdicts_name_their_metric_and_flag_noise(tmp_path: Path) -> None:
     cells = {k: [c.strip() for c in v.split("|")[1:-1]] for k, v in rows.items()}
     assert cells["benchmark"][1:3] == ["verdict", "decided by"]
     assert cells["a"][1:3] == ["improved (noisy)", "time (saved run)"]  # never plain improved
-    assert cells["b"][1:3] == ["REGRESSED", "throughput (saved run)"]  # time did not move; throughput did
+    assert cells["b"][1:3] == [
+        "REGRESSED",
+        "throughput (saved run)",
+    ]  # time did not move; throughput did
     assert cells["c"][1:3] == ["unchanged", "time (saved run)"]
     assert "verdicts: 1 regressed, 1 improved, 1 unchanged (1 of the changes noisy)" in md
     results = next(line for line in md.splitlines() if line.startswith("| a ") and "cpu-" in line)

@@ -6,7 +6,7 @@ alone), so that what needs a look is on top.
 
 from __future__ import annotations
 
-from gpugauge.ab.result import ABReport, CaseAB
+from gpugauge.ab.result import PHASES, ABReport, CaseAB
 from gpugauge.ab.verdict import Outcome
 from gpugauge.phrasing import plural
 from gpugauge.report.tables import fmt_ms, render
@@ -52,6 +52,22 @@ def summary_line(report: ABReport) -> str:
     return f"{plural(len(report.cases), 'case')}: {counts}{more}; {report.wall_s:.0f} s"
 
 
+_PHASE_WORDS = {
+    "setup": "setups",
+    "blocks": "paired blocks",
+    "after": "work after the timed call",
+    "alone": "calls timed on one side",
+}
+
+
+def cost_line(report: ABReport) -> str:
+    """Where the A/B's time went, s: 'time: setups 120 s, paired blocks 40 s, ...'."""
+    spent = {p: sum(c.phases.get(p, 0.0) for c in report.cases) for p in PHASES}
+    rest = max(report.wall_s - sum(spent.values()), 0.0)
+    parts = [f"{_PHASE_WORDS[p]} {s:.0f} s" for p, s in spent.items() if s >= 0.5]
+    return "time: " + ", ".join([*parts, f"start-up and the rest {rest:.0f} s"])
+
+
 def sides_line(report: ABReport) -> str:
     """Which build is which, and where they ran."""
     b, h = report.base, report.head
@@ -71,7 +87,7 @@ def terminal(report: ABReport) -> str:
     )
     table = render(HEADERS, [row(c) for c in worst_first(report.cases)], title=title)
     problems = "".join(f"\nproblem: {p}" for p in report.problems)
-    return f"{table}\n{summary_line(report)}{problems}"
+    return f"{table}\n{summary_line(report)}\n{cost_line(report)}{problems}"
 
 
 def _md_cell(text: str) -> str:

@@ -20,6 +20,10 @@ NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
 
 AB_SCHEMA = 1
+# where a paired test's wall time goes, s: both sides' setups up to their timed call, the
+# blocks, both sides' work after it (memory, kernels, a family's own extras), and timing
+# calls one side made alone (a search's probes, a CPU reference)
+PHASES = ("setup", "blocks", "after", "alone")
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ class CaseAB:
     only: str = ""  # 'base' or 'head': the test ran on that side alone
     status: dict[str, str] = field(default_factory=dict, hash=False)  # test outcome by side
     wall_s: float = 0.0  # both sides' whole test, setup and blocks included
+    phases: dict[str, float] = field(default_factory=dict, hash=False)  # s, by PHASES
     schedule: Schedule = field(default_factory=Schedule)
 
     @property
@@ -203,6 +208,7 @@ class CaseAB:
             "only": self.only,
             "status": dict(self.status),
             "wall_s": self.wall_s,
+            "phases": dict(self.phases),
             "pairs": [p.as_dict() for p in self.pairs],
         }
 

@@ -35,7 +35,7 @@ from gpugauge.ab.launch import (
     start,
     stop,
 )
-from gpugauge.ab.result import SKIPPED_FOR, ABReport, Block, CaseAB, Pair
+from gpugauge.ab.result import PHASES, SKIPPED_FOR, ABReport, Block, CaseAB, Pair
 from gpugauge.ab.sides import Checkout
 from gpugauge.ab.verdict import Schedule
 from gpugauge.phrasing import plural
@@ -207,7 +207,9 @@ class Coordinator:
         first, second = (head, base) if self._flip else (base, head)
         self._flip = not self._flip
         said: dict[str, dict[str, Any]] = {}
+        phases = dict.fromkeys(PHASES, 0.0)
         for s in (first, second):
+            t0 = time.monotonic()
             ran = said.get(first.name, {})
             if s is second and ran.get("op") == "done" and ran.get("outcome") == "passed":
                 # the first side's whole test made no timing call to pair (a memory search,
@@ -216,14 +218,18 @@ class Coordinator:
             else:
                 s.send({"op": "go"})
             said[s.name] = s.expect("measure", "done")
+            phases["setup"] += time.monotonic() - t0
         at = lambda name: said[name]["op"]  # noqa: E731
         sides = {"base": base, "head": head}
         pairs: tuple[Pair, ...] = ()
         calls = 0
         while True:
+            t0 = time.monotonic()
             if at("base") == at("head") == "measure":
                 try:
                     pairs = self._blocks(base, head, base_starts=first is base)
+                    phases["blocks"] += time.monotonic() - t0
+                    t0 = time.monotonic()
                 except BlockFailed as failed:
                     # the failed side's test fails as it would alone; the other side ends
                     # its call (or times it alone, if it had no block yet) and goes on
@@ -237,15 +243,23 @@ class Coordinator:
                 for s in (first, second):
                     s.send({"op": "end"})
                     said[s.name] = s.expect("measure", "done")
+                phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
                 s = base if at("base") == "measure" else head
                 s.send({"op": "solo"})
                 said[s.name] = s.expect("measure", "done")
+                phases["alone"] += time.monotonic() - t0
             else:
                 break
         status = {name: str(m.get("outcome", "?")) for name, m in said.items()}
         return CaseAB(
-            case_id(nodeid), nodeid, pairs, calls, status=status, schedule=self.cfg.schedule
+            case_id(nodeid),
+            nodeid,
+            pairs,
+            calls,
+            status=status,
+            schedule=self.cfg.schedule,
+            phases=phases,
         )
 
     def _block(self, side: Side, first: bool) -> Block:
