@@ -49,7 +49,7 @@ def _busy(
 
     Its own steps, after the checks and before the timed rounds, never inside them.
     """
-    if case.device == "cpu":
+    if case.device == "cpu" or gauge.options.skip_extras:
         return {}, {}, {}
     trace = gauge.artifact_path(case, "busy.pt.trace.json")
     busy = measure_busy(step, case.device, trace, graphed=graphed)
@@ -60,7 +60,7 @@ def test_amp_train(case: AmpCase, gauge: Any) -> None:
     with tf32_flags(case.tf32) as flags:
         artifacts: dict[str, Any] = {}
         extra: dict[str, Any] = {"tf32": flags}
-        if case.profiled:  # its own model and steps, before (never inside) the timed rounds
+        if case.profiled and not gauge.options.skip_extras:  # its own model and steps, first
             artifacts, summary = profile_pass(case, lambda name: gauge.artifact_path(case, name))
             extra.update(summary)
         if case.graphs:  # the same result as the eager step's, or the test fails here
@@ -89,7 +89,7 @@ def test_amp_inference(infer_case: InferCase, gauge: Any) -> None:
     with tf32_flags("default") as flags:
         gpu = make_inference(case, case.device)
         extra: dict[str, Any] = {"tf32": flags}
-        if case.device != "cpu":
+        if case.device != "cpu" and not gauge.options.skip_extras:
             # --gauge-device auto skips CPU cases on a GPU host: the GPU case carries the CPU side
             _, side = cpu_reference(case, gpu, gauge.options.policy, flags)
             extra.update(side)

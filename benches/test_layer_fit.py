@@ -191,7 +191,7 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
                 extra["part_times_note"] = f"not timed alone: {str(err).splitlines()[0]}"
             extra["part_ms"] = parts
         artifacts = {}
-        if on_gpu:
+        if on_gpu and not gauge.options.skip_extras:
             try:
                 trace = gauge.artifact_path(case, "trace.json.gz")
                 extra["trace"] = trace_overlap(step, devices, trace)

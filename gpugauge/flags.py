@@ -189,6 +189,15 @@ def add_options(group: Any) -> None:
         "(off by default: one more, profiled round per GPU result)",
     )
     group.addoption(
+        "--gauge-skip-extras",
+        action="store_true",
+        default=False,
+        help="skip the work a case does beside its timed result (a family's profiler passes "
+        "and traces, its GPU-busy share, a GPU case's CPU reference): the results keep their "
+        "times and lose those extras; `gpugauge ab` sets it on both sides, whose results are "
+        "compared by time alone",
+    )
+    group.addoption(
         "--gauge-require-baselines",
         action="store_true",
         default=False,

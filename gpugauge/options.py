@@ -77,6 +77,7 @@ class Options:
     update_baselines: bool = False
     require_baselines: bool = False
     record_kernels: bool = False
+    skip_extras: bool = False  # a family skips the work beside the timed result
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
     artifacts_dir: Path = Path("artifacts")
@@ -94,6 +95,7 @@ class Options:
             "update_baselines": self.update_baselines,
             "require_baselines": self.require_baselines,
             "record_kernels": self.record_kernels,
+            "skip_extras": self.skip_extras,
             "baselines_dir": str(self.baselines_dir),
             "tolerances_dir": str(self.tolerances_dir),
             "artifacts_dir": str(self.artifacts_dir),
@@ -158,6 +160,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         update_baselines=get("update_baselines"),
         require_baselines=get("require_baselines"),
         record_kernels=bool(get("record_kernels")),
+        skip_extras=bool(get("skip_extras")),
         baselines_dir=get("baselines_dir") or root / "baselines",
         tolerances_dir=get("tolerances_dir") or root / "tolerances",
         artifacts_dir=get("artifacts_dir") or root / "artifacts",

@@ -223,6 +223,7 @@ def _header(o: Options) -> str:
     return (
         f"gpugauge: profile={o.profile} devices={','.join(o.devices)} "
         f"warm-up={p.warmup_rounds} rounds={rounds} energy-window={o.energy_window_s:g}s"
+        + (" extras=skipped" if o.skip_extras else "")
     )
 
 

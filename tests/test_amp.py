@@ -249,6 +249,38 @@ def test_graphed_cases_skip_on_the_cpu_with_the_reason(tmp_path: Path) -> None:
     assert "passed" not in proc.stdout
 
 
+@pytest.mark.slow
+def test_skip_extras_keeps_the_time_and_drops_the_profiler_pass(tmp_path: Path) -> None:
+    # what `gpugauge ab` sets on both sides: the timed result only, none of the work beside it
+    def run(*flags: str) -> tuple[dict, dict, list[Path]]:
+        out, art = tmp_path / f"run{len(flags)}.json", tmp_path / f"art{len(flags)}"
+        args = ["benches/test_amp.py", "-q", "-p", "no:cacheprovider", "--gauge-profile"]
+        args += ["smoke", "-k", "mlp-train-fp32 and cpu", f"--gauge-artifacts-dir={art}"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", *args, f"--benchmark-json={out}", *flags],
+            cwd=Path(__file__).resolve().parents[1],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        data = json.loads(out.read_text())
+        (bench,) = data["benchmarks"]
+        files = [p for p in art.rglob("*") if p.is_file()]
+        return data["gpugauge"]["options"], bench["extra_info"], files
+
+    full, info, files = run()
+    assert not full["skip_extras"]
+    assert any(f.name.startswith("ops_by_self_cpu") for f in files)
+    skipped, lean, none = run("--gauge-skip-extras")
+    assert skipped["skip_extras"]  # said in the run's saved options, and its header
+    assert none == []
+    assert lean["artifacts"] == {}
+    assert lean["timing"]["device_ms"]  # the time is kept
+    assert set(info["extra"]) > set(lean["extra"])
+
+
 def test_case_ids_read_well() -> None:
     c = AmpCase("resnet18", "bf16", 128, 32, "cuda", "seed", channels_last=True)
     assert c.id == "resnet18-train-bf16-b128-32px-cl-cuda"

@@ -20,6 +20,7 @@ DEFAULTS = {
     "update_baselines": False,
     "require_baselines": False,
     "record_kernels": False,
+    "skip_extras": False,
     "baselines_dir": None,
     "tolerances_dir": None,
     "artifacts_dir": None,

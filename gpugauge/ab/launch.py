@@ -43,6 +43,7 @@ SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
     (("energy_window", "gauge_energy_window"), 0.0),
     (("no_history", "gauge_no_history"), True),
     (("record_kernels", "gauge_record_kernels"), True),
+    (("gauge_skip_extras",), True),  # profiler passes, traces, CPU references: not compared
     (("gate", "gauge_gate"), False),
     (("update_baselines", "gauge_update_baselines"), False),
 )
