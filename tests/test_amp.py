@@ -219,24 +219,10 @@ def test_graphed_cases_are_cuda_only_and_read_well() -> None:
     }
 
 
-@pytest.mark.slow
-def test_graphed_cases_skip_on_the_cpu_with_the_reason(tmp_path: Path) -> None:
+def _amp_bench(*args: str) -> subprocess.CompletedProcess:
+    """``pytest benches/test_amp.py ARGS`` from the checkout; it must pass."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "benches/test_amp.py",
-            "-k",
-            "graphs",
-            "--gauge-profile",
-            "smoke",
-            "-rs",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            f"--gauge-artifacts-dir={tmp_path}",
-        ],
+        [sys.executable, "-m", "pytest", "benches/test_amp.py", "-p", "no:cacheprovider", *args],
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
@@ -244,6 +230,13 @@ def test_graphed_cases_skip_on_the_cpu_with_the_reason(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_graphed_cases_skip_on_the_cpu_with_the_reason(tmp_path: Path) -> None:
+    proc = _amp_bench("-k", "graphs", "--gauge-profile", "smoke", "-rs", "-q",
+                      f"--gauge-artifacts-dir={tmp_path}")  # fmt: skip
     assert "18 skipped" in proc.stdout
     assert "needs a CUDA GPU" in proc.stdout
     assert "passed" not in proc.stdout
@@ -254,17 +247,8 @@ def test_skip_extras_keeps_the_time_and_drops_the_profiler_pass(tmp_path: Path) 
     # what `gpugauge ab` sets on both sides: the timed result only, none of the work beside it
     def run(*flags: str) -> tuple[dict, dict, list[Path]]:
         out, art = tmp_path / f"run{len(flags)}.json", tmp_path / f"art{len(flags)}"
-        args = ["benches/test_amp.py", "-q", "-p", "no:cacheprovider", "--gauge-profile"]
-        args += ["smoke", "-k", "mlp-train-fp32 and cpu", f"--gauge-artifacts-dir={art}"]
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", *args, f"--benchmark-json={out}", *flags],
-            cwd=Path(__file__).resolve().parents[1],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        _amp_bench("-q", "--gauge-profile", "smoke", "-k", "mlp-train-fp32 and cpu",
+                   f"--gauge-artifacts-dir={art}", f"--benchmark-json={out}", *flags)  # fmt: skip
         data = json.loads(out.read_text())
         (bench,) = data["benchmarks"]
         files = [p for p in art.rglob("*") if p.is_file()]
