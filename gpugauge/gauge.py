@@ -314,7 +314,9 @@ class Gauge:
         """The gate's verdict, with the history's host-aware reference where it has one."""
         gate, tracker = self.session.gate, self.session.tracker
         assert gate is not None
-        return gate.judge(entry_of(m)) if tracker is None else tracker.judge(m, gate)
+        result = gate.judge(entry_of(m)) if tracker is None else tracker.judge(m, gate)
+        nights = self.session.first_nights  # --gauge-first-nights: a new result only
+        return result if nights is None else nights.judge(m, result, gate)
 
     def _confirm(self, m: Measurement, first: GateResult) -> tuple[Measurement, GateResult]:
         """Measure a regressed result again (a fresh warm-up) and judge that measurement.
@@ -362,6 +364,8 @@ class Gauge:
     def _fail_on(self, result: GateResult | None, noise: str | None = None) -> None:
         """Fail the test for a (confirmed) regression, or a missing baseline when required.
 
+        A class's first night (``--gauge-first-nights``) is no missing baseline: it says so.
+
         ``noise``: why the change may be noise (:func:`uncertainty`), said with it.
         """
         if result is None:
@@ -369,6 +373,10 @@ class Gauge:
         if result.verdict is Verdict.REGRESSED:
             maybe = f" ({noise}: the change may be noise)" if noise else ""
             pytest.fail(f"gpugauge gate: {result.message()}{maybe}", pytrace=False)
+        nights = self.session.first_nights
+        if nights is not None and nights.passes(result):
+            self.session.note(f"{result.id}: new, passes: {nights.said[result.id].describe()}")
+            return
         if result.verdict is Verdict.NEW and self.options.require_baselines:
             pytest.fail(
                 f"gpugauge gate: {result.message()} (--gauge-require-baselines)", pytrace=False

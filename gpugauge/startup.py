@@ -13,6 +13,7 @@ import pytest
 from gpugauge import tracking
 from gpugauge.benchmark_options import benchmark_disabled, foreign_note
 from gpugauge.families import registry
+from gpugauge.first_nights import FirstNights
 from gpugauge.flags import getter
 from gpugauge.options import check_destinations, resolve
 from gpugauge.regress.baselines import BaselineStore
@@ -75,6 +76,10 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
         except (OSError, ValueError) as err:  # HistoryError is a ValueError
             raise pytest.UsageError(f"--gauge-history: {err}") from None
         messages += [skipped] if skipped else []  # out of reach: a full disk, a server down
+    nights = None
+    if options.first_nights and options.gate:  # a new class's first nights, counted there
+        why = next((m for m in messages if m.startswith("history NOT used")), "history off")
+        nights = FirstNights(options.first_nights, tracker, "" if tracker else why)
     session = GaugeSession(
         options,
         config.rootpath,
@@ -84,6 +89,7 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
         foreign_note=foreign_note(config),
         tracker=tracker,
         confirm=not config.getoption("gauge_no_confirm", False),
+        first_nights=nights,
     )
     config.pluginmanager.register(OutcomeWatch(session), "gpugauge-outcome")
     if started:

@@ -20,6 +20,8 @@ DEFAULTS = {
     "update_baselines": False,
     "require_baselines": False,
     "record_kernels": False,
+    "first_nights": None,
+    "no_history": False,
     "baselines_dir": None,
     "tolerances_dir": None,
     "artifacts_dir": None,
