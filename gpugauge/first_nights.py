@@ -51,6 +51,7 @@ class Stage(StrEnum):
     FIRST = "first night"  # fewer than N runs recorded: passes, kept in the history
     JUDGED = "judged"  # N or more recorded: judged against its host's last N runs
     OVER = "over"  # N or more recorded, yet nothing in the history judges it: fails
+    HISTORY = "history"  # judged by the history's own rule (5 runs), still no baseline
     REFUSED = "refused"  # not counted (no history, injected work): fails as new
 
 
@@ -81,6 +82,11 @@ class Night:
             return (
                 f"first nights of {cls} over ({self.recorded} runs recorded): judged against "
                 f"its host's history; commit them: {commit_hint(cls, n)}"
+            )
+        if self.stage is Stage.HISTORY:
+            return (
+                f"no baseline of {cls}: judged by its host's history alone; commit its first "
+                f"runs: {commit_hint(cls, n)}"
             )
         if self.stage is Stage.OVER:
             return (
@@ -125,9 +131,12 @@ class FirstNights:
         """``result`` as first nights see it: unchanged unless it is *new*.
 
         A new one is kept as a first night (its note says which), judged against its
-        host's history once N runs of it are recorded, or refused, with the reason.
+        host's history once N runs of it are recorded, or refused, with the reason. One
+        the history judged though no baseline holds it is only noted for the summary.
         """
         if result.verdict is not Verdict.NEW:
+            if m.id not in (gate.store.load(m.device_class, m.spec.family) or {}):
+                self.said[m.id] = Night(m.id, m.device_class, Stage.HISTORY, 0, self.nights)
             return result
         night = self._night(m)
         judged = result
@@ -152,8 +161,6 @@ class FirstNights:
             return self._refused(m, f"no history to count it in ({self.unavailable})")
         if tracker.lost is not None:
             return self._refused(m, f"the history stopped answering ({tracker.lost})")
-        if injected(m):
-            return self._refused(m, "it has injected work, which never joins the history")
         metric = "time" if "time" in m.readings() else next(iter(m.readings()), "time")
         try:
             points = tracker.history.points(m.id, metric, device_class=m.device_class)
@@ -161,8 +168,12 @@ class FirstNights:
             tracker.lost = str(err)
             return self._refused(m, f"the history stopped answering ({err})")
         recorded = sum(p.accepted for p in points)
-        stage = Stage.FIRST if recorded < self.nights else Stage.JUDGED
-        return Night(m.id, m.device_class, stage, recorded, self.nights)
+        if recorded >= self.nights:
+            return Night(m.id, m.device_class, Stage.JUDGED, recorded, self.nights)
+        if injected(m):  # judged once N runs are there, like any result; never one of them
+            why = "it has injected work, which never joins the history"
+            return self._refused(m, why, recorded)
+        return Night(m.id, m.device_class, Stage.FIRST, recorded, self.nights)
 
     def _judged(
         self, m: Measurement, result: GateResult, gate: Gate, night: Night
@@ -232,13 +243,16 @@ class FirstNights:
                     f"baseline passed as night {said} of {self.nights}, each kept in the "
                     f"history; from night {self.nights + 1} it judges them ({OPTION})"
                 )
-            done = stages[Stage.JUDGED] + stages[Stage.OVER]
+            judged = stages[Stage.JUDGED] + stages[Stage.HISTORY]
+            done = judged + stages[Stage.OVER]
             if done:
+                failed = stages[Stage.OVER]
+                nothing = f", {failed} with nothing there to judge them (failed)" if failed else ""
                 lines.append(
-                    f"first nights of {cls} over for {plural(done, 'result')}: "
-                    f"{stages[Stage.JUDGED]} judged against their host's history, "
-                    f"{stages[Stage.OVER]} with nothing to judge them (they fail); commit "
-                    f"the class's first runs as its baselines: {commit_hint(cls, self.nights)}"
+                    f"first nights of {cls} over for {plural(done, 'result')} with no "
+                    f"committed baseline: {judged} judged against their host's history"
+                    f"{nothing}; commit the class's first runs as its baselines: "
+                    f"{commit_hint(cls, self.nights)}"
                 )
             if stages[Stage.REFUSED]:
                 whys = sorted({n.why for n in nights if n.stage is Stage.REFUSED})
