@@ -77,7 +77,9 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
             raise pytest.UsageError(f"--gauge-history: {err}") from None
         messages += [skipped] if skipped else []  # out of reach: a full disk, a server down
     nights = None
-    if options.first_nights and options.gate:  # a new class's first nights, counted there
+    # a new class's first nights, counted in the history; a run that measures nothing
+    # (--benchmark-disable) judges nothing, and says so itself
+    if options.first_nights and options.gate and not benchmark_disabled(config):
         why = next((m for m in messages if m.startswith("history NOT used")), "history off")
         nights = FirstNights(options.first_nights, tracker, "" if tracker else why)
     session = GaugeSession(
