@@ -613,6 +613,14 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
     ),
     "artifacts-a-file": (["--gauge-artifacts-dir={root}/a-file"], "--gauge-artifacts-dir"),
     "require-without-gate": (["--gauge-require-baselines"], "--gauge-require-baselines"),
+    # a new class's first nights: counted in the history, judged by the gate
+    "first-nights-one": (["--gauge-gate", "--gauge-first-nights", "1"], "--gauge-first-nights"),
+    "first-nights-six": (["--gauge-gate", "--gauge-first-nights", "6"], "--gauge-first-nights"),
+    "first-nights-without-gate": (["--gauge-first-nights", "3"], "--gauge-first-nights 3"),
+    "first-nights-without-history": (
+        ["--gauge-gate", "--gauge-first-nights", "3", "--gauge-no-history"],
+        "--gauge-no-history",
+    ),
     "update-disabled": (["--gauge-update-baselines", "--benchmark-disable"], "--benchmark-disable"),
     # pytest-benchmark's own options keep working for `benchmark` tests (test_plugin.py);
     # a bad value of one is still refused before anything runs, by pytest-benchmark itself

@@ -261,3 +261,14 @@ def test_a_new_class_walks_from_no_baselines_to_gated(nap_bench: pytest.Pytester
     committed.assert_outcomes(passed=1)
     committed.stdout.fnmatch_lines(["*gpugauge gate: 1 unchanged*"])
     _nightly(nap_bench, *SLOWED).assert_outcomes(failed=1)
+
+
+@pytest.mark.slow
+def test_a_run_that_measures_nothing_has_no_first_nights(nap_bench: pytest.Pytester) -> None:
+    """--benchmark-disable judges nothing: no first night is counted or claimed."""
+    (nap_bench.path / "baselines").mkdir()
+    r = _nightly(nap_bench, "--gauge-first-nights", "3", "--benchmark-disable")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["gate: NOTHING GATED*"])
+    assert "first nights" not in r.stdout.str()
+    assert "first-nights" not in r.stdout.str()
