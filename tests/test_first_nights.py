@@ -30,6 +30,7 @@ from gpugauge.results.measurement import Measurement
 from gpugauge.tracking import Tracker
 
 from .fakes import CLASS, result, save_baselines
+from .test_history_store import pg_url  # noqa: F401  (the fixture)
 from .test_options import resolve_with
 
 
@@ -39,10 +40,23 @@ def _gate(root: Path) -> Gate:
     return Gate(BaselineStore(root / "b"), load_tolerances(root / "t"))
 
 
-def _night(root: Path, m: Measurement, nights: int = 3) -> tuple[GateResult, FirstNights]:
-    """One session: judge ``m`` as the gauge does, keep it, append the run."""
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A history on either backend: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return str(tmp_path / "history.sqlite")
+    return request.getfixturevalue("pg_url")
+
+
+def _night(
+    root: Path, m: Measurement, nights: int = 3, history: str | None = None
+) -> tuple[GateResult, FirstNights]:
+    """One session: judge ``m`` as the gauge does, keep it, append the run.
+
+    ``history``: a SQLite path or PostgreSQL URL (default ``root/h.sqlite``).
+    """
     gate = _gate(root)
-    tracker = Tracker(str(root / "h.sqlite"), "seed")
+    tracker = Tracker(history or str(root / "h.sqlite"), "seed")
     first = FirstNights(nights, tracker)
     judged = first.judge(m, tracker.judge(m, gate), gate)
     tracker.keep([(m, judged)])
@@ -150,11 +164,13 @@ def test_a_metric_only_a_baseline_judges_fails_when_its_first_nights_are_over(
     )
 
 
-def test_baselines_from_the_historys_first_runs(tmp_path: Path, capsys) -> None:
+def test_baselines_from_the_historys_first_runs(
+    tmp_path: Path, target: str, capsys: pytest.CaptureFixture
+) -> None:
     for ms in (2.0, 2.02, 1.99, 2.5):  # the fourth is no first run
-        _night(tmp_path, result("gemm", ms))
-        _night(tmp_path, result("conv", ms * 3, family="other"))
-    history, baselines = str(tmp_path / "h.sqlite"), tmp_path / "b"
+        _night(tmp_path, result("gemm", ms), history=target)
+        _night(tmp_path, result("conv", ms * 3, family="other"), history=target)
+    history, baselines = target, tmp_path / "b"
     save_baselines(baselines, [result("conv", 6.0, family="other")])  # committed: kept
     args = ["baseline", "--from-history", CLASS, "--runs", "3", "--history", history]
     assert main([*args, "--baselines-dir", str(baselines)]) == 0
@@ -167,17 +183,19 @@ def test_baselines_from_the_historys_first_runs(tmp_path: Path, capsys) -> None:
     assert time["run_medians"] == pytest.approx(medians)
     assert time["samples"] == pytest.approx(medians[:1])  # the central run's median
     assert len(doc["recorded_from"]) == 3
-    assert all(x.startswith(f"history {history}: run ") for x in doc["recorded_from"])
+    assert all(x.startswith("history ") and ": run " in x for x in doc["recorded_from"])
     gate = Gate(BaselineStore(baselines), load_tolerances(tmp_path / "t"))
     assert gate.judge(entry_of(result("gemm", 2.0))).verdict is Verdict.UNCHANGED
     assert gate.judge(entry_of(result("gemm", 2.5))).verdict is Verdict.REGRESSED
 
 
-def test_baselines_from_the_history_are_refused_with_the_reason(tmp_path: Path) -> None:
+def test_baselines_from_the_history_are_refused_with_the_reason(
+    tmp_path: Path, target: str
+) -> None:
     for _ in range(2):
-        _night(tmp_path, result("gemm", 2.0))
+        _night(tmp_path, result("gemm", 2.0), history=target)
     store = BaselineStore(tmp_path / "b")
-    with History.open(tmp_path / "h.sqlite", read_only=True) as h:
+    with History.open(target, read_only=True) as h:
         with pytest.raises(
             HistoryError, match=f"no results of device class 'nvidia-h200'; it holds {CLASS}"
         ):
