@@ -2,6 +2,7 @@
 
 python -m gpugauge report [--current RUN.json] [--against RUN.json]   # Markdown + HTML
 python -m gpugauge baseline RUN.json [RUN.json ...]                  # record baselines
+python -m gpugauge baseline --from-history CLASS [--runs N]          # a new class's first runs
 python -m gpugauge env [--ceilings]                                  # fingerprint
 python -m gpugauge check timer|gate [...]                            # prove the suite here
 python -m gpugauge history {list,show,changes,export,import,accept}    # results history
@@ -20,6 +21,7 @@ from gpugauge.ab.cli import add_parser as add_ab_parser
 from gpugauge.check.cli import add_parser as add_check_parser
 from gpugauge.commands import name_missing_choices, version
 from gpugauge.history import cli as history_cli
+from gpugauge.history.first_runs import add_from_history_arguments, from_history
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import ENV_VAR, History, default_target
 from gpugauge.options import path_option
@@ -183,6 +185,31 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def _record_baselines(args: argparse.Namespace) -> int:
+    """From saved runs, or with ``--from-history CLASS`` from the results history."""
+    if args.from_history is not None:
+        if args.runs or args.add:
+            given = "saved runs" if args.runs else "--add"
+            raise RunError(
+                f"--from-history takes no {given}: it reads the class's first runs from "
+                "the history; give saved runs without --from-history instead"
+            )
+        return _baselines_from_history(args)
+    if args.first_runs is not None:
+        raise RunError("--runs applies to --from-history; saved runs are counted as given")
+    if not args.runs:
+        raise RunError("give saved runs (RUN1.json RUN2.json ...), or --from-history CLASS")
+    return _baselines_from_files(args)
+
+
+def _baselines_from_history(args: argparse.Namespace) -> int:
+    """The class's first runs in the history (read-only), written as its baselines."""
+    found = from_history(args, BaselineStore(args.baselines_dir))
+    for case in found.kept:
+        print(f"gpugauge baseline: kept as committed: {case}", file=sys.stderr)
+    return _write_entries(args, list(found.entries), list(found.recorded_from))
+
+
+def _baselines_from_files(args: argparse.Namespace) -> int:
     """Every run read and checked first; one run given twice is refused.
 
     Each run is named in the file's ``recorded_from`` with its content's digest (its date
@@ -222,6 +249,11 @@ def _record_baselines(args: argparse.Namespace) -> int:
     if not entries:
         print("no gpugauge benchmarks in those runs", file=sys.stderr)
         return 1
+    return _write_entries(args, entries, [named[p] for p in args.runs])
+
+
+def _write_entries(args: argparse.Namespace, entries: list[Entry], recorded_from: list[str]) -> int:
+    """Write combined entries as baselines, refusing (or warning of) a wide spread."""
     wide = wide_spreads(entries)
     if wide and not args.allow_wide_spread:
         raise BaselineError(
@@ -233,9 +265,9 @@ def _record_baselines(args: argparse.Namespace) -> int:
         )
     for line in wide:
         print(f"gpugauge baseline: WARNING, stored anyway: {line}", file=sys.stderr)
-    meta = {"recorded_from": [named[p] for p in args.runs]}
+    meta = {"recorded_from": recorded_from}
     make_dir(args.baselines_dir, "--baselines-dir")
-    for path in store.write(entries, meta, added=args.add):
+    for path in BaselineStore(args.baselines_dir).write(entries, meta, added=args.add):
         print(f"baseline {'extended' if args.add else 'written'}: {path}")
     return 0
 
@@ -324,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="store saved runs as this device class's baselines; "
         "several runs of one build record run-to-run noise",
     )
-    base.add_argument("runs", type=path_option, nargs="+", help="saved runs, oldest first")
+    base.add_argument("runs", type=path_option, nargs="*", help="saved runs, oldest first")
+    add_from_history_arguments(base)
     base.add_argument(
         "--add",
         action="store_true",

@@ -36,6 +36,10 @@ HISTORY_ENV_VAR = "GPUGAUGE_HISTORY"  # a path or URL that replaces the default 
 MAX_ROUNDS = 1_000_000
 MAX_BENCH_S = 86_400.0
 MAX_RUN_S = 7 * 86_400.0
+# The most first nights a class may have: from this many accepted runs on, a host's own
+# history judges a case by itself (gpugauge.history.reference.ReferencePolicy.runs; a test
+# holds the two equal), so a longer count would name nights that are already judged.
+MAX_FIRST_NIGHTS = 5
 
 
 def number(
@@ -69,6 +73,9 @@ positive_seconds = number(
 )
 run_seconds = number(float, 0, f"a number of seconds > 0 (at most {MAX_RUN_S:g})", False, MAX_RUN_S)
 fraction = number(float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1)
+first_nights = number(
+    int, 2, f"a whole number of nights from 2 to {MAX_FIRST_NIGHTS}", high=MAX_FIRST_NIGHTS
+)
 
 
 def path_option(text: str) -> Path:
@@ -243,6 +250,19 @@ def add_history_options(group: Any) -> None:
         action="store_true",
         default=False,
         help="neither read nor append the results history",
+    )
+    group.addoption(
+        "--gauge-first-nights",
+        type=first_nights,
+        default=None,
+        metavar="N",
+        help=(
+            "with --gauge-gate: a result with no baseline of its device class (a new GPU's "
+            "first nights) is recorded in the history and passes, said so, while the history "
+            "holds fewer than N accepted runs of it; from then on it is judged against them. "
+            "Needs the history. python -m gpugauge baseline --from-history CLASS turns those "
+            "runs into committed baselines"
+        ),
     )
     group.addoption(
         "--gauge-no-confirm",

@@ -314,7 +314,7 @@ class Gauge:
         """The judge's verdict: the class baseline's, the history's where it knows the host."""
         gate = self.session.gate
         assert gate is not None
-        return Judge(gate, self.session.tracker).judge(m)
+        return Judge(gate, self.session.tracker, self.session.first_nights).judge(m)
 
     def _confirm(self, m: Measurement, first: GateResult) -> tuple[Measurement, GateResult]:
         """Measure a regressed result again (a fresh warm-up) and judge that measurement.
@@ -362,6 +362,8 @@ class Gauge:
     def _fail_on(self, result: GateResult | None, noise: str | None = None) -> None:
         """Fail the test for a (confirmed) regression, or a missing baseline when required.
 
+        A class's first night (``--gauge-first-nights``) is no missing baseline: it says so.
+
         ``noise``: why the change may be noise (:func:`uncertainty`), said with it.
         """
         if result is None:
@@ -369,6 +371,10 @@ class Gauge:
         if result.verdict is Verdict.REGRESSED:
             maybe = f" ({noise}: the change may be noise)" if noise else ""
             pytest.fail(f"gpugauge gate: {result.message()}{maybe}", pytrace=False)
+        nights = self.session.first_nights
+        if nights is not None and nights.passes(result):
+            self.session.note(f"{result.id}: new, passes: {nights.said[result.id].describe()}")
+            return
         if result.verdict is Verdict.NEW and self.options.require_baselines:
             pytest.fail(
                 f"gpugauge gate: {result.message()} (--gauge-require-baselines)", pytrace=False

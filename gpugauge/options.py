@@ -78,6 +78,7 @@ class Options:
     require_baselines: bool = False
     record_kernels: bool = False
     skip_extras: bool = False  # a family skips the work beside the timed result
+    first_nights: int = 0  # --gauge-first-nights N; 0: off (gpugauge.first_nights)
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
     artifacts_dir: Path = Path("artifacts")
@@ -96,6 +97,7 @@ class Options:
             "require_baselines": self.require_baselines,
             "record_kernels": self.record_kernels,
             "skip_extras": self.skip_extras,
+            "first_nights": self.first_nights,
             "baselines_dir": str(self.baselines_dir),
             "tolerances_dir": str(self.tolerances_dir),
             "artifacts_dir": str(self.artifacts_dir),
@@ -161,6 +163,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         require_baselines=get("require_baselines"),
         record_kernels=bool(get("record_kernels")),
         skip_extras=bool(get("skip_extras")),
+        first_nights=get("first_nights") or 0,
         baselines_dir=get("baselines_dir") or root / "baselines",
         tolerances_dir=get("tolerances_dir") or root / "tolerances",
         artifacts_dir=get("artifacts_dir") or root / "artifacts",
@@ -205,6 +208,14 @@ def _check_folders(get: Callable[[str], Any]) -> None:
     """
     if get("require_baselines") and not get("gate"):
         raise ValueError("--gauge-require-baselines applies to --gauge-gate; add --gauge-gate")
+    nights = get("first_nights")
+    if nights and not get("gate"):
+        raise ValueError(f"--gauge-first-nights {nights} applies to --gauge-gate; add --gauge-gate")
+    if nights and get("no_history"):
+        raise ValueError(
+            f"--gauge-first-nights {nights} records a class's first runs in the results history "
+            "and counts them there; --gauge-no-history turns the history off: drop one of them"
+        )
     checks = [
         ("--gauge-baselines-dir", get("baselines_dir"), bool(get("gate"))),
         ("--gauge-tolerances-dir", get("tolerances_dir"), True),

@@ -102,7 +102,7 @@ def _start(config: pytest.Config) -> GaugeSession:
             raise
         config.stash[SESSION] = session
         if started:  # too late for the report header: say it as the first progress line
-            session.note(_header(session.options))
+            session.note(_header(session))
     return session
 
 
@@ -216,21 +216,24 @@ def parametrize_cases(
     metafunc.parametrize(argname, params)
 
 
-def _header(o: Options) -> str:
-    """What will be measured, and where, in one line."""
+def _header(session: GaugeSession) -> str:
+    """What will be measured, and where, in one line; the first nights mode when given."""
+    o = session.options
     p = o.policy
     rounds = f"{p.rounds} fixed" if p.rounds else f">= {p.min_rounds} adaptive (±{p.target_ci:.1%})"
+    nights = session.first_nights
     return (
         f"gpugauge: profile={o.profile} devices={','.join(o.devices)} "
         f"warm-up={p.warmup_rounds} rounds={rounds} energy-window={o.energy_window_s:g}s"
         + (" extras=skipped" if o.skip_extras else "")
+        + (f" {nights.header()}" if nights is not None else "")
     )
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     """Say what will be measured, and where, when gpugauge has started by then."""
     session = config.stash.get(SESSION, None)
-    return None if session is None else _header(session.options)
+    return None if session is None else _header(session)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -360,6 +363,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if gs is None:
         return
     gs.messages += gs.gate_notes()
+    if gs.first_nights is not None and gs.measurements:
+        gs.messages += gs.first_nights.summary()
     if gs.measurements:  # a run of plain pytest-benchmark tests alone is none of ours
         gs.messages += plain_benchmarks_line(session.config)
     gs.append_history()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.families import comparisons_of, registry
+from gpugauge.first_nights import FirstNights
 from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
@@ -62,6 +63,7 @@ class GaugeSession:
     foreign_note: str | None = None
     tracker: Tracker | None = None  # the results history; None with --gauge-no-history
     confirm: bool = True  # measure a regressed result again before its test fails
+    first_nights: FirstNights | None = None  # --gauge-first-nights N; None without it
     selected: int = 0  # tests pytest selected to run
     finished: int = 0  # tests that ran to their teardown
     skips: list[Skip] = field(default_factory=list)

@@ -13,6 +13,7 @@ import pytest
 from gpugauge import tracking
 from gpugauge.benchmark_options import benchmark_disabled, foreign_note
 from gpugauge.families import registry
+from gpugauge.first_nights import FirstNights
 from gpugauge.flags import getter
 from gpugauge.options import check_destinations, resolve
 from gpugauge.regress.baselines import BaselineStore
@@ -75,6 +76,12 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
         except (OSError, ValueError) as err:  # HistoryError is a ValueError
             raise pytest.UsageError(f"--gauge-history: {err}") from None
         messages += [skipped] if skipped else []  # out of reach: a full disk, a server down
+    nights = None
+    # a new class's first nights, counted in the history; a run that measures nothing
+    # (--benchmark-disable) judges nothing, and says so itself
+    if options.first_nights and options.gate and not benchmark_disabled(config):
+        why = next((m for m in messages if m.startswith("history NOT used")), "history off")
+        nights = FirstNights(options.first_nights, tracker, "" if tracker else why)
     session = GaugeSession(
         options,
         config.rootpath,
@@ -84,6 +91,7 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
         foreign_note=foreign_note(config),
         tracker=tracker,
         confirm=not config.getoption("gauge_no_confirm", False),
+        first_nights=nights,
     )
     config.pluginmanager.register(OutcomeWatch(session), "gpugauge-outcome")
     if started:

@@ -474,7 +474,23 @@ BASELINE_OPTIONS: dict[str, tuple[list[str], str]] = {
         ["--baselines-dir", "/proc/nope", "{ws}/good.json"],
         "--baselines-dir /proc/nope",
     ),
-    "baseline-no-runs": ([], "required: runs"),
+    "baseline-no-runs": ([], "give saved runs"),
+    # a new class's first runs, from the history
+    "baseline-from-history-and-runs": (
+        ["--from-history", "cpu-x", "{ws}/good.json"],
+        "--from-history takes no saved runs",
+    ),
+    "baseline-from-history-add": (["--from-history", "cpu-x", "--add"], "takes no --add"),
+    "baseline-runs-without-history": (["--runs", "3", "{ws}/good.json"], "--runs applies"),
+    "baseline-runs-one": (["--from-history", "cpu-x", "--runs", "1"], "argument --runs"),
+    "baseline-history-empty": (
+        ["--from-history", "cpu-x", "--history", ""],
+        "argument --history: ''",
+    ),
+    "baseline-history-missing": (
+        ["--from-history", "cpu-x", "--history", "{ws}/none.sqlite"],
+        "none.sqlite",
+    ),
     "baseline-unknown-option": (["--bogus", "{ws}/good.json"], "--bogus"),
     # issue 26: a run counts once; an empty path would mean the current folder
     "baseline-same-run-twice": (["{ws}/good.json", "{ws}/good.json"], "is given twice"),
@@ -597,6 +613,14 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
     ),
     "artifacts-a-file": (["--gauge-artifacts-dir={root}/a-file"], "--gauge-artifacts-dir"),
     "require-without-gate": (["--gauge-require-baselines"], "--gauge-require-baselines"),
+    # a new class's first nights: counted in the history, judged by the gate
+    "first-nights-one": (["--gauge-gate", "--gauge-first-nights", "1"], "--gauge-first-nights"),
+    "first-nights-six": (["--gauge-gate", "--gauge-first-nights", "6"], "--gauge-first-nights"),
+    "first-nights-without-gate": (["--gauge-first-nights", "3"], "--gauge-first-nights 3"),
+    "first-nights-without-history": (
+        ["--gauge-gate", "--gauge-first-nights", "3", "--gauge-no-history"],
+        "--gauge-no-history",
+    ),
     "update-disabled": (["--gauge-update-baselines", "--benchmark-disable"], "--benchmark-disable"),
     # pytest-benchmark's own options keep working for `benchmark` tests (test_plugin.py);
     # a bad value of one is still refused before anything runs, by pytest-benchmark itself

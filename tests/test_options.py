@@ -21,6 +21,8 @@ DEFAULTS = {
     "require_baselines": False,
     "record_kernels": False,
     "skip_extras": False,
+    "first_nights": None,
+    "no_history": False,
     "baselines_dir": None,
     "tolerances_dir": None,
     "artifacts_dir": None,

@@ -8,7 +8,9 @@ A result's references, in the order they take precedence (:class:`Basis`):
    the host's night-to-night noise);
 3. the **class baseline**: the committed baseline widened by the host-to-host spread where
    the history knows the class's hosts, else the baseline's own allowance (or, without a
-   baseline, the **class history** of other hosts).
+   baseline, the **class history** of other hosts);
+4. with ``--gauge-first-nights N``, a result none of these could judge (a class with no
+   baseline yet) is kept as one of the class's first nights, then judged against them.
 
 The class baseline is always asked (it alone judges exact metrics such as an allocator
 peak or a count, and a history that stopped answering falls back to it); the history's
@@ -35,6 +37,16 @@ class HistoryReference(Protocol):
 
     def by_history(self, m: Measurement, gate: Gate) -> GateResult | None:
         """The result judged by the history; None where it cannot judge it."""
+
+
+class NewClassReference(Protocol):
+    """A class's first runs, for a result nothing else could judge (``--gauge-first-nights``).
+
+    :class:`gpugauge.first_nights.FirstNights` is one.
+    """
+
+    def judge(self, m: Measurement, result: GateResult, gate: Gate) -> GateResult:
+        """``result`` unchanged unless it is *new*; a new one kept or judged, and said so."""
 
 
 def merged(primary: GateResult, fallback: GateResult) -> GateResult:
@@ -73,11 +85,14 @@ class Judge:
 
     gate: Gate
     history: HistoryReference | None = None
+    first_nights: NewClassReference | None = None
 
     def judge(self, m: Measurement) -> GateResult:
         """The result's verdict, each metric by the closest reference that judged it."""
-        plain = self.gate.judge(entry_of(m))
-        if self.history is None:
-            return plain
-        by_history = self.history.by_history(m, self.gate)
-        return plain if by_history is None else merged(by_history, plain)
+        result = plain = self.gate.judge(entry_of(m))
+        if self.history is not None:
+            by_history = self.history.by_history(m, self.gate)
+            result = plain if by_history is None else merged(by_history, plain)
+        if self.first_nights is not None:
+            result = self.first_nights.judge(m, result, self.gate)
+        return result

@@ -1,0 +1,265 @@
+"""A device class's first nights: results with no baseline, recorded, then judged by them.
+
+A team with new runners of a GPU it has no baselines for (``baselines/<class>/``) gets a
+red nightly from night one under ``--gauge-require-baselines``: every result is *new*.
+``--gauge-first-nights N`` changes that for results the gate and the history cannot judge,
+and for them only (a verdict other than *new* is never touched, so nothing that regressed
+can pass):
+
+* while the history holds fewer than N accepted runs of the case on its class, the result
+  passes, saying "first nights of CLASS: night k of N", and is kept in the history;
+* once N are there, it is judged against its host's last N accepted runs (the history's own
+  judging, :func:`~gpugauge.history.judge.judge_case`, with a reference of N runs), so a
+  slowdown on night N + 1 fails; from 5 runs on the history judges the case by itself;
+* what even then has nothing to judge it (a metric that only a committed baseline judges)
+  fails, saying how to commit the runs as baselines:
+  ``python -m gpugauge baseline --from-history CLASS --runs N``.
+
+It needs a history to count in: a run whose history is out of reach, or stops answering,
+lets no result pass as a first night, and says so. A result with injected work (``gpugauge
+check``'s slowdown) never joins the history, so it is never a first night either.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from gpugauge.history.capture import injected, metric_records
+from gpugauge.history.judge import judge_case
+from gpugauge.history.records import HistoryError
+from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
+from gpugauge.judging.verdicts import GateResult, Verdict
+from gpugauge.phrasing import plural
+from gpugauge.regress.baselines import kernel_shares
+from gpugauge.regress.gate import Gate
+from gpugauge.results.measurement import Measurement
+from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.tracking import Tracker
+
+OPTION = "--gauge-first-nights"
+
+
+def commit_hint(device_class: str, nights: int) -> str:
+    """The command that turns a class's first runs into committed baselines."""
+    return f"python -m gpugauge baseline --from-history {device_class} --runs {nights}"
+
+
+class Stage(StrEnum):
+    """Where a result with no baseline stands in its class's first nights."""
+
+    FIRST = "first night"  # fewer than N runs recorded: passes, kept in the history
+    JUDGED = "judged"  # N or more recorded: judged against its host's last N runs
+    OVER = "over"  # N or more recorded, yet nothing in the history judges it: fails
+    HISTORY = "history"  # judged by the history's own rule (5 runs), still no baseline
+    REFUSED = "refused"  # not counted (no history, injected work): fails as new
+
+
+@dataclass(frozen=True)
+class Night:
+    """What first nights made of one result.
+
+    ``recorded``: accepted runs of the case on its class in the history before this run;
+    ``nights``: N; ``why``: for a refused or finished one, the reason in words.
+    """
+
+    id: str
+    device_class: str
+    stage: Stage
+    recorded: int
+    nights: int
+    why: str = ""
+
+    def describe(self) -> str:
+        """The phrase a verdict line and the gate table carry."""
+        cls, n = self.device_class, self.nights
+        if self.stage is Stage.FIRST:
+            return (
+                f"first nights of {cls}: night {self.recorded + 1} of {n}, recorded in the "
+                f"history, passes with no baseline ({OPTION} {n})"
+            )
+        if self.stage is Stage.JUDGED:
+            return (
+                f"first nights of {cls} over ({self.recorded} runs recorded): judged against "
+                f"its host's history; commit them: {commit_hint(cls, n)}"
+            )
+        if self.stage is Stage.HISTORY:
+            return (
+                f"no baseline of {cls}: judged by its host's history alone; commit its first "
+                f"runs: {commit_hint(cls, n)}"
+            )
+        if self.stage is Stage.OVER:
+            return (
+                f"first nights of {cls} over ({self.recorded} runs recorded), but {self.why}; "
+                f"commit them as baselines: {commit_hint(cls, n)}"
+            )
+        return f"not a first night ({OPTION} {n}): {self.why}"
+
+
+def first_nights_policy(nights: int) -> ReferencePolicy:
+    """The history's reference policy with a reference of ``nights`` runs."""
+    return replace(
+        DEFAULT_POLICY,
+        runs=nights,
+        spread_runs=max(nights, DEFAULT_POLICY.spread_runs),
+    )
+
+
+@dataclass
+class FirstNights:
+    """One session's first nights: each result with no baseline, counted and judged.
+
+    ``tracker``: the session's history, None where it is out of reach (``unavailable``
+    says why); ``said``: per result id, its :class:`Night`.
+    """
+
+    nights: int
+    tracker: Tracker | None
+    unavailable: str = ""
+    said: dict[str, Night] = field(default_factory=dict)
+
+    def header(self) -> str:
+        """For the session's header: the mode, and whether it can count this run."""
+        if self.tracker is None:
+            return f"first-nights={self.nights} (OFF, no history: a result with no baseline is new)"
+        return (
+            f"first-nights={self.nights} (a result with no baseline is recorded and passes "
+            f"until the history holds {self.nights} runs of it, then is judged against them)"
+        )
+
+    def judge(self, m: Measurement, result: GateResult, gate: Gate) -> GateResult:
+        """``result`` as first nights see it: unchanged unless it is *new*.
+
+        A new one is kept as a first night (its note says which), judged against its
+        host's history once N runs of it are recorded, or refused, with the reason. One
+        the history judged though no baseline holds it is only noted for the summary.
+        """
+        if result.verdict is not Verdict.NEW:
+            if m.id not in (gate.store.load(m.device_class, m.spec.family) or {}):
+                self.said[m.id] = Night(m.id, m.device_class, Stage.HISTORY, 0, self.nights)
+            return result
+        night = self._night(m)
+        judged = result
+        if night.stage is Stage.JUDGED or night.stage is Stage.OVER:
+            judged, night = self._judged(m, result, gate, night)
+        self.said[m.id] = night
+        note = "; ".join(n for n in (judged.note, night.describe()) if n)
+        return replace(judged, note=note)
+
+    def passes(self, result: GateResult) -> bool:
+        """Whether a *new* result passes under ``--gauge-require-baselines``: a first night."""
+        night = self.said.get(result.id)
+        return result.verdict is Verdict.NEW and night is not None and night.stage is Stage.FIRST
+
+    def _refused(self, m: Measurement, why: str, recorded: int = 0) -> Night:
+        return Night(m.id, m.device_class, Stage.REFUSED, recorded, self.nights, why)
+
+    def _night(self, m: Measurement) -> Night:
+        """Count the case's accepted runs on its class; the stage that count gives."""
+        tracker = self.tracker
+        if tracker is None:
+            return self._refused(m, f"no history to count it in ({self.unavailable})")
+        if tracker.lost is not None:
+            return self._refused(m, f"the history stopped answering ({tracker.lost})")
+        metric = "time" if "time" in m.readings() else next(iter(m.readings()), "time")
+        try:
+            points = tracker.history.points(m.id, metric, device_class=m.device_class)
+        except (HistoryError, OSError) as err:
+            tracker.lost = str(err)
+            return self._refused(m, f"the history stopped answering ({err})")
+        recorded = sum(p.accepted for p in points)
+        if recorded >= self.nights:
+            return Night(m.id, m.device_class, Stage.JUDGED, recorded, self.nights)
+        if injected(m):  # judged once N runs are there, like any result; never one of them
+            why = "it has injected work, which never joins the history"
+            return self._refused(m, why, recorded)
+        return Night(m.id, m.device_class, Stage.FIRST, recorded, self.nights)
+
+    def _judged(
+        self, m: Measurement, result: GateResult, gate: Gate, night: Night
+    ) -> tuple[GateResult, Night]:
+        """Judge the result against its host's last N accepted runs, as the history does.
+
+        Samples metrics and per-host ones, as :meth:`Tracker.judge` reads them; a result
+        with none of them, or none with a reference, stays new: :attr:`Stage.OVER`.
+        """
+        tracker = self.tracker
+        assert tracker is not None
+        policy = first_nights_policy(self.nights)
+        metrics = [
+            x
+            for x in metric_records(m)
+            if METRICS[x.metric].kind is Kind.SAMPLES or METRICS[x.metric].per_host
+        ]
+        try:
+            points = tracker.history.case_points(
+                m.id, m.device_class, [x.metric for x in metrics], policy
+            )
+        except (HistoryError, OSError) as err:
+            tracker.lost = str(err)
+            return result, replace(
+                night, stage=Stage.REFUSED, why=f"the history stopped answering ({err})"
+            )
+        judged = judge_case(
+            m.id,
+            m.spec.family,
+            m.device_class,
+            metrics,
+            host=tracker.host,
+            points=points,
+            tolerance=gate.tolerances.for_benchmark(m.spec.family, m.id),
+            kernels=kernel_shares(m.extra.get("kernels")),
+            policy=policy,
+        ).gate
+        if judged.verdict is Verdict.NEW:
+            mine = sum(p.accepted and p.host == tracker.host for p in points.get("time", ()))
+            why = (
+                "nothing in the history judges its metrics (only a committed baseline does)"
+                if not metrics
+                else f"this host has {mine} of them (its history judges from {self.nights})"
+            )
+            return result, replace(night, stage=Stage.OVER, why=why)
+        note = "; ".join(n for n in (result.note, judged.note) if n)
+        return replace(judged, note=note), replace(night, stage=Stage.JUDGED)
+
+    def summary(self) -> list[str]:
+        """The session's lines: what passed as a first night, what was judged, what next."""
+        if not self.said:
+            return [
+                f"first nights ({OPTION} {self.nights}): every result had a baseline or a "
+                "history to judge it; none needed a first night"
+            ]
+        lines = []
+        by_class: dict[str, list[Night]] = {}
+        for night in self.said.values():
+            by_class.setdefault(night.device_class, []).append(night)
+        for cls, nights in sorted(by_class.items()):
+            stages = Counter(n.stage for n in nights)
+            if stages[Stage.FIRST]:
+                at = sorted({n.recorded + 1 for n in nights if n.stage is Stage.FIRST})
+                said = ", ".join(map(str, at))
+                lines.append(
+                    f"first nights of {cls}: {plural(stages[Stage.FIRST], 'result')} with no "
+                    f"baseline passed as night {said} of {self.nights}, each kept in the "
+                    f"history; from night {self.nights + 1} it judges them ({OPTION})"
+                )
+            judged = stages[Stage.JUDGED] + stages[Stage.HISTORY]
+            done = judged + stages[Stage.OVER]
+            if done:
+                failed = stages[Stage.OVER]
+                nothing = f", {failed} with nothing there to judge them (failed)" if failed else ""
+                lines.append(
+                    f"first nights of {cls} over for {plural(done, 'result')} with no "
+                    f"committed baseline: {judged} judged against their host's history"
+                    f"{nothing}; commit the class's first runs as its baselines: "
+                    f"{commit_hint(cls, self.nights)}"
+                )
+            if stages[Stage.REFUSED]:
+                whys = sorted({n.why for n in nights if n.stage is Stage.REFUSED})
+                lines.append(
+                    f"first nights of {cls}: {plural(stages[Stage.REFUSED], 'result')} with "
+                    f"no baseline NOT counted as first nights ({'; '.join(whys)}): new, as "
+                    "without the option"
+                )
+        return lines
