@@ -98,7 +98,7 @@ def _canonical(dist: str) -> str:
 
 
 def gather(own: list[Entry] | None) -> tuple[Entry, ...]:
-    """``own`` (the checkout's list; None where gpugauge is installed), then the installed ones.
+    """``own`` (the checkout's list; None where gpugauge is installed) and the installed ones.
 
     An installed gpugauge's own entries are skipped where the checkout's list is read: the
     checkout is the code that runs. A name declared twice with two targets is an error
@@ -110,22 +110,24 @@ def gather(own: list[Entry] | None) -> tuple[Entry, ...]:
         dist = ep.dist.name if ep.dist is not None else ""
         if own is not None and _canonical(dist) == OWN:
             continue
-        ours = _canonical(dist) == OWN
-        installed.append((not ours, Entry(ep.name, ep.value, f"installed by {dist or '?'}")))
-    installed.sort(key=lambda pair: pair[0])  # stable: gpugauge's own first, as declared
-    for entry in [*(own or []), *(e for _, e in installed)]:
+        installed.append(Entry(ep.name, ep.value, f"installed by {dist or '?'}"))
+    for entry in [*(own or []), *installed]:
         seen = found.setdefault(entry.name, entry)
         if seen.target != entry.target:
             raise FamilyError(
                 f"family {entry.name} is declared twice: {seen.target} ({seen.source}) "
                 f"and {entry.target} ({entry.source})"
             )
-    return tuple(found.values())
+    return tuple(sorted(found.values(), key=lambda e: e.name))
 
 
 @cache
 def entries() -> tuple[Entry, ...]:
-    """Every declared family, in declaration order: gpugauge's own first, then installed ones."""
+    """Every declared family, by name: the registry's order, the same from a checkout or an install.
+
+    An install keeps no declaration order (setuptools writes entry points sorted), so the
+    order of a family's tables, comparisons and charts is its name's, never the list's.
+    """
     path = checkout_pyproject()
     return gather(declared_in(path) if path is not None else None)
 

@@ -43,7 +43,7 @@ def load(entry: Entry) -> Family:
 
 @cache
 def registry() -> Mapping[str, Family]:
-    """Every declared family by name, in declaration order, each loaded once."""
+    """Every declared family by name, in name order, each loaded once."""
     return MappingProxyType({entry.name: load(entry) for entry in entries()})
 
 
