@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gpugauge.adapter import fill_benchmark_fixture, plain_params, stored_options
-from gpugauge.families import registry
+from gpugauge.family_entries import family_names
 from gpugauge.judging.judge import Judge
 from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.measure.memory import ExpectedMemory
@@ -182,7 +182,7 @@ class Gauge:
         node_id = getattr(self._node, "nodeid", "") or "gauge"
         family = CUSTOM_FAMILY
         if self._node is not None:
-            names = registry()
+            names = family_names()
             family = next(
                 (m.name for m in self._node.iter_markers() if m.name in names), CUSTOM_FAMILY
             )

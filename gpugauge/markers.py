@@ -2,18 +2,14 @@
 
 The device markers are registered in ``pytest_configure``. A family's marker must be
 registered before a test carries it (``--strict-markers``) but without importing the
-family, which may load torch: a built-in family by the name of its package under
-``gpugauge/families/``, found on disk; an installed one by its entry point's name, read
-without loading it. Once gpugauge starts, a family whose name was not known by then gets
-its own line (:func:`gpugauge.startup.register_family_markers`), and
+family, which may load torch: every family, built in or installed, by the name of its
+entry point (:mod:`gpugauge.family_entries`), read without loading it.
 :func:`gpugauge.plugin.parametrize_cases` marks each case with its family.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import pkgutil
-from importlib.metadata import entry_points
+from gpugauge.family_entries import FamilyError, entries
 
 DEVICE_MARKERS = (
     "gpu: needs a CUDA device; skipped with a reason where none is visible",
@@ -22,7 +18,6 @@ DEVICE_MARKERS = (
     "nightly: a case the nightly job gates (-m nightly): every case but those its family "
     "leaves to the seed and full runs",
 )
-ENTRY_POINT_GROUP = "gpugauge.families"  # where installed packages register a family
 
 # markers whose presence on a collected test means the run uses gpugauge
 GAUGE_MARKERS = frozenset(line.split(":")[0].split("(")[0] for line in DEVICE_MARKERS)
@@ -33,19 +28,15 @@ def family_marker_line(name: str, about: str) -> str:
     return f"{name}: family {name} ({about})"
 
 
-def built_in_family_names() -> list[str]:
-    """The packages under ``gpugauge/families/``, each a built-in family; none is imported."""
-    spec = importlib.util.find_spec("gpugauge.families")  # imports gpugauge only
-    where = spec.submodule_search_locations if spec is not None else None
-    return sorted(m.name for m in pkgutil.iter_modules(where or []) if m.ispkg)
-
-
 def marker_lines() -> list[str]:
-    """Every marker line the plugin registers up front: devices, then families by name."""
-    lines = [*DEVICE_MARKERS]
-    names = built_in_family_names()
-    lines += [family_marker_line(name, "built in") for name in names]
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name not in names:
-            lines.append(family_marker_line(ep.name, f"installed from {ep.value}"))
-    return lines
+    """Every marker line the plugin registers up front: devices, then each declared family.
+
+    A declaration that cannot be read registers no family marker here: this runs in every
+    pytest run of the environment, and the error stops a run only once it uses gpugauge
+    (:func:`gpugauge.startup.start` loads the registry, which raises it).
+    """
+    try:
+        declared = entries()
+    except FamilyError:
+        declared = ()
+    return [*DEVICE_MARKERS, *(family_marker_line(e.name, e.target) for e in declared)]

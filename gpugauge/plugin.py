@@ -194,7 +194,7 @@ def parametrize_cases(
     if argname not in metafunc.fixturenames:
         return
     profile = options(metafunc.config).profile  # starts gpugauge: its families are marked
-    from gpugauge.families import registry
+    from gpugauge.registry import registry
     from gpugauge.results.measurement import devices_of, in_nightly
 
     families = registry()

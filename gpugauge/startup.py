@@ -12,24 +12,16 @@ import pytest
 
 from gpugauge import tracking
 from gpugauge.benchmark_options import benchmark_disabled, foreign_note
-from gpugauge.families import registry
 from gpugauge.first_nights import FirstNights
 from gpugauge.flags import getter
 from gpugauge.options import check_destinations, resolve
+from gpugauge.registry import registry
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results import benchmark_storage
 from gpugauge.results.outcome import Skip, skip_reason, test_id
 from gpugauge.session import GaugeSession, Note
-
-
-def register_family_markers(config: pytest.Config) -> None:
-    """Each registered family's marker line, where the plugin did not register it already."""
-    known = {line.split(":")[0].strip() for line in config.getini("markers")}
-    for family in registry().values():
-        if family.name not in known:
-            config.addinivalue_line("markers", family.marker_line())
 
 
 def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
@@ -40,9 +32,9 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
     """
     import torch
 
-    register_family_markers(config)
     messages = []
     try:
+        registry()  # every declared family loads, or the run stops naming the one that fails
         get = getter(config)
         options = resolve(get, torch.cuda.is_available(), config.rootpath)
         check_destinations(options, get)  # before anything is measured

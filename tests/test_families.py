@@ -1,14 +1,17 @@
-"""The family registry: the core never names a family, and a new family needs only itself.
+"""The family registry: the harness never imports or names a family; a new one needs only itself.
 
-A toy family is added the way a user's package would add one: one package exposing a
-``Family``, one registry line (an entry point of the ``gpugauge.families`` group), one bench
-module. It must then appear in the run's tables, the gate and the report, with its chart.
+A toy family is added as one folder plus one registration line, both ways a family
+registers: as a package of its own whose distribution installs an entry point, and as a
+built-in one, a folder under ``gpugauge/families/`` of a checkout plus a line in its
+``pyproject.toml``, run with nothing installed. Either way it must then appear in the run's
+tables, the gate, the results history and the report, with its chart.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,21 +19,24 @@ from pathlib import Path
 
 import pytest
 
-from gpugauge.families import registry
-from gpugauge.families.family import Family
+from gpugauge.family import Family
+from gpugauge.registry import registry
+from tests.test_import_graph import imports, modules
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "gpugauge"
+# the family side: the built-in families and the models they build; the rest is the harness
+FAMILY_SIDE = ("gpugauge.families", "gpugauge.models")
 # A string equal to a family name that is not the family: (file, string, why).
 ALLOWED = {("gpugauge/results/metrics.py", "layers"): "the unit of max_layers"}
 
 
-def _core_modules() -> list[Path]:
-    return [
-        p
-        for p in sorted(CORE.rglob("*.py"))
-        if p.relative_to(CORE).parts[0] not in ("families", "models")
-    ]
+def _on_family_side(module: str) -> bool:
+    return any(module == side or module.startswith(side + ".") for side in FAMILY_SIDE)
+
+
+def _harness() -> dict[str, Path]:
+    return {name: path for name, path in modules(ROOT).items() if not _on_family_side(name)}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -44,35 +50,33 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def test_registry_holds_the_five_families() -> None:
-    assert list(registry()) == ["vgg_swap", "layers", "layer_fit", "distributed", "amp"]
+    assert list(registry()) == ["amp", "distributed", "layer_fit", "layers", "vgg_swap"]
     assert all(isinstance(f, Family) for f in registry().values())
 
 
-@pytest.mark.parametrize("path", _core_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_harness_never_imports_a_family() -> None:
+    """Any import, at any level: the harness reaches a family through the registry alone."""
+    names = modules(ROOT)
+    found = [
+        f"{name} imports {target}"
+        for name, path in _harness().items()
+        for target in sorted(imports(name, path, names))
+        if _on_family_side(target)
+    ]
+    assert not found, found
+
+
+@pytest.mark.parametrize(
+    "path", sorted(_harness().values()), ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_core_module_names_no_family(path: Path) -> None:
-    """No import of a family package, no family name as a string or an identifier."""
+    """No family name as a string or an identifier (its docstrings may say one)."""
     names = set(registry())
     rel = str(path.relative_to(ROOT))
     tree = ast.parse(path.read_text())
     docs = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            parts = node.module.split(".")
-            if parts[:2] == ["gpugauge", "families"] and len(parts) > 2 and parts[2] in names:
-                found.append(f"line {node.lineno}: imports {node.module}")
-            if node.module == "gpugauge.families":
-                found += [
-                    f"line {node.lineno}: imports {a.name}" for a in node.names if a.name in names
-                ]
-        if isinstance(node, ast.Import):
-            found += [
-                f"line {node.lineno}: imports {a.name}"
-                for a in node.names
-                if a.name.split(".")[:2] == ["gpugauge", "families"]
-                and len(a.name.split(".")) > 2
-                and a.name.split(".")[2] in names
-            ]
         if (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
@@ -91,12 +95,12 @@ def test_core_module_names_no_family(path: Path) -> None:
 TOY_PACKAGE = '''
 """toy: a family a user adds: a sleep that takes longer with more of it."""
 
-from gpugauge.families.family import Family
+from gpugauge.family import Family
 from gpugauge.results.comparisons import pair_up
 
 
 def cases(profile):
-    from toyfam.workload import cases
+    from PKG.workload import cases
 
     return cases(profile)
 
@@ -156,7 +160,7 @@ import time
 import pytest
 
 from gpugauge.plugin import parametrize_cases
-from toyfam import cases
+from PKG import cases
 
 pytestmark = pytest.mark.toy
 
@@ -170,35 +174,68 @@ def test_toy(case, gauge):
 """
 
 
-def _toy_project(tmp_path: Path) -> Path:
+def _toy_installed(tmp_path: Path) -> list[Path]:
+    """A package of the user's own: its folder, and its distribution's one entry point."""
     site = tmp_path / "site"
-    pkg = site / "toyfam"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(textwrap.dedent(TOY_PACKAGE))
-    (pkg / "workload.py").write_text(textwrap.dedent(TOY_WORKLOAD))
+    _toy_folder(site / "toyfam", "toyfam")
     dist = site / "toyfam-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toyfam\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[gpugauge.families]\ntoy = toyfam:FAMILY\n")
+    return [site, ROOT]
+
+
+def _toy_built_in(tmp_path: Path) -> list[Path]:
+    """A checkout with a built-in family added: its folder, and one line of pyproject.toml.
+
+    Run with nothing of it installed (the GPU runners' way): the checkout's own table is read.
+    """
+    checkout = tmp_path / "checkout"
+    shutil.copytree(CORE, checkout / "gpugauge", ignore=shutil.ignore_patterns("__pycache__"))
+    _toy_folder(checkout / "gpugauge" / "families" / "toy", "gpugauge.families.toy")
+    table = '[project.entry-points."gpugauge.families"]\n'
+    text = (ROOT / "pyproject.toml").read_text()
+    assert table in text
+    line = 'toy = "gpugauge.families.toy:FAMILY"\n'
+    (checkout / "pyproject.toml").write_text(text.replace(table, table + line))
+    return [checkout]
+
+
+def _toy_folder(folder: Path, package: str) -> None:
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(textwrap.dedent(TOY_PACKAGE.replace("PKG", package)))
+    (folder / "workload.py").write_text(textwrap.dedent(TOY_WORKLOAD))
+
+
+def _project(tmp_path: Path, package: str) -> Path:
     project = tmp_path / "project"
     project.mkdir()
     (project / "tolerances").mkdir()  # the built-in tolerances
-    (project / "test_toy.py").write_text(textwrap.dedent(TOY_BENCH))
+    (project / "test_toy.py").write_text(textwrap.dedent(TOY_BENCH.replace("PKG", package)))
     (project / "conftest.py").write_text('pytest_plugins = ["gpugauge.plugin"]\n')
-    return site
+    return project
 
 
-def _run(args: list[str], cwd: Path, site: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+def _run(args: list[str], cwd: Path, path: list[Path]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    env.pop("GPUGAUGE_HISTORY", None)
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
 
 
+ROUTES = {
+    "installed": (_toy_installed, "toyfam"),
+    "built-in": (_toy_built_in, "gpugauge.families.toy"),
+}
+
+
 @pytest.mark.slow
-def test_a_toy_family_joins_through_the_registry_alone(tmp_path: Path) -> None:
-    site = _toy_project(tmp_path)
-    project = tmp_path / "project"
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_toy_family_joins_through_its_registration_alone(tmp_path: Path, route: str) -> None:
+    add, package = ROUTES[route]
+    path = add(tmp_path)
+    project = _project(tmp_path, package)
     common = [
         "-m",
         "pytest",
@@ -213,16 +250,25 @@ def test_a_toy_family_joins_through_the_registry_alone(tmp_path: Path) -> None:
         "baselines",
         "--gauge-tolerances-dir",
         "tolerances",
+        "--gauge-history",
+        "history.sqlite",
     ]
-    first = _run([*common, "--gauge-update-baselines"], project, site)
+    first = _run([*common, "--gauge-update-baselines", "-m", "toy"], project, path)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert "2 passed" in first.stdout  # its marker selects it
     assert list((project / "baselines").rglob("toy.json")), first.stdout
-    gated = _run([*common, "--gauge-gate", "--benchmark-json", "run.json"], project, site)
+    gated = _run([*common, "--gauge-gate", "--benchmark-json", "run.json"], project, path)
     out = gated.stdout
     assert gated.returncode == 0, out + gated.stderr
     for expected in ("toy-x1-cpu", "toy-x2-cpu", "gpugauge gate"):  # results, gate tables
         assert expected in out
     assert "toy cpu" in out  # its comparison, derived at the end of the run
+    history = _run(
+        ["-m", "gpugauge", "history", "list", "--history", "history.sqlite"], project, path
+    )
+    assert history.returncode == 0, history.stdout + history.stderr
+    assert "toy-x1-cpu" in history.stdout
+    assert "toy-x2-cpu" in history.stdout
     report = _run(
         [
             "-m",
@@ -236,9 +282,11 @@ def test_a_toy_family_joins_through_the_registry_alone(tmp_path: Path) -> None:
             "baselines",
             "--tolerances-dir",
             "tolerances",
+            "--history",
+            "history.sqlite",
         ],
         project,
-        site,
+        path,
     )
     assert report.returncode == 0, report.stdout + report.stderr
     md = (project / "reports" / "report.md").read_text()

@@ -21,6 +21,7 @@ HEAVY = (
     "numpy",
     "scipy",
     "gpugauge.families",
+    "gpugauge.registry",
     "gpugauge.startup",
     "gpugauge.session",
     "gpugauge.report",
@@ -142,11 +143,15 @@ def test_the_defaults_that_tell_an_option_given_are_pytests(pytestconfig: pytest
     assert set(flags.defaults()) <= set(vars(pytestconfig.option))
 
 
-def test_the_built_in_family_markers_are_found_without_importing_them() -> None:
-    from gpugauge.families import BUILT_IN
-    from gpugauge.markers import built_in_family_names
+def test_every_family_marker_is_declared_without_importing_the_family() -> None:
+    """The markers come from the declarations; the registry loads the same families."""
+    from gpugauge.family_entries import family_names
+    from gpugauge.markers import marker_lines
+    from gpugauge.registry import registry
 
-    assert built_in_family_names() == sorted(f.name for f in BUILT_IN)
+    assert family_names() == tuple(registry())
+    marked = [line.split(":")[0] for line in marker_lines()]
+    assert [n for n in marked if n in family_names()] == list(family_names())
 
 
 WITHOUT_TORCHVISION = """

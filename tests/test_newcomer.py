@@ -24,12 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 ENTRY_POINT = "gpugauge.plugin = gpugauge.plugin"
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600)
+def _run(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
-def test_the_wheel_holds_gpugauge_only_and_declares_the_plugin(tmp_path: Path) -> None:
+def test_the_wheel_holds_gpugauge_only_and_declares_the_plugin_and_families(tmp_path: Path) -> None:
     # built from a copy, so that the build leaves nothing in the checkout
     src = tmp_path / "src"
     src.mkdir()
@@ -60,6 +62,22 @@ def test_the_wheel_holds_gpugauge_only_and_declares_the_plugin(tmp_path: Path) -
     assert "gpugauge/models/vgg.py" in names
     assert "[pytest11]" in declared
     assert ENTRY_POINT in declared
+    # the built-in families, declared as any other family is; installed, that list is read
+    assert "[gpugauge.families]" in declared
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    listed = _run(
+        sys.executable,
+        "-c",
+        "from gpugauge.family_entries import checkout_pyproject, entries\n"
+        "from gpugauge.registry import registry\n"
+        "print(checkout_pyproject(), [e.name for e in entries()], list(registry()))",
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
+    five = ["amp", "distributed", "layer_fit", "layers", "vgg_swap"]
+    assert listed.stdout.strip() == f"None {five} {five}", listed.stdout + listed.stderr
 
 
 def _readme_examples() -> str:

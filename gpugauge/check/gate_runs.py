@@ -130,10 +130,10 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
         )
     select = cfg.select
     if select is None:
-        from gpugauge.families import registry
+        from gpugauge.family_entries import family_names
 
         try:
-            select = default_selection(cfg.baselines_dir, dev_cls, families, set(registry()))
+            select = default_selection(cfg.baselines_dir, dev_cls, families, set(family_names()))
         except ValueError as err:
             raise CheckUnavailable(str(err)) from None
     nothing = (

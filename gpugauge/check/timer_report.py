@@ -293,10 +293,10 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
                 "name them with -k"
             )
         from gpugauge.check.selection import default_selection
-        from gpugauge.families import registry
+        from gpugauge.family_entries import family_names
 
         try:
-            select = default_selection(cfg.baselines_dir, None, families, set(registry()))
+            select = default_selection(cfg.baselines_dir, None, families, set(family_names()))
         except ValueError as err:
             raise CheckError(str(err)) from None
     device = f"{torch.cuda.get_device_name()} (torch {torch.__version__})"

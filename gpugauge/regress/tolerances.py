@@ -14,7 +14,7 @@ entries also give the built-in defaults. A file has up to three kinds of table::
 
 More specific tables override less specific ones, metric by metric. A malformed file, an
 unknown table or key, a ``[family.NAME]`` of a family the registry
-(:func:`gpugauge.families.registry`) does not know (a typo would leave the family on the
+(:mod:`gpugauge.family_entries`) does not declare (a typo would leave the family on the
 default tolerances, unseen), a value that is not a number in [0, 10), or one key set by
 two files is a :class:`ToleranceError` that names the file and the table or key.
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpugauge.family_entries import family_names
 from gpugauge.results.files import FileError, read_parsed
 from gpugauge.results.metrics import METRICS
 
@@ -150,14 +151,12 @@ def load_tolerances(folder: Path, families: Collection[str] | None = None) -> To
     What is read, and what is named as skipped, is :func:`tolerance_files`'s. A ``folder``
     that exists but is not a directory is an error; whether a missing one is is the
     caller's choice (a folder named on the command line must exist). ``families`` are the
-    names a ``[family.NAME]`` table may have: by default the registry's.
+    names a ``[family.NAME]`` table may have: by default the declared families'.
     """
     if folder.exists() and not folder.is_dir():
         raise ToleranceError(f"tolerances folder {folder}: not a directory")
     if families is None:
-        from gpugauge.families import registry
-
-        families = tuple(registry())
+        families = family_names()
     files, skipped = tolerance_files(folder)
     merged = Tolerances(skipped=tuple(skipped), folder=folder)
     owner: dict[tuple[str, str, str], Path] = {}

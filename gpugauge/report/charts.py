@@ -2,7 +2,7 @@
 
 A chart says whether it has something to show for a report (``applies``) and draws one
 figure. The charts here read any result; a family's own charts live in its package
-(:attr:`gpugauge.families.family.Family.charts`) and are handed only that family's
+(:attr:`gpugauge.family.Family.charts`) and are handed only that family's
 results (:meth:`ReportData.only`), so no chart here names a family.
 """
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from gpugauge.families import comparisons_of
 from gpugauge.history.changepoints import ChangePoint
 from gpugauge.history.records import Point
 from gpugauge.history.reference import Reference
 from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.report.tables import on_gpu, run_label, uncertain_ids, verdict_counts
-from gpugauge.results.measurement import Comparison
 from gpugauge.results.runs import SavedRun
 
 
@@ -61,11 +59,6 @@ class ReportData:
                 for h in self.history
             ],
         )
-
-    @property
-    def comparisons(self) -> list[Comparison]:
-        """The current run's comparisons, derived by each family from the results present."""
-        return comparisons_of(self.current.measurements)
 
     @property
     def verdict_line(self) -> str:

@@ -20,6 +20,7 @@ from gpugauge.judging.judge import Judge
 from gpugauge.judging.verdicts import Basis, GateResult
 from gpugauge.measure.stats import MIN_CI_N
 from gpugauge.phrasing import plural
+from gpugauge.registry import comparisons_of, registry
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, compare
 from gpugauge.regress.tolerances import Tolerances
@@ -251,18 +252,12 @@ def _result_rows(data: ReportData, out: Path) -> Section:
 
 def _comparison_rows(data: ReportData) -> Section:
     """The families' comparisons, derived from the run's results, then gauge.compare's."""
-    headers = [
-        "comparison",
-        "baseline",
-        "candidate",
-        "speedup [95% CI]",
-        "memory saved",
-        "notes",
-    ]
+    headers = ["comparison", "baseline", "candidate", "speedup [95% CI]", "memory saved", "notes"]
     rows: list[list[Cell]] = []
-    saved = [c.as_dict() for c in data.comparisons] + data.current.adhoc_comparisons
-    noisy = noisy_ids(data.current.measurements)
-    rounds = {m.id: m.summary.n for m in data.current.measurements if m.timing is not None}
+    ms = data.current.measurements
+    saved = [c.as_dict() for c in comparisons_of(ms)] + data.current.adhoc_comparisons
+    noisy = noisy_ids(ms)
+    rounds = {m.id: m.summary.n for m in ms if m.timing is not None}
     for c in saved:
         try:
             s = c["speedup"]
@@ -420,7 +415,6 @@ def write_report(data: ReportData, out: Path, name: str = "report") -> list[Path
     """
     import matplotlib.pyplot as plt
 
-    from gpugauge.families import registry
     from gpugauge.report.charts import CHARTS
 
     pngs: dict[str, bytes] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpugauge.families.family import Family
+from gpugauge.family import Family
 from gpugauge.results.comparisons import pair_up
 
 if TYPE_CHECKING:

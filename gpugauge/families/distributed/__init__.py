@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpugauge.families.distributed.charts import CommBars, ScalingCurves
-from gpugauge.families.family import Family
+from gpugauge.family import Family
 
 if TYPE_CHECKING:
     from gpugauge.results.measurement import Spec

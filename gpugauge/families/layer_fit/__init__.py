@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpugauge.families.family import Family
 from gpugauge.families.layer_fit.charts import Frontier
+from gpugauge.family import Family
 from gpugauge.results.comparisons import pair_up
 
 if TYPE_CHECKING:

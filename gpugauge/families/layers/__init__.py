@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpugauge.families.family import Family
+from gpugauge.family import Family
 
 if TYPE_CHECKING:
     from gpugauge.results.measurement import Spec

@@ -1,8 +1,10 @@
-"""What the core knows of a benchmark family: the :class:`Family` record a family registers.
+"""What the harness knows of a benchmark family: the :class:`Family` record a family registers.
 
 A family is a unit: its package holds its cases, steps, charts, tables and comparisons,
-and exposes one ``FAMILY``. The core (gauge, plugin, results, regress, report) reads the
-registry (:mod:`gpugauge.families`) and never names a family.
+and exposes one ``FAMILY``, declared by one entry point of the ``gpugauge.families`` group
+(:mod:`gpugauge.family_entries`). The harness (gauge, plugin, session, results, regress,
+report, check, history, CLI) reaches a family only through the registry
+(:mod:`gpugauge.registry`) and never imports or names one; a family imports the harness.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from gpugauge.markers import family_marker_line
 
 if TYPE_CHECKING:
     from gpugauge.report.charts import Chart
@@ -72,10 +72,6 @@ class Family:
             return None
         how = f": {self.install}" if self.install else ""
         return f"family {self.name} needs {', '.join(gone)}, which is not installed{how}"
-
-    def marker_line(self) -> str:
-        """The ``markers`` ini line that registers this family's marker."""
-        return family_marker_line(self.name, self.about)
 
     def describe(self) -> dict[str, Any]:
         """What ``gpugauge families`` prints."""
