@@ -21,7 +21,7 @@ import pytest
 
 from gpugauge.ab.bisect import bisect, render_bisect
 from gpugauge.ab.render import markdown, terminal
-from gpugauge.ab.result import ABReport, Block, CaseAB, Pair, SideInfo
+from gpugauge.ab.result import BUDGET_SPENT, ABReport, Block, CaseAB, Pair, SideInfo
 from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve
 from gpugauge.ab.verdict import Outcome, Schedule, decide, paired_ratio
 
@@ -271,6 +271,21 @@ def test_a_side_whose_rounds_fail_fails_its_test_and_the_ab_goes_on(
     ran, skipped = sorted(plain["status"].values())
     assert ran == "passed", plain
     assert skipped.startswith("skipped: gpugauge ab: no timing"), plain
+    assert _leftovers(toy, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_spent_time_budget_skips_the_tests_left_on_both_sides(toy: Path, tmp_path: Path) -> None:
+    (toy / "test_other.py").write_text(BENCH.format(extra="").replace("test_spin", "test_ok"))
+    _commit(toy, "", "a second test")
+    done = _ab(toy, "ab", "HEAD", "HEAD", "--time-budget", "0", out=tmp_path / "spent")
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = json.loads((tmp_path / "spent" / "ab.json").read_text())["cases"]
+    assert len(cases) == 2
+    for case in cases:
+        assert case["pairs"] == []
+        assert set(case["status"].values()) == {f"skipped: {BUDGET_SPENT}"}
+    assert "time budget was spent" in done.stdout
     assert _leftovers(toy, tmp_path) == []
 
 

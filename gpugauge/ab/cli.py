@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -125,6 +126,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="git ref of the build under test (default: WORKTREE, the working tree)",
     )
     _shared(ab)
+    _budget(ab, "said so in the table")
     ab.set_defaults(func=ab_command)
     bis = sub.add_parser(
         "bisect",
@@ -161,6 +163,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(default: $GPUGAUGE_HISTORY, else .benchmarks/gpugauge-history.sqlite)",
     )
     _shared(conf)
+    _budget(
+        conf,
+        "their results keep the class reference's verdict, said so (the largest ratios are "
+        "confirmed first)",
+    )
     conf.set_defaults(func=confirm_command)
     bis.add_argument("good", metavar="GOOD", help="a git ref whose cases are not slower")
     bis.add_argument("bad", metavar="BAD", help="a later git ref whose cases are slower")
@@ -198,6 +205,17 @@ def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = N
         schedule=replace(Schedule(), min_effect=args.min_effect, max_pairs=args.max_pairs),
         block_s=args.block_time,
         profile=args.profile,
+        budget_s=getattr(args, "time_budget", None),
+    )
+
+
+def _budget(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--time-budget",
+        type=number(float, 0.0, "a number of seconds >= 0"),
+        default=None,
+        metavar="S",
+        help=f"start no test after S seconds: the tests left are skipped, {what}",
     )
 
 
@@ -327,13 +345,25 @@ def confirm_command(args: argparse.Namespace) -> int:
             args.profile = load_run(args.run).profile
         given = list(args.pytest_args)
         status = EXIT_OK
-        for ref, group in by_reference(repo_root(Path.cwd()), args.baselines_dir, cases).items():
-            args.pytest_args = [*given, *(c.nodeid for c in group)]
+        budget, t0 = args.time_budget, time.monotonic()
+        groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
+        for ref, group in groups.items():
+            if budget is not None:  # what is left of it, for this reference's A/B
+                args.time_budget = max(budget - (time.monotonic() - t0), 0.0)
+            # the largest ratios first: with a budget, the likeliest regressions are A/B'd
+            ordered = sorted(group, key=lambda c: -c.ratio)
+            args.pytest_args = [*given, *(c.nodeid for c in ordered)]
             report = run_ab(args, ref, WORKING_TREE, args.out / ref[:10])
             print("\n" + terminal(report))
             settled = decided(args.run, ref, report)
             for s in settled:
                 print(f"  {s.result.message()}")
+            unsettled = [c.id for c in group if c.id not in {s.result.id for s in settled}]
+            if unsettled:
+                print(
+                    f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
+                    f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
+                )
             _keep(args, settled)
             if regressed(settled) or report.slower or report.problems:
                 status = EXIT_FAILED

@@ -18,6 +18,8 @@ from gpugauge.judging.verdicts import Basis, MetricCheck, Verdict
 NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 # a second side's skip reason where the first side's run of the test had nothing to pair
 SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
+# both sides' skip reason for the tests left when the A/B's time budget is spent
+BUDGET_SPENT = "gpugauge ab: its time budget was spent before this test"
 
 AB_SCHEMA = 1
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the

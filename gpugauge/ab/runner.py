@@ -35,7 +35,7 @@ from gpugauge.ab.launch import (
     start,
     stop,
 )
-from gpugauge.ab.result import PHASES, SKIPPED_FOR, ABReport, Block, CaseAB, Pair
+from gpugauge.ab.result import BUDGET_SPENT, PHASES, SKIPPED_FOR, ABReport, Block, CaseAB, Pair
 from gpugauge.ab.sides import Checkout
 from gpugauge.ab.verdict import Schedule
 from gpugauge.phrasing import plural
@@ -65,6 +65,7 @@ class ABConfig:
     clocks_apart: float = CLOCKS_APART
     max_remeasure: int = MAX_REMEASURE
     profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
+    budget_s: float | None = None  # start no test after this many seconds; None: no limit
 
     def __post_init__(self) -> None:
         if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:
@@ -108,6 +109,7 @@ class Coordinator:
         self.note = note
         self.cwd = cwd  # relative place in each checkout to run from (None: its root)
         self._flip = False
+        self._deadline: float | None = None
 
     def settings(self) -> tuple[tuple[tuple[str, ...], object], ...]:
         """The options every side takes, by dest; the profile where one was asked for."""
@@ -120,6 +122,7 @@ class Coordinator:
         """Run both sides to their ends; the report of every case."""
         self.cfg.out.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
+        self._deadline = None if self.cfg.budget_s is None else t0 + self.cfg.budget_s
         sides: dict[str, Side] = {}
         with listening() as (listener, channel):
             try:
@@ -195,10 +198,13 @@ class Coordinator:
             return head
         return base if mb["op"] == "test" else head  # both have it, in another order
 
-    @staticmethod
-    def _alone(side: Side) -> str:
+    def _spent(self) -> bool:
+        """Whether the time budget is spent: no more tests start."""
+        return self._deadline is not None and time.monotonic() > self._deadline
+
+    def _alone(self, side: Side) -> str:
         """Run one test of one side with the GPU to itself, every timing call as usual."""
-        side.send({"op": "go"})
+        side.send({"op": "skip", "reason": BUDGET_SPENT} if self._spent() else {"op": "go"})
         while (m := side.expect("measure", "done"))["op"] == "measure":
             side.send({"op": "solo"})
         return str(m.get("outcome", "?"))
@@ -208,10 +214,13 @@ class Coordinator:
         self._flip = not self._flip
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
+        spent = self._spent()
         for s in (first, second):
             t0 = time.monotonic()
             ran = said.get(first.name, {})
-            if s is second and ran.get("op") == "done" and ran.get("outcome") == "passed":
+            if spent:
+                s.send({"op": "skip", "reason": BUDGET_SPENT})
+            elif s is second and ran.get("op") == "done" and ran.get("outcome") == "passed":
                 # the first side's whole test made no timing call to pair (a memory search,
                 # a count): its second run would only cost time
                 s.send({"op": "skip", "reason": f"{SKIPPED_FOR} ({first.name} ran it)"})
