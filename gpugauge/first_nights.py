@@ -26,17 +26,14 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from gpugauge.history.capture import injected, metric_records
-from gpugauge.history.judge import judge_case
+from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.phrasing import plural
-from gpugauge.regress.baselines import kernel_shares
 from gpugauge.regress.gate import Gate
 from gpugauge.results.measurement import Measurement
-from gpugauge.results.metrics import METRICS, Kind
-from gpugauge.tracking import Tracker
+from gpugauge.tracking import Tracker, judged_here
 
 OPTION = "--gauge-first-nights"
 
@@ -181,17 +178,13 @@ class FirstNights:
     ) -> tuple[GateResult, Night]:
         """Judge the result against its host's last N accepted runs, as the history does.
 
-        Samples metrics and per-host ones, as :meth:`Tracker.judge` reads them; a result
+        Samples metrics and per-host ones, as :meth:`Tracker.by_history` reads them; a result
         with none of them, or none with a reference, stays new: :attr:`Stage.OVER`.
         """
         tracker = self.tracker
         assert tracker is not None
         policy = first_nights_policy(self.nights)
-        metrics = [
-            x
-            for x in metric_records(m)
-            if METRICS[x.metric].kind is Kind.SAMPLES or METRICS[x.metric].per_host
-        ]
+        metrics = judged_here(m)
         try:
             points = tracker.history.case_points(
                 m.id, m.device_class, [x.metric for x in metrics], policy
@@ -201,17 +194,7 @@ class FirstNights:
             return result, replace(
                 night, stage=Stage.REFUSED, why=f"the history stopped answering ({err})"
             )
-        judged = judge_case(
-            m.id,
-            m.spec.family,
-            m.device_class,
-            metrics,
-            host=tracker.host,
-            points=points,
-            tolerance=gate.tolerances.for_benchmark(m.spec.family, m.id),
-            kernels=kernel_shares(m.extra.get("kernels")),
-            policy=policy,
-        ).gate
+        judged = tracker.judged(m, gate, metrics, points, policy=policy)
         if judged.verdict is Verdict.NEW:
             mine = sum(p.accepted and p.host == tracker.host for p in points.get("time", ()))
             why = (

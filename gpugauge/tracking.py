@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,16 +32,35 @@ from gpugauge.history.capture import (
     run_record,
 )
 from gpugauge.history.judge import judge_case
-from gpugauge.history.records import HistoryError, HistoryUnavailable, ResultRecord
+from gpugauge.history.records import (
+    HistoryError,
+    HistoryUnavailable,
+    MetricRecord,
+    Point,
+    ResultRecord,
+)
+from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.history.targets import is_local
 from gpugauge.judging.verdicts import GateResult
 from gpugauge.phrasing import plural
-from gpugauge.regress.baselines import kernel_shares
+from gpugauge.regress.baselines import Entry, kernel_shares
 from gpugauge.regress.gate import Gate
 from gpugauge.results.benchmark_storage import storage_folder
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
+
+
+def judged_here(m: Measurement) -> list[MetricRecord]:
+    """The metrics of ``m`` the history judges: samples (time) and per-host ones.
+
+    A peak or a count is deterministic and keeps the class baseline's exact check.
+    """
+    return [
+        x
+        for x in metric_records(m)
+        if METRICS[x.metric].kind is Kind.SAMPLES or METRICS[x.metric].per_host
+    ]
 
 
 def target_of(config: pytest.Config) -> str | None:
@@ -113,11 +132,7 @@ class Tracker:
         """
         if self.lost is not None:
             return None
-        metrics = [
-            x
-            for x in metric_records(m)
-            if METRICS[x.metric].kind is Kind.SAMPLES or METRICS[x.metric].per_host
-        ]
+        metrics = judged_here(m)
         try:
             points = self.history.case_points(m.id, m.device_class, [x.metric for x in metrics])
         except (HistoryError, OSError) as err:  # a server gone, a disk failing: not a test's
@@ -126,6 +141,19 @@ class Tracker:
         stored = gate.store.load(m.device_class, m.spec.family) or {}
         if not any(points.values()) and m.id not in stored:
             return None  # nothing to judge against: new
+        return self.judged(m, gate, metrics, points, baseline=stored.get(m.id))
+
+    def judged(
+        self,
+        m: Measurement,
+        gate: Gate,
+        metrics: Sequence[MetricRecord],
+        points: Mapping[str, Sequence[Point]],
+        *,
+        baseline: Entry | None = None,
+        policy: ReferencePolicy = DEFAULT_POLICY,
+    ) -> GateResult:
+        """``metrics`` of ``m`` judged on this host against ``points`` (its case's history)."""
         return judge_case(
             m.id,
             m.spec.family,
@@ -134,8 +162,9 @@ class Tracker:
             host=self.host,
             points=points,
             tolerance=gate.tolerances.for_benchmark(m.spec.family, m.id),
-            baseline=stored.get(m.id),
+            baseline=baseline,
             kernels=kernel_shares(m.extra.get("kernels")),
+            policy=policy,
         ).gate
 
     def keep(self, attempts: Sequence[tuple[Measurement, GateResult | None]]) -> None:
