@@ -4,6 +4,7 @@ import base64
 import io
 import json
 import re
+import shlex
 import statistics
 from pathlib import Path
 
@@ -333,6 +334,17 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     assert "python3 -m gpugauge report --current results/nightly.json" in text
     assert "actions/upload-artifact" in text
     assert "if: always()" in text  # the report is kept when the gate fails the run
+    # every gpugauge command the workflows give parses (an option renamed breaks the night)
+    from gpugauge.__main__ import build_parser
+
+    for workflow in (root / ".github" / "workflows").glob("*.yml"):
+        script = workflow.read_text().replace("\\\n", " ")  # continued lines joined
+        for line in script.splitlines():
+            if line.strip().startswith("#") or "python3 -m gpugauge " not in line:
+                continue
+            words = shlex.split(line.split("python3 -m gpugauge ", 1)[1], comments=True)
+            stop = [i for i, w in enumerate(words) if w in ("|", "&&", ";", "||", ">")]
+            build_parser().parse_args(words[: stop[0] if stop else None])  # unknown: exits
 
 
 def test_many_artifacts_share_one_cell_under_their_header() -> None:
