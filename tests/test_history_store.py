@@ -148,7 +148,10 @@ def test_accept_marks_results_as_references(target: str) -> None:
             h.accept("nope")
 
 
-def test_an_ab_that_decided_a_result_is_kept_with_its_pairs(target: str) -> None:
+def test_an_ab_that_decided_a_result_is_kept_with_its_pairs(
+    target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpugauge.history.cli import main
     from gpugauge.history.records import ABRecord
 
     pairs = ({"base": {"median_ms": 1.0}, "head": {"median_ms": 1.03}, "base_first": True},)
@@ -166,6 +169,12 @@ def test_an_ab_that_decided_a_result_is_kept_with_its_pairs(target: str) -> None
         h.record_ab(replace(ab, ratio=1.05), result_verdict="regressed", accepted=False,
                     reference="again")  # fmt: skip
         assert [x.ratio for x in h.ab_cases()] == [1.05]  # a second A/B replaces the first
+    assert main(["ab", "--history", target, "--run", "run-1"]) == 0  # what a person reads
+    shown = capsys.readouterr().out
+    assert "regressed" in shown
+    assert "1.050x [1.020, 1.040]" in shown
+    assert "cccccccccc" in shown
+    with History.open(target) as h:
         with pytest.raises(HistoryError, match="holds no result 'zzz'"):
             h.record_ab(replace(ab, bench_id="zzz"), result_verdict="x", accepted=True,
                         reference="")  # fmt: skip

@@ -25,7 +25,7 @@ from gpugauge.history.changepoints import (
     changes_of_cases,
 )
 from gpugauge.history.records import HistoryError, ResultRecord, RunRecord, some
-from gpugauge.history.render import cases_text, changes_text, trend_text
+from gpugauge.history.render import ab_text, cases_text, changes_text, trend_text
 from gpugauge.history.rows import COLUMNS, flat_row
 from gpugauge.history.store import (
     ENV_VAR,
@@ -83,6 +83,11 @@ def _list(h: History, args: argparse.Namespace) -> int:
     held = h.cases()
     said = _no_match(held, args.id) if args.id else None
     print(said or cases_text([c for c in held if _matching([c.bench_id], args.id)]))
+    return 0
+
+
+def _ab(h: History, args: argparse.Namespace) -> int:
+    print(ab_text(h.ab_cases(h.run_id(args.run) if args.run else None)))
     return 0
 
 
@@ -255,6 +260,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = cmds.add_parser("list", help="cases with their run counts per host")
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
     p.set_defaults(history_func=_list, read_only=True)
+
+    p = cmds.add_parser("ab", help="the same-GPU A/Bs that decided stored results (confirm)")
+    p.add_argument("--run", help="one run's (an id or a unique prefix)")
+    p.set_defaults(history_func=_ab, read_only=True)
 
     p = cmds.add_parser(
         "show", help="one case's trend: its runs, medians, CIs, hosts, change points"

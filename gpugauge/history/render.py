@@ -1,11 +1,11 @@
-"""The history as terminal text: cases per host, one case's trend, change points."""
+"""The history as terminal text: cases per host, one case's trend, change points, A/Bs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from gpugauge.history.changepoints import ChangePoint
-from gpugauge.history.records import Point
+from gpugauge.history.records import ABRecord, Point
 from gpugauge.history.store import Case
 from gpugauge.results.metrics import METRICS
 
@@ -115,3 +115,23 @@ def changes_text(changes: Sequence[ChangePoint]) -> str:
         if command:
             lines.append(f"  the commit behind it, by A/Bs on this GPU: {command}")
     return "\n".join(lines)
+
+
+def ab_text(cases: Sequence[ABRecord]) -> str:
+    """The same-GPU A/Bs that decided stored results, one row each with its pair count."""
+    if not cases:
+        return "no A/B kept: `gpugauge confirm` keeps one with the run whose result it decided"
+    header = ("run", "case", "device class", "against", "verdict", "head/base [CI]", "pairs")
+    rows = [
+        (
+            c.run_id,
+            short(c.bench_id, 48),
+            c.device_class,
+            c.base_commit[:10],
+            c.verdict,
+            f"{c.ratio:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]",
+            str(len(c.pairs)),
+        )
+        for c in cases
+    ]
+    return table(header, rows)
