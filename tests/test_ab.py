@@ -518,6 +518,44 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
     assert again.result.verdict.value == "unchanged"
 
 
+@pytest.mark.slow
+def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
+    toy: Path, tmp_path: Path
+) -> None:
+    # the class baseline is committed, then a commit makes the case slower; the nightly's
+    # gated run read it 1.03x, inside a new host's allowance: confirm's A/B must decide
+    from gpugauge.history.store import History
+    from gpugauge.results.runs import load_run
+
+    run = _saved_run(toy, tmp_path)
+    device_class = json.loads(run.read_text())["benchmarks"][0]["extra_info"]["device_class"]
+    folder = toy / "baselines" / device_class
+    folder.mkdir(parents=True)
+    (folder / "custom.json").write_text("{}\n")
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "baselines")
+    _commit(toy, "\n    time.sleep(0.003)", "sleep")
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    gated = _with_verdict(run, 1.03, "unchanged", cls)
+    history = tmp_path / "h.sqlite"
+    import_run = [sys.executable, "-m", "gpugauge", "history", "import", str(gated)]
+    subprocess.run([*import_run, "--history", str(history)], check=True, capture_output=True)
+    run_id = json.loads(gated.read_text())["gpugauge"]["history_run_id"]
+    done = _ab(toy, "confirm", str(gated), "--history", str(history), out=tmp_path / "conf")
+    assert done.returncode == 1, done.stdout + done.stderr  # slower: the job fails
+    assert "decided by a same-GPU A/B" in done.stdout
+    stored = load_run(gated).verdicts["test_toy.py::test_spin"]
+    assert stored["verdict"] == "regressed"  # the file says what the exit status says
+    assert stored["checks"][0]["basis"] == "same-GPU A/B"
+    with History.open(str(history)) as h:
+        (ab,) = h.ab_cases(run_id)
+        assert ab.verdict == "regressed"
+        assert len(ab.pairs) >= 5
+        (point,) = h.points("test_toy.py::test_spin")
+        assert (point.result.verdict, point.accepted) == ("regressed", False)
+    assert _leftovers(toy, tmp_path) == []
+
+
 def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
     toy: Path, tmp_path: Path
 ) -> None:
