@@ -541,12 +541,18 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
     import_run = [sys.executable, "-m", "gpugauge", "history", "import", str(gated)]
     subprocess.run([*import_run, "--history", str(history)], check=True, capture_output=True)
     run_id = json.loads(gated.read_text())["gpugauge"]["history_run_id"]
-    done = _ab(toy, "confirm", str(gated), "--history", str(history), out=tmp_path / "conf")
+    storage = tmp_path / "storage" / "Linux-CPython-3.11-64bit"  # pytest-benchmark's copy
+    storage.mkdir(parents=True)
+    (storage / "0001_toy.json").write_text(gated.read_text())
+    confirm = ["confirm", str(gated), "--history", str(history), "--storage", str(storage.parent)]
+    done = _ab(toy, *confirm, out=tmp_path / "conf")
     assert done.returncode == 1, done.stdout + done.stderr  # slower: the job fails
     assert "decided by a same-GPU A/B" in done.stdout
     stored = load_run(gated).verdicts["test_toy.py::test_spin"]
     assert stored["verdict"] == "regressed"  # the file says what the exit status says
     assert stored["checks"][0]["basis"] == "same-GPU A/B"
+    copy = load_run(storage / "0001_toy.json").verdicts["test_toy.py::test_spin"]
+    assert copy == stored  # the autosaved copy says the same
     with History.open(str(history)) as h:
         (ab,) = h.ab_cases(run_id)
         assert ab.verdict == "regressed"

@@ -158,6 +158,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--baselines-dir", type=Path, default=Path("baselines"), help="default: baselines"
     )
     conf.add_argument(
+        "--storage",
+        type=Path,
+        default=Path(".benchmarks"),
+        help="pytest-benchmark's storage, whose autosaved copy of the run is rewritten too "
+        "(default: .benchmarks)",
+    )
+    conf.add_argument(
         "--history",
         help="the results history the run was added to, where the A/Bs are kept "
         "(default: $GPUGAUGE_HISTORY, else .benchmarks/gpugauge-history.sqlite)",
@@ -326,7 +333,7 @@ def _keep(args: argparse.Namespace, settled: Sequence[Settled]) -> None:
 def confirm_command(args: argparse.Namespace) -> int:
     """``gpugauge confirm``."""
     from gpugauge.ab.confirm import borderline, by_reference
-    from gpugauge.ab.settle import decided, regressed
+    from gpugauge.ab.settle import copies, decided, regressed
     from gpugauge.results.runs import load_run
 
     def body() -> int:
@@ -356,6 +363,9 @@ def confirm_command(args: argparse.Namespace) -> int:
             report = run_ab(args, ref, WORKING_TREE, args.out / ref[:10])
             print("\n" + terminal(report))
             settled = decided(args.run, ref, report)
+            for copy in copies(args.run, args.storage):
+                decided(copy, ref, report)
+                print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
             for s in settled:
                 print(f"  {s.result.message()}")
             unsettled = [c.id for c in group if c.id not in {s.result.id for s in settled}]

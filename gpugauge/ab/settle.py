@@ -63,6 +63,29 @@ def decided(run: Path, base_commit: str, report: ABReport) -> list[Settled]:
     return out
 
 
+def copies(run: Path, storage: Path, newest: int = 20) -> list[Path]:
+    """pytest-benchmark's autosaved copies of ``run`` under ``storage`` (same history run id).
+
+    A nightly saves its run twice (``--benchmark-json`` and ``--benchmark-autosave``); both
+    must say what the A/B decided. Only the ``newest`` files are read.
+    """
+    own = (read_json(run).get("gpugauge") or {}).get("history_run_id")
+    if not own or not storage.is_dir():
+        return []
+    found = sorted(storage.rglob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    out = []
+    for path in found[:newest]:
+        if path.resolve() == run.resolve():
+            continue
+        try:
+            data = read_json(path)
+        except (OSError, ValueError):
+            continue  # not a run of ours: not a copy
+        if isinstance(data, dict) and (data.get("gpugauge") or {}).get("history_run_id") == own:
+            out.append(path)
+    return out
+
+
 def _retable(data: dict[str, Any], saved: SavedRun) -> None:
     """The run file's saved gate table, drawn again from the verdicts it now stores."""
     tables = (data.get("gpugauge") or {}).get("tables")
