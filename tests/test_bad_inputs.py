@@ -67,6 +67,14 @@ def _time(samples: Any, **more: Any) -> dict[str, Any]:
     return {"a": {"time": {"unit": "ms", "samples": samples, **more}}}
 
 
+def _gate(check: Any = None, **change: Any) -> dict[str, Any]:
+    """Result a's stored verdict, with its time check (``check`` given) or fields changed."""
+    time = {"metric": "time", "baseline": 2.0, "current": 2.0, "ratio": 1.0, "ci_low": 1.0}
+    time |= {"ci_high": 1.0, "tolerance": 0.05, "verdict": "unchanged"}
+    gate = {"id": "a", "verdict": "unchanged", "note": "", "checks": [time | (check or {})]}
+    return gate | change
+
+
 def _run(**top: Any) -> str:
     """The good saved run with top-level keys replaced."""
     return json.dumps({**run_json([result("a")]), **top})
@@ -226,6 +234,17 @@ BAD_RUNS: dict[str, Any] = {
     "values-bool": _bench(values={"speedup": True}),
     "history-run-id-empty": _run(gpugauge={"history_run_id": ""}),
     "options-a-list": _run(gpugauge={"options": [1]}),
+    # stored verdicts: a traceback in confirm (or a refusal only after its A/B) and report
+    "gate-a-string": _bench(gate="regressed"),
+    "gate-no-id": _bench(gate=_gate(id=None)),
+    "gate-checks-a-number": _bench(gate=_gate(checks=5)),
+    "gate-check-a-string": _bench(gate=_gate(checks=["time"])),
+    "gate-check-no-ratio": _bench(gate=_gate({"ratio": None})),
+    "gate-ratio-a-string": _bench(gate=_gate({"ratio": "big"})),
+    "gate-metric-unknown": _bench(gate=_gate({"metric": "bogus"})),
+    "gate-verdict-unknown": _bench(gate=_gate({"verdict": "meh"})),
+    "gate-basis-unknown": _bench(gate=_gate({"basis": "gut feeling"})),
+    "gate-references-a-string": _bench(gate=_gate(references="host history")),
     "deep-array": "[" * 100_000 + "]" * 100_000,
     "deep-object": '{"a":' * 100_000 + "1" + "}" * 100_000,
 }
@@ -373,6 +392,7 @@ def test_bad_run_file_cli(ws: Path, content: Any, capsys: pytest.CaptureFixture)
     # the history's import reads through the same reader: nothing created or added
     into = ["history", "import", str(ws / "good.json"), str(bad), "--history", str(ws / "h.db")]
     cli_refuses(ws, into, str(bad), capsys, why)
+    cli_refuses(ws, ["confirm", str(bad), "--out", str(ws / "ab")], str(bad), capsys, why)
 
 
 def test_one_run_given_twice_in_other_formatting_is_refused(
