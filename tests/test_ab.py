@@ -507,15 +507,40 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
     assert check["basis"] == "same-GPU A/B"
     assert check["ratio"] == pytest.approx(1.03025, abs=1e-4)
     assert "decided by a same-GPU A/B against aaaaaaaaaa" in stored["note"]
-    assert (
-        "time was time 1.030x vs <= 1.065 allowed (unchanged, by class baseline)" in stored["note"]
-    )
+    assert "was time 1.030x vs <= 1.065 allowed (unchanged, by class baseline)" in stored["note"]
+    assert stored["references"]["time"] == "decided by a same-GPU A/B against aaaaaaaaaa"
     same = tuple(
         Pair(Block(3.0, 10), Block(3.0 * (1 + (-1) ** i / 1e4), 10), True) for i in range(6)
     )
     (again,) = decided(run, "b" * 40, replace(report, cases=(CaseAB(case_id, case_id, same),)))
-    # a later A/B decides again: the latest same-GPU A/B counts
+    # a later A/B decides again: the latest same-GPU A/B counts, and replaces the earlier's note
     assert again.result.verdict.value == "unchanged"
+    twice = load_run(run).verdicts[case_id]
+    assert twice["note"] == (
+        "decided by a same-GPU A/B against bbbbbbbbbb; was time 1.030x vs <= 1.065 allowed "
+        "(unchanged, by class baseline)"
+    )
+    assert twice["references"] == {"time": "decided by a same-GPU A/B against bbbbbbbbbb"}
+    assert decided(run, "b" * 40, replace(report, cases=(CaseAB(case_id, case_id, same),)))
+    assert load_run(run).verdicts[case_id] == twice  # the same A/B again changes nothing
+
+
+def test_a_second_confirm_of_a_run_ab_s_nothing_again(toy: Path, tmp_path: Path) -> None:
+    from gpugauge.ab.confirm import borderline
+    from gpugauge.ab.settle import decided
+
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    run = _with_verdict(_saved_run(toy, tmp_path), 1.03, "unchanged", cls)
+    case_id = "test_toy.py::test_spin"
+    # an A/B too short to tell: inconclusive, yet passed, its ratio above the floor
+    wide = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * (1.03 + (-1) ** i * 0.03), 10), True) for i in range(4)
+    )
+    sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
+    report = ABReport(*sides, (CaseAB(case_id, case_id, wide),), "cpu", 1.0)
+    (settled,) = decided(run, "a" * 40, report)
+    assert settled.result.verdict.value == "inconclusive"
+    assert borderline(run) == []  # an A/B decided it: the closest reference has spoken
 
 
 def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
