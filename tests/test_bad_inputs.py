@@ -793,24 +793,25 @@ def test_update_baselines_into_a_read_only_folder_is_refused_up_front(
 
 
 @contextlib.contextmanager
-def read_only(folder: Path) -> Iterator[None]:
-    """``folder`` unwritable even for root (immutable), else by its mode."""
+def read_only(path: Path) -> Iterator[None]:
+    """``path`` (a folder or a file) unwritable even for root (immutable), else by its mode."""
     if os.geteuid() == 0:
         if shutil.which("chattr") is None:
-            pytest.skip("running as root without chattr: no folder is read-only here")
-        done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+            pytest.skip("running as root without chattr: nothing is read-only here")
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
         if done.returncode != 0:
             pytest.skip(f"chattr +i failed here: {done.stderr.decode().strip()}")
         try:
             yield
         finally:
-            subprocess.run(["chattr", "-i", str(folder)], check=True)
+            subprocess.run(["chattr", "-i", str(path)], check=True)
     else:
-        folder.chmod(0o555)
+        folder = path.is_dir()
+        path.chmod(0o555 if folder else 0o444)
         try:
             yield
         finally:
-            folder.chmod(0o755)
+            path.chmod(0o755 if folder else 0o644)
 
 
 def test_warmup_time_above_the_profiles_cap_is_accepted() -> None:
@@ -1034,3 +1035,21 @@ def test_the_readmes_two_node_command_prints_its_torchrun_lines(
         assert "--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:29500" in out
         assert f"--node-rank={node}" in out
     assert not (ws / "dist").exists()
+
+
+def test_confirm_into_a_read_only_run_file_is_refused_before_any_ab(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data = run_json([result("a")])
+    bench = data["benchmarks"][0]
+    bench["fullname"] = "test_demo.py::test_a"
+    reason = "new host (0 of 5 runs): class baseline, host spread 5.0%"
+    borderline = {"ratio": 1.03, "current": 2.06, "ci_low": 1.03, "ci_high": 1.03}
+    bench["extra_info"]["gate"] = _gate(borderline, references={"time": reason})
+    run = ws / "gated.json"
+    run.write_text(json.dumps(data))
+    argv = ["confirm", str(run), "--out", str(ws / "ab")]
+    for locked in (run, ws):  # the file itself, or the folder its replacement is staged in
+        with read_only(locked):
+            # a confirm that went on would look for the baseline's commit, and fail there
+            cli_refuses(ws, argv, str(run), capsys, "could not be written into it")

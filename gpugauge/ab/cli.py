@@ -326,7 +326,7 @@ def _keep(args: argparse.Namespace, settled: Sequence[Settled]) -> None:
 def confirm_command(args: argparse.Namespace) -> int:
     """``gpugauge confirm``."""
     from gpugauge.ab.confirm import borderline, by_reference
-    from gpugauge.ab.settle import decided, regressed
+    from gpugauge.ab.settle import check_rewritable, decided, regressed
     from gpugauge.results.runs import load_run
 
     def body() -> int:
@@ -337,6 +337,7 @@ def confirm_command(args: argparse.Namespace) -> int:
                 f"against a class reference reads above {1 + args.floor:.3f}x"
             )
             return EXIT_OK
+        check_rewritable(args.run)
         print(
             f"gpugauge confirm: {len(cases)} borderline results: "
             + ", ".join(f"{c.id} {c.ratio:.3f}x" for c in cases)

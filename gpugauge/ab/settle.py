@@ -10,6 +10,7 @@ The report drawn from the file afterwards shows the same verdict as the job's ex
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from gpugauge.history.records import ABRecord
 from gpugauge.judging.judge import overruled
 from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.report.tables import gate_table, uncertain_ids, unsampled_ids
-from gpugauge.results.files import atomic_write_json, read_json
+from gpugauge.results.files import FileError, atomic_write_json, read_json, writable_problem
 from gpugauge.results.runs import SavedRun, load_run
 
 NOT_RUN = "in the baseline but not run: "  # the saved gate table's last line, kept as it was
@@ -33,6 +34,20 @@ class Settled:
     result: GateResult
     case: CaseAB
     base_commit: str
+
+
+def check_rewritable(run: Path) -> None:
+    """FileError naming ``run`` where its verdicts could not be written back.
+
+    Asked before any A/B starts (one costs minutes of GPU time): the file must be one this
+    process may write (not read-only, not immutable) in a folder where its replacement can
+    be staged.
+    """
+    problem = writable_problem(run.parent)
+    if problem is None and not os.access(run, os.W_OK):
+        problem = "read-only (no write permission, or an immutable file)"
+    if problem is not None:
+        raise FileError(f"{run}: the A/Bs' verdicts could not be written into it: {problem}")
 
 
 def decided(run: Path, base_commit: str, report: ABReport) -> list[Settled]:
