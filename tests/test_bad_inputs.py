@@ -1037,19 +1037,44 @@ def test_the_readmes_two_node_command_prints_its_torchrun_lines(
     assert not (ws / "dist").exists()
 
 
-def test_confirm_into_a_read_only_run_file_is_refused_before_any_ab(
-    ws: Path, capsys: pytest.CaptureFixture
-) -> None:
+def _gated_run(path: Path, run_id: str | None = None) -> Path:
+    """A gated run whose result a passed 3% slower against its class: one for confirm."""
     data = run_json([result("a")])
     bench = data["benchmarks"][0]
     bench["fullname"] = "test_demo.py::test_a"
     reason = "new host (0 of 5 runs): class baseline, host spread 5.0%"
     borderline = {"ratio": 1.03, "current": 2.06, "ci_low": 1.03, "ci_high": 1.03}
     bench["extra_info"]["gate"] = _gate(borderline, references={"time": reason})
-    run = ws / "gated.json"
-    run.write_text(json.dumps(data))
+    if run_id is not None:
+        data["gpugauge"] = {"history_run_id": run_id}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_confirm_into_a_read_only_run_file_is_refused_before_any_ab(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = _gated_run(ws / "gated.json")
     argv = ["confirm", str(run), "--out", str(ws / "ab")]
     for locked in (run, ws):  # the file itself, or the folder its replacement is staged in
         with read_only(locked):
             # a confirm that went on would look for the baseline's commit, and fail there
             cli_refuses(ws, argv, str(run), capsys, "could not be written into it")
+
+
+def test_confirm_into_a_history_that_cannot_keep_the_abs_is_refused_before_any_ab(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from gpugauge.history.store import History
+
+    from .test_history_store import result as history_result
+    from .test_history_store import run as history_run
+
+    run = _gated_run(ws / "gated.json", run_id="run-1")
+    argv = ["confirm", str(run), "--out", str(ws / "ab"), "--history"]
+    # a missing SQLite file is named and not created (cli_refuses: nothing under ws written)
+    cli_refuses(ws, [*argv, str(ws / "typo.sqlite")], "typo.sqlite", capsys, "no such file")
+    other = ws / "other.sqlite"
+    with History.open(other) as h:
+        h.append(history_run(2), [history_result("a", 1.0)])
+    cli_refuses(ws, [*argv, str(other)], "other.sqlite", capsys, "holds no run 'run-1'")

@@ -304,17 +304,38 @@ def bisect_command(args: argparse.Namespace) -> int:
     return _guarded("bisect", body)
 
 
-def _keep(args: argparse.Namespace, settled: Sequence[Settled]) -> None:
+def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(history, run id) where the A/Bs are to be kept; None where the run was in none.
+
+    Asked before any A/B: a ``--history`` given that cannot keep them is bad input (exit 2);
+    the default one is only said (a run file copied from the nightly to a workstation is
+    confirmed there without its history).
+    """
+    from gpugauge.ab.settle import history_problem
+    from gpugauge.history.store import default_target
+
+    run_id = (read_json(args.run).get("gpugauge") or {}).get("history_run_id")
+    if not isinstance(run_id, str):
+        return None
+    target = args.history or default_target()
+    problem = history_problem(target, run_id)
+    if problem is None:
+        return target, run_id
+    if args.history:
+        raise ValueError(f"--history: the A/Bs could not be kept there: {problem}")
+    print(f"gpugauge confirm: the A/Bs will not be kept in a history: {problem}", file=sys.stderr)
+    return None
+
+
+def _keep(where: tuple[str, str] | None, settled: Sequence[Settled]) -> None:
     """Keep the A/Bs in the history the run was added to; a history out of reach is said."""
     from gpugauge.ab.settle import kept
     from gpugauge.history.records import HistoryError
-    from gpugauge.history.store import default_target
     from gpugauge.history.targets import redact
 
-    run_id = (read_json(args.run).get("gpugauge") or {}).get("history_run_id")
-    if not settled or not isinstance(run_id, str):
+    if not settled or where is None:
         return
-    target = args.history or default_target()
+    target, run_id = where
     try:
         n = kept(target, run_id, settled)
     except (HistoryError, OSError) as err:
@@ -338,6 +359,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             )
             return EXIT_OK
         check_rewritable(args.run)
+        history = _history_of(args)
         print(
             f"gpugauge confirm: {len(cases)} borderline results: "
             + ", ".join(f"{c.id} {c.ratio:.3f}x" for c in cases)
@@ -365,7 +387,7 @@ def confirm_command(args: argparse.Namespace) -> int:
                     f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
                     f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
                 )
-            _keep(args, settled)
+            _keep(history, settled)
             if regressed(settled) or report.slower or report.problems:
                 status = EXIT_FAILED
         return status

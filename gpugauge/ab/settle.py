@@ -95,14 +95,49 @@ def _retable(data: dict[str, Any], saved: SavedRun) -> None:
     tables["gate"] = gate_table(results, missing, uncertain_ids(ms), unsampled_ids(ms))
 
 
+def history_problem(target: str, run_id: str) -> str | None:
+    """Why the A/Bs could not be kept with run ``run_id`` in the history ``target``, or None.
+
+    Asked before any A/B, and again by :func:`kept`: a SQLite file that is missing is not
+    created (an empty history cannot hold the run), and one this process may not write,
+    or whose folder it may not write (SQLite's journal), is said so. Opening a history of
+    an older schema upgrades it, as any writer does.
+    """
+    from gpugauge.history.records import HistoryError
+    from gpugauge.history.store import History
+    from gpugauge.history.targets import is_local, redact
+
+    if is_local(target):
+        path = Path(target)
+        if not path.is_file():
+            return f"history {target}: no such file"
+        problem = writable_problem(path.parent)
+        if problem is None and not os.access(path, os.W_OK):
+            problem = "read-only (no write permission, or an immutable file)"
+        if problem is not None:
+            return f"history {target}: {problem}"
+    try:
+        with History.open(target) as history:
+            if not history.has_run(run_id):
+                return f"history {redact(target)}: holds no run {run_id!r}"
+    except HistoryError as err:
+        return str(err)
+    return None
+
+
 def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
     """Keep each A/B, with its pairs and the verdict it gave, in the run's history.
 
-    How many were kept; HistoryError where the history cannot be written or lacks the run.
+    How many were kept; HistoryError where the history cannot be written or lacks the run
+    (a missing SQLite file is not created: :func:`history_problem`).
     """
     from gpugauge.history.judge import accepted
+    from gpugauge.history.records import HistoryError
     from gpugauge.history.store import History
 
+    problem = history_problem(target, run_id)
+    if problem is not None:
+        raise HistoryError(problem)
     with History.open(target) as history:
         for s in settled:
             check = s.case.check
