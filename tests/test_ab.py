@@ -544,9 +544,9 @@ def test_a_second_confirm_of_a_run_ab_s_nothing_again(toy: Path, tmp_path: Path)
 
 
 def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
-    toy: Path, tmp_path: Path
+    toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpugauge.ab.confirm import reference_commit
+    from gpugauge.ab.confirm import Borderline, by_reference, reference_commit
 
     folder = toy / "baselines" / "cpu-x"
     folder.mkdir(parents=True)
@@ -558,6 +558,16 @@ def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
     assert reference_commit(toy, Path("baselines"), "cpu-x", "mine") == accepted
     with pytest.raises(SideError, match="no commit wrote it"):
         reference_commit(toy, Path("baselines"), "cpu-x", "other")
+    # confirm run in a project below the checkout's top: --baselines-dir is the project's
+    project = toy / "project"
+    (project / "baselines" / "cpu-y").mkdir(parents=True)
+    (project / "baselines" / "cpu-y" / "mine.json").write_text("{}\n")
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "a project's baselines")
+    case = Borderline("t", "test_t.py::t", "mine", "cpu-y", 1.03)
+    monkeypatch.chdir(project)
+    assert by_reference(toy, Path("baselines"), [case]) == {_git(toy, "rev-parse", "HEAD"): [case]}
+    monkeypatch.undo()
     # an ephemeral runner's shallow checkout fetches the history it needs
     shallow = tmp_path / "shallow"
     _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{toy}", str(shallow))

@@ -113,8 +113,13 @@ def deepened(repo: Path) -> None:
 def by_reference(
     repo: Path, baselines: Path, cases: Iterable[Borderline]
 ) -> dict[str, list[Borderline]]:
-    """The borderline cases grouped by the commit their class baseline came from."""
+    """The borderline cases grouped by the commit their class baseline came from.
+
+    ``baselines`` as the command line gives it: relative to this process's folder, which
+    may lie below ``repo``'s top (git reads a relative path from the top).
+    """
     groups: dict[str, list[Borderline]] = {}
+    folder = baselines.resolve()
     for c in cases:
-        groups.setdefault(reference_commit(repo, baselines, c.device_class, c.family), []).append(c)
+        groups.setdefault(reference_commit(repo, folder, c.device_class, c.family), []).append(c)
     return groups
