@@ -43,11 +43,16 @@ def check_rewritable(run: Path) -> None:
     process may write (not read-only, not immutable) in a folder where its replacement can
     be staged.
     """
-    problem = writable_problem(run.parent)
-    if problem is None and not os.access(run, os.W_OK):
-        problem = "read-only (no write permission, or an immutable file)"
+    problem = _unwritable(run)
     if problem is not None:
         raise FileError(f"{run}: the A/Bs' verdicts could not be written into it: {problem}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the existing file ``path`` could not be changed in place or replaced, or None."""
+    if not os.access(path, os.W_OK):
+        return "read-only (no write permission, or an immutable file)"
+    return writable_problem(path.parent)
 
 
 def decided(run: Path, base_commit: str, report: ABReport) -> list[Settled]:
@@ -111,9 +116,7 @@ def history_problem(target: str, run_id: str) -> str | None:
         path = Path(target)
         if not path.is_file():
             return f"history {target}: no such file"
-        problem = writable_problem(path.parent)
-        if problem is None and not os.access(path, os.W_OK):
-            problem = "read-only (no write permission, or an immutable file)"
+        problem = _unwritable(path)
         if problem is not None:
             return f"history {target}: {problem}"
     try:
