@@ -525,6 +525,27 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
     assert load_run(run).verdicts[case_id] == twice  # the same A/B again changes nothing
 
 
+@pytest.mark.slow
+def test_confirm_with_its_time_budget_spent_starts_no_ab(toy: Path, tmp_path: Path) -> None:
+    run = _saved_run(toy, tmp_path)
+    from gpugauge.results.runs import load_run
+
+    (m,) = load_run(run).measurements
+    folder = toy / "baselines" / m.device_class
+    folder.mkdir(parents=True)
+    (folder / f"{m.spec.family}.json").write_text("{}\n")
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "baselines")
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    gated = _with_verdict(run, 1.03, "unchanged", cls)
+    before = gated.read_bytes()
+    done = _ab(toy, "confirm", str(gated), "--time-budget", "0", out=tmp_path / "spent")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the time budget was spent: not A/B'd" in done.stdout
+    assert "gpugauge ab:" not in done.stdout  # no sides started, no worktree made
+    assert gated.read_bytes() == before
+
+
 def test_a_second_confirm_of_a_run_ab_s_nothing_again(toy: Path, tmp_path: Path) -> None:
     from gpugauge.ab.confirm import borderline
     from gpugauge.ab.settle import decided

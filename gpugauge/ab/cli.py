@@ -210,6 +210,7 @@ def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = N
 
 
 def _budget(p: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--time-budget S`` (seconds); ``what`` says what becomes of the tests left."""
     p.add_argument(
         "--time-budget",
         type=number(float, 0.0, "a number of seconds >= 0"),
@@ -361,7 +362,7 @@ def confirm_command(args: argparse.Namespace) -> int:
         check_rewritable(args.run)
         history = _history_of(args)
         print(
-            f"gpugauge confirm: {len(cases)} borderline results: "
+            f"gpugauge confirm: {plural(len(cases), 'borderline result')}: "
             + ", ".join(f"{c.id} {c.ratio:.3f}x" for c in cases)
         )
         if args.profile is None:
@@ -370,11 +371,19 @@ def confirm_command(args: argparse.Namespace) -> int:
         status = EXIT_OK
         budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
-        for ref, group in groups.items():
-            if budget is not None:  # what is left of it, for this reference's A/B
-                args.time_budget = max(budget - (time.monotonic() - t0), 0.0)
-            # the largest ratios first: with a budget, the likeliest regressions are A/B'd
+        # the largest ratios first (references, then cases): with a budget, the likeliest
+        # regressions are A/B'd
+        for ref, group in sorted(groups.items(), key=lambda g: -max(c.ratio for c in g[1])):
             ordered = sorted(group, key=lambda c: -c.ratio)
+            if budget is not None:  # what is left of it, for this reference's A/B
+                args.time_budget = budget - (time.monotonic() - t0)
+                if args.time_budget <= 0:  # an A/B that starts no test still costs its start
+                    print(
+                        f"gpugauge confirm: the time budget was spent: not A/B'd against "
+                        f"{ref[:10]}, {plural(len(group), 'result')} keep the class "
+                        f"reference's verdict: {', '.join(c.id for c in ordered)}"
+                    )
+                    continue
             args.pytest_args = [*given, *(c.nodeid for c in ordered)]
             report = run_ab(args, ref, WORKING_TREE, args.out / ref[:10])
             print("\n" + terminal(report))
