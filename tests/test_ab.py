@@ -562,6 +562,17 @@ def test_a_second_confirm_of_a_run_ab_s_nothing_again(toy: Path, tmp_path: Path)
     (settled,) = decided(run, "a" * 40, report)
     assert settled.result.verdict.value == "inconclusive"
     assert borderline(run) == []  # an A/B decided it: the closest reference has spoken
+    # the history the run went to (the toy's default) keeps it as the run file says it
+    from gpugauge.ab.settle import kept
+    from gpugauge.history.store import History
+    from gpugauge.results.runs import load_run
+
+    target, run_id = str(toy / ".benchmarks" / "gpugauge-history.sqlite"), load_run(run).run_id
+    assert kept(target, run_id, [settled]) == 1
+    with History.open(target, read_only=True) as h:
+        (point,) = h.points(case_id)
+        assert (point.result.verdict, point.result.note) == ("inconclusive", settled.result.note)
+        assert point.metric.reference == "same-GPU A/B against aaaaaaaaaa"
 
 
 def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(

@@ -161,6 +161,7 @@ def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
                 result_verdict=s.result.verdict.value,
                 accepted=accepted(s.result.verdict),
                 reference=f"{check.basis} against {s.base_commit[:10]}",
+                note=s.result.note,
             )
     return len(settled)
 
