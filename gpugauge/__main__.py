@@ -368,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     base.add_argument(
         "--allow-wide-spread",
         action="store_true",
-        help=f"store cases whose runs' medians lie more than {WIDE_SPREAD:.0%} apart (refused "
+        help=f"store cases whose runs' medians lie more than {WIDE_SPREAD:.0%}% apart (refused "
         "by default: the gate would allow twice that spread); each is named in a warning",
     )
     base.add_argument(

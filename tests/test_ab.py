@@ -507,15 +507,72 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
     assert check["basis"] == "same-GPU A/B"
     assert check["ratio"] == pytest.approx(1.03025, abs=1e-4)
     assert "decided by a same-GPU A/B against aaaaaaaaaa" in stored["note"]
-    assert (
-        "time was time 1.030x vs <= 1.065 allowed (unchanged, by class baseline)" in stored["note"]
-    )
+    assert "was time 1.030x vs <= 1.065 allowed (unchanged, by class baseline)" in stored["note"]
+    assert stored["references"]["time"] == "decided by a same-GPU A/B against aaaaaaaaaa"
     same = tuple(
         Pair(Block(3.0, 10), Block(3.0 * (1 + (-1) ** i / 1e4), 10), True) for i in range(6)
     )
     (again,) = decided(run, "b" * 40, replace(report, cases=(CaseAB(case_id, case_id, same),)))
-    # a later A/B decides again: the latest same-GPU A/B counts
+    # a later A/B decides again: the latest same-GPU A/B counts, and replaces the earlier's note
     assert again.result.verdict.value == "unchanged"
+    twice = load_run(run).verdicts[case_id]
+    assert twice["note"] == (
+        "decided by a same-GPU A/B against bbbbbbbbbb; was time 1.030x vs <= 1.065 allowed "
+        "(unchanged, by class baseline)"
+    )
+    assert twice["references"] == {"time": "decided by a same-GPU A/B against bbbbbbbbbb"}
+    assert decided(run, "b" * 40, replace(report, cases=(CaseAB(case_id, case_id, same),)))
+    assert load_run(run).verdicts[case_id] == twice  # the same A/B again changes nothing
+
+
+@pytest.mark.slow
+def test_confirm_with_its_time_budget_spent_starts_no_ab(toy: Path, tmp_path: Path) -> None:
+    run = _saved_run(toy, tmp_path)
+    from gpugauge.results.runs import load_run
+
+    (m,) = load_run(run).measurements
+    folder = toy / "baselines" / m.device_class
+    folder.mkdir(parents=True)
+    (folder / f"{m.spec.family}.json").write_text("{}\n")
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "baselines")
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    gated = _with_verdict(run, 1.03, "unchanged", cls)
+    before = gated.read_bytes()
+    done = _ab(toy, "confirm", str(gated), "--time-budget", "0", out=tmp_path / "spent")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the time budget was spent: not A/B'd" in done.stdout
+    assert "gpugauge ab:" not in done.stdout  # no sides started, no worktree made
+    assert gated.read_bytes() == before
+
+
+def test_a_second_confirm_of_a_run_ab_s_nothing_again(toy: Path, tmp_path: Path) -> None:
+    from gpugauge.ab.confirm import borderline
+    from gpugauge.ab.settle import decided
+
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    run = _with_verdict(_saved_run(toy, tmp_path), 1.03, "unchanged", cls)
+    case_id = "test_toy.py::test_spin"
+    # an A/B too short to tell: inconclusive, yet passed, its ratio above the floor
+    wide = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * (1.03 + (-1) ** i * 0.03), 10), True) for i in range(4)
+    )
+    sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
+    report = ABReport(*sides, (CaseAB(case_id, case_id, wide),), "cpu", 1.0)
+    (settled,) = decided(run, "a" * 40, report)
+    assert settled.result.verdict.value == "inconclusive"
+    assert borderline(run) == []  # an A/B decided it: the closest reference has spoken
+    # the history the run went to (the toy's default) keeps it as the run file says it
+    from gpugauge.ab.settle import kept
+    from gpugauge.history.store import History
+    from gpugauge.results.runs import load_run
+
+    target, run_id = str(toy / ".benchmarks" / "gpugauge-history.sqlite"), load_run(run).run_id
+    assert kept(target, run_id, [settled]) == 1
+    with History.open(target, read_only=True) as h:
+        (point,) = h.points(case_id)
+        assert (point.result.verdict, point.result.note) == ("inconclusive", settled.result.note)
+        assert point.metric.reference == "same-GPU A/B against aaaaaaaaaa"
 
 
 @pytest.mark.slow
@@ -563,9 +620,9 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
 
 
 def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
-    toy: Path, tmp_path: Path
+    toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpugauge.ab.confirm import reference_commit
+    from gpugauge.ab.confirm import Borderline, by_reference, reference_commit
 
     folder = toy / "baselines" / "cpu-x"
     folder.mkdir(parents=True)
@@ -577,6 +634,16 @@ def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
     assert reference_commit(toy, Path("baselines"), "cpu-x", "mine") == accepted
     with pytest.raises(SideError, match="no commit wrote it"):
         reference_commit(toy, Path("baselines"), "cpu-x", "other")
+    # confirm run in a project below the checkout's top: --baselines-dir is the project's
+    project = toy / "project"
+    (project / "baselines" / "cpu-y").mkdir(parents=True)
+    (project / "baselines" / "cpu-y" / "mine.json").write_text("{}\n")
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "a project's baselines")
+    case = Borderline("t", "test_t.py::t", "mine", "cpu-y", 1.03)
+    monkeypatch.chdir(project)
+    assert by_reference(toy, Path("baselines"), [case]) == {_git(toy, "rev-parse", "HEAD"): [case]}
+    monkeypatch.undo()
     # an ephemeral runner's shallow checkout fetches the history it needs
     shallow = tmp_path / "shallow"
     _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{toy}", str(shallow))

@@ -67,6 +67,14 @@ def _time(samples: Any, **more: Any) -> dict[str, Any]:
     return {"a": {"time": {"unit": "ms", "samples": samples, **more}}}
 
 
+def _gate(check: Any = None, **change: Any) -> dict[str, Any]:
+    """Result a's stored verdict, with its time check (``check`` given) or fields changed."""
+    time = {"metric": "time", "baseline": 2.0, "current": 2.0, "ratio": 1.0, "ci_low": 1.0}
+    time |= {"ci_high": 1.0, "tolerance": 0.05, "verdict": "unchanged"}
+    gate = {"id": "a", "verdict": "unchanged", "note": "", "checks": [time | (check or {})]}
+    return gate | change
+
+
 def _run(**top: Any) -> str:
     """The good saved run with top-level keys replaced."""
     return json.dumps({**run_json([result("a")]), **top})
@@ -226,6 +234,17 @@ BAD_RUNS: dict[str, Any] = {
     "values-bool": _bench(values={"speedup": True}),
     "history-run-id-empty": _run(gpugauge={"history_run_id": ""}),
     "options-a-list": _run(gpugauge={"options": [1]}),
+    # stored verdicts: a traceback in confirm (or a refusal only after its A/B) and report
+    "gate-a-string": _bench(gate="regressed"),
+    "gate-no-id": _bench(gate=_gate(id=None)),
+    "gate-checks-a-number": _bench(gate=_gate(checks=5)),
+    "gate-check-a-string": _bench(gate=_gate(checks=["time"])),
+    "gate-check-no-ratio": _bench(gate=_gate({"ratio": None})),
+    "gate-ratio-a-string": _bench(gate=_gate({"ratio": "big"})),
+    "gate-metric-unknown": _bench(gate=_gate({"metric": "bogus"})),
+    "gate-verdict-unknown": _bench(gate=_gate({"verdict": "meh"})),
+    "gate-basis-unknown": _bench(gate=_gate({"basis": "gut feeling"})),
+    "gate-references-a-string": _bench(gate=_gate(references="host history")),
     "deep-array": "[" * 100_000 + "]" * 100_000,
     "deep-object": '{"a":' * 100_000 + "1" + "}" * 100_000,
 }
@@ -373,6 +392,7 @@ def test_bad_run_file_cli(ws: Path, content: Any, capsys: pytest.CaptureFixture)
     # the history's import reads through the same reader: nothing created or added
     into = ["history", "import", str(ws / "good.json"), str(bad), "--history", str(ws / "h.db")]
     cli_refuses(ws, into, str(bad), capsys, why)
+    cli_refuses(ws, ["confirm", str(bad), "--out", str(ws / "ab")], str(bad), capsys, why)
 
 
 def test_one_run_given_twice_in_other_formatting_is_refused(
@@ -773,24 +793,25 @@ def test_update_baselines_into_a_read_only_folder_is_refused_up_front(
 
 
 @contextlib.contextmanager
-def read_only(folder: Path) -> Iterator[None]:
-    """``folder`` unwritable even for root (immutable), else by its mode."""
+def read_only(path: Path) -> Iterator[None]:
+    """``path`` (a folder or a file) unwritable even for root (immutable), else by its mode."""
     if os.geteuid() == 0:
         if shutil.which("chattr") is None:
-            pytest.skip("running as root without chattr: no folder is read-only here")
-        done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+            pytest.skip("running as root without chattr: nothing is read-only here")
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
         if done.returncode != 0:
             pytest.skip(f"chattr +i failed here: {done.stderr.decode().strip()}")
         try:
             yield
         finally:
-            subprocess.run(["chattr", "-i", str(folder)], check=True)
+            subprocess.run(["chattr", "-i", str(path)], check=True)
     else:
-        folder.chmod(0o555)
+        folder = path.is_dir()
+        path.chmod(0o555 if folder else 0o444)
         try:
             yield
         finally:
-            folder.chmod(0o755)
+            path.chmod(0o755 if folder else 0o644)
 
 
 def test_warmup_time_above_the_profiles_cap_is_accepted() -> None:
@@ -1014,3 +1035,46 @@ def test_the_readmes_two_node_command_prints_its_torchrun_lines(
         assert "--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:29500" in out
         assert f"--node-rank={node}" in out
     assert not (ws / "dist").exists()
+
+
+def _gated_run(path: Path, run_id: str | None = None) -> Path:
+    """A gated run whose result a passed 3% slower against its class: one for confirm."""
+    data = run_json([result("a")])
+    bench = data["benchmarks"][0]
+    bench["fullname"] = "test_demo.py::test_a"
+    reason = "new host (0 of 5 runs): class baseline, host spread 5.0%"
+    borderline = {"ratio": 1.03, "current": 2.06, "ci_low": 1.03, "ci_high": 1.03}
+    bench["extra_info"]["gate"] = _gate(borderline, references={"time": reason})
+    if run_id is not None:
+        data["gpugauge"] = {"history_run_id": run_id}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_confirm_into_a_read_only_run_file_is_refused_before_any_ab(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = _gated_run(ws / "gated.json")
+    argv = ["confirm", str(run), "--out", str(ws / "ab")]
+    for locked in (run, ws):  # the file itself, or the folder its replacement is staged in
+        with read_only(locked):
+            # a confirm that went on would look for the baseline's commit, and fail there
+            cli_refuses(ws, argv, str(run), capsys, "could not be written into it")
+
+
+def test_confirm_into_a_history_that_cannot_keep_the_abs_is_refused_before_any_ab(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from gpugauge.history.store import History
+
+    from .test_history_store import result as history_result
+    from .test_history_store import run as history_run
+
+    run = _gated_run(ws / "gated.json", run_id="run-1")
+    argv = ["confirm", str(run), "--out", str(ws / "ab"), "--history"]
+    # a missing SQLite file is named and not created (cli_refuses: nothing under ws written)
+    cli_refuses(ws, [*argv, str(ws / "typo.sqlite")], "typo.sqlite", capsys, "no such file")
+    other = ws / "other.sqlite"
+    with History.open(other) as h:
+        h.append(history_run(2), [history_result("a", 1.0)])
+    cli_refuses(ws, [*argv, str(other)], "other.sqlite", capsys, "holds no run 'run-1'")

@@ -438,3 +438,24 @@ def test_an_unknown_family_table_names_the_file_and_the_table(tmp_path: Path) ->
     with pytest.raises(ToleranceError, match=r"t\.toml: unknown family in table \[family\.layer\]"):
         load_tolerances(tmp_path)
     assert load_tolerances(tmp_path, families=("layers", "layer")).families["layer"]["time"] == 0.1
+
+
+def test_overruled_keeps_a_closer_reference_and_says_what_it_replaced() -> None:
+    from gpugauge.judging.judge import overruled
+    from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck
+
+    def check(ratio: float, verdict: Verdict, basis: Basis, tol: float) -> MetricCheck:
+        return MetricCheck("time", 2.0, 2.0 * ratio, ratio, ratio, ratio, tol, verdict, basis)
+
+    cls = check(1.03, Verdict.UNCHANGED, Basis.CLASS_BASELINE, 0.065)
+    ab = check(1.03, Verdict.REGRESSED, Basis.SAME_GPU_AB, 0.01)
+    plain = GateResult("b", "f", "gpu-x", (cls,), "", {"time": "new host: class baseline"})
+    by_ab = overruled(plain, ab, "by an A/B")
+    assert by_ab.verdict is Verdict.REGRESSED
+    assert by_ab.note == "by an A/B; was " + cls.describe()
+    assert by_ab.references == {"time": "by an A/B"}  # not the class reference's reason
+    # a reference of lower precedence changes nothing, its note included
+    assert overruled(by_ab, check(1.0, Verdict.UNCHANGED, Basis.HOST_HISTORY, 0.02), "x") == by_ab
+    # a check of a metric the result lacked is added
+    mem = MetricCheck("memory", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, Verdict.UNCHANGED)
+    assert overruled(plain, mem).check("memory") == mem

@@ -37,8 +37,11 @@ def test_import_is_idempotent_and_keeps_saved_verdicts(
         "id": "relu",
         "verdict": "regressed",
         "note": "",
-        "checks": [{"metric": "time", "verdict": "regressed"}],
-    }
+        "checks": [  # as the gate writes a check (a partial one is refused: test_bad_inputs)
+            {"metric": "time", "baseline": 2.0, "current": 2.2, "ratio": 1.1, "ci_low": 1.08,
+             "ci_high": 1.12, "tolerance": 0.03, "verdict": "regressed"}
+        ],
+    }  # fmt: skip
     saved = tmp_path / "0001_run.json"
     saved.write_text(json.dumps(data))
     other = save_run(tmp_path / "0002_run.json", [result("relu", 2.1)])

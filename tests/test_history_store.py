@@ -159,11 +159,13 @@ def test_an_ab_that_decided_a_result_is_kept_with_its_pairs(
                   1.04, 0.01, pairs)  # fmt: skip
     with History.open(target) as h:
         h.append(run(1), [result("a", 1.0, 1, ok=False), result("a", 1.03, 2), result("b", 1.0)])
-        h.record_ab(ab, result_verdict="regressed", accepted=False, reference="same-GPU A/B")
+        h.record_ab(ab, result_verdict="regressed", accepted=False, reference="same-GPU A/B",
+                    note="decided by a same-GPU A/B")  # fmt: skip
         assert h.ab_cases() == [ab]
         assert h.ab_cases("run-2") == []
-        (last,) = h.points("a")  # the run's last attempt carries the A/B's verdict
+        (last,) = h.points("a")  # the run's last attempt carries the A/B's verdict and note
         assert (last.result.attempt, last.result.verdict, last.accepted) == (2, "regressed", False)
+        assert last.result.note == "decided by a same-GPU A/B"  # as the run file says
         assert (last.metric.verdict, last.metric.reference) == ("regressed", "same-GPU A/B")
         assert h.points("b")[0].accepted  # the others are as they were
         h.record_ab(replace(ab, ratio=1.05), result_verdict="regressed", accepted=False,

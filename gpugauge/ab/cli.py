@@ -217,6 +217,7 @@ def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = N
 
 
 def _budget(p: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--time-budget S`` (seconds); ``what`` says what becomes of the tests left."""
     p.add_argument(
         "--time-budget",
         type=number(float, 0.0, "a number of seconds >= 0"),
@@ -311,17 +312,38 @@ def bisect_command(args: argparse.Namespace) -> int:
     return _guarded("bisect", body)
 
 
-def _keep(args: argparse.Namespace, settled: Sequence[Settled]) -> None:
+def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(history, run id) where the A/Bs are to be kept; None where the run was in none.
+
+    Asked before any A/B: a ``--history`` given that cannot keep them is bad input (exit 2);
+    the default one is only said (a run file copied from the nightly to a workstation is
+    confirmed there without its history).
+    """
+    from gpugauge.ab.settle import history_problem
+    from gpugauge.history.store import default_target
+
+    run_id = (read_json(args.run).get("gpugauge") or {}).get("history_run_id")
+    if not isinstance(run_id, str):
+        return None
+    target = args.history or default_target()
+    problem = history_problem(target, run_id)
+    if problem is None:
+        return target, run_id
+    if args.history:
+        raise ValueError(f"--history: the A/Bs could not be kept there: {problem}")
+    print(f"gpugauge confirm: the A/Bs will not be kept in a history: {problem}", file=sys.stderr)
+    return None
+
+
+def _keep(where: tuple[str, str] | None, settled: Sequence[Settled]) -> None:
     """Keep the A/Bs in the history the run was added to; a history out of reach is said."""
     from gpugauge.ab.settle import kept
     from gpugauge.history.records import HistoryError
-    from gpugauge.history.store import default_target
     from gpugauge.history.targets import redact
 
-    run_id = (read_json(args.run).get("gpugauge") or {}).get("history_run_id")
-    if not settled or not isinstance(run_id, str):
+    if not settled or where is None:
         return
-    target = args.history or default_target()
+    target, run_id = where
     try:
         n = kept(target, run_id, settled)
     except (HistoryError, OSError) as err:
@@ -333,7 +355,7 @@ def _keep(args: argparse.Namespace, settled: Sequence[Settled]) -> None:
 def confirm_command(args: argparse.Namespace) -> int:
     """``gpugauge confirm``."""
     from gpugauge.ab.confirm import borderline, by_reference
-    from gpugauge.ab.settle import copies, decided, regressed
+    from gpugauge.ab.settle import check_rewritable, copies, decided, regressed
     from gpugauge.results.runs import load_run
 
     def body() -> int:
@@ -344,8 +366,10 @@ def confirm_command(args: argparse.Namespace) -> int:
                 f"against a class reference reads above {1 + args.floor:.3f}x"
             )
             return EXIT_OK
+        check_rewritable(args.run)
+        history = _history_of(args)
         print(
-            f"gpugauge confirm: {len(cases)} borderline results: "
+            f"gpugauge confirm: {plural(len(cases), 'borderline result')}: "
             + ", ".join(f"{c.id} {c.ratio:.3f}x" for c in cases)
         )
         if args.profile is None:
@@ -354,11 +378,19 @@ def confirm_command(args: argparse.Namespace) -> int:
         status = EXIT_OK
         budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
-        for ref, group in groups.items():
-            if budget is not None:  # what is left of it, for this reference's A/B
-                args.time_budget = max(budget - (time.monotonic() - t0), 0.0)
-            # the largest ratios first: with a budget, the likeliest regressions are A/B'd
+        # the largest ratios first (references, then cases): with a budget, the likeliest
+        # regressions are A/B'd
+        for ref, group in sorted(groups.items(), key=lambda g: -max(c.ratio for c in g[1])):
             ordered = sorted(group, key=lambda c: -c.ratio)
+            if budget is not None:  # what is left of it, for this reference's A/B
+                args.time_budget = budget - (time.monotonic() - t0)
+                if args.time_budget <= 0:  # an A/B that starts no test still costs its start
+                    print(
+                        f"gpugauge confirm: the time budget was spent: not A/B'd against "
+                        f"{ref[:10]}, {plural(len(group), 'result')} keep the class "
+                        f"reference's verdict: {', '.join(c.id for c in ordered)}"
+                    )
+                    continue
             args.pytest_args = [*given, *(c.nodeid for c in ordered)]
             report = run_ab(args, ref, WORKING_TREE, args.out / ref[:10])
             print("\n" + terminal(report))
@@ -374,7 +406,7 @@ def confirm_command(args: argparse.Namespace) -> int:
                     f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
                     f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
                 )
-            _keep(args, settled)
+            _keep(history, settled)
             if regressed(settled) or report.slower or report.problems:
                 status = EXIT_FAILED
         return status

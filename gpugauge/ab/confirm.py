@@ -19,8 +19,11 @@ from typing import Any
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import MIN_EFFECT
 from gpugauge.history.reference import HOST_REASON
+from gpugauge.judging.verdicts import Basis
 from gpugauge.results.files import read_json
 from gpugauge.results.runs import load_run
+
+_CLOSER = (Basis.SAME_GPU_AB.value, Basis.HOST_HISTORY.value)  # more sensitive than a class
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,9 @@ def _time_check(verdict: dict[str, Any]) -> dict[str, Any] | None:
 def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     """The results of a gated run that passed against a class reference above ``1 + floor``.
 
-    A result judged by its own host's history is left out (that reference already sees a
-    small step); so is one that regressed (it fails already) or has no time check.
+    A result judged by its own host's history or decided by an A/B already is left out
+    (those references see a small step: a second ``confirm`` of a run A/Bs nothing again);
+    so is one that regressed (it fails already) or has no time check.
     """
     run = load_run(path)
     nodeids = _nodeids(path)
@@ -54,8 +58,8 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
         if check is None or check.get("verdict") == "regressed":
             continue
         reason = str((verdict.get("references") or {}).get("time", ""))
-        if reason.startswith(HOST_REASON):
-            continue
+        if check.get("basis") in _CLOSER or reason.startswith(HOST_REASON):
+            continue  # (a run saved before checks named their basis says it in the reason)
         ratio = float(check["ratio"])
         if ratio > 1 + floor and m.id in nodeids:
             out.append(Borderline(m.id, nodeids[m.id], m.spec.family, m.device_class, ratio))
@@ -109,8 +113,13 @@ def deepened(repo: Path) -> None:
 def by_reference(
     repo: Path, baselines: Path, cases: Iterable[Borderline]
 ) -> dict[str, list[Borderline]]:
-    """The borderline cases grouped by the commit their class baseline came from."""
+    """The borderline cases grouped by the commit their class baseline came from.
+
+    ``baselines`` as the command line gives it: relative to this process's folder, which
+    may lie below ``repo``'s top (git reads a relative path from the top).
+    """
     groups: dict[str, list[Borderline]] = {}
+    folder = baselines.resolve()
     for c in cases:
-        groups.setdefault(reference_commit(repo, baselines, c.device_class, c.family), []).append(c)
+        groups.setdefault(reference_commit(repo, folder, c.device_class, c.family), []).append(c)
     return groups

@@ -10,6 +10,7 @@ The report drawn from the file afterwards shows the same verdict as the job's ex
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from gpugauge.history.records import ABRecord
 from gpugauge.judging.judge import overruled
 from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.report.tables import gate_table, uncertain_ids, unsampled_ids
-from gpugauge.results.files import atomic_write_json, read_json
+from gpugauge.results.files import FileError, atomic_write_json, read_json, writable_problem
 from gpugauge.results.runs import SavedRun, load_run
 
 NOT_RUN = "in the baseline but not run: "  # the saved gate table's last line, kept as it was
@@ -33,6 +34,25 @@ class Settled:
     result: GateResult
     case: CaseAB
     base_commit: str
+
+
+def check_rewritable(run: Path) -> None:
+    """FileError naming ``run`` where its verdicts could not be written back.
+
+    Asked before any A/B starts (one costs minutes of GPU time): the file must be one this
+    process may write (not read-only, not immutable) in a folder where its replacement can
+    be staged.
+    """
+    problem = _unwritable(run)
+    if problem is not None:
+        raise FileError(f"{run}: the A/Bs' verdicts could not be written into it: {problem}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the existing file ``path`` could not be changed in place or replaced, or None."""
+    if not os.access(path, os.W_OK):
+        return "read-only (no write permission, or an immutable file)"
+    return writable_problem(path.parent)
 
 
 def decided(run: Path, base_commit: str, report: ABReport) -> list[Settled]:
@@ -103,14 +123,47 @@ def _retable(data: dict[str, Any], saved: SavedRun) -> None:
     tables["gate"] = gate_table(results, missing, uncertain_ids(ms), unsampled_ids(ms))
 
 
+def history_problem(target: str, run_id: str) -> str | None:
+    """Why the A/Bs could not be kept with run ``run_id`` in the history ``target``, or None.
+
+    Asked before any A/B, and again by :func:`kept`: a SQLite file that is missing is not
+    created (an empty history cannot hold the run), and one this process may not write,
+    or whose folder it may not write (SQLite's journal), is said so. Opening a history of
+    an older schema upgrades it, as any writer does.
+    """
+    from gpugauge.history.records import HistoryError
+    from gpugauge.history.store import History
+    from gpugauge.history.targets import is_local, redact
+
+    if is_local(target):
+        path = Path(target)
+        if not path.is_file():
+            return f"history {target}: no such file"
+        problem = _unwritable(path)
+        if problem is not None:
+            return f"history {target}: {problem}"
+    try:
+        with History.open(target) as history:
+            if not history.has_run(run_id):
+                return f"history {redact(target)}: holds no run {run_id!r}"
+    except HistoryError as err:
+        return str(err)
+    return None
+
+
 def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
     """Keep each A/B, with its pairs and the verdict it gave, in the run's history.
 
-    How many were kept; HistoryError where the history cannot be written or lacks the run.
+    How many were kept; HistoryError where the history cannot be written or lacks the run
+    (a missing SQLite file is not created: :func:`history_problem`).
     """
     from gpugauge.history.judge import accepted
+    from gpugauge.history.records import HistoryError
     from gpugauge.history.store import History
 
+    problem = history_problem(target, run_id)
+    if problem is not None:
+        raise HistoryError(problem)
     with History.open(target) as history:
         for s in settled:
             check = s.case.check
@@ -131,6 +184,7 @@ def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
                 result_verdict=s.result.verdict.value,
                 accepted=accepted(s.result.verdict),
                 reference=f"{check.basis} against {s.base_commit[:10]}",
+                note=s.result.note,
             )
     return len(settled)
 

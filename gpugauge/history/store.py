@@ -364,14 +364,21 @@ class History(Windows):
             return tx.execute(sql, params)
 
     def record_ab(
-        self, case: ABRecord, *, result_verdict: str, accepted: bool, reference: str
+        self,
+        case: ABRecord,
+        *,
+        result_verdict: str,
+        accepted: bool,
+        reference: str,
+        note: str | None = None,
     ) -> None:
         """Keep the same-GPU A/B that decided one result of a stored run, with its pairs.
 
         In one transaction: the A/B (one row per run and case; a second A/B of the case
-        replaces the first), and the verdict it gave, on the result's last attempt and its
-        time metric, which then says which reference decided it. A run or case the
-        history does not hold is a HistoryError.
+        replaces the first), and the verdict it gave, on the result's last attempt (with
+        ``note``, the result's note as the run file now says it, where given) and its time
+        metric, which then says which reference decided it. A run or case the history does
+        not hold is a HistoryError.
         """
         run_id = case.run_id
         key = (run_id, case.bench_id, case.device_class)
@@ -404,6 +411,11 @@ class History(Windows):
                 f"UPDATE results SET verdict = ?, accepted = ? WHERE {where} AND attempt = ?",
                 (result_verdict, int(accepted), *key, attempt),
             )
+            if note is not None:
+                tx.execute(
+                    f"UPDATE results SET note = ? WHERE {where} AND attempt = ?",
+                    (note, *key, attempt),
+                )
             tx.execute(
                 f"UPDATE metrics SET verdict = ?, reference = ? WHERE {where} AND attempt = ? "
                 "AND metric = 'time'",

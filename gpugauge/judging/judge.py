@@ -65,18 +65,27 @@ def merged(primary: GateResult, fallback: GateResult) -> GateResult:
 def overruled(result: GateResult, check: MetricCheck, note: str = "") -> GateResult:
     """``result`` with ``check`` deciding its metric, where its basis takes precedence.
 
-    The check it replaces is said in the note ('time was 1.031x ... by class baseline'),
-    so that the result keeps what every reference found.
+    The check it replaces is said in the note ('was time 1.031x ... by class baseline'), so
+    that the result keeps what every reference found, and ``note`` becomes the metric's
+    entry in ``references``. A check of the same basis is a newer look by the same
+    reference: it replaces the earlier one and that one's ``note``, so deciding again
+    (``gpugauge confirm`` run twice) leaves one note per reference, not one per run.
     """
-    old = result.check(check.metric)
+    metric = check.metric
+    old = result.check(metric)
     if old is not None and _PRECEDENCE.index(old.basis) < _PRECEDENCE.index(check.basis):
         return result  # a closer reference decided it already
-    checks = tuple(check if c.metric == check.metric else c for c in result.checks)
+    checks = tuple(check if c.metric == metric else c for c in result.checks)
     if old is None:
         checks = (*checks, check)
-    was = f"{check.metric} was {old.describe()}" if old is not None else ""
-    notes = dict.fromkeys(n for n in (note, was, result.note) if n)
-    return replace(result, checks=checks, note="; ".join(notes))
+    again = old is not None and old.basis is check.basis
+    was = f"was {old.describe()}" if old is not None and not again else ""
+    earlier = result.references.get(metric) if again else None
+    kept = [n for n in result.note.split("; ") if n and n != earlier]
+    notes = dict.fromkeys(n for n in (note, was, *kept) if n)
+    refs = {k: v for k, v in result.references.items() if k != metric}
+    refs |= {metric: note} if note else {}
+    return replace(result, checks=checks, note="; ".join(notes), references=refs)
 
 
 @dataclass

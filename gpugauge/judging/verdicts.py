@@ -11,10 +11,11 @@ its verdict the worst of them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from gpugauge.results.metrics import METRICS, Better
 
@@ -40,6 +41,16 @@ class Verdict(StrEnum):
 
 
 _ORDER = list(Verdict)
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _one_of(kind: type[_E], value: Any, what: str) -> _E:
+    """``value`` as a member of ``kind``; ValueError naming ``what`` and the choices."""
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        choices = ", ".join(m.value for m in kind)
+        raise ValueError(f"{what} {value!r} is not one of: {choices}") from None
 
 
 def judge(low: float, high: float, tolerance: float, better: Better = Better.LOWER) -> Verdict:
@@ -92,17 +103,29 @@ class MetricCheck:
         )
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MetricCheck:
-        """Read back :meth:`as_dict` (KeyError, ValueError or TypeError if malformed).
+    def from_dict(cls, d: Any) -> MetricCheck:
+        """Read back :meth:`as_dict`; ValueError naming the field where it is malformed.
 
         A check saved before checks named their basis was the class baseline's.
         """
+        if not isinstance(d, dict):
+            raise ValueError(f"a check must be an object, not {type(d).__name__}")
+        metric = d.get("metric")
+        if metric not in METRICS:
+            raise ValueError(f"metric {metric!r} is not one of: {', '.join(METRICS)}")
+        numbers = []
+        for k in ("baseline", "current", "ratio", "ci_low", "ci_high", "tolerance"):
+            v = d.get(k)
+            if k not in d:
+                raise ValueError(f"{metric}'s check has no {k}")
+            if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+                raise ValueError(f"{metric}'s {k} must be a finite number, not {v!r}")
+            numbers.append(float(v))
         return cls(
-            d["metric"],
-            *(float(d[k]) for k in ("baseline", "current", "ratio", "ci_low", "ci_high")),
-            float(d["tolerance"]),
-            Verdict(d["verdict"]),
-            Basis(d.get("basis", Basis.CLASS_BASELINE)),
+            metric,
+            *numbers,
+            _one_of(Verdict, d.get("verdict"), f"{metric}'s verdict"),
+            _one_of(Basis, d.get("basis", Basis.CLASS_BASELINE.value), f"{metric}'s basis"),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -149,11 +172,30 @@ class GateResult:
         return f"{self.id}: {self.verdict}: {said}"
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], family: str, device_class: str) -> GateResult:
-        """Read back :meth:`as_dict`, stored in a result by the run that judged it."""
-        checks = tuple(MetricCheck.from_dict(c) for c in d["checks"])
-        refs = {str(k): str(v) for k, v in (d.get("references") or {}).items()}
-        return cls(str(d["id"]), family, device_class, checks, str(d.get("note") or ""), refs)
+    def from_dict(cls, d: Any, family: str, device_class: str) -> GateResult:
+        """Read back :meth:`as_dict`, stored in a result by the run that judged it.
+
+        ValueError naming the field where it is malformed (a run file's reader,
+        :func:`gpugauge.results.runs.load_run`, names the file and the result).
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"must be an object, not {type(d).__name__}")
+        if not isinstance(d.get("id"), str) or not d["id"]:
+            raise ValueError(f"id must be a non-empty string, not {d.get('id')!r}")
+        checks, refs, note = d.get("checks"), d.get("references") or {}, d.get("note") or ""
+        if not isinstance(checks, list):
+            raise ValueError(f"checks must be a list, not {type(checks).__name__}")
+        if not isinstance(refs, dict) or not all(isinstance(v, str) for v in refs.values()):
+            raise ValueError("references must be an object of strings")
+        if not isinstance(note, str):
+            raise ValueError(f"note must be a string, not {type(note).__name__}")
+        read = []
+        for i, c in enumerate(checks):
+            try:
+                read.append(MetricCheck.from_dict(c))
+            except ValueError as err:
+                raise ValueError(f"checks[{i}]: {err}") from None
+        return cls(d["id"], family, device_class, tuple(read), note, refs)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""

@@ -5,7 +5,8 @@ that merges results go through :func:`load_run`, which rebuilds every
 :class:`~gpugauge.results.measurement.Measurement` from its ``extra_info``. It refuses,
 naming the file and the result, what would mislead a reader later: a family or device class
 that is not a plain name (they become folder and file names of baselines), one
-result held twice (it would count as two runs), and readings that are not finite or whose
+result held twice (it would count as two runs), a stored verdict (``gate``) that its
+readers (the report, ``confirm``) could not read, and readings that are not finite or whose
 magnitude lies outside [:data:`SMALLEST`, :data:`LARGEST`] (a sample of 5e-324 makes
 every ratio to it infinite). Ids are keys only, so any non-empty string will do.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.json_records import RecordError
+from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.environment import host_name, slug
 from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.measurement import Measurement
@@ -200,7 +202,11 @@ def load_run(path: Path) -> SavedRun:
             )
         held[key] = i
         found.append(m)
-        if isinstance(info.get("gate"), dict):
+        if info.get("gate") is not None:  # read as every reader of verdicts reads it
+            try:
+                GateResult.from_dict(info["gate"], m.spec.family, m.device_class)
+            except ValueError as err:
+                raise RunError(f"{where}.extra_info.gate: {err}") from None
             verdicts[m.id] = info["gate"]
     if not found:
         raise RunError(
