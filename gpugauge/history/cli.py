@@ -261,10 +261,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
     p.set_defaults(history_func=_list, read_only=True)
 
-    p = cmds.add_parser("ab", help="the same-GPU A/Bs that decided stored results (confirm)")
-    p.add_argument("--run", help="one run's (an id or a unique prefix)")
-    p.set_defaults(history_func=_ab, read_only=True)
-
     p = cmds.add_parser(
         "show", help="one case's trend: its runs, medians, CIs, hosts, change points"
     )
@@ -350,6 +346,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help=f"a run's id or a unique prefix of {MIN_PREFIX} or more characters",
     )
     p.set_defaults(history_func=_remove, read_only=False)
+
+    p = cmds.add_parser("ab", help="the same-GPU A/Bs that decided stored results (confirm)")
+    p.add_argument("--run", help="one run's (an id or a unique prefix)")
+    p.set_defaults(history_func=_ab, read_only=True)
 
     for p in cmds.choices.values():
         _history_option(p)
