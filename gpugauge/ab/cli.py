@@ -394,7 +394,11 @@ def confirm_command(args: argparse.Namespace) -> int:
             args.pytest_args = [*given, *(c.nodeid for c in ordered)]
             report = run_ab(args, ref, WORKING_TREE, args.out / ref[:10])
             print("\n" + terminal(report))
-            settled = decided(args.run, ref, report)
+            # the history first: a stop between the two writes leaves the file undecided,
+            # and confirm run again decides it (the history's A/B is replaced, not doubled)
+            settled = decided(args.run, ref, report, write=False)
+            _keep(history, settled)
+            decided(args.run, ref, report)
             for copy in copies(args.run, args.storage):
                 decided(copy, ref, report)
                 print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
@@ -406,7 +410,6 @@ def confirm_command(args: argparse.Namespace) -> int:
                     f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
                     f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
                 )
-            _keep(history, settled)
             if regressed(settled) or report.slower or report.problems:
                 status = EXIT_FAILED
         return status

@@ -55,11 +55,11 @@ def _unwritable(path: Path) -> str | None:
     return writable_problem(path.parent)
 
 
-def decided(run: Path, base_commit: str, report: ABReport) -> list[Settled]:
+def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True) -> list[Settled]:
     """Each A/B'd result of ``run`` with its verdict decided by its A/B; the file rewritten.
 
     A case the A/B could not decide (no interval: a side skipped or failed it) keeps the
-    verdict it had.
+    verdict it had. ``write=False`` only says what the verdicts would be.
     """
     saved = load_run(run)
     by_id = {m.id: m for m in saved.measurements}
@@ -77,7 +77,7 @@ def decided(run: Path, base_commit: str, report: ABReport) -> list[Settled]:
         after = overruled(before, case.check, note)
         info["gate"] = after.as_dict()
         out.append(Settled(after, case, base_commit))
-    if out:
+    if out and write:
         _retable(data, saved)
         atomic_write_json(run, data)
     return out
