@@ -610,6 +610,13 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
     assert stored["checks"][0]["basis"] == "same-GPU A/B"
     copy = load_run(storage / "0001_toy.json").verdicts["test_toy.py::test_spin"]
     assert copy == stored  # the autosaved copy says the same
+    from gpugauge.__main__ import main
+
+    assert main(["report", "--current", str(gated), "--out", str(tmp_path / "rep")]) == 0
+    (md,) = (tmp_path / "rep").glob("*.md")  # and so does the report drawn from it
+    text = md.read_text()
+    assert "1 result decided by a same-GPU A/B (gpugauge confirm)" in text
+    assert "time (same-GPU A/B)" in text
     with History.open(str(history)) as h:
         (ab,) = h.ab_cases(run_id)
         assert ab.verdict == "regressed"

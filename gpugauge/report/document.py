@@ -127,6 +127,8 @@ def collect(
     elif run.measurements and all(m.id in run.verdicts for m in run.measurements):
         results = _stored_verdicts(run)
         against = "the stored baselines, as the run's own gate judged it (--gauge-gate)"
+        if n := sum(c.basis is Basis.SAME_GPU_AB for r in results for c in r.checks):
+            against += f", {plural(n, 'result')} decided by a same-GPU A/B (gpugauge confirm)"
     else:
         judge = Judge(Gate(BaselineStore(baselines), tolerances))
         results = [judge.judge(m) for m in run.measurements]
