@@ -355,7 +355,13 @@ def _keep(where: tuple[str, str] | None, settled: Sequence[Settled]) -> None:
 def confirm_command(args: argparse.Namespace) -> int:
     """``gpugauge confirm``."""
     from gpugauge.ab.confirm import borderline, by_reference
-    from gpugauge.ab.settle import check_rewritable, copies, decided, regressed
+    from gpugauge.ab.settle import (
+        check_rewritable,
+        copies,
+        decided,
+        regressed,
+        write_verdicts,
+    )
     from gpugauge.results.runs import load_run
 
     def body() -> int:
@@ -398,10 +404,11 @@ def confirm_command(args: argparse.Namespace) -> int:
             # and confirm run again decides it (the history's A/B is replaced, not doubled)
             settled = decided(args.run, ref, report, write=False)
             _keep(history, settled)
-            decided(args.run, ref, report)
-            for copy in copies(args.run, args.storage):
-                decided(copy, ref, report)
-                print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
+            if settled:
+                write_verdicts(args.run, settled)
+                for copy in copies(args.run, args.storage):
+                    write_verdicts(copy, settled)
+                    print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
             for s in settled:
                 print(f"  {s.result.message()}")
             unsettled = [c.id for c in group if c.id not in {s.result.id for s in settled}]

@@ -59,28 +59,33 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
     """Each A/B'd result of ``run`` with its verdict decided by its A/B; the file rewritten.
 
     A case the A/B could not decide (no interval: a side skipped or failed it) keeps the
-    verdict it had. ``write=False`` only says what the verdicts would be.
+    verdict it had. ``write=False`` only says what the verdicts are (:func:`write_verdicts`
+    writes them, into the run and into its copies).
     """
     saved = load_run(run)
-    by_id = {m.id: m for m in saved.measurements}
-    checks = {c.id: c for c in report.cases if c.check is not None and c.id in saved.verdicts}
     out = []
-    data = read_json(run)
+    for m in saved.measurements:
+        case = next((c for c in report.cases if c.id == m.id), None)
+        if case is None or case.check is None or m.id not in saved.verdicts:
+            continue
+        before = GateResult.from_dict(saved.verdicts[m.id], m.spec.family, m.device_class)
+        note = f"decided by a same-GPU A/B against {base_commit[:10]}"
+        out.append(Settled(overruled(before, case.check, note), case, base_commit))
+    if out and write:
+        write_verdicts(run, out)
+    return out
+
+
+def write_verdicts(path: Path, settled: Sequence[Settled]) -> None:
+    """The settled verdicts written into the run file ``path`` and its saved gate table."""
+    data = read_json(path)
+    now = {s.result.id: s.result.as_dict() for s in settled}
     for bench in data.get("benchmarks", []):
         info = bench.get("extra_info") or {}
-        case = checks.get(str(info.get("id")))
-        if case is None or case.check is None or not isinstance(info.get("gate"), dict):
-            continue
-        m = by_id[case.id]
-        before = GateResult.from_dict(info["gate"], m.spec.family, m.device_class)
-        note = f"decided by a same-GPU A/B against {base_commit[:10]}"
-        after = overruled(before, case.check, note)
-        info["gate"] = after.as_dict()
-        out.append(Settled(after, case, base_commit))
-    if out and write:
-        _retable(data, saved)
-        atomic_write_json(run, data)
-    return out
+        if str(info.get("id")) in now and isinstance(info.get("gate"), dict):
+            info["gate"] = now[str(info["id"])]
+    _retable(data, load_run(path))
+    atomic_write_json(path, data)
 
 
 def copies(run: Path, storage: Path, newest: int = 20) -> list[Path]:
