@@ -237,8 +237,6 @@ class Coordinator:
             if at("base") == at("head") == "measure":
                 try:
                     pairs = self._blocks(base, head, base_starts=first is base)
-                    phases["blocks"] += time.monotonic() - t0
-                    t0 = time.monotonic()
                 except BlockFailed as failed:
                     # the failed side's test fails as it would alone; the other side ends
                     # its call (or times it alone, if it had no block yet) and goes on
@@ -248,6 +246,8 @@ class Coordinator:
                     other.send({"op": "end" if failed.started[other.name] else "solo"})
                     said[other.name] = other.expect("measure", "done")
                     continue
+                phases["blocks"] += time.monotonic() - t0
+                t0 = time.monotonic()
                 calls += 1
                 for s in (first, second):
                     s.send({"op": "end"})
