@@ -526,7 +526,14 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_confirm_with_its_time_budget_spent_starts_no_ab(toy: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "spent",
+    [("--time-budget", "0"), ("--time-budget", "600", "--deadline", "1000")],
+    ids=["budget", "deadline-passed"],
+)
+def test_confirm_with_its_time_budget_spent_starts_no_ab(
+    toy: Path, tmp_path: Path, spent: tuple[str, ...]
+) -> None:
     run = _saved_run(toy, tmp_path)
     from gpugauge.results.runs import load_run
 
@@ -539,7 +546,7 @@ def test_confirm_with_its_time_budget_spent_starts_no_ab(toy: Path, tmp_path: Pa
     cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
     gated = _with_verdict(run, 1.03, "unchanged", cls)
     before = gated.read_bytes()
-    done = _ab(toy, "confirm", str(gated), "--time-budget", "0", out=tmp_path / "spent")
+    done = _ab(toy, "confirm", str(gated), *spent, out=tmp_path / "spent")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the time budget was spent: not A/B'd" in done.stdout
     assert "gpugauge ab:" not in done.stdout  # no sides started, no worktree made

@@ -333,6 +333,9 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     assert 'NCCL_NVLS_ENABLE: "0"' in text
     assert "python3 -m gpugauge report --current results/nightly.json" in text
     assert "actions/upload-artifact" in text
+    # confirm's A/Bs stop at the job's 14th minute, counted from its start
+    assert 'echo "GPUGAUGE_DEADLINE=$(( $(date +%s) + 840 ))" >> "$GITHUB_ENV"' in text
+    assert '--deadline "$GPUGAUGE_DEADLINE"' in text
     assert "if: always()" in text  # the report is kept when the gate fails the run
     # every gpugauge command the workflows give parses (an option renamed breaks the night)
     from gpugauge.__main__ import build_parser
@@ -342,7 +345,9 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
         for line in script.splitlines():
             if line.strip().startswith("#") or "python3 -m gpugauge " not in line:
                 continue
-            words = shlex.split(line.split("python3 -m gpugauge ", 1)[1], comments=True)
+            command = line.split("python3 -m gpugauge ", 1)[1]
+            command = re.sub(r"\$\{?GPUGAUGE_DEADLINE\}?", "1800000000", command)  # set by the job
+            words = shlex.split(command, comments=True)
             stop = [i for i, w in enumerate(words) if w in ("|", "&&", ";", "||", ">")]
             build_parser().parse_args(words[: stop[0] if stop else None])  # unknown: exits
 

@@ -225,6 +225,22 @@ def _budget(p: argparse.ArgumentParser, what: str) -> None:
         metavar="S",
         help=f"start no test after S seconds: the tests left are skipped, {what}",
     )
+    p.add_argument(
+        "--deadline",
+        type=number(float, 0.0, "a Unix time in seconds"),
+        default=None,
+        metavar="T",
+        help="start no test after Unix time T, as --time-budget (the smaller one counts): "
+        "a CI job's own end, e.g. its start + 840 s for a 15-minute nightly",
+    )
+
+
+def fold_deadline(args: argparse.Namespace) -> None:
+    """``--deadline T`` becomes a time budget of what is left until T (the smaller counts)."""
+    if getattr(args, "deadline", None) is None:
+        return
+    left = max(0.0, args.deadline - time.time())
+    args.time_budget = left if args.time_budget is None else min(args.time_budget, left)
 
 
 def run_ab(
@@ -284,6 +300,7 @@ def ab_command(args: argparse.Namespace) -> int:
     """``gpugauge ab``."""
 
     def body() -> int:
+        fold_deadline(args)
         report = run_ab(args, args.base, args.head, args.out)
         print("\n" + terminal(report))
         print(f"wrote {args.out / 'ab.json'} and {args.out / 'ab.md'}")
@@ -382,6 +399,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             args.profile = load_run(args.run).profile
         given = list(args.pytest_args)
         status = EXIT_OK
+        fold_deadline(args)
         budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
         # the largest ratios first (references, then cases): with a budget, the likeliest
