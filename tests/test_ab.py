@@ -204,8 +204,10 @@ def toy(tmp_path: Path) -> Path:
     return repo
 
 
-def _ab(repo: Path, *args: str, out: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(out.parent)}
+def _ab(
+    repo: Path, *args: str, out: Path, timeout: float = 600, tmp: Path | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp or out.parent)}
     return subprocess.run(
         [sys.executable, "-m", "gpugauge", *args, "--out", str(out), "--block-time", "0.1"],
         cwd=repo,
@@ -388,6 +390,29 @@ def test_checkouts_remove_their_worktrees_on_an_exception(toy: Path, tmp_path: P
     assert (seen["base"].root / "test_toy.py").exists() is False  # removed
     assert seen["base"].root != seen["head"].root
     assert _leftovers(toy, tmp_path) == []
+
+
+def test_a_sweep_leaves_a_running_ab_s_folders_and_removes_a_dead_one_s(
+    toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two A/Bs side by side on a host with two GPUs: the second's start must not remove
+    # the first's socket (run 87 lost two whole A/Bs' results to that)
+    import tempfile
+
+    from gpugauge.ab.launch import listening
+    from gpugauge.ab.sides import owned_folder, sweep
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with listening() as (_, channel):
+        mine = Path(channel.address).parent
+        being_made = tmp_path / f"{PREFIX}new"  # another A/B's, before its owner file
+        being_made.mkdir()
+        dead = owned_folder(f"{PREFIX}sock-")
+        (dead / "owner.pid").write_text("999999999")
+        assert sweep(toy) == [dead]
+        assert mine.exists()
+        assert being_made.exists()
+    assert not mine.exists()  # its own end removes it
 
 
 def test_a_killed_ab_s_worktrees_are_swept_by_the_next(toy: Path, tmp_path: Path) -> None:
@@ -609,9 +634,12 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
     storage.mkdir(parents=True)
     (storage / "0001_toy.json").write_text(gated.read_text())
     confirm = ["confirm", str(gated), "--history", str(history), "--storage", str(storage.parent)]
-    done = _ab(toy, *confirm, out=tmp_path / "conf")
+    # --out relative, as the nightly workflow gives it: the sides run in their own checkouts
+    done = _ab(toy, *confirm, out=Path("results") / "ab", tmp=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr  # slower: the job fails
     assert "decided by a same-GPU A/B" in done.stdout
+    (sides,) = (toy / "results" / "ab").iterdir()  # one reference commit
+    assert {p.name for p in sides.glob("*.json")} >= {"base.json", "head.json"}, done.stdout
     stored = load_run(gated).verdicts["test_toy.py::test_spin"]
     assert stored["verdict"] == "regressed"  # the file says what the exit status says
     assert stored["checks"][0]["basis"] == "same-GPU A/B"

@@ -18,7 +18,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +28,7 @@ from typing import Any
 
 from gpugauge.ab import worker
 from gpugauge.ab.result import SideInfo
-from gpugauge.ab.sides import Checkout
+from gpugauge.ab.sides import PREFIX, Checkout, owned_folder
 from gpugauge.check.runs import log_tail, stop_group
 
 Note = Callable[[str], None]
@@ -130,7 +129,7 @@ class Channel:
 @contextlib.contextmanager
 def listening() -> Iterator[tuple[Listener, Channel]]:
     """A local socket for the two sides, with the worker copied beside it; removed after."""
-    folder = Path(tempfile.mkdtemp(prefix="gpugauge-ab-sock-"))
+    folder = owned_folder(f"{PREFIX}sock-")
     try:
         plugin = folder / "plugin"
         plugin.mkdir()
@@ -141,7 +140,8 @@ def listening() -> Iterator[tuple[Listener, Channel]]:
         try:
             yield listener, Channel(address, key, plugin)
         finally:
-            listener.close()
+            with contextlib.suppress(FileNotFoundError):  # its folder removed under it
+                listener.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -157,6 +157,7 @@ def start(
     note: Note,
 ) -> Side:
     """Start one side's pytest, in its own process group, logging to ``out/<name>.log``."""
+    out = out.absolute()  # the side runs in its own checkout: a relative path would be there
     log, js = out / f"{name}.log", out / f"{name}.json"
     partial = out / f".{name}.partial.json"
     args = [

@@ -104,12 +104,27 @@ def _owner_alive(folder: Path) -> bool:
     return True
 
 
+def owned_folder(prefix: str = PREFIX, parent: Path | None = None) -> Path:
+    """A new temporary folder that names this process as its owner, for :func:`sweep`.
+
+    ``prefix`` starts with :data:`PREFIX`: once this process is gone, the next A/B on the
+    host removes the folder (an A/B killed outright leaves its worktrees and socket).
+    """
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    (folder / OWNER_FILE).write_text(str(os.getpid()))
+    return folder
+
+
 def sweep(repo: Path, parent: Path | None = None) -> list[Path]:
-    """Remove the worktrees of earlier A/Bs whose owner process is gone; the folders removed."""
+    """Remove the folders of earlier A/Bs whose owner process is gone; the folders removed.
+
+    A folder with no owner file is left alone: it is another A/B's, being made this instant
+    (two A/Bs run side by side on a host with several GPUs).
+    """
     parent = parent or Path(tempfile.gettempdir())
     gone = []
     for folder in sorted(parent.glob(f"{PREFIX}*")):
-        if not folder.is_dir() or _owner_alive(folder):
+        if not (folder / OWNER_FILE).is_file() or _owner_alive(folder):
             continue
         for tree in sorted(p for p in folder.iterdir() if (p / ".git").exists()):
             with contextlib.suppress(SideError):
@@ -135,8 +150,7 @@ def checkouts(
         check_python(s.python)
     commits = {s.name: None if s.ref == WORKING_TREE else resolve(top, s.ref) for s in specs}
     sweep(top, parent)
-    folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
-    (folder / OWNER_FILE).write_text(str(os.getpid()))
+    folder = owned_folder(parent=parent)
     made: list[Path] = []
     try:
         out = {}
