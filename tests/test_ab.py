@@ -158,6 +158,40 @@ def test_a_pair_far_apart_in_clock_is_kept_but_not_counted() -> None:
     assert len(case.as_dict()["pairs"]) == 6
 
 
+class _Scripted:
+    """A side for the coordinator's block loop: blocks of scripted (ms, SM clock MHz)."""
+
+    def __init__(self, name: str, blocks: list[tuple[float, float]]) -> None:
+        self.name, self.blocks = name, iter(blocks)
+
+
+def _scripted_pairs(base: list, head: list) -> tuple[Pair, ...]:
+    from gpugauge.ab.runner import ABConfig, Coordinator
+
+    class Scripted(Coordinator):
+        def _block(self, side, first):
+            ms, mhz = next(side.blocks)
+            return Block(ms, 20, mhz)
+
+    coordinator = Scripted(ABConfig((), Path("unused")), {})
+    return coordinator._blocks(_Scripted("base", base), _Scripted("head", head), True)
+
+
+def test_pairs_whose_clocks_differ_never_count_and_too_many_stop_the_case() -> None:
+    # head 2% slower in every pair its clock was 10% lower: those pairs are measured
+    # again, and never counted, however many there are
+    steady = [(10.0, 1980.0)] * 40
+    dips = [(10.2, 1780.0) if i % 2 else (10.0, 1980.0) for i in range(40)]
+    pairs = _scripted_pairs(steady, dips)
+    case = CaseAB("c", "t.py::t[c]", pairs)
+    assert case.remeasured == 4  # the fourth such pair stopped it
+    assert case.outcome is Outcome.NEED_MORE  # 3 clean pairs decide nothing
+    assert all(p.head.sm_clock_mhz == 1980.0 for p in case.kept)
+    # clocks that agree: five pairs decide
+    clean = CaseAB("c", "t.py::t[c]", _scripted_pairs(steady, [(10.3, 1980.0)] * 40))
+    assert (clean.outcome, len(clean.pairs)) == (Outcome.SLOWER, 5)
+
+
 # --- real A/Bs of a toy repository ---------------------------------------------------
 
 BENCH = """\

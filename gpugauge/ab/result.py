@@ -149,9 +149,17 @@ class CaseAB:
 
     @property
     def outcome(self) -> Outcome | None:
-        """slower, faster, same or need more samples; None where nothing was paired."""
+        """slower, faster, same or need more samples; None where nothing was paired.
+
+        Fewer kept pairs than the schedule's first look (a case stopped for unstable
+        clocks, a failed side) decide nothing.
+        """
         r = self.ratio
-        return None if r is None else decide(r, self.schedule.min_effect)
+        if r is None:
+            return None
+        if r.n < self.schedule.min_pairs:
+            return Outcome.NEED_MORE
+        return decide(r, self.schedule.min_effect)
 
     @property
     def base_ms(self) -> float | None:

@@ -7,9 +7,10 @@ setup up to its timing call and waits, then the other; then blocks alternate, ba
 one pair and head first in the next (the first side alternates from test to test too), until
 the paired test decides (:class:`~gpugauge.ab.verdict.Schedule`); then each side in turn
 finishes its test. A pair whose two blocks ran at SM clocks further apart than
-``clocks_apart`` is kept in the record but measured again, up to ``max_remeasure`` times a
-test. A test only one side has, or one whose timing calls the other side does not make,
-runs on that side alone with the GPU to itself.
+``clocks_apart`` is kept in the record but never counted, and measured again; a test with
+more than ``max_remeasure`` such pairs stops undecided (its clocks are unstable). A test
+only one side has, or one whose timing calls the other side does not make, runs on that
+side alone with the GPU to itself.
 
 On Ctrl-C or SIGTERM (under :func:`~gpugauge.check.runs.sigterm_as_interrupt`) both sides'
 process groups are stopped, their partial files removed, and the interrupt raised; the
@@ -305,13 +306,14 @@ class Coordinator:
                     started[s.name] = True
                 pair = Pair(got["base"], got["head"], base_first)
                 clocks = pair.clock_ratio
-                if (
-                    clocks is not None
-                    and abs(clocks - 1) > self.cfg.clocks_apart
-                    and remeasured < self.cfg.max_remeasure
-                ):
-                    pair = replace(pair, kept=False)
+                if clocks is not None and abs(clocks - 1) > self.cfg.clocks_apart:
+                    # a difference the clocks can explain is no evidence either way;
+                    # counted after a cap, such pairs made an A/A "slower" (run 87)
+                    pairs.append(replace(pair, kept=False))
                     remeasured += 1
+                    if remeasured > self.cfg.max_remeasure:
+                        return tuple(pairs)  # clocks unstable: the case stays undecided
+                    continue
                 pairs.append(pair)
         return tuple(pairs)
 
