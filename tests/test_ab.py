@@ -538,11 +538,25 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     assert picked.id == "test_toy.py::test_spin"
     assert picked.nodeid == "test_toy.py::test_spin"
     assert picked.ratio == pytest.approx(1.03)
+    assert picked.ms == pytest.approx(3.09)  # its median round, ms
     assert borderline(_with_verdict(run, 1.005, "unchanged", cls)) == []  # under the floor
     assert borderline(_with_verdict(run, 1.09, "regressed", cls)) == []  # fails already
     host = "host history: last 5 runs, spread 0.3%"
     assert borderline(_with_verdict(run, 1.03, "unchanged", host)) == []  # the host knows
     assert borderline(run) == []  # not gated
+
+
+def test_confirm_a_b_s_the_most_time_lost_first() -> None:
+    from gpugauge.ab.confirm import Borderline, in_order
+
+    def case(name: str, ratio: float, ms: float) -> Borderline:
+        return Borderline(name, f"t.py::t[{name}]", "f", "c", ratio, ms)
+
+    relu, vgg, conv = case("relu", 1.07, 0.044), case("vgg", 1.03, 92.0), case("conv", 1.05, 9.8)
+    other = case("linear", 1.2, 0.1)  # another family's reference commit
+    order = in_order({"ref1": [relu, conv, vgg], "ref2": [other]})
+    assert order == [("ref1", [vgg, conv, relu]), ("ref2", [other])]
+    assert vgg.lost_ms == pytest.approx(92.0 * 0.03 / 1.03)
 
 
 def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Path) -> None:

@@ -371,7 +371,7 @@ def _keep(where: tuple[str, str] | None, settled: Sequence[Settled]) -> None:
 
 def confirm_command(args: argparse.Namespace) -> int:
     """``gpugauge confirm``."""
-    from gpugauge.ab.confirm import borderline, by_reference
+    from gpugauge.ab.confirm import borderline, by_reference, in_order
     from gpugauge.ab.settle import (
         check_rewritable,
         copies,
@@ -393,7 +393,7 @@ def confirm_command(args: argparse.Namespace) -> int:
         history = _history_of(args)
         print(
             f"gpugauge confirm: {plural(len(cases), 'borderline result')}: "
-            + ", ".join(f"{c.id} {c.ratio:.3f}x" for c in cases)
+            + ", ".join(f"{c.id} {c.ratio:.3f}x ({c.lost_ms:.3g} ms lost)" for c in cases)
         )
         if args.profile is None:
             args.profile = load_run(args.run).profile
@@ -402,16 +402,13 @@ def confirm_command(args: argparse.Namespace) -> int:
         fold_deadline(args)
         budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
-        # the largest ratios first (references, then cases): with a budget, the likeliest
-        # regressions are A/B'd
-        for ref, group in sorted(groups.items(), key=lambda g: -max(c.ratio for c in g[1])):
-            ordered = sorted(group, key=lambda c: -c.ratio)
+        for ref, ordered in in_order(groups):  # the most time lost first
             if budget is not None:  # what is left of it, for this reference's A/B
                 args.time_budget = budget - (time.monotonic() - t0)
                 if args.time_budget <= 0:  # an A/B that starts no test still costs its start
                     print(
                         f"gpugauge confirm: the time budget was spent: not A/B'd against "
-                        f"{ref[:10]}, {plural(len(group), 'result')} keep the class "
+                        f"{ref[:10]}, {plural(len(ordered), 'result')} keep the class "
                         f"reference's verdict: {', '.join(c.id for c in ordered)}"
                     )
                     continue
@@ -429,7 +426,7 @@ def confirm_command(args: argparse.Namespace) -> int:
                     print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
             for s in settled:
                 print(f"  {s.result.message()}")
-            unsettled = [c.id for c in group if c.id not in {s.result.id for s in settled}]
+            unsettled = [c.id for c in ordered if c.id not in {s.result.id for s in settled}]
             if unsettled:
                 print(
                     f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
