@@ -316,7 +316,9 @@ def test_a_spent_time_budget_skips_the_tests_left_on_both_sides(toy: Path, tmp_p
     _commit(toy, "", "a second test")
     done = _ab(toy, "ab", "HEAD", "HEAD", "--time-budget", "0", out=tmp_path / "spent")
     assert done.returncode == 0, done.stdout + done.stderr
-    cases = json.loads((tmp_path / "spent" / "ab.json").read_text())["cases"]
+    data = json.loads((tmp_path / "spent" / "ab.json").read_text())
+    assert data["complete"] is True  # the end rewrote the file whole
+    cases = data["cases"]
     assert len(cases) == 2
     for case in cases:
         assert case["pairs"] == []
@@ -378,6 +380,31 @@ def test_a_stopped_ab_leaves_no_worktree_or_process(
     assert [p for p in sides if _alive(p)] == []
     assert _leftovers(toy, tmp_path) == []
     assert not list(out.glob(".*.partial.json"))
+
+
+@pytest.mark.slow
+def test_a_stopped_ab_keeps_the_cases_it_finished(toy: Path, tmp_path: Path) -> None:
+    # a second test that sleeps before its timed call: the A/B is stopped there
+    (toy / "test_zz.py").write_text("import time\n\n\ndef test_zz(gauge):\n    time.sleep(120)\n")
+    _commit(toy, "", "a slow second test")
+    out = tmp_path / "kept"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    args = [sys.executable, "-m", "gpugauge", "ab", "HEAD", "HEAD", "--out", str(out)]
+    proc = subprocess.Popen(
+        [*args, "--block-time", "0.1"], cwd=toy, env=env, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out / "ab.json").exists():
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    said, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, said
+    data = json.loads((out / "ab.json").read_text())
+    assert data["complete"] is False
+    (case,) = data["cases"]  # the first test's pairs, paid for before the stop
+    assert case["id"] == "test_toy.py::test_spin"
+    assert len(case["pairs"]) >= 5
+    assert _leftovers(toy, tmp_path) == []
 
 
 def _side_pids(tmp: Path) -> list[int]:

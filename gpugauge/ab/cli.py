@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from gpugauge.ab.bisect import bisect, render_bisect
 from gpugauge.ab.render import markdown, terminal
-from gpugauge.ab.result import ABReport
+from gpugauge.ab.result import AB_JSON, ABReport
 from gpugauge.ab.runner import ABConfig, ABError, run_sides
 from gpugauge.ab.sides import WORKING_TREE, SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
@@ -268,7 +268,7 @@ def _say(line: str) -> None:
 
 def write_report(report: ABReport, out: Path) -> None:
     """ab.json and ab.md under ``out``; the Markdown also to ``$GITHUB_STEP_SUMMARY``."""
-    atomic_write_text(out / "ab.json", json.dumps(report.as_dict(), indent=2) + "\n")
+    atomic_write_text(out / AB_JSON, json.dumps(report.as_dict(), indent=2) + "\n")
     md = markdown(report)
     atomic_write_text(out / "ab.md", md)
     summary = os.environ.get(SUMMARY_ENV)

@@ -27,6 +27,8 @@ AB_SCHEMA = 1
 # calls one side made alone (a search's probes, a CPU reference)
 PHASES = ("setup", "blocks", "after", "alone")
 
+AB_JSON = "ab.json"  # the A/B's record, in its --out folder
+
 
 @dataclass(frozen=True)
 class Block:
@@ -266,6 +268,7 @@ class ABReport:
     wall_s: float
     schedule: Schedule = field(default_factory=Schedule)
     problems: tuple[str, ...] = ()  # what went wrong beside the verdicts (a side's exit)
+    complete: bool = True  # False: the cases so far, of an A/B still running (or stopped)
 
     def count(self, outcome: Outcome) -> int:
         """How many cases have this outcome."""
@@ -287,5 +290,6 @@ class ABReport:
             "schedule": dict(self.schedule.__dict__),
             "counts": {o.value: self.count(o) for o in Outcome},
             "problems": list(self.problems),
+            "complete": self.complete,
             "cases": [c.as_dict() for c in self.cases],
         }

@@ -19,6 +19,7 @@ sides also die with the coordinator if it is killed outright (``PR_SET_PDEATHSIG
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -36,10 +37,20 @@ from gpugauge.ab.launch import (
     start,
     stop,
 )
-from gpugauge.ab.result import BUDGET_SPENT, PHASES, SKIPPED_FOR, ABReport, Block, CaseAB, Pair
+from gpugauge.ab.result import (
+    AB_JSON,
+    BUDGET_SPENT,
+    PHASES,
+    SKIPPED_FOR,
+    ABReport,
+    Block,
+    CaseAB,
+    Pair,
+)
 from gpugauge.ab.sides import Checkout
 from gpugauge.ab.verdict import Schedule
 from gpugauge.phrasing import plural
+from gpugauge.results.files import atomic_write_text
 
 # SM clocks of a pair's two blocks this far apart (relative) are measured again: as far as
 # ``gpugauge check timer`` lets clocks explain a difference (CLOCKS_APART_AT_MOST)
@@ -134,7 +145,7 @@ class Coordinator:
                         name, co, args, self.cfg.out, channel, self.settings(), self.cwd, self.note
                     )
                 connect(listener, sides)
-                cases = self._lockstep(sides["base"], sides["head"])
+                cases = self._lockstep(sides["base"], sides["head"], t0)
                 for s in sides.values():
                     finish(s)
             except BaseException:
@@ -164,7 +175,7 @@ class Coordinator:
             problems,
         )
 
-    def _lockstep(self, base: Side, head: Side) -> list[CaseAB]:
+    def _lockstep(self, base: Side, head: Side, started: float) -> list[CaseAB]:
         ids = {s.name: s.expect("collected", "bye").get("ids", []) for s in (base, head)}
         total = len(set(ids["base"]) | set(ids["head"]))
         self.note(f"  {plural(total, 'test')} collected; pairing blocks on this device")
@@ -186,7 +197,26 @@ class Coordinator:
                     mh = head.expect("test", "bye")
             cases.append(replace(case, wall_s=time.monotonic() - t0))
             self.note(f"  [{len(cases)}/{total}] {progress_line(cases[-1])}")
+            self._save_so_far(base, head, cases, started)
         return cases
+
+    def _save_so_far(self, base: Side, head: Side, cases: list[CaseAB], t0: float) -> None:
+        """``ab.json`` with every case finished so far (``complete`` false), after each one.
+
+        An A/B stopped or broken at any point keeps the pairs it paid for (run 87 lost
+        two whole A/Bs' pairs to an error at their very end); the end rewrites it whole.
+        """
+        so_far = ABReport(
+            base.info(),
+            head.info(),
+            tuple(cases),
+            "",  # named at the end, from the sides' saved runs
+            time.monotonic() - t0,
+            self.cfg.schedule,
+            complete=False,
+        )
+        text = json.dumps(so_far.as_dict(), indent=2) + "\n"
+        atomic_write_text(self.cfg.out / AB_JSON, text)
 
     @staticmethod
     def _alone_first(
