@@ -9,6 +9,9 @@ nothing.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,14 +21,34 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "gpugauge"
 
 
+def package_dirs(root: Path) -> dict[str, Path]:
+    """Each package by the folder its files come from: ``gpugauge`` from ``gpugauge/``,
+    and what ``pyproject.toml``'s ``package-dir`` maps elsewhere (the top-level models/)."""
+    project = root / "pyproject.toml"
+    data = tomllib.loads(project.read_text()) if project.exists() else {}
+    mapped = data.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    return {PACKAGE: root / PACKAGE, **{name: root / folder for name, folder in mapped.items()}}
+
+
 def modules(root: Path) -> dict[str, Path]:
-    """Every module of the package under ``root``, by dotted name (a package by its own)."""
+    """Every module of the package under ``root``, by dotted name (a package by its own).
+
+    A mapped package's modules come from its folder, as the wheel's do, not from the
+    checkout's pointer in its place.
+    """
     out = {}
-    for path in sorted((root / PACKAGE).rglob("*.py")):
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
+    dirs = package_dirs(root)
+    for package, folder in dirs.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            name = ".".join(parts)
+            if package == PACKAGE and any(
+                name == m or name.startswith(m + ".") for m in dirs if m != PACKAGE
+            ):
+                continue  # the pointer to a mapped package's folder
+            out[name] = path
     return out
 
 
@@ -168,3 +191,33 @@ def test_a_function_level_import_closes_a_cycle(tmp_path: Path) -> None:
 )
 def test_cycles_names_the_shortest_loop(edges: dict[str, set[str]], expected: list) -> None:
     assert cycles(edges) == expected
+
+
+def test_the_models_sit_at_the_top_and_are_imported_as_gpugauge_models() -> None:
+    """models/ is the layout card's top-level folder, shipped in the wheel as gpugauge.models.
+
+    Nothing imports it by its bare name: a module reachable under two names is two copies.
+    """
+    assert package_dirs(ROOT)["gpugauge.models"] == ROOT / "models"
+    assert (ROOT / "models" / "vgg.py").exists()
+    assert sorted(p.name for p in (ROOT / PACKAGE / "models").glob("*.py")) == ["__init__.py"]
+    bare = []
+    for folder in ("benches", PACKAGE, "models", "tests", "experiments"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                if any(n == "models" or n.startswith("models.") for n in names):
+                    bare.append(str(path.relative_to(ROOT)))
+    assert bare == []
+    # a plain checkout, nothing installed: the package points at the top-level folder
+    found = subprocess.run(
+        [sys.executable, "-S", "-c", "import gpugauge.models as m; print(m.__path__[0])"],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert found.stdout.strip() == str(ROOT / "models"), found.stderr

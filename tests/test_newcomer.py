@@ -37,7 +37,8 @@ def test_the_wheel_holds_gpugauge_only_and_declares_the_plugin_and_families(tmp_
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "gpugauge", src / "gpugauge", ignore=shutil.ignore_patterns("*.pyc"))
+    for name in ("gpugauge", "models"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("*.pyc"))
     built = _run(
         sys.executable,
         "-m",
@@ -59,7 +60,10 @@ def test_the_wheel_holds_gpugauge_only_and_declares_the_plugin_and_families(tmp_
     top = {n.split("/")[0] for n in names}
     # no top-level `models` (or any other) to collide with a user's own packages
     assert {t for t in top if not t.endswith(".dist-info")} == {"gpugauge"}, top
-    assert "gpugauge/models/vgg.py" in names
+    assert "gpugauge/models/vgg.py" in names  # the top-level models/, shipped inside
+    with zipfile.ZipFile(wheel) as zf:  # as the folder's own package, not the checkout's pointer
+        shipped = zf.read("gpugauge/models/__init__.py")
+    assert shipped == (ROOT / "models" / "__init__.py").read_bytes()
     assert "[pytest11]" in declared
     assert ENTRY_POINT in declared
     # the built-in families, declared as any other family is; installed, that list is read
