@@ -203,8 +203,8 @@ class Coordinator:
     def _save_so_far(self, base: Side, head: Side, cases: list[CaseAB], t0: float) -> None:
         """``ab.json`` with every case finished so far (``complete`` false), after each one.
 
-        An A/B stopped or broken at any point keeps the pairs it paid for (run 87 lost
-        two whole A/Bs' pairs to an error at their very end); the end rewrites it whole.
+        An A/B stopped or broken at any point keeps the pairs it paid for, even one that
+        fails at its very end; the end rewrites it whole.
         """
         so_far = ABReport(
             base.info(),
@@ -337,8 +337,8 @@ class Coordinator:
                 pair = Pair(got["base"], got["head"], base_first)
                 clocks = pair.clock_ratio
                 if clocks is not None and abs(clocks - 1) > self.cfg.clocks_apart:
-                    # a difference the clocks can explain is no evidence either way;
-                    # counted after a cap, such pairs made an A/A "slower" (run 87)
+                    # a difference the clocks can explain is no evidence either way: counted,
+                    # a few such pairs can make an A/A of a short case "slower"
                     pairs.append(replace(pair, kept=False))
                     remeasured += 1
                     if remeasured > self.cfg.max_remeasure:
