@@ -159,10 +159,32 @@ def test_a_pair_far_apart_in_clock_is_kept_but_not_counted() -> None:
 
 
 class _Scripted:
-    """A side for the coordinator's block loop: blocks of scripted (ms, SM clock MHz)."""
+    """A side for the coordinator: blocks of scripted (ms, SM clock MHz), a passing test."""
 
     def __init__(self, name: str, blocks: list[tuple[float, float]]) -> None:
         self.name, self.blocks = name, iter(blocks)
+        self.last: dict = {}
+
+    def send(self, message: dict) -> None:
+        self.last = message
+
+    def expect(self, *ops: str) -> dict:
+        if self.last["op"] == "go":  # its setup done, at its one timing call
+            return {"op": "measure"}
+        return {"op": "done", "outcome": "passed"}
+
+
+def _scripted_case(base: list, head: list) -> CaseAB:
+    """One paired test of two scripted sides, as the coordinator ends it."""
+    from gpugauge.ab.runner import ABConfig, Coordinator
+
+    class Scripted(Coordinator):
+        def _block(self, side, first):
+            ms, mhz = next(side.blocks)
+            return Block(ms, 20, mhz)
+
+    coordinator = Scripted(ABConfig((), Path("unused")), {}, note=lambda _: None)
+    return coordinator._paired(_Scripted("base", base), _Scripted("head", head), "t.py::t[c]")
 
 
 def _scripted_pairs(base: list, head: list) -> tuple[Pair, ...]:
@@ -182,14 +204,52 @@ def test_pairs_whose_clocks_differ_never_count_and_too_many_stop_the_case() -> N
     # again, and never counted, however many there are
     steady = [(10.0, 1980.0)] * 40
     dips = [(10.2, 1780.0) if i % 2 else (10.0, 1980.0) for i in range(40)]
-    pairs = _scripted_pairs(steady, dips)
-    case = CaseAB("c", "t.py::t[c]", pairs)
+    case = _scripted_case(steady, dips)
     assert case.remeasured == 4  # the fourth such pair stopped it
     assert case.outcome is Outcome.NEED_MORE  # 3 clean pairs decide nothing
     assert all(p.head.sm_clock_mhz == 1980.0 for p in case.kept)
     # clocks that agree: five pairs decide
-    clean = CaseAB("c", "t.py::t[c]", _scripted_pairs(steady, [(10.3, 1980.0)] * 40))
+    clean = _scripted_case(steady, [(10.3, 1980.0)] * 40)
     assert (clean.outcome, len(clean.pairs)) == (Outcome.SLOWER, 5)
+
+
+def test_a_case_stopped_for_unstable_clocks_is_undecided_and_says_so() -> None:
+    from gpugauge.ab.bisect import _case_line, _undecided
+    from gpugauge.ab.runner import progress_line
+
+    steady, dip = [(10.0, 1980.0)] * 40, (10.0, 1780.0)
+    # head ~3% slower: 4 clean pairs and a dip; a fifth clean (the first look: need more
+    # samples); a dip, a clean, a dip (the look at 6: need more); a clean, then the fourth
+    # dip stops it. Its 7 clean pairs were never looked at as the schedule looks, yet
+    # would call it slower: a case stopped for its clocks stays undecided
+    clean = [10.12, 10.371, 10.344, 10.604, 10.33, 10.287, 10.458]
+    head = [(ms, 1980.0) for ms in clean[:4]] + [dip, (clean[4], 1980.0)]
+    head += [dip, (clean[5], 1980.0), dip, (clean[6], 1980.0), dip, *steady]
+    case = _scripted_case(steady, head)
+    assert (case.remeasured, len(case.kept)) == (4, 7)
+    assert case.clocks_unstable
+    assert replace(case, clocks_unstable=False).outcome is Outcome.SLOWER  # what it would say
+    assert case.outcome is Outcome.NEED_MORE
+    assert case.check is not None
+    assert case.check.verdict.value == "inconclusive"
+    said = "need more samples (clocks unstable: 4 pairs measured again)"
+    assert said in progress_line(case)
+    assert said in terminal(_report((case,)))
+    assert said in markdown(_report((case,)))
+    assert case.as_dict()["clocks_unstable"] is True
+    # every pair's clocks apart: nothing kept, yet not 'nothing to pair'
+    gone = _scripted_case(steady, [dip] * 40)
+    assert (gone.remeasured, gone.kept, gone.ratio) == (4, (), None)
+    assert gone.outcome is Outcome.NEED_MORE
+    assert "clocks unstable: 4 pairs measured again, none kept" in progress_line(gone)
+    assert "clocks unstable" in terminal(_report((gone,)))
+    assert "clocks unstable" in _case_line(gone)
+    assert gone.check is None  # confirm: the result keeps its verdict, named as undecided
+    # bisect runs such a step once more rather than count it good
+    assert _undecided(_report((gone,)), [gone.nodeid])
+    # clocks that agree throughout: decided as usual
+    agreed = _scripted_case(steady, [(10.3, 1980.0)] * 40)
+    assert (agreed.outcome, agreed.clocks_unstable) == (Outcome.SLOWER, False)
 
 
 # --- real A/Bs of a toy repository ---------------------------------------------------
