@@ -252,6 +252,22 @@ def test_a_case_stopped_for_unstable_clocks_is_undecided_and_says_so() -> None:
     assert (agreed.outcome, agreed.clocks_unstable) == (Outcome.SLOWER, False)
 
 
+def test_a_case_s_ratio_is_computed_once_for_ab_json_s_rewrites(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ab.json is rewritten after every case with every case so far: on a 93-case A/B,
+    # recomputing each case's interval every time cost seconds of the GPU's idle time
+    import gpugauge.ab.result as result
+
+    calls = []
+    real = result.paired_ratio
+    monkeypatch.setattr(result, "paired_ratio", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cases = tuple(CaseAB(f"c{i}", f"t.py::t[c{i}]", _pairs(1.0 + i / 100)) for i in range(4))
+    for _ in range(3):
+        _report(cases).as_dict()
+    assert len(calls) == len(cases)
+
+
 # --- real A/Bs of a toy repository ---------------------------------------------------
 
 BENCH = """\

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from gpugauge.ab.verdict import Outcome, PairedRatio, Schedule, decide, paired_ratio
@@ -148,13 +149,16 @@ class CaseAB:
         """The pairs the verdict uses (not those measured again)."""
         return tuple(p for p in self.pairs if p.kept)
 
-    @property
+    @cached_property
     def ratio(self) -> PairedRatio | None:
-        """Head/base with its CI; None without a pair."""
+        """Head/base with its CI; None without a pair.
+
+        Computed once: ab.json is rewritten after every case, each time with every case.
+        """
         logs = [p.log_ratio for p in self.kept]
         return paired_ratio(logs, self.schedule.level) if logs else None
 
-    @property
+    @cached_property
     def outcome(self) -> Outcome | None:
         """slower, faster, same or need more samples; None where nothing was paired.
 
