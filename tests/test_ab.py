@@ -268,6 +268,27 @@ def test_a_case_s_ratio_is_computed_once_for_ab_json_s_rewrites(
     assert len(calls) == len(cases)
 
 
+def test_deadline_is_a_unix_time_folded_into_the_time_budget() -> None:
+    from gpugauge.__main__ import build_parser
+    from gpugauge.ab.cli import fold_deadline
+
+    def folded(*given: str) -> float | None:
+        args = build_parser().parse_args(["confirm", "run.json", *given])
+        fold_deadline(args)
+        return args.time_budget
+
+    now = time.time()
+    assert folded() is None
+    assert folded("--deadline", str(now - 60)) == 0.0  # passed: no test starts
+    assert 590 < folded("--deadline", str(now + 600)) <= 600
+    assert folded("--deadline", str(now + 600), "--time-budget", "30") == 30  # the smaller
+    # a budget given as a deadline (840), or a time in milliseconds, is bad input: it
+    # would start no test at all, or never stop
+    for wrong in ("840", "0", str(now * 1000), "nan"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["ab", "HEAD", "--deadline", wrong])
+
+
 # --- real A/Bs of a toy repository ---------------------------------------------------
 
 BENCH = """\
@@ -704,7 +725,7 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "spent",
-    [("--time-budget", "0"), ("--time-budget", "600", "--deadline", "1000")],
+    [("--time-budget", "0"), ("--time-budget", "600", "--deadline", "1500000000")],
     ids=["budget", "deadline-passed"],
 )
 def test_confirm_with_its_time_budget_spent_starts_no_ab(
