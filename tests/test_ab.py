@@ -480,6 +480,23 @@ def test_a_stopped_ab_leaves_no_worktree_or_process(
 
 
 @pytest.mark.slow
+def test_an_ab_that_breaks_leaves_no_earlier_ab_s_record_as_its_own(
+    toy: Path, tmp_path: Path
+) -> None:
+    # --out is reused (reports/ab by default): an A/B that breaks before its first case,
+    # or after some, must not leave the last A/B's complete ab.json and ab.md beside it
+    out = tmp_path / "reused"
+    out.mkdir()
+    (out / "ab.json").write_text(json.dumps({"complete": True, "cases": []}))
+    (out / "ab.md").write_text("### gpugauge A/B\n\n**1 case: 1 same**\n")
+    done = _ab(toy, "ab", "HEAD", "HEAD", "--base-args=--no-such-option", out=out)
+    assert done.returncode == 1, done.stdout + done.stderr  # base's pytest: a usage error
+    assert not (out / "ab.md").exists()
+    assert not (out / "ab.json").exists()
+    assert _leftovers(toy, tmp_path) == []
+
+
+@pytest.mark.slow
 def test_a_stopped_ab_keeps_the_cases_it_finished(toy: Path, tmp_path: Path) -> None:
     # a second test that sleeps before its timed call: the A/B is stopped there
     (toy / "test_zz.py").write_text("import time\n\n\ndef test_zz(gauge):\n    time.sleep(120)\n")

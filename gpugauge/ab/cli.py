@@ -256,6 +256,8 @@ def run_ab(
         SideSpec("head", head, args.head_python or sys.executable),
     ]
     cfg = config_of(args, make_dir(out, "--out"), ids)
+    for stale in (AB_JSON, "ab.md"):  # an earlier A/B's, read as this one's if this one broke
+        (out / stale).unlink(missing_ok=True)
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())
