@@ -159,10 +159,32 @@ def test_a_pair_far_apart_in_clock_is_kept_but_not_counted() -> None:
 
 
 class _Scripted:
-    """A side for the coordinator's block loop: blocks of scripted (ms, SM clock MHz)."""
+    """A side for the coordinator: blocks of scripted (ms, SM clock MHz), a passing test."""
 
     def __init__(self, name: str, blocks: list[tuple[float, float]]) -> None:
         self.name, self.blocks = name, iter(blocks)
+        self.last: dict = {}
+
+    def send(self, message: dict) -> None:
+        self.last = message
+
+    def expect(self, *ops: str) -> dict:
+        if self.last["op"] == "go":  # its setup done, at its one timing call
+            return {"op": "measure"}
+        return {"op": "done", "outcome": "passed"}
+
+
+def _scripted_case(base: list, head: list) -> CaseAB:
+    """One paired test of two scripted sides, as the coordinator ends it."""
+    from gpugauge.ab.runner import ABConfig, Coordinator
+
+    class Scripted(Coordinator):
+        def _block(self, side, first):
+            ms, mhz = next(side.blocks)
+            return Block(ms, 20, mhz)
+
+    coordinator = Scripted(ABConfig((), Path("unused")), {}, note=lambda _: None)
+    return coordinator._paired(_Scripted("base", base), _Scripted("head", head), "t.py::t[c]")
 
 
 def _scripted_pairs(base: list, head: list) -> tuple[Pair, ...]:
@@ -182,14 +204,89 @@ def test_pairs_whose_clocks_differ_never_count_and_too_many_stop_the_case() -> N
     # again, and never counted, however many there are
     steady = [(10.0, 1980.0)] * 40
     dips = [(10.2, 1780.0) if i % 2 else (10.0, 1980.0) for i in range(40)]
-    pairs = _scripted_pairs(steady, dips)
-    case = CaseAB("c", "t.py::t[c]", pairs)
+    case = _scripted_case(steady, dips)
     assert case.remeasured == 4  # the fourth such pair stopped it
     assert case.outcome is Outcome.NEED_MORE  # 3 clean pairs decide nothing
     assert all(p.head.sm_clock_mhz == 1980.0 for p in case.kept)
     # clocks that agree: five pairs decide
-    clean = CaseAB("c", "t.py::t[c]", _scripted_pairs(steady, [(10.3, 1980.0)] * 40))
+    clean = _scripted_case(steady, [(10.3, 1980.0)] * 40)
     assert (clean.outcome, len(clean.pairs)) == (Outcome.SLOWER, 5)
+
+
+def test_a_case_stopped_for_unstable_clocks_is_undecided_and_says_so() -> None:
+    from gpugauge.ab.bisect import _case_line, _undecided
+    from gpugauge.ab.runner import progress_line
+
+    steady, dip = [(10.0, 1980.0)] * 40, (10.0, 1780.0)
+    # head ~3% slower: 4 clean pairs and a dip; a fifth clean (the first look: need more
+    # samples); a dip, a clean, a dip (the look at 6: need more); a clean, then the fourth
+    # dip stops it. Its 7 clean pairs were never looked at as the schedule looks, yet
+    # would call it slower: a case stopped for its clocks stays undecided
+    clean = [10.12, 10.371, 10.344, 10.604, 10.33, 10.287, 10.458]
+    head = [(ms, 1980.0) for ms in clean[:4]] + [dip, (clean[4], 1980.0)]
+    head += [dip, (clean[5], 1980.0), dip, (clean[6], 1980.0), dip, *steady]
+    case = _scripted_case(steady, head)
+    assert (case.remeasured, len(case.kept)) == (4, 7)
+    assert case.clocks_unstable
+    assert replace(case, clocks_unstable=False).outcome is Outcome.SLOWER  # what it would say
+    assert case.outcome is Outcome.NEED_MORE
+    assert case.check is not None
+    assert case.check.verdict.value == "inconclusive"
+    said = "need more samples (clocks unstable: 4 pairs measured again)"
+    assert said in progress_line(case)
+    assert said in terminal(_report((case,)))
+    assert said in markdown(_report((case,)))
+    assert case.as_dict()["clocks_unstable"] is True
+    # every pair's clocks apart: nothing kept, yet not 'nothing to pair'
+    gone = _scripted_case(steady, [dip] * 40)
+    assert (gone.remeasured, gone.kept, gone.ratio) == (4, (), None)
+    assert gone.outcome is Outcome.NEED_MORE
+    assert "clocks unstable: 4 pairs measured again, none kept" in progress_line(gone)
+    assert "clocks unstable" in terminal(_report((gone,)))
+    assert "clocks unstable" in _case_line(gone)
+    assert gone.check is None  # confirm: the result keeps its verdict, named as undecided
+    # bisect runs such a step once more rather than count it good
+    assert _undecided(_report((gone,)), [gone.nodeid])
+    # clocks that agree throughout: decided as usual
+    agreed = _scripted_case(steady, [(10.3, 1980.0)] * 40)
+    assert (agreed.outcome, agreed.clocks_unstable) == (Outcome.SLOWER, False)
+
+
+def test_a_case_s_ratio_is_computed_once_for_ab_json_s_rewrites(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ab.json is rewritten after every case with every case so far: on a 93-case A/B,
+    # recomputing each case's interval every time cost seconds of the GPU's idle time
+    import gpugauge.ab.result as result
+
+    calls = []
+    real = result.paired_ratio
+    monkeypatch.setattr(result, "paired_ratio", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cases = tuple(CaseAB(f"c{i}", f"t.py::t[c{i}]", _pairs(1.0 + i / 100)) for i in range(4))
+    for _ in range(3):
+        _report(cases).as_dict()
+    assert len(calls) == len(cases)
+
+
+def test_deadline_is_a_unix_time_folded_into_the_time_budget() -> None:
+    from gpugauge.__main__ import build_parser
+    from gpugauge.ab.cli import fold_deadline
+
+    def folded(*given: str) -> float | None:
+        args = build_parser().parse_args(["confirm", "run.json", *given])
+        fold_deadline(args)
+        return args.time_budget
+
+    now = time.time()
+    assert folded() is None
+    assert folded("--deadline", str(now - 60)) == 0.0  # passed: no test starts
+    assert 590 < folded("--deadline", str(now + 600)) <= 600
+    assert folded("--deadline", str(now + 600), "--time-budget", "30") == 30  # the smaller
+    # a budget given as a deadline (840), or a time in milliseconds, is bad input: it
+    # would start no test at all, or never stop
+    for wrong in ("840", "0", str(now * 1000), "nan"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["ab", "HEAD", "--deadline", wrong])
 
 
 # --- real A/Bs of a toy repository ---------------------------------------------------
@@ -380,6 +477,23 @@ def test_a_stopped_ab_leaves_no_worktree_or_process(
     assert [p for p in sides if _alive(p)] == []
     assert _leftovers(toy, tmp_path) == []
     assert not list(out.glob(".*.partial.json"))
+
+
+@pytest.mark.slow
+def test_an_ab_that_breaks_leaves_no_earlier_ab_s_record_as_its_own(
+    toy: Path, tmp_path: Path
+) -> None:
+    # --out is reused (reports/ab by default): an A/B that breaks before its first case,
+    # or after some, must not leave the last A/B's complete ab.json and ab.md beside it
+    out = tmp_path / "reused"
+    out.mkdir()
+    (out / "ab.json").write_text(json.dumps({"complete": True, "cases": []}))
+    (out / "ab.md").write_text("### gpugauge A/B\n\n**1 case: 1 same**\n")
+    done = _ab(toy, "ab", "HEAD", "HEAD", "--base-args=--no-such-option", out=out)
+    assert done.returncode == 1, done.stdout + done.stderr  # base's pytest: a usage error
+    assert not (out / "ab.md").exists()
+    assert not (out / "ab.json").exists()
+    assert _leftovers(toy, tmp_path) == []
 
 
 @pytest.mark.slow
@@ -628,7 +742,7 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "spent",
-    [("--time-budget", "0"), ("--time-budget", "600", "--deadline", "1000")],
+    [("--time-budget", "0"), ("--time-budget", "600", "--deadline", "1500000000")],
     ids=["budget", "deadline-passed"],
 )
 def test_confirm_with_its_time_budget_spent_starts_no_ab(

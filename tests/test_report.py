@@ -333,8 +333,11 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     assert 'NCCL_NVLS_ENABLE: "0"' in text
     assert "python3 -m gpugauge report --current results/nightly.json" in text
     assert "actions/upload-artifact" in text
-    # confirm's A/Bs stop at the job's 14th minute, counted from its start
-    assert 'echo "GPUGAUGE_DEADLINE=$(( $(date +%s) + 840 ))" >> "$GITHUB_ENV"' in text
+    # confirm's A/Bs stop at the job's 14th minute, counted from its start: before the
+    # full-history checkout, which takes its own time
+    deadline = 'echo "GPUGAUGE_DEADLINE=$(( $(date +%s) + 840 ))" >> "$GITHUB_ENV"'
+    assert deadline in text
+    assert text.index(deadline) < text.index("uses: actions/checkout@v4")
     assert '--deadline "$GPUGAUGE_DEADLINE"' in text
     assert "if: always()" in text  # the report is kept when the gate fails the run
     # every gpugauge command the workflows give parses (an option renamed breaks the night)

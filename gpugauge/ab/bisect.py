@@ -156,10 +156,10 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
 def _case_line(c: CaseAB) -> str:
     r = c.ratio
     if r is None:
-        return f"  {c.id}: not paired"
+        return f"  {c.id}: not paired: {c.unpaired_reason}"
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
     kernels = f"; {c.kernels}" if c.kernels else ""
-    return f"  {c.id}: {c.outcome} {r.ratio:.3f}x{ci}{kernels}"
+    return f"  {c.id}: {c.verdict_text} {r.ratio:.3f}x{ci}{kernels}"
 
 
 def render_bisect(result: BisectResult) -> str:

@@ -43,6 +43,8 @@ DEFAULT_OUT = Path("reports") / "ab"
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
+# a Unix time, s: 840 (a budget, not a time) or a time in ms would stop every test or none
+_unix_time = number(float, 1e9, "a Unix time in seconds, as `date +%s` gives it", high=1e10)
 # a block's seconds of rounds, and a case's most block pairs (a paired test needs two)
 _seconds = number(float, 0, "a number of seconds > 0 (at most 60)", inclusive=False, high=60)
 _pairs = number(int, 2, "a whole number of pairs >= 2")
@@ -227,7 +229,7 @@ def _budget(p: argparse.ArgumentParser, what: str) -> None:
     )
     p.add_argument(
         "--deadline",
-        type=number(float, 0.0, "a Unix time in seconds"),
+        type=_unix_time,
         default=None,
         metavar="T",
         help="start no test after Unix time T, as --time-budget (the smaller one counts): "
@@ -254,6 +256,8 @@ def run_ab(
         SideSpec("head", head, args.head_python or sys.executable),
     ]
     cfg = config_of(args, make_dir(out, "--out"), ids)
+    for stale in (AB_JSON, "ab.md"):  # an earlier A/B's, read as this one's if this one broke
+        (out / stale).unlink(missing_ok=True)
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())

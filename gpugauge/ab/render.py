@@ -39,7 +39,7 @@ def row(c: CaseAB) -> list[str]:
         f"{r.ratio:.3f}x",
         ci,
         pairs,
-        str(c.outcome),
+        c.verdict_text,
         c.kernels or "-",
     ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from gpugauge.ab.verdict import Outcome, PairedRatio, Schedule, decide, paired_ratio
@@ -124,12 +125,17 @@ class CaseAB:
     wall_s: float = 0.0  # both sides' whole test, setup and blocks included
     phases: dict[str, float] = field(default_factory=dict, hash=False)  # s, by PHASES
     schedule: Schedule = field(default_factory=Schedule)
+    # stopped for more clock-mismatched pairs than the runner allows: undecided, whatever
+    # the pairs kept say (they were never looked at as the schedule looks)
+    clocks_unstable: bool = False
 
     @property
     def unpaired_reason(self) -> str:
         """Why a case has no pairs: 'skipped: no CUDA', 'failed on head', ..."""
         if self.only:
             return f"on {self.only} only ({self.status.get(self.only, '?')})"
+        if self.clocks_unstable:
+            return f"{Outcome.NEED_MORE} ({self.unstable_note}, none kept)"
         outcomes = set(self.status.values())
         if any(SKIPPED_FOR in v for v in outcomes):
             return NOTHING_TO_PAIR
@@ -143,25 +149,43 @@ class CaseAB:
         """The pairs the verdict uses (not those measured again)."""
         return tuple(p for p in self.pairs if p.kept)
 
-    @property
+    @cached_property
     def ratio(self) -> PairedRatio | None:
-        """Head/base with its CI; None without a pair."""
+        """Head/base with its CI; None without a pair.
+
+        Computed once: ab.json is rewritten after every case, each time with every case.
+        """
         logs = [p.log_ratio for p in self.kept]
         return paired_ratio(logs, self.schedule.level) if logs else None
 
-    @property
+    @cached_property
     def outcome(self) -> Outcome | None:
         """slower, faster, same or need more samples; None where nothing was paired.
 
-        Fewer kept pairs than the schedule's first look (a case stopped for unstable
-        clocks, a failed side) decide nothing.
+        A case stopped for unstable clocks, and one with fewer kept pairs than the
+        schedule's first look (a failed side), decide nothing.
         """
+        if self.clocks_unstable:
+            return Outcome.NEED_MORE
         r = self.ratio
         if r is None:
             return None
         if r.n < self.schedule.min_pairs:
             return Outcome.NEED_MORE
         return decide(r, self.schedule.min_effect)
+
+    @property
+    def unstable_note(self) -> str:
+        """'clocks unstable: 4 pairs measured again', or '' for a case not stopped so."""
+        if not self.clocks_unstable:
+            return ""
+        return f"clocks unstable: {self.remeasured} pairs measured again"
+
+    @property
+    def verdict_text(self) -> str:
+        """The outcome as a table says it: 'need more samples (clocks unstable: ...)'."""
+        note = f" ({self.unstable_note})" if self.clocks_unstable else ""
+        return f"{self.outcome}{note}"
 
     @property
     def base_ms(self) -> float | None:
@@ -221,6 +245,7 @@ class CaseAB:
             "status": dict(self.status),
             "wall_s": self.wall_s,
             "phases": dict(self.phases),
+            "clocks_unstable": self.clocks_unstable,
             "pairs": [p.as_dict() for p in self.pairs],
         }
 

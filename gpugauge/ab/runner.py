@@ -300,6 +300,7 @@ class Coordinator:
             status=status,
             schedule=self.cfg.schedule,
             phases=phases,
+            clocks_unstable=sum(not p.kept for p in pairs) > self.cfg.max_remeasure,
         )
 
     def _block(self, side: Side, first: bool) -> Block:
@@ -358,7 +359,8 @@ def progress_line(case: CaseAB) -> str:
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
     again = f", {case.remeasured} measured again" if case.remeasured else ""
     took = f", {case.wall_s:.0f} s" if case.wall_s else ""
-    return f"{case.id}: {case.outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again}{took})"
+    said = case.verdict_text
+    return f"{case.id}: {said} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again}{took})"
 
 
 def run_sides(
