@@ -339,6 +339,9 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     assert deadline in text
     assert text.index(deadline) < text.index("uses: actions/checkout@v4")
     assert '--deadline "$GPUGAUGE_DEADLINE"' in text
+    # confirm runs after a failed gated step too, wherever the run file was written
+    confirm = text[text.index("- name: Confirm") :].split("- name:")[1]
+    assert "if: ${{ !cancelled() && hashFiles('results/nightly.json') != '' }}" in confirm
     assert "if: always()" in text  # the report is kept when the gate fails the run
     # every gpugauge command the workflows give parses (an option renamed breaks the night)
     from gpugauge.__main__ import build_parser
