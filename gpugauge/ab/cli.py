@@ -13,7 +13,6 @@ well; 2 bad input; 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from gpugauge.ab.bisect import bisect, render_bisect
 from gpugauge.ab.render import markdown, terminal
-from gpugauge.ab.result import AB_JSON, ABReport
+from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.runner import ABConfig, ABError, run_sides
 from gpugauge.ab.sides import WORKING_TREE, SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
@@ -256,7 +255,7 @@ def run_ab(
         SideSpec("head", head, args.head_python or sys.executable),
     ]
     cfg = config_of(args, make_dir(out, "--out"), ids)
-    for stale in (AB_JSON, "ab.md"):  # an earlier A/B's, read as this one's if this one broke
+    for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         (out / stale).unlink(missing_ok=True)
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
@@ -272,9 +271,9 @@ def _say(line: str) -> None:
 
 def write_report(report: ABReport, out: Path) -> None:
     """ab.json and ab.md under ``out``; the Markdown also to ``$GITHUB_STEP_SUMMARY``."""
-    atomic_write_text(out / AB_JSON, json.dumps(report.as_dict(), indent=2) + "\n")
+    report.save(out)
     md = markdown(report)
-    atomic_write_text(out / "ab.md", md)
+    atomic_write_text(out / AB_MD, md)
     summary = os.environ.get(SUMMARY_ENV)
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
@@ -307,7 +306,7 @@ def ab_command(args: argparse.Namespace) -> int:
         fold_deadline(args)
         report = run_ab(args, args.base, args.head, args.out)
         print("\n" + terminal(report))
-        print(f"wrote {args.out / 'ab.json'} and {args.out / 'ab.md'}")
+        print(f"wrote {args.out / AB_JSON} and {args.out / AB_MD}")
         return EXIT_FAILED if report.slower or report.problems else EXIT_OK
 
     return _guarded("ab", body)

@@ -8,13 +8,16 @@ truth; an :class:`ABReport` is the whole A/B with the two sides it compared. JSO
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from gpugauge.ab.verdict import Outcome, PairedRatio, Schedule, decide, paired_ratio
 from gpugauge.judging.verdicts import Basis, MetricCheck, Verdict
+from gpugauge.results.files import atomic_write_text
 
 NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 # a second side's skip reason where the first side's run of the test had nothing to pair
@@ -29,6 +32,7 @@ AB_SCHEMA = 1
 PHASES = ("setup", "blocks", "after", "alone")
 
 AB_JSON = "ab.json"  # the A/B's record, in its --out folder
+AB_MD = "ab.md"  # its table, for a pull request or $GITHUB_STEP_SUMMARY
 
 
 @dataclass(frozen=True)
@@ -318,3 +322,9 @@ class ABReport:
             "complete": self.complete,
             "cases": [c.as_dict() for c in self.cases],
         }
+
+    def save(self, out: Path) -> Path:
+        """Write ``out/ab.json`` whole (atomically): after each case, and at the end."""
+        path = out / AB_JSON
+        atomic_write_text(path, json.dumps(self.as_dict(), indent=2) + "\n")
+        return path

@@ -19,7 +19,6 @@ sides also die with the coordinator if it is killed outright (``PR_SET_PDEATHSIG
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -38,7 +37,6 @@ from gpugauge.ab.launch import (
     stop,
 )
 from gpugauge.ab.result import (
-    AB_JSON,
     BUDGET_SPENT,
     PHASES,
     SKIPPED_FOR,
@@ -50,7 +48,6 @@ from gpugauge.ab.result import (
 from gpugauge.ab.sides import Checkout
 from gpugauge.ab.verdict import Schedule
 from gpugauge.phrasing import plural
-from gpugauge.results.files import atomic_write_text
 
 # SM clocks of a pair's two blocks this far apart (relative) are measured again: as far as
 # ``gpugauge check timer`` lets clocks explain a difference (CLOCKS_APART_AT_MOST)
@@ -215,8 +212,7 @@ class Coordinator:
             self.cfg.schedule,
             complete=False,
         )
-        text = json.dumps(so_far.as_dict(), indent=2) + "\n"
-        atomic_write_text(self.cfg.out / AB_JSON, text)
+        so_far.save(self.cfg.out)
 
     @staticmethod
     def _alone_first(
