@@ -382,6 +382,30 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     assert _leftovers(toy, tmp_path) == []
 
 
+EARLY = """\
+# a plugin the project's addopts load with -p, ahead of the A/B's worker: it imports
+# gpugauge, whose pipeline holds the timing primitive by name
+import gpugauge.pipeline  # noqa: F401
+"""
+
+
+@pytest.mark.slow
+def test_a_project_plugin_that_imports_gpugauge_first_still_pairs(
+    toy: Path, tmp_path: Path
+) -> None:
+    # run 88's night-1 confirm: the injected commit loaded a plugin from pytest.ini, every
+    # paired call went to the bare primitive, and 48 cases read "no timing ... to pair"
+    (toy / "early_plugin.py").write_text(EARLY)
+    (toy / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -p early_plugin\n")
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "a plugin of the project's own")
+    run = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "aa")
+    assert run.returncode == 0, run.stdout + run.stderr
+    (case,) = json.loads((tmp_path / "aa" / "ab.json").read_text())["cases"]
+    assert len(case["pairs"]) >= 5, case
+    assert case["outcome"] in ("same", "need more samples")
+
+
 @pytest.mark.slow
 def test_a_side_whose_rounds_fail_fails_its_test_and_the_ab_goes_on(
     toy: Path, tmp_path: Path
@@ -884,3 +908,13 @@ def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
     _git(cut_off, "remote", "remove", "origin")
     with pytest.raises(SideError, match="shallow and its history could not be fetched"):
         reference_commit(cut_off, Path("baselines"), "cpu-x", "mine")
+
+
+def test_a_test_timed_on_one_side_only_says_which() -> None:
+    case = CaseAB("c", "t.py::c", calls=0, status={"base": "passed", "head": "passed"})
+    assert case.unpaired_reason == "no timing of gauge.measure to pair"
+    alone = replace(case, timed_alone="base")
+    assert alone.outcome is None
+    assert alone.unpaired_reason == (
+        "only base timed it through gauge.measure (head made no such call)"
+    )

@@ -132,6 +132,8 @@ class CaseAB:
     # stopped for more clock-mismatched pairs than the runner allows: undecided, whatever
     # the pairs kept say (they were never looked at as the schedule looks)
     clocks_unstable: bool = False
+    # the side that timed the test through gauge.measure where the other side did not
+    timed_alone: str = ""
 
     @property
     def unpaired_reason(self) -> str:
@@ -140,6 +142,10 @@ class CaseAB:
             return f"on {self.only} only ({self.status.get(self.only, '?')})"
         if self.clocks_unstable:
             return f"{Outcome.NEED_MORE} ({self.unstable_note}, none kept)"
+        if self.timed_alone:
+            other = "head" if self.timed_alone == "base" else "base"
+            alone = self.timed_alone
+            return f"only {alone} timed it through gauge.measure ({other} made no such call)"
         outcomes = set(self.status.values())
         if any(SKIPPED_FOR in v for v in outcomes):
             return NOTHING_TO_PAIR
@@ -250,6 +256,7 @@ class CaseAB:
             "wall_s": self.wall_s,
             "phases": dict(self.phases),
             "clocks_unstable": self.clocks_unstable,
+            "timed_alone": self.timed_alone,
             "pairs": [p.as_dict() for p in self.pairs],
         }
 

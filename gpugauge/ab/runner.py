@@ -259,6 +259,7 @@ class Coordinator:
         sides = {"base": base, "head": head}
         pairs: tuple[Pair, ...] = ()
         calls = 0
+        timed_alone = ""  # the side whose timing call the other never made
         while True:
             t0 = time.monotonic()
             if at("base") == at("head") == "measure":
@@ -282,6 +283,8 @@ class Coordinator:
                 phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
                 s = base if at("base") == "measure" else head
+                if not pairs and not calls:
+                    timed_alone = s.name
                 s.send({"op": "solo"})
                 said[s.name] = s.expect("measure", "done")
                 phases["alone"] += time.monotonic() - t0
@@ -296,6 +299,7 @@ class Coordinator:
             status=status,
             schedule=self.cfg.schedule,
             phases=phases,
+            timed_alone=timed_alone if not calls else "",
             clocks_unstable=sum(not p.kept for p in pairs) > self.cfg.max_remeasure,
         )
 

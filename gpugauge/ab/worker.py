@@ -5,8 +5,9 @@ own code, and loads this file into both as ``-p _gpugauge_ab_worker`` from a fol
 own. It is standalone on purpose (stdlib and pytest only): a side may be a commit from
 before this module existed. It relies on one interface of the side's gpugauge, the suite's
 one timing primitive, ``gpugauge.measure.timing.measure(fn, policy, clock, **kw)`` with its
-``TimingPolicy`` and ``Timing`` dataclasses, which it wraps when it is imported (before the
-side's plugin and benches import the primitive by name).
+``TimingPolicy`` and ``Timing`` dataclasses, which it wraps when it is imported. A module
+that imported the primitive by name before (a plugin the side's ``addopts`` loads with
+``-p`` comes ahead of this one) gets the wrapped one too: else its calls would go unpaired.
 
 Inert unless ``GPUGAUGE_AB_ADDRESS`` is set. Then, over a local socket, the coordinator
 decides when this side may use the GPU:
@@ -176,6 +177,25 @@ def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
     return measure
 
 
+def rebind(original: object, wrapped: object) -> list[str]:
+    """Point every already-imported name of ``original`` at ``wrapped``; the names rebound.
+
+    ``from gpugauge.measure.timing import measure`` in a module imported before this worker
+    (``gpugauge.pipeline``, by way of a plugin in the side's ``addopts``) holds the bare
+    primitive; its calls would time the side alone, and the A/B would pair nothing.
+    """
+    rebound = []
+    for name, module in list(sys.modules.items()):
+        try:
+            names = [k for k, v in vars(module).items() if v is original]
+        except TypeError:  # a None placeholder, or a module without a __dict__
+            continue
+        for attr in names:
+            setattr(module, attr, wrapped)
+            rebound.append(f"{name}.{attr}")
+    return rebound
+
+
 def _connect() -> Channel | None:
     address = os.environ.get(ADDRESS_ENV)
     if not address:
@@ -185,7 +205,9 @@ def _connect() -> Channel | None:
     import gpugauge
     import gpugauge.measure.timing as timing
 
-    timing.measure = paced(timing.measure, channel)
+    original = timing.measure
+    wrapped = paced(original, channel)
+    rebound = rebind(original, wrapped)  # timing.measure itself among them
     channel.send(
         {
             "op": "hello",
@@ -193,6 +215,7 @@ def _connect() -> Channel | None:
             "pid": os.getpid(),
             "gpugauge": os.path.dirname(os.path.abspath(gpugauge.__file__)),
             "python": sys.executable,
+            "rebound": rebound,
         }
     )
     return channel
