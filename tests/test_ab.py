@@ -373,12 +373,72 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     assert case["phases"]["blocks"] > 0.1 * 10  # 5 pairs of two 0.1 s blocks at least
     assert "time: setups" in slow.stdout
     assert "slower" in (tmp_path / "slow" / "ab.md").read_text()
+    # repeated in a fresh pair of processes, head started first, and slower there too
+    assert case["paired_outcome"] == "slower"
+    assert case["fresh"]["paired_outcome"] == "slower"
+    assert case["fresh"]["pairs"][0]["base_first"] is False
+    assert "slower (again 2.0" in slow.stdout  # the table, the fresh ratio beside it
     same = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "same")
     assert same.returncode == 0, same.stdout + same.stderr
     (case,) = json.loads((tmp_path / "same" / "ab.json").read_text())["cases"]
     # "same" on a quiet host; a host-timed spin on a loaded one (other processes taking
     # its cores) can leave the CI too wide to say so, but never slower or faster
     assert case["outcome"] in ("same", "need more samples")
+    assert _leftovers(toy, tmp_path) == []
+
+
+PLACED = """\
+import os
+import time
+from pathlib import Path
+
+
+def spin(ms):
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def first_here():
+    # the process that runs the test first in its pair is 10% slower in every round, the
+    # same way in every block, as a process's memory placement can make a 0.1 ms GPU case
+    name = os.environ["GPUGAUGE_AB_ADDRESS"].replace(os.sep, "_")
+    try:
+        (Path(os.environ["TOY_MARKS"]) / name).touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
+def test_spin(gauge):
+    ms = 3.3 if first_here() else 3.0
+    gauge(lambda: spin(ms))
+"""
+
+
+@pytest.mark.slow
+def test_a_difference_of_one_pair_of_processes_is_not_a_verdict(
+    toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # runs 87-88 (H200): A/A read linear-fwd-bf16 0.981x and 0.986x "faster", every pair
+    # alike: the two processes of one A/B differed, not the code
+    (tmp_path / "marks").mkdir()
+    monkeypatch.setenv("TOY_MARKS", str(tmp_path / "marks"))
+    (toy / "test_toy.py").write_text(PLACED)
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "placed")
+    once = _ab(toy, "ab", "HEAD", "HEAD", "--no-repeat", out=tmp_path / "once")
+    (case,) = json.loads((tmp_path / "once" / "ab.json").read_text())["cases"]
+    assert case["outcome"] == "faster", once.stdout + once.stderr  # what one pair says
+    assert case["fresh"] is None
+    twice = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "twice")
+    assert twice.returncode == 0, twice.stdout + twice.stderr
+    (case,) = json.loads((tmp_path / "twice" / "ab.json").read_text())["cases"]
+    assert case["paired_outcome"] == "faster"
+    assert case["fresh"]["paired_outcome"] == "slower"  # head's process started first there
+    assert case["outcome"] == "need more samples"
+    assert "faster at 0.9" in twice.stdout
+    assert ", slower at 1." in twice.stdout
     assert _leftovers(toy, tmp_path) == []
 
 
@@ -918,3 +978,26 @@ def test_a_test_timed_on_one_side_only_says_which() -> None:
     assert alone.unpaired_reason == (
         "only base timed it through gauge.measure (head made no such call)"
     )
+
+
+def test_a_verdict_stands_only_where_the_repeat_in_fresh_processes_agrees() -> None:
+    first = CaseAB("c", "t.py::c", _pairs(1.03))
+    assert first.outcome is Outcome.SLOWER
+    assert first.verdict_text == "slower (not repeated in fresh processes)"
+    agreed = replace(first, fresh=CaseAB("c", "t.py::c", _pairs(1.029)))
+    assert agreed.outcome is Outcome.SLOWER
+    assert agreed.verdict_text == "slower (again 1.029x in fresh processes)"
+    undone = replace(first, fresh=CaseAB("c", "t.py::c", _pairs(1.0)))
+    assert undone.outcome is Outcome.NEED_MORE
+    assert undone.check is not None
+    assert undone.check.verdict.value == "inconclusive"
+    assert "slower at 1.030x, same at 1.000x in fresh processes" in undone.verdict_text
+    # a repeat that never reached the case (its time budget spent) leaves the first verdict
+    unreached = replace(first, fresh=CaseAB("c", "t.py::c", status={"base": BUDGET_SPENT}))
+    assert unreached.outcome is Outcome.SLOWER
+    assert "not repeated" in unreached.verdict_text
+    report = _report((first, CaseAB("d", "t.py::d", _pairs(1.0))))
+    assert report.to_repeat == ("t.py::c",)
+    merged = report.with_fresh(_report((undone.fresh,)))
+    assert [c.outcome for c in merged.cases] == [Outcome.NEED_MORE, Outcome.SAME]
+    assert merged.as_dict()["cases"][0]["fresh"]["outcome"] == "same"

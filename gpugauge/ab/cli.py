@@ -13,7 +13,6 @@ well; 2 bad input; 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpugauge.ab.bisect import bisect, render_bisect
-from gpugauge.ab.render import markdown, terminal
+from gpugauge.ab.render import terminal, write_report
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.runner import ABConfig, ABError, run_sides
 from gpugauge.ab.sides import WORKING_TREE, SideError, SideSpec, checkouts, repo_root
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OUT = Path("reports") / "ab"
-SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+FRESH = "fresh"  # under --out: the repeat in fresh processes (its logs, runs and ab.json)
 
 
 # a Unix time, s: 840 (a budget, not a time) or a time in ms would stop every test or none
@@ -88,6 +87,12 @@ def _shared(p: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=ABConfig((), Path()).block_s,
         help="seconds of rounds in one block (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-repeat",
+        action="store_true",
+        help="decide from one pair of processes (default: A/B a slower or faster case again "
+        "in a fresh pair, started in the other order; the verdict stands if both agree)",
     )
     p.add_argument("--base-python", default=None, help="the base side's Python (default: this)")
     p.add_argument("--head-python", default=None, help="the head side's Python (default: this)")
@@ -214,6 +219,7 @@ def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = N
         block_s=args.block_time,
         profile=args.profile,
         budget_s=getattr(args, "time_budget", None),
+        repeat=not args.no_repeat,
     )
 
 
@@ -260,24 +266,14 @@ def run_ab(
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())
-        report = run_sides(cfg, sides, note=_say, cwd=rel if str(rel) != "." else None)
+        again = lambda ids: config_of(args, out / FRESH, ids)  # noqa: E731
+        report = run_sides(cfg, sides, _say, rel if str(rel) != "." else None, again)
     write_report(report, out)
     return report
 
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-def write_report(report: ABReport, out: Path) -> None:
-    """ab.json and ab.md under ``out``; the Markdown also to ``$GITHUB_STEP_SUMMARY``."""
-    report.save(out)
-    md = markdown(report)
-    atomic_write_text(out / AB_MD, md)
-    summary = os.environ.get(SUMMARY_ENV)
-    if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(md + "\n")
 
 
 def _guarded(name: str, body: Callable[[], int]) -> int:

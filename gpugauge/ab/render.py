@@ -6,12 +6,17 @@ alone), so that what needs a look is on top.
 
 from __future__ import annotations
 
-from gpugauge.ab.result import PHASES, ABReport, CaseAB
+import os
+from pathlib import Path
+
+from gpugauge.ab.result import AB_MD, PHASES, ABReport, CaseAB
 from gpugauge.ab.verdict import Outcome
 from gpugauge.phrasing import plural
 from gpugauge.report.tables import fmt_ms, render
+from gpugauge.results.files import atomic_write_text
 
 _ORDER = [Outcome.SLOWER, Outcome.NEED_MORE, Outcome.FASTER, Outcome.SAME, None]
+SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 HEADERS = ("case", "base ms", "head ms", "head/base", "CI", "pairs", "verdict", "kernels")
 
 
@@ -115,3 +120,14 @@ def markdown(report: ABReport) -> str:
     ]
     lines += [f"\n> problem: {_md_cell(p)}" for p in report.problems]
     return "\n".join(lines) + "\n"
+
+
+def write_report(report: ABReport, out: Path) -> None:
+    """ab.json and ab.md under ``out``; the Markdown also to ``$GITHUB_STEP_SUMMARY``."""
+    report.save(out)
+    md = markdown(report)
+    atomic_write_text(out / AB_MD, md)
+    summary = os.environ.get(SUMMARY_ENV)
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(md + "\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
 # both sides' skip reason for the tests left when the A/B's time budget is spent
 BUDGET_SPENT = "gpugauge ab: its time budget was spent before this test"
 
-AB_SCHEMA = 1
+AB_SCHEMA = 2  # 2: a case's "outcome" counts its repeat in fresh processes ("fresh")
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the
 # blocks, both sides' work after it (memory, kernels, a family's own extras), and timing
 # calls one side made alone (a search's probes, a CPU reference)
@@ -134,6 +134,9 @@ class CaseAB:
     clocks_unstable: bool = False
     # the side that timed the test through gauge.measure where the other side did not
     timed_alone: str = ""
+    # the same test A/B'd again in a fresh pair of processes, started in the other order:
+    # a slower or faster verdict stands only where that repeat says the same
+    fresh: CaseAB | None = field(default=None, compare=False)
 
     @property
     def unpaired_reason(self) -> str:
@@ -172,6 +175,40 @@ class CaseAB:
     def outcome(self) -> Outcome | None:
         """slower, faster, same or need more samples; None where nothing was paired.
 
+        A slower (faster) case repeated in fresh processes stays so only if the repeat
+        says so too; else it needs more samples. Two processes of one commit can differ
+        by 2% in a 0.1 ms case, the same way in every pair (where each put its memory, in
+        what order they started): the pairs of one process pair cannot see it.
+        """
+        first, again = self.paired_outcome, self.repeat
+        if first not in (Outcome.SLOWER, Outcome.FASTER) or again is None:
+            return first
+        return first if again.paired_outcome is first else Outcome.NEED_MORE
+
+    @property
+    def repeat(self) -> CaseAB | None:
+        """The repeat in fresh processes, where it paired the test (else None)."""
+        if self.fresh is None or self.fresh.paired_outcome is None:
+            return None
+        return self.fresh
+
+    @property
+    def fresh_note(self) -> str:
+        """What the repeat in fresh processes said of a slower or faster case ('' else)."""
+        first, again = self.paired_outcome, self.repeat
+        if first not in (Outcome.SLOWER, Outcome.FASTER):
+            return ""
+        if again is None or again.ratio is None or self.ratio is None:
+            return "not repeated in fresh processes"
+        there = f"{again.ratio.ratio:.3f}x in fresh processes"
+        if again.paired_outcome is first:
+            return f"again {there}"
+        return f"{first} at {self.ratio.ratio:.3f}x, {again.paired_outcome} at {there}"
+
+    @cached_property
+    def paired_outcome(self) -> Outcome | None:
+        """The outcome of this pair of processes' blocks alone.
+
         A case stopped for unstable clocks, and one with fewer kept pairs than the
         schedule's first look (a failed side), decide nothing.
         """
@@ -194,8 +231,8 @@ class CaseAB:
     @property
     def verdict_text(self) -> str:
         """The outcome as a table says it: 'need more samples (clocks unstable: ...)'."""
-        note = f" ({self.unstable_note})" if self.clocks_unstable else ""
-        return f"{self.outcome}{note}"
+        notes = "; ".join(n for n in (self.unstable_note, self.fresh_note) if n)
+        return f"{self.outcome} ({notes})" if notes else f"{self.outcome}"
 
     @property
     def base_ms(self) -> float | None:
@@ -257,6 +294,8 @@ class CaseAB:
             "phases": dict(self.phases),
             "clocks_unstable": self.clocks_unstable,
             "timed_alone": self.timed_alone,
+            "paired_outcome": None if self.paired_outcome is None else self.paired_outcome.value,
+            "fresh": None if self.fresh is None else self.fresh.as_dict(),
             "pairs": [p.as_dict() for p in self.pairs],
         }
 
@@ -329,6 +368,22 @@ class ABReport:
             "complete": self.complete,
             "cases": [c.as_dict() for c in self.cases],
         }
+
+    @property
+    def to_repeat(self) -> tuple[str, ...]:
+        """Node ids of the cases this pair of processes called slower or faster."""
+        decided = (Outcome.SLOWER, Outcome.FASTER)
+        return tuple(c.nodeid for c in self.cases if c.paired_outcome in decided)
+
+    def with_fresh(self, fresh: ABReport) -> ABReport:
+        """The A/B with ``fresh``'s cases as the repeats of its own, by node id."""
+        again = {c.nodeid: c for c in fresh.cases}
+        return replace(
+            self,
+            cases=tuple(replace(c, fresh=again.get(c.nodeid)) for c in self.cases),
+            wall_s=self.wall_s + fresh.wall_s,
+            problems=self.problems + fresh.problems,
+        )
 
     def save(self, out: Path) -> Path:
         """Write ``out/ab.json`` whole (atomically): after each case, and at the end."""

@@ -20,7 +20,7 @@ sides also die with the coordinator if it is killed outright (``PR_SET_PDEATHSIG
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,10 @@ class ABConfig:
     max_remeasure: int = MAX_REMEASURE
     profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
     budget_s: float | None = None  # start no test after this many seconds; None: no limit
+    base_starts: bool = (
+        True  # base's process starts first, and base's block first in a test's first pair
+    )
+    repeat: bool = True  # slower and faster cases again in a fresh pair of processes
 
     def __post_init__(self) -> None:
         if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:
@@ -117,7 +121,7 @@ class Coordinator:
         self.checkouts = sides
         self.note = note
         self.cwd = cwd  # relative place in each checkout to run from (None: its root)
-        self._flip = False
+        self._flip = not cfg.base_starts  # True: head's block first in the next test
         self._deadline: float | None = None
 
     def settings(self) -> tuple[tuple[tuple[str, ...], object], ...]:
@@ -135,7 +139,7 @@ class Coordinator:
         sides: dict[str, Side] = {}
         with listening() as (listener, channel):
             try:
-                for name in ("base", "head"):
+                for name in ("base", "head") if self.cfg.base_starts else ("head", "base"):
                     args = (*self.cfg.pytest_args, *self.cfg.side_args.get(name, ()))
                     co = self.checkouts[name]
                     sides[name] = start(
@@ -359,7 +363,8 @@ def progress_line(case: CaseAB) -> str:
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
     again = f", {case.remeasured} measured again" if case.remeasured else ""
     took = f", {case.wall_s:.0f} s" if case.wall_s else ""
-    said = case.verdict_text
+    # this pair of processes' outcome: a repeat in fresh ones, if any, comes after
+    said = case.paired_outcome if not case.clocks_unstable else case.verdict_text
     return f"{case.id}: {said} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again}{took})"
 
 
@@ -368,9 +373,40 @@ def run_sides(
     sides: dict[str, Checkout],
     note: Note = print,
     cwd: Path | None = None,
+    again: Callable[[Sequence[str]], ABConfig] | None = None,
 ) -> ABReport:
-    """Run an A/B over two prepared checkouts (see :class:`Coordinator`)."""
-    return Coordinator(cfg, sides, note, cwd).run()
+    """Run an A/B over two prepared checkouts (see :class:`Coordinator`), then its repeat.
+
+    With ``again`` (the configuration for a selection of node ids) and ``cfg.repeat``, the
+    cases called slower or faster are A/B'd again in a fresh pair of processes, started in
+    the other order, within what is left of the time budget: a verdict stands only where
+    both pairs of processes give it (:attr:`CaseAB.outcome`), as Pinpoint confirms a
+    difference and asv times each benchmark in several processes.
+    """
+    first = Coordinator(cfg, sides, note, cwd).run()
+    ids = first.to_repeat
+    if again is None or not cfg.repeat or not ids:
+        return first
+    left = None if cfg.budget_s is None else cfg.budget_s - first.wall_s
+    if left is not None and left <= 0:
+        note(
+            f"  {plural(len(ids), 'case')} read slower or faster; the time budget is spent: "
+            "not repeated in fresh processes"
+        )
+        return first
+    starts = "head" if cfg.base_starts else "base"
+    note(
+        f"  {plural(len(ids), 'case')} read slower or faster: again in a fresh pair of "
+        f"processes, {starts} started first"
+    )
+    fresh = Coordinator(
+        replace(again(ids), base_starts=not cfg.base_starts, budget_s=left), sides, note, cwd
+    ).run()
+    report = first.with_fresh(fresh)
+    for c in report.cases:
+        if c.fresh_note:
+            note(f"  {c.id}: {c.verdict_text}")
+    return report
 
 
 __all__: Sequence[str] = ("ABConfig", "ABError", "Coordinator", "run_sides")
