@@ -31,6 +31,9 @@ AB_SCHEMA = 2  # 2: a case's "outcome" counts its repeat in fresh processes ("fr
 # calls one side made alone (a search's probes, a CPU reference)
 PHASES = ("setup", "blocks", "after", "alone")
 
+# the outcomes a repeat in fresh processes must give again to stand
+DECIDED = (Outcome.SLOWER, Outcome.FASTER)
+
 AB_JSON = "ab.json"  # the A/B's record, in its --out folder
 AB_MD = "ab.md"  # its table, for a pull request or $GITHUB_STEP_SUMMARY
 
@@ -181,7 +184,7 @@ class CaseAB:
         what order they started): the pairs of one process pair cannot see it.
         """
         first, again = self.paired_outcome, self.repeat
-        if first not in (Outcome.SLOWER, Outcome.FASTER) or again is None:
+        if first not in DECIDED or again is None:
             return first
         return first if again.paired_outcome is first else Outcome.NEED_MORE
 
@@ -196,12 +199,12 @@ class CaseAB:
     def fresh_note(self) -> str:
         """What the repeat in fresh processes said of a slower or faster case ('' else)."""
         first, again = self.paired_outcome, self.repeat
-        if first not in (Outcome.SLOWER, Outcome.FASTER):
+        if first not in DECIDED:
             return ""
         if again is None or again.ratio is None or self.ratio is None:
             return "not repeated in fresh processes"
         there = f"{again.ratio.ratio:.3f}x in fresh processes"
-        if again.paired_outcome is first:
+        if self.outcome is first:
             return f"again {there}"
         return f"{first} at {self.ratio.ratio:.3f}x, {again.paired_outcome} at {there}"
 
@@ -372,8 +375,7 @@ class ABReport:
     @property
     def to_repeat(self) -> tuple[str, ...]:
         """Node ids of the cases this pair of processes called slower or faster."""
-        decided = (Outcome.SLOWER, Outcome.FASTER)
-        return tuple(c.nodeid for c in self.cases if c.paired_outcome in decided)
+        return tuple(c.nodeid for c in self.cases if c.paired_outcome in DECIDED)
 
     def with_fresh(self, fresh: ABReport) -> ABReport:
         """The A/B with ``fresh``'s cases as the repeats of its own, by node id."""

@@ -75,9 +75,8 @@ class ABConfig:
     max_remeasure: int = MAX_REMEASURE
     profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
     budget_s: float | None = None  # start no test after this many seconds; None: no limit
-    base_starts: bool = (
-        True  # base's process starts first, and base's block first in a test's first pair
-    )
+    # base's process starts first, and base's block goes first in a test's first pair
+    base_starts: bool = True
     repeat: bool = True  # slower and faster cases again in a fresh pair of processes
 
     def __post_init__(self) -> None:
@@ -287,7 +286,7 @@ class Coordinator:
                 phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
                 s = base if at("base") == "measure" else head
-                if not pairs and not calls:
+                if not pairs:  # not the other side's end after a failed block
                     timed_alone = s.name
                 s.send({"op": "solo"})
                 said[s.name] = s.expect("measure", "done")

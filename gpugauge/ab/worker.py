@@ -177,23 +177,20 @@ def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
     return measure
 
 
-def rebind(original: object, wrapped: object) -> list[str]:
-    """Point every already-imported name of ``original`` at ``wrapped``; the names rebound.
+def rebind(original: object, wrapped: object) -> None:
+    """Point every already-imported name of ``original`` at ``wrapped``.
 
     ``from gpugauge.measure.timing import measure`` in a module imported before this worker
     (``gpugauge.pipeline``, by way of a plugin in the side's ``addopts``) holds the bare
     primitive; its calls would time the side alone, and the A/B would pair nothing.
     """
-    rebound = []
-    for name, module in list(sys.modules.items()):
+    for module in list(sys.modules.values()):
         try:
             names = [k for k, v in vars(module).items() if v is original]
         except TypeError:  # a None placeholder, or a module without a __dict__
             continue
         for attr in names:
             setattr(module, attr, wrapped)
-            rebound.append(f"{name}.{attr}")
-    return rebound
 
 
 def _connect() -> Channel | None:
@@ -205,9 +202,7 @@ def _connect() -> Channel | None:
     import gpugauge
     import gpugauge.measure.timing as timing
 
-    original = timing.measure
-    wrapped = paced(original, channel)
-    rebound = rebind(original, wrapped)  # timing.measure itself among them
+    rebind(timing.measure, paced(timing.measure, channel))  # timing.measure itself too
     channel.send(
         {
             "op": "hello",
@@ -215,7 +210,6 @@ def _connect() -> Channel | None:
             "pid": os.getpid(),
             "gpugauge": os.path.dirname(os.path.abspath(gpugauge.__file__)),
             "python": sys.executable,
-            "rebound": rebound,
         }
     )
     return channel
