@@ -158,18 +158,22 @@ def test_seed_cases_have_the_seeds_shapes() -> None:
     ids = [c.id for c in seed]
     assert len(ids) == len(set(ids))
     vgg = [c for c in seed if c.model == "vgg16" and c.device == "cuda"]
-    assert {(c.mode, c.gpus) for c in vgg} == {("single", 1), ("ddp", 2)}
+    assert {(c.mode, c.gpus) for c in vgg} == {("single", 1), ("ddp", 2), ("ddp", 4)}
     assert {(c.images, c.batch, c.image, c.classes, c.epochs) for c in vgg} == {
         (8192, 64, 224, 1000, 1)
     }
-    assert [c.steps_per_epoch for c in vgg] == [128, 64]
+    assert [c.steps_per_epoch for c in vgg] == [128, 64, 32]
     assert all(c.schedule == (1, 2, 5, 2) for c in vgg)
     res = [c for c in seed if c.model == "resnet18" and c.device == "cuda"]
     assert {c.batch for c in res} == {32, 128, 512, 2048, 8192}
-    assert {(c.mode, c.gpus) for c in res} == {("single", 1), ("dp", 2), ("ddp", 2)}
+    assert {(c.mode, c.gpus) for c in res} == {("single", 1)} | {
+        (m, g) for m in ("dp", "ddp") for g in (2, 4)
+    }
     assert {(c.images, c.epochs, c.classes, c.workers) for c in res} == {(50_000, 2, 10, 2)}
     alex = [c for c in seed if c.model == "alexnet" and c.device == "cuda"]
-    assert {(c.batch, c.gpus) for c in alex} == {(b, g) for b in (8, 16, 32, 128) for g in (1, 2)}
+    assert {(c.batch, c.gpus) for c in alex} == {
+        (b, g) for b in (8, 16, 32, 128) for g in (1, 2, 4)
+    }
     assert {c.gpus for c in dist_cases.cases("full") if c.device == "cuda"} == {1, 2, 4}
     # every multi-GPU case comes after the one-GPU case that scales it
     for p in ("smoke", "seed", "full"):
@@ -282,14 +286,21 @@ def test_the_nightly_takes_the_gpu_paced_steps_of_the_seed_profile() -> None:
     assert nightly == [
         "vgg16-single-1gpu-b64-224px-cuda",
         "vgg16-ddp-2gpu-b64-224px-cuda",
+        "vgg16-ddp-4gpu-b64-224px-cuda",
         "resnet18-single-1gpu-b512-32px-cuda",
         "resnet18-single-1gpu-b2048-32px-cuda",
         "resnet18-dp-2gpu-b2048-32px-cuda",
         "resnet18-ddp-2gpu-b512-32px-cuda",
         "resnet18-ddp-2gpu-b2048-32px-cuda",
+        "resnet18-ddp-4gpu-b512-32px-cuda",
         "alexnet-single-1gpu-b128-224px-cuda",
         "alexnet-ddp-2gpu-b128-224px-cuda",
+        "alexnet-ddp-4gpu-b128-224px-cuda",
     ]
+    # at 2048 on 4 GPUs an epoch has 6 full steps: too few samples to gate
+    assert dist_cases.DistCase(
+        "resnet18", "ddp", 4, 2048, 32, 10, 50_000, 2, "cuda", "seed"
+    ).full_steps < dist_cases.NIGHTLY_MIN_STEPS
     # each multi-GPU case of the nightly has its one-GPU reference there too
     multi = [c for c in dist_cases.cases("seed") if c.device == "cuda" and c.gpus > 1]
     refs = {c.reference().id for c in multi if c.nightly}

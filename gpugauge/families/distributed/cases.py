@@ -44,6 +44,7 @@ ALEXNET_BATCHES = (8, 16, 32, 128)
 NIGHTLY_RESNET_BATCHES = (512, 2048)
 NIGHTLY_DP_FROM = 2048
 NIGHTLY_ALEXNET_FROM = 128
+NIGHTLY_MIN_STEPS = 10  # full timed steps a gated case needs (8192 on one GPU has 6)
 WARMUP_STEPS = 5  # untimed steps before a one-epoch timing (vgg16, alexnet)
 OPTIMIZERS = {  # model: (lr, momentum, weight decay)
     "vgg16": (0.01, 0.9, 0.0),
@@ -147,19 +148,27 @@ class DistCase:
         return (wait + warm + active) * repeat
 
     @property
+    def full_steps(self) -> int:
+        """Full-batch steps of the timed epoch: the samples a gate judges."""
+        return self.steps_per_epoch - int(self.last_step_short)
+
+    @property
     def nightly(self) -> bool:
-        """Whether the nightly job gates this case: only steps that the GPUs pace.
+        """Whether the nightly job gates this case: steps the GPUs pace, enough of them.
 
         Five runs on one 2x H100 host (docs/distributed.md): VGG-16 at 64, ResNet-18 at 512 and
         2048 (DataParallel at 2048) and AlexNet at 128 kept the GPUs 92-100% busy and each
         step's median moved at most 0.4%. DataParallel at 512 was 57-66% busy (its scatter and
         replicate are host work) and moved 47.8-55.8 ms; ResNet-18 at 32 and 128 is launch-bound
-        on one GPU (9.20 against 7.34 ms on an H200), and so are AlexNet's small batches. The
-        rest of the sweep, and 8192 (4-7 steps an epoch, too few to gate), stay in the seed and
-        full runs.
+        on one GPU (9.20 against 7.34 ms on an H200), and so are AlexNet's small batches. A
+        case of fewer than :data:`NIGHTLY_MIN_STEPS` full steps is too few samples to gate:
+        ResNet-18 at 8192, and at 2048 on 4 GPUs (6 full steps). The rest of the sweep stays in
+        the seed and full runs.
         """
         if self.device != "cuda":
             return True
+        if self.full_steps < NIGHTLY_MIN_STEPS:
+            return False
         if self.model == "resnet18":
             return self.batch in NIGHTLY_RESNET_BATCHES and (
                 self.mode != "dp" or self.batch >= NIGHTLY_DP_FROM
@@ -270,7 +279,7 @@ def cases(profile: str) -> list[DistCase]:
             + resnet("cuda", [2], [32, 128], 4096)
             + alexnet("cuda", [1, 2], [8, 32], 224, 40)
         )
-    gpus = [1, 2] if profile == "seed" else [1, 2, 4]
+    gpus = [1, 2, 4]  # a case on more GPUs than the host has is skipped, saying so
     return cpu + (
         vgg("cuda", gpus, 64, 224, 8192)
         + resnet("cuda", gpus, RESNET_BATCHES, 50_000)
