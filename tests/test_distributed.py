@@ -298,9 +298,12 @@ def test_the_nightly_takes_the_gpu_paced_steps_of_the_seed_profile() -> None:
         "alexnet-ddp-4gpu-b128-224px-cuda",
     ]
     # at 2048 on 4 GPUs an epoch has 6 full steps: too few samples to gate
-    assert dist_cases.DistCase(
-        "resnet18", "ddp", 4, 2048, 32, 10, 50_000, 2, "cuda", "seed"
-    ).full_steps < dist_cases.NIGHTLY_MIN_STEPS
+    assert (
+        dist_cases.DistCase(
+            "resnet18", "ddp", 4, 2048, 32, 10, 50_000, 2, "cuda", "seed"
+        ).full_steps
+        < dist_cases.NIGHTLY_MIN_STEPS
+    )
     # each multi-GPU case of the nightly has its one-GPU reference there too
     multi = [c for c in dist_cases.cases("seed") if c.device == "cuda" and c.gpus > 1]
     refs = {c.reference().id for c in multi if c.nightly}
