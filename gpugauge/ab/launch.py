@@ -67,6 +67,14 @@ class Side:
     json: Path
     conn: Connection | None = None
     hello: dict[str, Any] = field(default_factory=dict)
+    # the build it runs, "base" or "head": its name, unless the A/B exchanged the two
+    # processes' places (a repeat's counterbalance)
+    role: str = ""
+
+    @property
+    def build(self) -> str:
+        """The build this process runs: 'base' or 'head'."""
+        return self.role or self.name
 
     def send(self, message: dict[str, Any]) -> None:
         """Send one order to the side."""
@@ -97,12 +105,12 @@ class Side:
 
     def gone(self, what: str) -> SideGone:
         """The error for a side that went away, with its log's tail."""
-        return SideGone(f"{self.name} ({self.checkout.label}) {what}:\n{log_tail(self.log)}")
+        return SideGone(f"{self.build} ({self.checkout.label}) {what}:\n{log_tail(self.log)}")
 
     def info(self) -> SideInfo:
         """The side as the report names it."""
         return SideInfo(
-            self.name,
+            self.build,
             self.checkout.spec.ref,
             self.checkout.commit,
             self.checkout.spec.python,
@@ -155,11 +163,17 @@ def start(
     settings: Sequence[tuple[tuple[str, ...], object]],
     cwd: Path | None,
     note: Note,
+    role: str = "",
 ) -> Side:
-    """Start one side's pytest, in its own process group, logging to ``out/<name>.log``."""
+    """Start one side's pytest, in its own process group, logging to ``out/<role>.log``.
+
+    ``name`` is the process's place in the A/B (what the coordinator and the worker call
+    it); ``role`` the build it runs, where the two differ (default: ``name``).
+    """
+    role = role or name
     out = out.absolute()  # the side runs in its own checkout: a relative path would be there
-    log, js = out / f"{name}.log", out / f"{name}.json"
-    partial = out / f".{name}.partial.json"
+    log, js = out / f"{role}.log", out / f"{role}.json"
+    partial = out / f".{role}.partial.json"
     args = [
         co.spec.python,
         "-m",
@@ -182,7 +196,8 @@ def start(
     }
     env.pop("GPUGAUGE_GIT_COMMIT", None)  # each side's commit is its checkout's
     root = co.root / cwd if cwd else co.root
-    note(f"  {name}: {co.label} $ {' '.join(args[1:])}")
+    place = name if role == name else f"{role}, in {name}'s place"
+    note(f"  {place}: {co.label} $ {' '.join(args[1:])}")
     fh = log.open("w")
     try:
         proc = subprocess.Popen(
@@ -197,7 +212,7 @@ def start(
         )
     finally:
         fh.close()
-    return Side(name, co, proc, log, js)
+    return Side(name, co, proc, log, js, role=role)
 
 
 def connect(listener: Listener, sides: dict[str, Side]) -> None:
@@ -243,7 +258,7 @@ def connect(listener: Listener, sides: dict[str, Side]) -> None:
 def finish(side: Side) -> None:
     """Wait for a side's pytest to end; keep its JSON under its final name."""
     side.proc.wait()
-    partial = side.json.with_name(f".{side.name}.partial.json")
+    partial = side.json.with_name(f".{side.build}.partial.json")
     if partial.exists() and partial.stat().st_size > 0:
         os.replace(partial, side.json)
     else:
@@ -256,4 +271,4 @@ def stop(sides: dict[str, Side]) -> None:
     for s in sides.values():
         if s.proc.poll() is None:
             stop_group(s.proc, grace_s=2.0)
-        s.json.with_name(f".{s.name}.partial.json").unlink(missing_ok=True)
+        s.json.with_name(f".{s.build}.partial.json").unlink(missing_ok=True)

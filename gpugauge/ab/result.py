@@ -141,6 +141,21 @@ class CaseAB:
     # a slower or faster verdict stands only where that repeat says the same
     fresh: CaseAB | None = field(default=None, compare=False)
 
+    def exchanged(self) -> CaseAB:
+        """The case with base's and head's places exchanged: each pair's blocks, the names.
+
+        An A/B whose processes ran in each other's places (base's build in the process the
+        coordinator calls head) reads its cases back so: ratios are head's build over base's.
+        """
+        other = {"base": "head", "head": "base"}
+        return replace(
+            self,
+            pairs=tuple(Pair(p.head, p.base, not p.base_first, p.kept) for p in self.pairs),
+            only=other.get(self.only, self.only),
+            status={other.get(k, k): v for k, v in self.status.items()},
+            timed_alone=other.get(self.timed_alone, self.timed_alone),
+        )
+
     @property
     def unpaired_reason(self) -> str:
         """Why a case has no pairs: 'skipped: no CUDA', 'failed on head', ..."""

@@ -75,8 +75,12 @@ class ABConfig:
     max_remeasure: int = MAX_REMEASURE
     profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
     budget_s: float | None = None  # start no test after this many seconds; None: no limit
-    # base's process starts first, and base's block goes first in a test's first pair
+    # the process in base's place starts first, and its block goes first in a test's first
+    # pair
     base_starts: bool = True
+    # each build runs in the other's place: head's in the process the coordinator and the
+    # worker call base, and back (a repeat's counterbalance); cases read head over base
+    exchanged: bool = False
     repeat: bool = True  # slower and faster cases again in a fresh pair of processes
 
     def __post_init__(self) -> None:
@@ -129,6 +133,12 @@ class Coordinator:
             return SIDE_SETTINGS
         return (*SIDE_SETTINGS, (("profile", "gauge_profile"), self.cfg.profile))
 
+    def _role(self, name: str) -> str:
+        """The build that the process in ``name``'s place runs."""
+        if not self.cfg.exchanged:
+            return name
+        return "head" if name == "base" else "base"
+
     # ----- the lock-step
     def run(self) -> ABReport:
         """Run both sides to their ends; the report of every case."""
@@ -139,10 +149,18 @@ class Coordinator:
         with listening() as (listener, channel):
             try:
                 for name in ("base", "head") if self.cfg.base_starts else ("head", "base"):
-                    args = (*self.cfg.pytest_args, *self.cfg.side_args.get(name, ()))
-                    co = self.checkouts[name]
+                    role = self._role(name)
+                    args = (*self.cfg.pytest_args, *self.cfg.side_args.get(role, ()))
                     sides[name] = start(
-                        name, co, args, self.cfg.out, channel, self.settings(), self.cwd, self.note
+                        name,
+                        self.checkouts[role],
+                        args,
+                        self.cfg.out,
+                        channel,
+                        self.settings(),
+                        self.cwd,
+                        self.note,
+                        role=role,
                     )
                 connect(listener, sides)
                 cases = self._lockstep(sides["base"], sides["head"], t0)
@@ -151,23 +169,24 @@ class Coordinator:
             except BaseException:
                 stop(sides)
                 raise
+        by_build = {s.build: s for s in sides.values()}
         problems = tuple(
-            f"{s.name}'s pytest ended with exit status {s.proc.returncode} (log: {s.log})"
+            f"{s.build}'s pytest ended with exit status {s.proc.returncode} (log: {s.log})"
             for s in sides.values()
             if s.proc.returncode not in (0, 1)
         ) + tuple(
-            f"{c.id} failed on {side} (log: {sides[side].log})"
+            f"{c.id} failed on {side} (log: {by_build[side].log})"
             for c in cases
             for side, outcome in sorted(c.status.items())
             if outcome == "failed"
         )
         from gpugauge.ab.kernels import device_of, saved_run, with_kernels
 
-        base_run, head_run = saved_run(sides["base"].json), saved_run(sides["head"].json)
+        base_run, head_run = saved_run(by_build["base"].json), saved_run(by_build["head"].json)
         cases = with_kernels(cases, base_run, head_run)
         return ABReport(
-            sides["base"].info(),
-            sides["head"].info(),
+            by_build["base"].info(),
+            by_build["head"].info(),
             tuple(cases),
             device_of(head_run, base_run),
             time.monotonic() - t0,
@@ -195,6 +214,8 @@ class Coordinator:
                     mb = base.expect("test", "bye")
                 else:
                     mh = head.expect("test", "bye")
+            if self.cfg.exchanged:
+                case = case.exchanged()
             cases.append(replace(case, wall_s=time.monotonic() - t0))
             self.note(f"  [{len(cases)}/{total}] {progress_line(cases[-1])}")
             self._save_so_far(base, head, cases, started)
@@ -206,6 +227,7 @@ class Coordinator:
         An A/B stopped or broken at any point keeps the pairs it paid for, even one that
         fails at its very end; the end rewrites it whole.
         """
+        base, head = (head, base) if self.cfg.exchanged else (base, head)
         so_far = ABReport(
             base.info(),
             head.info(),
@@ -319,7 +341,7 @@ class Coordinator:
         )
         said = side.expect("block_done", "block_failed")
         if said["op"] == "block_failed":
-            self.note(f"  {side.name}: its rounds failed: {said.get('error', '?')}")
+            self.note(f"  {side.build}: its rounds failed: {said.get('error', '?')}")
             raise _Failed
         return Block.from_dict(said)
 
@@ -393,13 +415,15 @@ def run_sides(
             "not repeated in fresh processes"
         )
         return first
+    # each build in the other's place: whatever tells the two processes apart (start order,
+    # their names, their places in the lock-step) now favours the other build
     starts = "head" if cfg.base_starts else "base"
     note(
         f"  {plural(len(ids), 'case')} read slower or faster: again in a fresh pair of "
-        f"processes, {starts} started first"
+        f"processes, each build in the other's place ({starts}'s started first)"
     )
     fresh = Coordinator(
-        replace(again(ids), base_starts=not cfg.base_starts, budget_s=left), sides, note, cwd
+        replace(again(ids), exchanged=not cfg.exchanged, budget_s=left), sides, note, cwd
     ).run()
     report = first.with_fresh(fresh)
     for c in report.cases:
