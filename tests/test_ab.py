@@ -893,6 +893,33 @@ def test_confirm_with_its_time_budget_spent_starts_no_ab(
     assert gated.read_bytes() == before
 
 
+def test_confirm_keeps_no_ab_of_a_result_with_injected_work(
+    toy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # run 89's injected night: such results never join the history, so their A/Bs have no
+    # row to go with; confirm said "not kept: run ... holds no result", as if it had failed
+    from gpugauge.ab.cli import _keep
+    from gpugauge.ab.settle import decided
+    from gpugauge.history.store import History
+    from gpugauge.results.runs import load_run
+
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    run = _with_verdict(_saved_run(toy, tmp_path), 1.03, "unchanged", cls)
+    case_id = "test_toy.py::test_spin"
+    sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
+    report = ABReport(*sides, (CaseAB(case_id, case_id, _pairs(1.03)),), "cpu", 1.0)
+    (settled,) = decided(run, "a" * 40, report, write=False)
+    target, run_id = str(tmp_path / "h.sqlite"), load_run(run).run_id
+    with History.open(target):
+        pass  # an empty history: a real row would be an error to look for
+    _keep((target, run_id), [settled], {case_id})
+    out = capsys.readouterr()
+    assert "1 A/B of results with injected work not kept in the history" in out.out
+    assert "were not kept" not in out.err
+    with History.open(target, read_only=True) as h:
+        assert h.ab_cases(run_id) == []
+
+
 def test_a_second_confirm_of_a_run_ab_s_nothing_again(toy: Path, tmp_path: Path) -> None:
     from gpugauge.ab.confirm import borderline
     from gpugauge.ab.settle import decided

@@ -351,12 +351,19 @@ def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
     return None
 
 
-def _keep(where: tuple[str, str] | None, settled: Sequence[Settled]) -> None:
-    """Keep the A/Bs in the history the run was added to; a history out of reach is said."""
+def _keep(where: tuple[str, str] | None, settled: Sequence[Settled], injected: set[str]) -> None:
+    """Keep the A/Bs in the run's history, but not of ``injected`` results (never in it)."""
     from gpugauge.ab.settle import kept
     from gpugauge.history.records import HistoryError
     from gpugauge.history.targets import redact
 
+    left = [s.result.id for s in settled if s.result.id in injected]
+    if left and where is not None:
+        print(
+            f"gpugauge confirm: {plural(len(left), 'A/B')} of results with injected work not "
+            "kept in the history, which holds no such result (they measure the injection)"
+        )
+    settled = [s for s in settled if s.result.id not in injected]
     if not settled or where is None:
         return
     target, run_id = where
@@ -378,6 +385,7 @@ def confirm_command(args: argparse.Namespace) -> int:
         regressed,
         write_verdicts,
     )
+    from gpugauge.history.capture import injected
     from gpugauge.results.runs import load_run
 
     def body() -> int:
@@ -394,8 +402,10 @@ def confirm_command(args: argparse.Namespace) -> int:
             f"gpugauge confirm: {plural(len(cases), 'borderline result')}: "
             + ", ".join(f"{c.id} {c.ratio:.3f}x ({c.lost_ms:.3g} ms lost)" for c in cases)
         )
+        run = load_run(args.run)
         if args.profile is None:
-            args.profile = load_run(args.run).profile
+            args.profile = run.profile
+        with_injection = {m.id for m in run.measurements if injected(m)}
         given = list(args.pytest_args)
         status = EXIT_OK
         fold_deadline(args)
@@ -417,7 +427,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             # the history first: a stop between the two writes leaves the file undecided,
             # and confirm run again decides it (the history's A/B is replaced, not doubled)
             settled = decided(args.run, ref, report, write=False)
-            _keep(history, settled)
+            _keep(history, settled, with_injection)
             if settled:
                 write_verdicts(args.run, settled)
                 for copy in copies(args.run, args.storage):
