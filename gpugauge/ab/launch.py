@@ -100,7 +100,7 @@ class Side:
         """The next message, which must be one of ``ops``."""
         m = self.recv()
         if m.get("op") not in ops:
-            raise ABError(f"{self.name}: said {m.get('op')!r} where {' or '.join(ops)} was due")
+            raise ABError(f"{self.build}: said {m.get('op')!r} where {' or '.join(ops)} was due")
         return m
 
     def gone(self, what: str) -> SideGone:
@@ -250,7 +250,7 @@ def connect(listener: Listener, sides: dict[str, Side]) -> None:
         theirs = Path(str(hello.get("gpugauge", "")))
         if mine.is_dir() and theirs.resolve() != mine.resolve():
             raise ABError(
-                f"{side.name}: its pytest imported gpugauge from {theirs}, not from its "
+                f"{side.build}: its pytest imported gpugauge from {theirs}, not from its "
                 f"checkout {mine}: an installed copy shadows the checkout's"
             )
 
