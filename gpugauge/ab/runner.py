@@ -275,7 +275,7 @@ class Coordinator:
             elif s is second and ran.get("op") == "done" and ran.get("outcome") == "passed":
                 # the first side's whole test made no timing call to pair (a memory search,
                 # a count): its second run would only cost time
-                s.send({"op": "skip", "reason": f"{SKIPPED_FOR} ({first.name} ran it)"})
+                s.send({"op": "skip", "reason": f"{SKIPPED_FOR} ({first.build} ran it)"})
             else:
                 s.send({"op": "go"})
             said[s.name] = s.expect("measure", "done")
