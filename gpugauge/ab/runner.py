@@ -415,8 +415,8 @@ def run_sides(
             "not repeated in fresh processes"
         )
         return first
-    # each build in the other's place: whatever tells the two processes apart (start order,
-    # their names, their places in the lock-step) now favours the other build
+    # each build in the other's place: whatever systematically tells the two places apart
+    # (start order, names, places in the lock-step) now favours the other build
     starts = "head" if cfg.base_starts else "base"
     note(
         f"  {plural(len(ids), 'case')} read slower or faster: again in a fresh pair of "
