@@ -92,7 +92,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
         "--no-repeat",
         action="store_true",
         help="decide from one pair of processes (default: A/B a slower or faster case again "
-        "in a fresh pair, started in the other order; the verdict stands if both agree)",
+        "in a fresh pair, each build in the other's place; the verdict stands if both agree)",
     )
     p.add_argument("--base-python", default=None, help="the base side's Python (default: this)")
     p.add_argument("--head-python", default=None, help="the head side's Python (default: this)")

@@ -34,6 +34,12 @@ PHASES = ("setup", "blocks", "after", "alone")
 # the outcomes a repeat in fresh processes must give again to stand
 DECIDED = (Outcome.SLOWER, Outcome.FASTER)
 
+
+def other_side(name: str) -> str:
+    """'head' for 'base' and 'base' for 'head'; anything else ('': no side) as it is."""
+    return {"base": "head", "head": "base"}.get(name, name)
+
+
 AB_JSON = "ab.json"  # the A/B's record, in its --out folder
 AB_MD = "ab.md"  # its table, for a pull request or $GITHUB_STEP_SUMMARY
 
@@ -137,7 +143,7 @@ class CaseAB:
     clocks_unstable: bool = False
     # the side that timed the test through gauge.measure where the other side did not
     timed_alone: str = ""
-    # the same test A/B'd again in a fresh pair of processes, started in the other order:
+    # the same test A/B'd again in a fresh pair of processes, each build in the other's place:
     # a slower or faster verdict stands only where that repeat says the same
     fresh: CaseAB | None = field(default=None, compare=False)
 
@@ -147,13 +153,12 @@ class CaseAB:
         An A/B whose processes ran in each other's places (base's build in the process the
         coordinator calls head) reads its cases back so: ratios are head's build over base's.
         """
-        other = {"base": "head", "head": "base"}
         return replace(
             self,
             pairs=tuple(Pair(p.head, p.base, not p.base_first, p.kept) for p in self.pairs),
-            only=other.get(self.only, self.only),
-            status={other.get(k, k): v for k, v in self.status.items()},
-            timed_alone=other.get(self.timed_alone, self.timed_alone),
+            only=other_side(self.only),
+            status={other_side(k): v for k, v in self.status.items()},
+            timed_alone=other_side(self.timed_alone),
         )
 
     @property
@@ -164,8 +169,7 @@ class CaseAB:
         if self.clocks_unstable:
             return f"{Outcome.NEED_MORE} ({self.unstable_note}, none kept)"
         if self.timed_alone:
-            other = "head" if self.timed_alone == "base" else "base"
-            alone = self.timed_alone
+            alone, other = self.timed_alone, other_side(self.timed_alone)
             return f"only {alone} timed it through gauge.measure ({other} made no such call)"
         outcomes = set(self.status.values())
         if any(SKIPPED_FOR in v for v in outcomes):

@@ -44,6 +44,7 @@ from gpugauge.ab.result import (
     Block,
     CaseAB,
     Pair,
+    other_side,
 )
 from gpugauge.ab.sides import Checkout
 from gpugauge.ab.verdict import Schedule
@@ -135,9 +136,7 @@ class Coordinator:
 
     def _role(self, name: str) -> str:
         """The build that the process in ``name``'s place runs."""
-        if not self.cfg.exchanged:
-            return name
-        return "head" if name == "base" else "base"
+        return other_side(name) if self.cfg.exchanged else name
 
     # ----- the lock-step
     def run(self) -> ABReport:
@@ -295,7 +294,7 @@ class Coordinator:
                     # its call (or times it alone, if it had no block yet) and goes on
                     pairs = failed.pairs
                     said[failed.side] = sides[failed.side].expect("measure", "done")
-                    other = sides["head" if failed.side == "base" else "base"]
+                    other = sides[other_side(failed.side)]
                     other.send({"op": "end" if failed.started[other.name] else "solo"})
                     said[other.name] = other.expect("measure", "done")
                     continue
@@ -399,8 +398,8 @@ def run_sides(
     """Run an A/B over two prepared checkouts (see :class:`Coordinator`), then its repeat.
 
     With ``again`` (the configuration for a selection of node ids) and ``cfg.repeat``, the
-    cases called slower or faster are A/B'd again in a fresh pair of processes, started in
-    the other order, within what is left of the time budget: a verdict stands only where
+    cases called slower or faster are A/B'd again in a fresh pair of processes, each build
+    in the other's place, within what is left of the time budget: a verdict stands only where
     both pairs of processes give it (:attr:`CaseAB.outcome`), as Pinpoint confirms a
     difference and asv times each benchmark in several processes.
     """
