@@ -291,15 +291,22 @@ def test_deadline_is_a_unix_time_folded_into_the_time_budget() -> None:
 
 # --- real A/Bs of a toy repository ---------------------------------------------------
 
-BENCH = """\
-import time
-
-
+# the toys' one piece of work: a busy wait of ``ms`` on the host clock
+SPIN = """\
 def spin(ms):
     end = time.perf_counter() + ms / 1e3
     while time.perf_counter() < end:
         pass
+"""
 
+BENCH = (
+    """\
+import time
+
+
+"""
+    + SPIN
+    + """
 
 def work():
     spin(3.0){extra}
@@ -308,6 +315,7 @@ def work():
 def test_spin(gauge):
     gauge(work)
 """
+)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -387,17 +395,16 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     assert _leftovers(toy, tmp_path) == []
 
 
-PLACED = """\
+PLACED = (
+    """\
 import os
 import time
 from pathlib import Path
 
 
-def spin(ms):
-    end = time.perf_counter() + ms / 1e3
-    while time.perf_counter() < end:
-        pass
-
+"""
+    + SPIN
+    + """
 
 def first_here():
     # the process that runs the test first in its pair is 10% slower in every round, the
@@ -414,25 +421,25 @@ def test_spin(gauge):
     ms = 3.3 if first_here() else 3.0
     gauge(lambda: spin(ms))
 """
-
+)
 
 # the process in head's place is 10% faster in every round, whichever started first: what
 # four A/As of one commit on H200s showed (run 89: head's process faster in 69% of cases)
-NAMED = """\
+NAMED = (
+    """\
 import os
 import time
 
 
-def spin(ms):
-    end = time.perf_counter() + ms / 1e3
-    while time.perf_counter() < end:
-        pass
-
+"""
+    + SPIN
+    + """
 
 def test_spin(gauge):
     ms = 2.7 if os.environ["GPUGAUGE_AB_SIDE"] == "head" else 3.0
     gauge(lambda: spin(ms))
 """
+)
 
 
 @pytest.mark.slow
