@@ -27,6 +27,7 @@ from gpugauge.families.amp.graphed import (
     GraphedStep,
     check_graphed,
     compare_displacements,
+    graphed_step,
     warm_up,
 )
 from gpugauge.families.amp.inference import (
@@ -527,6 +528,21 @@ def test_check_runs_deterministic_and_the_timed_step_is_captured_apart() -> None
     seen.pop(0)
     assert checked() is None  # check_graphed kept no reference to the checked graph's side
     assert torch.backends.cudnn.deterministic is before
+
+
+def test_graphed_step_without_the_check_captures_once() -> None:
+    """An A/B (--gauge-skip-extras) times the graphed step without the check's two models."""
+    seen: list[bool] = []
+    stand_in = eager_stand_in()
+
+    def make(trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> GraphedStep:
+        seen.append(torch.backends.cudnn.deterministic)
+        return stand_in(trainer, x, y)
+
+    step = graphed_step(small(precision="fp32"), make=make)
+    assert seen == [torch.backends.cudnn.deterministic]  # one capture, cuDNN's own choice
+    assert step.warmup_steps >= WARMUP_STEPS
+    assert step() is None  # the stand-in's replay: one eager step
 
 
 @pytest.mark.parametrize("replay", ["nothing", "twice"])

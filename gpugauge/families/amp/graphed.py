@@ -242,9 +242,19 @@ def check_graphed(
     with deterministic_cudnn():
         check = check_capture(case, make, replays)
     gc.collect()  # the checked graph is gone; capture()'s empty_cache returns its pool
+    return graphed_step(case, make), check
+
+
+def graphed_step(case: AmpCase, make: Replayable = capture) -> GraphedStep:
+    """The case's graphed step, ready to time, without the check against eager.
+
+    An A/B compares two builds' times only (``--gauge-skip-extras``); each build's own
+    runs check its result. The check builds two more models and steps them with cuDNN's
+    deterministic algorithms: on an H200 most of a graphed VGG-16 case's setup.
+    """
     trainer = graphed_trainer(case)
     x, y = trainer.to_device(*image_batch(case.input_shape, case.defn.num_classes))
-    return make(trainer, x, y), check
+    return make(trainer, x, y)
 
 
 def check_capture(case: AmpCase, make: Replayable, replays: int) -> GraphCheck:
