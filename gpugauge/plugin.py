@@ -140,9 +140,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """``--gauge-stop-after``: past the limit, let the test in hand finish and start no other.
 
     The session then ends as usual: results and pytest-benchmark's JSON are written, which
-    a signal or a killed job would lose.
+    a signal or a killed job would lose. Each test's wall seconds are kept for the run's JSON.
     """
+    t0 = time.monotonic()
     yield
+    gs = item.config.stash.get(SESSION, None)
+    if gs is not None:
+        gs.test_seconds[item.nodeid] = round(time.monotonic() - t0, 3)
     limit = item.config.getoption("gauge_stop_after", None)
     started = item.config.stash.get(STARTED, None)
     late = limit and started is not None and time.monotonic() - started > limit
@@ -150,7 +154,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         item.session.shouldstop = (
             f"--gauge-stop-after {limit:g} s passed: the tests after {item.name} were not run"
         )
-    gs = item.config.stash.get(SESSION, None)
     stop = item.session.shouldstop or item.session.shouldfail
     if gs is not None and stop:
         gs.stopped = str(stop)
@@ -354,6 +357,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             "comparisons": [c.as_dict() for c in session.adhoc_comparisons],
             "history_run_id": session.tracker.run_id if session.tracker else None,
             "outcome": session.outcome().as_dict(),
+            "test_seconds": dict(session.test_seconds),
         }
 
 

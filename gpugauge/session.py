@@ -66,6 +66,9 @@ class GaugeSession:
     first_nights: FirstNights | None = None  # --gauge-first-nights N; None without it
     selected: int = 0  # tests pytest selected to run
     finished: int = 0  # tests that ran to their teardown
+    # each test's wall seconds (setup, call, teardown) by node id: what confirm's A/B of it
+    # will roughly cost, saved in the run's JSON
+    test_seconds: dict[str, float] = field(default_factory=dict)
     skips: list[Skip] = field(default_factory=list)
     interrupted: str | None = None  # the exception that ended the run (Ctrl-C), or None
     stopped: str | None = None  # why pytest started no more tests (-x, --gauge-stop-after), or None

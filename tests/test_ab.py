@@ -813,6 +813,9 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     assert picked.nodeid == "test_toy.py::test_spin"
     assert picked.ratio == pytest.approx(1.03)
     assert picked.ms == pytest.approx(3.09)  # its median round, ms
+    assert picked.test_s is not None  # the test's own wall seconds
+    assert picked.test_s > 0
+    assert picked.busy is None  # the toy reads no GPU-busy share
     assert borderline(_with_verdict(run, 1.005, "unchanged", cls)) == []  # under the floor
     assert borderline(_with_verdict(run, 1.09, "regressed", cls)) == []  # fails already
     host = "host history: last 5 runs, spread 0.3%"
@@ -820,17 +823,31 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     assert borderline(run) == []  # not gated
 
 
-def test_confirm_a_b_s_the_most_time_lost_first() -> None:
+def test_confirm_a_b_s_device_paced_results_first_the_cheapest_first() -> None:
     from gpugauge.ab.confirm import Borderline, in_order
 
-    def case(name: str, ratio: float, ms: float) -> Borderline:
-        return Borderline(name, f"t.py::t[{name}]", "f", "c", ratio, ms)
+    def case(
+        name: str, ratio: float, ms: float, test_s: float | None = None, busy: float | None = None
+    ) -> Borderline:
+        return Borderline(name, f"t.py::t[{name}]", "f", "c", ratio, ms, busy, test_s)
 
-    relu, vgg, conv = case("relu", 1.07, 0.044), case("vgg", 1.03, 92.0), case("conv", 1.05, 9.8)
+    vgg, conv = case("vgg", 1.03, 92.0, 12.0), case("conv", 1.05, 9.8, 4.0)
+    split = case("split", 1.03, 97.0, 90.0)  # the most time lost, the dearest A/B: last
+    eager = case("eager", 1.03, 7.4, 3.0, busy=0.6)  # host-paced: after the device-paced
+    relu = case("relu", 1.07, 0.044, 1.0)  # a launch path's ratio as much as the GPU's
+    unknown = case("unknown", 1.03, 50.0)  # saved without its test's seconds
     other = case("linear", 1.2, 0.1)  # another family's reference commit
-    order = in_order({"ref1": [relu, conv, vgg], "ref2": [other]})
-    assert order == [("ref1", [vgg, conv, relu]), ("ref2", [other])]
+    order = in_order({"ref1": [relu, split, eager, vgg, unknown, conv], "ref2": [other]})
+    assert order == [("ref1", [conv, vgg, split, unknown, eager, relu]), ("ref2", [other])]
+    assert [c.device_paced for c in (conv, eager, relu)] == [True, False, False]
     assert vgg.lost_ms == pytest.approx(92.0 * 0.03 / 1.03)
+    # a run saved without seconds: the device-paced ones by the most time lost
+    old = [case(n, r, ms) for n, r, ms in (("relu", 1.07, 0.044), ("vgg", 1.03, 92.0))]
+    assert [c.id for c in in_order({"r": [*old, case("conv", 1.05, 9.8)]})[0][1]] == [
+        "vgg",
+        "conv",
+        "relu",
+    ]
 
 
 def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Path) -> None:

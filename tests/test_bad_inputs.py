@@ -234,6 +234,8 @@ BAD_RUNS: dict[str, Any] = {
     "values-bool": _bench(values={"speedup": True}),
     "history-run-id-empty": _run(gpugauge={"history_run_id": ""}),
     "options-a-list": _run(gpugauge={"options": [1]}),
+    "test-seconds-negative": _run(gpugauge={"test_seconds": {"t.py::t": -1.0}}),
+    "test-seconds-a-list": _run(gpugauge={"test_seconds": [1.0]}),
     # stored verdicts: a traceback in confirm (or a refusal only after its A/B) and report
     "gate-a-string": _bench(gate="regressed"),
     "gate-no-id": _bench(gate=_gate(id=None)),

@@ -411,7 +411,7 @@ def confirm_command(args: argparse.Namespace) -> int:
         fold_deadline(args)
         budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
-        for ref, ordered in in_order(groups):  # the most time lost first
+        for ref, ordered in in_order(groups):  # device-paced first, cheapest first
             if budget is not None:  # what is left of it, for this reference's A/B
                 args.time_budget = budget - (time.monotonic() - t0)
                 if args.time_budget <= 0:  # an A/B that starts no test still costs its start

@@ -6,9 +6,14 @@ history is empty, so a 3% slowdown passes. Such a result is *borderline* when it
 ratio lies above ``1 + floor`` yet passed. ``confirm`` A/Bs every borderline case of a
 saved gated run on this GPU, the reference build being the commit that accepted the class
 baseline (the last commit that wrote ``baselines/<class>/<family>.json``), and the verdict
-of that A/B is the one that counts: a case it finds slower fails the job. Within a time
-budget the most milliseconds lost per round go first: a 3% slower 90 ms training step
-before a 5% slower 0.04 ms ReLU, whose ratio is as much the launch path's as its own.
+of that A/B is the one that counts: a case it finds slower fails the job.
+
+Within a time budget the device-paced results go first (a round of 1 ms or more, and a
+GPU-busy share of at least 80% where the case reads one): their ratio is the GPU's work,
+where a 0.04 ms ReLU's is as much its launch path's. Among them the cheapest A/B goes first,
+by the test's own seconds in the gated run, so that the budget confirms as many of them as
+it can: on an H200 one layer_fit split cost as much as nine VGG-16 steps (run 89). The rest
+follow, the most milliseconds lost per round first.
 """
 
 from __future__ import annotations
@@ -23,16 +28,21 @@ from gpugauge.ab.verdict import MIN_EFFECT
 from gpugauge.history.reference import HOST_REASON
 from gpugauge.judging.verdicts import Basis
 from gpugauge.results.files import read_json
+from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
 
 _CLOSER = (Basis.SAME_GPU_AB.value, Basis.HOST_HISTORY.value)  # more sensitive than a class
+# A round this long is the GPU's work: a launch's ~10 us is under 1% of it.
+DEVICE_PACED_MS = 1.0
 
 
 @dataclass(frozen=True)
 class Borderline:
     """A passed result worth an A/B: its id, test node id, family, class and time ratio.
 
-    ``ms`` is its median round against the reference's (both ms; 0 where not saved).
+    ``ms`` is its median round (ms; 0 where not saved); ``busy`` its GPU-busy share, where
+    the case reads one; ``test_s`` its test's wall seconds in the gated run, where saved:
+    roughly what an A/B of it costs (both sides set it up; each skips its extras).
     """
 
     id: str
@@ -41,11 +51,19 @@ class Borderline:
     device_class: str
     ratio: float
     ms: float = 0.0
+    busy: float | None = None
+    test_s: float | None = None
 
     @property
     def lost_ms(self) -> float:
-        """The time a round lost against its reference, ms: what confirm A/Bs first."""
+        """The time a round lost against its reference, ms."""
         return self.ms * (1 - 1 / self.ratio)
+
+    @property
+    def device_paced(self) -> bool:
+        """Whether its ratio is the GPU's work: 1 ms rounds or more, the GPU busy."""
+        busy_ok = self.busy is None or self.busy >= HOST_BOUND_BELOW
+        return self.ms >= DEVICE_PACED_MS and busy_ok
 
 
 def _time_check(verdict: dict[str, Any]) -> dict[str, Any] | None:
@@ -62,6 +80,7 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     """
     run = load_run(path)
     nodeids = _nodeids(path)
+    seconds = _test_seconds(path)
     out = []
     for m in run.measurements:
         verdict = run.verdicts.get(m.id)
@@ -73,8 +92,20 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
             continue  # (a run saved before checks named their basis says it in the reason)
         ratio, ms = float(check["ratio"]), float(check.get("current") or 0.0)
         if ratio > 1 + floor and m.id in nodeids:
-            out.append(Borderline(m.id, nodeids[m.id], m.spec.family, m.device_class, ratio, ms))
+            node = nodeids[m.id]
+            busy = m.values.get("gpu_busy")
+            out.append(
+                Borderline(
+                    m.id, node, m.spec.family, m.device_class, ratio, ms, busy, seconds.get(node)
+                )
+            )
     return out
+
+
+def _test_seconds(path: Path) -> dict[str, float]:
+    """Each test's wall seconds in the run, by node id (none where an older gpugauge saved it)."""
+    saved = (read_json(path).get("gpugauge") or {}).get("test_seconds") or {}
+    return {str(k): float(v) for k, v in saved.items()}  # load_run checked them
 
 
 def _nodeids(path: Path) -> dict[str, str]:
@@ -137,13 +168,19 @@ def by_reference(
 
 
 def in_order(groups: dict[str, list[Borderline]]) -> list[tuple[str, list[Borderline]]]:
-    """The A/Bs to run, most time lost first: references by their costliest case, then cases.
+    """The A/Bs to run: references by their first case, then cases, in :func:`first` order.
 
-    With a time budget, the costliest regressions are A/B'd before it runs out.
+    With a time budget, as many device-paced results as it allows are A/B'd before it runs out.
     """
-    ordered = [(ref, sorted(group, key=_costliest)) for ref, group in groups.items()]
-    return sorted(ordered, key=lambda g: _costliest(g[1][0]))
+    ordered = [(ref, sorted(group, key=first)) for ref, group in groups.items()]
+    return sorted(ordered, key=lambda g: first(g[1][0]))
 
 
-def _costliest(c: Borderline) -> tuple[float, float]:
-    return (-c.lost_ms, -c.ratio)
+def first(c: Borderline) -> tuple[int, float, float, float]:
+    """Sort key: device-paced results first, the cheapest test first.
+
+    A device-paced result whose cost was not saved comes after those whose cost was; the
+    other results follow; ties go to the most milliseconds lost, then the ratio.
+    """
+    cost = c.test_s if c.device_paced and c.test_s is not None else float("inf")
+    return (0 if c.device_paced else 1, cost, -c.lost_ms, -c.ratio)

@@ -94,6 +94,12 @@ def check_run(data: dict[str, Any], path: Path) -> None:
     run_id = own.get("history_run_id")
     ok = run_id is None or (isinstance(run_id, str) and bool(run_id.strip()))
     _need(ok, path, f"{where}.history_run_id", "a non-empty string", run_id)
+    seconds = own.get("test_seconds")
+    ok = seconds is None or (
+        isinstance(seconds, dict)
+        and all(_is_number(v) and math.isfinite(v) and v >= 0 for v in seconds.values())
+    )
+    _need(ok, path, f"{where}.test_seconds", "an object of seconds (numbers >= 0)", seconds)
     options = _optional_object(own, "options", path, f"{where}.options")
     profile = options.get("profile")
     _need(
