@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from gpugauge.ab.bisect import bisect, render_bisect
+from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.render import markdown, terminal
-from gpugauge.ab.result import BUDGET_SPENT, ABReport, Block, CaseAB, Pair, SideInfo
+from gpugauge.ab.result import BUDGET_SPENT, ABReport, CaseAB, SideInfo
 from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve
 from gpugauge.ab.verdict import Outcome, Schedule, decide, paired_ratio
 
@@ -392,6 +393,25 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     # "same" on a quiet host; a host-timed spin on a loaded one (other processes taking
     # its cores) can leave the CI too wide to say so, but never slower or faster
     assert case["outcome"] in ("same", "need more samples")
+    assert _leftovers(toy, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_small_slowdown_is_repeated_in_a_third_pair_of_processes(
+    toy: Path, tmp_path: Path
+) -> None:
+    _commit(toy, "\n    spin(0.048)", "1.6% more spin")  # under twice the 1% minimum effect
+    small = _ab(toy, "ab", "HEAD~1", "HEAD", out=tmp_path / "small")
+    (case,) = json.loads((tmp_path / "small" / "ab.json").read_text())["cases"]
+    assert case["paired_outcome"] == "slower", small.stdout + small.stderr
+    assert case["fresh"]["paired_outcome"] == "slower", small.stdout
+    third = case["fresh"]["fresh"]  # three pairs of processes, the third as the first
+    assert third["pairs"][0]["base_first"] is True
+    assert "(pair 3 of up to 3), as the first" in small.stdout
+    assert (tmp_path / "small" / "fresh-3" / "head.log").is_file()
+    if third["paired_outcome"] == "slower":
+        assert case["outcome"] == "slower"
+        assert small.returncode == 1
     assert _leftovers(toy, tmp_path) == []
 
 
@@ -1094,3 +1114,35 @@ def test_a_verdict_stands_only_where_the_repeat_in_fresh_processes_agrees() -> N
     merged = report.with_fresh(_report((undone.fresh,)))
     assert [c.outcome for c in merged.cases] == [Outcome.NEED_MORE, Outcome.SAME]
     assert merged.as_dict()["cases"][0]["fresh"]["outcome"] == "same"
+    assert merged.to_repeat == ()  # a verdict undone is not repeated again
+
+
+def test_a_small_effect_must_hold_in_a_third_pair_of_processes() -> None:
+    """An effect under twice the minimum could be two processes' own speeds (1.9% seen on
+    an H200 between processes of one commit): three pairs of processes must agree."""
+
+    def case(ratio: float) -> CaseAB:
+        return CaseAB("c", "t.py::c", _pairs(ratio))
+
+    big = case(1.03).chained(case(1.029))
+    assert big.outcome is Outcome.SLOWER
+    assert not big.needs_another  # 3%: two pairs of processes decide it
+    small = case(0.985).chained(case(0.986))  # as run 88's 0.1 ms linear A/A case
+    assert small.outcome is Outcome.FASTER
+    assert small.needs_another
+    assert _report((small, big)).to_repeat == ("t.py::c",)
+    held = small.chained(case(0.984))
+    assert held.outcome is Outcome.FASTER
+    assert held.verdict_text == "faster (again 0.986x and 0.984x in fresh processes)"
+    assert not held.needs_another  # three pairs of processes at most
+    undone = small.chained(case(1.0))
+    assert undone.outcome is Outcome.NEED_MORE
+    assert undone.verdict_text == (
+        "need more samples (faster at 0.985x, faster at 0.986x, same at 1.000x in fresh processes)"
+    )
+    assert undone.as_dict()["fresh"]["fresh"]["outcome"] == "same"
+    # the smallest effect of any pair counts: 3% then 1.5% is small
+    assert case(1.03).chained(case(1.015)).needs_another
+    # a wider minimum effect widens what is small
+    wide = replace(case(1.03), schedule=replace(Schedule(), min_effect=0.02))
+    assert wide.chained(replace(case(1.03), schedule=wide.schedule)).needs_another

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OUT = Path("reports") / "ab"
-FRESH = "fresh"  # under --out: the repeat in fresh processes (its logs, runs and ab.json)
+FRESH = "fresh"  # under --out: the repeats in fresh processes (fresh/, then fresh-3/)
 
 
 # a Unix time, s: 840 (a budget, not a time) or a time in ms would stop every test or none
@@ -92,7 +92,8 @@ def _shared(p: argparse.ArgumentParser) -> None:
         "--no-repeat",
         action="store_true",
         help="decide from one pair of processes (default: A/B a slower or faster case again "
-        "in a fresh pair, each build in the other's place; the verdict stands if both agree)",
+        "in a fresh pair, each build in the other's place, and an effect under twice "
+        "--min-effect in a third; the verdict stands if every pair agrees)",
     )
     p.add_argument("--base-python", default=None, help="the base side's Python (default: this)")
     p.add_argument("--head-python", default=None, help="the head side's Python (default: this)")
@@ -178,8 +179,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _shared(conf)
     _budget(
         conf,
-        "their results keep the class reference's verdict, said so (the largest ratios are "
-        "confirmed first)",
+        "their results keep the class reference's verdict, said so (device-paced results "
+        "first, the cheapest first)",
     )
     conf.set_defaults(func=confirm_command)
     bis.add_argument("good", metavar="GOOD", help="a git ref whose cases are not slower")

@@ -12,7 +12,7 @@ Within a time budget the device-paced results go first (a round of 1 ms or more,
 GPU-busy share of at least 80% where the case reads one): their ratio is the GPU's work,
 where a 0.04 ms ReLU's is as much its launch path's. Among them the cheapest A/B goes first,
 by the test's own seconds in the gated run, so that the budget confirms as many of them as
-it can: on an H200 one layer_fit split cost as much as nine VGG-16 steps (run 89). The rest
+it can: on an H200 one layer_fit split cost as much as nine VGG-16 steps (docs/ab.md). The rest
 follow, the most milliseconds lost per round first.
 """
 

@@ -1,9 +1,9 @@
 """What an A/B found: every block pair kept, the verdicts derived from them.
 
-A :class:`Pair` is one block of each side, timed back to back; a :class:`CaseAB` holds a
-test's pairs and its verdict (:mod:`gpugauge.ab.verdict`), derived, never stored as the
-truth; an :class:`ABReport` is the whole A/B with the two sides it compared. JSON is
-``as_dict``/``from_dict``; the terminal table and Markdown are :mod:`gpugauge.ab.render`'s.
+A :class:`CaseAB` holds a test's block pairs (:mod:`gpugauge.ab.pairs`) and its verdict
+(:mod:`gpugauge.ab.verdict`), derived, never stored as the truth; an :class:`ABReport` is
+the whole A/B with the two sides it compared. JSON is ``as_dict``; the terminal table and
+Markdown are :mod:`gpugauge.ab.render`'s.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from gpugauge.ab.pairs import Pair
 from gpugauge.ab.verdict import Outcome, PairedRatio, Schedule, decide, paired_ratio
 from gpugauge.judging.verdicts import Basis, MetricCheck, Verdict
 from gpugauge.results.files import atomic_write_text
@@ -33,6 +34,12 @@ PHASES = ("setup", "blocks", "after", "alone")
 
 # the outcomes a repeat in fresh processes must give again to stand
 DECIDED = (Outcome.SLOWER, Outcome.FASTER)
+# Pairs of processes a verdict must hold in: two, or three for an effect under
+# SMALL_EFFECT times the minimum effect. Two processes of one commit differed by up to
+# 1.9% on an H200 (a 0.1 ms linear step), the same way in every block pair, and by up to
+# 4% on a 2-core CPU, at random from one pair of processes to the next (docs/ab.md).
+PROCESS_PAIRS = 3
+SMALL_EFFECT = 2.0
 
 
 def other_side(name: str) -> str:
@@ -42,81 +49,6 @@ def other_side(name: str) -> str:
 
 AB_JSON = "ab.json"  # the A/B's record, in its --out folder
 AB_MD = "ab.md"  # its table, for a pull request or $GITHUB_STEP_SUMMARY
-
-
-@dataclass(frozen=True)
-class Block:
-    """One side's block: median round (ms), rounds timed, SM clock (MHz), power (W)."""
-
-    median_ms: float
-    rounds: int
-    sm_clock_mhz: float | None = None
-    power_w: float | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Block:
-        """From a worker's ``block_done`` message or :meth:`as_dict`."""
-        median = float(d["median_ms"])
-        if not math.isfinite(median) or median <= 0:
-            raise ValueError(f"a block's median must be a positive time, not {median!r}")
-        clock, power = d.get("sm_clock_mhz"), d.get("power_w")
-        return cls(
-            median,
-            int(d["rounds"]),
-            None if clock is None else float(clock),
-            None if power is None else float(power),
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return {
-            "median_ms": self.median_ms,
-            "rounds": self.rounds,
-            "sm_clock_mhz": self.sm_clock_mhz,
-            "power_w": self.power_w,
-        }
-
-
-@dataclass(frozen=True)
-class Pair:
-    """A block of base and one of head, back to back; ``base_first`` says in which order."""
-
-    base: Block
-    head: Block
-    base_first: bool
-    kept: bool = True  # False: measured again because the two clocks were too far apart
-
-    @property
-    def log_ratio(self) -> float:
-        """ln(head / base) of the two blocks' medians."""
-        return math.log(self.head.median_ms / self.base.median_ms)
-
-    @property
-    def clock_ratio(self) -> float | None:
-        """Head's SM clock / base's; None without both."""
-        if self.base.sm_clock_mhz and self.head.sm_clock_mhz:
-            return self.head.sm_clock_mhz / self.base.sm_clock_mhz
-        return None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return {
-            "base": self.base.as_dict(),
-            "head": self.head.as_dict(),
-            "base_first": self.base_first,
-            "kept": self.kept,
-            "log_ratio": self.log_ratio,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Pair:
-        """Read back :meth:`as_dict`."""
-        return cls(
-            Block.from_dict(d["base"]),
-            Block.from_dict(d["head"]),
-            bool(d["base_first"]),
-            bool(d.get("kept", True)),
-        )
 
 
 @dataclass(frozen=True)
@@ -143,8 +75,8 @@ class CaseAB:
     clocks_unstable: bool = False
     # the side that timed the test through gauge.measure where the other side did not
     timed_alone: str = ""
-    # the same test A/B'd again in a fresh pair of processes, each build in the other's place:
-    # a slower or faster verdict stands only where that repeat says the same
+    # the same test A/B'd again in a fresh pair of processes (and that one's own repeat, if
+    # any): a slower or faster verdict stands only where each repeat says the same
     fresh: CaseAB | None = field(default=None, compare=False)
 
     def exchanged(self) -> CaseAB:
@@ -197,7 +129,7 @@ class CaseAB:
     def outcome(self) -> Outcome | None:
         """slower, faster, same or need more samples; None where nothing was paired.
 
-        A slower (faster) case repeated in fresh processes stays so only if the repeat
+        A slower (faster) case repeated in fresh processes stays so only if every repeat
         says so too; else it needs more samples. Two processes of one commit can differ
         by 2% in a 0.1 ms case, the same way in every pair (where each put its memory, in
         what order they started): the pairs of one process pair cannot see it.
@@ -205,7 +137,43 @@ class CaseAB:
         first, again = self.paired_outcome, self.repeat
         if first not in DECIDED or again is None:
             return first
-        return first if again.paired_outcome is first else Outcome.NEED_MORE
+        return first if again.outcome is first else Outcome.NEED_MORE
+
+    @property
+    def repeats(self) -> tuple[CaseAB, ...]:
+        """The repeats in fresh processes that paired the test, in order."""
+        out: list[CaseAB] = []
+        again = self.repeat
+        while again is not None:
+            out.append(again)
+            again = again.repeat
+        return tuple(out)
+
+    @property
+    def needs_another(self) -> bool:
+        """Whether a fresh pair of processes should A/B the case again.
+
+        A slower (faster) verdict is repeated once, and a second time where the smallest
+        effect any pair of processes read is under :data:`SMALL_EFFECT` times the minimum
+        effect, up to :data:`PROCESS_PAIRS` pairs in all.
+        """
+        if self.paired_outcome not in DECIDED:
+            return False
+        chain = (self, *self.repeats)
+        if len(chain) == 1:
+            return True
+        if self.outcome not in DECIDED or len(chain) >= PROCESS_PAIRS:
+            return False
+        least = min(abs(math.log(c.ratio.ratio)) for c in chain if c.ratio is not None)
+        return least < math.log1p(SMALL_EFFECT * self.schedule.min_effect)
+
+    def chained(self, again: CaseAB | None) -> CaseAB:
+        """The case with ``again`` as the repeat after its last one (unchanged for None)."""
+        if again is None:
+            return self
+        if self.fresh is None:
+            return replace(self, fresh=again)
+        return replace(self, fresh=self.fresh.chained(again))
 
     @property
     def repeat(self) -> CaseAB | None:
@@ -217,15 +185,15 @@ class CaseAB:
     @property
     def fresh_note(self) -> str:
         """What the repeat in fresh processes said of a slower or faster case ('' else)."""
-        first, again = self.paired_outcome, self.repeat
+        first, chain = self.paired_outcome, self.repeats
         if first not in DECIDED:
             return ""
-        if again is None or again.ratio is None or self.ratio is None:
+        if not chain or self.ratio is None:
             return "not repeated in fresh processes"
-        there = f"{again.ratio.ratio:.3f}x in fresh processes"
         if self.outcome is first:
-            return f"again {there}"
-        return f"{first} at {self.ratio.ratio:.3f}x, {again.paired_outcome} at {there}"
+            return f"again {' and '.join(_x(c) for c in chain)} in fresh processes"
+        said = ", ".join(f"{c.paired_outcome} at {_x(c)}" for c in chain)
+        return f"{first} at {_x(self)}, {said} in fresh processes"
 
     @cached_property
     def paired_outcome(self) -> Outcome | None:
@@ -322,6 +290,11 @@ class CaseAB:
         }
 
 
+def _x(case: CaseAB) -> str:
+    """A case's ratio as its verdict notes write it: '1.029x'."""
+    return f"{case.ratio.ratio:.3f}x" if case.ratio is not None else "-"
+
+
 _VERDICTS = {
     Outcome.SLOWER: Verdict.REGRESSED,
     Outcome.FASTER: Verdict.IMPROVED,
@@ -393,15 +366,15 @@ class ABReport:
 
     @property
     def to_repeat(self) -> tuple[str, ...]:
-        """Node ids of the cases this pair of processes called slower or faster."""
-        return tuple(c.nodeid for c in self.cases if c.paired_outcome in DECIDED)
+        """Node ids of the cases a fresh pair of processes should A/B again."""
+        return tuple(c.nodeid for c in self.cases if c.needs_another)
 
     def with_fresh(self, fresh: ABReport) -> ABReport:
-        """The A/B with ``fresh``'s cases as the repeats of its own, by node id."""
+        """The A/B with ``fresh``'s cases as the latest repeats of its own, by node id."""
         again = {c.nodeid: c for c in fresh.cases}
         return replace(
             self,
-            cases=tuple(replace(c, fresh=again.get(c.nodeid)) for c in self.cases),
+            cases=tuple(c.chained(again.get(c.nodeid)) for c in self.cases),
             wall_s=self.wall_s + fresh.wall_s,
             problems=self.problems + fresh.problems,
         )

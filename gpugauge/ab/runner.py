@@ -36,14 +36,14 @@ from gpugauge.ab.launch import (
     start,
     stop,
 )
+from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import (
     BUDGET_SPENT,
     PHASES,
+    PROCESS_PAIRS,
     SKIPPED_FOR,
     ABReport,
-    Block,
     CaseAB,
-    Pair,
     other_side,
 )
 from gpugauge.ab.sides import Checkout
@@ -395,36 +395,46 @@ def run_sides(
     cwd: Path | None = None,
     again: Callable[[Sequence[str]], ABConfig] | None = None,
 ) -> ABReport:
-    """Run an A/B over two prepared checkouts (see :class:`Coordinator`), then its repeat.
+    """Run an A/B over two prepared checkouts (see :class:`Coordinator`), then its repeats.
 
-    With ``again`` (the configuration for a selection of node ids) and ``cfg.repeat``, the
-    cases called slower or faster are A/B'd again in a fresh pair of processes, each build
-    in the other's place, within what is left of the time budget: a verdict stands only where
-    both pairs of processes give it (:attr:`CaseAB.outcome`), as Pinpoint confirms a
-    difference and asv times each benchmark in several processes.
+    With ``again`` (the configuration for a selection of node ids; a third pair of processes
+    writes beside its folder, ``fresh-3`` by ``fresh``) and ``cfg.repeat``, the cases called
+    slower or faster are A/B'd again in a fresh pair of processes, each build in the other's
+    place, and a small effect a third time, each build in its first place again
+    (:attr:`CaseAB.needs_another`), within what is left of the time budget: a verdict stands
+    only where every pair of processes gives it (:attr:`CaseAB.outcome`), as Pinpoint
+    confirms a difference and asv times each benchmark in several processes.
     """
-    first = Coordinator(cfg, sides, note, cwd).run()
-    ids = first.to_repeat
-    if again is None or not cfg.repeat or not ids:
-        return first
-    left = None if cfg.budget_s is None else cfg.budget_s - first.wall_s
-    if left is not None and left <= 0:
+    report = Coordinator(cfg, sides, note, cwd).run()
+    exchanged = cfg.exchanged
+    for k in range(2, PROCESS_PAIRS + 1):
+        ids = report.to_repeat
+        if again is None or not cfg.repeat or not ids:
+            break
+        left = None if cfg.budget_s is None else cfg.budget_s - report.wall_s
+        if left is not None and left <= 0:
+            note(
+                f"  {plural(len(ids), 'case')} to repeat; the time budget is spent: "
+                "not repeated in fresh processes"
+            )
+            break
+        # each build in the other's place: whatever systematically tells the two places
+        # apart (start order, names, places in the lock-step) now favours the other build
+        exchanged = not exchanged
+        in_base_place = "head" if exchanged else "base"
+        starts = in_base_place if cfg.base_starts else other_side(in_base_place)
+        places = "each build in the other's place" if exchanged != cfg.exchanged else "as the first"
         note(
-            f"  {plural(len(ids), 'case')} read slower or faster; the time budget is spent: "
-            "not repeated in fresh processes"
+            f"  {plural(len(ids), 'case')} again in a fresh pair of processes (pair {k} of up "
+            f"to {PROCESS_PAIRS}), {places} ({starts}'s build started first)"
         )
-        return first
-    # each build in the other's place: whatever systematically tells the two places apart
-    # (start order, names, places in the lock-step) now favours the other build
-    starts = "head" if cfg.base_starts else "base"
-    note(
-        f"  {plural(len(ids), 'case')} read slower or faster: again in a fresh pair of "
-        f"processes, each build in the other's place ({starts}'s started first)"
-    )
-    fresh = Coordinator(
-        replace(again(ids), exchanged=not cfg.exchanged, budget_s=left), sides, note, cwd
-    ).run()
-    report = first.with_fresh(fresh)
+        fresh_cfg = again(ids)
+        if k > 2:
+            fresh_cfg = replace(fresh_cfg, out=fresh_cfg.out.with_name(f"{fresh_cfg.out.name}-{k}"))
+        fresh = Coordinator(
+            replace(fresh_cfg, exchanged=exchanged, budget_s=left), sides, note, cwd
+        ).run()
+        report = report.with_fresh(fresh)
     for c in report.cases:
         if c.fresh_note:
             note(f"  {c.id}: {c.verdict_text}")

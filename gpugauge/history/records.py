@@ -162,7 +162,7 @@ class ABRecord:
     """A same-GPU A/B that decided one result of a run: its time verdict and every pair.
 
     ``base_commit`` is the build it was compared against; ``ratio`` head/base with its
-    CI; ``pairs`` each pair's two blocks as :meth:`gpugauge.ab.result.Pair.as_dict` gives.
+    CI; ``pairs`` each pair's two blocks as :meth:`gpugauge.ab.pairs.Pair.as_dict` gives.
     """
 
     run_id: str

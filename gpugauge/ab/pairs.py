@@ -1,0 +1,87 @@
+"""What an A/B measures: one block of each side, timed back to back, as a pair.
+
+A :class:`Block` is one side's turn on the GPU (its median round, SM clock and power); a
+:class:`Pair` is one block of each side and the order they ran in, whose log-ratio is one
+sample of the verdict (:mod:`gpugauge.ab.result`). Raw, as the workers reported them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Block:
+    """One side's block: median round (ms), rounds timed, SM clock (MHz), power (W)."""
+
+    median_ms: float
+    rounds: int
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Block:
+        """From a worker's ``block_done`` message or :meth:`as_dict`."""
+        median = float(d["median_ms"])
+        if not math.isfinite(median) or median <= 0:
+            raise ValueError(f"a block's median must be a positive time, not {median!r}")
+        clock, power = d.get("sm_clock_mhz"), d.get("power_w")
+        return cls(
+            median,
+            int(d["rounds"]),
+            None if clock is None else float(clock),
+            None if power is None else float(power),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "median_ms": self.median_ms,
+            "rounds": self.rounds,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "power_w": self.power_w,
+        }
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A block of base and one of head, back to back; ``base_first`` says in which order."""
+
+    base: Block
+    head: Block
+    base_first: bool
+    kept: bool = True  # False: measured again because the two clocks were too far apart
+
+    @property
+    def log_ratio(self) -> float:
+        """ln(head / base) of the two blocks' medians."""
+        return math.log(self.head.median_ms / self.base.median_ms)
+
+    @property
+    def clock_ratio(self) -> float | None:
+        """Head's SM clock / base's; None without both."""
+        if self.base.sm_clock_mhz and self.head.sm_clock_mhz:
+            return self.head.sm_clock_mhz / self.base.sm_clock_mhz
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "base": self.base.as_dict(),
+            "head": self.head.as_dict(),
+            "base_first": self.base_first,
+            "kept": self.kept,
+            "log_ratio": self.log_ratio,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Pair:
+        """Read back :meth:`as_dict`."""
+        return cls(
+            Block.from_dict(d["base"]),
+            Block.from_dict(d["head"]),
+            bool(d["base_first"]),
+            bool(d.get("kept", True)),
+        )
