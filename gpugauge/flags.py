@@ -212,6 +212,15 @@ def add_options(group: Any) -> None:
         "(for nightly jobs, so that a missing baseline cannot pass as 'new')",
     )
     group.addoption(
+        "--gauge-confirm-new-host",
+        action="store_true",
+        default=False,
+        help="with --gauge-gate: a result whose time alone regressed against its class "
+        "reference, on a host the history knows too few runs of, does not fail its test: "
+        "`gpugauge confirm` A/Bs it on this GPU and fails if it is still regressed (a class "
+        "baseline cannot tell this host's speed from the code's)",
+    )
+    group.addoption(
         "--gauge-baselines-dir",
         type=path_option,
         default=None,

@@ -76,6 +76,7 @@ class Options:
     gate: bool = False
     update_baselines: bool = False
     require_baselines: bool = False
+    confirm_new_host: bool = False  # a new host's time regression left to `gpugauge confirm`
     record_kernels: bool = False
     skip_extras: bool = False  # a family skips the work beside the timed result
     first_nights: int = 0  # --gauge-first-nights N; 0: off (gpugauge.first_nights)
@@ -95,6 +96,7 @@ class Options:
             "gate": self.gate,
             "update_baselines": self.update_baselines,
             "require_baselines": self.require_baselines,
+            "confirm_new_host": self.confirm_new_host,
             "record_kernels": self.record_kernels,
             "skip_extras": self.skip_extras,
             "first_nights": self.first_nights,
@@ -161,6 +163,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         gate=get("gate"),
         update_baselines=get("update_baselines"),
         require_baselines=get("require_baselines"),
+        confirm_new_host=bool(get("confirm_new_host")),
         record_kernels=bool(get("record_kernels")),
         skip_extras=bool(get("skip_extras")),
         first_nights=get("first_nights") or 0,
@@ -208,6 +211,8 @@ def _check_folders(get: Callable[[str], Any]) -> None:
     """
     if get("require_baselines") and not get("gate"):
         raise ValueError("--gauge-require-baselines applies to --gauge-gate; add --gauge-gate")
+    if get("confirm_new_host") and not get("gate"):
+        raise ValueError("--gauge-confirm-new-host applies to --gauge-gate; add --gauge-gate")
     nights = get("first_nights")
     if nights and not get("gate"):
         raise ValueError(f"--gauge-first-nights {nights} applies to --gauge-gate; add --gauge-gate")

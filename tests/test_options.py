@@ -19,6 +19,7 @@ DEFAULTS = {
     "gate": False,
     "update_baselines": False,
     "require_baselines": False,
+    "confirm_new_host": False,
     "record_kernels": False,
     "skip_extras": False,
     "first_nights": None,
@@ -129,3 +130,10 @@ def test_record_kernels_sums_each_device_kernel_of_one_round(monkeypatch) -> Non
     assert top["share"] == 170.0 / 175.0
     assert resolve_with(record_kernels=True).record_kernels
     assert not resolve_with().record_kernels
+
+
+def test_confirm_new_host_needs_the_gate() -> None:
+    with pytest.raises(ValueError, match="--gauge-confirm-new-host applies to --gauge-gate"):
+        resolve_with(confirm_new_host=True)
+    assert resolve_with(gate=True, confirm_new_host=True).confirm_new_host
+    assert not resolve_with(gate=True).confirm_new_host  # off unless given

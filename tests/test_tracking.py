@@ -106,6 +106,21 @@ def test_a_regression_is_confirmed_before_the_test_fails(bench: pytest.Pytester)
 
 
 @pytest.mark.slow
+def test_a_new_host_s_class_regression_can_be_left_to_confirm(bench: pytest.Pytester) -> None:
+    _run(bench, "fast", "--gauge-update-baselines").assert_outcomes(passed=1)
+    later = ["--gauge-gate", "--gauge-confirm-new-host", "--benchmark-json", "run.json"]
+    r = _run(bench, "slow", *later)
+    r.assert_outcomes(passed=1)  # the history knows 1 of the 5 runs it needs of this host
+    r.stdout.fnmatch_lines(["*nap-cpu: regressed against its class on a new host: left to*"])
+    (bench_,) = json.loads((bench.path / "run.json").read_text())["benchmarks"]
+    assert bench_["extra_info"]["gate"]["verdict"] == "regressed"  # for confirm to decide
+    known = bench.path / "known.sqlite"
+    for _ in range(5):  # a host the history knows: its own reference, no A/B to defer to
+        _run(bench, "fast", "--gauge-gate", "--gauge-history", str(known)).assert_outcomes(passed=1)
+    _run(bench, "slow", *later, "--gauge-history", str(known)).assert_outcomes(failed=1)
+
+
+@pytest.mark.slow
 def test_no_confirm_fails_at_once(bench: pytest.Pytester) -> None:
     _run(bench, "fast", "--gauge-update-baselines").assert_outcomes(passed=1)
     r = _run(bench, "first", "--gauge-gate", "--gauge-no-confirm")

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpugauge.ab.bisect import bisect, render_bisect
+from gpugauge.ab.budget import add_budget, fold_deadline
+from gpugauge.ab.config import ABConfig
 from gpugauge.ab.render import terminal, write_report
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
-from gpugauge.ab.runner import ABConfig, ABError, run_sides
+from gpugauge.ab.runner import ABError, run_sides
 from gpugauge.ab.sides import WORKING_TREE, SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
 from gpugauge.check.cli import fraction
@@ -42,7 +44,6 @@ FRESH = "fresh"  # under --out: the repeats in fresh processes (fresh/, then fre
 
 
 # a Unix time, s: 840 (a budget, not a time) or a time in ms would stop every test or none
-_unix_time = number(float, 1e9, "a Unix time in seconds, as `date +%s` gives it", high=1e10)
 # a block's seconds of rounds, and a case's most block pairs (a paired test needs two)
 _seconds = number(float, 0, "a number of seconds > 0 (at most 60)", inclusive=False, high=60)
 _pairs = number(int, 2, "a whole number of pairs >= 2")
@@ -133,7 +134,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="git ref of the build under test (default: WORKTREE, the working tree)",
     )
     _shared(ab)
-    _budget(ab, "said so in the table")
+    add_budget(ab, "said so in the table")
     ab.set_defaults(func=ab_command)
     bis = sub.add_parser(
         "bisect",
@@ -177,7 +178,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(default: $GPUGAUGE_HISTORY, else .benchmarks/gpugauge-history.sqlite)",
     )
     _shared(conf)
-    _budget(
+    add_budget(
         conf,
         "their results keep the class reference's verdict, said so (device-paced results "
         "first, the cheapest first)",
@@ -192,7 +193,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:
     """Both sides' pytest arguments: -k, -m, the rest, and the node ids ``ids`` if given.
 
-    The profile goes to the sides by option dest (:class:`~gpugauge.ab.runner.ABConfig`), as
+    The profile goes to the sides by option dest (:class:`~gpugauge.ab.config.ABConfig`), as
     its option's name differs between older and newer commits.
     """
     out: list[str] = []
@@ -220,35 +221,9 @@ def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = N
         block_s=args.block_time,
         profile=args.profile,
         budget_s=getattr(args, "time_budget", None),
+        alone_s=getattr(args, "alone_s", None) or {},
         repeat=not args.no_repeat,
     )
-
-
-def _budget(p: argparse.ArgumentParser, what: str) -> None:
-    """Add ``--time-budget S`` (seconds); ``what`` says what becomes of the tests left."""
-    p.add_argument(
-        "--time-budget",
-        type=number(float, 0.0, "a number of seconds >= 0"),
-        default=None,
-        metavar="S",
-        help=f"start no test after S seconds: the tests left are skipped, {what}",
-    )
-    p.add_argument(
-        "--deadline",
-        type=_unix_time,
-        default=None,
-        metavar="T",
-        help="start no test after Unix time T, as --time-budget (the smaller one counts): "
-        "a CI job's own end, e.g. its start + 840 s for a 15-minute nightly",
-    )
-
-
-def fold_deadline(args: argparse.Namespace) -> None:
-    """``--deadline T`` becomes a time budget of what is left until T (the smaller counts)."""
-    if getattr(args, "deadline", None) is None:
-        return
-    left = max(0.0, args.deadline - time.time())
-    args.time_budget = left if args.time_budget is None else min(args.time_budget, left)
 
 
 def run_ab(
@@ -383,24 +358,31 @@ def confirm_command(args: argparse.Namespace) -> int:
         check_rewritable,
         copies,
         decided,
-        regressed,
+        still_regressed,
         write_verdicts,
     )
     from gpugauge.history.capture import injected
     from gpugauge.results.runs import load_run
 
+    def verdict(status: int) -> int:
+        """EXIT_FAILED where a result of the run is still regressed: the job's say."""
+        still = still_regressed(args.run)
+        if still:
+            print(f"gpugauge confirm: regressed after the A/Bs: {', '.join(still)}")
+        return EXIT_FAILED if still else status
+
     def body() -> int:
         cases = borderline(args.run, args.floor)
         if not cases:
             print(
-                f"gpugauge confirm: nothing to confirm in {args.run}: no passed result judged "
-                f"against a class reference reads above {1 + args.floor:.3f}x"
+                f"gpugauge confirm: nothing to confirm in {args.run}: no result judged against "
+                f"a class reference on a new host reads above {1 + args.floor:.3f}x"
             )
-            return EXIT_OK
+            return verdict(EXIT_OK)
         check_rewritable(args.run)
         history = _history_of(args)
         print(
-            f"gpugauge confirm: {plural(len(cases), 'borderline result')}: "
+            f"gpugauge confirm: {plural(len(cases), 'result')} to confirm: "
             + ", ".join(f"{c.id} {c.ratio:.3f}x ({c.lost_ms:.3g} ms lost)" for c in cases)
         )
         run = load_run(args.run)
@@ -408,11 +390,12 @@ def confirm_command(args: argparse.Namespace) -> int:
             args.profile = run.profile
         with_injection = {m.id for m in run.measurements if injected(m)}
         given = list(args.pytest_args)
+        args.alone_s = {c.nodeid: c.test_s for c in cases if c.test_s is not None}
         status = EXIT_OK
         fold_deadline(args)
         budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
-        for ref, ordered in in_order(groups):  # device-paced first, cheapest first
+        for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
             if budget is not None:  # what is left of it, for this reference's A/B
                 args.time_budget = budget - (time.monotonic() - t0)
                 if args.time_budget <= 0:  # an A/B that starts no test still costs its start
@@ -442,8 +425,8 @@ def confirm_command(args: argparse.Namespace) -> int:
                     f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
                     f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
                 )
-            if regressed(settled) or report.slower or report.problems:
+            if report.slower or report.problems:
                 status = EXIT_FAILED
-        return status
+        return verdict(status)
 
     return _guarded("confirm", body)

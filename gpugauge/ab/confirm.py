@@ -3,17 +3,19 @@
 A host the history knows too few runs of is judged against the class baseline, allowed
 the host-to-host spread on top of the baseline's own allowance: 6.5% on an H100 whose
 history is empty, so a 3% slowdown passes. Such a result is *borderline* when its time
-ratio lies above ``1 + floor`` yet passed. ``confirm`` A/Bs every borderline case of a
-saved gated run on this GPU, the reference build being the commit that accepted the class
-baseline (the last commit that wrote ``baselines/<class>/<family>.json``), and the verdict
-of that A/B is the one that counts: a case it finds slower fails the job.
+ratio lies above ``1 + floor`` yet passed; one whose time alone *regressed* that way may be
+this host's speed, not the code's (a host-paced step). ``confirm`` A/Bs each on this GPU,
+the reference build being the commit that accepted the class baseline (the last commit
+that wrote ``baselines/<class>/<family>.json``), and the verdict of that A/B is the one
+that counts: a case it finds slower fails the job, and a regression it clears passes.
 
-Within a time budget the device-paced results go first (a round of 1 ms or more, and a
-GPU-busy share of at least 80% where the case reads one): their ratio is the GPU's work,
-where a 0.04 ms ReLU's is as much its launch path's. Among them the cheapest A/B goes first,
-by the test's own seconds in the gated run, so that the budget confirms as many of them as
-it can: on an H200 one layer_fit split cost as much as nine VGG-16 steps (docs/ab.md). The rest
-follow, the most milliseconds lost per round first.
+Within a time budget the regressed results go first (the job's status hangs on them),
+then the device-paced ones (a round of 1 ms or more, and a GPU-busy share of at least 80%
+where the case reads one): their ratio is the GPU's work, where a 0.04 ms ReLU's is as much
+its launch path's. Within each, the cheapest A/B goes first, by the test's own seconds in
+the gated run, so that the budget confirms as many as it can: on an H200 one layer_fit
+split cost as much as nine VGG-16 steps (docs/ab.md). The rest follow, the most
+milliseconds lost per round first.
 """
 
 from __future__ import annotations
@@ -21,17 +23,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import MIN_EFFECT
 from gpugauge.history.reference import HOST_REASON
-from gpugauge.judging.verdicts import Basis
+from gpugauge.judging.judge import host_or_code
+from gpugauge.judging.verdicts import Basis, GateResult, Verdict
 from gpugauge.results.files import read_json
 from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
 
-_CLOSER = (Basis.SAME_GPU_AB.value, Basis.HOST_HISTORY.value)  # more sensitive than a class
+_CLOSER = (Basis.SAME_GPU_AB, Basis.HOST_HISTORY)  # more sensitive than a class
 # A round this long is the GPU's work: a launch's ~10 us is under 1% of it.
 DEVICE_PACED_MS = 1.0
 
@@ -53,6 +55,7 @@ class Borderline:
     ms: float = 0.0
     busy: float | None = None
     test_s: float | None = None
+    regressed: bool = False  # against its class on a new host: fails unless an A/B clears it
 
     @property
     def lost_ms(self) -> float:
@@ -66,37 +69,46 @@ class Borderline:
         return self.ms >= DEVICE_PACED_MS and busy_ok
 
 
-def _time_check(verdict: dict[str, Any]) -> dict[str, Any] | None:
-    checks = verdict.get("checks") if isinstance(verdict, dict) else None
-    return next((c for c in checks or () if c.get("metric") == "time"), None)
-
-
 def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
-    """The results of a gated run that passed against a class reference above ``1 + floor``.
+    """The results of a gated run a same-GPU A/B should decide.
 
-    A result judged by its own host's history or decided by an A/B already is left out
-    (those references see a small step: a second ``confirm`` of a run A/Bs nothing again);
-    so is one that regressed (it fails already) or has no time check.
+    Each passed against a class reference above ``1 + floor``, or regressed against one on
+    a new host in its time alone (:func:`~gpugauge.judging.judge.host_or_code`: the class
+    cannot tell this host's speed from the code's). A result judged by its own host's
+    history or decided by an A/B already is left out (those references see a small step: a
+    second ``confirm`` of a run A/Bs nothing again); so is one that regressed otherwise (it
+    fails, whatever an A/B says) or has no time check.
     """
     run = load_run(path)
     nodeids = _nodeids(path)
     seconds = _test_seconds(path)
     out = []
     for m in run.measurements:
-        verdict = run.verdicts.get(m.id)
-        check = _time_check(verdict) if verdict else None
-        if check is None or check.get("verdict") == "regressed":
+        raw = run.verdicts.get(m.id)
+        result = None if raw is None else GateResult.from_dict(raw, m.spec.family, m.device_class)
+        check = None if result is None else result.check("time")
+        if result is None or check is None:
             continue
-        reason = str((verdict.get("references") or {}).get("time", ""))
-        if check.get("basis") in _CLOSER or reason.startswith(HOST_REASON):
+        regressed = result.verdict is Verdict.REGRESSED
+        reason = str(result.references.get("time", ""))
+        if regressed and not host_or_code(result):
+            continue
+        if check.basis in _CLOSER or reason.startswith(HOST_REASON):
             continue  # (a run saved before checks named their basis says it in the reason)
-        ratio, ms = float(check["ratio"]), float(check.get("current") or 0.0)
-        if ratio > 1 + floor and m.id in nodeids:
+        if check.ratio > 1 + floor and m.id in nodeids:
             node = nodeids[m.id]
             busy = m.values.get("gpu_busy")
             out.append(
                 Borderline(
-                    m.id, node, m.spec.family, m.device_class, ratio, ms, busy, seconds.get(node)
+                    m.id,
+                    node,
+                    m.spec.family,
+                    m.device_class,
+                    check.ratio,
+                    check.current,
+                    busy,
+                    seconds.get(node),
+                    regressed,
                 )
             )
     return out
@@ -177,10 +189,12 @@ def in_order(groups: dict[str, list[Borderline]]) -> list[tuple[str, list[Border
 
 
 def first(c: Borderline) -> tuple[int, float, float, float]:
-    """Sort key: device-paced results first, the cheapest test first.
+    """Sort key: regressed results, then device-paced ones, each the cheapest test first.
 
-    A device-paced result whose cost was not saved comes after those whose cost was; the
-    other results follow; ties go to the most milliseconds lost, then the ratio.
+    A regressed result fails the job unless its A/B clears it; a result whose cost was not
+    saved comes after those whose cost was; the other results follow; ties go to the most
+    milliseconds lost, then the ratio.
     """
-    cost = c.test_s if c.device_paced and c.test_s is not None else float("inf")
-    return (0 if c.device_paced else 1, cost, -c.lost_ms, -c.ratio)
+    tier = 0 if c.regressed else 1 if c.device_paced else 2
+    cost = c.test_s if tier < 2 and c.test_s is not None else float("inf")
+    return (tier, cost, -c.lost_ms, -c.ratio)

@@ -25,6 +25,8 @@ NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
 # both sides' skip reason for the tests left when the A/B's time budget is spent
 BUDGET_SPENT = "gpugauge ab: its time budget was spent before this test"
+# ... or would be before this test ended, by what the test is expected to cost
+BUDGET_SHORT = "gpugauge ab: its time budget would run out before this test ended"
 
 AB_SCHEMA = 2  # 2: a case's "outcome" counts its repeat in fresh processes ("fresh")
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the

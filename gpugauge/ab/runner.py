@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpugauge.ab.config import ABConfig
 from gpugauge.ab.launch import (
     SIDE_SETTINGS,
     ABError,
@@ -38,6 +39,7 @@ from gpugauge.ab.launch import (
 )
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import (
+    BUDGET_SHORT,
     BUDGET_SPENT,
     PHASES,
     PROCESS_PAIRS,
@@ -47,46 +49,7 @@ from gpugauge.ab.result import (
     other_side,
 )
 from gpugauge.ab.sides import Checkout
-from gpugauge.ab.verdict import Schedule
 from gpugauge.phrasing import plural
-
-# SM clocks of a pair's two blocks this far apart (relative) are measured again: as far as
-# ``gpugauge check timer`` lets clocks explain a difference (CLOCKS_APART_AT_MOST)
-CLOCKS_APART = 0.05
-MAX_REMEASURE = 3
-
-
-@dataclass(frozen=True)
-class ABConfig:
-    """What to compare, and how hard.
-
-    ``pytest_args`` select the cases for both sides (``-k``, ``-m``, paths, ``--profile``);
-    ``side_args`` adds arguments to one side only (by side name). ``block_s`` is a block's
-    timed seconds, ``rewarm_s`` the warm-up of every block after a call's first.
-    """
-
-    pytest_args: tuple[str, ...]
-    out: Path
-    side_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    schedule: Schedule = field(default_factory=Schedule)
-    block_s: float = 0.25
-    rewarm_s: float = 0.1
-    min_rounds: int = 3
-    clocks_apart: float = CLOCKS_APART
-    max_remeasure: int = MAX_REMEASURE
-    profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
-    budget_s: float | None = None  # start no test after this many seconds; None: no limit
-    # the process in base's place starts first, and its block goes first in a test's first
-    # pair
-    base_starts: bool = True
-    # each build runs in the other's place: head's in the process the coordinator and the
-    # worker call base, and back (a repeat's counterbalance); cases read head over base
-    exchanged: bool = False
-    repeat: bool = True  # slower and faster cases again in a fresh pair of processes
-
-    def __post_init__(self) -> None:
-        if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:
-            raise ValueError(f"block_s > 0, rewarm_s >= 0 and min_rounds >= 1: {self}")
 
 
 class _Failed(Exception):
@@ -249,13 +212,25 @@ class Coordinator:
             return head
         return base if mb["op"] == "test" else head  # both have it, in another order
 
-    def _spent(self) -> bool:
-        """Whether the time budget is spent: no more tests start."""
-        return self._deadline is not None and time.monotonic() > self._deadline
+    def _spent(self, nodeid: str = "") -> str:
+        """Why ``nodeid`` may not start ('' where it may): the budget spent, or too short.
+
+        A test with an expected cost starts only where it would end within the budget.
+        """
+        if self._deadline is None:
+            return ""
+        now = time.monotonic()
+        if now > self._deadline:
+            return BUDGET_SPENT
+        expected = self.cfg.expected_s(nodeid)
+        if now + expected > self._deadline:
+            return f"{BUDGET_SHORT} (about {expected:.0f} s; {self._deadline - now:.0f} s left)"
+        return ""
 
     def _alone(self, side: Side) -> str:
         """Run one test of one side with the GPU to itself, every timing call as usual."""
-        side.send({"op": "skip", "reason": BUDGET_SPENT} if self._spent() else {"op": "go"})
+        spent = self._spent()
+        side.send({"op": "skip", "reason": spent} if spent else {"op": "go"})
         while (m := side.expect("measure", "done"))["op"] == "measure":
             side.send({"op": "solo"})
         return str(m.get("outcome", "?"))
@@ -265,12 +240,12 @@ class Coordinator:
         self._flip = not self._flip
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
-        spent = self._spent()
+        spent = self._spent(nodeid)
         for s in (first, second):
             t0 = time.monotonic()
             ran = said.get(first.name, {})
             if spent:
-                s.send({"op": "skip", "reason": BUDGET_SPENT})
+                s.send({"op": "skip", "reason": spent})
             elif s is second and ran.get("op") == "done" and ran.get("outcome") == "passed":
                 # the first side's whole test made no timing call to pair (a memory search,
                 # a count): its second run would only cost time
@@ -441,4 +416,4 @@ def run_sides(
     return report
 
 
-__all__: Sequence[str] = ("ABConfig", "ABError", "Coordinator", "run_sides")
+__all__: Sequence[str] = ("ABError", "Coordinator", "run_sides")

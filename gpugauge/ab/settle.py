@@ -19,7 +19,7 @@ from typing import Any
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.history.records import ABRecord
 from gpugauge.judging.judge import overruled
-from gpugauge.judging.verdicts import GateResult, Verdict
+from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
 from gpugauge.report.tables import gate_table, uncertain_ids, unsampled_ids
 from gpugauge.results.files import FileError, atomic_write_json, read_json, writable_problem
 from gpugauge.results.runs import SavedRun, load_run
@@ -69,11 +69,34 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
         if case is None or case.check is None or m.id not in saved.verdicts:
             continue
         before = GateResult.from_dict(saved.verdicts[m.id], m.spec.family, m.device_class)
+        if not clears(before, case.check):
+            continue
         note = f"decided by a same-GPU A/B against {base_commit[:10]}"
         out.append(Settled(overruled(before, case.check, note), case, base_commit))
     if out and write:
         write_verdicts(run, out)
     return out
+
+
+def clears(before: GateResult, check: MetricCheck) -> bool:
+    """Whether an A/B's time ``check`` may decide a result whose class verdict was ``before``.
+
+    Always, but for a class regression that the A/B could not decide: its "need more
+    samples" clears it only where its CI rules out the slowdown the class flagged (its upper
+    end under the class's allowance); else the regression stands.
+    """
+    old = before.check("time")
+    if before.verdict is not Verdict.REGRESSED or old is None:
+        return True
+    if check.verdict is not Verdict.INCONCLUSIVE:
+        return True
+    return check.ci_high < 1 + old.tolerance
+
+
+def still_regressed(run: Path) -> list[str]:
+    """The ids of ``run``'s results whose stored verdict is regressed (after any A/B)."""
+    saved = load_run(run)
+    return [i for i, v in saved.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
 
 
 def write_verdicts(path: Path, settled: Sequence[Settled]) -> None:
@@ -192,8 +215,3 @@ def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
                 note=s.result.note,
             )
     return len(settled)
-
-
-def regressed(settled: Sequence[Settled]) -> list[Settled]:
-    """The results an A/B found slower: what fails the job."""
-    return [s for s in settled if s.result.verdict is Verdict.REGRESSED]

@@ -52,6 +52,7 @@ DEFAULT_POLICY = ReferencePolicy()
 # a committed class baseline as a reference: (median, allowed change[, hosts of its runs])
 BaselineRef = tuple[float, float] | tuple[float, float, int | None]
 HOST_REASON = "host history"  # how a host reference's reason begins (a verdict's references)
+NEW_HOST_REASON = "new host"  # how a class reference's reason begins on a host too new for one
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ def class_reference(
         spread = policy.default_host_spread
         said = f"{spread:.1%} (default: {len(levels)} other host{'s' * (len(levels) != 1)})"
     have = len(accepted_of(points, host))
-    new = f"new host ({have} of {policy.runs} runs)"
+    new = f"{NEW_HOST_REASON} ({have} of {policy.runs} runs)"
     if baseline is not None:
         median, allowed = baseline[0], baseline[1]
         return Reference(

@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck
+from gpugauge.history.reference import NEW_HOST_REASON
+from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict
 from gpugauge.regress.baselines import entry_of
 from gpugauge.regress.gate import Gate
 from gpugauge.results.measurement import Measurement
@@ -60,6 +61,23 @@ def merged(primary: GateResult, fallback: GateResult) -> GateResult:
     checks = tuple(sorted(checks, key=lambda c: order.index(c.metric)))
     notes = dict.fromkeys(n for n in (primary.note, fallback.note) if n)
     return replace(primary, checks=checks, note="; ".join(notes))
+
+
+def host_or_code(result: GateResult) -> bool:
+    """Whether ``result`` regressed where only a same-GPU A/B can tell the host from the code.
+
+    Only its time regressed, against a class reference, on a host the history knows too
+    few runs of: the allowance is the baseline's plus a guess at the host-to-host spread,
+    and a host-paced step can differ from host to host by far more (ResNet-18's eager step
+    read 7.9-11.7 ms over five H100 hosts). ``gpugauge confirm`` A/Bs such a result.
+    """
+    worse = [c for c in result.checks if c.verdict is Verdict.REGRESSED]
+    if not worse or any(c.metric != "time" for c in worse):
+        return False
+    (time,) = worse
+    reason = str(result.references.get("time", ""))
+    by_class = time.basis in (Basis.CLASS_BASELINE, Basis.CLASS_HISTORY)
+    return by_class and reason.startswith(NEW_HOST_REASON)
 
 
 def overruled(result: GateResult, check: MetricCheck, note: str = "") -> GateResult:
