@@ -22,7 +22,7 @@ import pytest
 
 from gpugauge.adapter import fill_benchmark_fixture, plain_params, stored_options
 from gpugauge.family_entries import family_names
-from gpugauge.judging.judge import Judge, host_or_code
+from gpugauge.judging.judge import Judge, regressed_on_new_host
 from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
@@ -369,7 +369,7 @@ class Gauge:
         if result is None:
             return
         later = self.options.confirm_new_host and result.verdict is Verdict.REGRESSED
-        if later and host_or_code(result):
+        if later and regressed_on_new_host(result):
             self.session.note(
                 f"{result.id}: regressed against its class on a new host: left to "
                 "`gpugauge confirm`, which A/Bs it on this GPU (--gauge-confirm-new-host)"

@@ -976,8 +976,8 @@ def test_a_class_regression_on_a_new_host_is_confirmed_and_an_a_b_may_clear_it(
     assert "was time 1.510x" in load_run(same).verdicts[case_id]["note"]
 
 
-def test_host_or_code_is_a_new_host_s_time_regression_against_its_class() -> None:
-    from gpugauge.judging.judge import host_or_code
+def test_a_new_host_s_time_regression_against_its_class_is_left_to_an_a_b() -> None:
+    from gpugauge.judging.judge import regressed_on_new_host
     from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict
 
     def check(metric: str, verdict: Verdict, basis: Basis = Basis.CLASS_BASELINE) -> MetricCheck:
@@ -985,15 +985,17 @@ def test_host_or_code_is_a_new_host_s_time_regression_against_its_class() -> Non
 
     new = {"time": "new host (0 of 5 runs): class baseline, host spread 5.0%"}
     slow = check("time", Verdict.REGRESSED)
-    assert host_or_code(GateResult("c", "f", "gpu", (slow,), references=new))
+    assert regressed_on_new_host(GateResult("c", "f", "gpu", (slow,), references=new))
     heavier = check("memory", Verdict.REGRESSED)  # an allocator peak is no host's speed
-    assert not host_or_code(GateResult("c", "f", "gpu", (slow, heavier), references=new))
+    assert not regressed_on_new_host(GateResult("c", "f", "gpu", (slow, heavier), references=new))
     known = {"time": "host history: last 5 runs, spread 0.3%"}
     by_host = check("time", Verdict.REGRESSED, Basis.HOST_HISTORY)
-    assert not host_or_code(GateResult("c", "f", "gpu", (by_host,), references=known))
-    assert not host_or_code(GateResult("c", "f", "gpu", (slow,)))  # no history: no new host
+    assert not regressed_on_new_host(GateResult("c", "f", "gpu", (by_host,), references=known))
+    assert not regressed_on_new_host(
+        GateResult("c", "f", "gpu", (slow,))
+    )  # no history: no new host
     fine = check("time", Verdict.UNCHANGED)
-    assert not host_or_code(GateResult("c", "f", "gpu", (fine,), references=new))
+    assert not regressed_on_new_host(GateResult("c", "f", "gpu", (fine,), references=new))
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from pathlib import Path
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import MIN_EFFECT
 from gpugauge.history.reference import HOST_REASON
-from gpugauge.judging.judge import host_or_code
+from gpugauge.judging.judge import regressed_on_new_host
 from gpugauge.judging.verdicts import Basis, GateResult, Verdict
 from gpugauge.results.files import read_json
 from gpugauge.results.metrics import HOST_BOUND_BELOW
@@ -73,11 +73,11 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     """The results of a gated run a same-GPU A/B should decide.
 
     Each passed against a class reference above ``1 + floor``, or regressed against one on
-    a new host in its time alone (:func:`~gpugauge.judging.judge.host_or_code`: the class
-    cannot tell this host's speed from the code's). A result judged by its own host's
-    history or decided by an A/B already is left out (those references see a small step: a
-    second ``confirm`` of a run A/Bs nothing again); so is one that regressed otherwise (it
-    fails, whatever an A/B says) or has no time check.
+    a new host in its time alone (:func:`~gpugauge.judging.judge.regressed_on_new_host`:
+    the class cannot tell this host's speed from the code's). A result judged by its own
+    host's history or decided by an A/B already is left out (those references see a small
+    step: a second ``confirm`` of a run A/Bs nothing again); so is one that regressed
+    otherwise (it fails, whatever an A/B says) or has no time check.
     """
     run = load_run(path)
     nodeids = _nodeids(path)
@@ -91,7 +91,7 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
             continue
         regressed = result.verdict is Verdict.REGRESSED
         reason = str(result.references.get("time", ""))
-        if regressed and not host_or_code(result):
+        if regressed and not regressed_on_new_host(result):
             continue
         if check.basis in _CLOSER or reason.startswith(HOST_REASON):
             continue  # (a run saved before checks named their basis says it in the reason)

@@ -63,7 +63,7 @@ def merged(primary: GateResult, fallback: GateResult) -> GateResult:
     return replace(primary, checks=checks, note="; ".join(notes))
 
 
-def host_or_code(result: GateResult) -> bool:
+def regressed_on_new_host(result: GateResult) -> bool:
     """Whether ``result`` regressed where only a same-GPU A/B can tell the host from the code.
 
     Only its time regressed, against a class reference, on a host the history knows too
