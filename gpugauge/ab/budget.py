@@ -11,6 +11,7 @@ import time
 
 from gpugauge.flags import number
 
+# a Unix time, s: 870 (a budget, not a time) or a time in ms would stop every test or none
 _unix_time = number(float, 1e9, "a Unix time in seconds, as `date +%s` gives it", high=1e10)
 
 
@@ -28,8 +29,10 @@ def add_budget(p: argparse.ArgumentParser, what: str) -> None:
         type=_unix_time,
         default=None,
         metavar="T",
-        help="start no test after Unix time T, as --time-budget (the smaller one counts): "
-        "a CI job's own end, e.g. its start + 840 s for a 15-minute nightly",
+        help="start no test after Unix time T, as --time-budget (the smaller one counts), "
+        "nor one expected to end after it where its cost is known (confirm: twice its "
+        "seconds in the gated run): a CI job's own end, e.g. its start + 870 s for a "
+        "15-minute nightly whose report takes the rest",
     )
 
 

@@ -43,7 +43,6 @@ DEFAULT_OUT = Path("reports") / "ab"
 FRESH = "fresh"  # under --out: the repeats in fresh processes (fresh/, then fresh-3/)
 
 
-# a Unix time, s: 840 (a budget, not a time) or a time in ms would stop every test or none
 # a block's seconds of rounds, and a case's most block pairs (a paired test needs two)
 _seconds = number(float, 0, "a number of seconds > 0 (at most 60)", inclusive=False, high=60)
 _pairs = number(int, 2, "a whole number of pairs >= 2")
