@@ -213,6 +213,11 @@ def _check_folders(get: Callable[[str], Any]) -> None:
         raise ValueError("--gauge-require-baselines applies to --gauge-gate; add --gauge-gate")
     if get("confirm_new_host") and not get("gate"):
         raise ValueError("--gauge-confirm-new-host applies to --gauge-gate; add --gauge-gate")
+    if get("confirm_new_host") and get("update_baselines"):
+        raise ValueError(
+            "--gauge-confirm-new-host lets a regressed result pass its test: it cannot write "
+            "baselines (--gauge-update-baselines)"
+        )
     nights = get("first_nights")
     if nights and not get("gate"):
         raise ValueError(f"--gauge-first-nights {nights} applies to --gauge-gate; add --gauge-gate")

@@ -863,6 +863,12 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     assert borderline(_with_verdict(run, 1.005, "unchanged", cls)) == []  # under the floor
     # a new host's class regression too: an A/B may find it is the host's speed
     assert [c.regressed for c in borderline(_with_verdict(run, 1.09, "regressed", cls))] == [True]
+    # judged by other hosts' history, no committed baseline: no commit to A/B against
+    other = _with_verdict(run, 1.03, "unchanged", "new host (0 of 5 runs): class history")
+    data = json.loads(other.read_text())
+    data["benchmarks"][0]["extra_info"]["gate"]["checks"][0]["basis"] = "class history"
+    other.write_text(json.dumps(data))
+    assert borderline(other) == []
     host = "host history: last 5 runs, spread 0.3%"
     assert borderline(_with_verdict(run, 1.03, "unchanged", host)) == []  # the host knows
     assert borderline(run) == []  # not gated
@@ -884,6 +890,11 @@ def test_confirm_a_b_s_device_paced_results_first_the_cheapest_first() -> None:
     other = case("linear", 1.2, 0.1)  # another family's reference commit
     order = in_order({"ref1": [relu, split, eager, vgg, unknown, conv], "ref2": [other]})
     assert order == [("ref1", [conv, vgg, split, unknown, eager, relu]), ("ref2", [other])]
+    # another reference's regressed result before this one's device-paced: A/Bs per tier
+    failing = replace(other, id="failing", regressed=True)
+    order = in_order({"ref1": [relu, conv], "ref2": [other, failing]})
+    assert order == [("ref2", [failing]), ("ref1", [conv, relu]), ("ref2", [other])]
+    assert in_order({"r": [relu, failing, conv]}) == [("r", [failing, conv, relu])]
     assert [c.device_paced for c in (conv, eager, relu)] == [True, False, False]
     assert vgg.lost_ms == pytest.approx(92.0 * 0.03 / 1.03)
     # a run saved without seconds: the device-paced ones by the most time lost
@@ -1066,7 +1077,7 @@ def test_confirm_keeps_no_ab_of_a_result_with_injected_work(
 ) -> None:
     # run 89's injected night: such results never join the history, so their A/Bs have no
     # row to go with; confirm said "not kept: run ... holds no result", as if it had failed
-    from gpugauge.ab.cli import _keep
+    from gpugauge.ab.confirm_command import _keep
     from gpugauge.ab.settle import decided
     from gpugauge.history.store import History
     from gpugauge.results.runs import load_run
@@ -1239,6 +1250,75 @@ def test_a_verdict_stands_only_where_the_repeat_in_fresh_processes_agrees() -> N
     assert [c.outcome for c in merged.cases] == [Outcome.NEED_MORE, Outcome.SAME]
     assert merged.as_dict()["cases"][0]["fresh"]["outcome"] == "same"
     assert merged.to_repeat == ()  # a verdict undone is not repeated again
+
+
+def test_a_repeat_that_paired_nothing_ends_the_chain() -> None:
+    """A budget spent (or a side failed) before the second pair of processes paired the
+    case: no third pair, and the first verdict reads 'not repeated'."""
+    first = CaseAB("c", "t.py::c", _pairs(0.985))
+    unpaired = first.chained(CaseAB("c", "t.py::c", status={"base": BUDGET_SPENT}))
+    assert unpaired.outcome is Outcome.FASTER
+    assert not unpaired.needs_another
+    assert unpaired.verdict_text == "faster (not repeated in fresh processes)"
+    assert len(unpaired.attempts) == 1
+
+
+def test_a_class_regression_stands_unless_every_pair_of_processes_rules_it_out() -> None:
+    from gpugauge.ab.settle import clears
+    from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict
+
+    slow = MetricCheck("time", 1.0, 1.51, 1.51, 1.48, 1.53, 0.065, Verdict.REGRESSED)
+    before = GateResult("c", "f", "gpu", (slow,))
+    faster = CaseAB("c", "t.py::c", _pairs(0.985))
+    assert not clears(before, faster)  # one pair of processes' "faster": its own speed?
+    assert clears(before, faster.chained(CaseAB("c", "t.py::c", _pairs(0.986))))
+    wide = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * (1.0 + (-1) ** i * 0.004), 10), True) for i in range(6)
+    )
+    undecided = CaseAB("c", "t.py::c", wide)
+    assert undecided.outcome is Outcome.NEED_MORE
+    assert clears(before, undecided)  # its CI rules out 6.5%
+    # a repeat whose CI reaches 6.5%: the first pair's narrow CI no longer clears it
+    spread = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * (1.05 + (-1) ** i * 0.05), 10), True) for i in range(6)
+    )
+    against = undecided.chained(CaseAB("c", "t.py::c", spread))
+    assert against.ci_high is not None
+    assert against.ci_high > 1.065
+    assert not clears(before, against)
+    # run 88's false "faster", then that: undecided, and not cleared by the first pair's CI
+    undone = faster.chained(CaseAB("c", "t.py::c", spread))
+    assert undone.outcome is Outcome.NEED_MORE
+    assert not clears(before, undone)
+    passed = GateResult("c", "f", "gpu", (replace(slow, verdict=Verdict.UNCHANGED),))
+    assert clears(passed, faster)  # a passed result: the A/B decides it, whatever it says
+    assert Basis.SAME_GPU_AB.value == "same-GPU A/B"
+
+
+def test_a_repeat_selects_its_node_ids_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from gpugauge.ab.command import selection
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "benches").mkdir()
+    (tmp_path / "benches" / "test_x.py").write_text("")
+    (tmp_path / "baselines").mkdir()
+    given = ["benches/test_x.py", "--gauge-baselines-dir", "baselines", "-p", "no:x"]
+    args = argparse.Namespace(select="vgg", markers=None, pytest_args=given, benches="benches")
+    assert selection(args) == ("-k", "vgg", *given)
+    ids = ["benches/test_x.py::test_a[c]"]
+    assert selection(args, ids) == (
+        "-k",
+        "vgg",
+        "--gauge-baselines-dir",
+        "baselines",
+        "-p",
+        "no:x",
+        *ids,
+    )
 
 
 def test_a_small_effect_must_hold_in_a_third_pair_of_processes() -> None:

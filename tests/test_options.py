@@ -137,3 +137,5 @@ def test_confirm_new_host_needs_the_gate() -> None:
         resolve_with(confirm_new_host=True)
     assert resolve_with(gate=True, confirm_new_host=True).confirm_new_host
     assert not resolve_with(gate=True).confirm_new_host  # off unless given
+    with pytest.raises(ValueError, match="cannot write baselines"):
+        resolve_with(gate=True, confirm_new_host=True, update_baselines=True)

@@ -52,7 +52,7 @@ class ABConfig:
         """What an A/B of ``nodeid`` is expected to cost, s (0 where its run is unknown).
 
         Each side runs the test (its extras skipped), then the first look's pairs of
-        blocks. A rough guard: 32 A/Bs of a nightly on an H200 cost 0.24-1.8 times it, less
+        blocks. A rough guard: 31 A/Bs of a nightly on an H200 cost 0.24-1.8 times it, less
         where the gated run did extras (docs/ab.md).
         """
         alone = self.alone_s.get(nodeid)

@@ -95,6 +95,8 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
             continue
         if check.basis in _CLOSER or reason.startswith(HOST_REASON):
             continue  # (a run saved before checks named their basis says it in the reason)
+        if check.basis is Basis.CLASS_HISTORY:
+            continue  # no committed baseline: no commit to A/B against
         if check.ratio > 1 + floor and m.id in nodeids:
             node = nodeids[m.id]
             busy = m.values.get("gpu_busy")
@@ -180,12 +182,25 @@ def by_reference(
 
 
 def in_order(groups: dict[str, list[Borderline]]) -> list[tuple[str, list[Borderline]]]:
-    """The A/Bs to run: references by their first case, then cases, in :func:`first` order.
+    """The A/Bs to run: tier by tier (:func:`first`), each tier reference by reference.
 
-    With a time budget, as many device-paced results as it allows are A/B'd before it runs out.
+    A reference's cases of consecutive tiers make one A/B (a tier starts with the reference
+    the last one ended with); a second reference's regressed result is A/B'd before the
+    first reference's device-paced ones, at the cost of a start for each switch.
     """
-    ordered = [(ref, sorted(group, key=first)) for ref, group in groups.items()]
-    return sorted(ordered, key=lambda g: first(g[1][0]))
+    rank = {ref: min(first(c) for c in group) for ref, group in groups.items()}
+    out: list[tuple[str, list[Borderline]]] = []
+    for tier in sorted({first(c)[0] for group in groups.values() for c in group}):
+        here = {
+            r: sorted((c for c in g if first(c)[0] == tier), key=first) for r, g in groups.items()
+        }
+        last = out[-1][0] if out else None
+        for ref in sorted((r for r in here if here[r]), key=lambda r: (r != last, rank[r], r)):
+            if out and out[-1][0] == ref:
+                out[-1][1].extend(here[ref])
+            else:
+                out.append((ref, here[ref]))
+    return out
 
 
 def first(c: Borderline) -> tuple[int, float, float, float]:

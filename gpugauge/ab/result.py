@@ -161,13 +161,32 @@ class CaseAB:
         """
         if self.paired_outcome not in DECIDED:
             return False
-        chain = (self, *self.repeats)
-        if len(chain) == 1:
+        tried = self.attempts
+        if not tried:
             return True
+        if tried[-1].paired_outcome is None:  # a repeat that could not pair it ends the chain
+            return False
+        chain = (self, *self.repeats)
         if self.outcome not in DECIDED or len(chain) >= PROCESS_PAIRS:
             return False
         least = min(abs(math.log(c.ratio.ratio)) for c in chain if c.ratio is not None)
         return least < math.log1p(SMALL_EFFECT * self.schedule.min_effect)
+
+    @property
+    def attempts(self) -> tuple[CaseAB, ...]:
+        """Every repeat in fresh processes, in order, paired or not (a budget spent, a failure)."""
+        out: list[CaseAB] = []
+        again = self.fresh
+        while again is not None:
+            out.append(again)
+            again = again.fresh
+        return tuple(out)
+
+    @property
+    def ci_high(self) -> float | None:
+        """The highest upper end of the ratio's CI over this pair of processes and its repeats."""
+        highs = [c.ratio.ci_high for c in (self, *self.repeats) if c.ratio and c.ratio.has_interval]
+        return max(highs) if highs else None
 
     def chained(self, again: CaseAB | None) -> CaseAB:
         """The case with ``again`` as the repeat after its last one (unchanged for None)."""

@@ -387,7 +387,8 @@ def run_sides(
         if again is None or not cfg.repeat or not ids:
             break
         left = None if cfg.budget_s is None else cfg.budget_s - report.wall_s
-        if left is not None and left <= 0:
+        # a pair of processes that could start none of its tests still costs its start
+        if left is not None and (left <= 0 or all(cfg.expected_s(i) > left for i in ids)):
             note(
                 f"  {plural(len(ids), 'case')} to repeat; the time budget is spent: "
                 "not repeated in fresh processes"

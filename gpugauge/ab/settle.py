@@ -19,7 +19,7 @@ from typing import Any
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.history.records import ABRecord
 from gpugauge.judging.judge import overruled
-from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
+from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.report.tables import gate_table, uncertain_ids, unsampled_ids
 from gpugauge.results.files import FileError, atomic_write_json, read_json, writable_problem
 from gpugauge.results.runs import SavedRun, load_run
@@ -69,7 +69,7 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
         if case is None or case.check is None or m.id not in saved.verdicts:
             continue
         before = GateResult.from_dict(saved.verdicts[m.id], m.spec.family, m.device_class)
-        if not clears(before, case.check):
+        if not clears(before, case):
             continue
         note = f"decided by a same-GPU A/B against {base_commit[:10]}"
         out.append(Settled(overruled(before, case.check, note), case, base_commit))
@@ -78,19 +78,23 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
     return out
 
 
-def clears(before: GateResult, check: MetricCheck) -> bool:
-    """Whether an A/B's time ``check`` may decide a result whose class verdict was ``before``.
+def clears(before: GateResult, case: CaseAB) -> bool:
+    """Whether ``case``'s A/B may decide a result whose class verdict was ``before``.
 
-    Always, but for a class regression that the A/B could not decide: its "need more
-    samples" clears it only where its CI rules out the slowdown the class flagged (its upper
-    end under the class's allowance); else the regression stands.
+    Always, but for a class regression: an A/B that could not decide clears it only where
+    every pair of processes' CI rules out the slowdown the class flagged (their highest
+    upper end under the class's allowance), and a "faster" only once a fresh pair of
+    processes gave it too (one pair's own speed can read 2% faster); else it stands.
     """
-    old = before.check("time")
-    if before.verdict is not Verdict.REGRESSED or old is None:
+    old, check = before.check("time"), case.check
+    if before.verdict is not Verdict.REGRESSED or old is None or check is None:
         return True
+    if check.verdict is Verdict.IMPROVED:
+        return bool(case.repeats)
     if check.verdict is not Verdict.INCONCLUSIVE:
         return True
-    return check.ci_high < 1 + old.tolerance
+    high = case.ci_high
+    return high is not None and high < 1 + old.tolerance
 
 
 def still_regressed(run: Path) -> list[str]:

@@ -66,18 +66,18 @@ def merged(primary: GateResult, fallback: GateResult) -> GateResult:
 def regressed_on_new_host(result: GateResult) -> bool:
     """Whether ``result`` regressed where only a same-GPU A/B can tell the host from the code.
 
-    Only its time regressed, against a class reference, on a host the history knows too
-    few runs of: the allowance is the baseline's plus a guess at the host-to-host spread,
-    and a host-paced step can differ from host to host by far more (ResNet-18's eager step
-    read 7.9-11.7 ms over five H100 hosts). ``gpugauge confirm`` A/Bs such a result.
+    Only its time regressed, against the committed class baseline (the commit that wrote it
+    is the A/B's reference), on a host the history knows too few runs of: the allowance is
+    the baseline's plus a guess at the host-to-host spread, and a host-paced step can differ
+    from host to host by far more (ResNet-18's eager step read 7.9-11.7 ms over five H100
+    hosts). ``gpugauge confirm`` A/Bs such a result.
     """
     worse = [c for c in result.checks if c.verdict is Verdict.REGRESSED]
     if not worse or any(c.metric != "time" for c in worse):
         return False
     (time,) = worse
     reason = str(result.references.get("time", ""))
-    by_class = time.basis in (Basis.CLASS_BASELINE, Basis.CLASS_HISTORY)
-    return by_class and reason.startswith(NEW_HOST_REASON)
+    return time.basis is Basis.CLASS_BASELINE and reason.startswith(NEW_HOST_REASON)
 
 
 def overruled(result: GateResult, check: MetricCheck, note: str = "") -> GateResult:

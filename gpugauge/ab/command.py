@@ -1,0 +1,129 @@
+"""One A/B from a command line: its selection, its configuration, its run, its exit status.
+
+Shared by ``gpugauge ab``, ``bisect`` and ``confirm`` (:mod:`gpugauge.ab.cli`,
+:mod:`gpugauge.ab.confirm_command`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from gpugauge.ab.config import ABConfig
+from gpugauge.ab.render import write_report
+from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
+from gpugauge.ab.runner import ABError, run_sides
+from gpugauge.ab.sides import SideError, SideSpec, checkouts, repo_root
+from gpugauge.ab.verdict import Schedule
+from gpugauge.check.runs import sigterm_as_interrupt
+from gpugauge.results.files import make_dir
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+FRESH = "fresh"  # under --out: the repeats in fresh processes (fresh/, then fresh-3/)
+
+
+def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Both sides' pytest arguments: -k, -m, the rest, and the node ids ``ids`` if given.
+
+    The profile goes to the sides by option dest (:class:`~gpugauge.ab.config.ABConfig`), as
+    its option's name differs between older and newer commits.
+    """
+    out: list[str] = []
+    if args.select:
+        out += ["-k", args.select]
+    if args.markers:
+        out += ["-m", args.markers]
+    given = [*_without_tests(args.pytest_args, bool(ids)), *(ids or ())]
+    paths = [a for a in given if _names_tests(a)]
+    where = () if paths or not Path(args.benches).exists() else (args.benches,)
+    return (*where, *out, *given)
+
+
+def _names_tests(arg: str) -> bool:
+    """Whether a pytest argument names tests: a node id, or a file or folder that exists."""
+    return "::" in arg or Path(arg).exists()
+
+
+def _without_tests(given: Sequence[str], ids: bool) -> list[str]:
+    """``given`` less the tests it names, where node ids are given instead.
+
+    A repeat's selection is its node ids alone. A path right after an option (its value,
+    as in ``--gauge-baselines-dir baselines``) stays.
+    """
+    if not ids:
+        return list(given)
+    out = []
+    for i, arg in enumerate(given):
+        value = i > 0 and given[i - 1].startswith("-") and "=" not in given[i - 1]
+        if value or not _names_tests(arg):
+            out.append(arg)
+    return out
+
+
+def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = None) -> ABConfig:
+    """The A/B's configuration from the command line."""
+    try:
+        side_args = {"base": shlex.split(args.base_args), "head": shlex.split(args.head_args)}
+    except ValueError as err:
+        raise SideError(f"--base-args/--head-args: {err}") from None
+    return ABConfig(
+        selection(args, ids),
+        out,
+        side_args={k: tuple(v) for k, v in side_args.items()},
+        schedule=replace(Schedule(), min_effect=args.min_effect, max_pairs=args.max_pairs),
+        block_s=args.block_time,
+        profile=args.profile,
+        budget_s=getattr(args, "time_budget", None),
+        alone_s=getattr(args, "alone_s", None) or {},
+        repeat=not args.no_repeat,
+    )
+
+
+def run_ab(
+    args: argparse.Namespace, base: str, head: str, out: Path, ids: Sequence[str] | None = None
+) -> ABReport:
+    """One A/B of two refs with this command line's selection and settings."""
+    here = Path.cwd()
+    top = repo_root(here)
+    specs = [
+        SideSpec("base", base, args.base_python or sys.executable),
+        SideSpec("head", head, args.head_python or sys.executable),
+    ]
+    cfg = config_of(args, make_dir(out, "--out"), ids)
+    for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
+        for folder in (out, out / FRESH, out / f"{FRESH}-3"):
+            (folder / stale).unlink(missing_ok=True)
+    print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
+    with checkouts(top, specs) as sides:
+        rel = here.resolve().relative_to(top.resolve())
+        again = lambda ids: config_of(args, out / FRESH, ids)  # noqa: E731
+        report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, again)
+    write_report(report, out)
+    return report
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def guarded(name: str, body: Callable[[], int]) -> int:
+    """Run ``body()``; its errors as one line and an exit status (interrupted: 130)."""
+    try:
+        with sigterm_as_interrupt():
+            return body()
+    except KeyboardInterrupt:
+        print(
+            f"\ngpugauge {name}: interrupted; both sides stopped, worktrees removed",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except (SideError, ValueError, OSError) as err:
+        print(f"gpugauge {name}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ABError as err:
+        print(f"gpugauge {name}: {err}", file=sys.stderr)
+        return EXIT_FAILED

@@ -1,0 +1,154 @@
+"""``gpugauge confirm RUN.json``: the command that A/Bs a gated run's new-host results.
+
+What it selects and in what order is :mod:`gpugauge.ab.confirm`'s; how a verdict is written
+back, :mod:`gpugauge.ab.settle`'s. Here: one A/B per reference commit and tier, within the
+deadline, each verdict written into the run file, its copies and its history, and an exit
+status that is the job's (1 while a result of the run is still regressed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpugauge.ab.budget import fold_deadline
+from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, run_ab
+from gpugauge.ab.confirm import borderline, by_reference, in_order
+from gpugauge.ab.render import terminal
+from gpugauge.ab.settle import (
+    Settled,
+    check_rewritable,
+    copies,
+    decided,
+    history_problem,
+    kept,
+    still_regressed,
+    write_verdicts,
+)
+from gpugauge.ab.sides import WORKING_TREE, repo_root
+from gpugauge.history.capture import injected
+from gpugauge.history.records import HistoryError
+from gpugauge.history.store import default_target
+from gpugauge.history.targets import redact
+from gpugauge.phrasing import plural
+from gpugauge.results.files import read_json
+from gpugauge.results.runs import load_run
+
+
+def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(history, run id) where the A/Bs are to be kept; None where the run was in none.
+
+    Asked before any A/B: a ``--history`` given that cannot keep them is bad input (exit 2);
+    the default one is only said (a run file copied from the nightly to a workstation is
+    confirmed there without its history).
+    """
+    run_id = (read_json(args.run).get("gpugauge") or {}).get("history_run_id")
+    if not isinstance(run_id, str):
+        return None
+    target = args.history or default_target()
+    problem = history_problem(target, run_id)
+    if problem is None:
+        return target, run_id
+    if args.history:
+        raise ValueError(f"--history: the A/Bs could not be kept there: {problem}")
+    print(f"gpugauge confirm: the A/Bs will not be kept in a history: {problem}", file=sys.stderr)
+    return None
+
+
+def _keep(where: tuple[str, str] | None, settled: Sequence[Settled], injected: set[str]) -> None:
+    """Keep the A/Bs in the run's history, but not of ``injected`` results (never in it)."""
+    left = [s.result.id for s in settled if s.result.id in injected]
+    if left and where is not None:
+        print(
+            f"gpugauge confirm: {plural(len(left), 'A/B')} of results with injected work not "
+            "kept in the history, which holds no such result (they measure the injection)"
+        )
+    settled = [s for s in settled if s.result.id not in injected]
+    if not settled or where is None:
+        return
+    target, run_id = where
+    try:
+        n = kept(target, run_id, settled)
+    except (HistoryError, OSError) as err:
+        print(f"gpugauge confirm: the A/Bs were not kept in the history: {err}", file=sys.stderr)
+        return
+    print(f"gpugauge confirm: {plural(n, 'A/B')} kept with run {run_id} in {redact(target)}")
+
+
+def confirm_command(args: argparse.Namespace) -> int:
+    """``gpugauge confirm``."""
+
+    def verdict(status: int) -> int:
+        """EXIT_FAILED where a result of the run is still regressed: the job's say."""
+        still = still_regressed(args.run)
+        if still:
+            print(f"gpugauge confirm: regressed after the A/Bs: {', '.join(still)}")
+        return EXIT_FAILED if still else status
+
+    def body() -> int:
+        cases = borderline(args.run, args.floor)
+        if not cases:
+            print(
+                f"gpugauge confirm: nothing to confirm in {args.run}: no result judged against "
+                f"a class reference on a new host reads above {1 + args.floor:.3f}x"
+            )
+            return verdict(EXIT_OK)
+        check_rewritable(args.run)
+        history = _history_of(args)
+        print(
+            f"gpugauge confirm: {plural(len(cases), 'result')} to confirm: "
+            + ", ".join(f"{c.id} {c.ratio:.3f}x ({c.lost_ms:.3g} ms lost)" for c in cases)
+        )
+        run = load_run(args.run)
+        if args.profile is None:
+            args.profile = run.profile
+        with_injection = {m.id for m in run.measurements if injected(m)}
+        args.alone_s = {c.nodeid: c.test_s for c in cases if c.test_s is not None}
+        status = EXIT_OK
+        fold_deadline(args)
+        budget, t0 = args.time_budget, time.monotonic()
+        groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
+        seen: dict[str, int] = {}
+        for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
+            ids = [c.nodeid for c in ordered]
+            if budget is not None:  # what is left of it, for this reference's A/B
+                args.time_budget = left = budget - (time.monotonic() - t0)
+                # an A/B that starts no test still costs its start
+                if left <= 0 or all(config_of(args, args.out).expected_s(i) > left for i in ids):
+                    print(
+                        f"gpugauge confirm: the time budget was spent: not A/B'd against "
+                        f"{ref[:10]}, {plural(len(ordered), 'result')} keep the class "
+                        f"reference's verdict: {', '.join(c.id for c in ordered)}"
+                    )
+                    continue
+            seen[ref] = n = seen.get(ref, 0) + 1  # one reference's tiers in A/Bs of their own
+            out = args.out / (ref[:10] if n == 1 else f"{ref[:10]}-{n}")
+            report = run_ab(args, ref, WORKING_TREE, out, ids)
+            print("\n" + terminal(report))
+            # the history first: a stop between the two writes leaves the file undecided,
+            # and confirm run again decides it (the history's A/B is replaced, not doubled)
+            settled = decided(args.run, ref, report, write=False)
+            _keep(history, settled, with_injection)
+            if settled:
+                write_verdicts(args.run, settled)
+                for copy in copies(args.run, args.storage):
+                    write_verdicts(copy, settled)
+                    print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
+            for s in settled:
+                print(f"  {s.result.message()}")
+            unsettled = [c.id for c in ordered if c.id not in {s.result.id for s in settled}]
+            if unsettled:
+                print(
+                    f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
+                    f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
+                )
+            if report.slower:
+                status = EXIT_FAILED
+            for problem in report.problems:  # a result it could not A/B keeps its verdict
+                print(f"gpugauge confirm: {problem}")
+        return verdict(status)
+
+    return guarded("confirm", body)
