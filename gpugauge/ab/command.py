@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from gpugauge.ab.config import ABConfig
+from gpugauge.ab.config import ABConfig, pair_folder
 from gpugauge.ab.render import write_report
-from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
+from gpugauge.ab.result import AB_JSON, AB_MD, PROCESS_PAIRS, ABReport
 from gpugauge.ab.runner import ABError, run_sides
 from gpugauge.ab.sides import SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import Schedule
@@ -95,7 +95,8 @@ def run_ab(
     ]
     cfg = config_of(args, make_dir(out, "--out"), ids)
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
-        for folder in (out, out / FRESH, out / f"{FRESH}-3"):
+        repeats = (pair_folder(out / FRESH, k) for k in range(2, PROCESS_PAIRS + 1))
+        for folder in (out, *repeats):
             (folder / stale).unlink(missing_ok=True)
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:

@@ -13,6 +13,11 @@ CLOCKS_APART = 0.05
 MAX_REMEASURE = 3
 
 
+def pair_folder(fresh: Path, k: int) -> Path:
+    """Where the k-th pair of processes writes (k >= 2): ``fresh``, then ``fresh-3`` beside it."""
+    return fresh if k == 2 else fresh.with_name(f"{fresh.name}-{k}")
+
+
 @dataclass(frozen=True)
 class ABConfig:
     """What to compare, and how hard.

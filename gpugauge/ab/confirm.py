@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import MIN_EFFECT
@@ -80,8 +81,8 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     otherwise (it fails, whatever an A/B says) or has no time check.
     """
     run = load_run(path)
-    nodeids = _nodeids(path)
-    seconds = _test_seconds(path)
+    data = read_json(path)
+    nodeids, seconds = _nodeids(data), _test_seconds(data)
     out = []
     for m in run.measurements:
         raw = run.verdicts.get(m.id)
@@ -116,15 +117,14 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     return out
 
 
-def _test_seconds(path: Path) -> dict[str, float]:
+def _test_seconds(data: dict[str, Any]) -> dict[str, float]:
     """Each test's wall seconds in the run, by node id (none where an older gpugauge saved it)."""
-    saved = (read_json(path).get("gpugauge") or {}).get("test_seconds") or {}
+    saved = (data.get("gpugauge") or {}).get("test_seconds") or {}
     return {str(k): float(v) for k, v in saved.items()}  # load_run checked them
 
 
-def _nodeids(path: Path) -> dict[str, str]:
+def _nodeids(data: dict[str, Any]) -> dict[str, str]:
     """Each result's test node id, from pytest-benchmark's ``fullname``."""
-    data = read_json(path)
     out = {}
     for bench in data.get("benchmarks", []):
         info = bench.get("extra_info") or {}

@@ -117,7 +117,8 @@ def confirm_command(args: argparse.Namespace) -> int:
             if budget is not None:  # what is left of it, for this reference's A/B
                 args.time_budget = left = budget - (time.monotonic() - t0)
                 # an A/B that starts no test still costs its start
-                if left <= 0 or all(config_of(args, args.out).expected_s(i) > left for i in ids):
+                expected = config_of(args, args.out).expected_s
+                if left <= 0 or all(expected(i) > left for i in ids):
                     print(
                         f"gpugauge confirm: the time budget was spent: not A/B'd against "
                         f"{ref[:10]}, {plural(len(ordered), 'result')} keep the class "

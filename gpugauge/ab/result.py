@@ -8,6 +8,7 @@ Markdown are :mod:`gpugauge.ab.render`'s.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -143,13 +144,8 @@ class CaseAB:
 
     @property
     def repeats(self) -> tuple[CaseAB, ...]:
-        """The repeats in fresh processes that paired the test, in order."""
-        out: list[CaseAB] = []
-        again = self.repeat
-        while again is not None:
-            out.append(again)
-            again = again.repeat
-        return tuple(out)
+        """The repeats in fresh processes that paired the test, in order, up to one that did not."""
+        return tuple(itertools.takewhile(lambda c: c.paired_outcome is not None, self.attempts))
 
     @property
     def needs_another(self) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpugauge.ab.config import ABConfig
+from gpugauge.ab.config import ABConfig, pair_folder
 from gpugauge.ab.launch import (
     SIDE_SETTINGS,
     ABError,
@@ -405,11 +405,10 @@ def run_sides(
             f"to {PROCESS_PAIRS}), {places} ({starts}'s build started first)"
         )
         fresh_cfg = again(ids)
-        if k > 2:
-            fresh_cfg = replace(fresh_cfg, out=fresh_cfg.out.with_name(f"{fresh_cfg.out.name}-{k}"))
-        fresh = Coordinator(
-            replace(fresh_cfg, exchanged=exchanged, budget_s=left), sides, note, cwd
-        ).run()
+        fresh_cfg = replace(
+            fresh_cfg, out=pair_folder(fresh_cfg.out, k), exchanged=exchanged, budget_s=left
+        )
+        fresh = Coordinator(fresh_cfg, sides, note, cwd).run()
         report = report.with_fresh(fresh)
     for c in report.cases:
         if c.fresh_note:
