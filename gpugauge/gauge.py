@@ -230,6 +230,7 @@ class Gauge:
             spec = self.call_spec(id=spec)
         check_spec(spec, "gauge.measure")
         self._check_not_recorded(spec)
+        self._check_id_free(spec)
 
         def once() -> Measurement:
             return measure_case(
@@ -263,6 +264,7 @@ class Gauge:
         """
         check_spec(m.spec, "gauge.record")
         self._check_not_recorded(m.spec)
+        self._check_id_free(m.spec)
         missing = [f"{k}={v}" for k, v in m.artifacts.items() if not Path(v).exists()]
         if missing:
             raise GaugeError(f"{m.id}: artifact file(s) not written: {', '.join(missing)}")
@@ -286,6 +288,7 @@ class Gauge:
             if result is not None:
                 self._benchmark.extra_info["gate"] = result.as_dict()
         self.session.measurements.append(m)
+        self.session.recorded_by.setdefault(m.id, self._node_id)
         foreign = self.session.foreign_note
         if foreign and foreign not in self.session.messages:
             self.session.messages.append(foreign)
@@ -308,6 +311,26 @@ class Gauge:
                 f"this test already recorded {self._recorded.id!r}; it cannot also record "
                 f"{spec.id!r}: one test records one result (its pytest id, pytest-benchmark "
                 f"row and baseline key). Parametrize the test with one case per result."
+            )
+
+    @property
+    def _node_id(self) -> str:
+        return getattr(self._node, "nodeid", "") or ""
+
+    def _check_id_free(self, spec: Spec) -> None:
+        """GaugeError where another test of this run recorded a result with this id.
+
+        The id is the result's pytest-benchmark row, its verdict's key in the run file, its
+        baseline key and its history key: a second test's result under it would silently
+        take the first one's baseline and verdict. (The same test again, as a rerun
+        plugin does, may record it.)
+        """
+        owner = self.session.recorded_by.get(spec.id)
+        if owner is not None and owner != self._node_id:
+            raise GaugeError(
+                f"{spec.id!r} was recorded already in this run, by {owner or 'another test'}: "
+                "a result's id is its row, baseline key and history key, so two tests "
+                "cannot share one. Give each case an id of its own."
             )
 
     def _judge(self, m: Measurement) -> GateResult:

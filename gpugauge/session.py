@@ -69,6 +69,9 @@ class GaugeSession:
     # each test's wall seconds (setup, call, teardown) by node id: what confirm's A/B of it
     # will roughly cost, saved in the run's JSON
     test_seconds: dict[str, float] = field(default_factory=dict)
+    # each recorded result's id and the node id of the test that recorded it: an id keys the
+    # run file's row and verdict, the baseline and the history, so it has one test
+    recorded_by: dict[str, str] = field(default_factory=dict)
     skips: list[Skip] = field(default_factory=list)
     interrupted: str | None = None  # the exception that ended the run (Ctrl-C), or None
     stopped: str | None = None  # why pytest started no more tests (-x, --gauge-stop-after), or None

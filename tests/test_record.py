@@ -103,6 +103,33 @@ def test_two(gauge):
     assert row["extra_info"]["id"] == "first"
 
 
+@pytest.mark.slow
+def test_two_tests_cannot_record_one_id(gauge_pytester: pytest.Pytester) -> None:
+    """An id keys the run file's verdicts, the baseline and the history: one test owns it."""
+    gauge_pytester.makepyfile(
+        test_same=SPEC_SOURCE
+        + """
+import pytest
+
+@pytest.mark.cpu
+def test_one(gauge):
+    gauge.measure(Spec("same"), lambda: None)
+
+@pytest.mark.cpu
+def test_other(gauge):
+    gauge.measure(Spec("same"), lambda: None)
+"""
+    )
+    saved = gauge_pytester.path / "same.json"
+    result = _run(gauge_pytester, "--gauge-rounds", "3", f"--benchmark-json={saved}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*'same' was recorded already in this run, by test_same.py::test_one*"]
+    )
+    rows = json.loads(saved.read_text())["benchmarks"]
+    assert [(r["name"], r["extra_info"]["id"]) for r in rows] == [("test_one", "same")]
+
+
 def test_an_artifact_survives_into_the_report(
     gauge_pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
