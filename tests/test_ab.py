@@ -1182,6 +1182,54 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
     assert _leftovers(toy, tmp_path) == []
 
 
+def test_only_a_class_regression_its_clocks_left_without_an_interval_is_worth_again() -> None:
+    """Run 92: short linear steps at the power limit moved their SM clock 5-17% from block to
+    block; one A/B in a 93-case A/A kept at most one pair of such a step, so no interval."""
+    from gpugauge.ab.confirm import worth_again
+
+    def pairs(n: int, kept: bool = True) -> tuple[Pair, ...]:
+        return (Pair(Block(0.1, 99, 1600.0), Block(0.1, 99, 1600.0), True, kept),) * n
+
+    wandered = pairs(4, kept=False)
+    assert worth_again(CaseAB("c", "c", pairs(1) + wandered, clocks_unstable=True))
+    assert worth_again(CaseAB("c", "c", wandered, clocks_unstable=True))
+    # seven pairs counted: an interval, which decides or clears as it is
+    assert not worth_again(CaseAB("c", "c", pairs(7) + wandered, clocks_unstable=True))
+    assert not worth_again(CaseAB("c", "c", (), only="base"))  # a side skipped it: no retry
+    assert not worth_again(CaseAB("c", "c", pairs(1)))
+
+
+@pytest.mark.slow
+def test_confirm_a_b_s_once_more_what_its_clocks_left_undecided(
+    toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job hangs on a class regression: an A/B without an interval gets one more, once.
+
+    A CPU has no SM clock to wander, so the first A/B is taken as one whose clocks did.
+    """
+    import gpugauge.ab.confirm_command as command
+    from gpugauge.__main__ import main
+
+    run = _saved_run(toy, tmp_path)
+    _committed_class(toy, run)
+    _commit(toy, "\n    time.sleep(0.003)", "sleep")  # the regression is real
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    gated = _with_verdict(run, 1.51, "regressed", cls)
+    looked: list[str] = []
+    monkeypatch.setattr(command, "worth_again", lambda case: looked.append(case.id) or True)
+    monkeypatch.chdir(toy)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    out = tmp_path / "again"
+    status = main(["confirm", str(gated), "--out", str(out), "--block-time", "0.1"])
+    said = capsys.readouterr().out
+    assert status == 1, said  # slower both times: still regressed
+    assert "A/B'd once more, its clocks having left no interval: test_toy.py::test_spin" in said
+    assert looked == ["test_toy.py::test_spin"]  # once: the second A/B is not retried
+    assert sorted(p.name[10:] for p in out.iterdir()) == ["", "-again"]
+    assert _leftovers(toy, tmp_path) == []
+
+
 def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
     toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpugauge.ab.result import CaseAB
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import MIN_EFFECT
 from gpugauge.history.reference import HOST_REASON
@@ -115,6 +116,18 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
                 )
             )
     return out
+
+
+def worth_again(case: CaseAB) -> bool:
+    """Whether a class regression's A/B deserves one more: its clocks gave it no interval.
+
+    A case stopped for unstable clocks with at most one pair counted said nothing about the
+    build: its GPU's clock wandered (short steps at the power limit move 5-17% from block to
+    block). The job hangs on the regression, so a fresh A/B gets one more look; a case the
+    A/B could decide, or left undecided for another reason (a side skipped it), does not.
+    """
+    r = case.ratio
+    return case.clocks_unstable and (r is None or not r.has_interval)
 
 
 def _test_seconds(data: dict[str, Any]) -> dict[str, float]:

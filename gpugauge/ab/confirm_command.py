@@ -16,8 +16,9 @@ from pathlib import Path
 
 from gpugauge.ab.budget import fold_deadline
 from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, run_ab
-from gpugauge.ab.confirm import borderline, by_reference, in_order
+from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order, worth_again
 from gpugauge.ab.render import terminal
+from gpugauge.ab.result import CaseAB
 from gpugauge.ab.settle import (
     Settled,
     check_rewritable,
@@ -112,7 +113,11 @@ def confirm_command(args: argparse.Namespace) -> int:
         budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
         seen: dict[str, int] = {}
-        for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
+        tried: dict[str, CaseAB] = {}  # each result's A/B case, by result id
+
+        def one(ref: str, ordered: list[Borderline], suffix: str = "") -> None:
+            """One A/B of ``ordered`` against ``ref``, within what is left of the budget."""
+            nonlocal status
             ids = [c.nodeid for c in ordered]
             if budget is not None:  # what is left of it, for this reference's A/B
                 args.time_budget = left = budget - (time.monotonic() - t0)
@@ -124,11 +129,12 @@ def confirm_command(args: argparse.Namespace) -> int:
                         f"{ref[:10]}, {plural(len(ordered), 'result')} keep the class "
                         f"reference's verdict: {', '.join(c.id for c in ordered)}"
                     )
-                    continue
+                    return
             seen[ref] = n = seen.get(ref, 0) + 1  # one reference's tiers in A/Bs of their own
-            out = args.out / (ref[:10] if n == 1 else f"{ref[:10]}-{n}")
+            out = args.out / (ref[:10] + suffix if suffix or n == 1 else f"{ref[:10]}-{n}")
             report = run_ab(args, ref, WORKING_TREE, out, ids)
             print("\n" + terminal(report))
+            tried.update((c.id, c) for c in report.cases)
             # the history first: a stop between the two writes leaves the file undecided,
             # and confirm run again decides it (the history's A/B is replaced, not doubled)
             settled = decided(args.run, ref, report, write=False)
@@ -150,6 +156,22 @@ def confirm_command(args: argparse.Namespace) -> int:
                 status = EXIT_FAILED
             for problem in report.problems:  # a result it could not A/B keeps its verdict
                 print(f"gpugauge confirm: {problem}")
+
+        for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
+            one(ref, ordered)
+        # a class regression whose A/B its wandering clocks left without an interval: the
+        # job hangs on it, so it gets one more A/B (once), budget permitting
+        still = set(still_regressed(args.run))
+        for ref, group in groups.items():
+            again = [
+                c for c in group if c.id in still and c.id in tried and worth_again(tried[c.id])
+            ]
+            if again:
+                print(
+                    f"gpugauge confirm: A/B'd once more, its clocks having left no interval: "
+                    f"{', '.join(c.id for c in again)}"
+                )
+                one(ref, again, "-again")
         return verdict(status)
 
     return guarded("confirm", body)
