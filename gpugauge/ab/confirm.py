@@ -119,15 +119,15 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
 
 
 def worth_again(case: CaseAB) -> bool:
-    """Whether a class regression's A/B deserves one more: its clocks gave it no interval.
+    """Whether a class regression's A/B deserves one more: its clocks stopped it.
 
-    A case stopped for unstable clocks with at most one pair counted said nothing about the
-    build: its GPU's clock wandered (short steps at the power limit move 5-17% from block to
-    block). The job hangs on the regression, so a fresh A/B gets one more look; a case the
-    A/B could decide, or left undecided for another reason (a side skipped it), does not.
+    A case stopped for unstable clocks said nothing to trust about the build, whatever its
+    counted pairs: its GPU's clock wandered (short steps at the power limit move 5-17% from
+    block to block), and with few pairs its interval is too wide to clear anything. The job
+    hangs on the regression, so a fresh A/B gets one more look; a case the A/B decided, or
+    left undecided for another reason (a side skipped it), does not.
     """
-    r = case.ratio
-    return case.clocks_unstable and (r is None or not r.has_interval)
+    return case.clocks_unstable
 
 
 def _test_seconds(data: dict[str, Any]) -> dict[str, float]:

@@ -114,26 +114,30 @@ def confirm_command(args: argparse.Namespace) -> int:
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
         seen: dict[str, int] = {}
         tried: dict[str, CaseAB] = {}  # each result's A/B case, by result id
+        start_s = 0.0  # what an A/B costs beside its tests (its sides' start and end), s
 
-        def one(ref: str, ordered: list[Borderline], suffix: str = "") -> None:
+        def one(ref: str, ordered: list[Borderline], suffix: str = "", header: str = "") -> None:
             """One A/B of ``ordered`` against ``ref``, within what is left of the budget."""
-            nonlocal status
+            nonlocal status, start_s
             ids = [c.nodeid for c in ordered]
             if budget is not None:  # what is left of it, for this reference's A/B
                 args.time_budget = left = budget - (time.monotonic() - t0)
-                # an A/B that starts no test still costs its start
+                # an A/B costs its start before any test: as much as the last one's did
                 expected = config_of(args, args.out).expected_s
-                if left <= 0 or all(expected(i) > left for i in ids):
+                if left <= start_s or all(expected(i) + start_s > left for i in ids):
                     print(
                         f"gpugauge confirm: the time budget was spent: not A/B'd against "
                         f"{ref[:10]}, {plural(len(ordered), 'result')} keep the class "
                         f"reference's verdict: {', '.join(c.id for c in ordered)}"
                     )
                     return
+            if header:
+                print(header)
             seen[ref] = n = seen.get(ref, 0) + 1  # one reference's tiers in A/Bs of their own
             out = args.out / (ref[:10] + suffix if suffix or n == 1 else f"{ref[:10]}-{n}")
             report = run_ab(args, ref, WORKING_TREE, out, ids)
             print("\n" + terminal(report))
+            start_s = max(start_s, report.rest_s)
             tried.update((c.id, c) for c in report.cases)
             # the history first: a stop between the two writes leaves the file undecided,
             # and confirm run again decides it (the history's A/B is replaced, not doubled)
@@ -157,21 +161,28 @@ def confirm_command(args: argparse.Namespace) -> int:
             for problem in report.problems:  # a result it could not A/B keeps its verdict
                 print(f"gpugauge confirm: {problem}")
 
-        for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
+        def again() -> None:
+            """A class regression whose A/B its clocks stopped gets one more, once."""
+            still = set(still_regressed(args.run))
+            for ref, group in groups.items():
+                worth = [
+                    c for c in group if c.id in still and c.id in tried and worth_again(tried[c.id])
+                ]
+                if worth:
+                    header = (
+                        "gpugauge confirm: A/B'd once more, its clocks having stopped the "
+                        f"first: {', '.join(c.id for c in worth)}"
+                    )
+                    one(ref, worth, "-again", header)
+
+        order = in_order(groups)  # regressed, device-paced, cheapest first
+        # the retries go right after the last A/B that holds a regression (the job hangs on
+        # them), before the results whose verdicts only inform
+        last = max((k for k, (_, o) in enumerate(order) if any(c.regressed for c in o)), default=-1)
+        for k, (ref, ordered) in enumerate(order):
             one(ref, ordered)
-        # a class regression whose A/B its wandering clocks left without an interval: the
-        # job hangs on it, so it gets one more A/B (once), budget permitting
-        still = set(still_regressed(args.run))
-        for ref, group in groups.items():
-            again = [
-                c for c in group if c.id in still and c.id in tried and worth_again(tried[c.id])
-            ]
-            if again:
-                print(
-                    f"gpugauge confirm: A/B'd once more, its clocks having left no interval: "
-                    f"{', '.join(c.id for c in again)}"
-                )
-                one(ref, again, "-again")
+            if k == last:
+                again()
         return verdict(status)
 
     return guarded("confirm", body)

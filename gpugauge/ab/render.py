@@ -68,9 +68,8 @@ _PHASE_WORDS = {
 def cost_line(report: ABReport) -> str:
     """Where the A/B's time went, s: 'time: setups 120 s, paired blocks 40 s, ...'."""
     spent = {p: sum(c.phases.get(p, 0.0) for c in report.cases) for p in PHASES}
-    rest = max(report.wall_s - sum(spent.values()), 0.0)
     parts = [f"{_PHASE_WORDS[p]} {s:.0f} s" for p, s in spent.items() if s >= 0.5]
-    return "time: " + ", ".join([*parts, f"start-up and the rest {rest:.0f} s"])
+    return "time: " + ", ".join([*parts, f"start-up and the rest {report.rest_s:.0f} s"])
 
 
 def sides_line(report: ABReport) -> str:

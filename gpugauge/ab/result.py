@@ -382,6 +382,12 @@ class ABReport:
         }
 
     @property
+    def rest_s(self) -> float:
+        """Its wall seconds outside its cases' phases: the sides' start and end, and the like."""
+        spent = sum(v for c in self.cases for v in c.phases.values())
+        return max(self.wall_s - spent, 0.0)
+
+    @property
     def to_repeat(self) -> tuple[str, ...]:
         """Node ids of the cases a fresh pair of processes should A/B again."""
         return tuple(c.nodeid for c in self.cases if c.needs_another)
