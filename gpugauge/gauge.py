@@ -391,8 +391,7 @@ class Gauge:
         """
         if result is None:
             return
-        later = self.options.confirm_new_host and result.verdict is Verdict.REGRESSED
-        if later and regressed_on_new_host(result):
+        if self.options.confirm_new_host and regressed_on_new_host(result):
             self.session.note(
                 f"{result.id}: regressed against its class on a new host: left to "
                 "`gpugauge confirm`, which A/Bs it on this GPU (--gauge-confirm-new-host)"

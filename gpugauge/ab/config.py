@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,3 +65,11 @@ class ABConfig:
         if alone is None:
             return 0.0
         return 2 * alone + 2 * self.schedule.min_pairs * (self.block_s + self.rewarm_s)
+
+    def fits(self, nodeids: Iterable[str], left: float, start_s: float = 0.0) -> bool:
+        """Whether an A/B of ``nodeids`` may start with ``left`` seconds to go.
+
+        Some test of them must be expected to end in time after the A/B's own start of
+        ``start_s`` seconds; an A/B that could start none still costs its start.
+        """
+        return left > start_s and any(self.expected_s(i) + start_s <= left for i in nodeids)

@@ -123,8 +123,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             if budget is not None:  # what is left of it, for this reference's A/B
                 args.time_budget = left = budget - (time.monotonic() - t0)
                 # an A/B costs its start before any test: as much as the last one's did
-                expected = config_of(args, args.out).expected_s
-                if left <= start_s or all(expected(i) + start_s > left for i in ids):
+                if not config_of(args, args.out).fits(ids, left, start_s):
                     print(
                         f"gpugauge confirm: the time budget was spent: not A/B'd against "
                         f"{ref[:10]}, {plural(len(ordered), 'result')} keep the class "

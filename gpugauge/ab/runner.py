@@ -388,7 +388,7 @@ def run_sides(
             break
         left = None if cfg.budget_s is None else cfg.budget_s - report.wall_s
         # a pair of processes that could start none of its tests still costs its start
-        if left is not None and (left <= 0 or all(cfg.expected_s(i) > left for i in ids)):
+        if left is not None and not cfg.fits(ids, left):
             note(
                 f"  {plural(len(ids), 'case')} to repeat; the time budget is spent: "
                 "not repeated in fresh processes"
