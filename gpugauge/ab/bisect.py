@@ -3,8 +3,9 @@
 Every step is an A/B on this GPU (:mod:`gpugauge.ab.runner`): GOOD against BAD first, to
 learn which cases BAD made slower (nothing slower: nothing to bisect); then a binary search
 over the first-parent commits between them, each commit tried against GOOD on those cases
-alone; a commit is bad when any of them is slower (a step that leaves them at "need more
-samples" is run once more before it counts as good). The commit found is named only after a
+alone; a commit is bad when any of them is slower, good when none is slower or undecided,
+and undecided otherwise: skipped, as ``git bisect skip`` does, never counted as good, and
+named in the result where the culprit could lie beside it. The commit found is named only after a
 closer A/B, of its parent against it, says slower too: a search over noisy steps can land
 one commit off, and the confirmation says so rather than blaming the wrong change.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from gpugauge.ab.launch import ABError
 from gpugauge.ab.result import ABReport, CaseAB
-from gpugauge.ab.sides import git
+from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import Outcome
 from gpugauge.phrasing import plural
 
@@ -34,6 +35,7 @@ class Step:
     head: str
     slower: tuple[str, ...]
     report: ABReport
+    followed: tuple[str, ...] = ()  # the node ids it was asked about (none: the selection)
 
 
 @dataclass(frozen=True)
@@ -71,30 +73,34 @@ def _slower(report: ABReport) -> tuple[str, ...]:
     return tuple(c.nodeid for c in report.slower)
 
 
-def _undecided(report: ABReport, cases: Sequence[str]) -> bool:
+def undecided(step: Step) -> bool:
     """No followed case slower, and one of them left at 'need more samples'."""
-    followed = [c for c in report.cases if c.nodeid in cases]
-    return not any(c.outcome is Outcome.SLOWER for c in followed) and any(
-        c.outcome is Outcome.NEED_MORE for c in followed
-    )
+    followed = [c for c in step.report.cases if c.nodeid in step.followed]
+    return not step.slower and any(c.outcome is Outcome.NEED_MORE for c in followed)
 
 
 def _step(compare: Compare, base: str, head: str, cases: Sequence[str], name: str) -> Step:
-    """One A/B of the search; an undecided one is run once more before it counts as good."""
+    """One A/B of the search (its rounds are its evidence; undecided stays undecided)."""
     report = compare(base, head, cases, name)
-    if _undecided(report, cases):
-        report = compare(base, head, cases, f"{name}-again")
     if report.problems or not any(c.nodeid in cases for c in report.cases):
         # a step that did not run its cases is no evidence either way: say so, stop
         said = "; ".join(report.problems) or "none of the followed cases ran"
         raise ABError(f"bisect step {name} ({base[:10]} against {head[:10]}): {said}")
-    return Step(base, head, _slower(report), report)
+    return Step(base, head, _slower(report), report, tuple(cases))
 
 
 def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print) -> BisectResult:
     """Search GOOD..BAD for the first commit whose cases are slower than GOOD's."""
     good_sha = git(repo, "rev-parse", "--verify", f"{good}^{{commit}}")
     bad_sha = git(repo, "rev-parse", "--verify", f"{bad}^{{commit}}")
+    try:
+        git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha)
+    except SideError:
+        raise SideError(
+            f"{good} is not an ancestor of {bad}: the commits between them are not a line "
+            f"to search (bisect from their merge base, `git merge-base {good} {bad}`, if it "
+            "is good)"
+        ) from None
     commits = first_parent_commits(repo, good_sha, bad_sha)
     if not commits:
         return BisectResult(
@@ -118,19 +124,20 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
     names = ", ".join(c.id for c in first.slower)
     note(f"bisect: {plural(len(cases), 'case')} slower at {bad_sha[:10]}: {names}")
     lo, hi = -1, len(commits) - 1  # commits[hi] is bad; commits[lo] (or GOOD) is good
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
+    skipped: set[int] = set()  # commits whose step decided nothing: neither good nor bad
+    while left := [i for i in range(lo + 1, hi) if i not in skipped]:
+        mid = left[len(left) // 2]
         step = _step(compare, good_sha, commits[mid], cases, f"step-{len(steps)}")
-        slower = step.slower
         steps.append(step)
-        if slower:
-            hi = mid
+        if step.slower:
+            hi, said = mid, "bad"
+        elif undecided(step):
+            skipped.add(mid)
+            said = "undecided (need more samples): skipped, not counted as good"
         else:
-            lo = mid
-        note(
-            f"bisect: {commits[mid][:10]} {'bad' if slower else 'good'}"
-            f" ({plural(hi - lo, 'commit')} still suspect)"
-        )
+            lo, said = mid, "good"
+        note(f"bisect: {commits[mid][:10]} {said} ({plural(hi - lo, 'commit')} still suspect)")
+    beside = [commits[i][:10] for i in sorted(skipped) if lo < i < hi]
     culprit = commits[hi]
     parent = commits[hi - 1] if hi > 0 else good_sha
     check = _step(compare, parent, culprit, cases, "confirm")
@@ -149,6 +156,12 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
         else (
             "the parent-against-culprit A/B found nothing slower: the change is spread "
             "over several commits or below what an A/B resolves"
+            + (
+                f"; undecided commits before it, any of which may be the first slower one: "
+                f"{', '.join(beside)}"
+                if beside
+                else ""
+            )
         ),
     )
 

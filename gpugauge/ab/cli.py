@@ -36,6 +36,7 @@ DEFAULT_OUT = Path("reports") / "ab"
 # a block's seconds of rounds, and a case's most block pairs (a paired test needs two)
 _seconds = number(float, 0, "a number of seconds > 0 (at most 60)", inclusive=False, high=60)
 _pairs = number(int, 2, "a whole number of pairs >= 2")
+_rounds = number(int, 1, "a whole number of rounds >= 1 (at most 10)", high=10)
 
 
 def _shared(p: argparse.ArgumentParser) -> None:
@@ -79,11 +80,21 @@ def _shared(p: argparse.ArgumentParser) -> None:
         help="seconds of rounds in one block (default %(default)s)",
     )
     p.add_argument(
+        "--rounds",
+        type=_rounds,
+        default=Schedule().rounds,
+        metavar="K",
+        help="rounds of fresh processes, the builds' places swapped from round to round; "
+        "the verdict comes from every round's pairs, and slower or faster stands only where "
+        "every round says so (default %(default)s; 1 decides from one pair of processes, "
+        "which can differ by 1-3%% of their own)",
+    )
+    p.add_argument(
         "--no-repeat",
-        action="store_true",
-        help="decide from one pair of processes (default: A/B a slower or faster case again "
-        "in a fresh pair, each build in the other's place, and an effect under twice "
-        "--min-effect in a third; the verdict stands if every pair agrees)",
+        dest="rounds",
+        action="store_const",
+        const=1,
+        help="--rounds 1 (its old name)",
     )
     p.add_argument("--base-python", default=None, help="the base side's Python (default: this)")
     p.add_argument("--head-python", default=None, help="the head side's Python (default: this)")

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from gpugauge.ab.config import ABConfig, pair_folder
+from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.render import write_report
-from gpugauge.ab.result import AB_JSON, AB_MD, PROCESS_PAIRS, ABReport
+from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.runner import ABError, run_sides
 from gpugauge.ab.sides import SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import Schedule
@@ -23,7 +23,8 @@ from gpugauge.check.runs import sigterm_as_interrupt
 from gpugauge.results.files import make_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-FRESH = "fresh"  # under --out: the repeats in fresh processes (fresh/, then fresh-3/)
+# rounds an earlier A/B in the same --out may have written (round-2/, ...): at most --rounds'
+MOST_ROUNDS = 10
 
 
 def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -74,12 +75,16 @@ def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = N
         selection(args, ids),
         out,
         side_args={k: tuple(v) for k, v in side_args.items()},
-        schedule=replace(Schedule(), min_effect=args.min_effect, max_pairs=args.max_pairs),
+        schedule=replace(
+            Schedule(),
+            min_effect=args.min_effect,
+            max_pairs=args.max_pairs,
+            rounds=getattr(args, "rounds", Schedule().rounds),
+        ),
         block_s=args.block_time,
         profile=args.profile,
         budget_s=getattr(args, "time_budget", None),
         alone_s=getattr(args, "alone_s", None) or {},
-        repeat=not args.no_repeat,
     )
 
 
@@ -95,13 +100,12 @@ def run_ab(
     ]
     cfg = config_of(args, make_dir(out, "--out"), ids)
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
-        repeats = (pair_folder(out / FRESH, k) for k in range(2, PROCESS_PAIRS + 1))
-        for folder in (out, *repeats):
-            (folder / stale).unlink(missing_ok=True)
+        for k in range(1, MOST_ROUNDS + 1):
+            (round_folder(out, k) / stale).unlink(missing_ok=True)
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())
-        again = lambda ids: config_of(args, out / FRESH, ids)  # noqa: E731
+        again = lambda ids: config_of(args, out, ids)  # noqa: E731
         report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, again)
     write_report(report, out)
     return report

@@ -14,9 +14,9 @@ CLOCKS_APART = 0.05
 MAX_REMEASURE = 3
 
 
-def pair_folder(fresh: Path, k: int) -> Path:
-    """Where the k-th pair of processes writes (k >= 2): ``fresh``, then ``fresh-3`` beside it."""
-    return fresh if k == 2 else fresh.with_name(f"{fresh.name}-{k}")
+def round_folder(out: Path, k: int) -> Path:
+    """Where round ``k`` writes its sides' logs and saved runs: ``out``, then ``out/round-k``."""
+    return out if k == 1 else out / f"round-{k}"
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,11 @@ class ABConfig:
     # pair
     base_starts: bool = True
     # each build runs in the other's place: head's in the process the coordinator and the
-    # worker call base, and back (a repeat's counterbalance); cases read head over base
+    # worker call base, and back (every other round); cases read head over base
     exchanged: bool = False
-    repeat: bool = True  # slower and faster cases again in a fresh pair of processes
+    # both sides set a test up at once, not in turn: a later round's tests are known to
+    # reach their timed call on both (a first round's may have nothing to pair: a search)
+    setups_together: bool = False
 
     def __post_init__(self) -> None:
         if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:
@@ -57,9 +59,11 @@ class ABConfig:
     def expected_s(self, nodeid: str) -> float:
         """What an A/B of ``nodeid`` is expected to cost, s (0 where its run is unknown).
 
-        Each side runs the test (its extras skipped), then the first look's pairs of
-        blocks. A rough guard: 31 A/Bs of a nightly on an H200 cost 0.24-1.8 times it, less
-        where the gated run did extras (docs/ab.md).
+        In one round, each side runs the test (its extras skipped), then the first look's
+        pairs of blocks. A rough guard: 31 one-round A/Bs of a nightly on an H200 cost
+        0.24-1.8 times it, less where the gated run did extras (docs/ab.md). A later round
+        starts a test only where it fits what is left, so a case the deadline cuts short
+        is judged by fewer rounds, and says so.
         """
         alone = self.alone_s.get(nodeid)
         if alone is None:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpugauge.ab.result import CaseAB
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import MIN_EFFECT
 from gpugauge.history.reference import HOST_REASON
@@ -116,18 +115,6 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
                 )
             )
     return out
-
-
-def worth_again(case: CaseAB) -> bool:
-    """Whether a class regression's A/B deserves one more: its clocks stopped it.
-
-    A case stopped for unstable clocks said nothing to trust about the build, whatever its
-    counted pairs: its GPU's clock wandered (short steps at the power limit move 5-17% from
-    block to block), and with few pairs its interval is too wide to clear anything. The job
-    hangs on the regression, so a fresh A/B gets one more look; a case the A/B decided, or
-    left undecided for another reason (a side skipped it), does not.
-    """
-    return case.clocks_unstable
 
 
 def _test_seconds(data: dict[str, Any]) -> dict[str, float]:

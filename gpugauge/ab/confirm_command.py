@@ -16,9 +16,8 @@ from pathlib import Path
 
 from gpugauge.ab.budget import fold_deadline
 from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, run_ab
-from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order, worth_again
+from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
 from gpugauge.ab.render import terminal
-from gpugauge.ab.result import CaseAB
 from gpugauge.ab.settle import (
     Settled,
     check_rewritable,
@@ -113,10 +112,9 @@ def confirm_command(args: argparse.Namespace) -> int:
         budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
         seen: dict[str, int] = {}
-        tried: dict[str, CaseAB] = {}  # each result's A/B case, by result id
         start_s = 0.0  # what an A/B costs beside its tests (its sides' start and end), s
 
-        def one(ref: str, ordered: list[Borderline], suffix: str = "", header: str = "") -> None:
+        def one(ref: str, ordered: list[Borderline]) -> None:
             """One A/B of ``ordered`` against ``ref``, within what is left of the budget."""
             nonlocal status, start_s
             ids = [c.nodeid for c in ordered]
@@ -130,14 +128,11 @@ def confirm_command(args: argparse.Namespace) -> int:
                         f"reference's verdict: {', '.join(c.id for c in ordered)}"
                     )
                     return
-            if header:
-                print(header)
             seen[ref] = n = seen.get(ref, 0) + 1  # one reference's tiers in A/Bs of their own
-            out = args.out / (ref[:10] + suffix if suffix or n == 1 else f"{ref[:10]}-{n}")
+            out = args.out / (ref[:10] if n == 1 else f"{ref[:10]}-{n}")
             report = run_ab(args, ref, WORKING_TREE, out, ids)
             print("\n" + terminal(report))
             start_s = max(start_s, report.rest_s)
-            tried.update((c.id, c) for c in report.cases)
             # the history first: a stop between the two writes leaves the file undecided,
             # and confirm run again decides it (the history's A/B is replaced, not doubled)
             settled = decided(args.run, ref, report, write=False)
@@ -160,28 +155,8 @@ def confirm_command(args: argparse.Namespace) -> int:
             for problem in report.problems:  # a result it could not A/B keeps its verdict
                 print(f"gpugauge confirm: {problem}")
 
-        def again() -> None:
-            """A class regression whose A/B its clocks stopped gets one more, once."""
-            still = set(still_regressed(args.run))
-            for ref, group in groups.items():
-                worth = [
-                    c for c in group if c.id in still and c.id in tried and worth_again(tried[c.id])
-                ]
-                if worth:
-                    header = (
-                        "gpugauge confirm: A/B'd once more, its clocks having stopped the "
-                        f"first: {', '.join(c.id for c in worth)}"
-                    )
-                    one(ref, worth, "-again", header)
-
-        order = in_order(groups)  # regressed, device-paced, cheapest first
-        # the retries go right after the last A/B that holds a regression (the job hangs on
-        # them), before the results whose verdicts only inform
-        last = max((k for k, (_, o) in enumerate(order) if any(c.regressed for c in o)), default=-1)
-        for k, (ref, ordered) in enumerate(order):
+        for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
             one(ref, ordered)
-            if k == last:
-                again()
         return verdict(status)
 
     return guarded("confirm", body)

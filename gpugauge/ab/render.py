@@ -36,7 +36,7 @@ def row(c: CaseAB) -> list[str]:
     if c.only or r is None:
         return [c.id, "-", "-", "-", "-", "0", c.unpaired_reason, c.kernels or "-"]
     ci = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else "no interval"
-    pairs = str(r.n) + (f" (+{c.remeasured} again)" if c.remeasured else "")
+    pairs = c.pairs_text + (f" (+{c.remeasured} again)" if c.remeasured else "")
     return [
         c.id,
         fmt_ms(c.base_ms) if c.base_ms else "-",
@@ -67,9 +67,24 @@ _PHASE_WORDS = {
 
 def cost_line(report: ABReport) -> str:
     """Where the A/B's time went, s: 'time: setups 120 s, paired blocks 40 s, ...'."""
-    spent = {p: sum(c.phases.get(p, 0.0) for c in report.cases) for p in PHASES}
+    spent = {p: sum(c.spent[p] for c in report.cases) for p in PHASES}
     parts = [f"{_PHASE_WORDS[p]} {s:.0f} s" for p, s in spent.items() if s >= 0.5]
     return "time: " + ", ".join([*parts, f"start-up and the rest {report.rest_s:.0f} s"])
+
+
+def efficiency_line(report: ABReport) -> str:
+    """The last line: how much of the wall time measured, and per paired case.
+
+    'efficiency: paired blocks 80 s of 120 s (67%); 2 rounds; 1.5x the blocks per case'.
+    """
+    paired = [c for c in report.cases if c.ratio is not None]
+    share = report.blocks_s / report.wall_s if report.wall_s > 0 else 0.0
+    per_case = report.wall_s / report.blocks_s if report.blocks_s > 0 else float("inf")
+    rounds = max((len(c.rounds) for c in paired), default=0)
+    return (
+        f"efficiency: paired blocks {report.blocks_s:.0f} s of {report.wall_s:.0f} s "
+        f"({share:.0%}); {plural(rounds, 'round')}; the A/B cost {per_case:.1f}x its blocks"
+    )
 
 
 def sides_line(report: ABReport) -> str:
@@ -90,8 +105,9 @@ def terminal(report: ABReport) -> str:
         f"'slower'/'faster' needs a change of at least {s.min_effect:.1%}"
     )
     table = render(HEADERS, [row(c) for c in worst_first(report.cases)], title=title)
-    problems = "".join(f"\nproblem: {p}" for p in report.problems)
-    return f"{table}\n{summary_line(report)}\n{cost_line(report)}{problems}"
+    problems = [f"problem: {p}" for p in report.problems]
+    lines = (summary_line(report), cost_line(report), *problems, efficiency_line(report))
+    return f"{table}\n" + "\n".join(lines)
 
 
 def _md_cell(text: str) -> str:

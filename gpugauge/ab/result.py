@@ -11,14 +11,24 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from gpugauge.ab.pairs import Pair
-from gpugauge.ab.verdict import Outcome, PairedRatio, Schedule, decide, paired_ratio
+from gpugauge.ab.verdict import (
+    Outcome,
+    PairedRatio,
+    Schedule,
+    across_rounds,
+    decide,
+    paired_ratio,
+    pooled_process_sd,
+)
 from gpugauge.judging.verdicts import Basis, MetricCheck, Verdict
+from gpugauge.phrasing import plural
 from gpugauge.results.files import atomic_write_text
 
 NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
@@ -29,20 +39,14 @@ BUDGET_SPENT = "gpugauge ab: its time budget was spent before this test"
 # ... or would be before this test ended, by what the test is expected to cost
 BUDGET_SHORT = "gpugauge ab: its time budget would run out before this test ended"
 
-AB_SCHEMA = 2  # 2: a case's "outcome" counts its repeat in fresh processes ("fresh")
+AB_SCHEMA = 3  # 3: a case's later rounds of fresh processes ("rounds"), its verdict over all
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the
 # blocks, both sides' work after it (memory, kernels, a family's own extras), and timing
 # calls one side made alone (a search's probes, a CPU reference)
 PHASES = ("setup", "blocks", "after", "alone")
 
-# the outcomes a repeat in fresh processes must give again to stand
+# the outcomes every round must give too, to stand
 DECIDED = (Outcome.SLOWER, Outcome.FASTER)
-# Pairs of processes a verdict must hold in: two, or three for an effect under
-# SMALL_EFFECT times the minimum effect. Two processes of one commit differed by up to
-# 1.9% on an H200 (a 0.1 ms linear step), the same way in every block pair, and by up to
-# 4% on a 2-core CPU, at random from one pair of processes to the next (docs/ab.md).
-PROCESS_PAIRS = 3
-SMALL_EFFECT = 2.0
 
 
 def other_side(name: str) -> str:
@@ -56,11 +60,13 @@ AB_MD = "ab.md"  # its table, for a pull request or $GITHUB_STEP_SUMMARY
 
 @dataclass(frozen=True)
 class CaseAB:
-    """One test's A/B: the pairs of its timed call, and what the sides' kernels were.
+    """One test's A/B: the pairs of its timed call in each round, and its kernels.
 
-    ``call`` counts the test's calls of the timing primitive that were paired (the last is
-    the case's own result; earlier ones time, e.g., the session's ceilings). ``only`` names
-    the side that ran the test where the other did not.
+    The fields hold the first round (one pair of processes): its pairs, test outcomes,
+    phases; ``later`` holds the same test in each later round, one :class:`CaseAB` each.
+    The verdict is derived over every round (:mod:`gpugauge.ab.verdict`), never stored as
+    the truth. ``calls`` counts the test's calls of the timing primitive that were paired;
+    ``only`` names the side that ran the test where the other did not.
     """
 
     id: str
@@ -73,19 +79,22 @@ class CaseAB:
     wall_s: float = 0.0  # both sides' whole test, setup and blocks included
     phases: dict[str, float] = field(default_factory=dict, hash=False)  # s, by PHASES
     schedule: Schedule = field(default_factory=Schedule)
-    # stopped for more clock-mismatched pairs than the runner allows: undecided, whatever
-    # the pairs kept say (they were never looked at as the schedule looks)
+    # stopped for more clock-mismatched pairs than the runner allows: this round decides
+    # nothing, whatever the pairs kept say (they were never looked at as the schedule looks)
     clocks_unstable: bool = False
     # the side that timed the test through gauge.measure where the other side did not
     timed_alone: str = ""
-    # the same test A/B'd again in a fresh pair of processes (and that one's own repeat, if
-    # any): a slower or faster verdict stands only where each repeat says the same
-    fresh: CaseAB | None = field(default=None, compare=False)
+    # the same test in each later round of fresh processes, in order
+    later: tuple[CaseAB, ...] = field(default=(), compare=False)
+    # the spread of a round from its processes (log-ratio SD) that the verdict allows, and
+    # its degrees of freedom: the A/B's pooled estimate (ABReport.pooled); None: the
+    # schedule's floor
+    process_sd: tuple[float, float] | None = None
 
     def exchanged(self) -> CaseAB:
-        """The case with base's and head's places exchanged: each pair's blocks, the names.
+        """The round with base's and head's places exchanged: each pair's blocks, the names.
 
-        An A/B whose processes ran in each other's places (base's build in the process the
+        A round whose processes ran in each other's places (base's build in the process the
         coordinator calls head) reads its cases back so: ratios are head's build over base's.
         """
         return replace(
@@ -95,6 +104,17 @@ class CaseAB:
             status={other_side(k): v for k, v in self.status.items()},
             timed_alone=other_side(self.timed_alone),
         )
+
+    @property
+    def rounds(self) -> tuple[CaseAB, ...]:
+        """Every round of the test, in order, each a case of one round."""
+        return (replace(self, later=()), *self.later) if self.later else (self,)
+
+    def with_round(self, again: CaseAB | None) -> CaseAB:
+        """The case with ``again`` as its next round (unchanged for None)."""
+        if again is None:
+            return self
+        return replace(self, later=(*self.later, *again.rounds))
 
     @property
     def unpaired_reason(self) -> str:
@@ -116,112 +136,30 @@ class CaseAB:
 
     @property
     def kept(self) -> tuple[Pair, ...]:
-        """The pairs the verdict uses (not those measured again)."""
-        return tuple(p for p in self.pairs if p.kept)
+        """The pairs the verdict uses, of every round (not those measured again)."""
+        return tuple(p for r in self.rounds for p in r.pairs if p.kept)
+
+    @property
+    def every_pair(self) -> tuple[Pair, ...]:
+        """Every round's pairs, those measured again included, in order."""
+        return tuple(p for r in self.rounds for p in r.pairs)
 
     @cached_property
-    def ratio(self) -> PairedRatio | None:
-        """Head/base with its CI; None without a pair.
-
-        Computed once: ab.json is rewritten after every case, each time with every case.
-        """
-        logs = [p.log_ratio for p in self.kept]
+    def round_ratio(self) -> PairedRatio | None:
+        """Head/base of this round's own pairs, with its CI; None without a pair."""
+        logs = [p.log_ratio for p in self.pairs if p.kept]
         return paired_ratio(logs, self.schedule.level) if logs else None
 
     @cached_property
-    def outcome(self) -> Outcome | None:
-        """slower, faster, same or need more samples; None where nothing was paired.
+    def round_outcome(self) -> Outcome | None:
+        """The outcome of this round's pairs alone; None where it paired nothing.
 
-        A slower (faster) case repeated in fresh processes stays so only if every repeat
-        says so too; else it needs more samples. Two processes of one commit can differ
-        by 2% in a 0.1 ms case, the same way in every pair (where each put its memory, in
-        what order they started): the pairs of one process pair cannot see it.
-        """
-        first, again = self.paired_outcome, self.repeat
-        if first not in DECIDED or again is None:
-            return first
-        return first if again.outcome is first else Outcome.NEED_MORE
-
-    @property
-    def repeats(self) -> tuple[CaseAB, ...]:
-        """The repeats in fresh processes that paired the test, in order, up to one that did not."""
-        return tuple(itertools.takewhile(lambda c: c.paired_outcome is not None, self.attempts))
-
-    @property
-    def needs_another(self) -> bool:
-        """Whether a fresh pair of processes should A/B the case again.
-
-        A slower (faster) verdict is repeated once, and a second time where the smallest
-        effect any pair of processes read is under :data:`SMALL_EFFECT` times the minimum
-        effect, up to :data:`PROCESS_PAIRS` pairs in all.
-        """
-        if self.paired_outcome not in DECIDED:
-            return False
-        tried = self.attempts
-        if not tried:
-            return True
-        if tried[-1].paired_outcome is None:  # a repeat that could not pair it ends the chain
-            return False
-        chain = (self, *self.repeats)
-        if self.outcome not in DECIDED or len(chain) >= PROCESS_PAIRS:
-            return False
-        least = min(abs(math.log(c.ratio.ratio)) for c in chain if c.ratio is not None)
-        return least < math.log1p(SMALL_EFFECT * self.schedule.min_effect)
-
-    @property
-    def attempts(self) -> tuple[CaseAB, ...]:
-        """Every repeat in fresh processes, in order, paired or not (a budget spent, a failure)."""
-        out: list[CaseAB] = []
-        again = self.fresh
-        while again is not None:
-            out.append(again)
-            again = again.fresh
-        return tuple(out)
-
-    @property
-    def ci_high(self) -> float | None:
-        """The highest upper end of the ratio's CI over this pair of processes and its repeats."""
-        highs = [c.ratio.ci_high for c in (self, *self.repeats) if c.ratio and c.ratio.has_interval]
-        return max(highs) if highs else None
-
-    def chained(self, again: CaseAB | None) -> CaseAB:
-        """The case with ``again`` as the repeat after its last one (unchanged for None)."""
-        if again is None:
-            return self
-        if self.fresh is None:
-            return replace(self, fresh=again)
-        return replace(self, fresh=self.fresh.chained(again))
-
-    @property
-    def repeat(self) -> CaseAB | None:
-        """The repeat in fresh processes, where it paired the test (else None)."""
-        if self.fresh is None or self.fresh.paired_outcome is None:
-            return None
-        return self.fresh
-
-    @property
-    def fresh_note(self) -> str:
-        """What the repeat in fresh processes said of a slower or faster case ('' else)."""
-        first, chain = self.paired_outcome, self.repeats
-        if first not in DECIDED:
-            return ""
-        if not chain or self.ratio is None:
-            return "not repeated in fresh processes"
-        if self.outcome is first:
-            return f"again {' and '.join(_x(c) for c in chain)} in fresh processes"
-        said = ", ".join(f"{c.paired_outcome} at {_x(c)}" for c in chain)
-        return f"{first} at {_x(self)}, {said} in fresh processes"
-
-    @cached_property
-    def paired_outcome(self) -> Outcome | None:
-        """The outcome of this pair of processes' blocks alone.
-
-        A case stopped for unstable clocks, and one with fewer kept pairs than the
+        A round stopped for unstable clocks, and one with fewer kept pairs than the
         schedule's first look (a failed side), decide nothing.
         """
         if self.clocks_unstable:
             return Outcome.NEED_MORE
-        r = self.ratio
+        r = self.round_ratio
         if r is None:
             return None
         if r.n < self.schedule.min_pairs:
@@ -229,27 +167,106 @@ class CaseAB:
         return decide(r, self.schedule.min_effect)
 
     @property
+    def paired_rounds(self) -> tuple[CaseAB, ...]:
+        """The rounds that paired the test."""
+        return tuple(r for r in self.rounds if r.round_outcome is not None)
+
+    @cached_property
+    def ratio(self) -> PairedRatio | None:
+        """Head/base over every round, with its CI; None without a pair.
+
+        Computed once: ab.json is rewritten after every case, each time with every case.
+        """
+        logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.rounds]
+        if not any(logs):
+            return None
+        sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
+        return across_rounds(logs, self.schedule.level, sd, df)
+
+    @cached_property
+    def bimodal(self) -> str:
+        """'1.028x, 0.973x by round' where two rounds read two speeds; '' else.
+
+        Two rounds whose own intervals lie apart, by more than the minimum effect, and
+        that decide differently: the build runs at one speed in one process and at another
+        in the next (a kernel chosen per process, memory placed per process).
+        """
+        rs = [r for r in self.paired_rounds if r.round_ratio and r.round_ratio.has_interval]
+        step = math.log1p(self.schedule.min_effect)
+        for a, b in itertools.combinations(rs, 2):
+            ra, rb = a.round_ratio, b.round_ratio
+            assert ra is not None
+            assert rb is not None
+            lo, hi = (ra, rb) if ra.ratio < rb.ratio else (rb, ra)
+            apart = lo.ci_high < hi.ci_low and math.log(hi.ratio / lo.ratio) > step
+            if apart and a.round_outcome is not b.round_outcome:
+                return ", ".join(_x(r) for r in rs) + " by round"
+        return ""
+
+    @cached_property
+    def outcome(self) -> Outcome | None:
+        """slower, faster, same or need more samples, over every round; None unpaired.
+
+        Slower (faster) stands only where every round that paired the test says so too;
+        a case bimodal across processes, or with a round its clocks stopped, needs more
+        samples, whatever its mean (its interval still bounds it: confirm's ``clears``).
+        """
+        counted, r = self.paired_rounds, self.ratio
+        if not counted:
+            return None
+        if r is None or self.bimodal or any(c.clocks_unstable for c in self.rounds):
+            return Outcome.NEED_MORE  # a round its clocks stopped is never trusted
+        said = decide(r, self.schedule.min_effect)
+        if said in DECIDED and any(c.round_outcome is not said for c in counted):
+            return Outcome.NEED_MORE
+        return said
+
+    @property
     def unstable_note(self) -> str:
         """'clocks unstable: 4 pairs measured again', or '' for a case not stopped so."""
-        if not self.clocks_unstable:
+        stopped = [r for r in self.rounds if r.clocks_unstable]
+        if not stopped:
             return ""
-        return f"clocks unstable: {self.remeasured} pairs measured again"
+        which = "" if len(self.rounds) == 1 else f" in {plural(len(stopped), 'round')}"
+        return f"clocks unstable{which}: {self.remeasured} pairs measured again"
+
+    @property
+    def rounds_note(self) -> str:
+        """What the rounds said, where it is worth a word ('' else).
+
+        Bimodal across processes; rounds that disagree; fewer rounds than asked.
+        """
+        if self.bimodal:
+            return f"bimodal across processes: {self.bimodal}"
+        counted = self.paired_rounds
+        if self.outcome is Outcome.NEED_MORE and len(counted) > 1:
+            said = {c.round_outcome for c in counted}
+            if said & set(DECIDED):
+                return ", ".join(f"{c.round_outcome} at {_x(c)}" for c in counted) + " by round"
+        if self.outcome is not Outcome.NEED_MORE and 0 < len(counted) < self.schedule.rounds:
+            return f"{len(counted)} of {plural(self.schedule.rounds, 'round')}"
+        return ""
 
     @property
     def verdict_text(self) -> str:
         """The outcome as a table says it: 'need more samples (clocks unstable: ...)'."""
-        notes = "; ".join(n for n in (self.unstable_note, self.fresh_note) if n)
+        notes = "; ".join(n for n in (self.unstable_note, self.rounds_note) if n)
         return f"{self.outcome} ({notes})" if notes else f"{self.outcome}"
 
     @property
     def base_ms(self) -> float | None:
-        """Median of base's block medians, ms."""
+        """Median of base's block medians over every round, ms."""
         return _median([p.base.median_ms for p in self.kept])
 
     @property
     def head_ms(self) -> float | None:
-        """Median of head's block medians, ms."""
+        """Median of head's block medians over every round, ms."""
         return _median([p.head.median_ms for p in self.kept])
+
+    @property
+    def pairs_text(self) -> str:
+        """The pairs kept in each round: '5+5', or '7' for one round."""
+        return "+".join(str(sum(p.kept for p in r.pairs)) for r in self.rounds)
 
     @property
     def check(self) -> MetricCheck | None:
@@ -276,13 +293,32 @@ class CaseAB:
 
     @property
     def remeasured(self) -> int:
-        """Pairs measured again because their clocks were too far apart."""
-        return sum(not p.kept for p in self.pairs)
+        """Pairs measured again, in every round, because their clocks were too far apart."""
+        return sum(not p.kept for p in self.every_pair)
+
+    @property
+    def spent(self) -> dict[str, float]:
+        """Where every round's wall time on the test went, s, by :data:`PHASES`."""
+        return {k: sum(r.phases.get(k, 0.0) for r in self.rounds) for k in PHASES}
+
+    @property
+    def process_spread(self) -> tuple[float, int] | None:
+        """Its rounds' means' variance beyond what their pairs explain, and how many rounds.
+
+        None under two rounds with two pairs each: what :func:`pooled_process_sd` pools.
+        """
+        logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.paired_rounds]
+        logs = [x for x in logs if len(x) >= 2]
+        if len(logs) < 2:
+            return None
+        means = [statistics.fmean(x) for x in logs]
+        within = statistics.fmean(statistics.variance(x) / len(x) for x in logs)
+        return statistics.variance(means) - within, len(logs)
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON: the pairs and the verdict derived from them."""
-        r = self.ratio
-        return {
+        """Plain dict for JSON: the pairs and the verdicts derived from them."""
+        r, own = self.ratio, self.round_ratio
+        out = {
             "id": self.id,
             "nodeid": self.nodeid,
             "outcome": None if self.outcome is None else self.outcome.value,
@@ -291,8 +327,16 @@ class CaseAB:
             "ci_high": None if r is None or not r.has_interval else r.ci_high,
             "level": self.schedule.level,
             "min_effect": self.schedule.min_effect,
+            "process_sd": None if self.process_sd is None else self.process_sd[0],
+            "bimodal": self.bimodal,
             "base_ms": self.base_ms,
             "head_ms": self.head_ms,
+        }
+        return out | self._round_dict(own)
+
+    def _round_dict(self, own: PairedRatio | None) -> dict[str, Any]:
+        """The round's own record: its pairs, its outcome and ratio, the later rounds."""
+        return {
             "calls": self.calls,
             "kernels": self.kernels,
             "only": self.only,
@@ -301,15 +345,17 @@ class CaseAB:
             "phases": dict(self.phases),
             "clocks_unstable": self.clocks_unstable,
             "timed_alone": self.timed_alone,
-            "paired_outcome": None if self.paired_outcome is None else self.paired_outcome.value,
-            "fresh": None if self.fresh is None else self.fresh.as_dict(),
+            "round_outcome": None if self.round_outcome is None else self.round_outcome.value,
+            "round_ratio": None if own is None else own.ratio,
             "pairs": [p.as_dict() for p in self.pairs],
+            "rounds": [c._round_dict(c.round_ratio) for c in self.later],
         }
 
 
 def _x(case: CaseAB) -> str:
-    """A case's ratio as its verdict notes write it: '1.029x'."""
-    return f"{case.ratio.ratio:.3f}x" if case.ratio is not None else "-"
+    """A round's own ratio as its verdict notes write it: '1.029x'."""
+    r = case.round_ratio
+    return f"{r.ratio:.3f}x" if r is not None else "-"
 
 
 _VERDICTS = {
@@ -374,6 +420,7 @@ class ABReport:
             "head": self.head.as_dict(),
             "device": self.device,
             "wall_s": self.wall_s,
+            "blocks_s": self.blocks_s,
             "schedule": dict(self.schedule.__dict__),
             "counts": {o.value: self.count(o) for o in Outcome},
             "problems": list(self.problems),
@@ -384,23 +431,39 @@ class ABReport:
     @property
     def rest_s(self) -> float:
         """Its wall seconds outside its cases' phases: the sides' start and end, and the like."""
-        spent = sum(v for c in self.cases for v in c.phases.values())
+        spent = sum(v for c in self.cases for v in c.spent.values())
         return max(self.wall_s - spent, 0.0)
 
     @property
-    def to_repeat(self) -> tuple[str, ...]:
-        """Node ids of the cases a fresh pair of processes should A/B again."""
-        return tuple(c.nodeid for c in self.cases if c.needs_another)
+    def blocks_s(self) -> float:
+        """Seconds of paired blocks, every round's: what the A/B is for."""
+        return sum(c.spent["blocks"] for c in self.cases)
 
-    def with_fresh(self, fresh: ABReport) -> ABReport:
-        """The A/B with ``fresh``'s cases as the latest repeats of its own, by node id."""
-        again = {c.nodeid: c for c in fresh.cases}
+    @property
+    def paired_ids(self) -> tuple[str, ...]:
+        """Node ids of the cases its first round paired: what a later round A/Bs."""
+        return tuple(c.nodeid for c in self.cases if c.round_outcome is not None)
+
+    def with_round(self, later: ABReport) -> ABReport:
+        """The A/B with ``later``'s cases as the next round of its own, by node id."""
+        again = {c.nodeid: c for c in later.cases}
         return replace(
             self,
-            cases=tuple(c.chained(again.get(c.nodeid)) for c in self.cases),
-            wall_s=self.wall_s + fresh.wall_s,
-            problems=self.problems + fresh.problems,
+            cases=tuple(c.with_round(again.get(c.nodeid)) for c in self.cases),
+            wall_s=self.wall_s + later.wall_s,
+            problems=self.problems + later.problems,
         )
+
+    @property
+    def process_sd(self) -> tuple[float, float]:
+        """A round's spread from its processes, pooled over its cases: (log-ratio SD, df)."""
+        spreads = [s for c in self.cases if (s := c.process_spread) is not None]
+        return pooled_process_sd(spreads, self.schedule.process_sd)
+
+    def pooled(self) -> ABReport:
+        """Its cases judged with the spread of processes its own rounds showed."""
+        sd = self.process_sd
+        return replace(self, cases=tuple(replace(c, process_sd=sd) for c in self.cases))
 
     def save(self, out: Path) -> Path:
         """Write ``out/ab.json`` whole (atomically): after each case, and at the end."""

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpugauge.ab.config import ABConfig, pair_folder
+from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.launch import (
     SIDE_SETTINGS,
     ABError,
@@ -42,7 +42,6 @@ from gpugauge.ab.result import (
     BUDGET_SHORT,
     BUDGET_SPENT,
     PHASES,
-    PROCESS_PAIRS,
     SKIPPED_FOR,
     ABReport,
     CaseAB,
@@ -241,8 +240,9 @@ class Coordinator:
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
         spent = self._spent(nodeid)
+        together = self.cfg.setups_together and not spent
+        t0 = time.monotonic()
         for s in (first, second):
-            t0 = time.monotonic()
             ran = said.get(first.name, {})
             if spent:
                 s.send({"op": "skip", "reason": spent})
@@ -252,8 +252,11 @@ class Coordinator:
                 s.send({"op": "skip", "reason": f"{SKIPPED_FOR} ({first.build} ran it)"})
             else:
                 s.send({"op": "go"})
+            if not together:  # in turn: the second side starts once the first is ready
+                said[s.name] = s.expect("measure", "done")
+        for s in (first, second) if together else ():
             said[s.name] = s.expect("measure", "done")
-            phases["setup"] += time.monotonic() - t0
+        phases["setup"] += time.monotonic() - t0
         at = lambda name: said[name]["op"]  # noqa: E731
         sides = {"base": base, "head": head}
         pairs: tuple[Pair, ...] = ()
@@ -276,8 +279,12 @@ class Coordinator:
                 phases["blocks"] += time.monotonic() - t0
                 t0 = time.monotonic()
                 calls += 1
+                if self.cfg.setups_together:  # both finish their tests at once too
+                    for s in (first, second):
+                        s.send({"op": "end"})
                 for s in (first, second):
-                    s.send({"op": "end"})
+                    if not self.cfg.setups_together:
+                        s.send({"op": "end"})
                     said[s.name] = s.expect("measure", "done")
                 phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
@@ -352,14 +359,14 @@ def progress_line(case: CaseAB) -> str:
     """'vgg16-...: slower 1.031x [1.024, 1.038] (5 pairs)'."""
     if case.only:
         return f"{case.id}: on {case.only} only"
-    r = case.ratio
+    r = case.round_ratio
     if r is None:
         return f"{case.id}: {case.unpaired_reason}"
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
     again = f", {case.remeasured} measured again" if case.remeasured else ""
     took = f", {case.wall_s:.0f} s" if case.wall_s else ""
-    # this pair of processes' outcome: a repeat in fresh ones, if any, comes after
-    said = case.paired_outcome if not case.clocks_unstable else case.verdict_text
+    # this round's own outcome: the verdict comes from every round, at the end
+    said = case.round_outcome if not case.clocks_unstable else case.verdict_text
     return f"{case.id}: {said} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again}{took})"
 
 
@@ -370,50 +377,43 @@ def run_sides(
     cwd: Path | None = None,
     again: Callable[[Sequence[str]], ABConfig] | None = None,
 ) -> ABReport:
-    """Run an A/B over two prepared checkouts (see :class:`Coordinator`), then its repeats.
+    """Run an A/B over two prepared checkouts in rounds of fresh processes (:class:`Coordinator`).
 
-    With ``again`` (the configuration for a selection of node ids; a third pair of processes
-    writes beside its folder, ``fresh-3`` by ``fresh``) and ``cfg.repeat``, the cases called
-    slower or faster are A/B'd again in a fresh pair of processes, each build in the other's
-    place, and a small effect a third time, each build in its first place again
-    (:attr:`CaseAB.needs_another`), within what is left of the time budget: a verdict stands
-    only where every pair of processes gives it (:attr:`CaseAB.outcome`), as Pinpoint
-    confirms a difference and asv times each benchmark in several processes.
+    Round 1 runs the selection; each later round (``again``: the configuration for a
+    selection of node ids) runs the tests round 1 paired, in a fresh pair of processes with
+    the builds' places swapped from round to round, both sides' setups at once (both are
+    known to reach their timed call), within what is left of the time budget. The verdict
+    comes from every round's pairs (:attr:`CaseAB.outcome`), judged with the spread of
+    processes the A/B's own rounds showed (:meth:`ABReport.pooled`), as asv times each
+    benchmark in several processes.
     """
     report = Coordinator(cfg, sides, note, cwd).run()
-    exchanged = cfg.exchanged
-    for k in range(2, PROCESS_PAIRS + 1):
-        ids = report.to_repeat
-        if again is None or not cfg.repeat or not ids:
+    total = cfg.schedule.rounds
+    for k in range(2, total + 1):
+        ids = report.paired_ids
+        if again is None or not ids:
             break
         left = None if cfg.budget_s is None else cfg.budget_s - report.wall_s
-        # a pair of processes that could start none of its tests still costs its start
+        # a round that could start none of its tests still costs its start
         if left is not None and not cfg.fits(ids, left):
-            note(
-                f"  {plural(len(ids), 'case')} to repeat; the time budget is spent: "
-                "not repeated in fresh processes"
-            )
+            note(f"  round {k} of {total}: the time budget is spent; not started")
             break
-        # each build in the other's place: whatever systematically tells the two places
-        # apart (start order, names, places in the lock-step) now favours the other build
-        exchanged = not exchanged
+        exchanged = cfg.exchanged != (k % 2 == 0)  # each build in the other's place
         in_base_place = "head" if exchanged else "base"
         starts = in_base_place if cfg.base_starts else other_side(in_base_place)
-        places = "each build in the other's place" if exchanged != cfg.exchanged else "as the first"
         note(
-            f"  {plural(len(ids), 'case')} again in a fresh pair of processes (pair {k} of up "
-            f"to {PROCESS_PAIRS}), {places} ({starts}'s build started first)"
+            f"  round {k} of {total}: {plural(len(ids), 'test')} in a fresh pair of processes, "
+            f"{starts}'s build started first"
         )
-        fresh_cfg = again(ids)
-        fresh_cfg = replace(
-            fresh_cfg, out=pair_folder(fresh_cfg.out, k), exchanged=exchanged, budget_s=left
+        later = replace(
+            again(ids),
+            out=round_folder(cfg.out, k),
+            exchanged=exchanged,
+            budget_s=left,
+            setups_together=True,
         )
-        fresh = Coordinator(fresh_cfg, sides, note, cwd).run()
-        report = report.with_fresh(fresh)
-    for c in report.cases:
-        if c.fresh_note:
-            note(f"  {c.id}: {c.verdict_text}")
-    return report
+        report = report.with_round(Coordinator(later, sides, note, cwd).run())
+    return report.pooled()
 
 
 __all__: Sequence[str] = ("ABError", "Coordinator", "run_sides")

@@ -82,19 +82,22 @@ def clears(before: GateResult, case: CaseAB) -> bool:
     """Whether ``case``'s A/B may decide a result whose class verdict was ``before``.
 
     Always, but for a class regression: an A/B that could not decide clears it only where
-    every pair of processes' CI rules out the slowdown the class flagged (their highest
-    upper end under the class's allowance), and a "faster" only once a fresh pair of
-    processes gave it too (one pair's own speed can read 2% faster); else it stands.
+    its CI over every round (the processes' spread counted) and each round's own CI lie
+    under the class's allowance (two rounds that disagree say more than their mean), and a
+    "faster" only where two rounds or more gave it (one pair of processes' own speed can
+    read 2% faster); else it stands.
     """
     old, check = before.check("time"), case.check
     if before.verdict is not Verdict.REGRESSED or old is None or check is None:
         return True
     if check.verdict is Verdict.IMPROVED:
-        return bool(case.repeats)
+        return len(case.paired_rounds) >= 2
     if check.verdict is not Verdict.INCONCLUSIVE:
         return True
-    high = case.ci_high
-    return high is not None and high < 1 + old.tolerance
+    allowed = 1 + old.tolerance
+    own = [r.round_ratio for r in case.paired_rounds]
+    rounds_rule_it_out = all(r is not None and r.ci_high < allowed for r in own)
+    return check.ci_high < allowed and rounds_rule_it_out
 
 
 def still_regressed(run: Path) -> list[str]:
@@ -211,7 +214,11 @@ def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
                     check.ci_low,
                     check.ci_high,
                     check.tolerance,
-                    tuple(p.as_dict() for p in s.case.pairs),
+                    tuple(
+                        p.as_dict() | {"round": k}
+                        for k, r in enumerate(s.case.rounds, 1)
+                        for p in r.pairs
+                    ),
                 ),
                 result_verdict=s.result.verdict.value,
                 accepted=accepted(s.result.verdict),

@@ -1,4 +1,4 @@
-"""The A/B verdict: a paired test on the log-ratios of alternating blocks.
+"""The A/B verdict: paired blocks within a round, rounds of fresh processes across.
 
 Each pair is one block of side A and one of side B, timed back to back on the same GPU
 (order alternated from pair to pair), and gives one log-ratio ``ln(median_B / median_A)``.
@@ -6,18 +6,26 @@ Host-to-host differences, the card's temperature and a slow drift of its clock a
 by the two blocks of a pair and cancel in the ratio, which is why an A/B sees a 3% change
 on a host it has never seen, where a comparison with another host's baseline cannot.
 
-The ratio B/A is ``exp(mean log-ratio)`` with a Student-t interval of the mean. Then:
+A *round* is one pair of fresh processes, one per build; an A/B runs several, the builds'
+places swapped from round to round (asv's ``rounds``). Two processes of one build can
+differ by 1-3% in every pair of blocks alike (where each put its memory, which kernels
+its cuDNN chose), and no number of pairs from one round can see it: the process is a
+level of variance. So the ratio B/A is the mean of the rounds' mean log-ratios, and its
+Student-t interval counts both the pairs' spread and the rounds' (:func:`across_rounds`,
+with a floor ``process_sd`` per round). Then:
 
-* **slower** (faster): the interval lies wholly above 1 (below 1) *and* the ratio is at
-  least ``1 + min_effect`` (at most ``1 / (1 + min_effect)``): significant and worth
-  reporting;
+* **slower** (faster): the interval lies wholly above 1 (below 1), the ratio is at least
+  ``1 + min_effect`` (at most ``1 / (1 + min_effect)``), and every round's own pairs say
+  so too;
 * **same**: the interval lies wholly inside ``[1 / (1 + min_effect), 1 + min_effect]``;
-* **need more samples**: anything else; the runner adds pairs, up to a cap.
+* **need more samples**: anything else, and a case whose rounds read two speeds (their
+  own intervals apart by more than the minimum effect): *bimodal across processes*.
 
-The level is 99.8% at each look, so that the runner's adaptive schedule (5 pairs, then 3
-more per look up to 20: six looks) keeps the false-alarm rate under 1% over many seeds of
-synthetic pairs at any noise, while a 3% change is called slower in 5 pairs at 0.3% noise a
-pair and in about 11 at 2% (tests/test_ab_verdict.py measures both).
+Within a round, pairs are added by one stopping rule (:class:`Schedule`): 4 pairs, then 3
+more per look up to 20, at 99.8% per look. Over many seeds of synthetic A/Bs of two rounds
+with a random offset per process, this keeps the false-alarm rate under 1%, and calls a
+3% change slower at 0.3% noise a pair where processes differ by 0.4% or less
+(tests/test_ab_rounds.py measures both; docs/ab.md has the table).
 """
 
 from __future__ import annotations
@@ -32,6 +40,10 @@ LEVEL = 0.998  # two-sided, per look
 MIN_EFFECT = 0.01  # a change smaller than 1% is not reported as slower or faster
 # a case whose CI could not shrink below this many minimum effects by max_pairs stops early
 FUTILE = 4.0
+# The floor of one round's spread from its processes alone (log-ratio SD): two processes
+# of one build on an H200 read 0.993-1.004x on every device-paced case of an A/A (runs
+# 88-90), and an A/B's own rounds raise it where its cases spread more (ABReport).
+PROCESS_SD = 0.003
 
 
 class Outcome(StrEnum):
@@ -52,6 +64,7 @@ class PairedRatio:
     ci_high: float
     n: int
     level: float
+    rounds: int = 1
 
     @property
     def has_interval(self) -> bool:
@@ -87,6 +100,63 @@ def paired_ratio(log_ratios: Sequence[float], level: float = LEVEL) -> PairedRat
     return PairedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, level)
 
 
+def across_rounds(
+    rounds: Sequence[Sequence[float]],
+    level: float = LEVEL,
+    process_sd: float = PROCESS_SD,
+    process_df: float = math.inf,
+) -> PairedRatio:
+    """B/A over rounds of fresh processes, each a list of its pairs' log-ratios ``ln(B/A)``.
+
+    The mean of the rounds' means, with a t-interval whose variance is the pairs' within
+    each round plus the processes' between rounds: ``process_sd`` squared per round (known
+    to ``process_df`` degrees of freedom: infinite for a floor), or the case's own spread
+    where three rounds or more show more. The degrees of freedom are Welch-Satterthwaite's
+    over the two parts; no interval under two pairs in some round and one in every other.
+    """
+    rs = [list(r) for r in rounds if r]
+    if not rs:
+        raise ValueError("no pairs")
+    for r in rs:
+        if not all(math.isfinite(x) for x in r):
+            raise ValueError(f"log-ratios must be finite: {r}")
+    k, n = len(rs), sum(len(r) for r in rs)
+    means = [statistics.fmean(r) for r in rs]
+    mean = statistics.fmean(means)
+    if n - k < 1:
+        return PairedRatio(math.exp(mean), 0.0, math.inf, n, level, k)
+    within = sum(statistics.variance(r) / len(r) for r in rs if len(r) > 1) / k**2
+    between, between_df = process_sd**2 / k, process_df
+    if k >= 3:  # two degrees of freedom or more: the case's own spread of processes
+        own = statistics.variance(means) / k - within
+        if own > between:
+            between, between_df = own, k - 1
+    var = within + between
+    spread = sum(v**2 / d for v, d in ((within, n - k), (between, between_df)) if v > 0)
+    df = min(var**2 / spread, 1e6) if spread > 0 else 1e6  # 1e6: as good as known
+    half = t_quantile(0.5 + level / 2, df) * math.sqrt(var)
+    return PairedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, level, k)
+
+
+def pooled_process_sd(
+    spreads: Sequence[tuple[float, int]], floor: float = PROCESS_SD
+) -> tuple[float, float]:
+    """One A/B's spread of a round from its processes, pooled over its cases: (SD, df).
+
+    ``spreads`` holds, per case of two rounds or more, the variance of its rounds' means
+    beyond what its pairs explain, and its number of rounds; their mean is the pooled
+    variance, known to as many degrees of freedom as the rounds give. Under five cases, or
+    below ``floor``, the floor, taken as known (infinite df).
+    """
+    used = [(v, k) for v, k in spreads if k >= 2]
+    if len(used) < 5:
+        return floor, math.inf
+    var = statistics.fmean(v for v, _ in used)
+    if var <= floor**2:
+        return floor, math.inf
+    return math.sqrt(var), float(sum(k - 1 for _, k in used))
+
+
 def decide(r: PairedRatio, min_effect: float = MIN_EFFECT) -> Outcome:
     """The outcome of one look at the pairs (see the module's rules)."""
     if not r.has_interval:
@@ -103,13 +173,22 @@ def decide(r: PairedRatio, min_effect: float = MIN_EFFECT) -> Outcome:
 
 @dataclass(frozen=True)
 class Schedule:
-    """How many pairs: ``min_pairs`` first, then ``step`` more per look, up to ``max_pairs``."""
+    """How much evidence: rounds of fresh processes, and pairs of blocks in each round.
 
-    min_pairs: int = 5
+    ``rounds`` pairs of processes; in each, ``min_pairs`` pairs first, then ``step`` more
+    per look, up to ``max_pairs``.
+
+    ``process_sd`` is the floor of a round's spread from its processes alone (log-ratio
+    SD); an A/B's own rounds raise it (:func:`pooled_process_sd`).
+    """
+
+    min_pairs: int = 4
     step: int = 3
     max_pairs: int = 20
     min_effect: float = MIN_EFFECT
     level: float = LEVEL
+    rounds: int = 2
+    process_sd: float = PROCESS_SD
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_pairs <= self.max_pairs:
@@ -120,6 +199,10 @@ class Schedule:
             raise ValueError(f"min_effect must be in (0, 1): {self.min_effect}")
         if not 0.5 < self.level < 1:
             raise ValueError(f"level must be in (0.5, 1): {self.level}")
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1: {self.rounds}")
+        if not 0 <= self.process_sd < 0.5:
+            raise ValueError(f"process_sd must be in [0, 0.5): {self.process_sd}")
 
     def more(self, log_ratios: Sequence[float]) -> int:
         """How many pairs to add now: 0 once decided, at the cap, or past hope (:meth:`futile`)."""
@@ -133,19 +216,23 @@ class Schedule:
         return min(self.step, self.max_pairs - n)
 
     def futile(self, log_ratios: Sequence[float]) -> bool:
-        """Whether even ``max_pairs`` pairs could not narrow the CI to decide.
+        """Whether even ``max_pairs`` pairs could not decide, at this spread and this effect.
 
-        True when, at this spread, the CI's half-width at ``max_pairs`` would still exceed
-        :data:`FUTILE` minimum effects: a case whose blocks scatter this much (a step
-        paced by the host's dispatch) stays 'need more samples', and more pairs only cost
-        time.
+        True when the CI's half-width at ``max_pairs`` would still exceed :data:`FUTILE`
+        minimum effects *and* the effect measured so far: a case whose blocks scatter this
+        much (a step paced by the host's dispatch) stays 'need more samples', and more
+        pairs only cost time. An effect far beyond the minimum is never futile: a 2x
+        slowdown at that spread is decided within ``max_pairs`` (issue 49: 3 of 4 such
+        A/Bs stopped at 5 pairs when this looked at the spread alone).
         """
         n = len(log_ratios)
         if n < 3:
             return False
         spread = statistics.stdev(log_ratios)
         half = t_quantile(0.5 + self.level / 2, self.max_pairs - 1) * spread
-        return half / math.sqrt(self.max_pairs) > FUTILE * math.log1p(self.min_effect)
+        half /= math.sqrt(self.max_pairs)
+        effect = abs(statistics.fmean(log_ratios))
+        return half > FUTILE * math.log1p(self.min_effect) and half >= effect
 
     def outcome(self, log_ratios: Sequence[float]) -> Outcome:
         """The outcome of the pairs so far."""

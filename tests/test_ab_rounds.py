@@ -1,0 +1,84 @@
+"""The A/B's verdict over rounds of fresh processes, on synthetic A/Bs with a random
+offset per process: its false-alarm rate and its sensitivity (issue 48's criteria).
+
+Each synthetic A/B has 20 cases of two rounds; in each round both builds' processes get
+their own offset (log-normal, SD ``proc``), and each pair of blocks its own noise (SD
+``noise``); the round's pairs are drawn through the real schedule, and the verdict is the
+real :class:`~gpugauge.ab.result.CaseAB`'s, judged with the A/B's pooled spread.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from gpugauge.ab.pairs import Block, Pair
+from gpugauge.ab.result import ABReport, CaseAB, SideInfo
+from gpugauge.ab.verdict import Outcome, Schedule, across_rounds, pooled_process_sd
+
+SIDE = SideInfo("base", "a", "a" * 40, "python3", "/x")
+
+
+def _round(s: Schedule, mean: float, noise: float, rng: random.Random, cid: str) -> CaseAB:
+    logs: list[float] = []
+    while k := s.more(logs):
+        logs += [rng.gauss(mean, noise) for _ in range(k)]
+    pairs = tuple(
+        Pair(Block(1.0, 10), Block(math.exp(x), 10), i % 2 == 0) for i, x in enumerate(logs)
+    )
+    return CaseAB(cid, cid, pairs, schedule=s)
+
+
+def _outcomes(effect: float, noise: float, proc: float, n_ab: int, seed: int) -> list[Outcome]:
+    rng, s, out = random.Random(seed), Schedule(), []
+    for _ in range(n_ab):
+        cases = []
+        for i in range(20):
+            case = None
+            for _ in range(s.rounds):
+                offset = rng.gauss(0, proc) - rng.gauss(0, proc)  # head's process, base's
+                one = _round(s, math.log1p(effect) + offset, noise, rng, f"c{i}")
+                case = one if case is None else case.with_round(one)
+            cases.append(case)
+        report = ABReport(SIDE, SIDE, tuple(cases), "cpu", 0.0, s).pooled()
+        out += [c.outcome for c in report.cases]
+    return out
+
+
+def _false_alarms(outcomes: list[Outcome]) -> float:
+    return sum(o in (Outcome.SLOWER, Outcome.FASTER) for o in outcomes) / len(outcomes)
+
+
+@pytest.mark.parametrize("proc", [0.0, 0.004, 0.015])
+def test_a_a_false_alarms_stay_under_one_percent_with_random_process_offsets(
+    proc: float,
+) -> None:
+    assert _false_alarms(_outcomes(0.0, 0.01, proc, n_ab=40, seed=48)) <= 0.01
+
+
+@pytest.mark.parametrize("proc", [0.0, 0.002, 0.004])
+def test_a_three_percent_change_at_low_noise_is_caught(proc: float) -> None:
+    """At 0.3% noise per pair: 99% where processes differ by 0.4% or less (an H200's
+    device-paced cases read 0.993-1.004x in one-round A/As)."""
+    outcomes = _outcomes(0.03, 0.003, proc, n_ab=15, seed=3)
+    assert sum(o is Outcome.SLOWER for o in outcomes) / len(outcomes) >= 0.99
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise", [0.003, 0.01, 0.02])
+@pytest.mark.parametrize("proc", [0.0, 0.001, 0.002, 0.004, 0.008, 0.015])
+def test_false_alarms_over_the_whole_grid(proc: float, noise: float) -> None:
+    """2,000 A/A cases per cell (docs/ab.md's table)."""
+    assert _false_alarms(_outcomes(0.0, noise, proc, n_ab=100, seed=7)) <= 0.01
+
+
+def test_processes_that_spread_widen_every_case_s_interval() -> None:
+    """A pooled spread of 1% per round makes two tight rounds at +1.5% undecided."""
+    tight = [[0.015, 0.0151, 0.0149, 0.015]] * 2
+    assert across_rounds(tight).ci_low > 1  # the floor alone (0.3%): significant
+    sd, df = pooled_process_sd([(1e-4, 2)] * 10)
+    assert (sd, df) == (pytest.approx(0.01), 10.0)
+    assert across_rounds(tight, process_sd=sd, process_df=df).ci_low < 1
+    assert pooled_process_sd([(1e-4, 2)] * 4) == (0.003, math.inf)  # too few: the floor
