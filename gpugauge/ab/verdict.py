@@ -144,17 +144,25 @@ def pooled_process_sd(
     """One A/B's spread of a round from its processes, pooled over its cases: (SD, df).
 
     ``spreads`` holds, per case of two rounds or more, the variance of its rounds' means
-    beyond what its pairs explain, and its number of rounds; their mean is the pooled
-    variance, known to as many degrees of freedom as the rounds give. Under five cases, or
-    below ``floor``, the floor, taken as known (infinite df).
+    beyond what its pairs explain, and its number of rounds. The largest tenth is left
+    out (a bimodal case or a wandering clock must not widen every case's interval; an H200
+    A/A's mean was twice its trimmed mean), and the mean of the rest scaled back by what
+    trimming a chi-square's tenth removes. Under five cases, or below ``floor``, the floor,
+    taken as known (infinite df).
     """
-    used = [(v, k) for v, k in spreads if k >= 2]
+    from scipy import special
+
+    used = sorted((v, k) for v, k in spreads if k >= 2)
     if len(used) < 5:
         return floor, math.inf
-    var = statistics.fmean(v for v, _ in used)
+    keep = used[: max(len(used) - len(used) // 10, 1)]
+    df = statistics.fmean(k for _, k in keep) - 1
+    q = special.chdtri(df, 1 - len(keep) / len(used)) if len(keep) < len(used) else math.inf
+    kept_share = special.chdtr(df + 2, q) / (len(keep) / len(used)) if q < math.inf else 1.0
+    var = statistics.fmean(v for v, _ in keep) / kept_share
     if var <= floor**2:
         return floor, math.inf
-    return math.sqrt(var), float(sum(k - 1 for _, k in used))
+    return math.sqrt(var), float(sum(k - 1 for _, k in keep))
 
 
 def decide(r: PairedRatio, min_effect: float = MIN_EFFECT) -> Outcome:
