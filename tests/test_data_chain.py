@@ -1,0 +1,126 @@
+"""What one step writes, the next step reads (issue 49).
+
+The gate, the history and the baseline command write what ``load_run`` (confirm's reader),
+the report, ``history import`` and ``baseline`` read. A value one of them can write must
+never be refused by another: a peak of 0 B that became 100 MiB wrote ``"ratio": Infinity``
+and every later command refused the run, and the autosaved copy stopped every report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from gpugauge.__main__ import main as gpugauge_main
+from gpugauge.history.cli import main as history_main
+from gpugauge.history.store import History
+from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
+from gpugauge.measure.memory import Memory
+from gpugauge.regress.baselines import BaselineStore, Entry, entry_of
+from gpugauge.regress.gate import Gate, compare
+from gpugauge.regress.tolerances import Tolerance, Tolerances
+from gpugauge.results.runs import load_run
+from tests.fakes import CLASS, result, run_json
+
+MiB = 2**20
+
+
+def _peak(bid: str, peak: int, ms: float = 2.0):
+    return result(bid, ms, memory=(Memory(device="cuda:0", peak_allocated_bytes=peak),))
+
+
+def _gated_run(tmp_path: Path, name: str, peaks: dict[str, tuple[int, int]]) -> Path:
+    """A run of results gated against baselines of their own ids: {id: (baseline, current)}."""
+    store = BaselineStore(tmp_path / "baselines")
+    store.write([entry_of(_peak(i, base)) for i, (base, _) in peaks.items()], {})
+    gate = Gate(store, Tolerances())
+    now = [_peak(i, cur) for i, (_, cur) in peaks.items()]
+    data = run_json(now)
+    for bench, m in zip(data["benchmarks"], now, strict=True):
+        bench["extra_info"]["gate"] = gate.judge(entry_of(m)).as_dict()
+    path = tmp_path / name
+    path.write_text(json.dumps(data))  # as pytest-benchmark writes it (NaN allowed)
+    return path
+
+
+def test_new_memory_from_a_zero_baseline_is_a_clear_regression_with_no_ratio() -> None:
+    """Issue 49: two graphed steps went from 0 B to a little memory; the gate wrote inf."""
+    base = Entry("b", "f", "gpu-x", {"memory": (0.0,)})
+    r = compare(Entry("b", "f", "gpu-x", {"memory": (100.0 * MiB,)}), base, Tolerance())
+    check = r.check("memory")
+    assert check is not None
+    assert check.from_none
+    assert r.verdict is Verdict.REGRESSED
+    assert "new memory: 1.04858e+08 bytes where the reference had none" in r.message()
+    assert "<= 2.09715e+06 bytes new allowed" in r.message()
+    written = json.dumps(r.as_dict(), allow_nan=False)  # standard JSON: no Infinity
+    assert json.loads(written)["checks"][0]["ratio"] is None
+    back = GateResult.from_dict(json.loads(written), "f", "gpu-x")
+    assert back.check("memory").from_none
+    assert back.verdict is Verdict.REGRESSED
+    small = compare(Entry("b", "f", "gpu-x", {"memory": (float(MiB),)}), base, Tolerance())
+    assert small.verdict is Verdict.UNCHANGED  # within the absolute allowance (slack)
+    assert json.dumps(small.as_dict(), allow_nan=False)
+
+
+def test_a_count_from_zero_is_an_improvement_not_inf() -> None:
+    base = Entry("b", "f", "gpu-x", {"max_layers": (0.0,)})
+    r = compare(Entry("b", "f", "gpu-x", {"max_layers": (3.0,)}), base, Tolerance())
+    assert r.verdict is Verdict.IMPROVED
+    assert "new max_layers: 3 layers where the reference had none" in r.message()
+    json.dumps(r.as_dict(), allow_nan=False)
+
+
+def test_a_check_an_older_gpugauge_wrote_as_infinity_is_read() -> None:
+    """The nightly's own file: ``"ratio": Infinity`` from a reference of 0."""
+    inf = math.inf
+    old = {"metric": "memory", "baseline": 0, "current": 1e8, "ratio": inf, "ci_low": inf,
+           "ci_high": inf, "tolerance": 0.01, "verdict": "regressed"}  # fmt: skip
+    check = MetricCheck.from_dict(json.loads(json.dumps(old)))
+    assert check.from_none
+    assert check.verdict is Verdict.REGRESSED
+    for bad in ({**old, "baseline": 5.0}, {**old, "ratio": math.nan}):
+        with pytest.raises(ValueError, match="must be a finite number"):
+            MetricCheck.from_dict(json.loads(json.dumps(bad)))
+
+
+def test_a_run_gated_on_new_memory_is_read_by_every_reader(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """confirm (load_run), report --current, plain report, history import, baseline --add."""
+    run = _gated_run(tmp_path, "nightly.json", {"graphed": (0, 100 * MiB), "eager": (MiB, MiB)})
+    saved = load_run(run)
+    assert GateResult.from_dict(saved.verdicts["graphed"], "demo", CLASS).verdict == "regressed"
+    storage = tmp_path / ".benchmarks"
+    storage.mkdir()
+    (storage / "0001_nightly.json").write_bytes(run.read_bytes())
+    base = ["--baselines-dir", str(tmp_path / "baselines"), "--out", str(tmp_path / "rep")]
+    hist = str(tmp_path / "h.sqlite")
+    assert gpugauge_main(["report", "--current", str(run), "--storage", str(storage), *base]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "new 1.049e+08 bytes (reference 0)" in md
+    assert gpugauge_main(["report", "--storage", str(storage), "--history", hist, *base]) == 2
+    capsys.readouterr()  # (that history does not exist yet: named, as before)
+    assert history_main(["import", str(run), "--history", hist]) == 0
+    assert gpugauge_main(["report", "--storage", str(storage), "--history", hist, *base]) == 0
+    with History.open(hist, read_only=True) as h:
+        (point,) = h.points("graphed", "memory")
+        assert point.metric.verdict == "regressed"
+    assert history_main(["show", "graphed", "--metric", "memory", "--history", hist]) == 0
+    assert gpugauge_main(["baseline", "--add", str(run), "--baselines-dir", base[1]]) == 0
+    assert "Infinity" not in capsys.readouterr().err
+
+
+def test_the_history_judges_new_memory_from_a_reference_of_zero() -> None:
+    from gpugauge.history.judge import check_against
+    from gpugauge.history.records import MetricRecord
+
+    now = MetricRecord("memory", 100.0 * MiB, 100.0 * MiB, 100.0 * MiB, 1)
+    check = check_against(now, 0.0, 0.01)
+    assert check.verdict is Verdict.REGRESSED
+    assert check.from_none
+    assert "new memory" in check.describe()
+    assert check_against(MetricRecord("memory", 0.0, 0.0, 0.0, 1), 0.0, 0.01).ratio == 1.0
