@@ -124,3 +124,48 @@ def test_the_history_judges_new_memory_from_a_reference_of_zero() -> None:
     assert check.from_none
     assert "new memory" in check.describe()
     assert check_against(MetricRecord("memory", 0.0, 0.0, 0.0, 1), 0.0, 0.01).ratio == 1.0
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:00:00-05:00"])
+def test_a_run_dated_at_the_edge_with_an_offset_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, when: str
+) -> None:
+    """Issue 49: OverflowError in run_time, a traceback from every reader."""
+    data = run_json([result("a")])
+    data["datetime"] = when
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(data))
+    hist = str(tmp_path / "h.sqlite")
+    assert history_main(["import", str(run), "--history", hist]) == 2
+    err = capsys.readouterr().err
+    assert f"datetime {when!r} lies outside" in err
+    assert gpugauge_main(["baseline", str(run), "--baselines-dir", str(tmp_path / "b")]) == 2
+    assert "lies outside" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:00:00-05:00"])
+def test_a_stored_time_at_the_edge_with_an_offset_is_a_history_error(when: str) -> None:
+    from gpugauge.history.records import HistoryError, parse_time
+
+    with pytest.raises(HistoryError, match="has no UTC time"):
+        parse_time(when)
+
+
+@pytest.mark.parametrize("version", [-1, 0])
+def test_a_history_whose_schema_version_is_below_1_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, version: int
+) -> None:
+    """Issue 49: schema_version -1 gave 'KeyError: 0' from the upgrade."""
+    hist = tmp_path / "h.sqlite"
+    History.open(str(hist)).close()
+    import sqlite3
+
+    with sqlite3.connect(hist) as db:
+        db.execute("UPDATE schema_version SET version = ?", (version,))
+    db.close()
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(run_json([result("a")])))
+    assert history_main(["import", str(run), "--history", str(hist)]) == 2
+    assert history_main(["list", "--history", str(hist)]) == 2
+    err = capsys.readouterr().err
+    assert err.count(f"schema version {version} is no version of a gpugauge history") == 2

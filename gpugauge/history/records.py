@@ -71,6 +71,11 @@ def parse_time(text: str) -> datetime:
     fixed = _SHORT_YEAR.sub(lambda m: m.group(1).zfill(4) + "-", text.strip())
     try:
         return utc(datetime.fromisoformat(fixed.replace("Z", "+00:00")))
+    except OverflowError:  # year 1 at +05:00: no UTC time
+        raise HistoryError(
+            f"a stored run time {text!r} has no UTC time (before year 1 or after 9999); "
+            "remove that run (gpugauge history remove RUN)"
+        ) from None
     except ValueError:
         raise HistoryError(
             f"a stored run time {text!r} is not an ISO 8601 time; remove that run "
