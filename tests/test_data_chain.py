@@ -169,3 +169,43 @@ def test_a_history_whose_schema_version_is_below_1_is_refused_in_one_line(
     assert history_main(["list", "--history", str(hist)]) == 2
     err = capsys.readouterr().err
     assert err.count(f"schema version {version} is no version of a gpugauge history") == 2
+
+
+def test_malformed_ab_rows_are_named_and_skipped_by_every_reader(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 49: pairs not JSON, pairs an int, ratio a string: tracebacks in history ab."""
+    import sqlite3
+
+    runs = [run_json([result(i, 2.0) for i in ("a", "b", "c", "d")])]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(runs[0]))
+    hist = tmp_path / "h.sqlite"
+    assert history_main(["import", str(run), "--history", str(hist)]) == 0
+    with sqlite3.connect(hist) as db:
+        (run_id,) = db.execute("SELECT id FROM runs").fetchone()
+        rows = [
+            ("a", 1.02, "[]"),  # a good one
+            ("b", 1.0, "{not json"),
+            ("c", 1.0, 7),
+            ("d", "fast", "[]"),
+        ]
+        for bid, ratio, pairs in rows:
+            db.execute(
+                "INSERT INTO ab_cases VALUES (?, ?, ?, 'abc', 'unchanged', ?, 1, 1, 0.01, ?)",
+                (run_id, bid, CLASS, ratio, pairs),
+            )
+    db.close()
+    capsys.readouterr()
+    assert history_main(["ab", "--history", str(hist)]) == 0
+    out, err = capsys.readouterr()
+    assert "1.020x" in out
+    assert "'b'" in err
+    assert "pairs '{not json' are not a JSON list" in err
+    assert "pairs '7' are not" in err
+    assert "ratio is 'fast', not a finite number" in err
+    assert "Traceback" not in err
+    assert history_main(["show", "b", "--history", str(hist)]) == 0
+    (tmp_path / "bl").mkdir()
+    base = ["--baselines-dir", str(tmp_path / "bl"), "--out", str(tmp_path / "rep")]
+    assert gpugauge_main(["report", "--current", str(run), "--history", str(hist), *base]) == 0

@@ -87,8 +87,16 @@ def _list(h: History, args: argparse.Namespace) -> int:
 
 
 def _ab(h: History, args: argparse.Namespace) -> int:
-    print(ab_text(h.ab_cases(h.run_id(args.run) if args.run else None)))
+    unreadable: list[str] = []
+    print(ab_text(h.ab_cases(h.run_id(args.run) if args.run else None, unreadable)))
+    _skipped(args, unreadable)
     return 0
+
+
+def _skipped(args: argparse.Namespace, unreadable: Sequence[str]) -> None:
+    """Each stored row a listing could not read, named on stderr; the rest were shown."""
+    for said in unreadable:
+        print(f"gpugauge history {args.history_command}: skipped {said}", file=sys.stderr)
 
 
 def _one_of(option: str, wanted: str | None, held: Sequence[str], what: str) -> None:

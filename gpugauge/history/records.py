@@ -13,6 +13,7 @@ read back with its run: the unit that references and change points work on.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -183,9 +184,28 @@ class ABRecord:
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ABRecord:
-        """From an ``ab_cases`` row (its columns in table order)."""
+        """From an ``ab_cases`` row (its columns in table order), checked.
+
+        HistoryError naming the run, the case and the column for a row no writer of
+        gpugauge's leaves (pairs that are not a JSON list of objects, a ratio that is text).
+        """
         *head, pairs = row
-        return cls(*head, pairs=tuple(json.loads(pairs)))
+        where = f"the A/B of {head[1]!r} on {head[2]} in run {head[0]}"
+        texts = ("run_id", "bench_id", "device_class", "base_commit", "verdict")
+        for name, v in zip(texts, head[:5], strict=True):
+            if not isinstance(v, str):
+                raise HistoryError(f"{where}: {name} is {v!r}, not text")
+        for name, v in zip(("ratio", "ci_low", "ci_high", "min_effect"), head[5:], strict=True):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise HistoryError(f"{where}: {name} is {v!r}, not a finite number")
+        try:
+            read = json.loads(pairs) if isinstance(pairs, str) else None
+        except ValueError:
+            read = None
+        if not isinstance(read, list) or not all(isinstance(p, dict) for p in read):
+            shown = pairs if isinstance(pairs, int | float) else str(pairs)[:40]
+            raise HistoryError(f"{where}: pairs {shown!r} are not a JSON list of objects")
+        return cls(*head[:5], *map(float, head[5:]), pairs=tuple(read))
 
 
 @dataclass(frozen=True)

@@ -422,8 +422,14 @@ class History(Windows):
                 (case.verdict, reference, *key, attempt),
             )
 
-    def ab_cases(self, run_id: str | None = None) -> list[ABRecord]:
-        """The A/Bs kept with the runs (one run's, or all), in run and case order."""
+    def ab_cases(
+        self, run_id: str | None = None, unreadable: list[str] | None = None
+    ) -> list[ABRecord]:
+        """The A/Bs kept with the runs (one run's, or all), in run and case order.
+
+        A row that cannot be read is a HistoryError naming it; with ``unreadable``, it is
+        named there and left out, and the rest are read.
+        """
         sql = (
             "SELECT run_id, bench_id, device_class, base_commit, verdict, ratio, ci_low, "
             "ci_high, min_effect, pairs FROM ab_cases"
@@ -433,7 +439,15 @@ class History(Windows):
             sql, params = sql + " WHERE run_id = ?", (run_id,)
         with self._db.transaction(write=False) as tx:
             rows = tx.query(sql + " ORDER BY run_id, bench_id, device_class", params)
-        return [ABRecord.from_row(r) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                out.append(ABRecord.from_row(r))
+            except HistoryError as err:
+                if unreadable is None:
+                    raise HistoryError(f"history {self.where}: {err}") from None
+                unreadable.append(str(err))
+        return out
 
     def to_frame(self) -> Any:
         """Every metric row with its result and run, as a pandas DataFrame (one row each)."""
