@@ -234,3 +234,40 @@ def test_the_signal_tests_pass_with_sigint_ignored_as_in_a_background_job() -> N
     )
     assert done.returncode == 0, done.stdout[-2000:]
     assert "2 passed" in done.stdout
+
+
+def test_accept_counts_a_result_and_its_re_measurement_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 49: a regressed result measured again is one result, not two."""
+    from dataclasses import replace
+
+    from gpugauge.history.synthetic import Scenario, series
+
+    hist = str(tmp_path / "h.sqlite")
+    (first, *_) = series(Scenario(hosts=(("GPU-1", 0.0, 0),), nights=1), 5)
+    again = replace(first.result, attempt=2, verdict="regressed", accepted=False)
+    with History.open(hist) as h:
+        h.append(first.run, [replace(first.result, verdict="regressed", accepted=False), again])
+    assert history_main(["accept", first.run.id, "--history", hist]) == 0
+    assert f"1 result of run {first.run.id} accepted" in capsys.readouterr().out
+
+
+def test_a_listing_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """Issue 49: 'history list | head' printed 'Broken pipe' (exit 2)."""
+    import subprocess
+    import sys
+
+    hist = str(tmp_path / "h.sqlite")
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(run_json([result(f"case-{i}") for i in range(5)])))
+    assert history_main(["import", str(run), "--history", hist]) == 0
+    cmd = [sys.executable, "-m", "gpugauge", "history", "list", "--history", hist]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parents[1]
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # as head does once it has its lines
+    _, err = proc.communicate(timeout=120)
+    assert err.decode() == ""
+    assert proc.returncode == 0

@@ -334,7 +334,10 @@ class History(Windows):
         return removed
 
     def accept(self, run_id: str, bench_ids: Iterable[str] = (), accepted: bool = True) -> int:
-        """Mark a run's results (all, or those of ``bench_ids``) accepted; how many changed.
+        """Mark a run's results (all, or those of ``bench_ids``) accepted; how many they are.
+
+        A result is a case on a device class: its re-measurement (attempt 2) is marked with
+        it and not counted again.
 
         A case id the run does not hold is a HistoryError naming it and what the run holds
         (a typo would otherwise accept nothing and say so only as a count of 0).
@@ -342,9 +345,9 @@ class History(Windows):
         intended slowdown lets the host's reference move to it.
         """
         ids = list(bench_ids)
-        sql, params = "UPDATE results SET accepted = ? WHERE run_id = ?", [int(accepted), run_id]
+        where, params = "WHERE run_id = ?", [run_id]
         if ids:
-            sql += f" AND bench_id IN ({', '.join('?' for _ in ids)})"
+            where += f" AND bench_id IN ({', '.join('?' for _ in ids)})"
             params += ids
         with self._db.transaction() as tx:
             if not tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
@@ -361,7 +364,9 @@ class History(Windows):
                     f"run {run_id} holds no case {', '.join(map(repr, unknown))}; "
                     f"it holds {some(held)}"
                 )
-            return tx.execute(sql, params)
+            tx.execute(f"UPDATE results SET accepted = ? {where}", [int(accepted), *params])
+            cases = f"SELECT DISTINCT bench_id, device_class FROM results {where}"
+            return len(tx.query(cases, params))
 
     def record_ab(
         self,
