@@ -271,3 +271,26 @@ def test_a_listing_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=120)
     assert err.decode() == ""
     assert proc.returncode == 0
+
+
+def test_the_report_names_a_stored_run_it_cannot_read_and_reads_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A stored run that cannot be read is named and skipped, never the end of the report."""
+    storage = tmp_path / ".benchmarks"
+    storage.mkdir()
+    bad = run_json([result("a")])
+    bad["benchmarks"][0]["extra_info"]["timing"]["device_ms"] = [-1.0]
+    (storage / "0001_bad.json").write_text(json.dumps(bad))
+    (storage / "0002_other.json").write_text(json.dumps({"benchmarks": []}))
+    good = storage / "0003_good.json"
+    good.write_text(json.dumps(run_json([result("a")])))
+    (tmp_path / "bl").mkdir()
+    out = tmp_path / "rep"
+    argv = ["report", "--current", str(good), "--storage", str(storage), "--out", str(out)]
+    assert gpugauge_main([*argv, "--baselines-dir", str(tmp_path / "bl")]) == 0
+    err = capsys.readouterr().err
+    assert "skipped a stored run that cannot be read" in err
+    assert "0001_bad.json" in err
+    assert "0002_other.json" not in err  # not a gpugauge run: left out as before
+    assert "0001_bad.json" in (out / "report.md").read_text()
