@@ -208,6 +208,22 @@ class ABRecord:
         return cls(*head[:5], *map(float, head[5:]), pairs=tuple(read))
 
 
+def ab_records(rows: Sequence[Sequence[Any]], skip: list[str] | None, where: str) -> list[ABRecord]:
+    """``ab_cases`` rows read; one that cannot be is an error, or named in ``skip`` and left out.
+
+    With ``skip``, a row that cannot be read never hides the rest from a listing.
+    """
+    out = []
+    for r in rows:
+        try:
+            out.append(ABRecord.from_row(r))
+        except HistoryError as err:
+            if skip is None:
+                raise HistoryError(f"{where}: {err}") from None
+            skip.append(str(err))
+    return out
+
+
 @dataclass(frozen=True)
 class Point:
     """One metric of one result, read back with its run: a point of a case's trend."""

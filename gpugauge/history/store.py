@@ -46,6 +46,7 @@ from gpugauge.history.records import (
     Point,
     ResultRecord,
     RunRecord,
+    ab_records,
     parse_time,
     some,
 )
@@ -336,9 +337,6 @@ class History(Windows):
     def accept(self, run_id: str, bench_ids: Iterable[str] = (), accepted: bool = True) -> int:
         """Mark a run's results (all, or those of ``bench_ids``) accepted; how many they are.
 
-        A result is a case on a device class: its re-measurement (attempt 2) is marked with
-        it and not counted again.
-
         A case id the run does not hold is a HistoryError naming it and what the run holds
         (a typo would otherwise accept nothing and say so only as a count of 0).
         An accepted result may serve as its host's reference: accepting a confirmed,
@@ -365,8 +363,9 @@ class History(Windows):
                     f"it holds {some(held)}"
                 )
             tx.execute(f"UPDATE results SET accepted = ? {where}", [int(accepted), *params])
-            cases = f"SELECT DISTINCT bench_id, device_class FROM results {where}"
-            return len(tx.query(cases, params))
+            return len(
+                tx.query(f"SELECT DISTINCT bench_id, device_class FROM results {where}", params)
+            )
 
     def record_ab(
         self,
@@ -427,14 +426,8 @@ class History(Windows):
                 (case.verdict, reference, *key, attempt),
             )
 
-    def ab_cases(
-        self, run_id: str | None = None, unreadable: list[str] | None = None
-    ) -> list[ABRecord]:
-        """The A/Bs kept with the runs (one run's, or all), in run and case order.
-
-        A row that cannot be read is a HistoryError naming it; with ``unreadable``, it is
-        named there and left out, and the rest are read.
-        """
+    def ab_cases(self, run_id: str | None = None, skip: list[str] | None = None) -> list[ABRecord]:
+        """The A/Bs kept, in run and case order; a bad row is an error, or named in ``skip``."""
         sql = (
             "SELECT run_id, bench_id, device_class, base_commit, verdict, ratio, ci_low, "
             "ci_high, min_effect, pairs FROM ab_cases"
@@ -444,15 +437,7 @@ class History(Windows):
             sql, params = sql + " WHERE run_id = ?", (run_id,)
         with self._db.transaction(write=False) as tx:
             rows = tx.query(sql + " ORDER BY run_id, bench_id, device_class", params)
-        out = []
-        for r in rows:
-            try:
-                out.append(ABRecord.from_row(r))
-            except HistoryError as err:
-                if unreadable is None:
-                    raise HistoryError(f"history {self.where}: {err}") from None
-                unreadable.append(str(err))
-        return out
+        return ab_records(rows, skip, f"history {self.where}")
 
     def to_frame(self) -> Any:
         """Every metric row with its result and run, as a pandas DataFrame (one row each)."""

@@ -141,10 +141,8 @@ def collect(
         except NotOurs:
             continue  # not a gpugauge run: history shows only ours
         except RunError as err:  # named and left out: one bad run never stops the report
-            if p.resolve() != Path(current).resolve():
-                skipped.append(f"skipped a stored run that cannot be read: {err}")
-    for line in skipped:
-        print(f"gpugauge report: {line}", file=sys.stderr)
+            skipped.append(f"skipped a stored run that cannot be read: {err}")
+            print(f"gpugauge report: {skipped[-1]}", file=sys.stderr)
     runs.sort(key=lambda r: r.label)
     trends, bands, steps, why = {}, {}, [], ""
     if trend_history is not None:

@@ -354,12 +354,9 @@ def noisy_sides(c: Comparison) -> str:
 
 
 def fmt_ratio(check: MetricCheck | None, unsampled: bool = False) -> str:
-    """'1.051x [1.049, 1.053]', '1.000x' for a single-value metric, or '-'.
+    """'1.051x [1.049, 1.053]', '1.000x' for a single value, 'new 1e+08 bytes (reference 0)'.
 
-    Against a reference of 0 there is no ratio: 'new 1.049e+08 bytes (reference 0)'.
-
-    A samples metric (time) whose side had one round (``unsampled``), or whose interval is
-    zero wide (one round on both sides), says 'no interval' rather than look exact.
+    Time with one round on a side (``unsampled``) or a zero-wide interval: 'no interval'.
     """
     if check is None:
         return "-"
