@@ -22,6 +22,7 @@ check``'s slowdown) never joins the history, so it is never a first night either
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -29,6 +30,8 @@ from enum import StrEnum
 from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
+from gpugauge.history.store import default_target
+from gpugauge.history.targets import redact
 from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.phrasing import plural
 from gpugauge.regress.gate import Gate
@@ -38,9 +41,16 @@ from gpugauge.tracking import Tracker, judged_here
 OPTION = "--gauge-first-nights"
 
 
-def commit_hint(device_class: str, nights: int) -> str:
-    """The command that turns a class's first runs into committed baselines."""
-    return f"python -m gpugauge baseline --from-history {device_class} --runs {nights}"
+def commit_hint(device_class: str, nights: int, history: str | None = None) -> str:
+    """The command that turns a class's first runs into committed baselines.
+
+    ``history``: the run's history; named with ``--history`` unless the command would find
+    it by default, so that the command works as printed (a password shown as ``***``).
+    """
+    said = f"python -m gpugauge baseline --from-history {device_class} --runs {nights}"
+    if history is None or history == default_target():
+        return said
+    return f"{said} --history {shlex.quote(redact(history))}"
 
 
 class Stage(StrEnum):
@@ -67,6 +77,7 @@ class Night:
     recorded: int
     nights: int
     why: str = ""
+    history: str | None = None  # the history counted in, for the printed command
 
     def describe(self) -> str:
         """The phrase a verdict line and the gate table carry."""
@@ -79,17 +90,17 @@ class Night:
         if self.stage is Stage.JUDGED:
             return (
                 f"first nights of {cls} over ({self.recorded} runs recorded): judged against "
-                f"its host's history; commit them: {commit_hint(cls, n)}"
+                f"its host's history; commit them: {commit_hint(cls, n, self.history)}"
             )
         if self.stage is Stage.HISTORY:
             return (
                 f"no baseline of {cls}: judged by its host's history alone; commit its first "
-                f"runs: {commit_hint(cls, n)}"
+                f"runs: {commit_hint(cls, n, self.history)}"
             )
         if self.stage is Stage.OVER:
             return (
                 f"first nights of {cls} over ({self.recorded} runs recorded), but {self.why}; "
-                f"commit them as baselines: {commit_hint(cls, n)}"
+                f"commit them as baselines: {commit_hint(cls, n, self.history)}"
             )
         return f"not a first night ({OPTION} {n}): {self.why}"
 
@@ -116,6 +127,10 @@ class FirstNights:
     unavailable: str = ""
     said: dict[str, Night] = field(default_factory=dict)
 
+    @property
+    def _target(self) -> str | None:
+        return None if self.tracker is None else self.tracker.target
+
     def header(self) -> str:
         """For the session's header: the mode, and whether it can count this run."""
         if self.tracker is None:
@@ -134,9 +149,10 @@ class FirstNights:
         """
         if result.verdict is not Verdict.NEW:
             if m.id not in (gate.store.load(m.device_class, m.spec.family) or {}):
-                self.said[m.id] = Night(m.id, m.device_class, Stage.HISTORY, 0, self.nights)
+                night = Night(m.id, m.device_class, Stage.HISTORY, 0, self.nights)
+                self.said[m.id] = replace(night, history=self._target)
             return result
-        night = self._night(m)
+        night = replace(self._night(m), history=self._target)
         judged = result
         if night.stage is Stage.JUDGED or night.stage is Stage.OVER:
             judged, night = self._judged(m, result, gate, night)
@@ -236,7 +252,7 @@ class FirstNights:
                     f"first nights of {cls} over for {plural(done, 'result')} with no "
                     f"committed baseline: {judged} judged against their host's history"
                     f"{nothing}; commit the class's first runs as its baselines: "
-                    f"{commit_hint(cls, self.nights)}"
+                    f"{commit_hint(cls, self.nights, self._target)}"
                 )
             if stages[Stage.REFUSED]:
                 whys = sorted({n.why for n in nights if n.stage is Stage.REFUSED})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,8 +32,17 @@ SLOW = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``slow`` marker."""
+    """Register the ``slow`` marker; take SIGINT as Python does, however pytest was started.
+
+    A shell's background job (``&`` in a script) starts with SIGINT ignored, and Python
+    then leaves it ignored: the tests that send one (Ctrl-C during an import, a signal to
+    a child pytest) would see nothing happen. With Python's own handler here, this process
+    and every child it starts (which then starts with SIGINT at its default) take it as an
+    interactive run does. A background job gets no Ctrl-C from the terminal either way.
+    """
     config.addinivalue_line("markers", SLOW)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -292,3 +292,22 @@ def test_a_run_that_measures_nothing_has_no_first_nights(nap_bench: pytest.Pytes
     r.stdout.fnmatch_lines(["gate: NOTHING GATED*"])
     assert "first nights" not in r.stdout.str()
     assert "first-nights" not in r.stdout.str()
+
+
+def test_the_printed_commit_command_names_the_history_the_run_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49: the hint left out the --history the run used, and failed as printed."""
+    import shlex
+
+    hist = str(tmp_path / "elsewhere" / "nightly history.sqlite")
+    for _ in range(3):
+        _night(tmp_path, result("gemm", 2.0), history=hist)
+    judged, first = _night(tmp_path, result("gemm", 2.0), history=hist)
+    hint = first.summary()[-1].split("commit the class's first runs as its baselines: ")[1]
+    assert f"--history {shlex.quote(hist)}" in hint
+    assert hint in judged.note
+    argv = shlex.split(hint)[3:]  # after 'python -m gpugauge'
+    monkeypatch.chdir(tmp_path)  # its baselines go to ./baselines, as printed
+    assert main(argv) == 0
+    assert (tmp_path / "baselines" / CLASS / "demo.json").exists()

@@ -12,6 +12,8 @@ import argparse
 import csv
 import fnmatch
 import functools
+import io
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,8 +89,16 @@ def _list(h: History, args: argparse.Namespace) -> int:
 
 
 def _ab(h: History, args: argparse.Namespace) -> int:
-    print(ab_text(h.ab_cases(h.run_id(args.run) if args.run else None)))
+    unreadable: list[str] = []
+    print(ab_text(h.ab_cases(h.run_id(args.run) if args.run else None, unreadable)))
+    _skipped(args, unreadable)
     return 0
+
+
+def _skipped(args: argparse.Namespace, unreadable: Sequence[str]) -> None:
+    """Each stored row a listing could not read, named on stderr; the rest were shown."""
+    for said in unreadable:
+        print(f"gpugauge history {args.history_command}: skipped {said}", file=sys.stderr)
 
 
 def _one_of(option: str, wanted: str | None, held: Sequence[str], what: str) -> None:
@@ -398,7 +408,12 @@ def _run(args: argparse.Namespace) -> int:
         if func is _import:  # every file checked first: a bad one leaves the history as it was
             func = functools.partial(_import, runs=_read_runs(args))
         with History.open(target, read_only=args.read_only) as h:
-            return func(h, args)
+            code = func(h, args)
+            sys.stdout.flush()  # a closed pipe is found here, not at the interpreter's exit
+            return code
+    except BrokenPipeError:  # 'history list | head': the reader has what it wanted
+        _quiet_stdout()
+        return 0
     except (HistoryError, RunError) as err:
         print(f"gpugauge history {args.history_command}: {err}", file=sys.stderr)
         return 2
@@ -409,6 +424,16 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # no file descriptor behind stdout (a test's capture): nothing to flush later
 
 
 def main(argv: Sequence[str] | None = None) -> int:

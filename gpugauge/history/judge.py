@@ -33,7 +33,14 @@ from gpugauge.history.reference import (
     host_reference,
     reference_for,
 )
-from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict, judge
+from gpugauge.judging.verdicts import (
+    Basis,
+    GateResult,
+    MetricCheck,
+    Verdict,
+    judge,
+    point_check,
+)
 from gpugauge.regress.baselines import Entry, KernelShare
 from gpugauge.regress.gate import allowed_change, kernel_change
 from gpugauge.regress.tolerances import Tolerance
@@ -54,19 +61,8 @@ def check_against(
 ) -> MetricCheck:
     """current/median with the CI of the current median, judged in the metric's direction."""
     m = METRICS[current.metric]
-    if median <= 0:
-        ratio = 1.0 if current.median == median else float("inf")
-        return MetricCheck(
-            m.name,
-            median,
-            current.median,
-            ratio,
-            ratio,
-            ratio,
-            allowed,
-            Verdict.UNCHANGED if ratio == 1.0 else Verdict.INCONCLUSIVE,
-            basis,
-        )
+    if median <= 0:  # no ratio to a reference of 0: new amount, as the gate judges it
+        return point_check(m.name, 0.0, current.median, allowed, basis)
     ratio = current.median / median
     low, high = current.ci_low / median, current.ci_high / median
     if abs(current.median - median) <= m.slack:

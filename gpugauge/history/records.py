@@ -13,6 +13,7 @@ read back with its run: the unit that references and change points work on.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,11 @@ def parse_time(text: str) -> datetime:
     fixed = _SHORT_YEAR.sub(lambda m: m.group(1).zfill(4) + "-", text.strip())
     try:
         return utc(datetime.fromisoformat(fixed.replace("Z", "+00:00")))
+    except OverflowError:  # year 1 at +05:00: no UTC time
+        raise HistoryError(
+            f"a stored run time {text!r} has no UTC time (before year 1 or after 9999); "
+            "remove that run (gpugauge history remove RUN)"
+        ) from None
     except ValueError:
         raise HistoryError(
             f"a stored run time {text!r} is not an ISO 8601 time; remove that run "
@@ -178,9 +184,44 @@ class ABRecord:
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ABRecord:
-        """From an ``ab_cases`` row (its columns in table order)."""
+        """From an ``ab_cases`` row (its columns in table order), checked.
+
+        HistoryError naming the run, the case and the column for a row no writer of
+        gpugauge's leaves (pairs that are not a JSON list of objects, a ratio that is text).
+        """
         *head, pairs = row
-        return cls(*head, pairs=tuple(json.loads(pairs)))
+        where = f"the A/B of {head[1]!r} on {head[2]} in run {head[0]}"
+        texts = ("run_id", "bench_id", "device_class", "base_commit", "verdict")
+        for name, v in zip(texts, head[:5], strict=True):
+            if not isinstance(v, str):
+                raise HistoryError(f"{where}: {name} is {v!r}, not text")
+        for name, v in zip(("ratio", "ci_low", "ci_high", "min_effect"), head[5:], strict=True):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise HistoryError(f"{where}: {name} is {v!r}, not a finite number")
+        try:
+            read = json.loads(pairs) if isinstance(pairs, str) else None
+        except ValueError:
+            read = None
+        if not isinstance(read, list) or not all(isinstance(p, dict) for p in read):
+            shown = pairs if isinstance(pairs, int | float) else str(pairs)[:40]
+            raise HistoryError(f"{where}: pairs {shown!r} are not a JSON list of objects")
+        return cls(*head[:5], *map(float, head[5:]), pairs=tuple(read))
+
+
+def ab_records(rows: Sequence[Sequence[Any]], skip: list[str] | None, where: str) -> list[ABRecord]:
+    """``ab_cases`` rows read; one that cannot be is an error, or named in ``skip`` and left out.
+
+    With ``skip``, a row that cannot be read never hides the rest from a listing.
+    """
+    out = []
+    for r in rows:
+        try:
+            out.append(ABRecord.from_row(r))
+        except HistoryError as err:
+            if skip is None:
+                raise HistoryError(f"{where}: {err}") from None
+            skip.append(str(err))
+    return out
 
 
 @dataclass(frozen=True)

@@ -168,8 +168,13 @@ def _version(backend: Backend, tx: Tx) -> int:
             )
         return 0
     rows = tx.query("SELECT version FROM schema_version")
-    if len(rows) != 1 or not isinstance(rows[0][0], int):
+    if len(rows) != 1 or not isinstance(rows[0][0], int) or isinstance(rows[0][0], bool):
         raise HistoryError(f"history {backend.where}: schema_version must hold one number")
+    if rows[0][0] < 1:  # no upgrade starts below 1: it would be run from UPGRADES[0]
+        raise HistoryError(
+            f"history {backend.where}: schema version {rows[0][0]} is no version of a "
+            f"gpugauge history (1 to {SCHEMA_VERSION}); not a gpugauge history"
+        )
     return rows[0][0]
 
 

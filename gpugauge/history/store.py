@@ -46,6 +46,7 @@ from gpugauge.history.records import (
     Point,
     ResultRecord,
     RunRecord,
+    ab_records,
     parse_time,
     some,
 )
@@ -334,7 +335,7 @@ class History(Windows):
         return removed
 
     def accept(self, run_id: str, bench_ids: Iterable[str] = (), accepted: bool = True) -> int:
-        """Mark a run's results (all, or those of ``bench_ids``) accepted; how many changed.
+        """Mark a run's results (all, or those of ``bench_ids``) accepted; how many they are.
 
         A case id the run does not hold is a HistoryError naming it and what the run holds
         (a typo would otherwise accept nothing and say so only as a count of 0).
@@ -342,9 +343,9 @@ class History(Windows):
         intended slowdown lets the host's reference move to it.
         """
         ids = list(bench_ids)
-        sql, params = "UPDATE results SET accepted = ? WHERE run_id = ?", [int(accepted), run_id]
+        where, params = "WHERE run_id = ?", [run_id]
         if ids:
-            sql += f" AND bench_id IN ({', '.join('?' for _ in ids)})"
+            where += f" AND bench_id IN ({', '.join('?' for _ in ids)})"
             params += ids
         with self._db.transaction() as tx:
             if not tx.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
@@ -361,7 +362,10 @@ class History(Windows):
                     f"run {run_id} holds no case {', '.join(map(repr, unknown))}; "
                     f"it holds {some(held)}"
                 )
-            return tx.execute(sql, params)
+            tx.execute(f"UPDATE results SET accepted = ? {where}", [int(accepted), *params])
+            return len(
+                tx.query(f"SELECT DISTINCT bench_id, device_class FROM results {where}", params)
+            )
 
     def record_ab(
         self,
@@ -422,8 +426,8 @@ class History(Windows):
                 (case.verdict, reference, *key, attempt),
             )
 
-    def ab_cases(self, run_id: str | None = None) -> list[ABRecord]:
-        """The A/Bs kept with the runs (one run's, or all), in run and case order."""
+    def ab_cases(self, run_id: str | None = None, skip: list[str] | None = None) -> list[ABRecord]:
+        """The A/Bs kept, in run and case order; a bad row is an error, or named in ``skip``."""
         sql = (
             "SELECT run_id, bench_id, device_class, base_commit, verdict, ratio, ci_low, "
             "ci_high, min_effect, pairs FROM ab_cases"
@@ -433,7 +437,7 @@ class History(Windows):
             sql, params = sql + " WHERE run_id = ?", (run_id,)
         with self._db.transaction(write=False) as tx:
             rows = tx.query(sql + " ORDER BY run_id, bench_id, device_class", params)
-        return [ABRecord.from_row(r) for r in rows]
+        return ab_records(rows, skip, f"history {self.where}")
 
     def to_frame(self) -> Any:
         """Every metric row with its result and run, as a pandas DataFrame (one row each)."""

@@ -64,6 +64,14 @@ def judge(low: float, high: float, tolerance: float, better: Better = Better.LOW
     return Verdict.INCONCLUSIVE
 
 
+_NUMBERS = ("baseline", "current", "ratio", "ci_low", "ci_high", "tolerance")
+_RATIOS = ("ratio", "ci_low", "ci_high")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 @dataclass(frozen=True)
 class MetricCheck:
     """One metric's comparison; ratio is current / reference (worse above 1 for time).
@@ -83,9 +91,24 @@ class MetricCheck:
     basis: Basis = Basis.CLASS_BASELINE
 
     @property
+    def from_none(self) -> bool:
+        """The reference read 0 and this reads more: no ratio, an amount (``new``).
+
+        Its ratio is infinite in memory and null in JSON; it is judged on the amount
+        against the metric's absolute ``slack`` (:func:`point_check`).
+        """
+        return self.baseline == 0 and self.current != 0
+
+    @property
     def allowed(self) -> str:
-        """The bound the ratio must keep, in the metric's direction: '<= 1.030'."""
-        return METRICS[self.metric].allowed(self.tolerance)
+        """The bound the ratio must keep, in the metric's direction: '<= 1.030'.
+
+        For a check :attr:`from_none`, the amount: '<= 2097152 bytes new'.
+        """
+        m = METRICS[self.metric]
+        if self.from_none:
+            return f"<= {m.slack:.6g} {m.unit} new"
+        return m.allowed(self.tolerance)
 
     @property
     def sensitivity(self) -> str:
@@ -93,7 +116,17 @@ class MetricCheck:
         return f"{self.basis}: changes beyond {self.tolerance:.1%}"
 
     def describe(self) -> str:
-        """'time 1.102x [1.095, 1.110] vs <= 1.030 allowed (regressed, by class baseline)'."""
+        """'time 1.102x [1.095, 1.110] vs <= 1.030 allowed (regressed, by class baseline)'.
+
+        From a reference of 0: 'new memory: 104857600 bytes where the reference had none,
+        vs <= 2097152 bytes new allowed (regressed, by class baseline)'.
+        """
+        if self.from_none:
+            unit = METRICS[self.metric].unit
+            return (
+                f"new {self.metric}: {self.current:.6g} {unit} where the reference had none, "
+                f"vs {self.allowed} allowed ({self.verdict}, by {self.basis})"
+            )
         interval = (
             "" if self.ci_low == self.ci_high else f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
         )
@@ -106,7 +139,9 @@ class MetricCheck:
     def from_dict(cls, d: Any) -> MetricCheck:
         """Read back :meth:`as_dict`; ValueError naming the field where it is malformed.
 
-        A check saved before checks named their basis was the class baseline's.
+        A check saved before checks named their basis was the class baseline's. A check
+        from a reference of 0 (:attr:`from_none`) has no ratio: null, as :meth:`as_dict`
+        writes it, or the infinity an older gpugauge wrote, is read as that.
         """
         if not isinstance(d, dict):
             raise ValueError(f"a check must be an object, not {type(d).__name__}")
@@ -114,12 +149,17 @@ class MetricCheck:
         if metric not in METRICS:
             raise ValueError(f"metric {metric!r} is not one of: {', '.join(METRICS)}")
         numbers = []
-        for k in ("baseline", "current", "ratio", "ci_low", "ci_high", "tolerance"):
+        for k in _NUMBERS:
             v = d.get(k)
             if k not in d:
                 raise ValueError(f"{metric}'s check has no {k}")
-            if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
-                raise ValueError(f"{metric}'s {k} must be a finite number, not {v!r}")
+            none = k in _RATIOS and numbers[0] == 0 and numbers[1] != 0
+            if none and (v is None or (_is_number(v) and not math.isnan(v))):
+                numbers.append(math.inf)  # from none: no ratio, whatever was written
+                continue
+            if not _is_number(v) or not math.isfinite(v):
+                said = " (or null, its reference being 0)" if none else ""
+                raise ValueError(f"{metric}'s {k} must be a finite number{said}, not {v!r}")
             numbers.append(float(v))
         return cls(
             metric,
@@ -129,14 +169,44 @@ class MetricCheck:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
+        """Plain dict for JSON: every number finite; a ratio from a reference of 0 null."""
         return {
             **{k: getattr(self, k) for k in self.__dataclass_fields__},
+            **({k: None for k in _RATIOS} if self.from_none else {}),
             "verdict": self.verdict.value,
             "basis": self.basis.value,
             "better": METRICS[self.metric].better.value,
             "allowed": self.allowed,
         }
+
+
+def point_check(
+    metric: str,
+    reference: float,
+    current: float,
+    tolerance: float,
+    basis: Basis = Basis.CLASS_BASELINE,
+) -> MetricCheck:
+    """One reading against one reference value, judged in the metric's direction.
+
+    Within the metric's ``slack`` (an absolute amount) it is unchanged. From a reference
+    of 0 there is no ratio: a reading beyond the slack is *new* amount (new memory where
+    the baseline allocated none, a count that was 0), worse for a lower-is-better metric,
+    better otherwise; the check holds an infinite ratio (:attr:`MetricCheck.from_none`).
+    Else the ratio is judged against ``tolerance``.
+    """
+    m = METRICS[metric]
+    within = abs(current - reference) <= m.slack
+    if reference == 0:
+        ratio = 1.0 if current == 0 else math.inf
+        if within:
+            verdict = Verdict.UNCHANGED
+        else:
+            verdict = Verdict.REGRESSED if m.better is Better.LOWER else Verdict.IMPROVED
+    else:
+        ratio = current / reference
+        verdict = Verdict.UNCHANGED if within else judge(ratio, ratio, tolerance, m.better)
+    return MetricCheck(metric, reference, current, ratio, ratio, ratio, tolerance, verdict, basis)
 
 
 @dataclass(frozen=True)

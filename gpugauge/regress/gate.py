@@ -20,22 +20,19 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import replace
 
-from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict, judge
+from gpugauge.judging.verdicts import (
+    Basis,
+    GateResult,
+    MetricCheck,
+    judge,
+    point_check,
+)
 from gpugauge.measure.stats import ratio_of_medians
 from gpugauge.regress.baselines import BaselineStore, Entry, KernelShare
 from gpugauge.regress.tolerances import Tolerance, Tolerances
 from gpugauge.results.metrics import METRICS, Kind, Metric
 
 MEMORY_SLACK_BYTES = 2 * 2**20  # allocator rounding: never a regression on its own
-
-
-def _point(m: Metric, current: float, baseline: float, tol: float) -> MetricCheck:
-    if abs(current - baseline) <= m.slack:
-        ratio, verdict = (current / baseline if baseline else 1.0), Verdict.UNCHANGED
-    else:
-        ratio = current / baseline if baseline else float("inf")
-        verdict = judge(ratio, ratio, tol, m.better)
-    return MetricCheck(m.name, baseline, current, ratio, ratio, ratio, tol, verdict)
 
 
 # How far past the recorded runs' own spread a change must go: the spread of two runs
@@ -118,7 +115,7 @@ def compare(
             check = _samples(m, current.readings[name], baseline, tolerance[name])
         else:
             cur, base = current.readings[name][0], baseline.readings[name][0]
-            check = _point(m, cur, base, tolerance[name])
+            check = point_check(name, base, cur, tolerance[name])
         checks.append(replace(check, basis=basis))
     notes = [kernel_change(current.kernels, baseline.kernels)]
     if not checks:

@@ -12,6 +12,7 @@ import base64
 import html
 import io
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +56,7 @@ from gpugauge.report.tables import (
 from gpugauge.report.trends import MIN_RUNS, changes_of, changes_table, load_trends, too_few_runs
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
-from gpugauge.results.runs import RunError, SavedRun, load_run
+from gpugauge.results.runs import NotOurs, RunError, SavedRun, load_run
 
 
 def newest_run(storage: Path) -> Path:
@@ -133,12 +134,15 @@ def collect(
         judge = Judge(Gate(BaselineStore(baselines), tolerances))
         results = [judge.judge(m) for m in run.measurements]
         against = f"stored baselines in {baselines}/"
-    runs = []
+    runs, skipped = [], []
     for p in history:
         try:
             runs.append(load_run(p))
-        except RunError:
+        except NotOurs:
             continue  # not a gpugauge run: history shows only ours
+        except RunError as err:  # named and left out: one bad run never stops the report
+            skipped.append(f"skipped a stored run that cannot be read: {err}")
+            print(f"gpugauge report: {skipped[-1]}", file=sys.stderr)
     runs.sort(key=lambda r: r.label)
     trends, bands, steps, why = {}, {}, [], ""
     if trend_history is not None:
@@ -148,7 +152,7 @@ def collect(
         against,
         results,
         runs,
-        (*about(run), *(notes or ())),
+        (*about(run), *(notes or ()), *skipped),
         baseline_noisy,
         trends=trends,
         changes=changes_of(trends, steps),

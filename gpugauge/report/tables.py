@@ -354,13 +354,14 @@ def noisy_sides(c: Comparison) -> str:
 
 
 def fmt_ratio(check: MetricCheck | None, unsampled: bool = False) -> str:
-    """'1.051x [1.049, 1.053]', '1.000x' for a single-value metric, or '-'.
+    """'1.051x [1.049, 1.053]', '1.000x' for a single value, 'new 1e+08 bytes (reference 0)'.
 
-    A samples metric (time) whose side had one round (``unsampled``), or whose interval is
-    zero wide (one round on both sides), says 'no interval' rather than look exact.
+    Time with one round on a side (``unsampled``) or a zero-wide interval: 'no interval'.
     """
     if check is None:
         return "-"
+    if check.from_none:  # no ratio to a reference of 0: the new amount
+        return f"new {check.current:.4g} {METRICS[check.metric].unit} (reference 0)"
     samples = METRICS[check.metric].kind is Kind.SAMPLES
     if samples and (unsampled or check.ci_low == check.ci_high):
         return f"{check.ratio:.3f}x (no interval)"

@@ -99,8 +99,15 @@ def read_json(path: Path) -> Any:
 def invalid_text(data: Any) -> str | None:
     """Where a string (or key) of parsed JSON that UTF-8 cannot encode lies, or None.
 
-    Walked without recursion, so any depth the parser accepted is fine.
+    Walked without recursion, so any depth the parser accepted is fine; first, in one
+    pass of the C encoder, whether there is any such string at all (there almost never
+    is, and a run of 10,000 results took 0.05 s a file to walk).
     """
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+        return None
+    except (UnicodeEncodeError, RecursionError):
+        pass  # find where it lies, or walk what is too deep for the encoder
     stack: list[tuple[str, Any]] = [("", data)]
     while stack:
         where, value = stack.pop()

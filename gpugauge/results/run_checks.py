@@ -68,9 +68,12 @@ def run_time(value: Any, path: Path, field: str = "datetime") -> datetime | None
         t = datetime.fromisoformat(value)
     except ValueError:
         raise RunError(f"{path}: {field} {value!r} is not an ISO 8601 date and time") from None
-    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
     latest = datetime.now(UTC) + FUTURE_SLACK
-    if not EARLIEST <= t <= latest:
+    try:  # year 1 at +05:00 (or 9999-12-31 at -05:00) has no UTC time: outside too
+        t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    except OverflowError:
+        t = None
+    if t is None or not EARLIEST <= t <= latest:
         raise RunError(
             f"{path}: {field} {value!r} lies outside {EARLIEST:%Y-%m-%d} to {latest:%Y-%m-%d} "
             "(tomorrow); a run cannot be dated there (check the machine's clock)"

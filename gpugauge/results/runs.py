@@ -38,6 +38,10 @@ SMALLEST = 1e-100
 LARGEST = 1e100
 
 
+class NotOurs(RunError):
+    """A readable pytest-benchmark run that holds no gpugauge result (other tests' run)."""
+
+
 def reading_problem(value: float, samples: bool) -> str | None:
     """Why a reading cannot be compared, or None.
 
@@ -209,9 +213,7 @@ def load_run(path: Path) -> SavedRun:
                 raise RunError(f"{where}.extra_info.gate: {err}") from None
             verdicts[m.id] = info["gate"]
     if not found:
-        raise RunError(
-            f"{path}: no gpugauge results in it (a pytest-benchmark run of other tests?)"
-        )
+        raise NotOurs(f"{path}: no gpugauge results in it (a pytest-benchmark run of other tests?)")
     fp = (machine or {}).get("gpugauge") or {}
     saved = data.get("gpugauge") or {}
     outcome = None
