@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from gpugauge.ab.bisect import bisect, render_bisect
+from gpugauge.ab.budget import BUDGET_SPENT
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.render import markdown, terminal
-from gpugauge.ab.result import BUDGET_SPENT, ABReport, CaseAB, SideInfo
+from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve
 from gpugauge.ab.verdict import Outcome, Schedule, decide, paired_ratio
 
@@ -209,24 +210,27 @@ def _scripted_pairs(base: list, head: list) -> tuple[Pair, ...]:
 
 def test_a_test_expected_to_end_past_the_budget_is_not_started() -> None:
     """confirm's deadline: run 90's split A/B (98 s) started 17 s before it and ran past it."""
+    from gpugauge.ab.budget import BUDGET_SHORT, Budget
     from gpugauge.ab.config import ABConfig
-    from gpugauge.ab.result import BUDGET_SHORT
     from gpugauge.ab.runner import Coordinator
 
     alone = {"t.py::split": 35.0, "t.py::conv": 2.3}
-    cfg = ABConfig((), Path("unused"), budget_s=20.0, alone_s=alone)
-    assert cfg.expected_s("t.py::split") == pytest.approx(2 * 35.0 + 2 * 4 * (0.25 + 0.1))
-    assert cfg.expected_s("t.py::other") == 0.0  # no run of its own known: only the budget
-    coordinator = Coordinator(cfg, {}, note=lambda _: None)
-    coordinator._deadline = time.monotonic() + 20.0
+    cfg = ABConfig((), Path("unused"))
+    budget = Budget(time.monotonic() + 20.0, alone, cfg.first_look_s)
+    assert budget.expected_s("t.py::split") == pytest.approx(2 * 35.0 + 2 * 4 * (0.25 + 0.1))
+    assert budget.expected_s("t.py::other") == 0.0  # no run of its own known: only the budget
+    coordinator = Coordinator(replace(cfg, budget=budget), {}, note=lambda _: None)
     split = [_Scripted("base", []), _Scripted("head", [])]
     case = coordinator._paired(*split, "t.py::split")
     assert case.pairs == ()
     assert all(side.last["op"] == "skip" for side in split)
     assert split[0].last["reason"].startswith(f"{BUDGET_SHORT} (about 73 s; ")
-    assert coordinator._spent("t.py::conv") == ""  # a cheaper one after it still starts
-    coordinator._deadline = time.monotonic() - 1.0
-    assert coordinator._spent("t.py::conv") == BUDGET_SPENT
+    assert budget.why_not("t.py::conv") == ""  # a cheaper one after it still starts
+    assert budget.fits(["t.py::split", "t.py::conv"])
+    assert not budget.fits(["t.py::split"])
+    spent = replace(budget, ends=time.monotonic() - 1.0)
+    assert spent.why_not("t.py::conv") == BUDGET_SPENT
+    assert not spent.fits(["t.py::conv"])
 
 
 def test_pairs_whose_clocks_differ_never_count_and_too_many_stop_the_case() -> None:
@@ -299,20 +303,19 @@ def test_a_case_s_ratio_is_computed_once_for_ab_json_s_rewrites(
     assert len(calls) == len(cases)
 
 
-def test_deadline_is_a_unix_time_folded_into_the_time_budget() -> None:
+def test_deadline_and_time_budget_make_one_budget_the_sooner_counting() -> None:
     from gpugauge.__main__ import build_parser
-    from gpugauge.ab.budget import fold_deadline
+    from gpugauge.ab.budget import Budget
 
-    def folded(*given: str) -> float | None:
+    def left(*given: str) -> float:
         args = build_parser().parse_args(["confirm", "run.json", *given])
-        fold_deadline(args)
-        return args.time_budget
+        return Budget.from_args(args).left()
 
     now = time.time()
-    assert folded() is None
-    assert folded("--deadline", str(now - 60)) == 0.0  # passed: no test starts
-    assert 590 < folded("--deadline", str(now + 600)) <= 600
-    assert folded("--deadline", str(now + 600), "--time-budget", "30") == 30  # the smaller
+    assert left() == math.inf
+    assert left("--deadline", str(now - 60)) == 0.0  # passed: no test starts
+    assert 590 < left("--deadline", str(now + 600)) <= 600
+    assert 29 < left("--deadline", str(now + 600), "--time-budget", "30") <= 30  # the sooner
     # a budget given as a deadline (840), or a time in milliseconds, is bad input: it
     # would start no test at all, or never stop
     for wrong in ("840", "0", str(now * 1000), "nan"):
@@ -409,39 +412,24 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     assert case["ci_low"] > 1.1  # a sleep of >= 3 ms on a 3 ms round
     # where the time went, kept per case and summed in the table's last line
     assert set(case["phases"]) == {"setup", "blocks", "after", "alone"}
-    assert case["phases"]["blocks"] > 0.1 * 10  # 5 pairs of two 0.1 s blocks at least
+    assert case["phases"]["blocks"] > 0.1 * 8  # 4 pairs of two 0.1 s blocks at least
     assert "time: setups" in slow.stdout
+    assert "efficiency: paired blocks" in slow.stdout.strip().splitlines()[-2]
     assert "slower" in (tmp_path / "slow" / "ab.md").read_text()
-    # repeated in a fresh pair of processes, head started first, and slower there too
-    assert case["paired_outcome"] == "slower"
-    assert case["fresh"]["paired_outcome"] == "slower"
-    assert case["fresh"]["pairs"][0]["base_first"] is False
-    assert "slower (again 2.0" in slow.stdout  # the table, the fresh ratio beside it
+    # two rounds from the start, the second in a fresh pair of processes, head's build
+    # started first, and slower there too
+    assert case["round_outcome"] == "slower"
+    (second,) = case["rounds"]
+    assert second["round_outcome"] == "slower"
+    assert second["pairs"][0]["base_first"] is False
+    assert (tmp_path / "slow" / "round-2" / "head.log").is_file()
+    assert "round 2 of 2" in slow.stdout
     same = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "same")
     assert same.returncode == 0, same.stdout + same.stderr
     (case,) = json.loads((tmp_path / "same" / "ab.json").read_text())["cases"]
     # "same" on a quiet host; a host-timed spin on a loaded one (other processes taking
     # its cores) can leave the CI too wide to say so, but never slower or faster
     assert case["outcome"] in ("same", "need more samples")
-    assert _leftovers(toy, tmp_path) == []
-
-
-@pytest.mark.slow
-def test_a_small_slowdown_is_repeated_in_a_third_pair_of_processes(
-    toy: Path, tmp_path: Path
-) -> None:
-    _commit(toy, "\n    spin(0.048)", "1.6% more spin")  # under twice the 1% minimum effect
-    small = _ab(toy, "ab", "HEAD~1", "HEAD", out=tmp_path / "small")
-    (case,) = json.loads((tmp_path / "small" / "ab.json").read_text())["cases"]
-    assert case["paired_outcome"] == "slower", small.stdout + small.stderr
-    assert case["fresh"]["paired_outcome"] == "slower", small.stdout
-    third = case["fresh"]["fresh"]  # three pairs of processes, the third as the first
-    assert third["pairs"][0]["base_first"] is True
-    assert "(pair 3 of up to 3), as the first" in small.stdout
-    assert (tmp_path / "small" / "fresh-3" / "head.log").is_file()
-    if third["paired_outcome"] == "slower":
-        assert case["outcome"] == "slower"
-        assert small.returncode == 1
     assert _leftovers(toy, tmp_path) == []
 
 
@@ -504,21 +492,20 @@ def test_a_difference_of_one_pair_of_processes_is_not_a_verdict(
     (toy / "test_toy.py").write_text(toy_text)
     _git(toy, "add", "-A")
     _git(toy, "commit", "-qm", "placed")
-    once = _ab(toy, "ab", "HEAD", "HEAD", "--no-repeat", out=tmp_path / "once")
+    once = _ab(toy, "ab", "HEAD", "HEAD", "--rounds", "1", out=tmp_path / "once")
     (case,) = json.loads((tmp_path / "once" / "ab.json").read_text())["cases"]
-    assert case["outcome"] == "faster", once.stdout + once.stderr  # what one pair says
-    assert case["fresh"] is None
+    assert case["outcome"] == "faster", once.stdout + once.stderr  # what one round says
+    assert case["rounds"] == []
     twice = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "twice")
     assert twice.returncode == 0, twice.stdout + twice.stderr
     (case,) = json.loads((tmp_path / "twice" / "ab.json").read_text())["cases"]
-    assert case["paired_outcome"] == "faster"
-    # each build in the other's place there, head's started first
-    assert case["fresh"]["paired_outcome"] == "slower"
+    assert case["round_outcome"] == "faster"
+    # each build in the other's place in round 2, head's started first
+    assert case["rounds"][0]["round_outcome"] == "slower"
     assert case["outcome"] == "need more samples"
-    assert "faster at 0.9" in twice.stdout
-    assert ", slower at 1." in twice.stdout
+    assert "bimodal across processes: 0.9" in twice.stdout
     assert "head, in base's place" in twice.stdout
-    assert (tmp_path / "twice" / "fresh" / "head.log").is_file()
+    assert (tmp_path / "twice" / "round-2" / "head.log").is_file()
     assert _leftovers(toy, tmp_path) == []
 
 

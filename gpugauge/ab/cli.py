@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpugauge.ab.bisect import bisect, render_bisect
-from gpugauge.ab.budget import add_budget, fold_deadline
+from gpugauge.ab.budget import Budget, add_budget
 from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, run_ab, say
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.confirm_command import confirm_command
@@ -195,8 +195,7 @@ def ab_command(args: argparse.Namespace) -> int:
     """``gpugauge ab``."""
 
     def body() -> int:
-        fold_deadline(args)
-        report = run_ab(args, args.base, args.head, args.out)
+        report = run_ab(args, args.base, args.head, args.out, budget=Budget.from_args(args))
         print("\n" + terminal(report))
         print(f"wrote {args.out / AB_JSON} and {args.out / AB_MD}")
         return EXIT_FAILED if report.slower or report.problems else EXIT_OK

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from gpugauge.ab.budget import Budget
 from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.render import write_report
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
@@ -65,13 +66,18 @@ def _without_tests(given: Sequence[str], ids: bool) -> list[str]:
     return out
 
 
-def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = None) -> ABConfig:
-    """The A/B's configuration from the command line."""
+def config_of(
+    args: argparse.Namespace,
+    out: Path,
+    ids: Sequence[str] | None = None,
+    budget: Budget | None = None,
+) -> ABConfig:
+    """The A/B's configuration from the command line, within ``budget`` (None: no limit)."""
     try:
         side_args = {"base": shlex.split(args.base_args), "head": shlex.split(args.head_args)}
     except ValueError as err:
         raise SideError(f"--base-args/--head-args: {err}") from None
-    return ABConfig(
+    cfg = ABConfig(
         selection(args, ids),
         out,
         side_args={k: tuple(v) for k, v in side_args.items()},
@@ -83,29 +89,33 @@ def config_of(args: argparse.Namespace, out: Path, ids: Sequence[str] | None = N
         ),
         block_s=args.block_time,
         profile=args.profile,
-        budget_s=getattr(args, "time_budget", None),
-        alone_s=getattr(args, "alone_s", None) or {},
     )
+    return replace(cfg, budget=replace(budget or Budget(), first_look_s=cfg.first_look_s))
 
 
 def run_ab(
-    args: argparse.Namespace, base: str, head: str, out: Path, ids: Sequence[str] | None = None
+    args: argparse.Namespace,
+    base: str,
+    head: str,
+    out: Path,
+    ids: Sequence[str] | None = None,
+    budget: Budget | None = None,
 ) -> ABReport:
-    """One A/B of two refs with this command line's selection and settings."""
+    """One A/B of two refs with this command line's selection and settings, within ``budget``."""
     here = Path.cwd()
     top = repo_root(here)
     specs = [
         SideSpec("base", base, args.base_python or sys.executable),
         SideSpec("head", head, args.head_python or sys.executable),
     ]
-    cfg = config_of(args, make_dir(out, "--out"), ids)
+    cfg = config_of(args, make_dir(out, "--out"), ids, budget)
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         for k in range(1, MOST_ROUNDS + 1):
             (round_folder(out, k) / stale).unlink(missing_ok=True)
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())
-        again = lambda ids: config_of(args, out, ids)  # noqa: E731
+        again = lambda ids: config_of(args, out, ids, budget)  # noqa: E731
         report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, again)
     write_report(report, out)
     return report

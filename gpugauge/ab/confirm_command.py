@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from gpugauge.ab.budget import fold_deadline
+from gpugauge.ab.budget import Budget
 from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, run_ab
 from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
 from gpugauge.ab.render import terminal
@@ -106,10 +106,11 @@ def confirm_command(args: argparse.Namespace) -> int:
         if args.profile is None:
             args.profile = run.profile
         with_injection = {m.id for m in run.measurements if injected(m)}
-        args.alone_s = {c.nodeid: c.test_s for c in cases if c.test_s is not None}
+        tests = {c.nodeid: c.test_s for c in cases if c.test_s is not None}
+        # one budget for every A/B of the run, each test's cost known from the gated run
+        budget = config_of(args, args.out, budget=replace(Budget.from_args(args), test_s=tests))
+        budget = budget.budget
         status = EXIT_OK
-        fold_deadline(args)
-        budget, t0 = args.time_budget, time.monotonic()
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
         seen: dict[str, int] = {}
         start_s = 0.0  # what an A/B costs beside its tests (its sides' start and end), s
@@ -118,19 +119,17 @@ def confirm_command(args: argparse.Namespace) -> int:
             """One A/B of ``ordered`` against ``ref``, within what is left of the budget."""
             nonlocal status, start_s
             ids = [c.nodeid for c in ordered]
-            if budget is not None:  # what is left of it, for this reference's A/B
-                args.time_budget = left = budget - (time.monotonic() - t0)
-                # an A/B costs its start before any test: as much as the last one's did
-                if not config_of(args, args.out).fits(ids, left, start_s):
-                    print(
-                        f"gpugauge confirm: the time budget was spent: not A/B'd against "
-                        f"{ref[:10]}, {plural(len(ordered), 'result')} keep the class "
-                        f"reference's verdict: {', '.join(c.id for c in ordered)}"
-                    )
-                    return
+            # an A/B costs its start before any test: as much as the last one's did
+            if not budget.fits(ids, start_s):
+                print(
+                    f"gpugauge confirm: the time budget was spent: not A/B'd against "
+                    f"{ref[:10]}, {plural(len(ordered), 'result')} keep the class "
+                    f"reference's verdict: {', '.join(c.id for c in ordered)}"
+                )
+                return
             seen[ref] = n = seen.get(ref, 0) + 1  # one reference's tiers in A/Bs of their own
             out = args.out / (ref[:10] if n == 1 else f"{ref[:10]}-{n}")
-            report = run_ab(args, ref, WORKING_TREE, out, ids)
+            report = run_ab(args, ref, WORKING_TREE, out, ids, budget)
             print("\n" + terminal(report))
             start_s = max(start_s, report.rest_s)
             # the history first: a stop between the two writes leaves the file undecided,

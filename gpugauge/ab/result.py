@@ -34,10 +34,6 @@ from gpugauge.results.files import atomic_write_text
 NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 # a second side's skip reason where the first side's run of the test had nothing to pair
 SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
-# both sides' skip reason for the tests left when the A/B's time budget is spent
-BUDGET_SPENT = "gpugauge ab: its time budget was spent before this test"
-# ... or would be before this test ended, by what the test is expected to cost
-BUDGET_SHORT = "gpugauge ab: its time budget would run out before this test ended"
 
 AB_SCHEMA = 3  # 3: a case's later rounds of fresh processes ("rounds"), its verdict over all
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the

@@ -39,8 +39,6 @@ from gpugauge.ab.launch import (
 )
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import (
-    BUDGET_SHORT,
-    BUDGET_SPENT,
     PHASES,
     SKIPPED_FOR,
     ABReport,
@@ -88,7 +86,6 @@ class Coordinator:
         self.note = note
         self.cwd = cwd  # relative place in each checkout to run from (None: its root)
         self._flip = not cfg.base_starts  # True: head's block first in the next test
-        self._deadline: float | None = None
 
     def settings(self) -> tuple[tuple[tuple[str, ...], object], ...]:
         """The options every side takes, by dest; the profile where one was asked for."""
@@ -105,7 +102,6 @@ class Coordinator:
         """Run both sides to their ends; the report of every case."""
         self.cfg.out.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        self._deadline = None if self.cfg.budget_s is None else t0 + self.cfg.budget_s
         sides: dict[str, Side] = {}
         with listening() as (listener, channel):
             try:
@@ -211,24 +207,9 @@ class Coordinator:
             return head
         return base if mb["op"] == "test" else head  # both have it, in another order
 
-    def _spent(self, nodeid: str = "") -> str:
-        """Why ``nodeid`` may not start ('' where it may): the budget spent, or too short.
-
-        A test with an expected cost starts only where it would end within the budget.
-        """
-        if self._deadline is None:
-            return ""
-        now = time.monotonic()
-        if now > self._deadline:
-            return BUDGET_SPENT
-        expected = self.cfg.expected_s(nodeid)
-        if now + expected > self._deadline:
-            return f"{BUDGET_SHORT} (about {expected:.0f} s; {self._deadline - now:.0f} s left)"
-        return ""
-
     def _alone(self, side: Side) -> str:
         """Run one test of one side with the GPU to itself, every timing call as usual."""
-        spent = self._spent()
+        spent = self.cfg.budget.why_not()
         side.send({"op": "skip", "reason": spent} if spent else {"op": "go"})
         while (m := side.expect("measure", "done"))["op"] == "measure":
             side.send({"op": "solo"})
@@ -239,7 +220,7 @@ class Coordinator:
         self._flip = not self._flip
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
-        spent = self._spent(nodeid)
+        spent = self.cfg.budget.why_not(nodeid)
         together = self.cfg.setups_together and not spent
         t0 = time.monotonic()
         for s in (first, second):
@@ -393,9 +374,8 @@ def run_sides(
         ids = report.paired_ids
         if again is None or not ids:
             break
-        left = None if cfg.budget_s is None else cfg.budget_s - report.wall_s
         # a round that could start none of its tests still costs its start
-        if left is not None and not cfg.fits(ids, left):
+        if not cfg.budget.fits(ids):
             note(f"  round {k} of {total}: the time budget is spent; not started")
             break
         exchanged = cfg.exchanged != (k % 2 == 0)  # each build in the other's place
@@ -409,7 +389,7 @@ def run_sides(
             again(ids),
             out=round_folder(cfg.out, k),
             exchanged=exchanged,
-            budget_s=left,
+            budget=cfg.budget,
             setups_together=True,
         )
         report = report.with_round(Coordinator(later, sides, note, cwd).run())
