@@ -41,8 +41,8 @@ MIN_EFFECT = 0.01  # a change smaller than 1% is not reported as slower or faste
 # a case whose CI could not shrink below this many minimum effects by max_pairs stops early
 FUTILE = 4.0
 # The floor of one round's spread from its processes alone (log-ratio SD): two processes
-# of one build on an H200 read 0.993-1.004x on every device-paced case of an A/A (runs
-# 88-90), and an A/B's own rounds raise it where its cases spread more (ABReport).
+# of one build on an H200 read 0.993-1.004x on every device-paced case of an A/A
+# (docs/lab/ab-evidence.md), and an A/B's own rounds raise it where its cases spread more.
 PROCESS_SD = 0.003
 
 
