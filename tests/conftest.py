@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     for item in items:
         if Path(str(item.path)).is_relative_to(Path(__file__).parent):
-            item.add_marker(pytest.mark.filterwarnings("error"))
+            item.add_marker(pytest.mark.filterwarnings("error"), append=False)
     if _deselects_slow(config):
         slow = [item for item in items if item.get_closest_marker("slow")]
         if slow:
