@@ -45,9 +45,6 @@ class ABConfig:
     # each build runs in the other's place: head's in the process the coordinator and the
     # worker call base, and back (every other round); cases read head over base
     exchanged: bool = False
-    # both sides set a test up at once, not in turn: a later round's tests are known to
-    # reach their timed call on both (a first round's may have nothing to pair: a search)
-    setups_together: bool = False
 
     def __post_init__(self) -> None:
         if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:

@@ -221,9 +221,8 @@ class Coordinator:
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
         spent = self.cfg.budget.why_not(nodeid)
-        together = self.cfg.setups_together and not spent
-        t0 = time.monotonic()
         for s in (first, second):
+            t0 = time.monotonic()
             ran = said.get(first.name, {})
             if spent:
                 s.send({"op": "skip", "reason": spent})
@@ -233,11 +232,8 @@ class Coordinator:
                 s.send({"op": "skip", "reason": f"{SKIPPED_FOR} ({first.build} ran it)"})
             else:
                 s.send({"op": "go"})
-            if not together:  # in turn: the second side starts once the first is ready
-                said[s.name] = s.expect("measure", "done")
-        for s in (first, second) if together else ():
             said[s.name] = s.expect("measure", "done")
-        phases["setup"] += time.monotonic() - t0
+            phases["setup"] += time.monotonic() - t0
         at = lambda name: said[name]["op"]  # noqa: E731
         sides = {"base": base, "head": head}
         pairs: tuple[Pair, ...] = ()
@@ -260,12 +256,8 @@ class Coordinator:
                 phases["blocks"] += time.monotonic() - t0
                 t0 = time.monotonic()
                 calls += 1
-                if self.cfg.setups_together:  # both finish their tests at once too
-                    for s in (first, second):
-                        s.send({"op": "end"})
                 for s in (first, second):
-                    if not self.cfg.setups_together:
-                        s.send({"op": "end"})
+                    s.send({"op": "end"})
                     said[s.name] = s.expect("measure", "done")
                 phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
@@ -362,8 +354,9 @@ def run_sides(
 
     Round 1 runs the selection; each later round (``again``: the configuration for a
     selection of node ids) runs the tests round 1 paired, in a fresh pair of processes with
-    the builds' places swapped from round to round, both sides' setups at once (both are
-    known to reach their timed call), within what is left of the time budget. The verdict
+    the builds' places swapped from round to round (the process in base's place still sets
+    a test up first: whatever that order does to a process now falls on the other build),
+    within the same time budget. The verdict
     comes from every round's pairs (:attr:`CaseAB.outcome`), judged with the spread of
     processes the A/B's own rounds showed (:meth:`ABReport.pooled`), as asv times each
     benchmark in several processes.
@@ -390,7 +383,6 @@ def run_sides(
             out=round_folder(cfg.out, k),
             exchanged=exchanged,
             budget=cfg.budget,
-            setups_together=True,
         )
         report = report.with_round(Coordinator(later, sides, note, cwd).run())
     return report.pooled()
