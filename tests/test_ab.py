@@ -854,6 +854,17 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     assert picked.test_s > 0
     assert picked.busy is None  # the toy reads no GPU-busy share
     assert borderline(_with_verdict(run, 1.005, "unchanged", cls)) == []  # under the floor
+    # a GPU-busy result of 0.1 ms or more on a new host: A/B'd whatever its ratio (a 3%
+    # slowdown on a host 3% faster than its class reads 1.00x against it)
+    gpu = _with_verdict(run, 0.97, "unchanged", cls)
+    data = json.loads(gpu.read_text())
+    data["benchmarks"][0]["extra_info"]["timing"]["clock"] = "cuda_event"
+    gpu.write_text(json.dumps(data))
+    assert [c.ratio for c in borderline(gpu)] == [pytest.approx(0.97)]
+    known = gpu.with_name("known.json")
+    data["benchmarks"][0]["extra_info"]["gate"]["references"]["time"] = "class baseline"
+    known.write_text(json.dumps(data))
+    assert borderline(known) == []  # a known host's class verdict: only above the floor
     # a new host's class regression too: an A/B may find it is the host's speed
     assert [c.regressed for c in borderline(_with_verdict(run, 1.09, "regressed", cls))] == [True]
     # judged by other hosts' history, no committed baseline: no commit to A/B against

@@ -20,6 +20,7 @@ milliseconds lost per round first.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,16 +28,22 @@ from typing import Any
 
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import MIN_EFFECT
-from gpugauge.history.reference import HOST_REASON
+from gpugauge.history.reference import HOST_REASON, NEW_HOST_REASON
 from gpugauge.judging.judge import regressed_on_new_host
 from gpugauge.judging.verdicts import Basis, GateResult, Verdict
+from gpugauge.measure.clocks import CudaEventClock
 from gpugauge.results.files import read_json
+from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
 
 _CLOSER = (Basis.SAME_GPU_AB, Basis.HOST_HISTORY)  # more sensitive than a class
 # A round this long is the GPU's work: a launch's ~10 us is under 1% of it.
 DEVICE_PACED_MS = 1.0
+# A GPU-timed round this long, the GPU busy, is worth an A/B on a host too new for its
+# class to judge, whatever its ratio: a 3% slowdown on a host 3% faster than the class
+# reads 1.00x against it. Shorter rounds are their launch path's as much as the GPU's.
+GPU_BUSY_MS = 0.1
 
 
 @dataclass(frozen=True)
@@ -73,9 +80,11 @@ class Borderline:
 def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     """The results of a gated run a same-GPU A/B should decide.
 
-    Each passed against a class reference above ``1 + floor``, or regressed against one on
-    a new host in its time alone (:func:`~gpugauge.judging.judge.regressed_on_new_host`:
-    the class cannot tell this host's speed from the code's). A result judged by its own
+    Each passed against a class reference above ``1 + floor``, or passed against one on a
+    new host as a GPU-busy result of :data:`GPU_BUSY_MS` or more (whatever its ratio: the
+    class allows a new host the host-to-host spread), or regressed against one on a new
+    host in its time alone (:func:`~gpugauge.judging.judge.regressed_on_new_host`: the
+    class cannot tell this host's speed from the code's). A result judged by its own
     host's history or decided by an A/B already is left out (those references see a small
     step: a second ``confirm`` of a run A/Bs nothing again); so is one that regressed
     otherwise (it fails, whatever an A/B says) or has no time check.
@@ -98,9 +107,10 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
             continue  # (a run saved before checks named their basis says it in the reason)
         if check.basis is Basis.CLASS_HISTORY:
             continue  # no committed baseline: no commit to A/B against
-        if check.ratio > 1 + floor and m.id in nodeids:
+        busy = m.values.get("gpu_busy")
+        new_host = reason.startswith(NEW_HOST_REASON) and _gpu_busy(m, busy)
+        if (check.ratio > 1 + floor or new_host) and m.id in nodeids:
             node = nodeids[m.id]
-            busy = m.values.get("gpu_busy")
             out.append(
                 Borderline(
                     m.id,
@@ -115,6 +125,15 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
                 )
             )
     return out
+
+
+def _gpu_busy(m: Measurement, busy: float | None) -> bool:
+    """Whether ``m``'s rounds are the GPU's work: device-timed, long enough, the GPU busy."""
+    timing = m.timing
+    if timing is None or timing.clock != CudaEventClock.name or not timing.device_ms:
+        return False
+    ms = statistics.median(timing.device_ms)
+    return ms >= GPU_BUSY_MS and (busy is None or busy >= HOST_BOUND_BELOW)
 
 
 def _test_seconds(data: dict[str, Any]) -> dict[str, float]:
