@@ -922,7 +922,11 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
     )
     other = CaseAB("not-in-the-run", "x::y", slower)
     sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
-    report = ABReport(*sides, (CaseAB(case_id, case_id, slower), other), "cpu", 1.0)
+    # a case is matched by node id: gauge(fn) names its result by the whole node id, while
+    # the A/B names a parametrized case by its brackets ("2.0" for README example 1's)
+    same_id = ABReport(*sides, (CaseAB(case_id, "x::z", slower),), "cpu", 1.0)
+    assert decided(run, "a" * 40, same_id, write=False) == []
+    report = ABReport(*sides, (CaseAB("2.0", case_id, slower), other), "cpu", 1.0)
     (settled,) = decided(run, "a" * 40, report)
     assert settled.result.verdict.value == "regressed"
     assert still_regressed(run) == [case_id]  # what confirm's exit status says

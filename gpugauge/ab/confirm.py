@@ -91,7 +91,7 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     """
     run = load_run(path)
     data = read_json(path)
-    nodeids, seconds = _nodeids(data), _test_seconds(data)
+    nodeids, seconds = result_nodeids(data), _test_seconds(data)
     out = []
     for m in run.measurements:
         raw = run.verdicts.get(m.id)
@@ -142,8 +142,12 @@ def _test_seconds(data: dict[str, Any]) -> dict[str, float]:
     return {str(k): float(v) for k, v in saved.items()}  # load_run checked them
 
 
-def _nodeids(data: dict[str, Any]) -> dict[str, str]:
-    """Each result's test node id, from pytest-benchmark's ``fullname``."""
+def result_nodeids(data: dict[str, Any]) -> dict[str, str]:
+    """Each result's test node id, from pytest-benchmark's ``fullname``, by result id.
+
+    The node id is what an A/B's case is, whatever the result's id: a spec's id for a
+    family's case, the whole node id for ``gauge(fn)``.
+    """
     out = {}
     for bench in data.get("benchmarks", []):
         info = bench.get("extra_info") or {}

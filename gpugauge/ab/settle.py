@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpugauge.ab.confirm import result_nodeids
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.history.records import ABRecord
 from gpugauge.judging.judge import overruled
@@ -63,9 +64,11 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
     writes them, into the run and into its copies).
     """
     saved = load_run(run)
+    nodeids = result_nodeids(read_json(run))
+    cases = {c.nodeid: c for c in report.cases}
     out = []
     for m in saved.measurements:
-        case = next((c for c in report.cases if c.id == m.id), None)
+        case = cases.get(nodeids.get(m.id, ""))
         if case is None or case.check is None or m.id not in saved.verdicts:
             continue
         before = GateResult.from_dict(saved.verdicts[m.id], m.spec.family, m.device_class)
