@@ -1329,3 +1329,59 @@ def test_a_repeat_selects_its_node_ids_alone(
         "no:x",
         *ids,
     )
+
+
+HANGS = (
+    """\
+import os
+import time
+
+
+"""
+    + SPIN
+    + """
+
+def test_a_first(gauge):
+    gauge(lambda: spin(3.0))
+
+
+def test_b_hangs(gauge):
+    if os.environ.get("GPUGAUGE_AB_SIDE") == "head":
+        time.sleep(600)  # a side that hangs in its setup
+    gauge(lambda: spin(3.0))
+"""
+)
+
+
+@pytest.mark.slow
+def test_a_side_silent_past_the_budget_is_stopped_and_the_ab_keeps_its_cases(
+    toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hanging side ran 180 s past --deadline (issue 49): a nightly would run to its timeout."""
+    import gpugauge.ab.runner as runner
+    from gpugauge.ab.budget import Budget
+    from gpugauge.ab.config import ABConfig
+
+    (toy / "test_toy.py").write_text(HANGS)
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "hangs")
+    monkeypatch.setattr(runner, "SILENT_GRACE_S", 1.0)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    specs = [SideSpec("base", "HEAD", sys.executable), SideSpec("head", "HEAD", sys.executable)]
+    t0 = time.monotonic()
+    cfg = ABConfig(
+        ("test_toy.py",),
+        tmp_path / "out",
+        block_s=0.1,
+        schedule=replace(Schedule(), rounds=1),
+        budget=Budget(time.monotonic() + 60.0),  # the sides' start and the first test, loaded
+    )
+    with checkouts(toy, specs, parent=tmp_path) as sides:
+        report = runner.run_sides(cfg, sides, note=lambda _: None)
+    assert time.monotonic() - t0 < 120  # the budget's 60 s, its grace, the sides' ends
+    assert len(report.cases) == 1, report.problems
+    (first,) = report.cases  # the case it finished keeps its verdict
+    assert first.nodeid == "test_toy.py::test_a_first"
+    assert first.outcome is not None
+    assert any("said nothing past the time budget's end" in p for p in report.problems)
+    assert _leftovers(toy, tmp_path) == []

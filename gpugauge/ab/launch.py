@@ -34,6 +34,9 @@ from gpugauge.check.runs import log_tail, stop_group
 Note = Callable[[str], None]
 WORKER_MODULE = "_gpugauge_ab_worker"
 CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects
+# How long past its time budget's end a silent side is waited for, s: a test started in
+# time may end after it, but a side that hangs must not hold a nightly to its job's timeout.
+SILENT_GRACE_S = 120.0
 
 # Options the sides take, by pytest ``dest`` (old and namespaced names): no energy windows
 # (seconds a case, and an A/B judges time), no history appends (the A/B keeps its own
@@ -56,6 +59,10 @@ class SideGone(ABError):
     """A side's pytest ended or broke its connection in the middle of the A/B."""
 
 
+class SideSilent(ABError):
+    """A side said nothing until past its time: the budget's end and a grace after it."""
+
+
 @dataclass
 class Side:
     """One running side: its checkout, process, connection and files."""
@@ -68,8 +75,10 @@ class Side:
     conn: Connection | None = None
     hello: dict[str, Any] = field(default_factory=dict)
     # the build it runs, "base" or "head": its name, unless the A/B exchanged the two
-    # processes' places (a repeat's counterbalance)
+    # processes' places (every other round)
     role: str = ""
+    # a time.monotonic() instant past which a side still silent is given up (None: never)
+    silent_after: float | None = None
 
     @property
     def build(self) -> str:
@@ -95,6 +104,12 @@ class Side:
                 raise self.gone("closed its connection") from None
             if self.proc.poll() is not None and not self.conn.poll(0):
                 raise self.gone(f"ended with exit status {self.proc.returncode}")
+            if self.silent_after is not None and time.monotonic() > self.silent_after:
+                raise SideSilent(
+                    f"{self.build} ({self.checkout.label}) said nothing past the time "
+                    f"budget's end and {SILENT_GRACE_S:g} s of grace: stopped; the A/B "
+                    "keeps the cases it finished"
+                )
 
     def expect(self, *ops: str) -> dict[str, Any]:
         """The next message, which must be one of ``ops``."""

@@ -28,9 +28,11 @@ from typing import Any
 from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.launch import (
     SIDE_SETTINGS,
+    SILENT_GRACE_S,
     ABError,
     Note,
     Side,
+    SideSilent,
     connect,
     finish,
     listening,
@@ -86,6 +88,7 @@ class Coordinator:
         self.note = note
         self.cwd = cwd  # relative place in each checkout to run from (None: its root)
         self._flip = not cfg.base_starts  # True: head's block first in the next test
+        self._cases: list[CaseAB] = []  # the cases finished so far, in order
 
     def settings(self) -> tuple[tuple[tuple[str, ...], object], ...]:
         """The options every side takes, by dest; the profile where one was asked for."""
@@ -120,22 +123,35 @@ class Coordinator:
                         role=role,
                     )
                 connect(listener, sides)
-                cases = self._lockstep(sides["base"], sides["head"], t0)
+                ends = self.cfg.budget.ends
                 for s in sides.values():
-                    finish(s)
+                    s.silent_after = None if ends is None else ends + SILENT_GRACE_S
+                self._cases = []
+                silent: tuple[str, ...] = ()
+                try:
+                    cases = self._lockstep(sides["base"], sides["head"], t0)
+                    for s in sides.values():
+                        finish(s)
+                except SideSilent as err:  # the verdicts it has stand; the rest is a problem
+                    stop(sides)
+                    cases, silent = self._cases, (str(err),)
             except BaseException:
                 stop(sides)
                 raise
         by_build = {s.build: s for s in sides.values()}
-        problems = tuple(
-            f"{s.build}'s pytest ended with exit status {s.proc.returncode} (log: {s.log})"
-            for s in sides.values()
-            if s.proc.returncode not in (0, 1)
-        ) + tuple(
-            f"{c.id} failed on {side} (log: {by_build[side].log})"
-            for c in cases
-            for side, outcome in sorted(c.status.items())
-            if outcome == "failed"
+        problems = (
+            silent
+            + tuple(
+                f"{s.build}'s pytest ended with exit status {s.proc.returncode} (log: {s.log})"
+                for s in sides.values()
+                if s.proc.returncode not in (0, 1)
+            )
+            + tuple(
+                f"{c.id} failed on {side} (log: {by_build[side].log})"
+                for c in cases
+                for side, outcome in sorted(c.status.items())
+                if outcome == "failed"
+            )
         )
         from gpugauge.ab.kernels import device_of, saved_run, with_kernels
 
@@ -155,7 +171,7 @@ class Coordinator:
         ids = {s.name: s.expect("collected", "bye").get("ids", []) for s in (base, head)}
         total = len(set(ids["base"]) | set(ids["head"]))
         self.note(f"  {plural(total, 'test')} collected; pairing blocks on this device")
-        cases: list[CaseAB] = []
+        cases = self._cases  # kept on the coordinator: a side gone silent ends the loop
         mb, mh = base.recv(), head.recv()
         while not (mb["op"] == "bye" and mh["op"] == "bye"):
             t0 = time.monotonic()
