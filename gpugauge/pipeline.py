@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.profile import round_kernels
 from gpugauge.measure.roofline import Work, roofline
 from gpugauge.measure.sampler import watching
+from gpugauge.measure.threads import pinned
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
 from gpugauge.results.measurement import Measurement, Spec, devices_of
 
@@ -122,8 +124,49 @@ def measure_case(
     """Measure ``fn`` (one round) on the spec's devices; see :meth:`Gauge.measure`.
 
     ``measured`` is False under ``--benchmark-disable``: no ceilings and no energy, and the
-    policy the caller passes runs one round.
+    policy the caller passes runs one round. A CPU case runs on the session's intra-op
+    threads (:mod:`gpugauge.measure.threads`), the load average read before and after.
     """
+    measure_it = partial(
+        _measure_case,
+        session,
+        spec,
+        fn,
+        policy,
+        measured=measured,
+        setup=setup,
+        work=work,
+        expected_memory=expected_memory,
+        energy=energy,
+        values=values,
+        artifacts=artifacts,
+        extra=extra,
+    )
+    if devices_of(spec)[0].startswith("cuda"):
+        return measure_it()
+    session.sample_load()
+    with pinned(session.cpu_threads.count):
+        m = measure_it()
+    session.sample_load()
+    return m
+
+
+def _measure_case(
+    session: GaugeSession,
+    spec: Spec,
+    fn: Callable[[], object],
+    policy: TimingPolicy,
+    *,
+    measured: bool,
+    setup: Callable[[], object] | None,
+    work: Work | None,
+    expected_memory: ExpectedMemory | None,
+    energy: bool,
+    values: Mapping[str, float] | None,
+    artifacts: Mapping[str, Path | str] | None,
+    extra: dict[str, Any] | None,
+) -> Measurement:
+    """:func:`measure_case` on the devices as they are."""
     devices = devices_of(spec)
     on_gpu = devices[0].startswith("cuda")
     nvdevs = [session.nvml_device(d) for d in devices]

@@ -229,6 +229,7 @@ def _header(session: GaugeSession) -> str:
         f"gpugauge: profile={o.profile} devices={','.join(o.devices)} "
         f"warm-up={p.warmup_rounds} rounds={rounds} energy-window={o.energy_window_s:g}s"
         + (" extras=skipped" if o.skip_extras else "")
+        + (f" {session.cpu_threads.describe()}" if "cpu" in o.devices else "")
         + (f" {nights.header()}" if nights is not None else "")
     )
 
@@ -366,7 +367,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gs = session.config.stash.get(SESSION, None)
     if gs is None:
         return
-    gs.messages += gs.gate_notes()
+    gs.messages += gs.load_lines() + gs.gate_notes()
     if gs.first_nights is not None and gs.measurements:
         gs.messages += gs.first_nights.summary()
     if gs.measurements:  # a run of plain pytest-benchmark tests alone is none of ours
