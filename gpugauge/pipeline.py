@@ -24,16 +24,30 @@ from gpugauge.measure.profile import round_kernels
 from gpugauge.measure.roofline import Work, roofline
 from gpugauge.measure.sampler import watching
 from gpugauge.measure.threads import pinned
-from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
+from gpugauge.measure.timing import (
+    CudaEventClock,
+    HostClock,
+    RoundClock,
+    RunQueueClock,
+    TimingPolicy,
+    measure,
+)
 from gpugauge.results.measurement import Measurement, Spec, devices_of
 
 if TYPE_CHECKING:
     from gpugauge.session import GaugeSession
 
 
-def clock_for(devices: tuple[str, ...]) -> RoundClock:
-    """CUDA events on a GPU (every device of a multi-GPU round), perf_counter_ns on a CPU."""
-    return CudaEventClock(devices) if devices[0].startswith("cuda") else HostClock()
+def clock_for(devices: tuple[str, ...], cpu_threads: int = 1) -> RoundClock:
+    """CUDA events on a GPU (every device of a multi-GPU round), perf_counter_ns on a CPU.
+
+    A CPU case on one thread leaves out the time it waited for a core where the platform
+    counts it (:class:`~gpugauge.measure.clocks.RunQueueClock`): the code's time, not the
+    scheduler's. On more threads the others' waits are unseen: wall time, as said.
+    """
+    if devices[0].startswith("cuda"):
+        return CudaEventClock(devices)
+    return RunQueueClock() if cpu_threads == 1 and RunQueueClock.available() else HostClock()
 
 
 def _nothing() -> None:
@@ -181,7 +195,7 @@ def _measure_case(
     prepare()
     # CPU allocators keep freed memory, so only the first run shows RSS growth.
     memory = () if on_gpu else (measure_cpu_memory(fn),)
-    clock = clock_for(devices)
+    clock = clock_for(devices, session.cpu_threads.count)
     energy_devs = known if len(known) == len(devices) else []
     why_not = no_energy_reason(session, energy, measured, energy_devs, policy)
     idle_w = None

@@ -58,3 +58,32 @@ def test_cpu_rounds_run_on_one_thread_said_in_the_header(
     result = gauge_pytester.runpytest("--gauge-rounds", "3", "--gauge-warmup", "1")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["gpugauge: profile=smoke devices=cpu * cpu-threads=1 *"])
+
+
+def test_the_run_queue_clock_leaves_out_the_wait_for_a_core() -> None:
+    from gpugauge.measure.clocks import RunQueueClock
+    from gpugauge.measure.timing import Timing
+
+    now, wait = (
+        iter([0, 10_000_000, 20_000_000, 50_000_000]),
+        iter([0, 4_000_000, 4_000_000, 4_000_000]),
+    )
+    clock = RunQueueClock(lambda: next(now), lambda: next(wait))
+    clock.prepare(2)
+    for _ in range(2):
+        clock.begin()
+        clock.end()
+    assert clock.collect() == [6.0, 30.0]  # 10 ms less 4 ms waited; 30 ms, none waited
+    timing = Timing((1.0,), (1.0,), RunQueueClock.name, 0, 0.0, "fixed rounds", False)
+    assert timing.host_timed
+    assert RunQueueClock.available(lambda: 0)
+    assert not RunQueueClock.available(lambda: int(""))
+
+
+def test_cpu_cases_on_one_thread_use_the_run_queue_clock_where_there_is_one() -> None:
+    from gpugauge.measure.clocks import HostClock, RunQueueClock
+    from gpugauge.pipeline import clock_for
+
+    one = clock_for(("cpu",), 1)
+    assert isinstance(one, RunQueueClock) == RunQueueClock.available()
+    assert type(clock_for(("cpu",), 4)) is HostClock  # other threads' waits are unseen

@@ -46,7 +46,7 @@ def test_json_stats_are_the_measured_samples(run) -> None:
     info = slow["extra_info"]
     assert slow["stats"]["data"] == pytest.approx([ms / 1e3 for ms in info["timing"]["device_ms"]])
     assert slow["stats"]["rounds"] == 6
-    assert slow["options"]["timer"] == "perf_counter"
+    assert slow["options"]["timer"] in ("perf_counter", "perf_counter-runqueue")
     assert 0.004 <= slow["stats"]["median"] < 0.05
     assert info["timing"]["summary_ms"]["median"] == pytest.approx(slow["stats"]["median"] * 1e3)
     assert info["energy"] == []

@@ -31,7 +31,12 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from gpugauge.json_records import from_plain, to_plain
-from gpugauge.measure.clocks import CudaEventClock, HostClock  # noqa: F401 (re-exported)
+from gpugauge.measure.clocks import (  # noqa: F401 (re-exported)
+    HOST_CLOCKS,
+    CudaEventClock,
+    HostClock,
+    RunQueueClock,
+)
 from gpugauge.measure.stats import Summary, summarize
 from gpugauge.phrasing import plural
 
@@ -199,7 +204,7 @@ class Timing:
         Such rounds share the host with everything else on it: their run-to-run noise is
         not the device's and a within-run CI does not see it.
         """
-        return self.clock == HostClock.name
+        return self.clock in HOST_CLOCKS
 
     @property
     def regime(self) -> str:
