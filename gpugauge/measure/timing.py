@@ -183,11 +183,15 @@ class Timing:
         """Why the rounds are noisy, or None: the one rule every table, chart and verdict reads.
 
         Noisy when the stop rule said so (the time budget ran out before the median's CI
-        met its target: ``noisy``), or when the rounds' CV passes :data:`NOISY_CV`.
+        met its target: ``noisy``), or when the rounds' CV passes :data:`NOISY_CV`. The
+        reason is said with it: a bare "noisy" leaves a reader to guess.
         """
-        if self.noisy:
-            return "noisy"
         s = self.summary
+        if self.noisy:
+            target = self.policy.target_ci
+            if s.has_interval and target:
+                return f"noisy: CI ±{s.ci_rel_halfwidth:.0%} > target ±{target:.0%}"
+            return f"noisy: {self.stop_reason}" if self.stop_reason else "noisy"
         if s.has_interval and s.cv > NOISY_CV:
             return f"noisy: CV {s.cv:.0%}"
         return None
