@@ -27,6 +27,7 @@ from gpugauge.phrasing import plural
 from gpugauge.registry import comparisons_of, registry
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate
+from gpugauge.report.noise import hedged_ids
 from gpugauge.report.tables import (
     comparison_table,
     gate_table,
@@ -174,7 +175,10 @@ class GaugeSession:
             out["comparisons"] = comparison_table(comparisons, unmeasured=skip)
         if self.gate is not None and self.measurements:
             out["gate"] = gate_table(
-                self.gate_results, self.missing_from_run(), uncertain_ids(ms), unsampled_ids(ms)
+                self.gate_results,
+                self.missing_from_run(),
+                hedged_ids(self.gate_results, uncertain_ids(ms), ms),
+                unsampled_ids(ms),
             )
         return out
 
