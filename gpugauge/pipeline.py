@@ -138,7 +138,8 @@ def measure_case(
     """Measure ``fn`` (one round) on the spec's devices; see :meth:`Gauge.measure`.
 
     ``measured`` is False under ``--benchmark-disable``: no ceilings and no energy, and the
-    policy the caller passes runs one round. A CPU case runs on the session's intra-op
+    policy the caller passes runs one round. The device's ceilings are measured only for a
+    case with ``work`` (its roofline), once per run. A CPU case runs on the session's intra-op
     threads (:mod:`gpugauge.measure.threads`), the load average read before and after.
     """
     measure_it = partial(
@@ -190,7 +191,9 @@ def _measure_case(
         import torch
 
         torch.cuda.empty_cache()
-    ceilings = session.ceilings(devices[0]) if measured else None
+    # the ceilings (seconds of copies and matmuls) serve a roofline alone: measured on the
+    # first case that states its work, never for a run with none
+    ceilings = session.ceilings(devices[0]) if measured and work is not None else None
     prepare = setup or _nothing
     prepare()
     # CPU allocators keep freed memory, so only the first run shows RSS growth.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpugauge import flags
+from gpugauge import benchmark_options, flags
 from gpugauge.benchmark_options import check_histogram, plain_benchmarks_line, saved_where
 from gpugauge.markers import GAUGE_MARKERS, marker_lines
 
@@ -396,6 +396,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     GPU measurement (in the smoke profile: a smoke check of the suite).
     """
     _print_section(terminalreporter)
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_one_table(terminalreporter: Any) -> None:
+    """Before pytest-benchmark's summary: no second table of gauge results, said so."""
+    session = terminalreporter.config.stash.get(SESSION, None)
+    if session is not None and session.measurements:
+        session.messages += benchmark_options.hide_gauge_table(terminalreporter.config)
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_terminal_summary")

@@ -122,7 +122,7 @@ class GaugeSession:
         if device not in self._ceilings:
             self.note(f"measuring {device} ceilings (copy bandwidth, matmul per dtype) ...")
             c = self._ceilings[device] = measure_ceilings(device)
-            rates = ", ".join(f"{k} {v:.1f}" for k, v in c.matmul_tflops.items())
+            rates = ", ".join(f"{k} {v:.3g}" for k, v in c.matmul_tflops.items())  # a CPU's 0.04
             self.note(f"{device}: copy {c.copy_gbps:.0f} GB/s; matmul TFLOP/s {rates}")
         return self._ceilings[device]
 
