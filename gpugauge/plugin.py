@@ -168,7 +168,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 NOT_LOADED = (
     "the gpugauge pytest plugin is not loaded in this run: install gpugauge "
-    '(pip install gpugauge registers it), or add pytest_plugins = ["gpugauge.plugin"] '
+    '(pip install -e . in its checkout registers it), or add pytest_plugins = ["gpugauge.plugin"] '
     "to your root conftest.py, or pass -p gpugauge.plugin"
 )
 
