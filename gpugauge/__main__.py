@@ -5,21 +5,24 @@ python -m gpugauge baseline RUN.json [RUN.json ...]                  # record ba
 python -m gpugauge baseline --from-history CLASS [--runs N]          # a new class's first runs
 python -m gpugauge env [--ceilings]                                  # fingerprint
 python -m gpugauge check timer|gate [...]                            # prove the suite here
-python -m gpugauge history {list,show,changes,export,import,accept}    # results history
+python -m gpugauge history {list,show,changes,export,import,accept,remove,ab}  # results history
+python -m gpugauge ab BASE [HEAD] [-k EXPR]                          # two builds, one device
+python -m gpugauge bisect GOOD BAD [-k EXPR]                         # the commit that slowed
+python -m gpugauge confirm RUN.json                                  # A/B a new host's results
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import sys
 from pathlib import Path
 
 from gpugauge.ab.cli import add_parser as add_ab_parser
 from gpugauge.check.cli import add_parser as add_check_parser
-from gpugauge.commands import name_missing_choices, version
+from gpugauge.commands import BENCH_COMMANDS, benches_hint, name_missing_choices, version
+from gpugauge.env_command import add_parser as add_env_parser
 from gpugauge.history import cli as history_cli
 from gpugauge.history.first_runs import add_from_history_arguments, from_history
 from gpugauge.history.records import HistoryError
@@ -44,23 +47,6 @@ from gpugauge.results.files import (
     signals_interrupt,
 )
 from gpugauge.results.runs import RunError, load_run
-
-
-def _env(args: argparse.Namespace) -> int:
-    import torch
-
-    from gpugauge.measure.ceilings import measure_ceilings
-    from gpugauge.measure.environment import fingerprint
-    from gpugauge.measure.nvml import Nvml, maybe_nvml
-
-    with maybe_nvml() as nvml:
-        ok = isinstance(nvml, Nvml)
-        info = fingerprint(Path.cwd(), nvml if ok else None, None if ok else str(nvml))
-    if args.ceilings:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        info["ceilings"] = measure_ceilings(device).as_dict()
-    print(json.dumps(info, indent=2, default=str))
-    return 0
 
 
 def _folder(given: Path | None, default: Path, option: str) -> Path:
@@ -298,16 +284,26 @@ def build_parser() -> argparse.ArgumentParser:
     """Every command's parser; a missing command or check is named with its choices."""
     parser = argparse.ArgumentParser(
         prog="gpugauge",
-        description="gpugauge's commands beside pytest: reports of saved runs, baselines for "
-        "the gate, the environment fingerprint, checks of the suite on a new GPU, and the "
-        "results history. Benchmarks themselves run under pytest "
+        description="gpugauge's commands beside pytest: reports of saved runs (report), "
+        "baselines for the gate (baseline), the environment fingerprint (env), checks of the "
+        "suite on a new GPU (check), A/Bs of two builds on one device (ab), the commit that "
+        "made a case slower (bisect), A/Bs of a gated run's new-host results (confirm), and "
+        "the results history (history). Benchmarks themselves run under pytest "
         "(python -m pytest benches --benchmark-autosave).",
         epilog="Each command has its own --help, e.g. python -m gpugauge report --help.",
     )
     parser.add_argument("--version", action="version", version=f"gpugauge {version()}")
     sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
-    rep = sub.add_parser("report", help="write a Markdown + HTML comparison report")
+    rep = sub.add_parser(
+        "report",
+        help="write a Markdown + HTML comparison report",
+        description="Write a report of a saved run (the newest under --storage unless "
+        "--current names one): its results, its verdicts against the stored baselines or "
+        "against another run (--against), its family tables, charts, and each case's trend "
+        "and change points from the results history, as <name>.md and <name>.html under "
+        "--out. Exit status: 0 written, 2 bad input.",
+    )
     rep.add_argument(
         "--current", type=path_option, help="a saved run (default: newest in --storage)"
     )
@@ -355,6 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
         "baseline",
         help="store saved runs as this device class's baselines; "
         "several runs of one build record run-to-run noise",
+        description="Store saved runs (pytest-benchmark JSON written with --benchmark-json "
+        "or --benchmark-autosave) as their device class's baselines, one file per family "
+        "under --baselines-dir; two or more runs of one build record the run-to-run spread "
+        "the gate allows. --add adds runs of another host of the class; --from-history "
+        "takes a class's first runs from the results history instead. Exit status: 0 "
+        "written, 1 no gpugauge results in the runs, 2 bad input or refused.",
     )
     base.add_argument("runs", type=path_option, nargs="*", help="saved runs, oldest first")
     add_from_history_arguments(base)
@@ -379,11 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     base.set_defaults(func=_baseline)
 
-    env = sub.add_parser(
-        "env", help="print the environment fingerprint (GPU, driver, CUDA, torch, ...) as JSON"
-    )
-    env.add_argument("--ceilings", action="store_true", help="also measure device ceilings")
-    env.set_defaults(func=_env)
+    add_env_parser(sub)
 
     add_check_parser(sub)
     add_ab_parser(sub)
@@ -409,7 +407,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         args.pytest_args = [*args.pytest_args, *rest]
     try:
-        return args.func(args)
+        status = args.func(args)
+        if status and args.command in BENCH_COMMANDS:
+            benches_hint(args)
+        return status
     except (
         BaselineError,
         ToleranceError,

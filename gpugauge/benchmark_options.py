@@ -10,6 +10,7 @@ that reads them (:func:`saved_where`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,53 @@ def plain_benchmarks_line(config: pytest.Config) -> list[str]:
         f"pytest-benchmark's own `benchmark` fixture ({shown}); pytest-benchmark's table "
         "shows them (take the `gauge` fixture to have a test judged here)"
     ]
+
+
+# pytest-benchmark options that shape or add to its table: given, the table is wanted
+_DISPLAY_OPTIONS = (
+    "--benchmark-sort",
+    "--benchmark-group-by",
+    "--benchmark-columns",
+    "--benchmark-name",
+    "--benchmark-time-unit",
+    "--benchmark-histogram",
+    "--benchmark-verbose",
+    "--benchmark-compare",
+    "--benchmark-cprofile",
+)
+TABLE_HIDDEN = (
+    "pytest-benchmark's table is not printed: gpugauge's results table holds these results "
+    "(give any --benchmark-* display option, e.g. --benchmark-sort=min, to print it too)"
+)
+
+
+def _display_asked(config: pytest.Config) -> bool:
+    """Whether a pytest-benchmark display option was given (command line, env or ini)."""
+    args = [
+        *map(str, config.invocation_params.args),
+        *os.environ.get("PYTEST_ADDOPTS", "").split(),
+        *config.getini("addopts"),
+    ]
+    return any(a == flag or a.startswith(f"{flag}=") for a in args for flag in _DISPLAY_OPTIONS)
+
+
+def hide_gauge_table(config: pytest.Config) -> list[str]:
+    """Keep pytest-benchmark's table off where every benchmark is a gauge result.
+
+    Its 220-column table repeats gpugauge's numbers in its own layout (min, max, OPS, a
+    one-iteration "Iterations" column), and a CPU run then printed two results tables.
+    It stays where a test used pytest-benchmark's own ``benchmark`` fixture, or where a
+    display option asks for it. pytest-benchmark still checks ``--benchmark-compare-fail``
+    when quiet. The line that says so where it was turned off, else none.
+    """
+    bs = getattr(config, "_benchmarksession", None)
+    benchmarks = getattr(bs, "benchmarks", None) or ()
+    if bs is None or not benchmarks or getattr(bs, "quiet", True) or _display_asked(config):
+        return []
+    if any("gpugauge_schema" not in (getattr(b, "extra_info", None) or {}) for b in benchmarks):
+        return []
+    bs.quiet = True
+    return [TABLE_HIDDEN]
 
 
 def check_histogram(config: pytest.Config) -> None:

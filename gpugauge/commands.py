@@ -8,8 +8,10 @@ the choices ("choose a check: timer, gate").
 from __future__ import annotations
 
 import argparse
+import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as installed_version
+from pathlib import Path
 
 
 def version() -> str:
@@ -65,3 +67,23 @@ def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
         for sub in group.choices.values():
             out += parsers(sub)
     return out
+
+
+BENCH_COMMANDS = ("ab", "bisect", "confirm")  # they run the project's benchmarks by --benches
+
+
+def benches_hint(args: argparse.Namespace) -> None:
+    """After a failed A/B: where ``--benches`` names no folder and no tests were given.
+
+    Its sides then ran pytest on what the project's configuration collects, which in a
+    project whose benchmarks are not in ``benches/`` is often nothing ("0 tests collected").
+    """
+    given = [a for a in getattr(args, "pytest_args", []) if "::" in a or Path(a).exists()]
+    if given or Path(args.benches).exists():
+        return
+    print(
+        f"gpugauge {args.command}: hint: there is no folder {args.benches} here, so both "
+        "sides ran pytest on what its configuration collects; pass --benches PATH (the "
+        "folder of your benchmarks) or their path after --",
+        file=sys.stderr,
+    )

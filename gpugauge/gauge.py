@@ -29,7 +29,8 @@ from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.options import Options
 from gpugauge.pipeline import l2_flusher, measure_case
-from gpugauge.report.tables import one_line, uncertainty
+from gpugauge.report.noise import hedge
+from gpugauge.report.tables import one_line
 from gpugauge.results.measurement import Attempt, Comparison, Measurement, Spec
 from gpugauge.session import GaugeSession, Note
 
@@ -277,7 +278,7 @@ class Gauge:
             m, result = self._gate(m)
         finally:  # also when judging or measuring again failed: the first is stored
             self._store(m, result)
-        self._fail_on(result, uncertainty(m))
+        self._fail_on(result, hedge(m, result))
         return m
 
     def _store(self, m: Measurement, result: GateResult | None) -> None:
@@ -387,7 +388,8 @@ class Gauge:
 
         A class's first night (``--gauge-first-nights``) is no missing baseline: it says so.
 
-        ``noise``: why the change may be noise (:func:`uncertainty`), said with it.
+        ``noise``: why the change may be noise (:func:`~gpugauge.report.noise.hedge`: noisy
+        or host-timed rounds, and a change within a few times the noise), said with it.
         """
         if result is None:
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +23,31 @@ from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.profile import round_kernels
 from gpugauge.measure.roofline import Work, roofline
 from gpugauge.measure.sampler import watching
-from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, TimingPolicy, measure
+from gpugauge.measure.threads import pinned
+from gpugauge.measure.timing import (
+    CudaEventClock,
+    HostClock,
+    RoundClock,
+    RunQueueClock,
+    TimingPolicy,
+    measure,
+)
 from gpugauge.results.measurement import Measurement, Spec, devices_of
 
 if TYPE_CHECKING:
     from gpugauge.session import GaugeSession
 
 
-def clock_for(devices: tuple[str, ...]) -> RoundClock:
-    """CUDA events on a GPU (every device of a multi-GPU round), perf_counter_ns on a CPU."""
-    return CudaEventClock(devices) if devices[0].startswith("cuda") else HostClock()
+def clock_for(devices: tuple[str, ...], cpu_threads: int = 1) -> RoundClock:
+    """CUDA events on a GPU (every device of a multi-GPU round), perf_counter_ns on a CPU.
+
+    A CPU case on one thread leaves out the time it waited for a core where the platform
+    counts it (:class:`~gpugauge.measure.clocks.RunQueueClock`): the code's time, not the
+    scheduler's. On more threads the others' waits are unseen: wall time, as said.
+    """
+    if devices[0].startswith("cuda"):
+        return CudaEventClock(devices)
+    return RunQueueClock() if cpu_threads == 1 and RunQueueClock.available() else HostClock()
 
 
 def _nothing() -> None:
@@ -122,8 +138,50 @@ def measure_case(
     """Measure ``fn`` (one round) on the spec's devices; see :meth:`Gauge.measure`.
 
     ``measured`` is False under ``--benchmark-disable``: no ceilings and no energy, and the
-    policy the caller passes runs one round.
+    policy the caller passes runs one round. The device's ceilings are measured only for a
+    case with ``work`` (its roofline), once per run. A CPU case runs on the session's intra-op
+    threads (:mod:`gpugauge.measure.threads`), the load average read before and after.
     """
+    measure_it = partial(
+        _measure_case,
+        session,
+        spec,
+        fn,
+        policy,
+        measured=measured,
+        setup=setup,
+        work=work,
+        expected_memory=expected_memory,
+        energy=energy,
+        values=values,
+        artifacts=artifacts,
+        extra=extra,
+    )
+    if devices_of(spec)[0].startswith("cuda"):
+        return measure_it()
+    session.sample_load()
+    with pinned(session.cpu_threads.count):
+        m = measure_it()
+    session.sample_load()
+    return m
+
+
+def _measure_case(
+    session: GaugeSession,
+    spec: Spec,
+    fn: Callable[[], object],
+    policy: TimingPolicy,
+    *,
+    measured: bool,
+    setup: Callable[[], object] | None,
+    work: Work | None,
+    expected_memory: ExpectedMemory | None,
+    energy: bool,
+    values: Mapping[str, float] | None,
+    artifacts: Mapping[str, Path | str] | None,
+    extra: dict[str, Any] | None,
+) -> Measurement:
+    """:func:`measure_case` on the devices as they are."""
     devices = devices_of(spec)
     on_gpu = devices[0].startswith("cuda")
     nvdevs = [session.nvml_device(d) for d in devices]
@@ -133,12 +191,14 @@ def measure_case(
         import torch
 
         torch.cuda.empty_cache()
-    ceilings = session.ceilings(devices[0]) if measured else None
+    # the ceilings (seconds of copies and matmuls) serve a roofline alone: measured on the
+    # first case that states its work, never for a run with none
+    ceilings = session.ceilings(devices[0]) if measured and work is not None else None
     prepare = setup or _nothing
     prepare()
     # CPU allocators keep freed memory, so only the first run shows RSS growth.
     memory = () if on_gpu else (measure_cpu_memory(fn),)
-    clock = clock_for(devices)
+    clock = clock_for(devices, session.cpu_threads.count)
     energy_devs = known if len(known) == len(devices) else []
     why_not = no_energy_reason(session, energy, measured, energy_devs, policy)
     idle_w = None

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpugauge import flags
+from gpugauge import benchmark_options, flags
 from gpugauge.benchmark_options import check_histogram, plain_benchmarks_line, saved_where
 from gpugauge.markers import GAUGE_MARKERS, marker_lines
 
@@ -168,7 +168,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 NOT_LOADED = (
     "the gpugauge pytest plugin is not loaded in this run: install gpugauge "
-    '(pip install gpugauge registers it), or add pytest_plugins = ["gpugauge.plugin"] '
+    '(pip install -e . in its checkout registers it), or add pytest_plugins = ["gpugauge.plugin"] '
     "to your root conftest.py, or pass -p gpugauge.plugin"
 )
 
@@ -229,6 +229,7 @@ def _header(session: GaugeSession) -> str:
         f"gpugauge: profile={o.profile} devices={','.join(o.devices)} "
         f"warm-up={p.warmup_rounds} rounds={rounds} energy-window={o.energy_window_s:g}s"
         + (" extras=skipped" if o.skip_extras else "")
+        + (f" {session.cpu_threads.describe()}" if "cpu" in o.devices else "")
         + (f" {nights.header()}" if nights is not None else "")
     )
 
@@ -366,7 +367,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gs = session.config.stash.get(SESSION, None)
     if gs is None:
         return
-    gs.messages += gs.gate_notes()
+    gs.messages += gs.load_lines() + gs.gate_notes()
     if gs.first_nights is not None and gs.measurements:
         gs.messages += gs.first_nights.summary()
     if gs.measurements:  # a run of plain pytest-benchmark tests alone is none of ours
@@ -395,6 +396,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     GPU measurement (in the smoke profile: a smoke check of the suite).
     """
     _print_section(terminalreporter)
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_one_table(terminalreporter: Any) -> None:
+    """Before pytest-benchmark's summary: no second table of gauge results, said so."""
+    session = terminalreporter.config.stash.get(SESSION, None)
+    if session is not None and session.measurements:
+        session.messages += benchmark_options.hide_gauge_table(terminalreporter.config)
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_terminal_summary")

@@ -21,11 +21,13 @@ from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
+from gpugauge.measure.threads import CpuThreads, cores, cpu_threads, load_average, load_warning
 from gpugauge.options import Options
 from gpugauge.phrasing import plural
 from gpugauge.registry import comparisons_of, registry
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate
+from gpugauge.report.noise import hedged_ids
 from gpugauge.report.tables import (
     comparison_table,
     gate_table,
@@ -76,6 +78,10 @@ class GaugeSession:
     interrupted: str | None = None  # the exception that ended the run (Ctrl-C), or None
     stopped: str | None = None  # why pytest started no more tests (-x, --gauge-stop-after), or None
     printed: bool = False  # the gpugauge section is on the terminal already
+    # CPU cases' intra-op threads (one unless OMP_NUM_THREADS pins more), and the highest
+    # load average seen around their timing: at the core count, the run warns
+    cpu_threads: CpuThreads = field(default_factory=cpu_threads)
+    peak_load: float | None = None
     _nvml: Nvml | NvmlUnavailable | None = None
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
@@ -116,9 +122,20 @@ class GaugeSession:
         if device not in self._ceilings:
             self.note(f"measuring {device} ceilings (copy bandwidth, matmul per dtype) ...")
             c = self._ceilings[device] = measure_ceilings(device)
-            rates = ", ".join(f"{k} {v:.1f}" for k, v in c.matmul_tflops.items())
+            rates = ", ".join(f"{k} {v:.3g}" for k, v in c.matmul_tflops.items())  # a CPU's 0.04
             self.note(f"{device}: copy {c.copy_gbps:.0f} GB/s; matmul TFLOP/s {rates}")
         return self._ceilings[device]
+
+    def sample_load(self) -> None:
+        """Keep the highest one-minute load average seen around CPU cases' timing."""
+        now = load_average()
+        if now is not None:
+            self.peak_load = now if self.peak_load is None else max(self.peak_load, now)
+
+    def load_lines(self) -> list[str]:
+        """The warning where the load average reached the core count during CPU cases."""
+        line = load_warning(self.peak_load, cores())
+        return [line] if line else []
 
     def all_ceilings(self) -> dict[str, dict[str, Any]]:
         """Every ceiling measured so far, for the saved JSON."""
@@ -158,7 +175,10 @@ class GaugeSession:
             out["comparisons"] = comparison_table(comparisons, unmeasured=skip)
         if self.gate is not None and self.measurements:
             out["gate"] = gate_table(
-                self.gate_results, self.missing_from_run(), uncertain_ids(ms), unsampled_ids(ms)
+                self.gate_results,
+                self.missing_from_run(),
+                hedged_ids(self.gate_results, uncertain_ids(ms), ms),
+                unsampled_ids(ms),
             )
         return out
 

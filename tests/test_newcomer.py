@@ -193,7 +193,7 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture) -> Non
     with pytest.raises(SystemExit):
         main(["--help"])
     top = capsys.readouterr().out
-    for command in ("report", "baseline", "env", "check", "history"):
+    for command in ("report", "baseline", "env", "check", "ab", "bisect", "confirm", "history"):
         assert re.search(rf"^    {command}\s+\S", top, re.M), f"{command} has no help line"
     with pytest.raises(SystemExit):
         main(["report", "--help"])

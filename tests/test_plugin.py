@@ -46,7 +46,7 @@ def test_json_stats_are_the_measured_samples(run) -> None:
     info = slow["extra_info"]
     assert slow["stats"]["data"] == pytest.approx([ms / 1e3 for ms in info["timing"]["device_ms"]])
     assert slow["stats"]["rounds"] == 6
-    assert slow["options"]["timer"] == "perf_counter"
+    assert slow["options"]["timer"] in ("perf_counter", "perf_counter-runqueue")
     assert 0.004 <= slow["stats"]["median"] < 0.05
     assert info["timing"]["summary_ms"]["median"] == pytest.approx(slow["stats"]["median"] * 1e3)
     assert info["energy"] == []
@@ -54,7 +54,7 @@ def test_json_stats_are_the_measured_samples(run) -> None:
     assert info["memory"][0]["peak_rss_growth_bytes"] is not None
     assert "fingerprint" not in info  # stored once, in machine_info
     assert data["machine_info"]["gpugauge"]["torch"]
-    assert info["extra"]["ceilings"]["copy_gbps"] > 0
+    assert info["extra"]["ceilings"] is None  # no work stated: no roofline, no ceilings
     assert info["extra"]["note"] == "slow"
     assert info["metrics"]["time"]["unit"] == "ms"
     assert "memory" not in info["metrics"]  # a CPU's first-run RSS growth is no metric
@@ -62,7 +62,7 @@ def test_json_stats_are_the_measured_samples(run) -> None:
     assert comparison["speedup"]["value"] > 1.3
     assert data["machine_info"]["gpugauge"]["gpu_count"] == 0
     assert data["gpugauge"]["options"]["profile"] == "smoke"
-    assert "cpu" in data["gpugauge"]["ceilings"]
+    assert data["gpugauge"]["ceilings"] == {}
 
 
 def test_gpu_cases_are_skipped_with_the_reason(run) -> None:

@@ -47,13 +47,15 @@ def _shared(p: argparse.ArgumentParser) -> None:
         "--profile",
         choices=("smoke", "seed", "full"),
         default=None,
-        help="the benchmarks' profile (default: theirs)",
+        help="the benchmarks' profile on both sides (default: the suite's own, smoke "
+        "without a GPU and seed with one)",
     )
     p.add_argument(
         "--benches",
         default="benches",
         metavar="PATH",
-        help="the benchmarks' folder, run where no path is given after -- (default: benches)",
+        help="the benchmarks' folder, run where no path is given after -- (default: "
+        "benches); a project whose benchmarks live elsewhere names their folder here",
     )
     p.add_argument(
         "--out",
@@ -117,10 +119,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``ab`` and ``bisect`` to a subparsers object."""
     ab = sub.add_parser(
         "ab",
-        help="compare two builds on this GPU: alternating blocks, a paired verdict per case",
+        help="compare two builds on one device (this GPU, else the CPU): alternating blocks, "
+        "a paired verdict per case",
         description="Run the selected benchmarks of two builds (git refs of this checkout, "
-        "or WORKTREE) on this GPU at once, each in its own process, one at a time on the GPU "
-        "in alternating blocks, and give each case a verdict from the paired log-ratios: "
+        "or WORKTREE) on this machine at once, each in its own process, one at a time on its "
+        "GPU (else its CPU) in alternating blocks, and give each case a verdict from the "
+        "paired log-ratios: "
         "slower, faster, same or need more samples. Writes ab.json and ab.md under --out "
         "(and appends the Markdown to $GITHUB_STEP_SUMMARY when set). Exit status: 0 "
         "nothing slower, 1 a case slower or a side failed, 2 bad input, 130 interrupted.",
@@ -138,9 +142,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ab.set_defaults(func=ab_command)
     bis = sub.add_parser(
         "bisect",
-        help="find the first commit whose cases are slower than GOOD's, by A/Bs on this GPU",
+        help="find the first commit whose cases are slower than GOOD's, by A/Bs on this device",
         description="A/B GOOD against BAD to find the cases BAD made slower, then search the "
-        "first-parent commits between them, each an A/B against GOOD on this GPU, and confirm "
+        "first-parent commits between them, each an A/B against GOOD on this device, and confirm "
         "the culprit by an A/B of its parent against it. Exit status: 0 a culprit confirmed, "
         "1 none, 2 bad input, 130 interrupted.",
     )
@@ -149,7 +153,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="A/B a gated run's new-host results against the commit that accepted their baselines",
         description="For every result of a saved gated run judged against its class baseline "
         "on a host with too little history, that passed with a time ratio above 1 + --floor "
-        "or regressed in its time alone, run an A/B on this GPU: the commit that last wrote "
+        "or regressed in its time alone, run an A/B on this device: the commit that last wrote "
         "its class baseline against the working tree. The A/B's verdict becomes the "
         "result's: written into RUN.json (and its saved gate table), and kept with its pairs "
         "in the results history the run was added to. Exit status: 0 no result of the run "
@@ -175,8 +179,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     conf.add_argument(
         "--history",
-        help="the results history the run was added to, where the A/Bs are kept "
-        "(default: $GPUGAUGE_HISTORY, else .benchmarks/gpugauge-history.sqlite)",
+        metavar="PATH|URL",
+        help="the results history the run was added to, where the A/Bs are kept: a SQLite "
+        "file or a postgresql:// URL (default: $GPUGAUGE_HISTORY, else "
+        ".benchmarks/gpugauge-history.sqlite)",
     )
     _shared(conf)
     add_budget(

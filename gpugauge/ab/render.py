@@ -96,12 +96,24 @@ def sides_line(report: ABReport) -> str:
     )
 
 
+def device_word(report: ABReport) -> str:
+    """'GPU', or 'CPU' where the sides ran on no GPU or every case is a CPU case.
+
+    A machine with no NVIDIA driver is named '...; driver -' (:attr:`SavedRun.machine`).
+    """
+    ids = [c.id for c in report.cases]
+    every_cpu = bool(ids) and all(i.endswith("-cpu") for i in ids)
+    cpu = report.device.endswith("driver -") or every_cpu
+    return "CPU" if cpu else "GPU"
+
+
 def terminal(report: ABReport) -> str:
     """The terminal table, with what the verdicts mean."""
     s = report.schedule
     title = (
         f"gpugauge ab: {sides_line(report)}\n"
-        f"same GPU, blocks alternating; CI {s.level:.1%} of the paired log-ratios; "
+        f"same {device_word(report)}, blocks alternating; "
+        f"CI {s.level:.1%} of the paired log-ratios; "
         f"'slower'/'faster' needs a change of at least {s.min_effect:.1%}"
     )
     table = render(HEADERS, [row(c) for c in worst_first(report.cases)], title=title)
@@ -123,9 +135,10 @@ def markdown(report: ABReport) -> str:
         "",
         _md_cell(sides_line(report)),
         "",
-        f"**{_md_cell(summary_line(report))}**. Both builds ran on this GPU in alternating "
-        f"blocks; the CI ({s.level:.1%}) is of the blocks' paired log-ratios; a verdict of "
-        f"slower or faster needs at least {s.min_effect:.1%}.",
+        f"**{_md_cell(summary_line(report))}**. Both builds ran on this "
+        f"{device_word(report)} in alternating blocks; the CI ({s.level:.1%}) is of the "
+        f"blocks' paired log-ratios; a verdict of slower or faster needs at least "
+        f"{s.min_effect:.1%}.",
         "",
         "| " + " | ".join(HEADERS) + " |",
         "|" + "|".join([":---", *["---:"] * (len(HEADERS) - 2), ":---"]) + "|",

@@ -72,7 +72,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="pytest -k expression of the cases (default: the families that have baselines)",
     )
     p.add_argument("--profile", choices=PROFILES, default="seed", help="default: seed")
-    p.add_argument("--benches", type=Path, default=Path("benches"), help="default: benches")
+    p.add_argument(
+        "--benches",
+        type=Path,
+        default=Path("benches"),
+        metavar="PATH",
+        help="the benchmarks' folder (default: benches)",
+    )
     p.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
     p.add_argument(
         "pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed to every pytest run"
@@ -128,7 +134,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=DEFAULT_SLOWDOWN,
         help=f"injected fraction of each case's baseline median (default {DEFAULT_SLOWDOWN:g})",
     )
-    gate.add_argument("--runs", type=_count, default=2, help="A/A runs (default 2)")
+    gate.add_argument("--runs", type=_count, default=2, metavar="N", help="A/A runs (default 2)")
     gate.add_argument("--tolerances-dir", type=Path, default=None)
     gate.add_argument(
         "--judge-again",

@@ -206,8 +206,14 @@ class DriverBuffers:
             self._cuda.cuCtxPopCurrent_v2(ctypes.byref(popped))
 
 
-def host_spin(ms: float, now: Callable[[], float] = time.perf_counter) -> Callable[[], None]:
-    """Host work of ``ms``: a busy loop on ``now`` (seconds)."""
+def host_spin(ms: float, now: Callable[[], float] = time.thread_time) -> Callable[[], None]:
+    """Host work of ``ms``: a busy loop on ``now`` (seconds), the thread's CPU time.
+
+    CPU time, not wall time: a CPU case's rounds leave out the time its thread waited for a
+    core (:class:`~gpugauge.measure.clocks.RunQueueClock`), and a spin on a wall clock that
+    other processes preempt would add less than ``ms`` to them; on any clock this adds ``ms``
+    or more.
+    """
     seconds = ms / 1e3
 
     def delay() -> None:

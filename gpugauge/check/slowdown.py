@@ -15,8 +15,8 @@ was added in ``extra["injected_slowdown_ms"]``.
 
 On a GPU the added work is sized once per case (:class:`~gpugauge.check.delay.GpuDelay`):
 copies of a buffer beyond L2, then a spin kernel for the remainder, freed when the case's
-measurement ends. On a CPU it is a host spin (a busy loop on ``perf_counter``: a sleep wakes
-up a scheduler tick late on a loaded host).
+measurement ends. On a CPU it is a host spin (a busy loop on the thread's CPU time: a sleep
+wakes up a scheduler tick late on a loaded host, and CPU rounds leave out preemption).
 """
 
 from __future__ import annotations

@@ -54,9 +54,10 @@ or not (unless --gauge-no-history), per host.
   gpugauge history import RUN.json [...]        add saved pytest-benchmark runs
   gpugauge history accept RUN_ID [--id ID]      let a run's results serve as references
   gpugauge history remove RUN_ID [...]          remove whole runs (all of them, or none)
+  gpugauge history ab [--run RUN]               the same-GPU A/Bs that decided results
 
 --history is a SQLite file or a postgresql:// URL; default ${ENV_VAR}, else
-{default_path()}. list, show, changes and export only read it: they never create or
+{default_path()}. list, show, changes, export and ab only read it: they never create or
 change it, and refuse what is not a gpugauge history."""
 
 

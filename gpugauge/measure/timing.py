@@ -31,7 +31,12 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from gpugauge.json_records import from_plain, to_plain
-from gpugauge.measure.clocks import CudaEventClock, HostClock  # noqa: F401 (re-exported)
+from gpugauge.measure.clocks import (  # noqa: F401 (re-exported)
+    HOST_CLOCKS,
+    CudaEventClock,
+    HostClock,
+    RunQueueClock,
+)
 from gpugauge.measure.stats import Summary, summarize
 from gpugauge.phrasing import plural
 
@@ -178,11 +183,15 @@ class Timing:
         """Why the rounds are noisy, or None: the one rule every table, chart and verdict reads.
 
         Noisy when the stop rule said so (the time budget ran out before the median's CI
-        met its target: ``noisy``), or when the rounds' CV passes :data:`NOISY_CV`.
+        met its target: ``noisy``), or when the rounds' CV passes :data:`NOISY_CV`. The
+        reason is said with it: a bare "noisy" leaves a reader to guess.
         """
-        if self.noisy:
-            return "noisy"
         s = self.summary
+        if self.noisy:
+            target = self.policy.target_ci
+            if s.has_interval and target:
+                return f"noisy: CI ±{s.ci_rel_halfwidth:.0%} > target ±{target:.0%}"
+            return f"noisy: {self.stop_reason}" if self.stop_reason else "noisy"
         if s.has_interval and s.cv > NOISY_CV:
             return f"noisy: CV {s.cv:.0%}"
         return None
@@ -199,7 +208,7 @@ class Timing:
         Such rounds share the host with everything else on it: their run-to-run noise is
         not the device's and a within-run CI does not see it.
         """
-        return self.clock == HostClock.name
+        return self.clock in HOST_CLOCKS
 
     @property
     def regime(self) -> str:

@@ -51,8 +51,9 @@ LOG_SPAN = 10.0  # ratios spanning more than this factor are drawn on a log axis
 class RatioBars:
     """Current/baseline time per benchmark, with the 95% CI as whiskers and the tolerance.
 
-    A noisy result (noisy or host-timed rounds on either side: :attr:`ReportData.noisy`) is
-    hatched and labelled so. Where the ratios span more than :data:`LOG_SPAN` (a 434x bar
+    A result whose change may be noise (noisy or host-timed rounds on either side, and a
+    change within a few times the noise: :attr:`ReportData.hedged`) is hatched and labelled
+    so. Where the ratios span more than :data:`LOG_SPAN` (a 434x bar
     beside 1.01x ones) the axis is logarithmic, so that one outlier does not flatten every
     other bar.
     """
@@ -69,7 +70,7 @@ class RatioBars:
         rows = [r for r in data.results if r.check("time")]
         rows.sort(key=lambda r: r.check("time").ratio)  # type: ignore[union-attr]
         checks = [r.check("time") for r in rows]
-        noisy = data.noisy
+        noisy = data.hedged
         fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4))
         for i, (r, c) in enumerate(zip(rows, checks, strict=True)):
             assert c is not None

@@ -9,6 +9,7 @@ from gpugauge.history.changepoints import ChangePoint
 from gpugauge.history.records import Point
 from gpugauge.history.reference import Reference
 from gpugauge.judging.verdicts import GateResult, Verdict
+from gpugauge.report.noise import hedged_ids
 from gpugauge.report.tables import on_gpu, run_label, uncertain_ids, verdict_counts
 from gpugauge.results.runs import SavedRun
 
@@ -44,6 +45,11 @@ class ReportData:
         """Ids noisy or host-timed on either side: a change they show may be noise."""
         return uncertain_ids(self.current.measurements) | self.baseline_noisy
 
+    @property
+    def hedged(self) -> frozenset[str]:
+        """Noisy ids whose change is within a few times the noise: it may be noise."""
+        return hedged_ids(self.results, self.noisy, self.current.measurements)
+
     def only(self, family: str) -> ReportData:
         """The same report restricted to one family's results: what its charts are given."""
         run = replace(
@@ -66,11 +72,11 @@ class ReportData:
         counts = verdict_counts(self.results)
         if any(r.checks for r in self.results):
             moved = [r for r in self.results if r.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)]
-            flagged = sum(r.id in self.noisy for r in moved)
+            flagged = sum(r.id in self.hedged for r in moved)
             if flagged and flagged == len(moved):
                 return counts + (
-                    f" (every change noisy or host-timed: {flagged} of {len(moved)}; "
-                    "they may be noise, not the code)"
+                    f" (every change noisy or host-timed and within a few times its noise: "
+                    f"{flagged} of {len(moved)}; they may be noise, not the code)"
                 )
             return counts + (f" ({flagged} of the changes noisy)" if flagged else "")
         return (

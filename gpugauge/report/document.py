@@ -176,8 +176,8 @@ class Section:
 def _verdict_rows(data: ReportData) -> Section:
     """Verdicts, worst first; ``decided by`` names the metrics that gave each verdict.
 
-    A verdict whose time was noisy or host-timed on either side (:attr:`ReportData.noisy`)
-    says '(noisy)': a change it shows may be noise.
+    A verdict whose time was noisy or host-timed on either side, with a change within a few
+    times its noise (:attr:`ReportData.hedged`), says '(noisy)': the change may be noise.
     """
     names = checked_metrics(data.results)
     headers = [
@@ -195,7 +195,7 @@ def _verdict_rows(data: ReportData) -> Section:
     classes = []
     # the result's own number as "Results of this run" shows it (re-measured: the confirmation)
     medians = {m.id: m.value("time") for m in data.current.measurements}
-    noisy = data.noisy
+    noisy = data.hedged
     unsampled = unsampled_ids(data.current.measurements)
     for r in worst_first(data.results):
         t = r.check("time")

@@ -146,7 +146,7 @@ def uncertainty(m: Measurement) -> str | None:
 
 
 def uncertain_ids(measurements: Sequence[Measurement]) -> frozenset[str]:
-    """Ids with an :func:`uncertainty`: none of their verdicts reads as a plain change."""
+    """Ids with an :func:`uncertainty`: their verdicts may be hedged (:mod:`.noise`)."""
     return frozenset(m.id for m in measurements if uncertainty(m))
 
 
@@ -379,8 +379,8 @@ def worst_first(results: Sequence[GateResult]) -> list[GateResult]:
 def fmt_verdict(r: GateResult, noisy: bool = False) -> str:
     """The verdict, shouted when it is a regression; '(noisy)' when a side's time was.
 
-    A noisy result's rounds (or a host-timed one's: :func:`uncertain_ids`) may show noise
-    as a change: its verdict never reads as a plain 'improved' or 'regressed'.
+    A noisy (or host-timed) result's change within a few times the noise
+    (:func:`~gpugauge.report.noise.hedged_ids`) never reads as a plain 'regressed'.
     """
     text = r.verdict.value.upper() if r.verdict is Verdict.REGRESSED else r.verdict.value
     return f"{text} (noisy)" if noisy and r.checks else text
@@ -415,7 +415,7 @@ def gate_table(
     """One row per gated benchmark (regressions first), counts in the title, then missing.
 
     ``decided by`` names the metrics that gave the verdict (a throughput can fail while the
-    time is unchanged); results in ``noisy`` (:func:`uncertain_ids`) have '(noisy)' beside
+    time is unchanged); results in ``noisy`` (:mod:`.noise`) have '(noisy)' beside
     their verdict, those in
     ``unsampled`` (one round: :func:`unsampled_ids`) 'no interval' beside their ratio.
     """

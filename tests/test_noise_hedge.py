@@ -1,0 +1,66 @@
+"""'may be noise' only where the change is within a few times the run-to-run noise.
+
+A CPU case whose work doubled read 3.16x and failed, as it should, yet its failure said
+"REGRESSED (noisy) ... the change may be noise" and the report "they may be noise, not the
+code". A host-timed or noisy result's verdict is hedged only where the change is within
+:data:`NOISE_MULTIPLE` times its noise.
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict
+from gpugauge.report.data import ReportData
+from gpugauge.report.noise import hedge, hedged_ids, within_noise
+from gpugauge.report.tables import fmt_verdict, gate_table
+from gpugauge.results.runs import SavedRun
+from tests.fakes import CLASS, result
+
+
+def _time(ratio: float, tolerance: float = 0.30) -> MetricCheck:
+    verdict = Verdict.REGRESSED if ratio > 1 + tolerance else Verdict.UNCHANGED
+    return MetricCheck(
+        "time", 100.0, 100 * ratio, ratio, ratio * 0.97, ratio * 1.03, tolerance, verdict,
+        Basis.CLASS_BASELINE,
+    )  # fmt: skip
+
+
+def _gated(bid: str, ratio: float, tolerance: float = 0.30) -> GateResult:
+    return GateResult(bid, "demo", CLASS, (_time(ratio, tolerance),))
+
+
+def test_a_doubled_workload_is_no_noise_a_small_change_may_be() -> None:
+    assert not within_noise(_time(3.16))  # CPU tolerance 30%: noise 15%, 3 x = 1.52x
+    assert within_noise(_time(1.40))
+    assert within_noise(_time(1 / 1.40))  # a speed-up of the same size counts alike
+    assert within_noise(_time(3.16), cv=0.60)  # rounds that spread 60% hide a 3x change
+    assert within_noise(None)  # another metric decided: the time's noise is no measure
+    tight = _time(1 / 0.671, tolerance=0.015)  # issue 38: unchanged code on a shared CPU
+    assert not within_noise(tight)
+    assert within_noise(tight, host=True)  # host-timed: at least 15% run to run
+    assert not within_noise(_time(3.16, tolerance=0.015), host=True)
+
+
+def test_the_failure_hedges_only_a_change_within_noise() -> None:
+    m = result("mm")  # host-timed: uncertain
+    assert hedge(m, None) == "host-timed rounds"
+    assert hedge(m, _gated("mm", 1.40)) == "host-timed rounds"
+    assert hedge(m, _gated("mm", 3.16)) is None
+
+
+def test_tables_and_the_report_say_noisy_only_where_it_applies() -> None:
+    ms = [result("big"), result("small")]
+    gated = [_gated("big", 3.16), _gated("small", 1.40)]
+    hedged = hedged_ids(gated, {"big", "small"}, ms)
+    assert hedged == {"small"}
+    assert fmt_verdict(gated[0], "big" in hedged) == "REGRESSED"
+    table = gate_table(gated, noisy=hedged)
+    assert "REGRESSED (noisy)" in table  # small's
+    assert table.count("(noisy)") == 1
+    run = SavedRun(Path("run.json"), "run", ms)
+    data = ReportData(run, "baselines", [gated[0]], [])
+    assert data.noisy == {"big", "small"}
+    assert data.hedged == frozenset()
+    assert "may be noise" not in data.verdict_line
+    data = replace(data, results=[gated[1]])
+    assert "they may be noise, not the code" in data.verdict_line
