@@ -112,9 +112,9 @@ def terminal(report: ABReport) -> str:
     s = report.schedule
     title = (
         f"gpugauge ab: {sides_line(report)}\n"
-        f"same {device_word(report)}, blocks alternating; "
-        f"CI {s.level:.1%} of the paired log-ratios; "
-        f"'slower'/'faster' needs a change of at least {s.min_effect:.1%}"
+        f"same {device_word(report)}, blocks alternating, {plural(s.rounds, 'round')} of fresh "
+        f"processes; CI {s.level:.1%} over every round; 'slower'/'faster' needs a change of "
+        f"at least {s.min_effect:.1%} in every round"
     )
     table = render(HEADERS, [row(c) for c in worst_first(report.cases)], title=title)
     problems = [f"problem: {p}" for p in report.problems]
@@ -136,9 +136,10 @@ def markdown(report: ABReport) -> str:
         _md_cell(sides_line(report)),
         "",
         f"**{_md_cell(summary_line(report))}**. Both builds ran on this "
-        f"{device_word(report)} in alternating blocks; the CI ({s.level:.1%}) is of the "
-        f"blocks' paired log-ratios; a verdict of slower or faster needs at least "
-        f"{s.min_effect:.1%}.",
+        f"{device_word(report)} in alternating blocks, in {plural(s.rounds, 'round')} of fresh "
+        f"processes; the CI ({s.level:.1%}) is over every round's paired log-ratios; a "
+        f"verdict of slower or faster needs at least {s.min_effect:.1%} in every round. "
+        f"{_md_cell(efficiency_line(report))}.",
         "",
         "| " + " | ".join(HEADERS) + " |",
         "|" + "|".join([":---", *["---:"] * (len(HEADERS) - 2), ":---"]) + "|",
