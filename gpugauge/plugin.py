@@ -448,3 +448,5 @@ def _print_section(terminalreporter: Any) -> None:
         started = config.stash.get(STARTED_WALL, time.time())
         for line in saved_where(config, started):
             terminalreporter.write_line(line)
+        since = config.stash.get(STARTED, time.monotonic())
+        terminalreporter.write_line(session.efficiency(time.monotonic() - since))

@@ -83,6 +83,19 @@ def test_end_of_run_tables(run) -> None:
     )
 
 
+def test_a_run_s_last_line_states_its_efficiency(run) -> None:
+    """Issue 48: a gated nightly was 32% timing; every run says its share."""
+    result, data = run()
+    lines = [ln for ln in result.stdout.lines if ln.strip()]
+    gauge_end = max(i for i, ln in enumerate(lines) if ln.startswith("efficiency: "))
+    assert lines[gauge_end + 1].startswith("=")  # the gpugauge section's last line
+    line = lines[gauge_end]
+    assert "timed rounds" in line
+    assert "warm-up" in line
+    timings = [b["extra_info"]["timing"] for b in data["benchmarks"]]
+    assert all(t["timed_s"] > 0 for t in timings)  # saved with every result
+
+
 def test_benchmark_disable_runs_each_case_once(run) -> None:
     result, data = run("--benchmark-disable")
     result.assert_outcomes(passed=2, skipped=1)

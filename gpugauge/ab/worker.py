@@ -123,6 +123,9 @@ def combined(blocks: list[Any]) -> Any:
     for name in ("device_ms", "host_ms", "throttled", "batches"):
         if name in _fields(first):
             every[name] = tuple(x for b in blocks for x in getattr(b, name))
+    for name in ("warmup_s", "timed_s"):  # seconds: every block's
+        if name in _fields(first):
+            every[name] = sum(getattr(b, name) for b in blocks)
     every["stop_reason"] = f"A/B: {len(blocks)} blocks, sides alternating"
     every["noisy"] = any(getattr(b, "noisy", False) for b in blocks)
     if "clock_events" in _fields(first):

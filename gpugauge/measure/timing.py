@@ -167,6 +167,7 @@ class Timing:
     warmup_batch_ms: tuple[float, ...] = ()  # median of each timed warm-up batch
     settled: bool | None = None  # None: no settling asked for
     batches: tuple[BatchState, ...] = ()
+    timed_s: float = 0.0  # wall seconds of the timed batches (warm-up's: warmup_s)
 
     @cached_property
     def summary(self) -> Summary:
@@ -497,4 +498,5 @@ def measure(
         warmup_batch_ms=warm.batch_ms,
         settled=warm.settled,
         batches=tuple(batches),
+        timed_s=now() - start,
     )
