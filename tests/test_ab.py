@@ -548,7 +548,7 @@ def test_a_project_plugin_that_imports_gpugauge_first_still_pairs(
     run = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "aa")
     assert run.returncode == 0, run.stdout + run.stderr
     (case,) = json.loads((tmp_path / "aa" / "ab.json").read_text())["cases"]
-    assert len(case["pairs"]) >= 5, case
+    assert len(case["pairs"]) >= 4, case  # a round's first look
     assert case["outcome"] in ("same", "need more samples")
 
 
@@ -687,7 +687,7 @@ def test_a_stopped_ab_keeps_the_cases_it_finished(toy: Path, tmp_path: Path) -> 
     assert data["complete"] is False
     (case,) = data["cases"]  # the first test's pairs, paid for before the stop
     assert case["id"] == "test_toy.py::test_spin"
-    assert len(case["pairs"]) >= 5
+    assert len(case["pairs"]) >= 4  # a round's first look
     assert _leftovers(toy, tmp_path) == []
 
 
@@ -1184,7 +1184,7 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
     with History.open(str(history)) as h:
         (ab,) = h.ab_cases(run_id)
         assert ab.verdict == "regressed"
-        assert len(ab.pairs) >= 5
+        assert len(ab.pairs) >= 8  # both rounds' pairs
         (point,) = h.points("test_toy.py::test_spin")
         assert (point.result.verdict, point.accepted) == ("regressed", False)
     assert _leftovers(toy, tmp_path) == []
