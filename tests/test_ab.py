@@ -1385,3 +1385,12 @@ def test_a_side_silent_past_the_budget_is_stopped_and_the_ab_keeps_its_cases(
     assert first.outcome is not None
     assert any("said nothing past the time budget's end" in p for p in report.problems)
     assert _leftovers(toy, tmp_path) == []
+
+
+def test_each_case_s_line_says_about_how_long_its_round_has_left() -> None:
+    """Issue 51: a 10-minute A/B printed a line per case and nothing of what was left."""
+    from gpugauge.ab.runner import eta_s
+
+    assert eta_s(30.0, 3, 24) == "; about 4 min left in this round"  # 10 s a test, 21 left
+    assert eta_s(5.0, 1, 2) == "; about 5 s left in this round"
+    assert eta_s(5.0, 2, 2) == ""  # the round's last test

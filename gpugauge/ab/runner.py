@@ -190,7 +190,8 @@ class Coordinator:
             if self.cfg.exchanged:
                 case = case.exchanged()
             cases.append(replace(case, wall_s=time.monotonic() - t0))
-            self.note(f"  [{len(cases)}/{total}] {progress_line(cases[-1])}")
+            eta = eta_s(time.monotonic() - started, len(cases), total)
+            self.note(f"  [{len(cases)}/{total}] {progress_line(cases[-1])}{eta}")
             self._save_so_far(base, head, cases, started)
         return cases
 
@@ -344,6 +345,20 @@ class Coordinator:
         return tuple(pairs)
 
 
+def eta_s(spent_s: float, done: int, total: int) -> str:
+    """'; about 3 min left in this round', from the round's seconds per test so far ('' at its end).
+
+    Each test so far cost what it cost, start-up included; the tests left are assumed to
+    cost their mean. A rough guide, said as one: tests differ (a split's setup is minutes).
+    """
+    left = total - done
+    if left <= 0 or done <= 0:
+        return ""
+    seconds = spent_s / done * left
+    said = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    return f"; about {said} left in this round"
+
+
 def progress_line(case: CaseAB) -> str:
     """'vgg16-...: slower 1.031x [1.024, 1.038] (5 pairs)'."""
     if case.only:
@@ -392,7 +407,7 @@ def run_sides(
         starts = in_base_place if cfg.base_starts else other_side(in_base_place)
         note(
             f"  round {k} of {total}: {plural(len(ids), 'test')} in a fresh pair of processes, "
-            f"{starts}'s build started first"
+            f"{starts}'s build started first (the rounds so far took {report.wall_s:.0f} s)"
         )
         later = replace(
             again(ids),
