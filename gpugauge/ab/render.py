@@ -130,8 +130,8 @@ def _md_cell(text: str) -> str:
 def markdown(report: ABReport) -> str:
     """Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
     s = report.schedule
-    lines = [
-        "### gpugauge A/B",
+    lines = [  # the verdict counts first: what a pull request's comment shows when folded
+        f"### gpugauge A/B: {_md_cell(summary_line(report))}",
         "",
         _md_cell(sides_line(report)),
         "",
