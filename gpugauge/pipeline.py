@@ -11,9 +11,9 @@ gauge's job (:mod:`gpugauge.gauge`).
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,109 +142,82 @@ def measure_case(
     case with ``work`` (its roofline), once per run. A CPU case runs on the session's intra-op
     threads (:mod:`gpugauge.measure.threads`), the load average read before and after.
     """
-    measure_it = partial(
-        _measure_case,
-        session,
-        spec,
-        fn,
-        policy,
-        measured=measured,
-        setup=setup,
-        work=work,
-        expected_memory=expected_memory,
-        energy=energy,
-        values=values,
-        artifacts=artifacts,
-        extra=extra,
-    )
-    if devices_of(spec)[0].startswith("cuda"):
-        return measure_it()
+    devices = devices_of(spec)
+    with _on_its_threads(session, devices):
+        on_gpu = devices[0].startswith("cuda")
+        nvdevs = [session.nvml_device(d) for d in devices]
+        known = [d for d in nvdevs if d is not None]
+        gc.collect()
+        if on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+        # the ceilings (seconds of copies and matmuls) serve a roofline alone: measured on the
+        # first case that states its work, never for a run with none
+        ceilings = session.ceilings(devices[0]) if measured and work is not None else None
+        prepare = setup or _nothing
+        prepare()
+        # CPU allocators keep freed memory, so only the first run shows RSS growth.
+        memory = () if on_gpu else (measure_cpu_memory(fn),)
+        clock = clock_for(devices, session.cpu_threads.count)
+        energy_devs = known if len(known) == len(devices) else []
+        why_not = no_energy_reason(session, energy, measured, energy_devs, policy)
+        idle_w = None
+        if why_not is None:
+            # idle power first, so that warm-up, timing and the energy window that follows
+            # it right away all run in the same (sustained) regime
+            idle_w = idle_power(energy_devs, clock.synchronize, session.options.idle_s)
+        session.note(f"{spec.id}: {policy.regime} warm-up, timing ...")
+        before = tuple(d.state() for d in known)
+        flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None
+        between = setup if flush is None else _chain(prepare, flush)
+        with watching(nvdevs[0]) as watch:
+            timing = measure(fn, policy, clock, between=between, watch=watch)
+        if on_gpu:
+            prepare()
+            memory = measure_cuda_memory(fn, devices, nvdevs)
+        result_energy: tuple[Energy, ...] = ()
+        energy_note = why_not
+        if why_not is None:
+            result_energy, energy_note = _energy(
+                session,
+                fn if setup is None else _chain(setup, fn),
+                energy_devs,
+                devices,
+                clock,
+                timing.summary.median,
+                idle_w,
+            )
+        if on_gpu and session.options.record_kernels:
+            prepare()
+            extra = {**(extra or {}), "kernels": round_kernels(fn, clock.synchronize)}
+        m = Measurement(
+            spec=spec,
+            timing=timing,
+            values=dict(values or {}),
+            memory=memory,
+            energy=result_energy,
+            energy_note=energy_note,
+            gpu_before=before,
+            gpu_after=tuple(d.state() for d in known),
+            roofline=None
+            if work is None or ceilings is None
+            else roofline(work, timing.summary.median, ceilings),
+            artifacts={k: str(v) for k, v in (artifacts or {}).items()},
+            extra={**(extra or {}), "ceilings": ceilings and ceilings.as_dict()},
+        )
+        if expected_memory is not None and memory:
+            m = replace(m, memory_check=expected_memory.check(m.peak_bytes))
+        return m
+
+
+@contextmanager
+def _on_its_threads(session: GaugeSession, devices: tuple[str, ...]) -> Iterator[None]:
+    """A CPU case on the session's intra-op threads, the load average read around it."""
+    if devices[0].startswith("cuda"):
+        yield
+        return
     session.sample_load()
     with pinned(session.cpu_threads.count):
-        m = measure_it()
+        yield
     session.sample_load()
-    return m
-
-
-def _measure_case(
-    session: GaugeSession,
-    spec: Spec,
-    fn: Callable[[], object],
-    policy: TimingPolicy,
-    *,
-    measured: bool,
-    setup: Callable[[], object] | None,
-    work: Work | None,
-    expected_memory: ExpectedMemory | None,
-    energy: bool,
-    values: Mapping[str, float] | None,
-    artifacts: Mapping[str, Path | str] | None,
-    extra: dict[str, Any] | None,
-) -> Measurement:
-    """:func:`measure_case` on the devices as they are."""
-    devices = devices_of(spec)
-    on_gpu = devices[0].startswith("cuda")
-    nvdevs = [session.nvml_device(d) for d in devices]
-    known = [d for d in nvdevs if d is not None]
-    gc.collect()
-    if on_gpu:
-        import torch
-
-        torch.cuda.empty_cache()
-    # the ceilings (seconds of copies and matmuls) serve a roofline alone: measured on the
-    # first case that states its work, never for a run with none
-    ceilings = session.ceilings(devices[0]) if measured and work is not None else None
-    prepare = setup or _nothing
-    prepare()
-    # CPU allocators keep freed memory, so only the first run shows RSS growth.
-    memory = () if on_gpu else (measure_cpu_memory(fn),)
-    clock = clock_for(devices, session.cpu_threads.count)
-    energy_devs = known if len(known) == len(devices) else []
-    why_not = no_energy_reason(session, energy, measured, energy_devs, policy)
-    idle_w = None
-    if why_not is None:
-        # idle power first, so that warm-up, timing and the energy window that follows
-        # it right away all run in the same (sustained) regime
-        idle_w = idle_power(energy_devs, clock.synchronize, session.options.idle_s)
-    session.note(f"{spec.id}: {policy.regime} warm-up, timing ...")
-    before = tuple(d.state() for d in known)
-    flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None
-    between = setup if flush is None else _chain(prepare, flush)
-    with watching(nvdevs[0]) as watch:
-        timing = measure(fn, policy, clock, between=between, watch=watch)
-    if on_gpu:
-        prepare()
-        memory = measure_cuda_memory(fn, devices, nvdevs)
-    result_energy: tuple[Energy, ...] = ()
-    energy_note = why_not
-    if why_not is None:
-        result_energy, energy_note = _energy(
-            session,
-            fn if setup is None else _chain(setup, fn),
-            energy_devs,
-            devices,
-            clock,
-            timing.summary.median,
-            idle_w,
-        )
-    if on_gpu and session.options.record_kernels:
-        prepare()
-        extra = {**(extra or {}), "kernels": round_kernels(fn, clock.synchronize)}
-    m = Measurement(
-        spec=spec,
-        timing=timing,
-        values=dict(values or {}),
-        memory=memory,
-        energy=result_energy,
-        energy_note=energy_note,
-        gpu_before=before,
-        gpu_after=tuple(d.state() for d in known),
-        roofline=None
-        if work is None or ceilings is None
-        else roofline(work, timing.summary.median, ceilings),
-        artifacts={k: str(v) for k, v in (artifacts or {}).items()},
-        extra={**(extra or {}), "ceilings": ceilings and ceilings.as_dict()},
-    )
-    if expected_memory is not None and memory:
-        m = replace(m, memory_check=expected_memory.check(m.peak_bytes))
-    return m
