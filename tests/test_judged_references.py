@@ -15,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from gpugauge.history.first_runs import first_runs
+from gpugauge.history.judge import judge_metric
+from gpugauge.history.reference import reference_for
 from gpugauge.history.schema import UPGRADES
 from gpugauge.history.store import History
-from gpugauge.judging.verdicts import Verdict
+from gpugauge.history.synthetic import point
+from gpugauge.judging.verdicts import Basis, Verdict
 from gpugauge.regress.baselines import BaselineStore, combine_runs, entry_of
 from gpugauge.regress.gate import allowed_change
 from gpugauge.tracking import Tracker
@@ -83,6 +87,49 @@ def test_an_ungated_run_becomes_a_reference_when_accepted(
     verdict, by, _ = _gated(tmp_path, 2.0)
     assert verdict is Verdict.UNCHANGED
     assert by.startswith("host history: last 5 runs")
+
+
+def test_a_host_window_never_allows_more_than_the_committed_baseline() -> None:
+    wide = [point(i, "h1", ms) for i, ms in enumerate((2.0, 2.6, 2.0, 2.7, 2.1, 2.8, 2.0))]
+    alone = reference_for(wide, "h1", 0.015)
+    assert alone is not None
+    assert alone.kind == "host"
+    assert alone.allowed > 0.5
+    capped = reference_for(wide, "h1", 0.015, baseline=(2.0, 0.055))
+    assert capped is not None
+    assert capped.kind == "host"
+    assert capped.allowed == 0.055
+    assert "capped at the class baseline's 5.5%" in capped.reason
+    current = result("gemm", 2.1 * 2)
+    from gpugauge.history.capture import metric_records
+
+    (time,) = [x for x in metric_records(current) if x.metric == "time"]
+    j = judge_metric(time, "h1", wide, 0.015, baseline=(2.0, 0.055))
+    assert j.verdict is Verdict.REGRESSED
+    assert j.check is not None
+    assert j.check.basis is Basis.HOST_HISTORY
+
+
+@pytest.mark.parametrize(
+    ("nights", "medians"),
+    [(3, (2.0, 2.4, 2.74)), (2, (2.0, 2.4))],  # 20% and 37% apart; 20%
+)
+def test_first_nights_allow_what_a_baseline_of_the_same_runs_allows(
+    tmp_path: Path, nights: int, medians: tuple[float, ...]
+) -> None:
+    for ms in medians:
+        _night(tmp_path, result("gemm", ms), nights=nights)
+    with History.open(tmp_path / "h.sqlite", read_only=True) as h:
+        (entry,) = first_runs(h, CLASS, nights, BaselineStore(tmp_path / "none")).entries
+    would = allowed_change(0.015, entry, "time")  # what baseline --from-history would allow
+    judged, _first = _night(tmp_path, result("gemm", medians[-1]), nights=nights)
+    time = judged.check("time")
+    assert time is not None
+    assert time.basis is Basis.HOST_HISTORY
+    assert time.tolerance == pytest.approx(would)
+    assert "baseline --from-history would refuse these runs" in judged.note
+    slower, _ = _night(tmp_path, result("gemm", 2 * max(medians)), nights=nights)
+    assert slower.verdict is Verdict.REGRESSED
 
 
 def test_a_schema_3_history_stops_using_its_ungated_results(tmp_path: Path) -> None:
