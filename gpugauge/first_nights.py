@@ -9,8 +9,9 @@ can pass):
 * while the history holds fewer than N accepted runs of the case on its class, the result
   passes, saying "first nights of CLASS: night k of N", and is kept in the history;
 * once N are there, it is judged against its host's last N accepted runs (the history's own
-  judging, :func:`~gpugauge.history.judge.judge_case`, with a reference of N runs), so a
-  slowdown on night N + 1 fails; from 5 runs on the history judges the case by itself;
+  judging, :func:`~gpugauge.history.judge.judge_case`, with a reference of N runs, allowed
+  what ``baseline --from-history`` would commit from them), so a slowdown on night N + 1
+  fails; from 5 runs on the history judges the case by itself;
 * what even then has nothing to judge it (a metric that only a committed baseline judges)
   fails, saying how to commit the runs as baselines:
   ``python -m gpugauge baseline --from-history CLASS --runs N``.

@@ -214,7 +214,7 @@ def test_judge_case_gives_a_gate_result_with_references_and_kernels() -> None:
 
 
 def test_what_is_accepted_as_a_later_reference() -> None:
-    assert accepted(None)
+    assert not accepted(None)  # ungated: kept, no reference until `history accept` (issue 49)
     assert accepted(Verdict.UNCHANGED)
     assert accepted("improved")
     assert not accepted(Verdict.REGRESSED)

@@ -175,7 +175,8 @@ def result_record(
 ) -> ResultRecord:
     """A measurement as a result, with the verdict of the history or of the plain gate.
 
-    Accepted (a later reference) unless the verdict is regressed or inconclusive.
+    Accepted (a later reference) unless the verdict is regressed or inconclusive, or there
+    is none (an ungated run: kept, and no reference until ``history accept``).
     """
     verdicts: dict[str, str] = {}
     references: dict[str, str] = {}

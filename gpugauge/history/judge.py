@@ -51,9 +51,12 @@ def accepted(verdict: Verdict | str | None) -> bool:
     """Whether a result with this verdict may serve as a reference for later runs.
 
     Regressed and inconclusive results are not: a slowdown must not become the reference
-    that hides it. Unjudged (None), new, unchanged and improved results are.
+    that hides it. Nor is an unjudged one (None: a run without ``--gauge-gate``, a saved run
+    imported without verdicts): a newcomer's trial runs, 42% apart, outranked the baseline
+    recorded after them and let a 2.27x slowdown pass (issue 49). ``history accept`` makes
+    one a reference on purpose. New, unchanged and improved results are references.
     """
-    return verdict not in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
+    return verdict is not None and verdict not in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
 
 
 def check_against(

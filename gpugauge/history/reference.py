@@ -26,10 +26,11 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpugauge.history.records import Point
 from gpugauge.judging.verdicts import Basis
+from gpugauge.regress.gate import SPREAD_FACTOR, WIDE_SPREAD
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,22 @@ def host_spread(levels: dict[str, float]) -> float | None:
     return max(levels.values()) / min(levels.values()) - 1
 
 
+# Fewer pooled differences than this give no noise estimate worth widening: Student's t
+# with 1 degree of freedom is 24.7x the normal quantile (3 first nights 20% and 37% apart
+# allowed 6.72x), and one difference read a spread of 0.0% (issue 49). The default
+# reference's 5 runs give 4.
+MIN_DIFFERENCES = 4
+
+
+def pooled_differences(points: Sequence[Point], policy: ReferencePolicy) -> list[float]:
+    """Successive log-differences of each host's last ``spread_runs`` accepted medians."""
+    diffs: list[float] = []
+    for h in sorted({p.host for p in points}):
+        theirs = [v for v in accepted_of(points, h)[-policy.spread_runs :] if v > 0]
+        diffs += [math.log(b / a) for a, b in itertools.pairwise(theirs)]
+    return diffs
+
+
 def run_spread(points: Sequence[Point], host: str, policy: ReferencePolicy) -> tuple[float, int]:
     """Run-to-run spread for judging ``host``, widened for the runs it was estimated from.
 
@@ -128,10 +145,7 @@ def run_spread(points: Sequence[Point], host: str, policy: ReferencePolicy) -> t
     returns the count of this host's runs in it.
     """
     mine = accepted_of(points, host)[-policy.spread_runs :]
-    diffs: list[float] = []
-    for h in sorted({p.host for p in points}):
-        theirs = [v for v in accepted_of(points, h)[-policy.spread_runs :] if v > 0]
-        diffs += [math.log(b / a) for a, b in itertools.pairwise(theirs)]
+    diffs = pooled_differences(points, policy)
     if len(diffs) < 2:
         return 0.0, len(mine)
     mid = statistics.median(diffs)
@@ -142,18 +156,42 @@ def run_spread(points: Sequence[Point], host: str, policy: ReferencePolicy) -> t
 def host_reference(
     points: Sequence[Point], host: str, floor: float, policy: ReferencePolicy
 ) -> Reference | None:
-    """The host's own reference, or None while it has fewer than ``policy.runs`` runs."""
+    """The host's own reference, or None while it has fewer than ``policy.runs`` runs.
+
+    With fewer than :data:`MIN_DIFFERENCES` pooled differences (a class's first nights:
+    2 to 4 runs), no noise estimate is made: the runs are allowed what a baseline recorded
+    from them allows (the gate's ``SPREAD_FACTOR`` x their range, at least ``floor``), which
+    is what ``gpugauge baseline --from-history`` would commit from them.
+    """
     mine = accepted_of(points, host)
     if len(mine) < policy.runs:
         return None
-    spread, _ = run_spread(points, host, policy)
+    window = mine[-policy.runs :]
+    said = f"{HOST_REASON}: last {policy.runs} runs"
+    if len(pooled_differences(points, policy)) >= MIN_DIFFERENCES:
+        spread, _ = run_spread(points, host, policy)
+        allowed = max(floor, policy.spread_factor * spread)
+        said += f", spread {spread:.1%}"
+    else:
+        low = min(window)
+        spread = max(window) / low - 1 if low > 0 else 0.0
+        allowed = max(floor, SPREAD_FACTOR * spread)
+        said += (
+            f", range {spread:.1%} (too few runs for a noise estimate: allowed "
+            f"{SPREAD_FACTOR:g} x range, as a baseline of them)"
+        )
+        if spread > WIDE_SPREAD:
+            said += (
+                f"; baseline --from-history would refuse these runs (over {WIDE_SPREAD:.0%} "
+                "apart) without --allow-wide-spread"
+            )
     return Reference(
         kind="host",
-        median=statistics.median(mine[-policy.runs :]),
-        allowed=max(floor, policy.spread_factor * spread),
+        median=statistics.median(window),
+        allowed=allowed,
         n_runs=policy.runs,
         hosts=1,
-        reason=f"{HOST_REASON}: last {policy.runs} runs, spread {spread:.1%}",
+        reason=said,
         spread=spread,
         basis=Basis.HOST_HISTORY,
     )
@@ -223,11 +261,19 @@ def reference_for(
 
     ``points`` are one case's metric on one device class, all hosts (:meth:`History.points`);
     ``floor`` the metric's tolerance; ``baseline`` the committed class baseline's median
-    and allowed change. None: nothing to judge against (the verdict is *new*).
+    and allowed change. None: nothing to judge against (the verdict is *new*). A host's
+    window never allows more than the committed baseline does: a noisy window must not
+    let through what the baseline would fail (issue 49: 2.27x against 1.055x).
     """
-    return host_reference(points, host, floor, policy) or class_reference(
-        points, host, floor, policy, baseline
-    )
+    ref = host_reference(points, host, floor, policy)
+    if ref is None:
+        return class_reference(points, host, floor, policy, baseline)
+    if baseline is not None and ref.allowed > baseline[1]:
+        cap = baseline[1]
+        return replace(
+            ref, allowed=cap, reason=f"{ref.reason}, capped at the class baseline's {cap:.1%}"
+        )
+    return ref
 
 
 def anchor_reference(

@@ -56,6 +56,14 @@ def cases_text(cases: Sequence[Case]) -> str:
     return table(("case", "family", "device class", "host", "runs", "first", "last"), rows)
 
 
+def _verdict(p: Point) -> str:
+    """A row's verdict, and why it is no reference: not accepted, or never gated."""
+    said = p.metric.verdict or p.result.verdict
+    if p.result.verdict is None:  # an ungated run: kept, used only once accepted
+        return "- (ungated, accepted)" if p.accepted else "- (ungated: no reference)"
+    return said + ("" if p.accepted else " (not accepted)") if said else "-"
+
+
 def trend_text(points: Sequence[Point], changes: Sequence[ChangePoint], metric: str) -> str:
     """`history show`: the case's runs, oldest first, with change points marked ◆."""
     if not points:
@@ -75,7 +83,7 @@ def trend_text(points: Sequence[Point], changes: Sequence[ChangePoint], metric: 
                 f"{m.median:.4g}",
                 f"[{m.ci_low:.4g}, {m.ci_high:.4g}]",
                 str(m.n),
-                (m.verdict or p.result.verdict or "-") + ("" if p.accepted else " (not accepted)"),
+                _verdict(p),
                 short(m.reference or "-", 40),
                 " ".join(marks.get(p.run.id, [])),
             )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from gpugauge.history.backends import Backend, Tx
 from gpugauge.history.records import HistoryError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = (
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
@@ -151,8 +151,16 @@ _V3 = (
     )""",
 )
 
+# Version 4: only judged results are references (issue 49: five ungated trial runs, 42%
+# apart, outranked the baseline recorded after them). A result with no verdict was never
+# judged: an ungated run's, or a saved run's imported without verdicts. Such rows were
+# written accepted; they stay, marked by their missing verdict, and are no longer used
+# until ``history accept`` makes them references. The column is unchanged: only the rows.
+# Bumping the version keeps an older gpugauge, which writes them accepted, out.
+_V4 = ("UPDATE results SET accepted = 0 WHERE verdict IS NULL",)
+
 # UPGRADES[v] takes the tables from version v - 1 to v (0: an empty database).
-UPGRADES: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
+UPGRADES: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 OUR_TABLES = {"schema_version", "runs", "results", "metrics", "ab_cases"}
 
 
