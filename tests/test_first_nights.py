@@ -263,7 +263,7 @@ def test_a_new_class_walks_from_no_baselines_to_gated(nap_bench: pytest.Pytester
         [
             f"first nights of {CLASS} over for 1 result with no committed baseline: 1 judged "
             f"against their host's history; commit the class's first runs as its baselines: "
-            f"python -m gpugauge baseline --from-history {CLASS} --runs 3",
+            f"python -m gpugauge baseline --from-history {CLASS} --runs 3 --history h.sqlite",
         ]
     )
     slowed = _nightly(nap_bench, "--gauge-first-nights", "3", *SLOWED)
