@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gpugauge.ab.bisect import bisect, render_bisect
 from gpugauge.ab.budget import Budget, add_budget
-from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, run_ab, say
+from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, owning, run_ab, say
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.confirm_command import confirm_command
 from gpugauge.ab.render import terminal
@@ -28,7 +28,7 @@ from gpugauge.ab.sides import WORKING_TREE, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
 from gpugauge.check.cli import fraction
 from gpugauge.flags import number
-from gpugauge.results.files import atomic_write_text, make_dir
+from gpugauge.results.files import atomic_write_text
 
 DEFAULT_OUT = Path("reports") / "ab"
 
@@ -201,7 +201,8 @@ def ab_command(args: argparse.Namespace) -> int:
     """``gpugauge ab``."""
 
     def body() -> int:
-        report = run_ab(args, args.base, args.head, args.out, budget=Budget.from_args(args))
+        with owning(args.out):
+            report = run_ab(args, args.base, args.head, args.out, budget=Budget.from_args(args))
         print("\n" + terminal(report))
         print(f"wrote {args.out / AB_JSON} and {args.out / AB_MD}")
         return EXIT_FAILED if report.slower or report.problems else EXIT_OK
@@ -220,10 +221,11 @@ def bisect_command(args: argparse.Namespace) -> int:
             print(terminal(report), flush=True)
             return report
 
-        result = bisect(top, args.good, args.bad, compare, note=say)
-        text = render_bisect(result)
-        print("\n" + text)
-        atomic_write_text(make_dir(args.out, "--out") / "bisect.txt", text + "\n")
+        with owning(args.out):
+            result = bisect(top, args.good, args.bad, compare, note=say)
+            text = render_bisect(result)
+            print("\n" + text)
+            atomic_write_text(args.out / "bisect.txt", text + "\n")
         return EXIT_OK if result.confirmed else EXIT_FAILED
 
     return guarded("bisect", body)

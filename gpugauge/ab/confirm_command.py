@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpugauge.ab.budget import Budget
-from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, run_ab
+from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, owning, run_ab
 from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
 from gpugauge.ab.render import terminal
 from gpugauge.ab.settle import (
@@ -154,8 +154,9 @@ def confirm_command(args: argparse.Namespace) -> int:
             for problem in report.problems:  # a result it could not A/B keeps its verdict
                 print(f"gpugauge confirm: {problem}")
 
-        for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
-            one(ref, ordered)
+        with owning(args.out):
+            for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
+                one(ref, ordered)
         return verdict(status)
 
     return guarded("confirm", body)
