@@ -6,18 +6,28 @@ and helpers are tests/test_ab.py's (real git, real pytest sides on the host cloc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpugauge.ab.command import OUT_LOCK, owning
 from gpugauge.ab.sides import SideError
-from tests.test_ab import ROOT, _ab, _leftovers, toy  # noqa: F401  (the fixture)
+from tests.test_ab import (
+    ROOT,
+    _ab,
+    _committed_class,
+    _leftovers,
+    _saved_run,
+    _with_verdict,
+    toy,  # noqa: F401  (the fixture)
+)
 
 
 @pytest.fixture
@@ -65,4 +75,61 @@ def test_a_second_ab_on_the_same_out_is_refused_and_the_first_keeps_its_record(
     assert data["complete"] is True
     assert data["head"]["ref"] == "HEAD"
     assert not (out / OUT_LOCK).exists()
+    assert _leftovers(repo, tmp_path) == []
+
+
+# --- a copy that cannot be written is a warning ------------------------------------------
+
+
+@contextlib.contextmanager
+def unwritable(path: Path) -> Iterator[None]:
+    """``path`` (a file) that no write replaces: immutable for root, else its folder read-only."""
+    if os.geteuid() != 0:
+        path.parent.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.parent.chmod(0o755)
+        return
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i failed here: {done.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.mark.slow
+def test_confirm_s_verdicts_and_status_stand_when_its_copies_cannot_be_written(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.results.runs import load_run
+
+    run = _saved_run(repo, tmp_path)
+    _committed_class(repo, run)
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    gated = _with_verdict(run, 1.03, "unchanged", cls)  # passed: an A/A leaves it passed
+    history = str(tmp_path / "h.sqlite")
+    subprocess.run(
+        [sys.executable, "-m", "gpugauge", "history", "import", str(gated), "--history", history],
+        check=True,
+        capture_output=True,
+    )
+    storage = tmp_path / "storage" / "Linux-CPython-3.11-64bit"
+    storage.mkdir(parents=True)
+    copy = storage / "0001_toy.json"
+    copy.write_text(gated.read_text())
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "a-file" / "summary.md"))
+    confirm = ["confirm", str(gated), "--history", history, "--storage", str(storage.parent)]
+    with unwritable(copy):
+        done = _ab(repo, *confirm, out=tmp_path / "cleared")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said  # nothing slower: the job passes
+    assert "warning: $GITHUB_STEP_SUMMARY" in done.stderr, said
+    assert f"warning: pytest-benchmark's copy {copy} not rewritten" in done.stderr, said
+    stored = load_run(gated).verdicts["test_toy.py::test_spin"]
+    assert stored["checks"][0]["basis"] == "same-GPU A/B", said  # the verdict was written
+    assert (tmp_path / "cleared").is_dir()
     assert _leftovers(repo, tmp_path) == []

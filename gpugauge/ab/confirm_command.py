@@ -139,7 +139,15 @@ def confirm_command(args: argparse.Namespace) -> int:
             if settled:
                 write_verdicts(args.run, settled)
                 for copy in copies(args.run, args.storage):
-                    write_verdicts(copy, settled)
+                    try:  # a copy: the run file and the history hold the verdicts already
+                        write_verdicts(copy, settled)
+                    except (OSError, ValueError) as err:
+                        print(
+                            f"gpugauge confirm: warning: pytest-benchmark's copy {copy} not "
+                            f"rewritten ({err}); {args.run} holds the verdicts",
+                            file=sys.stderr,
+                        )
+                        continue
                     print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
             for s in settled:
                 print(f"  {s.result.message()}")
