@@ -18,12 +18,17 @@ from pathlib import Path
 import pytest
 
 from gpugauge.ab.command import OUT_LOCK, owning
+from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.sides import SideError
 from tests.test_ab import (
     ROOT,
     _ab,
+    _commit,
     _committed_class,
+    _git,
     _leftovers,
+    _pairs,
+    _report,
     _saved_run,
     _with_verdict,
     toy,  # noqa: F401  (the fixture)
@@ -133,3 +138,79 @@ def test_confirm_s_verdicts_and_status_stand_when_its_copies_cannot_be_written(
     assert stored["checks"][0]["basis"] == "same-GPU A/B", said  # the verdict was written
     assert (tmp_path / "cleared").is_dir()
     assert _leftovers(repo, tmp_path) == []
+
+
+# --- bisect: a side that fails is named; an untestable commit is skipped ---------------
+
+BROKEN = "import no_such_module  # the benchmarks cannot be imported\n"
+
+
+def _broken(repo: Path, message: str) -> str:
+    """A commit whose benchmark file fails to import."""
+    (repo / "test_toy.py").write_text(BROKEN)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.mark.slow
+def test_bisect_from_a_good_that_fails_names_it_not_nothing_to_bisect(
+    repo: Path, tmp_path: Path
+) -> None:
+    good = _broken(repo, "benchmarks that do not import")
+    _commit(repo, "\n    time.sleep(0.003)", "fixed, and sleeps")
+    done = _ab(repo, "bisect", "HEAD~1", "HEAD", out=tmp_path / "bisect")
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "nothing to bisect" not in said
+    line = done.stderr.strip().splitlines()[0]
+    assert line.startswith(f"gpugauge bisect: GOOD (HEAD~1 {good[:10]}) failed"), said
+    assert f"(log: {tmp_path / 'bisect' / 'good-vs-bad' / 'base.log'})" in line
+    assert "GOOD (HEAD~1" in (tmp_path / "bisect" / "bisect.txt").read_text()
+    assert _leftovers(repo, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_bisect_skips_a_commit_that_does_not_import_and_goes_on(repo: Path, tmp_path: Path) -> None:
+    fine = _commit(repo, "  # 1", "commit 1")
+    broken = _broken(repo, "commit 2 does not import")
+    slower = _commit(repo, "\n    time.sleep(0.003)", "commit 3 sleeps")
+    done = _ab(repo, "bisect", "HEAD~3", "HEAD", out=tmp_path / "bisect", timeout=1200)
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said  # its parent cannot confirm it
+    assert f"bisect: {broken[:10]} untestable: skipped" in done.stdout, said
+    # the search went on: commit 1 was tried after it (good, or undecided on a busy host)
+    assert f"bisect: {fine[:10]} " in done.stdout.split(f"{broken[:10]} untestable")[1], said
+    text = (tmp_path / "bisect" / "bisect.txt").read_text()
+    assert f"suspect (not confirmed): {slower} commit 3 sleeps" in text, said
+    assert f"its parent {broken[:10]} against it could not be tested" in text
+    beside = text.split("may be the first slower one: ")[1].splitlines()[0]
+    assert broken[:10] in beside, text
+    assert f"skipped {broken[:10]}: untestable: head's pytest ended with exit status" in text
+    assert _leftovers(repo, tmp_path) == []
+
+
+def test_a_bisect_stopped_mid_search_keeps_what_it_learnt(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.__main__ import main
+
+    for i in range(1, 9):
+        _commit(repo, f"  # {i}", f"commit {i}")
+    commits = _git(repo, "rev-list", "--reverse", "HEAD~8..HEAD").split()
+    asked = []
+
+    def run_ab(args: object, base: str, head: str, out: Path, ids: object = None) -> ABReport:
+        asked.append(head)
+        if len(asked) == 3:  # Ctrl-C in the search's second step
+            raise KeyboardInterrupt
+        slower = commits.index(head) >= 4
+        return _report((CaseAB("c", "t.py::t[c]", _pairs(1.05 if slower else 1.0)),))
+
+    monkeypatch.setattr("gpugauge.ab.cli.run_ab", run_ab)
+    monkeypatch.chdir(repo)
+    assert main(["bisect", "HEAD~8", "HEAD", "--out", str(tmp_path / "b")]) == 130
+    text = (tmp_path / "b" / "bisect.txt").read_text()
+    assert "no culprit: the search stopped: interrupted" in text
+    # commits[3] was good at the first step: the first slower one lies in 4..7
+    assert f"still suspect: 4 commits ({commits[4][:10]}..{commits[7][:10]})" in text
