@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,8 +20,9 @@ import pytest
 
 from gpugauge.ab.command import OUT_LOCK, owning
 from gpugauge.ab.result import ABReport, CaseAB
-from gpugauge.ab.sides import SideError
+from gpugauge.ab.sides import SideError, SideSpec, checkouts
 from tests.test_ab import (
+    BENCH,
     ROOT,
     _ab,
     _commit,
@@ -214,3 +216,49 @@ def test_a_bisect_stopped_mid_search_keeps_what_it_learnt(
     assert "no culprit: the search stopped: interrupted" in text
     # commits[3] was good at the first step: the first slower one lies in 4..7
     assert f"still suspect: 4 commits ({commits[4][:10]}..{commits[7][:10]})" in text
+
+
+# --- benchmarks in a submodule ------------------------------------------------------------
+
+
+def _benches_in_a_submodule(repo: Path, tmp_path: Path) -> None:
+    """The toy's benchmark in a submodule at benches/, whose own repository is then gone.
+
+    Only the main checkout's clone of it is left: the A/B must take it from there.
+    """
+    sub = tmp_path / "bench-repo"
+    sub.mkdir()
+    _git(sub, "init", "-q")
+    _git(sub, "config", "user.email", "t@example.com")
+    _git(sub, "config", "user.name", "t")
+    (sub / "test_sub.py").write_text(BENCH.format(extra=""))
+    _git(sub, "add", "-A")
+    _git(sub, "commit", "-qm", "benches")
+    _git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "benches")
+    _git(repo, "commit", "-qm", "benches in a submodule")
+    shutil.rmtree(sub)
+
+
+def test_a_submodule_the_main_checkout_lacks_is_a_clear_error(repo: Path, tmp_path: Path) -> None:
+    _benches_in_a_submodule(repo, tmp_path)
+    _git(repo, "submodule", "deinit", "-q", "-f", "benches")
+    specs = [SideSpec("base", "HEAD", sys.executable)]
+    with (
+        pytest.raises(SideError, match="submodule benches is not checked out in"),
+        checkouts(repo, specs, parent=tmp_path),
+    ):
+        pass
+    assert _leftovers(repo, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_benches_in_a_submodule_are_a_b_d_from_the_main_checkout_s_clone(
+    repo: Path, tmp_path: Path
+) -> None:
+    _benches_in_a_submodule(repo, tmp_path)
+    done = _ab(repo, "ab", "HEAD", "HEAD", out=tmp_path / "sub")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (case,) = json.loads((tmp_path / "sub" / "ab.json").read_text())["cases"]
+    assert case["id"] == "benches/test_sub.py::test_spin"
+    assert len(case["pairs"]) >= 4, case  # a round's first look
+    assert _leftovers(repo, tmp_path) == []
