@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         args.pytest_args = [*args.pytest_args, *rest]
     try:
         status = args.func(args)
-        if status and args.command in BENCH_COMMANDS:
+        if status == 1 and args.command in BENCH_COMMANDS:  # its sides ran (2: bad input)
             benches_hint(args)
         return status
     except (

@@ -1,19 +1,23 @@
 """``gpugauge bisect GOOD BAD``: the first commit whose cases run slower than GOOD's.
 
 Every step is an A/B on this GPU (:mod:`gpugauge.ab.runner`): GOOD against BAD first, to
-learn which cases BAD made slower (nothing slower: nothing to bisect); then a binary search
-over the first-parent commits between them, each commit tried against GOOD on those cases
-alone; a commit is bad when any of them is slower, good when none is slower or undecided,
-and undecided otherwise: skipped, as ``git bisect skip`` does, never counted as good, and
-named in the result where the culprit could lie beside it. The commit found is named only after a
+learn which cases BAD made slower (nothing slower: nothing to bisect; GOOD or BAD failing:
+an error naming it, as nothing was compared); then a binary search over the first-parent
+commits between them, each commit tried against GOOD on those cases alone; a commit is bad
+when any of them is slower, good when none is slower or undecided, and undecided
+otherwise. An undecided commit, and one that cannot be tested (a side failed, its cases did
+not run), is skipped, as ``git bisect skip`` does, never counted as good, and named in the
+result where the culprit could lie beside it. The commit found is named only after a
 closer A/B, of its parent against it, says slower too: a search over noisy steps can land
-one commit off, and the confirmation says so rather than blaming the wrong change.
+one commit off, and the confirmation says so rather than blaming the wrong change. After
+every step the result so far goes to ``progress``, so whatever ends the search, what it
+learnt can be kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpugauge.ab.launch import ABError
@@ -34,8 +38,9 @@ class Step:
     base: str
     head: str
     slower: tuple[str, ...]
-    report: ABReport
+    report: ABReport | None  # None: the A/B broke before its report
     followed: tuple[str, ...] = ()  # the node ids it was asked about (none: the selection)
+    untestable: str = ""  # why the step tells nothing (a side failed); empty: it ran
 
 
 @dataclass(frozen=True)
@@ -50,11 +55,18 @@ class BisectResult:
     steps: tuple[Step, ...]
     subject: str = ""
     reason: str = ""  # why no culprit is named, where none is
+    # the commits still suspect when the search ended (the first slower one is among them)
+    suspects: tuple[str, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()  # (commit, why) of the steps that decided nothing
 
     @property
     def confirmation(self) -> Step | None:
         """The parent-against-culprit A/B, if it ran."""
         return self.steps[-1] if self.culprit and self.steps else None
+
+
+# what a search has learnt so far, after each of its steps
+Progress = Callable[[BisectResult], None]
 
 
 def first_parent_commits(repo: Path, good: str, bad: str) -> list[str]:
@@ -75,22 +87,50 @@ def _slower(report: ABReport) -> tuple[str, ...]:
 
 def undecided(step: Step) -> bool:
     """No followed case slower, and one of them left at 'need more samples'."""
+    if step.report is None:
+        return False
     followed = [c for c in step.report.cases if c.nodeid in step.followed]
     return not step.slower and any(c.outcome is Outcome.NEED_MORE for c in followed)
 
 
+def failed_sides(report: ABReport) -> list[str]:
+    """The builds ('base', 'head') whose pytest did not end well or failed a test."""
+    return [
+        info.name
+        for info in (report.base, report.head)
+        if info.exit_code not in (0, 1, None)
+        or any(c.status.get(info.name) == "failed" for c in report.cases)
+    ]
+
+
 def _step(compare: Compare, base: str, head: str, cases: Sequence[str], name: str) -> Step:
-    """One A/B of the search (its rounds are its evidence; undecided stays undecided)."""
-    report = compare(base, head, cases, name)
+    """One A/B of the search (its rounds are its evidence; undecided stays undecided).
+
+    A step whose sides failed, or that did not run its cases, is no evidence either way:
+    the step says why (:attr:`Step.untestable`), and the search skips its commit.
+    """
+    try:
+        report = compare(base, head, cases, name)
+    except ABError as err:  # a side that ended before it connected, or mid-run
+        return Step(base, head, (), None, tuple(cases), untestable=str(err).splitlines()[0])
     if report.problems or not any(c.nodeid in cases for c in report.cases):
-        # a step that did not run its cases is no evidence either way: say so, stop
         said = "; ".join(report.problems) or "none of the followed cases ran"
-        raise ABError(f"bisect step {name} ({base[:10]} against {head[:10]}): {said}")
+        return Step(base, head, (), report, tuple(cases), untestable=said)
     return Step(base, head, _slower(report), report, tuple(cases))
 
 
-def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print) -> BisectResult:
-    """Search GOOD..BAD for the first commit whose cases are slower than GOOD's."""
+def bisect(
+    repo: Path,
+    good: str,
+    bad: str,
+    compare: Compare,
+    note: Note = print,
+    progress: Progress = lambda _: None,
+) -> BisectResult:
+    """Search GOOD..BAD for the first commit whose cases are slower than GOOD's.
+
+    ``progress`` gets the result so far after every step (its reason: the search goes on).
+    """
     good_sha = git(repo, "rev-parse", "--verify", f"{good}^{{commit}}")
     bad_sha = git(repo, "rev-parse", "--verify", f"{bad}^{{commit}}")
     try:
@@ -111,6 +151,16 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
     first = compare(good_sha, bad_sha, None, "good-vs-bad")
     cases = _slower(first)
     steps.append(Step(good_sha, bad_sha, cases, first))
+    failed = failed_sides(first)
+    if failed and not cases:  # nothing was compared: that is no "nothing to bisect"
+        which = " and ".join(
+            f"{'GOOD' if side == 'base' else 'BAD'} ({ref} {sha[:10]})"
+            for side, ref, sha in (("base", good, good_sha), ("head", bad, bad_sha))
+            if side in failed
+        )
+        said = f"{which} failed, so nothing was compared: " + "; ".join(first.problems)
+        progress(BisectResult(good_sha, bad_sha, None, False, (), tuple(steps), reason=said))
+        raise ABError(said)
     if not cases:
         return BisectResult(
             good_sha,
@@ -124,44 +174,66 @@ def bisect(repo: Path, good: str, bad: str, compare: Compare, note: Note = print
     names = ", ".join(c.id for c in first.slower)
     note(f"bisect: {plural(len(cases), 'case')} slower at {bad_sha[:10]}: {names}")
     lo, hi = -1, len(commits) - 1  # commits[hi] is bad; commits[lo] (or GOOD) is good
-    skipped: set[int] = set()  # commits whose step decided nothing: neither good nor bad
+    skipped: dict[int, str] = {}  # commits whose step decided nothing, and why
+
+    def so_far(reason: str) -> BisectResult:
+        return BisectResult(
+            good_sha,
+            bad_sha,
+            None,
+            False,
+            cases,
+            tuple(steps),
+            reason=reason,
+            suspects=tuple(commits[lo + 1 : hi + 1]),
+            skipped=tuple((commits[i], why) for i, why in sorted(skipped.items())),
+        )
+
+    progress(so_far("searching"))
     while left := [i for i in range(lo + 1, hi) if i not in skipped]:
         mid = left[len(left) // 2]
         step = _step(compare, good_sha, commits[mid], cases, f"step-{len(steps)}")
         steps.append(step)
-        if step.slower:
+        if step.untestable:
+            skipped[mid] = f"untestable: {step.untestable}"
+            said = "untestable: skipped, not counted as good"
+        elif step.slower:
             hi, said = mid, "bad"
         elif undecided(step):
-            skipped.add(mid)
+            skipped[mid] = "undecided (need more samples)"
             said = "undecided (need more samples): skipped, not counted as good"
         else:
             lo, said = mid, "good"
         note(f"bisect: {commits[mid][:10]} {said} ({plural(hi - lo, 'commit')} still suspect)")
+        progress(so_far("searching"))
     beside = [commits[i][:10] for i in sorted(skipped) if lo < i < hi]
     culprit = commits[hi]
     parent = commits[hi - 1] if hi > 0 else good_sha
+    progress(so_far(f"searching: confirming {culprit[:10]} by an A/B of its parent against it"))
     check = _step(compare, parent, culprit, cases, "confirm")
-    confirmed = check.slower
+    confirmed = bool(check.slower)
     steps.append(check)
-    return BisectResult(
-        good_sha,
-        bad_sha,
-        culprit,
-        bool(confirmed),
-        cases,
-        tuple(steps),
+    if check.untestable:
+        why = f"its parent {parent[:10]} against it could not be tested: {check.untestable}"
+    else:
+        why = (
+            "the parent-against-culprit A/B found nothing slower: the change is spread "
+            "over several commits or below what an A/B resolves"
+        )
+    result = so_far("")
+    return replace(
+        result,
+        culprit=culprit,
+        confirmed=confirmed,
         subject=subject(repo, culprit),
         reason=""
         if confirmed
-        else (
-            "the parent-against-culprit A/B found nothing slower: the change is spread "
-            "over several commits or below what an A/B resolves"
-            + (
-                f"; undecided commits before it, any of which may be the first slower one: "
-                f"{', '.join(beside)}"
-                if beside
-                else ""
-            )
+        else why
+        + (
+            f"; skipped commits before it, any of which may be the first slower one: "
+            f"{', '.join(beside)}"
+            if beside
+            else ""
         ),
     )
 
@@ -176,19 +248,31 @@ def _case_line(c: CaseAB) -> str:
 
 
 def render_bisect(result: BisectResult) -> str:
-    """What a person reads at the end: the culprit, its ratio with CI, its kernels."""
+    """What a person reads at the end: the culprit, its ratio with CI, its kernels.
+
+    A search that ended early says what it had learnt: the commits still suspect, and
+    those it skipped, with why.
+    """
     lines = [
         f"gpugauge bisect {result.good[:10]}..{result.bad[:10]}: {plural(len(result.steps), 'A/B')}"
     ]
     if result.culprit is None:
         lines.append(f"no culprit: {result.reason}")
-        return "\n".join(lines)
-    verdict = "culprit" if result.confirmed else "suspect (not confirmed)"
-    lines.append(f"{verdict}: {result.culprit} {result.subject}")
-    step = result.confirmation
-    if step is not None:
-        lines.append(f"its parent against it ({step.base[:10]} -> {step.head[:10]}):")
-        lines += [_case_line(c) for c in step.report.cases if c.nodeid in result.cases]
-    if not result.confirmed:
-        lines.append(result.reason)
+    else:
+        verdict = "culprit" if result.confirmed else "suspect (not confirmed)"
+        lines.append(f"{verdict}: {result.culprit} {result.subject}")
+        step = result.confirmation
+        if step is not None and step.report is not None:
+            lines.append(f"its parent against it ({step.base[:10]} -> {step.head[:10]}):")
+            lines += [_case_line(c) for c in step.report.cases if c.nodeid in result.cases]
+        if not result.confirmed:
+            lines.append(result.reason)
+    if result.culprit is None and result.suspects:
+        first, last = result.suspects[0][:10], result.suspects[-1][:10]
+        span = first if first == last else f"{first}..{last}"
+        lines.append(
+            f"still suspect: {plural(len(result.suspects), 'commit')} ({span}); the first "
+            f"slower one known so far is {last}"
+        )
+    lines += [f"skipped {commit[:10]}: {why}" for commit, why in result.skipped]
     return "\n".join(lines)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from gpugauge.ab.bisect import bisect, render_bisect
+from gpugauge.ab.bisect import BisectResult, bisect, render_bisect
 from gpugauge.ab.budget import Budget, add_budget
-from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, run_ab, say
+from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, owning, run_ab, say
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.confirm_command import confirm_command
 from gpugauge.ab.render import terminal
@@ -28,9 +29,10 @@ from gpugauge.ab.sides import WORKING_TREE, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
 from gpugauge.check.cli import fraction
 from gpugauge.flags import number
-from gpugauge.results.files import atomic_write_text, make_dir
+from gpugauge.results.files import atomic_write_text
 
 DEFAULT_OUT = Path("reports") / "ab"
+BISECT_TXT = "bisect.txt"
 
 
 # a block's seconds of rounds, and a case's most block pairs (a paired test needs two)
@@ -201,7 +203,8 @@ def ab_command(args: argparse.Namespace) -> int:
     """``gpugauge ab``."""
 
     def body() -> int:
-        report = run_ab(args, args.base, args.head, args.out, budget=Budget.from_args(args))
+        with owning(args.out):
+            report = run_ab(args, args.base, args.head, args.out, budget=Budget.from_args(args))
         print("\n" + terminal(report))
         print(f"wrote {args.out / AB_JSON} and {args.out / AB_MD}")
         return EXIT_FAILED if report.slower or report.problems else EXIT_OK
@@ -220,10 +223,24 @@ def bisect_command(args: argparse.Namespace) -> int:
             print(terminal(report), flush=True)
             return report
 
-        result = bisect(top, args.good, args.bad, compare, note=say)
-        text = render_bisect(result)
-        print("\n" + text)
-        atomic_write_text(make_dir(args.out, "--out") / "bisect.txt", text + "\n")
+        so_far: list[BisectResult] = []
+
+        def keep(result: BisectResult) -> None:
+            """bisect.txt after every step: whatever ends the search, what it learnt stays."""
+            so_far[:] = [result]
+            atomic_write_text(args.out / BISECT_TXT, render_bisect(result) + "\n")
+
+        with owning(args.out):
+            try:
+                result = bisect(top, args.good, args.bad, compare, note=say, progress=keep)
+            except BaseException as err:
+                if so_far:
+                    why = str(err).splitlines()[0] if str(err) else "interrupted"
+                    keep(replace(so_far[0], reason=f"the search stopped: {why}"))
+                    print(f"gpugauge bisect: what it found so far is in {args.out / BISECT_TXT}")
+                raise
+            keep(result)
+        print("\n" + render_bisect(result))
         return EXIT_OK if result.confirmed else EXIT_FAILED
 
     return guarded("bisect", body)

@@ -7,9 +7,10 @@ Shared by ``gpugauge ab``, ``bisect`` and ``confirm`` (:mod:`gpugauge.ab.cli`,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,11 +22,32 @@ from gpugauge.ab.runner import ABError, run_sides
 from gpugauge.ab.sides import SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import Schedule
 from gpugauge.check.runs import sigterm_as_interrupt
-from gpugauge.results.files import make_dir
+from gpugauge.results.files import Busy, held_or_refused, make_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 # rounds an earlier A/B in the same --out may have written (round-2/, ...): at most --rounds'
 MOST_ROUNDS = 10
+OUT_LOCK = ".gpugauge-ab.lock"  # in --out while a command A/Bs into it, naming its pid
+
+
+@contextlib.contextmanager
+def owning(out: Path) -> Iterator[Path]:
+    """``--out`` made and held by this command alone while the block runs.
+
+    Two A/Bs writing one folder would overwrite each other's ``ab.json``, and the first
+    one's verdicts would be lost: the second is refused at once, naming the first.
+    """
+    make_dir(out, "--out")
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(held_or_refused(out / OUT_LOCK))
+        except Busy as err:
+            who = f"pid {err.pid}" if err.pid is not None else "a process that is starting"
+            raise SideError(
+                f"--out {out} is in use by another A/B ({who}): wait for it to end, or "
+                "give another --out"
+            ) from None
+        yield out
 
 
 def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:

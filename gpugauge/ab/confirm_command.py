@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpugauge.ab.budget import Budget
-from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, run_ab
+from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, owning, run_ab
 from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
 from gpugauge.ab.render import terminal
 from gpugauge.ab.settle import (
@@ -139,7 +139,15 @@ def confirm_command(args: argparse.Namespace) -> int:
             if settled:
                 write_verdicts(args.run, settled)
                 for copy in copies(args.run, args.storage):
-                    write_verdicts(copy, settled)
+                    try:  # a copy: the run file and the history hold the verdicts already
+                        write_verdicts(copy, settled)
+                    except (OSError, ValueError) as err:
+                        print(
+                            f"gpugauge confirm: warning: pytest-benchmark's copy {copy} not "
+                            f"rewritten ({err}); {args.run} holds the verdicts",
+                            file=sys.stderr,
+                        )
+                        continue
                     print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
             for s in settled:
                 print(f"  {s.result.message()}")
@@ -154,8 +162,9 @@ def confirm_command(args: argparse.Namespace) -> int:
             for problem in report.problems:  # a result it could not A/B keeps its verdict
                 print(f"gpugauge confirm: {problem}")
 
-        for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
-            one(ref, ordered)
+        with owning(args.out):
+            for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
+                one(ref, ordered)
         return verdict(status)
 
     return guarded("confirm", body)

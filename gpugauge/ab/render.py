@@ -7,6 +7,7 @@ alone), so that what needs a look is on top.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from gpugauge.ab.result import AB_MD, PHASES, ABReport, CaseAB
@@ -152,11 +153,22 @@ def markdown(report: ABReport) -> str:
 
 
 def write_report(report: ABReport, out: Path) -> None:
-    """ab.json and ab.md under ``out``; the Markdown also to ``$GITHUB_STEP_SUMMARY``."""
+    """ab.json and ab.md under ``out``; the Markdown also to ``$GITHUB_STEP_SUMMARY``.
+
+    The summary is a copy: one that cannot be written is a warning, never an error that
+    would lose the verdicts the A/B paid for (``confirm`` writes them after this).
+    """
     report.save(out)
     md = markdown(report)
     atomic_write_text(out / AB_MD, md)
     summary = os.environ.get(SUMMARY_ENV)
     if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(md + "\n")
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(md + "\n")
+        except OSError as err:
+            print(
+                f"gpugauge ab: warning: ${SUMMARY_ENV} {summary} not written "
+                f"({err.strerror or err}); the report is in {out / AB_MD}",
+                file=sys.stderr,
+            )

@@ -1,10 +1,12 @@
 """The two sides of an A/B: which code (a git ref's worktree, or the working tree) and Python.
 
 A ref is checked out into a temporary git worktree (``git worktree add --detach``) so that
-its side imports that commit's gpugauge and benches; the working tree itself is a side as
-it is, uncommitted changes included. :func:`checkouts` removes every worktree it made when
-the A/B ends, also on Ctrl-C or SIGTERM, and sweeps away those of an earlier A/B that was
-killed outright (its owner process gone).
+its side imports that commit's gpugauge and benches, with the commit's submodules (which
+``git worktree add`` leaves empty) cloned from the main checkout's own, never over the
+network; the working tree itself is a side as it is, uncommitted changes included.
+:func:`checkouts` removes every worktree it made when the A/B ends, also on Ctrl-C or
+SIGTERM, and sweeps away those of an earlier A/B that was killed outright (its owner
+process gone).
 """
 
 from __future__ import annotations
@@ -136,6 +138,41 @@ def sweep(repo: Path, parent: Path | None = None) -> list[Path]:
     return gone
 
 
+def with_submodules(source: Path, tree: Path) -> None:
+    """``tree``'s submodules, recursively, each cloned from its checkout under ``source``.
+
+    A worktree is made without its submodules, and benchmarks kept in one would be missing
+    from the side. Their URLs may name a server: each is taken from the main checkout's own
+    clone instead (file transport only, nothing else allowed), or a SideError says why not.
+    """
+    if not (tree / ".gitmodules").is_file():
+        return
+    try:
+        listed = git(tree, "config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$")
+    except SideError:
+        return  # a .gitmodules that lists none
+    for line in listed.splitlines():
+        key, path = line.split(maxsplit=1)
+        name = key.removeprefix("submodule.").removesuffix(".path")
+        here = source / path
+        if not (here / ".git").exists():
+            raise SideError(
+                f"submodule {path} is not checked out in {source}, and an A/B takes a "
+                "submodule from there only (never over the network): run `git submodule "
+                f"update --init --recursive` in {source}"
+            )
+        local = ("-c", "protocol.allow=never", "-c", "protocol.file.allow=always")
+        url = ("-c", f"submodule.{name}.url={here}")
+        try:
+            git(tree, *local, *url, "submodule", "update", "--init", "--", path)
+        except SideError as err:
+            raise SideError(
+                f"submodule {path}: the commit {tree.name}'s side needs is not in {here} "
+                f"({err}); fetch it there (`git -C {here} fetch`)"
+            ) from None
+        with_submodules(here, tree / path)
+
+
 @contextlib.contextmanager
 def checkouts(
     repo: Path, specs: Sequence[SideSpec], parent: Path | None = None
@@ -162,6 +199,7 @@ def checkouts(
             tree = folder / s.name
             git(top, "worktree", "add", "--detach", str(tree), commit)
             made.append(tree)
+            with_submodules(top, tree)
             # the benchmark's place in the checkout, as the caller's is in the repo
             out[s.name] = Checkout(s, tree, commit, made=True)
         yield out

@@ -11,9 +11,10 @@ is on disk, so a full disk leaves the previous set whole. The temporary file is 
 with mode 0666 less the process umask (0644 under umask 022), as ``open`` would create it,
 or with the mode of the file it replaces, so an artifact server or another user can read
 what the suite writes. :func:`locked` serializes read-merge-write cycles of one file across
-processes (``flock`` on a sidecar lock file). :func:`signals_interrupt` turns SIGTERM and
-SIGHUP into :class:`Interrupted` in a command, so that its writes clean up after
-themselves as they do for Ctrl-C.
+processes (``flock`` on a sidecar lock file); :func:`held_or_refused` refuses at once
+where :func:`locked` would wait. :func:`signals_interrupt` turns SIGTERM and SIGHUP into
+:class:`Interrupted` in a command, so that its writes clean up after themselves as they
+do for Ctrl-C.
 """
 
 from __future__ import annotations
@@ -373,6 +374,52 @@ def locked(path: Path) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+class Busy(FileError):
+    """A lock that another live process holds; ``pid`` is the one its file names (or None)."""
+
+    def __init__(self, lock: Path, pid: int | None) -> None:
+        super().__init__(f"{lock}: held by process {pid if pid is not None else '(unknown)'}")
+        self.pid = pid
+
+
+@contextlib.contextmanager
+def held_or_refused(lock: Path) -> Iterator[None]:
+    """Hold ``lock``, a file naming this process, while the block runs; :class:`Busy` at once.
+
+    For a command that owns a folder for its whole run and must not wait behind another
+    (two A/Bs writing one ``--out``). ``flock`` without blocking: the kernel drops the lock
+    when its holder dies, however it dies, so a file left by a dead process is taken over.
+    The file is removed at the end, under the lock; a process that opened it meanwhile
+    finds it gone, and tries again on a new one.
+    """
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            said = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise Busy(lock, int(said) if said.isdigit() else None) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            ours = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            ours = False
+        if ours:
+            break
+        os.close(fd)  # removed by its last holder after this process opened it
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
         os.close(fd)  # closing the descriptor releases the lock
 
 

@@ -1,0 +1,264 @@
+"""gpugauge ab, bisect and confirm around the A/B: a shared --out, failed sides, submodules.
+
+Issue 49's fuzz round on toy repositories: each test here failed before its fix. The toys
+and helpers are tests/test_ab.py's (real git, real pytest sides on the host clock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpugauge.ab.command import OUT_LOCK, owning
+from gpugauge.ab.result import ABReport, CaseAB
+from gpugauge.ab.sides import SideError, SideSpec, checkouts
+from tests.test_ab import (
+    BENCH,
+    ROOT,
+    _ab,
+    _commit,
+    _committed_class,
+    _git,
+    _leftovers,
+    _pairs,
+    _report,
+    _saved_run,
+    _with_verdict,
+    toy,  # noqa: F401  (the fixture)
+)
+
+
+@pytest.fixture
+def repo(request: pytest.FixtureRequest) -> Path:
+    """tests/test_ab.py's toy: a git repository whose one benchmark spins 3 ms a round."""
+    return request.getfixturevalue("toy")
+
+
+# --- one --out, one A/B ------------------------------------------------------------------
+
+
+def test_a_lock_of_a_dead_process_is_taken_over_and_a_live_one_refuses(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / OUT_LOCK).write_text("999999999\n")  # an A/B killed outright: its pid is gone
+    with owning(out):
+        assert (out / OUT_LOCK).read_text() == f"{os.getpid()}\n"
+        mine = rf"in use by another A/B \(pid {os.getpid()}\)"
+        with pytest.raises(SideError, match=mine), owning(out):
+            pass
+    assert not (out / OUT_LOCK).exists()  # nothing left in the user's folder
+
+
+@pytest.mark.slow
+def test_a_second_ab_on_the_same_out_is_refused_and_the_first_keeps_its_record(
+    repo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "shared"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    args = [sys.executable, "-m", "gpugauge", "ab", "HEAD", "HEAD", "--block-time", "0.1"]
+    first = subprocess.Popen(
+        [*args, "--out", str(out)], cwd=repo, env=env, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out / "base.log").exists():
+        time.sleep(0.2)
+    second = _ab(repo, "ab", "HEAD", "HEAD", out=out, timeout=60)
+    said, _ = first.communicate(timeout=600)
+    assert second.returncode == 2, second.stdout + second.stderr
+    (line,) = second.stderr.strip().splitlines()
+    assert f"--out {out} is in use by another A/B (pid {first.pid})" in line
+    assert "gpugauge ab:" not in second.stdout  # no side started, nothing written
+    assert first.returncode == 0, said
+    data = json.loads((out / "ab.json").read_text())
+    assert data["complete"] is True
+    assert data["head"]["ref"] == "HEAD"
+    assert not (out / OUT_LOCK).exists()
+    assert _leftovers(repo, tmp_path) == []
+
+
+# --- a copy that cannot be written is a warning ------------------------------------------
+
+
+@contextlib.contextmanager
+def unwritable(path: Path) -> Iterator[None]:
+    """``path`` (a file) that no write replaces: immutable for root, else its folder read-only."""
+    if os.geteuid() != 0:
+        path.parent.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.parent.chmod(0o755)
+        return
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i failed here: {done.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.mark.slow
+def test_confirm_s_verdicts_and_status_stand_when_its_copies_cannot_be_written(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.results.runs import load_run
+
+    run = _saved_run(repo, tmp_path)
+    _committed_class(repo, run)
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    gated = _with_verdict(run, 1.03, "unchanged", cls)  # passed: an A/A leaves it passed
+    history = str(tmp_path / "h.sqlite")
+    subprocess.run(
+        [sys.executable, "-m", "gpugauge", "history", "import", str(gated), "--history", history],
+        check=True,
+        capture_output=True,
+    )
+    storage = tmp_path / "storage" / "Linux-CPython-3.11-64bit"
+    storage.mkdir(parents=True)
+    copy = storage / "0001_toy.json"
+    copy.write_text(gated.read_text())
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "a-file" / "summary.md"))
+    confirm = ["confirm", str(gated), "--history", history, "--storage", str(storage.parent)]
+    with unwritable(copy):
+        done = _ab(repo, *confirm, out=tmp_path / "cleared")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said  # nothing slower: the job passes
+    assert "warning: $GITHUB_STEP_SUMMARY" in done.stderr, said
+    assert f"warning: pytest-benchmark's copy {copy} not rewritten" in done.stderr, said
+    stored = load_run(gated).verdicts["test_toy.py::test_spin"]
+    assert stored["checks"][0]["basis"] == "same-GPU A/B", said  # the verdict was written
+    assert (tmp_path / "cleared").is_dir()
+    assert _leftovers(repo, tmp_path) == []
+
+
+# --- bisect: a side that fails is named; an untestable commit is skipped ---------------
+
+BROKEN = "import no_such_module  # the benchmarks cannot be imported\n"
+
+
+def _broken(repo: Path, message: str) -> str:
+    """A commit whose benchmark file fails to import."""
+    (repo / "test_toy.py").write_text(BROKEN)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.mark.slow
+def test_bisect_from_a_good_that_fails_names_it_not_nothing_to_bisect(
+    repo: Path, tmp_path: Path
+) -> None:
+    good = _broken(repo, "benchmarks that do not import")
+    _commit(repo, "\n    time.sleep(0.003)", "fixed, and sleeps")
+    done = _ab(repo, "bisect", "HEAD~1", "HEAD", out=tmp_path / "bisect")
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "nothing to bisect" not in said
+    line = done.stderr.strip().splitlines()[0]
+    assert line.startswith(f"gpugauge bisect: GOOD (HEAD~1 {good[:10]}) failed"), said
+    assert f"(log: {tmp_path / 'bisect' / 'good-vs-bad' / 'base.log'})" in line
+    assert "GOOD (HEAD~1" in (tmp_path / "bisect" / "bisect.txt").read_text()
+    assert _leftovers(repo, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_bisect_skips_a_commit_that_does_not_import_and_goes_on(repo: Path, tmp_path: Path) -> None:
+    fine = _commit(repo, "  # 1", "commit 1")
+    broken = _broken(repo, "commit 2 does not import")
+    slower = _commit(repo, "\n    time.sleep(0.003)", "commit 3 sleeps")
+    done = _ab(repo, "bisect", "HEAD~3", "HEAD", out=tmp_path / "bisect", timeout=1200)
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said  # its parent cannot confirm it
+    assert f"bisect: {broken[:10]} untestable: skipped" in done.stdout, said
+    # the search went on: commit 1 was tried after it (good, or undecided on a busy host)
+    assert f"bisect: {fine[:10]} " in done.stdout.split(f"{broken[:10]} untestable")[1], said
+    text = (tmp_path / "bisect" / "bisect.txt").read_text()
+    assert f"suspect (not confirmed): {slower} commit 3 sleeps" in text, said
+    assert f"its parent {broken[:10]} against it could not be tested" in text
+    beside = text.split("may be the first slower one: ")[1].splitlines()[0]
+    assert broken[:10] in beside, text
+    assert f"skipped {broken[:10]}: untestable: head's pytest ended with exit status" in text
+    assert _leftovers(repo, tmp_path) == []
+
+
+def test_a_bisect_stopped_mid_search_keeps_what_it_learnt(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.__main__ import main
+
+    for i in range(1, 9):
+        _commit(repo, f"  # {i}", f"commit {i}")
+    commits = _git(repo, "rev-list", "--reverse", "HEAD~8..HEAD").split()
+    asked = []
+
+    def run_ab(args: object, base: str, head: str, out: Path, ids: object = None) -> ABReport:
+        asked.append(head)
+        if len(asked) == 3:  # Ctrl-C in the search's second step
+            raise KeyboardInterrupt
+        slower = commits.index(head) >= 4
+        return _report((CaseAB("c", "t.py::t[c]", _pairs(1.05 if slower else 1.0)),))
+
+    monkeypatch.setattr("gpugauge.ab.cli.run_ab", run_ab)
+    monkeypatch.chdir(repo)
+    assert main(["bisect", "HEAD~8", "HEAD", "--out", str(tmp_path / "b")]) == 130
+    text = (tmp_path / "b" / "bisect.txt").read_text()
+    assert "no culprit: the search stopped: interrupted" in text
+    # commits[3] was good at the first step: the first slower one lies in 4..7
+    assert f"still suspect: 4 commits ({commits[4][:10]}..{commits[7][:10]})" in text
+
+
+# --- benchmarks in a submodule ------------------------------------------------------------
+
+
+def _benches_in_a_submodule(repo: Path, tmp_path: Path) -> None:
+    """The toy's benchmark in a submodule at benches/, whose own repository is then gone.
+
+    Only the main checkout's clone of it is left: the A/B must take it from there.
+    """
+    sub = tmp_path / "bench-repo"
+    sub.mkdir()
+    _git(sub, "init", "-q")
+    _git(sub, "config", "user.email", "t@example.com")
+    _git(sub, "config", "user.name", "t")
+    (sub / "test_sub.py").write_text(BENCH.format(extra=""))
+    _git(sub, "add", "-A")
+    _git(sub, "commit", "-qm", "benches")
+    _git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "benches")
+    _git(repo, "commit", "-qm", "benches in a submodule")
+    shutil.rmtree(sub)
+
+
+def test_a_submodule_the_main_checkout_lacks_is_a_clear_error(repo: Path, tmp_path: Path) -> None:
+    _benches_in_a_submodule(repo, tmp_path)
+    _git(repo, "submodule", "deinit", "-q", "-f", "benches")
+    specs = [SideSpec("base", "HEAD", sys.executable)]
+    with (
+        pytest.raises(SideError, match="submodule benches is not checked out in"),
+        checkouts(repo, specs, parent=tmp_path),
+    ):
+        pass
+    assert _leftovers(repo, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_benches_in_a_submodule_are_a_b_d_from_the_main_checkout_s_clone(
+    repo: Path, tmp_path: Path
+) -> None:
+    _benches_in_a_submodule(repo, tmp_path)
+    done = _ab(repo, "ab", "HEAD", "HEAD", out=tmp_path / "sub")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (case,) = json.loads((tmp_path / "sub" / "ab.json").read_text())["cases"]
+    assert case["id"] == "benches/test_sub.py::test_spin"
+    assert len(case["pairs"]) >= 4, case  # a round's first look
+    assert _leftovers(repo, tmp_path) == []
