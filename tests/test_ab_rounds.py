@@ -67,11 +67,11 @@ def test_a_three_percent_change_at_low_noise_is_caught(proc: float) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("noise", [0.003, 0.01, 0.02])
-@pytest.mark.parametrize("proc", [0.0, 0.001, 0.002, 0.004, 0.008, 0.015])
-def test_false_alarms_over_the_whole_grid(proc: float, noise: float) -> None:
-    """2,000 A/A cases per cell (docs/ab.md's table)."""
-    assert _false_alarms(_outcomes(0.0, noise, proc, n_ab=100, seed=7)) <= 0.01
+@pytest.mark.parametrize("noise", [0.003, 0.02])
+@pytest.mark.parametrize("proc", [0.002, 0.008])
+def test_false_alarms_over_the_grid(proc: float, noise: float) -> None:
+    """1,000 A/A cases per cell, other seeds than the default tests' (docs/ab.md's table)."""
+    assert _false_alarms(_outcomes(0.0, noise, proc, n_ab=50, seed=7)) <= 0.01
 
 
 def test_processes_that_spread_widen_every_case_s_interval() -> None:
