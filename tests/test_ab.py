@@ -505,7 +505,8 @@ def test_a_difference_of_one_pair_of_processes_is_not_a_verdict(
     # each build in the other's place in round 2, head's started first
     assert case["rounds"][0]["round_outcome"] == "slower"
     assert case["outcome"] == "need more samples"
-    assert "bimodal across processes: 0.9" in twice.stdout
+    # the rounds disagree: two speeds, or (intervals touching under load) one each way
+    assert "bimodal across processes: 0.9" in twice.stdout or " by round" in twice.stdout
     assert "head, in base's place" in twice.stdout
     assert (tmp_path / "twice" / "round-2" / "head.log").is_file()
     assert _leftovers(toy, tmp_path) == []
