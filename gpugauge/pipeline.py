@@ -32,6 +32,7 @@ from gpugauge.measure.timing import (
     TimingPolicy,
     measure,
 )
+from gpugauge.measure.wall import TIMED, WARMUP
 from gpugauge.results.measurement import Measurement, Spec, devices_of
 
 if TYPE_CHECKING:
@@ -147,18 +148,22 @@ def measure_case(
         on_gpu = devices[0].startswith("cuda")
         nvdevs = [session.nvml_device(d) for d in devices]
         known = [d for d in nvdevs if d is not None]
-        gc.collect()
-        if on_gpu:
-            import torch
+        wall = session.wall
+        with wall.phase("before rounds"):
+            gc.collect()
+            if on_gpu:
+                import torch
 
-            torch.cuda.empty_cache()
+                torch.cuda.empty_cache()
         # the ceilings (seconds of copies and matmuls) serve a roofline alone: measured on the
         # first case that states its work, never for a run with none
-        ceilings = session.ceilings(devices[0]) if measured and work is not None else None
+        with wall.phase("ceilings"):
+            ceilings = session.ceilings(devices[0]) if measured and work is not None else None
         prepare = setup or _nothing
-        prepare()
-        # CPU allocators keep freed memory, so only the first run shows RSS growth.
-        memory = () if on_gpu else (measure_cpu_memory(fn),)
+        with wall.phase("before rounds"):
+            prepare()
+            # CPU allocators keep freed memory, so only the first run shows RSS growth.
+            memory = () if on_gpu else (measure_cpu_memory(fn),)
         clock = clock_for(devices, session.cpu_threads.count)
         energy_devs = known if len(known) == len(devices) else []
         why_not = no_energy_reason(session, energy, measured, energy_devs, policy)
@@ -166,31 +171,37 @@ def measure_case(
         if why_not is None:
             # idle power first, so that warm-up, timing and the energy window that follows
             # it right away all run in the same (sustained) regime
-            idle_w = idle_power(energy_devs, clock.synchronize, session.options.idle_s)
+            with wall.phase("idle power"):
+                idle_w = idle_power(energy_devs, clock.synchronize, session.options.idle_s)
         session.note(f"{spec.id}: {policy.regime} warm-up, timing ...")
         before = tuple(d.state() for d in known)
         flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None
         between = setup if flush is None else _chain(prepare, flush)
-        with watching(nvdevs[0]) as watch:
+        with wall.phase("around rounds"), watching(nvdevs[0]) as watch:
             timing = measure(fn, policy, clock, between=between, watch=watch)
+        wall.charge(TIMED, timing.timed_s)
+        wall.charge(WARMUP, timing.warmup_s)
         if on_gpu:
-            prepare()
-            memory = measure_cuda_memory(fn, devices, nvdevs)
+            with wall.phase("memory round"):
+                prepare()
+                memory = measure_cuda_memory(fn, devices, nvdevs)
         result_energy: tuple[Energy, ...] = ()
         energy_note = why_not
         if why_not is None:
-            result_energy, energy_note = _energy(
-                session,
-                fn if setup is None else _chain(setup, fn),
-                energy_devs,
-                devices,
-                clock,
-                timing.summary.median,
-                idle_w,
-            )
+            with wall.phase("energy"):
+                result_energy, energy_note = _energy(
+                    session,
+                    fn if setup is None else _chain(setup, fn),
+                    energy_devs,
+                    devices,
+                    clock,
+                    timing.summary.median,
+                    idle_w,
+                )
         if on_gpu and session.options.record_kernels:
-            prepare()
-            extra = {**(extra or {}), "kernels": round_kernels(fn, clock.synchronize)}
+            with wall.phase("profiled round"):
+                prepare()
+                extra = {**(extra or {}), "kernels": round_kernels(fn, clock.synchronize)}
         m = Measurement(
             spec=spec,
             timing=timing,

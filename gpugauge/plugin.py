@@ -143,8 +143,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     a signal or a killed job would lose. Each test's wall seconds are kept for the run's JSON.
     """
     t0 = time.monotonic()
-    yield
     gs = item.config.stash.get(SESSION, None)
+    if gs is not None:
+        gs.wall.current = item.nodeid
+    yield
     if gs is not None:
         gs.test_seconds[item.nodeid] = round(time.monotonic() - t0, 3)
     limit = item.config.getoption("gauge_stop_after", None)
@@ -359,6 +361,10 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             "history_run_id": session.tracker.run_id if session.tracker else None,
             "outcome": session.outcome().as_dict(),
             "test_seconds": dict(session.test_seconds),
+            "wall_s": session.wall.as_dict(
+                time.monotonic() - config.stash.get(STARTED, time.monotonic()),
+                session.test_seconds,
+            ),
         }
 
 
@@ -449,4 +455,5 @@ def _print_section(terminalreporter: Any) -> None:
         for line in saved_where(config, started):
             terminalreporter.write_line(line)
         since = config.stash.get(STARTED, time.monotonic())
-        terminalreporter.write_line(session.efficiency(time.monotonic() - since))
+        for line in session.efficiency(time.monotonic() - since):
+            terminalreporter.write_line(line)

@@ -22,6 +22,7 @@ from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.measure.threads import CpuThreads, cores, cpu_threads, load_average, load_warning
+from gpugauge.measure.wall import WallLedger
 from gpugauge.options import Options
 from gpugauge.phrasing import plural
 from gpugauge.registry import comparisons_of, registry
@@ -71,6 +72,7 @@ class GaugeSession:
     # each test's wall seconds (setup, call, teardown) by node id: what confirm's A/B of it
     # will roughly cost, saved in the run's JSON
     test_seconds: dict[str, float] = field(default_factory=dict)
+    wall: WallLedger = field(default_factory=WallLedger)  # those seconds by phase
     # each recorded result's id and the node id of the test that recorded it: an id keys the
     # run file's row and verdict, the baseline and the history, so it has one test
     recorded_by: dict[str, str] = field(default_factory=dict)
@@ -159,20 +161,22 @@ class GaugeSession:
         """What this run's numbers are: device-timed, or a CPU run (a smoke check)."""
         return run_label(self.measurements, smoke=self.options.profile == "smoke")
 
-    def efficiency(self, wall_s: float) -> str:
-        """The run's last line: its results' timed rounds and warm-ups over its wall time.
+    def efficiency(self, wall_s: float) -> list[str]:
+        """The run's last lines: where its wall time went, then its efficiency.
 
-        'efficiency: timed rounds 146 s and warm-up 20 s of 458 s (36%)'; the rest is
-        setups, searches, profiler passes, CPU references and pytest's own work.
+        'efficiency: timed rounds 146 s and warm-up 20 s of 458 s (36%)', after a line of
+        the rest by phase (:mod:`gpugauge.measure.wall`): setups, profiled rounds, energy
+        windows, the tests' own code and pytest's.
         """
         timings = [m.timing for m in self.measurements if m.timing is not None]
         timed = sum(t.timed_s for t in timings)
         warm = sum(t.warmup_s for t in timings)
         share = (timed + warm) / wall_s if wall_s > 0 else 0.0
-        return (
+        return [
+            *self.wall.lines(wall_s, self.test_seconds),
             f"efficiency: timed rounds {timed:.0f} s and warm-up {warm:.0f} s of "
-            f"{wall_s:.0f} s ({share:.0%})"
-        )
+            f"{wall_s:.0f} s ({share:.0%})",
+        ]
 
     def tables(self) -> dict[str, str]:
         """The end-of-run tables, by name: printed, and saved in the JSON."""

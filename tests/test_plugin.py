@@ -94,6 +94,32 @@ def test_a_run_s_last_line_states_its_efficiency(run) -> None:
     assert "warm-up" in line
     timings = [b["extra_info"]["timing"] for b in data["benchmarks"]]
     assert all(t["timed_s"] > 0 for t in timings)  # saved with every result
+    assert lines[gauge_end - 1].startswith("wall time: ")  # where the rest went, by phase
+    wall = data["gpugauge"]["wall_s"]
+    assert set(wall["tests"]) == set(data["gpugauge"]["test_seconds"])
+    assert sum(t.get("timed rounds", 0) > 0 for t in wall["tests"].values()) == 2  # 1 skipped
+    assert sum(wall["run"].values()) >= sum(data["gpugauge"]["test_seconds"].values())
+
+
+def test_the_wall_ledger_accounts_for_every_second() -> None:
+    """A test's phases, its own code and the time outside tests sum to the run's wall."""
+    from gpugauge.measure.wall import OUTSIDE, OWN, TIMED, WARMUP, WallLedger
+
+    ledger = WallLedger()
+    ledger.current = "t.py::a"
+    ledger.charge("around rounds", 3.0)  # the timing call, its rounds included
+    ledger.charge(TIMED, 2.0)
+    ledger.charge(WARMUP, 0.5)
+    ledger.charge("profiled round", 1.0)
+    ledger.current = "t.py::b"  # a test that measured nothing
+    total = ledger.breakdown(10.0, {"t.py::a": 6.0, "t.py::b": 1.5})
+    assert total["around rounds"] == 0.5
+    assert total[OWN] == 2.0 + 1.5
+    assert total[OUTSIDE] == 2.5
+    assert sum(total.values()) == 10.0
+    lines = ledger.lines(10.0, {"t.py::a": 6.0, "t.py::b": 1.5})
+    assert lines[0].startswith("wall time: tests' own code 4 s, outside tests 2 s")
+    assert lines[1] == "most outside their timed work: a 4 s, b 2 s"
 
 
 def test_benchmark_disable_runs_each_case_once(run) -> None:

@@ -1,0 +1,118 @@
+"""Where a run's wall time goes: host seconds by phase of each test (issue 48).
+
+A measurement should cost its timed work. The run's last lines say what the rest went to:
+each measurement's phases outside its timed rounds (the garbage collection and setup
+before them, the ceilings, idle power, the memory round, the energy window, the profiled
+round, and the time around the rounds: syncs, setups and L2 flushes between them), the
+test's own code around its measurements (model builds, correctness checks, searches), and
+the time outside any test (start-up, collection, the closing tables). These are host
+seconds of phases that each end on a synchronized device: bookkeeping of the run, not a
+measurement of GPU work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+# the phases a measurement times, in the order a run's summary names them
+PHASES = (
+    "around rounds",
+    "before rounds",
+    "profiled round",
+    "memory round",
+    "energy",
+    "idle power",
+    "ceilings",
+)
+TIMED = "timed rounds"  # Timing.timed_s, summed by the caller
+WARMUP = "warm-up"  # Timing.warmup_s
+OWN = "tests' own code"  # a test's wall less its measurements' phases
+OUTSIDE = "outside tests"  # the run's wall less its tests'
+
+
+@dataclass
+class WallLedger:
+    """Host seconds by test node id and phase; the session keeps one per run.
+
+    ``current`` is the node id of the test running now (set by the plugin around each
+    test), so that a measurement's phases are charged to the test that took it.
+    """
+
+    seconds: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    current: str = ""
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Charge the block's host seconds to ``name`` of the current test."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            mine = self.seconds[self.current]
+            mine[name] = mine.get(name, 0.0) + time.monotonic() - t0
+
+    def charge(self, name: str, seconds: float) -> None:
+        """Add seconds counted elsewhere (a result's timed rounds) to the current test."""
+        mine = self.seconds[self.current]
+        mine[name] = mine.get(name, 0.0) + seconds
+
+    def breakdown(self, wall_s: float, test_seconds: Mapping[str, float]) -> dict[str, float]:
+        """The run's seconds by phase, its own code and outside tests included; sums to wall.
+
+        A measurement's "around rounds" phase is its whole timing call: its timed rounds and
+        warm-up (charged with :meth:`charge`) are taken out of it here.
+        """
+        total: dict[str, float] = defaultdict(float)
+        for nodeid, test_s in test_seconds.items():
+            for name, s in self.by_test(nodeid, test_s).items():
+                total[name] += s
+        total[OUTSIDE] = max(0.0, wall_s - sum(test_seconds.values()))
+        return dict(total)
+
+    def by_test(self, nodeid: str, test_s: float) -> dict[str, float]:
+        """One test's seconds by phase; its own code is what its phases leave of its wall."""
+        out = {TIMED: 0.0, WARMUP: 0.0, **dict.fromkeys(PHASES, 0.0)}
+        for name, s in self.seconds.get(nodeid, {}).items():
+            out[name] = out.get(name, 0.0) + s
+        out["around rounds"] = max(0.0, out["around rounds"] - out[TIMED] - out[WARMUP])
+        out[OWN] = max(0.0, test_s - sum(out.values()))
+        return out
+
+    def lines(self, wall_s: float, test_seconds: Mapping[str, float], top: int = 3) -> list[str]:
+        """The run's closing lines on its wall time: by phase, then the costliest tests.
+
+        'wall time: timed rounds 146 s, warm-up 20 s, tests' own code 120 s, ...' (phases of
+        1 s or more, largest first), then the tests whose wall is least their timed work.
+        """
+        total = self.breakdown(wall_s, test_seconds)
+        shown = sorted((s, n) for n, s in total.items() if s >= 0.5 or n in (TIMED, WARMUP))
+        parts = ", ".join(f"{n} {s:.0f} s" for s, n in reversed(shown))
+        out = [f"wall time: {parts}"]
+        overhead = {
+            n: t - sum(self.by_test(n, t)[k] for k in (TIMED, WARMUP))
+            for n, t in test_seconds.items()
+        }
+        worst = sorted(overhead.items(), key=lambda kv: -kv[1])[:top]
+        if worst and worst[0][1] >= 1.0:
+            named = ", ".join(f"{_short(n)} {s:.0f} s" for n, s in worst if s >= 1.0)
+            out.append(f"most outside their timed work: {named}")
+        return out
+
+    def as_dict(self, wall_s: float, test_seconds: Mapping[str, float]) -> dict[str, object]:
+        """For the run's JSON: seconds by phase for the run and for each test."""
+        return {
+            "run": {k: round(v, 3) for k, v in self.breakdown(wall_s, test_seconds).items()},
+            "tests": {
+                n: {k: round(v, 3) for k, v in self.by_test(n, t).items() if v}
+                for n, t in test_seconds.items()
+            },
+        }
+
+
+def _short(nodeid: str) -> str:
+    """A node id without its file: 'test_vgg_swap[vgg16-...]'."""
+    return nodeid.rsplit("::", 1)[-1]
