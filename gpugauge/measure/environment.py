@@ -6,6 +6,7 @@ which baselines are stored: results are never compared across device classes.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import re
@@ -132,11 +133,9 @@ def fingerprint(root: Path, nvml: Nvml | None, nvml_reason: str | None = None) -
     """
     import torch
 
-    try:
-        import torchvision
-
-        tv: str | None = torchvision.__version__
-    except ImportError:
+    try:  # its metadata, not an import: torchvision's pulls in torch._dynamo, seconds
+        tv: str | None = importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
         tv = None
     info: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

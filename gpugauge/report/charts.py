@@ -9,19 +9,30 @@ results (:meth:`ReportData.only`), so no chart here names a family.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpugauge.judging.verdicts import MetricCheck, Verdict
 from gpugauge.report.trends import MIN_RUNS, TREND_CHARTS
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from gpugauge.report.data import ReportData
+
+
+def subplots(*args: Any, **kwargs: Any) -> tuple[Figure, Any]:
+    """``plt.subplots`` on the Agg backend, matplotlib imported on the first chart drawn.
+
+    A pytest run loads every family's charts module and draws none: importing pyplot at
+    module level cost every run, and every A/B side, about 0.6 s before its first test.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
 
 COLORS = {
     Verdict.REGRESSED: "#c0392b",
@@ -71,7 +82,7 @@ class RatioBars:
         rows.sort(key=lambda r: r.check("time").ratio)  # type: ignore[union-attr]
         checks = [r.check("time") for r in rows]
         noisy = data.hedged
-        fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4))
+        fig, ax = subplots(figsize=(9, 0.32 * len(rows) + 1.4))
         for i, (r, c) in enumerate(zip(rows, checks, strict=True)):
             assert c is not None
             ax.barh(
@@ -143,7 +154,7 @@ class History:
                 if m.timing is not None:
                     series.setdefault(m.id, []).append((i, m.summary.median))
         moved = sorted(series, key=lambda k: -_span(v for _, v in series[k]))[:12]
-        fig, ax = plt.subplots(figsize=(9, 4.5))
+        fig, ax = subplots(figsize=(9, 4.5))
         for n, key in enumerate(moved):
             pts = series[key]
             first = pts[0][1]
@@ -184,7 +195,7 @@ class Roofline:
     def draw(self, data: ReportData) -> Figure:
         """Log-log points per op, one roof per dtype."""
         roofs = {m.id: m.roofline.as_dict() for m in data.current.measurements if m.roofline}
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, ax = subplots(figsize=(8, 5))
         peaks = {r["dtype"]: r["peak_tflops"] for r in roofs.values()}
         bw = next(iter(roofs.values()))["peak_gbps"]
         xs = [r["intensity_flop_per_byte"] for r in roofs.values()]

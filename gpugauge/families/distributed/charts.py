@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
+from gpugauge.report.charts import subplots
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from gpugauge.report.data import ReportData
 
 
@@ -36,7 +34,7 @@ class ScalingCurves:
     def draw(self, data: ReportData) -> Figure:
         """Left: images/s against GPUs; right: efficiency t(1)/t(N) against batch (log x)."""
         ms = _distributed(data)
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+        fig, (left, right) = subplots(1, 2, figsize=(11, 4.5))
         lines: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
         for m in ms:
             tput = m.value("throughput")
@@ -109,7 +107,7 @@ class CommBars:
     def draw(self, data: ReportData) -> Figure:
         """Stacked horizontal bars, % of each traced step; the subtraction as a marker."""
         rows = [(m, self._split(m)) for m in _distributed(data) if self._split(m)]
-        fig, ax = plt.subplots(figsize=(9, 0.34 * len(rows) + 1.6))
+        fig, ax = subplots(figsize=(9, 0.34 * len(rows) + 1.6))
         parts = [
             ("compute", "#7f8c8d"),
             ("overlapped comm", "#5dade2"),

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
+from gpugauge.report.charts import subplots
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from gpugauge.report.data import ReportData
 
 
@@ -39,7 +37,7 @@ class Frontier:
             sim = " simulated" if "simulated" in s["backend"] else ""
             key = f"{s['mode']} {s['budget']}{' emulated' if s['emulated'] else ''}{sim}"
             series.setdefault(f"{key} ({s['device_class']})", []).append(s)
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, ax = subplots(figsize=(8, 5))
         for i, (label, rows) in enumerate(sorted(series.items())):
             rows.sort(key=lambda r: r["fc"])
             color = f"C{i % 10}"
