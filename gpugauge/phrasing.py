@@ -1,4 +1,4 @@
-"""Counted nouns in what gpugauge prints: '1 run', '2 runs', never '1 runs' or 'run(s)'."""
+"""How gpugauge says counts and times: '1 run', '2 runs' (never 'run(s)'); '40 s', '3 min'."""
 
 from __future__ import annotations
 
@@ -6,3 +6,26 @@ from __future__ import annotations
 def plural(count: int, noun: str, many: str = "") -> str:
     """'1 outlier', '3 outliers'; ``many`` where the plural is not ``noun + 's'``."""
     return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
+def duration(seconds: float) -> str:
+    """A rough time, said as one: '40 s' under 90 s, '3 min' from there."""
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def seconds_left(spent_s: float, done: int, total: int) -> float | None:
+    """What the items left will take if each costs the mean of those done, s.
+
+    None before the first item ends (nothing to go by) and after the last. A rough guide:
+    items differ (a split's search is minutes, a skipped case milliseconds).
+    """
+    if done <= 0 or done >= total:
+        return None
+    return spent_s / done * (total - done)
+
+
+def progress(spent_s: float, done: int, total: int, noun: str = "test") -> str:
+    """'12 of 93 tests done in 2 min; about 8 min left' (no estimate before the first)."""
+    left = seconds_left(spent_s, done, total)
+    eta = "" if left is None else f"; about {duration(left)} left"
+    return f"{done} of {plural(total, noun)} done in {duration(spent_s)}{eta}"

@@ -29,6 +29,7 @@ import pytest
 from gpugauge import benchmark_options, flags
 from gpugauge.benchmark_options import check_histogram, plain_benchmarks_line, saved_where
 from gpugauge.markers import GAUGE_MARKERS, marker_lines
+from gpugauge.phrasing import progress
 
 if TYPE_CHECKING:
     from gpugauge.gauge import Gauge
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 SESSION = pytest.StashKey["GaugeSession"]()
 STARTED = pytest.StashKey[float]()  # time.monotonic() at the session's start
+PROGRESS_AT = pytest.StashKey[float]()  # time.monotonic() of the last progress line
+PROGRESS_EVERY_S = 30.0  # the least time between two progress lines, s
 STARTED_WALL = pytest.StashKey[float]()  # time.time() at the session's start (file times)
 START_FAILED = pytest.StashKey[pytest.UsageError]()  # why gpugauge could not start
 FIXTURES = ("gauge", "gauge_session")  # a collected test that takes one uses gpugauge
@@ -146,6 +149,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     gs = item.config.stash.get(SESSION, None)
     if gs is not None:
         gs.wall.current = item.nodeid
+        _progress(item.config, gs, t0)
     yield
     if gs is not None:
         gs.test_seconds[item.nodeid] = round(time.monotonic() - t0, 3)
@@ -159,6 +163,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     stop = item.session.shouldstop or item.session.shouldfail
     if gs is not None and stop:
         gs.stopped = str(stop)
+
+
+def _progress(config: pytest.Config, gs: GaugeSession, now: float) -> None:
+    """'12 of 93 tests done in 2 min; about 8 min left', at a test's start, every 30 s or more.
+
+    A long run (a nightly is about 10 minutes) says how far it is at least once a minute
+    where its tests take under half a minute each.
+    """
+    started = config.stash.get(STARTED, now)
+    if now - config.stash.get(PROGRESS_AT, started) < PROGRESS_EVERY_S or not gs.finished:
+        return
+    config.stash[PROGRESS_AT] = now
+    gs.note(progress(now - started, gs.finished, gs.selected))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -1397,3 +1397,21 @@ def test_each_case_s_line_says_about_how_long_its_round_has_left() -> None:
     assert eta_s(30.0, 3, 24) == "; about 4 min left in this round"  # 10 s a test, 21 left
     assert eta_s(5.0, 1, 2) == "; about 5 s left in this round"
     assert eta_s(5.0, 2, 2) == ""  # the round's last test
+    # round 1 of 2: 21 tests left of 24 at 10 s each, then a round of 240 s
+    assert eta_s(30.0, 3, 24, rounds_after=1) == "; about 4 min left in this round, 8 min in all"
+
+
+def test_bisect_and_confirm_say_how_long_they_have_left() -> None:
+    """Issue 51: an ETA for bisect's search and for confirm's A/Bs, from their costs."""
+    from gpugauge.ab.bisect import steps_left
+    from gpugauge.ab.budget import Budget
+    from gpugauge.ab.confirm_command import ROUND_START_S, expected_ab_s
+
+    # 6 commits untested: 3 halvings, then the A/B of the culprit's parent against it
+    assert steps_left(6, [60.0, 120.0]) == "; about 4 A/Bs, 6 min left"
+    assert steps_left(0, [30.0]) == "; about 1 A/B, 30 s left"  # only the confirming A/B
+    assert steps_left(6, []) == ""  # no step yet to go by
+    budget = Budget(test_s={"t::a": 10.0, "t::b": 5.0}, first_look_s=2.0)
+    # 2 rounds of both sides' tests (2 x 15 s), the first looks (2 x 2 s) and a start
+    assert expected_ab_s(budget, ["t::a", "t::b"], 2, 0.0) == 2 * (34.0 + ROUND_START_S)
+    assert expected_ab_s(budget, ["t::a"], 1, 8.0) == 22.0 + 8.0

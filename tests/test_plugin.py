@@ -122,6 +122,23 @@ def test_the_wall_ledger_accounts_for_every_second() -> None:
     assert lines[1] == "most outside their timed work: a 4 s, b 2 s"
 
 
+def test_a_long_run_says_how_far_it_is(run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51: a 10-minute nightly printed no ETA; each test's start may say one."""
+    import gpugauge.plugin
+
+    monkeypatch.setattr(gpugauge.plugin, "PROGRESS_EVERY_S", 0.0)
+    result, _ = run()
+    result.stdout.fnmatch_lines(["*] 1 of 3 tests done in * s; about * s left"])
+    result.stdout.fnmatch_lines(["*] 2 of 3 tests done in * s; about * s left"])
+
+
+def test_progress_is_said_as_counts_and_rough_times() -> None:
+    from gpugauge.phrasing import progress
+
+    assert progress(120.0, 12, 93) == "12 of 93 tests done in 2 min; about 14 min left"
+    assert progress(0.0, 0, 5, "case") == "0 of 5 cases done in 0 s"  # nothing to go by yet
+
+
 def test_benchmark_disable_runs_each_case_once(run) -> None:
     result, data = run("--benchmark-disable")
     result.assert_outcomes(passed=2, skipped=1)

@@ -16,6 +16,8 @@ learnt can be kept.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +26,7 @@ from gpugauge.ab.launch import ABError
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import Outcome
-from gpugauge.phrasing import plural
+from gpugauge.phrasing import duration, plural
 
 # compare(base ref, head ref, case ids or None for the selection, step name) -> report
 Compare = Callable[[str, str, Sequence[str] | None, str], ABReport]
@@ -119,6 +121,17 @@ def _step(compare: Compare, base: str, head: str, cases: Sequence[str], name: st
     return Step(base, head, _slower(report), report, tuple(cases))
 
 
+def steps_left(untested: int, step_s: Sequence[float]) -> str:
+    """'; about 3 A/Bs, 6 min left': halving ``untested`` commits, then the confirming A/B.
+
+    Each A/B left is taken to cost the mean of the search's steps so far.
+    """
+    if not step_s:
+        return ""
+    more = math.ceil(math.log2(untested + 1)) + 1
+    return f"; about {plural(more, 'A/B')}, {duration(more * sum(step_s) / len(step_s))} left"
+
+
 def bisect(
     repo: Path,
     good: str,
@@ -190,9 +203,12 @@ def bisect(
         )
 
     progress(so_far("searching"))
+    step_s: list[float] = []  # each search step's wall seconds: what the steps left will cost
     while left := [i for i in range(lo + 1, hi) if i not in skipped]:
         mid = left[len(left) // 2]
+        t0 = time.monotonic()
         step = _step(compare, good_sha, commits[mid], cases, f"step-{len(steps)}")
+        step_s.append(time.monotonic() - t0)
         steps.append(step)
         if step.untestable:
             skipped[mid] = f"untestable: {step.untestable}"
@@ -204,7 +220,11 @@ def bisect(
             said = "undecided (need more samples): skipped, not counted as good"
         else:
             lo, said = mid, "good"
-        note(f"bisect: {commits[mid][:10]} {said} ({plural(hi - lo, 'commit')} still suspect)")
+        suspect = [i for i in range(lo + 1, hi) if i not in skipped]
+        note(
+            f"bisect: {commits[mid][:10]} {said} ({plural(hi - lo, 'commit')} still suspect"
+            f"{steps_left(len(suspect), step_s)})"
+        )
         progress(so_far("searching"))
     beside = [commits[i][:10] for i in sorted(skipped) if lo < i < hi]
     culprit = commits[hi]

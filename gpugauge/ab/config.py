@@ -45,6 +45,7 @@ class ABConfig:
     # each build runs in the other's place: head's in the process the coordinator and the
     # worker call base, and back (every other round); cases read head over base
     exchanged: bool = False
+    round: int = 1  # which of the schedule's rounds this run of the coordinator is
 
     def __post_init__(self) -> None:
         if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:

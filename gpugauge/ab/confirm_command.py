@@ -33,9 +33,13 @@ from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import default_target
 from gpugauge.history.targets import redact
-from gpugauge.phrasing import plural
+from gpugauge.phrasing import duration, plural
 from gpugauge.results.files import read_json
 from gpugauge.results.runs import load_run
+
+# a round's start and end beside its tests, s, before an A/B has shown its own: about 15 s
+# on an H200 (docs/lab/gpu-runs.md, run 97)
+ROUND_START_S = 15.0
 
 
 def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -118,7 +122,7 @@ def confirm_command(args: argparse.Namespace) -> int:
         def one(ref: str, ordered: list[Borderline]) -> None:
             """One A/B of ``ordered`` against ``ref``, within what is left of the budget."""
             nonlocal status, start_s
-            ids = [c.nodeid for c in ordered]
+            ids = ids_of(ordered)
             # an A/B costs its start before any test: as much as the last one's did
             if not budget.fits(ids, start_s):
                 print(
@@ -163,8 +167,31 @@ def confirm_command(args: argparse.Namespace) -> int:
                 print(f"gpugauge confirm: {problem}")
 
         with owning(args.out):
-            for ref, ordered in in_order(groups):  # regressed, device-paced, cheapest first
+            order = list(in_order(groups))  # regressed, device-paced, cheapest first
+            for k, (ref, ordered) in enumerate(order):
+                cost = [expected_ab_s(budget, ids_of(g), args.rounds, start_s) for _, g in order]
+                print(
+                    f"gpugauge confirm: A/B {k + 1} of {len(order)}, against {ref[:10]}: "
+                    f"about {duration(cost[k])} expected, {duration(sum(cost[k:]))} for "
+                    f"{'it' if k + 1 == len(order) else 'all left'}"
+                )
                 one(ref, ordered)
         return verdict(status)
 
     return guarded("confirm", body)
+
+
+def ids_of(cases: Sequence[Borderline]) -> list[str]:
+    """The node ids an A/B of these results runs."""
+    return [c.nodeid for c in cases]
+
+
+def expected_ab_s(budget: Budget, nodeids: Sequence[str], rounds: int, start_s: float) -> float:
+    """What an A/B of ``nodeids`` is expected to cost, s: each round's tests and its start.
+
+    A test's cost per round is :meth:`Budget.expected_s` (twice its gated run's seconds and
+    a first look); a round's start is what the last A/B cost beside its tests, or
+    :data:`ROUND_START_S` before one.
+    """
+    start = start_s or ROUND_START_S
+    return rounds * (sum(budget.expected_s(i) for i in nodeids) + start)

@@ -48,7 +48,7 @@ from gpugauge.ab.result import (
     other_side,
 )
 from gpugauge.ab.sides import Checkout
-from gpugauge.phrasing import plural
+from gpugauge.phrasing import duration, plural, seconds_left
 
 
 class _Failed(Exception):
@@ -190,7 +190,8 @@ class Coordinator:
             if self.cfg.exchanged:
                 case = case.exchanged()
             cases.append(replace(case, wall_s=time.monotonic() - t0))
-            eta = eta_s(time.monotonic() - started, len(cases), total)
+            rounds_after = self.cfg.schedule.rounds - self.cfg.round
+            eta = eta_s(time.monotonic() - started, len(cases), total, rounds_after)
             self.note(f"  [{len(cases)}/{total}] {progress_line(cases[-1])}{eta}")
             self._save_so_far(base, head, cases, started)
         return cases
@@ -345,18 +346,19 @@ class Coordinator:
         return tuple(pairs)
 
 
-def eta_s(spent_s: float, done: int, total: int) -> str:
-    """'; about 3 min left in this round', from the round's seconds per test so far ('' at its end).
+def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:
+    """'; about 3 min left in this round, 9 min in all' ('' at the round's end).
 
-    Each test so far cost what it cost, start-up included; the tests left are assumed to
-    cost their mean. A rough guide, said as one: tests differ (a split's setup is minutes).
+    From the round's seconds per test so far, start-up included (:func:`seconds_left`); each
+    round after this one is taken to cost what this one will have cost in all.
     """
-    left = total - done
-    if left <= 0 or done <= 0:
+    left = seconds_left(spent_s, done, total)
+    if left is None:
         return ""
-    seconds = spent_s / done * left
-    said = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
-    return f"; about {said} left in this round"
+    said = f"; about {duration(left)} left in this round"
+    if rounds_after > 0:
+        said += f", {duration(left + rounds_after * (spent_s + left))} in all"
+    return said
 
 
 def progress_line(case: CaseAB) -> str:
@@ -414,6 +416,7 @@ def run_sides(
             out=round_folder(cfg.out, k),
             exchanged=exchanged,
             budget=cfg.budget,
+            round=k,
         )
         report = report.with_round(Coordinator(later, sides, note, cwd).run())
     return report.pooled()
