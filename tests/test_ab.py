@@ -6,6 +6,7 @@ whose benchmark is a host spin (CPU, host-timed): one commit adds a sleep to eve
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -1157,7 +1158,7 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
     _git(toy, "commit", "-qm", "baselines")
     _commit(toy, "\n    time.sleep(0.003)", "sleep")
     cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
-    gated = _with_verdict(run, 1.03, "unchanged", cls)
+    gated = _with_grown_and_broken(_with_verdict(run, 1.03, "unchanged", cls))
     history = tmp_path / "h.sqlite"
     import_run = [sys.executable, "-m", "gpugauge", "history", "import", str(gated)]
     subprocess.run([*import_run, "--history", str(history)], check=True, capture_output=True)
@@ -1170,6 +1171,9 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
     done = _ab(toy, *confirm, out=Path("results") / "ab", tmp=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr  # slower: the job fails
     assert "decided by a same-GPU A/B" in done.stdout
+    # the unreadable result is named, the one with new memory is no A/B's: the rest ran
+    assert "left out a result that cannot be read" in done.stderr
+    assert "benchmarks[2]" in done.stderr
     (sides,) = (toy / "results" / "ab").iterdir()  # one reference commit
     assert {p.name for p in sides.glob("*.json")} >= {"base.json", "head.json"}, done.stdout
     stored = load_run(gated).verdicts["test_toy.py::test_spin"]
@@ -1182,15 +1186,42 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
     assert main(["report", "--current", str(gated), "--out", str(tmp_path / "rep")]) == 0
     (md,) = (tmp_path / "rep").glob("*.md")  # and so does the report drawn from it
     text = md.read_text()
-    assert "1 result decided by a same-GPU A/B (gpugauge confirm)" in text
+    # test_spin recorded both its results: the A/B of the test decided both times
+    assert "2 results decided by a same-GPU A/B (gpugauge confirm)" in text
     assert "time (same-GPU A/B)" in text
+    assert "new 1.049e+08 bytes (reference 0)" in text  # grown's memory: a clear verdict
+    assert "benchmarks[2]" in text  # the report names what it left out
     with History.open(str(history)) as h:
-        (ab,) = h.ab_cases(run_id)
+        abs_ = {a.bench_id: a for a in h.ab_cases(run_id)}
+        assert set(abs_) == {"grown", "test_toy.py::test_spin"}  # broken: never read
+        ab = abs_["test_toy.py::test_spin"]
         assert ab.verdict == "regressed"
         assert len(ab.pairs) >= 8  # both rounds' pairs
         (point,) = h.points("test_toy.py::test_spin")
         assert (point.result.verdict, point.accepted) == ("regressed", False)
     assert _leftovers(toy, tmp_path) == []
+
+
+def _with_grown_and_broken(path: Path) -> Path:
+    """The run with two more results: one whose memory grew from a 0 B baseline (the gate
+    fails it on new memory), one that cannot be read (a negative sample)."""
+    from gpugauge.regress.baselines import Entry
+    from gpugauge.regress.gate import compare
+    from gpugauge.regress.tolerances import Tolerance
+
+    data = json.loads(path.read_text())
+    (bench,) = data["benchmarks"]
+    grown, broken = copy.deepcopy(bench), copy.deepcopy(bench)
+    info = grown["extra_info"]
+    info["id"] = "grown"
+    now = Entry("grown", info["family"], info["device_class"], {"memory": (100 * 2**20,)})
+    was = Entry("grown", info["family"], info["device_class"], {"memory": (0.0,)})
+    info["gate"] = compare(now, was, Tolerance()).as_dict()
+    broken["extra_info"]["id"] = "broken"
+    broken["extra_info"]["timing"]["device_ms"] = [-1.0]
+    data["benchmarks"] += [grown, broken]
+    path.write_text(json.dumps(data))
+    return path
 
 
 def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(

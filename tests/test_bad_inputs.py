@@ -194,7 +194,6 @@ BAD_RUNS: dict[str, Any] = {
     "device-class-absolute": _bench(device_class="/tmp/gpugauge-escape"),
     "memory-infinite": _bench(memory=[{"device": "cuda:0", "peak_allocated_bytes": float("inf")}]),
     "machine-info-a-list": _run(machine_info=[1]),
-    "id-held-twice": _run(benchmarks=run_json([result("a")])["benchmarks"] * 2),
     "samples-subnormal": _bench(device_ms=[5e-324, 5e-324]),
     "samples-huge": _bench(device_ms=[1e300, 1e300]),
     "value-subnormal": _bench(values={"speedup": 5e-324}),
@@ -395,6 +394,18 @@ def test_bad_run_file_cli(ws: Path, content: Any, capsys: pytest.CaptureFixture)
     into = ["history", "import", str(ws / "good.json"), str(bad), "--history", str(ws / "h.db")]
     cli_refuses(ws, into, str(bad), capsys, why)
     cli_refuses(ws, ["confirm", str(bad), "--out", str(ws / "ab")], str(bad), capsys, why)
+
+
+def test_an_id_held_twice_is_read_once_and_the_second_named(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 49: the report reads the rest of a run and names what it left out; a baseline,
+    recorded from runs read whole, refuses it."""
+    twice = place(ws / "twice.json", _run(benchmarks=run_json([result("a")])["benchmarks"] * 2))
+    code, _, err = run_cli(report(ws, "--current", str(twice)), capsys)
+    assert code == 0, err
+    assert f"{twice}: benchmarks[1]: 'a' on {CLASS} is held twice" in err
+    cli_refuses(ws, baseline_cmd(ws, str(twice)), str(twice), capsys, "held twice")
 
 
 def test_one_run_given_twice_in_other_formatting_is_refused(

@@ -23,7 +23,7 @@ from gpugauge.regress.baselines import BaselineStore, Entry, entry_of
 from gpugauge.regress.gate import Gate, compare
 from gpugauge.regress.tolerances import Tolerance, Tolerances
 from gpugauge.results.runs import load_run
-from tests.fakes import CLASS, result, run_json
+from tests.fakes import CLASS, first_report, result, run_json
 
 MiB = 2**20
 
@@ -294,3 +294,35 @@ def test_the_report_names_a_stored_run_it_cannot_read_and_reads_the_rest(
     assert "0001_bad.json" in err
     assert "0002_other.json" not in err  # not a gpugauge run: left out as before
     assert "0001_bad.json" in (out / "report.md").read_text()
+
+
+def test_one_unreadable_result_is_named_and_the_rest_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 49: a reader that refuses one result still reads the others and says which.
+
+    confirm's reader and the report read the rest; a history import keeps the rest; a
+    baseline, recorded from whole runs, is refused naming the result.
+    """
+    data = run_json([result("a"), result("b"), result("c")])
+    data["benchmarks"][1]["extra_info"]["timing"]["device_ms"] = [-1.0]  # b: unreadable
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(data))
+    saved = load_run(run)
+    assert [m.id for m in saved.measurements] == ["a", "c"]
+    (why,) = saved.refused
+    assert why.startswith(f"{run}: benchmarks[1]")
+    report = first_report(tmp_path, run)
+    assert "benchmarks[1]" in report
+    assert all(f"| {i} " in report for i in "ac")
+    assert "gpugauge report: warning: left out a result that cannot be read" in (
+        capsys.readouterr().err
+    )
+    h = tmp_path / "h.sqlite"
+    assert history_main(["import", str(run), "--history", str(h)]) == 0
+    assert "gpugauge history: warning: left out" in capsys.readouterr().err
+    with History.open(h) as store:
+        assert {p.result.bench_id for p in store.iter_points()} == {"a", "c"}
+    argv = ["baseline", str(run), "--baselines-dir", str(tmp_path / "bl")]
+    assert gpugauge_main(argv) != 0
+    assert "benchmarks[1]" in capsys.readouterr().err

@@ -121,8 +121,11 @@ def test_a_run_whose_stored_time_is_garbage_can_be_removed(
     path = _history(tmp_path)
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE runs SET time_utc = 'garbage' WHERE id = 'run-2'")
-    code, _, err = _cli(["list", "--history", str(path)], capsys)
-    assert code == 2
+    code, out, err = _cli(["list", "--history", str(path)], capsys)
+    assert code == 0  # issue 49: one bad row is named, never the end of a listing
+    assert "case-0" in out
+    assert "?" in out  # its last run's date: unknown
+    assert "history list: skipped a stored run time 'garbage'" in err
     assert "history remove" in err
     assert "Traceback" not in err
     assert _cli(["remove", "run-2", "--history", str(path)], capsys)[0] == 0

@@ -35,10 +35,10 @@ from gpugauge.history.store import default_target
 from gpugauge.history.targets import redact
 from gpugauge.phrasing import duration, plural
 from gpugauge.results.files import read_json
-from gpugauge.results.runs import load_run
+from gpugauge.results.runs import load_run, say_refused
 
-# a round's start and end beside its tests, s, before an A/B has shown its own: about 15 s
-# on an H200 (docs/lab/gpu-runs.md, run 97)
+# a round's start and end beside its tests, s, before an A/B has shown its own: two sides'
+# start-up and end, as measured on an H200 (docs/ab.md)
 ROUND_START_S = 15.0
 
 
@@ -107,6 +107,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             + ", ".join(f"{c.id} {c.ratio:.3f}x ({c.lost_ms:.3g} ms lost)" for c in cases)
         )
         run = load_run(args.run)
+        say_refused(run, "gpugauge confirm")  # the others are confirmed all the same
         if args.profile is None:
             args.profile = run.profile
         with_injection = {m.id for m in run.measurements if injected(m)}

@@ -30,7 +30,7 @@ from gpugauge.measure.stats import summarize
 from gpugauge.regress.baselines import kernel_shares
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
-from gpugauge.results.runs import SavedRun, load_run
+from gpugauge.results.runs import SavedRun, load_run, say_refused
 
 INJECTED_KEY = "injected_slowdown_ms"  # gpugauge.check.slowdown's record of added work
 
@@ -237,6 +237,7 @@ def saved_records(path: Path, host: str | None = None) -> tuple[RunRecord, list[
     Verdicts saved with the results come along. RunError or HistoryError naming the file.
     """
     saved = load_run(path)  # RunError (a ValueError) naming the file and the field
+    say_refused(saved, "gpugauge history")  # the run's readable results are its record
     host = host or saved.host or "unknown-host"
     classes = Counter(m.device_class for m in saved.measurements)
     run = run_record(

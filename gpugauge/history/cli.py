@@ -83,9 +83,11 @@ def _no_match(cases: Sequence[Case], pattern: str) -> str | None:
 
 
 def _list(h: History, args: argparse.Namespace) -> int:
-    held = h.cases()
+    unreadable: list[str] = []
+    held = h.cases(skip=unreadable)
     said = _no_match(held, args.id) if args.id else None
     print(said or cases_text([c for c in held if _matching([c.bench_id], args.id)]))
+    _skipped(args, unreadable)
     return 0
 
 

@@ -48,8 +48,8 @@ def cases_text(cases: Sequence[Case]) -> str:
             c.device_class,
             short(c.host, 24),
             str(c.runs),
-            f"{c.first:%Y-%m-%d}",
-            f"{c.last:%Y-%m-%d}",
+            "?" if c.first is None else f"{c.first:%Y-%m-%d}",
+            "?" if c.last is None else f"{c.last:%Y-%m-%d}",
         )
         for c in cases
     ]

@@ -70,15 +70,19 @@ def default_target(storage: Path = Path(".benchmarks")) -> str:
 
 @dataclass(frozen=True)
 class Case:
-    """One case of the history on one host: how many runs hold it, first and last."""
+    """One case of the history on one host: how many runs hold it, first and last.
+
+    ``first`` or ``last`` is None where that run's stored time cannot be read (named by
+    :meth:`History.cases` in its ``skip``): the case is still listed.
+    """
 
     bench_id: str
     family: str
     device_class: str
     host: str
     runs: int
-    first: datetime
-    last: datetime
+    first: datetime | None
+    last: datetime | None
 
 
 class History(Windows):
@@ -235,10 +239,12 @@ class History(Windows):
             rows = tx.query(sql + " ORDER BY time_utc, id", params)
         return [run_of(r) for r in rows]
 
-    def cases(self, bench_id: str | None = None) -> list[Case]:
+    def cases(self, bench_id: str | None = None, skip: list[str] | None = None) -> list[Case]:
         """Every (case, device class, host) with its run count, by case then host.
 
-        ``bench_id``: that case's only (read through its index, not the whole history).
+        ``bench_id``: that case's only (read through its index, not the whole history). A
+        stored run time that cannot be read is an error, or, given ``skip``, named there and
+        read as None: one bad row never ends a listing of many.
         """
         where, params = ("WHERE s.bench_id = ? ", (bench_id,)) if bench_id is not None else ("", ())
         with self._db.transaction(write=False) as tx:
@@ -249,7 +255,18 @@ class History(Windows):
                 "ORDER BY s.bench_id, s.device_class, r.host",
                 params,
             )
-        return [Case(*r[:5], parse_time(r[5]), parse_time(r[6])) for r in rows]
+
+        def when(text: str) -> datetime | None:
+            try:
+                return parse_time(text)
+            except HistoryError as err:
+                if skip is None:
+                    raise
+                if str(err) not in skip:
+                    skip.append(str(err))
+                return None
+
+        return [Case(*r[:5], when(r[5]), when(r[6])) for r in rows]
 
     def _points_of(self, rows: Iterable[tuple[Any, ...]], run_ids: bool = False) -> Iterator[Point]:
         """Points of rows in :func:`select_sql`'s columns; each run's record is built once.

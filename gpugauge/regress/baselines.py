@@ -68,6 +68,8 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
     BaselineError naming the run and the result, before anything is written.
     """
     run = load_run(path)
+    if run.refused:  # a baseline is recorded from whole runs: a reference must not lack one
+        raise BaselineError(f"{run.refused[0]}; record baselines from runs read whole")
     early = run.outcome.ended_early() if run.outcome is not None else None
     if early:
         raise BaselineError(f"{path}: {early}; record baselines from whole runs")

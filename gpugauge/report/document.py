@@ -56,7 +56,7 @@ from gpugauge.report.tables import (
 from gpugauge.report.trends import MIN_RUNS, changes_of, changes_table, load_trends, too_few_runs
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
-from gpugauge.results.runs import NotOurs, RunError, SavedRun, load_run
+from gpugauge.results.runs import NotOurs, RunError, SavedRun, load_run, say_refused
 
 
 def newest_run(storage: Path) -> Path:
@@ -119,9 +119,11 @@ def collect(
     change points of the run's cases the report shows (None: none, and no note).
     """
     run = load_run(current)
+    refused = say_refused(run, "gpugauge report")
     baseline_noisy: frozenset[str] = frozenset()
     if baseline_run is not None:
         other = load_run(baseline_run)
+        refused += say_refused(other, "gpugauge report")
         results = _against_run(run, other, tolerances)
         against = f"saved run {baseline_run}"
         baseline_noisy = uncertain_ids(other.measurements)
@@ -134,7 +136,7 @@ def collect(
         judge = Judge(Gate(BaselineStore(baselines), tolerances))
         results = [judge.judge(m) for m in run.measurements]
         against = f"stored baselines in {baselines}/"
-    runs, skipped = [], []
+    runs, skipped = [], refused
     for p in history:
         try:
             runs.append(load_run(p))

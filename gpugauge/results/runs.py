@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import platform
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -77,6 +78,8 @@ class SavedRun:
     argv: tuple[str, ...] = ()  # the command line the plugin saved
     run_id: str | None = None  # the history run id the plugin stored with the run
     digest: str = ""  # sha256 of the run's content (its date and results), not its bytes
+    # the results that could not be read, each 'PATH: benchmarks[i]: why': left out, named
+    refused: tuple[str, ...] = ()
 
     @property
     def machine(self) -> str:
@@ -153,10 +156,12 @@ def content_digest(data: dict[str, Any]) -> str:
 
 
 def load_run(path: Path) -> SavedRun:
-    """Every gpugauge result of a saved run; RunError if the file holds none.
+    """Every readable gpugauge result of a saved run; RunError if the file holds none.
 
     Benchmarks of the run that are not gpugauge's (plain pytest-benchmark tests) are left
-    out; a gpugauge result that cannot be read is an error naming it.
+    out. A gpugauge result that cannot be read is left out too, named in
+    :attr:`SavedRun.refused`: one bad result must not stop a nightly's confirm and report
+    from reading the others (issue 49). RunError where none can be read.
     """
     try:
         data = read_json(path)
@@ -166,52 +171,32 @@ def load_run(path: Path) -> SavedRun:
         raise RunError(f"{path}: not a pytest-benchmark JSON (no 'benchmarks' list)")
     check_run(data, path)  # every run-level field a reader takes: RunError naming it
     machine = data.get("machine_info")
-    found = []
+    found: list[Measurement] = []
+    refused: list[str] = []
     held: dict[tuple[str, str], int] = {}
     verdicts: dict[str, dict[str, Any]] = {}
     for i, bench in enumerate(data["benchmarks"]):
         info = bench.get("extra_info") if isinstance(bench, dict) else None
         if not isinstance(info, dict) or "gpugauge_schema" not in info:
             continue
-        where = f"{path}: benchmarks[{i}]"
-        check_result(info, path, f"benchmarks[{i}].extra_info")
         try:
-            if info["gpugauge_schema"] == 1:
-                info = {
-                    **info,
-                    "id": info.get("id") or bench["param"],
-                    "device_class": info.get("device_class") or _schema1_device_class(info),
-                }
-            _check_names(info, where)
-            m = Measurement.from_dict(info, where)
-        except (
-            RecordError,
-            KeyError,
-            IndexError,
-            TypeError,
-            ValueError,
-            AttributeError,
-            OverflowError,
-        ) as err:
-            text = str(err)
-            if not text.startswith(where):
-                text = f"{where}: not a readable gpugauge result ({text})"
-            raise RunError(text) from None
-        _check_readings(m, where)
+            m, verdict = _result(bench, info, path, i)
+        except RunError as err:  # named and left out: the run's other results stand
+            refused.append(str(err))
+            continue
         key = (m.device_class, m.id)
         if key in held:
-            raise RunError(
-                f"{where}: {m.id!r} on {m.device_class} is held twice (also benchmarks"
-                f"[{held[key]}]); one run holds one result per id"
+            refused.append(
+                f"{path}: benchmarks[{i}]: {m.id!r} on {m.device_class} is held twice (also "
+                f"benchmarks[{held[key]}]); one run holds one result per id"
             )
+            continue
         held[key] = i
         found.append(m)
-        if info.get("gate") is not None:  # read as every reader of verdicts reads it
-            try:
-                GateResult.from_dict(info["gate"], m.spec.family, m.device_class)
-            except ValueError as err:
-                raise RunError(f"{where}.extra_info.gate: {err}") from None
-            verdicts[m.id] = info["gate"]
+        if verdict is not None:
+            verdicts[m.id] = verdict
+    if not found and refused:
+        raise RunError("; ".join(refused))
     if not found:
         raise NotOurs(f"{path}: no gpugauge results in it (a pytest-benchmark run of other tests?)")
     fp = (machine or {}).get("gpugauge") or {}
@@ -238,4 +223,51 @@ def load_run(path: Path) -> SavedRun:
         outcome=outcome,
         profile=profile if isinstance(profile, str) else None,
         node=str((machine or {}).get("node") or "") or None,
+        refused=tuple(refused),
     )
+
+
+def _result(
+    bench: dict[str, Any], info: dict[str, Any], path: Path, i: int
+) -> tuple[Measurement, dict[str, Any] | None]:
+    """One saved gpugauge result and its gate verdict (None: ungated); RunError naming it."""
+    where = f"{path}: benchmarks[{i}]"
+    check_result(info, path, f"benchmarks[{i}].extra_info")
+    try:
+        if info["gpugauge_schema"] == 1:
+            info = {
+                **info,
+                "id": info.get("id") or bench["param"],
+                "device_class": info.get("device_class") or _schema1_device_class(info),
+            }
+        _check_names(info, where)
+        m = Measurement.from_dict(info, where)
+    except (
+        RecordError,
+        KeyError,
+        IndexError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        OverflowError,
+    ) as err:
+        text = str(err)
+        if not text.startswith(where):
+            text = f"{where}: not a readable gpugauge result ({text})"
+        raise RunError(text) from None
+    _check_readings(m, where)
+    if info.get("gate") is None:
+        return m, None
+    try:  # read as every reader of verdicts reads it
+        GateResult.from_dict(info["gate"], m.spec.family, m.device_class)
+    except ValueError as err:
+        raise RunError(f"{where}.extra_info.gate: {err}") from None
+    return m, info["gate"]
+
+
+def say_refused(run: SavedRun, who: str) -> list[str]:
+    """Each result ``run`` left out, said on stderr as ``who``'s warning; the lines said."""
+    lines = [f"left out a result that cannot be read: {why}" for why in run.refused]
+    for line in lines:
+        print(f"{who}: warning: {line}", file=sys.stderr)
+    return lines
