@@ -23,7 +23,6 @@ import pytest
 from gpugauge.adapter import fill_benchmark_fixture, plain_params, stored_options
 from gpugauge.family_entries import family_names
 from gpugauge.judging.judge import Judge, regressed_on_new_host
-from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
@@ -32,6 +31,7 @@ from gpugauge.pipeline import l2_flusher, measure_case
 from gpugauge.report.noise import hedge
 from gpugauge.report.tables import one_line
 from gpugauge.results.measurement import Attempt, Comparison, Measurement, Spec
+from gpugauge.results.verdicts import GateResult, Verdict
 from gpugauge.session import GaugeSession, Note
 
 # what other modules import from here

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.first_nights import FirstNights
-from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
@@ -40,6 +39,7 @@ from gpugauge.report.tables import (
 )
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
 from gpugauge.results.outcome import RunOutcome, Skip
+from gpugauge.results.verdicts import GateResult
 from gpugauge.tracking import Tracker
 
 Note = Callable[[str], None]
