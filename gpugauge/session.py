@@ -65,7 +65,7 @@ class GaugeSession:
     unmeasured: set[str] = field(default_factory=set)  # ids run once under --benchmark-disable
     foreign_note: str | None = None
     tracker: Tracker | None = None  # the results history; None with --gauge-no-history
-    confirm: bool = True  # measure a regressed result again before its test fails
+    remeasure: bool = True  # measure a regressed result again before its test fails
     first_nights: FirstNights | None = None  # --gauge-first-nights N; None without it
     selected: int = 0  # tests pytest selected to run
     finished: int = 0  # tests that ran to their teardown
