@@ -12,11 +12,30 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from gpugauge.report.charts import Chart
+    from matplotlib.figure import Figure
+
     from gpugauge.results.measurement import Comparison, Measurement, Spec
+
+
+class Chart(Protocol):
+    """One figure of a report, a family's or the report's own.
+
+    ``data`` is the report's :class:`gpugauge.report.data.ReportData` (a family's chart gets
+    that family's results only). Declared here, below the report, as the family's side of
+    the interface: a family names what it draws without importing the report.
+    """
+
+    name: str
+    title: str
+
+    def applies(self, data: Any) -> bool:
+        """Whether the report has data for this chart."""
+
+    def draw(self, data: Any) -> Figure:
+        """The figure."""
 
 
 def _importable(name: str) -> bool:
@@ -72,7 +91,3 @@ class Family:
             return None
         how = f": {self.install}" if self.install else ""
         return f"family {self.name} needs {', '.join(gone)}, which is not installed{how}"
-
-    def describe(self) -> dict[str, Any]:
-        """What ``gpugauge families`` prints."""
-        return {"name": self.name, "about": self.about, "charts": [c.name for c in self.charts]}

@@ -33,10 +33,10 @@ from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import default_target
 from gpugauge.history.targets import redact
-from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.phrasing import plural
 from gpugauge.regress.gate import Gate
 from gpugauge.results.measurement import Measurement
+from gpugauge.results.verdicts import GateResult, Verdict
 from gpugauge.tracking import Tracker, judged_here
 
 OPTION = "--gauge-first-nights"

@@ -274,12 +274,15 @@ def add_history_options(group: Any) -> None:
         ),
     )
     group.addoption(
-        "--gauge-no-confirm",
+        "--gauge-no-remeasure",
+        "--gauge-no-confirm",  # its name before 'confirm' meant only `gpugauge confirm`
         action="store_true",
+        dest="gauge_no_remeasure",
         default=False,
         help=(
             "fail a regressed result at once; by default it is measured again (a fresh "
-            "warm-up) and fails only if the second measurement regresses too"
+            "warm-up) and fails only if the second measurement regresses too "
+            "(--gauge-no-confirm: its old name)"
         ),
     )
 

@@ -23,7 +23,6 @@ import pytest
 from gpugauge.adapter import fill_benchmark_fixture, plain_params, stored_options
 from gpugauge.family_entries import family_names
 from gpugauge.judging.judge import Judge, regressed_on_new_host
-from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
@@ -32,6 +31,7 @@ from gpugauge.pipeline import l2_flusher, measure_case
 from gpugauge.report.noise import hedge
 from gpugauge.report.tables import one_line
 from gpugauge.results.measurement import Attempt, Comparison, Measurement, Spec
+from gpugauge.results.verdicts import GateResult, Verdict
 from gpugauge.session import GaugeSession, Note
 
 # what other modules import from here
@@ -260,7 +260,7 @@ class Gauge:
         timing at all (``Measurement(spec, values={"max_layers": 61})``). Its rounds, if
         any, become pytest-benchmark's stats; everything else goes into ``extra_info``.
         A regression against the baseline fails the calling test. A regressed result that
-        is measured again (:meth:`_confirm`) is that second measurement from then on: it
+        is measured again (:meth:`_remeasure`) is that second measurement from then on: it
         is what is stored, shown and returned, the first kept in its ``earlier``.
         """
         check_spec(m.spec, "gauge.record")
@@ -340,19 +340,19 @@ class Gauge:
         assert gate is not None
         return Judge(gate, self.session.tracker, self.session.first_nights).judge(m)
 
-    def _confirm(self, m: Measurement, first: GateResult) -> tuple[Measurement, GateResult]:
+    def _remeasure(self, m: Measurement, first: GateResult) -> tuple[Measurement, GateResult]:
         """Measure a regressed result again (a fresh warm-up) and judge that measurement.
 
-        A regression fails its test only if the confirmation regresses too, so one
+        A regression fails its test only if the second measurement regresses too, so one
         disturbed measurement (a neighbour's job, a clock dip) does not fail a night. A
         result recorded from elsewhere (a worker's, a search) cannot be measured again.
-        The confirmation is the result from here on; the first measurement is kept in its
-        ``earlier`` attempts.
+        The second measurement is the result from here on; the first is kept in its
+        ``earlier`` attempts. ("Confirm" is `gpugauge confirm`'s A/B alone.)
         """
-        if self._again is None or not self.session.confirm:
-            why = "--gauge-no-confirm" if self._again is not None else "recorded from elsewhere"
-            return m, replace(first, note=_joined(first.note, f"not confirmed ({why})"))
-        self.session.note(f"{m.id}: regressed; measuring again to confirm ...")
+        if self._again is None or not self.session.remeasure:
+            why = "--gauge-no-remeasure" if self._again is not None else "recorded from elsewhere"
+            return m, replace(first, note=_joined(first.note, f"not measured again ({why})"))
+        self.session.note(f"{m.id}: regressed; measuring again ...")
         second = self._again()
         if m.timing is not None and second.timing is not None:
             second = replace(second, earlier=(*m.earlier, Attempt.of(m, first.verdict.value)))
@@ -364,8 +364,8 @@ class Gauge:
     def _gate(self, m: Measurement) -> tuple[Measurement, GateResult | None]:
         """Judge the result, measuring a regression again; (the result, its verdict).
 
-        The result is the measurement the verdict used: the confirmation where there was
-        one. The history keeps both attempts; no verdict without ``--gate``.
+        The result is the measurement the verdict used: the second where there was one.
+        The history keeps both attempts; no verdict without ``--gate``.
         """
         if self.session.gate is None or self._benchmark_disabled:
             if self.session.tracker is not None and not self._benchmark_disabled:
@@ -374,7 +374,7 @@ class Gauge:
         result = self._judge(m)
         attempts: list[tuple[Measurement, GateResult | None]] = [(m, result)]
         if result.verdict is Verdict.REGRESSED:
-            second, result = self._confirm(m, result)
+            second, result = self._remeasure(m, result)
             if second is not m:
                 attempts.append((second, result))
                 m = second
@@ -384,7 +384,7 @@ class Gauge:
         return m, result
 
     def _fail_on(self, result: GateResult | None, noise: str | None = None) -> None:
-        """Fail the test for a (confirmed) regression, or a missing baseline when required.
+        """Fail the test for a regression (measured twice), or a missing baseline when required.
 
         A class's first night (``--gauge-first-nights``) is no missing baseline: it says so.
 

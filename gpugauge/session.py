@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.first_nights import FirstNights
-from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
@@ -40,6 +39,7 @@ from gpugauge.report.tables import (
 )
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
 from gpugauge.results.outcome import RunOutcome, Skip
+from gpugauge.results.verdicts import GateResult
 from gpugauge.tracking import Tracker
 
 Note = Callable[[str], None]
@@ -65,7 +65,7 @@ class GaugeSession:
     unmeasured: set[str] = field(default_factory=set)  # ids run once under --benchmark-disable
     foreign_note: str | None = None
     tracker: Tracker | None = None  # the results history; None with --gauge-no-history
-    confirm: bool = True  # measure a regressed result again before its test fails
+    remeasure: bool = True  # measure a regressed result again before its test fails
     first_nights: FirstNights | None = None  # --gauge-first-nights N; None without it
     selected: int = 0  # tests pytest selected to run
     finished: int = 0  # tests that ran to their teardown

@@ -82,7 +82,7 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
         messages=messages,
         foreign_note=foreign_note(config),
         tracker=tracker,
-        confirm=not config.getoption("gauge_no_confirm", False),
+        remeasure=not config.getoption("gauge_no_remeasure", False),
         first_nights=nights,
     )
     config.pluginmanager.register(OutcomeWatch(session), "gpugauge-outcome")

@@ -42,13 +42,13 @@ from gpugauge.history.records import (
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.history.targets import is_local
-from gpugauge.judging.verdicts import GateResult
 from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import Entry, kernel_shares
 from gpugauge.regress.gate import Gate
 from gpugauge.results.benchmark_storage import storage_folder
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.results.verdicts import GateResult
 
 
 def judged_here(m: Measurement) -> list[MetricRecord]:

@@ -1001,7 +1001,7 @@ def test_a_class_regression_on_a_new_host_is_confirmed_and_an_a_b_may_clear_it(
 
 def test_a_new_host_s_time_regression_against_its_class_is_left_to_an_a_b() -> None:
     from gpugauge.judging.judge import regressed_on_new_host
-    from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict
+    from gpugauge.results.verdicts import Basis, GateResult, MetricCheck, Verdict
 
     def check(metric: str, verdict: Verdict, basis: Basis = Basis.CLASS_BASELINE) -> MetricCheck:
         return MetricCheck(metric, 1.0, 1.5, 1.5, 1.4, 1.6, 0.065, verdict, basis)
@@ -1309,7 +1309,7 @@ def test_a_case_with_two_speeds_across_processes_is_named_so_never_slower() -> N
 
 def test_a_class_regression_stands_unless_every_round_rules_it_out() -> None:
     from gpugauge.ab.settle import clears
-    from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict
+    from gpugauge.results.verdicts import Basis, GateResult, MetricCheck, Verdict
 
     slow = MetricCheck("time", 1.0, 1.51, 1.51, 1.48, 1.53, 0.065, Verdict.REGRESSED)
     before = GateResult("c", "f", "gpu", (slow,))

@@ -36,11 +36,11 @@ from gpugauge.check.gate_report import (
 from gpugauge.check.runs import families_with_baselines, or_expression
 from gpugauge.check.three_timers import TimerRow, cold_timing, selected
 from gpugauge.check.timer_report import TimerReport, render_timer, why_not_here
-from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
 from gpugauge.launch.torchrun import processes_mentioning
 from gpugauge.measure.environment import device_class
 from gpugauge.measure.timing import Timing
 from gpugauge.options import PROFILE_POLICIES
+from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
 from tests.fakes import CLASS, SPEC_SOURCE, result, run_json, save_baselines
 
 ROOT = Path(__file__).resolve().parents[1]

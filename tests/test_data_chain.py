@@ -17,12 +17,12 @@ import pytest
 from gpugauge.__main__ import main as gpugauge_main
 from gpugauge.history.cli import main as history_main
 from gpugauge.history.store import History
-from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
 from gpugauge.measure.memory import Memory
 from gpugauge.regress.baselines import BaselineStore, Entry, entry_of
 from gpugauge.regress.gate import Gate, compare
 from gpugauge.regress.tolerances import Tolerance, Tolerances
 from gpugauge.results.runs import load_run
+from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
 from tests.fakes import CLASS, first_report, result, run_json
 
 MiB = 2**20

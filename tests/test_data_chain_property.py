@@ -18,7 +18,6 @@ from pathlib import Path
 from gpugauge.history.capture import saved_records
 from gpugauge.history.render import cases_text
 from gpugauge.history.store import History
-from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.memory import Memory
 from gpugauge.measure.timing import Timing
 from gpugauge.regress.baselines import BaselineStore, combine_runs, entries_of_benchmark_json
@@ -29,6 +28,7 @@ from gpugauge.report.document import collect, render_markdown
 from gpugauge.results.measurement import Measurement, SavedSpec
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import LARGEST, SMALLEST
+from gpugauge.results.verdicts import GateResult
 from tests.fakes import CLASS, run_json
 
 RUNS, PER_RUN = 50, 200  # 10,000 results

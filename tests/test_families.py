@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -49,9 +50,18 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return ids
 
 
-def test_registry_holds_the_five_families() -> None:
-    assert list(registry()) == ["amp", "distributed", "layer_fit", "layers", "vgg_swap"]
+def test_the_registry_holds_every_declared_family_with_its_bench_and_page() -> None:
+    """Derived, not listed (issue 50): a family is its folder, its bench file, its docs page
+    and one entry point; the registry, this test and ``.ci/run`` take the list from there."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    declared = project["project"]["entry-points"]["gpugauge.families"]
+    assert list(registry()) == sorted(declared)
     assert all(isinstance(f, Family) for f in registry().values())
+    for name in registry():
+        assert (ROOT / "benches" / f"test_{name}.py").is_file(), name
+        assert (ROOT / "docs" / f"{name}.md").is_file(), name
+        assert (ROOT / "gpugauge" / "families" / name).is_dir(), name
+    assert "registry()" in (ROOT / ".ci" / "run").read_text()  # the CI's loop, not a list
 
 
 def test_the_harness_never_imports_a_family() -> None:

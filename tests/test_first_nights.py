@@ -24,11 +24,11 @@ from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY
 from gpugauge.history.store import History
 from gpugauge.judging.judge import Judge
-from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
 from gpugauge.regress.baselines import BaselineError, BaselineStore, entry_of
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results.measurement import Measurement
+from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
 from gpugauge.tracking import Tracker
 
 from .fakes import CLASS, result, save_baselines

@@ -5,7 +5,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpugauge.judging.verdicts import Verdict, judge
 from gpugauge.regress.baselines import (
     BaselineError,
     BaselineStore,
@@ -17,6 +16,7 @@ from gpugauge.regress.baselines import (
 from gpugauge.regress.gate import Gate, allowed_change, compare, short_kernel
 from gpugauge.regress.tolerances import Tolerance, ToleranceError, Tolerances, load_tolerances
 from gpugauge.results.metrics import METRICS
+from gpugauge.results.verdicts import Verdict, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -442,7 +442,7 @@ def test_an_unknown_family_table_names_the_file_and_the_table(tmp_path: Path) ->
 
 def test_overruled_keeps_a_closer_reference_and_says_what_it_replaced() -> None:
     from gpugauge.judging.judge import overruled
-    from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck
+    from gpugauge.results.verdicts import Basis, GateResult, MetricCheck
 
     def check(ratio: float, verdict: Verdict, basis: Basis, tol: float) -> MetricCheck:
         return MetricCheck("time", 2.0, 2.0 * ratio, ratio, ratio, ratio, tol, verdict, basis)

@@ -27,9 +27,9 @@ from gpugauge.history.synthetic import (
     point,
     run_of,
 )
-from gpugauge.judging.verdicts import Verdict
 from gpugauge.regress.baselines import KernelShare
 from gpugauge.regress.tolerances import Tolerance
+from gpugauge.results.verdicts import Verdict
 
 
 def history(host: str, medians: list[float], start: int = 0, ok: bool = True) -> list:

@@ -16,7 +16,7 @@ import pytest
 
 from gpugauge.history.changepoints import case_changes, detect
 from gpugauge.history.synthetic import Scenario, baseline_entry, series, simulate
-from gpugauge.judging.verdicts import Verdict
+from gpugauge.results.verdicts import Verdict
 
 SEEDS = 200
 # three hosts up to 5% apart, with ten nights of history before the judged nights

@@ -9,11 +9,11 @@ code". A host-timed or noisy result's verdict is hedged only where the change is
 from dataclasses import replace
 from pathlib import Path
 
-from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict
 from gpugauge.report.data import ReportData
 from gpugauge.report.noise import hedge, hedged_ids, within_noise
 from gpugauge.report.tables import fmt_verdict, gate_table
 from gpugauge.results.runs import SavedRun
+from gpugauge.results.verdicts import Basis, GateResult, MetricCheck, Verdict
 from tests.fakes import CLASS, result
 
 

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from gpugauge.__main__ import main
-from gpugauge.judging.verdicts import Verdict
 from gpugauge.regress.baselines import (
     UNNAMED_RUNS,
     BaselineError,
@@ -26,6 +25,7 @@ from gpugauge.regress.baselines import (
 )
 from gpugauge.regress.gate import compare
 from gpugauge.regress.tolerances import Tolerance
+from gpugauge.results.verdicts import Verdict
 
 from .test_plugin import BENCH
 
@@ -458,10 +458,10 @@ def test_a_first_report_says_why_it_has_no_chart(tmp_path: Path) -> None:
 def test_ratio_bars_go_logarithmic_past_ten_x(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    from gpugauge.judging.verdicts import GateResult, MetricCheck
     from gpugauge.report.charts import RatioBars
     from gpugauge.report.data import ReportData
     from gpugauge.results.runs import SavedRun
+    from gpugauge.results.verdicts import GateResult, MetricCheck
 
     def data(*ratios: float) -> ReportData:
         results = [

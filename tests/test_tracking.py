@@ -90,7 +90,7 @@ def test_a_regression_is_confirmed_before_the_test_fails(bench: pytest.Pytester)
     _run(bench, "fast", "--gauge-update-baselines").assert_outcomes(passed=1)
     disturbed = _run(bench, "first", "--gauge-gate")
     disturbed.assert_outcomes(passed=1)
-    disturbed.stdout.fnmatch_lines(["*nap-cpu: regressed; measuring again to confirm*"])
+    disturbed.stdout.fnmatch_lines(["*nap-cpu: regressed; measuring again ...*"])
     slow = _run(bench, "slow", "--gauge-gate")
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(["*gpugauge gate: nap-cpu: regressed*first measurement regressed*"])
@@ -124,11 +124,11 @@ def test_a_new_host_s_class_regression_can_be_left_to_confirm(bench: pytest.Pyte
 
 
 @pytest.mark.slow
-def test_no_confirm_fails_at_once(bench: pytest.Pytester) -> None:
+def test_no_remeasure_fails_at_once_under_its_old_name_too(bench: pytest.Pytester) -> None:
     _run(bench, "fast", "--gauge-update-baselines").assert_outcomes(passed=1)
     r = _run(bench, "first", "--gauge-gate", "--gauge-no-confirm")
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["*not confirmed (--gauge-no-confirm)*"])
+    r.stdout.fnmatch_lines(["*not measured again (--gauge-no-remeasure)*"])
 
 
 @pytest.mark.slow
@@ -164,10 +164,10 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     widened by the host-to-host spread; a plain gate would fail it."""
     from gpugauge.history.capture import result_record
     from gpugauge.judging.judge import Judge
-    from gpugauge.judging.verdicts import Verdict
     from gpugauge.regress.baselines import BaselineStore, entry_of
     from gpugauge.regress.gate import Gate
     from gpugauge.regress.tolerances import load_tolerances
+    from gpugauge.results.verdicts import Verdict
     from gpugauge.tracking import Tracker
 
     from .fakes import result, save_baselines
@@ -199,10 +199,10 @@ def test_the_busy_share_is_judged_by_its_own_hosts_history_alone(tmp_path: Path)
     from dataclasses import replace
 
     from gpugauge.judging.judge import Judge
-    from gpugauge.judging.verdicts import Verdict
     from gpugauge.regress.baselines import BaselineStore
     from gpugauge.regress.gate import Gate
     from gpugauge.regress.tolerances import load_tolerances
+    from gpugauge.results.verdicts import Verdict
     from gpugauge.tracking import Tracker
 
     from .fakes import result, save_baselines

@@ -28,14 +28,13 @@ from typing import Any
 
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import MIN_EFFECT
-from gpugauge.history.reference import HOST_REASON, NEW_HOST_REASON
 from gpugauge.judging.judge import regressed_on_new_host
-from gpugauge.judging.verdicts import Basis, GateResult, Verdict
+from gpugauge.measure.busy import HOST_BOUND_BELOW
 from gpugauge.measure.clocks import CudaEventClock
 from gpugauge.results.files import read_json
 from gpugauge.results.measurement import Measurement
-from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
+from gpugauge.results.verdicts import HOST_REASON, NEW_HOST_REASON, Basis, GateResult, Verdict
 
 _CLOSER = (Basis.SAME_GPU_AB, Basis.HOST_HISTORY)  # more sensitive than a class
 # A round this long is the GPU's work: a launch's ~10 us is under 1% of it.

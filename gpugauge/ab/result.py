@@ -27,9 +27,9 @@ from gpugauge.ab.verdict import (
     paired_ratio,
     pooled_process_sd,
 )
-from gpugauge.judging.verdicts import Basis, MetricCheck, Verdict
 from gpugauge.phrasing import plural
 from gpugauge.results.files import atomic_write_text
+from gpugauge.results.verdicts import Basis, MetricCheck, Verdict
 
 NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 # a second side's skip reason where the first side's run of the test had nothing to pair

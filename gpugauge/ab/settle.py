@@ -20,10 +20,10 @@ from gpugauge.ab.confirm import result_nodeids
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.history.records import ABRecord
 from gpugauge.judging.judge import overruled
-from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.report.tables import gate_table, uncertain_ids, unsampled_ids
 from gpugauge.results.files import FileError, atomic_write_json, read_json, writable_problem
 from gpugauge.results.runs import SavedRun, load_run
+from gpugauge.results.verdicts import GateResult, Verdict
 
 NOT_RUN = "in the baseline but not run: "  # the saved gate table's last line, kept as it was
 

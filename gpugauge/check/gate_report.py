@@ -6,7 +6,7 @@ fraction (3% by default) of each case's own baseline median added to every round
 (:mod:`gpugauge.check.slowdown`): every case of 1 ms or more must then regress. Shorter
 cases are shown but not required: their rounds carry a spin's launch cost and move with the
 clock more than the injected fraction (docs/check.md). Nor are host-bound steps (issued op
-by op, with a ``gpu_busy`` reading under :data:`~gpugauge.results.metrics.HOST_BOUND_BELOW`
+by op, with a ``gpu_busy`` reading under :data:`~gpugauge.measure.busy.HOST_BOUND_BELOW`
 in the A/A runs, or a baseline whose runs their hosts paced): the host paces them and their
 GPU idles for a fifth of each step or more, so device work added to the step runs in those
 gaps instead of lengthening it (3% injected read 0.99-1.32x on six such steps, busy 11-72%),
@@ -27,14 +27,13 @@ from typing import Any
 
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.judging.judge import Judge
-from gpugauge.judging.verdicts import GateResult, MetricCheck, Verdict
-from gpugauge.measure.busy import BUSY_KEY
+from gpugauge.measure.busy import BUSY_KEY, HOST_BOUND_BELOW
 from gpugauge.phrasing import plural
 from gpugauge.regress.gate import Gate
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
-from gpugauge.results.metrics import HOST_BOUND_BELOW
 from gpugauge.results.runs import load_run
+from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
 
 MIN_CASE_MS = 1.0  # cases this long or longer must catch the injected slowdown
 # A host-issued step whose baseline allows more than this was recorded on hosts that paced

@@ -23,7 +23,6 @@ from typing import Any
 from gpugauge.history.judge import CaseJudgement, accepted
 from gpugauge.history.records import HistoryError, MetricRecord, ResultRecord, RunRecord
 from gpugauge.history.store import History
-from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.environment import host_name
 from gpugauge.measure.nvml import Nvml, maybe_nvml
 from gpugauge.measure.stats import summarize
@@ -31,6 +30,7 @@ from gpugauge.regress.baselines import kernel_shares
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import SavedRun, load_run, say_refused
+from gpugauge.results.verdicts import GateResult
 
 INJECTED_KEY = "injected_slowdown_ms"  # gpugauge.check.slowdown's record of added work
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpugauge.flags import positive_int
 from gpugauge.history.capture import saved_records
 from gpugauge.history.changepoints import (
     RECENT_RUNS,
@@ -37,7 +38,6 @@ from gpugauge.history.store import (
     default_path,
     default_target,
 )
-from gpugauge.options import positive_int
 from gpugauge.phrasing import plural
 from gpugauge.results.files import atomic_text_stream, signals_interrupt
 from gpugauge.results.runs import RunError

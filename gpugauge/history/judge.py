@@ -33,7 +33,11 @@ from gpugauge.history.reference import (
     host_reference,
     reference_for,
 )
-from gpugauge.judging.verdicts import (
+from gpugauge.regress.baselines import Entry, KernelShare
+from gpugauge.regress.gate import allowed_change, kernel_change
+from gpugauge.regress.tolerances import Tolerance
+from gpugauge.results.metrics import METRICS, Kind
+from gpugauge.results.verdicts import (
     Basis,
     GateResult,
     MetricCheck,
@@ -41,10 +45,6 @@ from gpugauge.judging.verdicts import (
     judge,
     point_check,
 )
-from gpugauge.regress.baselines import Entry, KernelShare
-from gpugauge.regress.gate import allowed_change, kernel_change
-from gpugauge.regress.tolerances import Tolerance
-from gpugauge.results.metrics import METRICS, Kind
 
 
 def accepted(verdict: Verdict | str | None) -> bool:

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpugauge.history.records import Point
-from gpugauge.judging.verdicts import Basis
 from gpugauge.regress.gate import SPREAD_FACTOR, WIDE_SPREAD
+from gpugauge.results.verdicts import HOST_REASON, NEW_HOST_REASON, Basis
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,6 @@ class ReferencePolicy:
 DEFAULT_POLICY = ReferencePolicy()
 # a committed class baseline as a reference: (median, allowed change[, hosts of its runs])
 BaselineRef = tuple[float, float] | tuple[float, float, int | None]
-HOST_REASON = "host history"  # how a host reference's reason begins (a verdict's references)
-NEW_HOST_REASON = "new host"  # how a class reference's reason begins on a host too new for one
 
 
 @dataclass(frozen=True)

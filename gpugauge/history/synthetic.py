@@ -19,9 +19,9 @@ from gpugauge.history.judge import accepted, judge_case
 from gpugauge.history.records import MetricRecord, Point, ResultRecord, RunRecord
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import History
-from gpugauge.judging.verdicts import Verdict
 from gpugauge.regress.baselines import Entry, KernelShare
 from gpugauge.regress.tolerances import Tolerance
+from gpugauge.results.verdicts import Verdict
 
 START = datetime(2026, 1, 1, 2, 0)
 CASE, FAMILY, CLASS = "synthetic-case", "synthetic", "synthetic-gpu"

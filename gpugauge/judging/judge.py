@@ -23,12 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpugauge.history.reference import NEW_HOST_REASON
-from gpugauge.judging.verdicts import Basis, GateResult, MetricCheck, Verdict
 from gpugauge.regress.baselines import entry_of
 from gpugauge.regress.gate import Gate
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS
+from gpugauge.results.verdicts import NEW_HOST_REASON, Basis, GateResult, MetricCheck, Verdict
 
 _PRECEDENCE = list(Basis)
 

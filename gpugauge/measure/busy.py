@@ -34,7 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.measure.kernels import Interval, length, read_trace
-from gpugauge.results.metrics import HOST_BOUND_BELOW
+
+# gpu_busy under which a step is host-bound: the GPU waits for the host for more than a
+# fifth of it (the threshold's reasons: this module's docstring)
+HOST_BOUND_BELOW = 0.8
 
 # a result's record of its share, ``extra[BUSY_KEY]`` (:meth:`BusyShare.as_dict`): its
 # "host_bound" is true or false for a step the host issues op by op, None for one replayed

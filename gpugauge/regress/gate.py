@@ -20,17 +20,17 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import replace
 
-from gpugauge.judging.verdicts import (
+from gpugauge.measure.stats import ratio_of_medians
+from gpugauge.regress.baselines import BaselineStore, Entry, KernelShare
+from gpugauge.regress.tolerances import Tolerance, Tolerances
+from gpugauge.results.metrics import METRICS, Kind, Metric
+from gpugauge.results.verdicts import (
     Basis,
     GateResult,
     MetricCheck,
     judge,
     point_check,
 )
-from gpugauge.measure.stats import ratio_of_medians
-from gpugauge.regress.baselines import BaselineStore, Entry, KernelShare
-from gpugauge.regress.tolerances import Tolerance, Tolerances
-from gpugauge.results.metrics import METRICS, Kind, Metric
 
 MEMORY_SLACK_BYTES = 2 * 2**20  # allocator rounding: never a regression on its own
 

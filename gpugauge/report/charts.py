@@ -9,10 +9,11 @@ results (:meth:`ReportData.only`), so no chart here names a family.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from gpugauge.judging.verdicts import MetricCheck, Verdict
+from gpugauge.family import Chart
 from gpugauge.report.trends import MIN_RUNS, TREND_CHARTS
+from gpugauge.results.verdicts import MetricCheck, Verdict
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,19 +42,6 @@ COLORS = {
     Verdict.INCONCLUSIVE: "#d68910",
     Verdict.NEW: "#bbbbbb",
 }
-
-
-class Chart(Protocol):
-    """One figure of a report."""
-
-    name: str
-    title: str
-
-    def applies(self, data: ReportData) -> bool:
-        """Whether the report has data for this chart."""
-
-    def draw(self, data: ReportData) -> Figure:
-        """The figure."""
 
 
 LOG_SPAN = 10.0  # ratios spanning more than this factor are drawn on a log axis

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 from gpugauge.history.changepoints import ChangePoint
 from gpugauge.history.records import Point
 from gpugauge.history.reference import Reference
-from gpugauge.judging.verdicts import GateResult, Verdict
 from gpugauge.report.noise import hedged_ids
 from gpugauge.report.tables import on_gpu, run_label, uncertain_ids, verdict_counts
 from gpugauge.results.runs import SavedRun
+from gpugauge.results.verdicts import GateResult, Verdict
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from gpugauge.history.targets import redact
 from gpugauge.judging.judge import Judge
-from gpugauge.judging.verdicts import Basis, GateResult
 from gpugauge.measure.stats import MIN_CI_N
 from gpugauge.phrasing import plural
 from gpugauge.registry import comparisons_of, registry
@@ -57,6 +56,7 @@ from gpugauge.report.trends import MIN_RUNS, changes_of, changes_table, load_tre
 from gpugauge.results.files import atomic_write_many
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.runs import NotOurs, RunError, SavedRun, load_run, say_refused
+from gpugauge.results.verdicts import Basis, GateResult
 
 
 def newest_run(storage: Path) -> Path:

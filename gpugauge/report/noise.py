@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 
-from gpugauge.judging.verdicts import GateResult, MetricCheck
 from gpugauge.report.tables import uncertainty
 from gpugauge.results.measurement import Measurement
+from gpugauge.results.verdicts import GateResult, MetricCheck
 
 # A change is hedged as "may be noise" only within this many times the run-to-run noise: a
 # CPU case whose work doubled (3.16x) is a regression, however noisy the host that timed it.

@@ -175,11 +175,6 @@ METRICS: dict[str, Metric] = {
 }
 
 
-# gpu_busy under which a step is host-bound: the GPU waits for the host for more than a
-# fifth of it (the threshold's reasons: gpugauge/measure/busy.py)
-HOST_BOUND_BELOW = 0.8
-
-
 class MetricError(ValueError):
     """A metric name or reading the registry does not allow."""
 

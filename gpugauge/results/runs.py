@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.json_records import RecordError
-from gpugauge.judging.verdicts import GateResult
 from gpugauge.measure.environment import host_name, slug
 from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.outcome import RunOutcome
 from gpugauge.results.run_checks import RunError, check_result, check_run, run_time
+from gpugauge.results.verdicts import GateResult
 
 # The magnitudes a reading may have (0 aside, for values). Any ratio of two such readings
 # and its confidence interval stay finite and normal; no time in ms, byte count, energy in

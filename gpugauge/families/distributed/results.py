@@ -86,7 +86,7 @@ class CaseResult:
         Device activity per profiled step (compute and communication, counted once) over
         that rank's timed steps: the profiled steps are not the timed ones, so a
         device-bound step reads about 1 and one the host paces (DataParallel's scatter and
-        replicate at a small batch) well below :data:`~gpugauge.results.metrics.HOST_BOUND_BELOW`.
+        replicate at a small batch) well below :data:`~gpugauge.measure.busy.HOST_BOUND_BELOW`.
         """
         if self.case.device != "cuda":
             return None

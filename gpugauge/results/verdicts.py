@@ -19,6 +19,9 @@ from typing import Any, TypeVar
 
 from gpugauge.results.metrics import METRICS, Better
 
+HOST_REASON = "host history"  # how a host reference's reason begins (a verdict's references)
+NEW_HOST_REASON = "new host"  # how a class reference's reason begins on a host too new for one
+
 
 class Basis(StrEnum):
     """Which reference decided a check, in the order of precedence (an A/B counts first)."""
