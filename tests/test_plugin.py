@@ -105,7 +105,7 @@ def test_a_run_s_last_line_states_its_efficiency(run) -> None:
 
 def test_the_wall_ledger_accounts_for_every_second() -> None:
     """A test's phases, its own code and the time outside tests sum to the run's wall."""
-    from gpugauge.measure.wall import OUTSIDE, OWN, TIMED, WARMUP, WallLedger
+    from gpugauge.measure.wall import OUTSIDE, OWN_CODE, TIMED, WARMUP, WallLedger
 
     ledger = WallLedger()
     ledger.current = "t.py::a"
@@ -116,7 +116,7 @@ def test_the_wall_ledger_accounts_for_every_second() -> None:
     ledger.current = "t.py::b"  # a test that measured nothing
     total = ledger.breakdown(10.0, {"t.py::a": 6.0, "t.py::b": 1.5})
     assert total["around rounds"] == 0.5
-    assert total[OWN] == 2.0 + 1.5
+    assert total[OWN_CODE] == 2.0 + 1.5
     assert total[OUTSIDE] == 2.5
     assert sum(total.values()) == 10.0
     lines = ledger.lines(10.0, {"t.py::a": 6.0, "t.py::b": 1.5})

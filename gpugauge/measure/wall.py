@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 # the phases a measurement times, in the order a run's summary names them
-PHASES = (
+MEASUREMENT_PHASES = (
     "around rounds",
     "before rounds",
     "profiled round",
@@ -30,7 +30,7 @@ PHASES = (
 )
 TIMED = "timed rounds"  # Timing.timed_s, summed by the caller
 WARMUP = "warm-up"  # Timing.warmup_s
-OWN = "tests' own code"  # a test's wall less its measurements' phases
+OWN_CODE = "tests' own code"  # a test's wall less its measurements' phases
 OUTSIDE = "outside tests"  # the run's wall less its tests'
 
 
@@ -75,11 +75,11 @@ class WallLedger:
 
     def by_test(self, nodeid: str, test_s: float) -> dict[str, float]:
         """One test's seconds by phase; its own code is what its phases leave of its wall."""
-        out = {TIMED: 0.0, WARMUP: 0.0, **dict.fromkeys(PHASES, 0.0)}
+        out = {TIMED: 0.0, WARMUP: 0.0, **dict.fromkeys(MEASUREMENT_PHASES, 0.0)}
         for name, s in self.seconds.get(nodeid, {}).items():
             out[name] = out.get(name, 0.0) + s
         out["around rounds"] = max(0.0, out["around rounds"] - out[TIMED] - out[WARMUP])
-        out[OWN] = max(0.0, test_s - sum(out.values()))
+        out[OWN_CODE] = max(0.0, test_s - sum(out.values()))
         return out
 
     def lines(self, wall_s: float, test_seconds: Mapping[str, float], top: int = 3) -> list[str]:
