@@ -541,7 +541,7 @@ def test_every_line_of_the_history_chart_is_told_apart(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
 
-    from gpugauge.report.charts import History
+    from gpugauge.report.charts import HistoryChart
     from gpugauge.report.data import ReportData
     from gpugauge.results.runs import SavedRun
 
@@ -552,7 +552,7 @@ def test_every_line_of_the_history_chart_is_told_apart(tmp_path: Path) -> None:
         return SavedRun(tmp_path / f"{r}.json", f"run{r}", cases)
 
     runs = [run(r) for r in range(3)]
-    fig = History().draw(ReportData(runs[-1], "-", [], runs))
+    fig = HistoryChart().draw(ReportData(runs[-1], "-", [], runs))
     try:
         lines = [ln for ln in fig.axes[0].lines if not ln.get_label().startswith("_")]
         assert len(lines) == 12

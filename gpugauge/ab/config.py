@@ -7,10 +7,10 @@ from pathlib import Path
 
 from gpugauge.ab.budget import Budget
 from gpugauge.ab.verdict import Schedule
+from gpugauge.measure.clocks import CLOCKS_APART_AT_MOST
 
-# SM clocks of a pair's two blocks this far apart (relative) are measured again: as far as
-# ``gpugauge check timer`` lets clocks explain a difference (CLOCKS_APART_AT_MOST)
-CLOCKS_APART = 0.05
+# a pair whose blocks' SM clocks are further apart than clocks may explain a difference
+# (CLOCKS_APART_AT_MOST) is measured again, at most this many times
 MAX_REMEASURE = 3
 
 
@@ -35,7 +35,7 @@ class ABConfig:
     block_s: float = 0.25
     rewarm_s: float = 0.1
     min_rounds: int = 3
-    clocks_apart: float = CLOCKS_APART
+    clocks_apart: float = CLOCKS_APART_AT_MOST
     max_remeasure: int = MAX_REMEASURE
     profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
     budget: Budget = field(default_factory=Budget)  # when to stop starting tests

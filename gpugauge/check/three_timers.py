@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from gpugauge.check.runs import Note
+from gpugauge.measure.clocks import CLOCKS_APART, CLOCKS_APART_AT_MOST
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.timing import Timing, TimingPolicy
 
@@ -32,11 +33,6 @@ BARE_SPAN_MS = 1000.0
 # the last comparisons on an H200 and an H100 held 25 of 25 ops within 2% (worst -1.54%,
 # -0.63%; docs/check.md)
 DEFAULT_THRESHOLD = 0.02
-# SM clocks this far apart (relative) can explain a difference, up to CLOCKS_APART_AT_MOST:
-# scaling by the clock holds for an op whose time follows it (a GEMM or a convolution at
-# the cap: 2.1% apart on an H100); a wider gap would excuse a memory-bound op's real difference
-CLOCKS_APART = 0.01
-CLOCKS_APART_AT_MOST = 0.05
 # suite, do_bench, do_bench, suite is one pair of blocks a side; a row outside the
 # threshold whose blocks of one timer spread more than half the threshold is timed again,
 # up to MAX_PAIRS: at the power cap one ~1 s block of either timer moves ~3% with nothing

@@ -30,8 +30,6 @@ from gpugauge.check.runs import (
     run_pytest,
 )
 from gpugauge.check.three_timers import (
-    CLOCKS_APART,
-    CLOCKS_APART_AT_MOST,
     DEFAULT_THRESHOLD,
     DO_BENCH_REP_MS,
     DO_BENCH_WARMUP_MS,
@@ -39,6 +37,7 @@ from gpugauge.check.three_timers import (
     TimerRow,
     time_power_heavy,
 )
+from gpugauge.measure.clocks import CLOCKS_APART, CLOCKS_APART_AT_MOST
 from gpugauge.report.tables import render
 from gpugauge.results.files import atomic_write_json, atomic_write_text, make_dir
 

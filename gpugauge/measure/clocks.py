@@ -14,6 +14,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+# SM clocks this far apart (relative) can explain a difference in time, up to
+# CLOCKS_APART_AT_MOST: scaling by the clock holds for an op whose time follows it (a GEMM or
+# a convolution at the cap: 2.1% apart on an H100); a wider gap would excuse a memory-bound
+# op's real difference. `gpugauge check timer` excuses a row by them, and an A/B measures a
+# pair of blocks again whose clocks are further apart than the most they may explain.
+CLOCKS_APART = 0.01
+CLOCKS_APART_AT_MOST = 0.05
+
 
 class HostClock:
     """``perf_counter_ns`` per round, for work that runs synchronously on the CPU."""

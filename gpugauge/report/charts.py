@@ -124,7 +124,7 @@ def line_style(i: int) -> tuple[str, str, str]:
     return LINE_COLORS[i % len(LINE_COLORS)], marker, dashes
 
 
-class History:
+class HistoryChart:
     """Median time of each benchmark across saved runs, relative to its first run."""
 
     name = "history"
@@ -170,7 +170,7 @@ def _span(values: Sequence[float] | object) -> float:
     return max(vals) / min(vals) if vals and min(vals) > 0 else 0.0
 
 
-class Roofline:
+class RooflineChart:
     """Achieved TFLOP/s against arithmetic intensity, under the measured ceilings."""
 
     name = "roofline"
@@ -208,5 +208,5 @@ class Roofline:
         return fig
 
 
-CHARTS: tuple[Chart, ...] = (RatioBars(), History(), *TREND_CHARTS, Roofline())
+CHARTS: tuple[Chart, ...] = (RatioBars(), HistoryChart(), *TREND_CHARTS, RooflineChart())
 """The core's charts; each family adds its own (:attr:`Family.charts`)."""
