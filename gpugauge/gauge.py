@@ -27,12 +27,13 @@ from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.options import Options
+from gpugauge.phrasing import Note
 from gpugauge.pipeline import l2_flusher, measure_case
 from gpugauge.report.noise import hedge
 from gpugauge.report.tables import one_line
 from gpugauge.results.measurement import Attempt, Comparison, Measurement, Spec
 from gpugauge.results.verdicts import GateResult, Verdict
-from gpugauge.session import GaugeSession, Note
+from gpugauge.session import GaugeSession
 
 # what other modules import from here
 __all__ = [

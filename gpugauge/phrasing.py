@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+Note = Callable[[str], None]  # where a command's progress lines go: print, or pytest's terminal
+
 
 def plural(count: int, noun: str, many: str = "") -> str:
     """'1 outlier', '3 outliers'; ``many`` where the plural is not ``noun + 's'``."""

@@ -10,7 +10,6 @@ and closes it in ``unconfigure``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +22,7 @@ from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.measure.threads import CpuThreads, cores, cpu_threads, load_average, load_warning
 from gpugauge.measure.wall import WallLedger
 from gpugauge.options import Options
-from gpugauge.phrasing import plural
+from gpugauge.phrasing import Note, plural
 from gpugauge.registry import comparisons_of, registry
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate
@@ -41,8 +40,6 @@ from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_
 from gpugauge.results.outcome import RunOutcome, Skip
 from gpugauge.results.verdicts import GateResult
 from gpugauge.tracking import Tracker
-
-Note = Callable[[str], None]
 
 
 @dataclass

@@ -15,13 +15,14 @@ from gpugauge.benchmark_options import benchmark_disabled, foreign_note
 from gpugauge.first_nights import FirstNights
 from gpugauge.flags import getter
 from gpugauge.options import check_destinations, resolve
+from gpugauge.phrasing import Note
 from gpugauge.registry import registry
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results import benchmark_storage
 from gpugauge.results.outcome import Skip, skip_reason, test_id
-from gpugauge.session import GaugeSession, Note
+from gpugauge.session import GaugeSession
 
 
 def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
@@ -30,8 +30,8 @@ from gpugauge.ab import worker
 from gpugauge.ab.result import SideInfo
 from gpugauge.ab.sides import PREFIX, Checkout, owned_folder
 from gpugauge.check.runs import log_tail, stop_group
+from gpugauge.phrasing import Note
 
-Note = Callable[[str], None]
 WORKER_MODULE = "_gpugauge_ab_worker"
 CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects
 # How long past its time budget's end a silent side is waited for, s: a test started in

@@ -15,13 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpugauge.phrasing import Note
 from gpugauge.results.files import check_dir
-
-Note = Callable[[str], None]
 
 # pytest's own exit statuses (pytest.ExitCode), as a child reports them
 PYTEST_OK, PYTEST_FAILED, PYTEST_INTERRUPTED, PYTEST_USAGE, PYTEST_NO_TESTS = 0, 1, 2, 4, 5

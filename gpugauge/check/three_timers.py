@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
-from gpugauge.check.runs import Note
 from gpugauge.measure.clocks import CLOCKS_APART, CLOCKS_APART_AT_MOST
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.timing import Timing, TimingPolicy
+from gpugauge.phrasing import Note
 
 DO_BENCH_WARMUP_MS = 500  # the settings the threshold was set with (docs/check.md)
 DO_BENCH_REP_MS = 1000

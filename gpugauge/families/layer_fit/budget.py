@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from gpugauge.measure.allocator import use_allocator
+from gpugauge.results.metrics import MiB
 
-MiB = 2**20
 GiB = 2**30
 SEED_BUDGET = "11GiB"
 
