@@ -8,7 +8,7 @@ python -m gpugauge check timer|gate [...]                            # prove the
 python -m gpugauge history {list,show,changes,export,import,accept,remove,ab}  # results history
 python -m gpugauge ab BASE [HEAD] [-k EXPR]                          # two builds, one device
 python -m gpugauge bisect GOOD BAD [-k EXPR]                         # the commit that slowed
-python -m gpugauge confirm RUN.json                                  # A/B a new host's results
+python -m gpugauge confirm RUN.json                                  # A/B a gated run's results
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="gpugauge's commands beside pytest: reports of saved runs (report), "
         "baselines for the gate (baseline), the environment fingerprint (env), checks of the "
         "suite on a new GPU (check), A/Bs of two builds on one device (ab), the commit that "
-        "made a case slower (bisect), A/Bs of a gated run's new-host results (confirm), and "
+        "made a case slower (bisect), A/Bs of a gated run's results (confirm), and "
         "the results history (history). Benchmarks themselves run under pytest "
         "(python -m pytest benches --benchmark-autosave).",
         epilog="Each command has its own --help, e.g. python -m gpugauge report --help.",

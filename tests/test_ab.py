@@ -877,8 +877,13 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     data["benchmarks"][0]["extra_info"]["gate"]["checks"][0]["basis"] = "class history"
     other.write_text(json.dumps(data))
     assert borderline(other) == []
-    host = "host history: last 5 runs, spread 0.3%"
-    assert borderline(_with_verdict(run, 1.03, "unchanged", host)) == []  # the host knows
+    # issue 48: a known host's history allows 3x its spread, which can pass 3%: above the
+    # floor, an A/B decides there too
+    host = "host history: last 5 runs, spread 1.1%"
+    assert [c.ratio for c in borderline(_with_verdict(run, 1.03, "unchanged", host))] == [
+        pytest.approx(1.03)
+    ]
+    assert borderline(_with_verdict(run, 1.005, "unchanged", host)) == []  # under the floor
     assert borderline(run) == []  # not gated
 
 

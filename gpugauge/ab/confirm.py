@@ -1,4 +1,4 @@
-"""``gpugauge confirm RUN.json``: a gated run's new-host results, confirmed by A/Bs on this GPU.
+"""``gpugauge confirm RUN.json``: a gated run's results, decided by A/Bs on this GPU.
 
 A host the history knows too few runs of is judged against the class baseline, allowed
 the host-to-host spread on top of the baseline's own allowance: 6.5% on an H100 whose
@@ -7,7 +7,9 @@ ratio lies above ``1 + floor`` yet passed; one whose time alone *regressed* that
 this host's speed, not the code's (a host-paced step). ``confirm`` A/Bs each on this GPU,
 the reference build being the commit that accepted the class baseline (the last commit
 that wrote ``baselines/<class>/<family>.json``), and the verdict of that A/B is the one
-that counts: a case it finds slower fails the job, and a regression it clears passes.
+that counts: a case it finds slower fails the job, and a regression it clears passes. On a
+host its history knows, a result that passed above the floor is A/B'd too: the history
+allows three times the run-to-run spread, which on a noisy case is more than the A/B's 1%.
 
 Within a time budget the regressed results go first (the job's status hangs on them),
 then the device-paced ones (a round of 1 ms or more, and a GPU-busy share of at least 80%
@@ -36,7 +38,6 @@ from gpugauge.results.measurement import Measurement
 from gpugauge.results.runs import load_run
 from gpugauge.results.verdicts import HOST_REASON, NEW_HOST_REASON, Basis, GateResult, Verdict
 
-_CLOSER = (Basis.SAME_GPU_AB, Basis.HOST_HISTORY)  # more sensitive than a class
 # A round this long is the GPU's work: a launch's ~10 us is under 1% of it.
 DEVICE_PACED_MS = 1.0
 # A GPU-timed round this long, the GPU busy, is worth an A/B on a host too new for its
@@ -79,14 +80,16 @@ class Borderline:
 def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     """The results of a gated run a same-GPU A/B should decide.
 
-    Each passed against a class reference above ``1 + floor``, or passed against one on a
-    new host as a GPU-busy result of :data:`GPU_BUSY_MS` or more (whatever its ratio: the
-    class allows a new host the host-to-host spread), or regressed against one on a new
-    host in its time alone (:func:`~gpugauge.judging.judge.regressed_on_new_host`: the
-    class cannot tell this host's speed from the code's). A result judged by its own
-    host's history or decided by an A/B already is left out (those references see a small
-    step: a second ``confirm`` of a run A/Bs nothing again); so is one that regressed
-    otherwise (it fails, whatever an A/B says) or has no time check.
+    Each passed above ``1 + floor`` against a class baseline or its own host's history
+    (whose allowance, three times its run-to-run spread, can exceed the A/B's 1%), or
+    passed against a class baseline on a new host as a GPU-busy result of
+    :data:`GPU_BUSY_MS` or more (whatever its ratio: the class allows a new host the
+    host-to-host spread), or regressed against one on a new host in its time alone
+    (:func:`~gpugauge.judging.judge.regressed_on_new_host`: the class cannot tell this
+    host's speed from the code's). A result decided by an A/B already is left out (a second
+    ``confirm`` of a run A/Bs nothing again); so is one that regressed otherwise (it fails,
+    whatever an A/B says), one with no committed baseline to A/B against, or one with no
+    time check.
     """
     run = load_run(path)
     data = read_json(path)
@@ -102,12 +105,14 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
         reason = str(result.references.get("time", ""))
         if regressed and not regressed_on_new_host(result):
             continue
-        if check.basis in _CLOSER or reason.startswith(HOST_REASON):
-            continue  # (a run saved before checks named their basis says it in the reason)
+        if check.basis is Basis.SAME_GPU_AB:
+            continue  # decided by an A/B already: a second confirm of a run A/Bs nothing again
         if check.basis is Basis.CLASS_HISTORY:
             continue  # no committed baseline: no commit to A/B against
         busy = m.values.get("gpu_busy")
-        new_host = reason.startswith(NEW_HOST_REASON) and _gpu_busy(m, busy)
+        # (a run saved before checks named their basis says it in the reason)
+        known = check.basis is Basis.HOST_HISTORY or reason.startswith(HOST_REASON)
+        new_host = not known and reason.startswith(NEW_HOST_REASON) and _gpu_busy(m, busy)
         if (check.ratio > 1 + floor or new_host) and m.id in nodeids:
             node = nodeids[m.id]
             out.append(

@@ -1,4 +1,4 @@
-"""``gpugauge confirm RUN.json``: the command that A/Bs a gated run's new-host results.
+"""``gpugauge confirm RUN.json``: the command that A/Bs the results of a gated run no A/B decided.
 
 What it selects and in what order is :mod:`gpugauge.ab.confirm`'s; how a verdict is written
 back, :mod:`gpugauge.ab.settle`'s. Here: one A/B per reference commit and tier, within the
@@ -96,8 +96,9 @@ def confirm_command(args: argparse.Namespace) -> int:
         cases = borderline(args.run, args.floor)
         if not cases:
             print(
-                f"gpugauge confirm: nothing to confirm in {args.run}: no result judged against "
-                f"a class reference on a new host reads above {1 + args.floor:.3f}x"
+                f"gpugauge confirm: nothing to confirm in {args.run}: no result passed above "
+                f"{1 + args.floor:.3f}x, and none on a new host is GPU-busy or regressed in "
+                "its time alone"
             )
             return verdict(EXIT_OK)
         check_rewritable(args.run)
