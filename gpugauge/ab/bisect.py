@@ -203,7 +203,13 @@ def bisect(
 
     progress(so_far("searching"))
     step_s: list[float] = []  # each search step's wall seconds: what the steps left will cost
-    while left := [i for i in range(lo + 1, hi) if i not in skipped]:
+
+    def untested() -> list[int]:
+        """The commits still to test: strictly between the last good and the first bad."""
+        return [i for i in range(lo + 1, hi) if i not in skipped]
+
+    left = untested()
+    while left:
         mid = left[len(left) // 2]
         t0 = time.monotonic()
         step = _step(compare, good_sha, commits[mid], cases, f"step-{len(steps)}")
@@ -219,10 +225,10 @@ def bisect(
             said = "undecided (need more samples): skipped, not counted as good"
         else:
             lo, said = mid, "good"
-        suspect = [i for i in range(lo + 1, hi) if i not in skipped]
+        left = untested()
         note(
             f"bisect: {commits[mid][:10]} {said} ({plural(hi - lo, 'commit')} still suspect"
-            f"{steps_left(len(suspect), step_s)})"
+            f"{steps_left(len(left), step_s)})"
         )
         progress(so_far("searching"))
     beside = [commits[i][:10] for i in sorted(skipped) if lo < i < hi]

@@ -38,7 +38,7 @@ from gpugauge.results.files import read_json
 from gpugauge.results.runs import load_run, say_refused
 
 # a round's start and end beside its tests, s, before an A/B has shown its own: two sides'
-# start-up and end, as measured on an H200 (docs/ab.md)
+# start-up and end, as measured on an H200 (docs/lab/gpu-runs.md)
 ROUND_START_S = 15.0
 
 
@@ -171,10 +171,13 @@ def confirm_command(args: argparse.Namespace) -> int:
         with owning(args.out):
             order = list(in_order(groups))  # regressed, device-paced, cheapest first
             for k, (ref, ordered) in enumerate(order):
-                cost = [expected_ab_s(budget, ids_of(g), args.rounds, start_s) for _, g in order]
+                # the A/Bs left, each at the start the last one cost
+                cost = [
+                    expected_ab_s(budget, ids_of(g), args.rounds, start_s) for _, g in order[k:]
+                ]
                 print(
                     f"gpugauge confirm: A/B {k + 1} of {len(order)}, against {ref[:10]}: "
-                    f"about {duration(cost[k])} expected, {duration(sum(cost[k:]))} for "
+                    f"about {duration(cost[0])} expected, {duration(sum(cost))} for "
                     f"{'it' if k + 1 == len(order) else 'all left'}"
                 )
                 one(ref, ordered)

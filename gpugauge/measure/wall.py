@@ -66,9 +66,19 @@ class WallLedger:
         A measurement's "around rounds" phase is its whole timing call: its timed rounds and
         warm-up (charged with :meth:`charge`) are taken out of it here.
         """
+        return self._total(wall_s, test_seconds, self.by_tests(test_seconds))
+
+    def by_tests(self, test_seconds: Mapping[str, float]) -> dict[str, dict[str, float]]:
+        """Each test's seconds by phase (:meth:`by_test`), by node id."""
+        return {n: self.by_test(n, t) for n, t in test_seconds.items()}
+
+    @staticmethod
+    def _total(
+        wall_s: float, test_seconds: Mapping[str, float], tests: Mapping[str, Mapping[str, float]]
+    ) -> dict[str, float]:
         total: dict[str, float] = defaultdict(float)
-        for nodeid, test_s in test_seconds.items():
-            for name, s in self.by_test(nodeid, test_s).items():
+        for phases in tests.values():
+            for name, s in phases.items():
                 total[name] += s
         total[OUTSIDE] = max(0.0, wall_s - sum(test_seconds.values()))
         return dict(total)
@@ -86,16 +96,14 @@ class WallLedger:
         """The run's closing lines on its wall time: by phase, then the costliest tests.
 
         'wall time: timed rounds 146 s, warm-up 20 s, tests' own code 120 s, ...' (phases of
-        1 s or more, largest first), then the tests whose wall is least their timed work.
+        half a second or more, largest first), then the tests whose wall is least their timed work.
         """
-        total = self.breakdown(wall_s, test_seconds)
+        tests = self.by_tests(test_seconds)
+        total = self._total(wall_s, test_seconds, tests)
         shown = sorted((s, n) for n, s in total.items() if s >= 0.5 or n in (TIMED, WARMUP))
         parts = ", ".join(f"{n} {s:.0f} s" for s, n in reversed(shown))
         out = [f"wall time: {parts}"]
-        overhead = {
-            n: t - sum(self.by_test(n, t)[k] for k in (TIMED, WARMUP))
-            for n, t in test_seconds.items()
-        }
+        overhead = {n: test_seconds[n] - p[TIMED] - p[WARMUP] for n, p in tests.items()}
         worst = sorted(overhead.items(), key=lambda kv: -kv[1])[:top]
         if worst and worst[0][1] >= 1.0:
             named = ", ".join(f"{_short(n)} {s:.0f} s" for n, s in worst if s >= 1.0)
@@ -104,11 +112,11 @@ class WallLedger:
 
     def as_dict(self, wall_s: float, test_seconds: Mapping[str, float]) -> dict[str, object]:
         """For the run's JSON: seconds by phase for the run and for each test."""
+        tests = self.by_tests(test_seconds)
         return {
-            "run": {k: round(v, 3) for k, v in self.breakdown(wall_s, test_seconds).items()},
+            "run": {k: round(v, 3) for k, v in self._total(wall_s, test_seconds, tests).items()},
             "tests": {
-                n: {k: round(v, 3) for k, v in self.by_test(n, t).items() if v}
-                for n, t in test_seconds.items()
+                n: {k: round(v, 3) for k, v in phases.items() if v} for n, phases in tests.items()
             },
         }
 
