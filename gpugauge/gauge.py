@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -294,6 +295,15 @@ class Gauge:
         foreign = self.session.foreign_note
         if foreign and foreign not in self.session.messages:
             self.session.messages.append(foreign)
+
+    def phase(self, name: str) -> AbstractContextManager[None]:
+        """Charge the block's wall seconds to ``name`` in the run's wall-time lines.
+
+        For a test's own work around its measurement ("search", "profiler tables"): the
+        run's closing lines and its JSON (``gpugauge.wall_s``) then name it, where it would
+        otherwise be part of "tests' own code".
+        """
+        return self.session.wall.phase(name)
 
     def artifact_path(self, spec: Spec, name: str) -> Path:
         """Where this result's file ``name`` goes: ``<run folder>/<spec id>/<name>``.

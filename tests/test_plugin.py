@@ -121,7 +121,23 @@ def test_the_wall_ledger_accounts_for_every_second() -> None:
     assert sum(total.values()) == 10.0
     lines = ledger.lines(10.0, {"t.py::a": 6.0, "t.py::b": 1.5})
     assert lines[0].startswith("wall time: tests' own code 4 s, outside tests 2 s")
-    assert lines[1] == "most outside their timed work: a 4 s, b 2 s"
+    assert lines[1] == ("most outside their timed work: a 4 s (own code 2 s), b 2 s (own code 2 s)")
+
+
+def test_a_phase_inside_another_is_charged_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family's phase around a measurement's own phase: each second counted once."""
+    import gpugauge.measure.wall as wall
+
+    clock = iter([0.0, 1.0, 3.0, 10.0])  # search opens, before rounds 1-3, search closes
+    monkeypatch.setattr(wall.time, "monotonic", lambda: next(clock))
+    ledger = wall.WallLedger()
+    ledger.current = "t.py::a"
+    with ledger.phase("search"), ledger.phase("before rounds"):
+        pass
+    assert ledger.seconds["t.py::a"] == {"before rounds": 2.0, "search": 8.0}
+    lines = ledger.lines(12.0, {"t.py::a": 11.0})
+    assert lines[0].startswith("wall time: search 8 s, before rounds 2 s, tests' own code 1 s")
+    assert lines[1] == "most outside their timed work: a 11 s (search 8 s)"
 
 
 def test_a_long_run_says_how_far_it_is(run, monkeypatch: pytest.MonkeyPatch) -> None:

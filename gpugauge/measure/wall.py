@@ -44,16 +44,27 @@ class WallLedger:
 
     seconds: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     current: str = ""
+    # seconds charged by the phases open inside each open phase, innermost last
+    _inner: list[float] = field(default_factory=list, repr=False)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Charge the block's host seconds to ``name`` of the current test."""
+        """Charge the block's host seconds to ``name`` of the current test.
+
+        A phase opened inside another (a family's "search" around a measurement's
+        "before rounds") takes its seconds out of the outer one: each second is charged once.
+        """
         t0 = time.monotonic()
+        self._inner.append(0.0)
         try:
             yield
         finally:
+            elapsed = time.monotonic() - t0
+            inner = self._inner.pop()
+            if self._inner:
+                self._inner[-1] += elapsed
             mine = self.seconds[self.current]
-            mine[name] = mine.get(name, 0.0) + time.monotonic() - t0
+            mine[name] = mine.get(name, 0.0) + max(0.0, elapsed - inner)
 
     def charge(self, name: str, seconds: float) -> None:
         """Add seconds counted elsewhere (a result's timed rounds) to the current test."""
@@ -106,7 +117,9 @@ class WallLedger:
         overhead = {n: test_seconds[n] - p[TIMED] - p[WARMUP] for n, p in tests.items()}
         worst = sorted(overhead.items(), key=lambda kv: -kv[1])[:top]
         if worst and worst[0][1] >= 1.0:
-            named = ", ".join(f"{_short(n)} {s:.0f} s" for n, s in worst if s >= 1.0)
+            named = ", ".join(
+                f"{_short(n)} {s:.0f} s ({_largest(tests[n])})" for n, s in worst if s >= 1.0
+            )
             out.append(f"most outside their timed work: {named}")
         return out
 
@@ -119,6 +132,14 @@ class WallLedger:
                 n: {k: round(v, 3) for k, v in phases.items() if v} for n, phases in tests.items()
             },
         }
+
+
+def _largest(phases: Mapping[str, float]) -> str:
+    """A test's costliest phase outside its timed work: 'search 13 s'."""
+    name, s = max(
+        ((n, s) for n, s in phases.items() if n not in (TIMED, WARMUP)), key=lambda kv: kv[1]
+    )
+    return f"{'own code' if name == OWN_CODE else name} {s:.0f} s"
 
 
 def _short(nodeid: str) -> str:
