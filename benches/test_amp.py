@@ -52,7 +52,8 @@ def _busy(
     if case.device == "cpu" or gauge.options.skip_extras:
         return {}, {}, {}
     trace = gauge.artifact_path(case, "busy.pt.trace.json")
-    busy = measure_busy(step, case.device, trace, graphed=graphed)
+    with gauge.phase("GPU-busy share"):
+        busy = measure_busy(step, case.device, trace, graphed=graphed)
     return {"gpu_busy": busy.share}, {BUSY_KEY: busy.as_dict()}, {"busy_trace": trace}
 
 
@@ -60,14 +61,18 @@ def test_amp_train(case: AmpCase, gauge: Any) -> None:
     with tf32_flags(case.tf32) as flags:
         artifacts: dict[str, Any] = {}
         extra: dict[str, Any] = {"tf32": flags}
-        if case.profiled and not gauge.options.skip_extras:  # its own model and steps, first
-            artifacts, summary = profile_pass(case, lambda name: gauge.artifact_path(case, name))
+        if case.profiled and gauge.options.diagnostics:  # its own model and steps, first
+            with gauge.phase("profiler tables"):
+                artifacts, summary = profile_pass(
+                    case, lambda name: gauge.artifact_path(case, name)
+                )
             extra.update(summary)
         if case.graphs and gauge.options.skip_extras:  # the time only: no check against eager
             step = graphed_step(case)
             extra["graphs"] = {**step.info(), "check": None}
         elif case.graphs:  # the same result as the eager step's, or the test fails here
-            step, check = check_graphed(case)
+            with gauge.phase("graphed check"):
+                step, check = check_graphed(case)
             extra["graphs"] = {**step.info(), "check": check.as_dict()}
             assert check.ok, f"the graphed step's result differs from eager: {check.message()}"
         else:
@@ -92,9 +97,10 @@ def test_amp_inference(infer_case: InferCase, gauge: Any) -> None:
     with tf32_flags("default") as flags:
         gpu = make_inference(case, case.device)
         extra: dict[str, Any] = {"tf32": flags}
-        if case.device != "cpu" and not gauge.options.skip_extras:
+        if case.device != "cpu" and gauge.options.diagnostics:
             # --gauge-device auto skips CPU cases on a GPU host: the GPU case carries the CPU side
-            _, side = cpu_reference(case, gpu, gauge.options.policy, flags)
+            with gauge.phase("CPU reference"):
+                _, side = cpu_reference(case, gpu, gauge.options.policy, flags)
             extra.update(side)
             agree = side["agreement"]
             assert agree["ok"], f"CPU and GPU outputs disagree: {agree}"

@@ -49,7 +49,8 @@ def _note_block(gauge: Any, text: str) -> None:
 
 def test_layer_fit_search(fit_case: FitCase, gauge: Any) -> None:
     case = fit_case
-    result = search_case(case)
+    with gauge.phase("search"):
+        result = search_case(case)
     table = probe_table(case, result)
     path = gauge.artifact_path(case, "probes.txt")
     path.write_text(table + "\n")
@@ -81,7 +82,8 @@ def _largest_single(case: SplitCase, gauge: Any) -> tuple[int, dict[str, Any] | 
     found = gauge.session.find(case.fit_case)
     if found is not None:
         return int(found.values["max_layers"]), None
-    result = search_case(case.fit_case)
+    with gauge.phase("search"):
+        result = search_case(case.fit_case)
     return result["max_n"], result
 
 
@@ -121,17 +123,19 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
     pipelined = case.schedule in PIPELINED
     if pipelined or case.graphs:  # the same gradients as the eager naive split's
         small = MemoryModel(case.batch, case.image, 64)
-        check = check_pipeline(
-            small, 4, 3, 3, devices, case.schedule, case.micro_batches, graphs=case.graphs
-        )
+        with gauge.phase("pipeline check"):
+            check = check_pipeline(
+                small, 4, 3, 3, devices, case.schedule, case.micro_batches, graphs=case.graphs
+            )
         extra["pipeline_check"] = check
         assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"gradients differ: {check}"
         if case.graphs:  # the eager schedule's own kernels, replayed: equal but for the sum order
             assert check["max_vs_eager"] < GRAPHS_REL_TOL, f"graphs differ from eager: {check}"
     # a pipeline is balanced by what a block costs at its micro-batch size
     part = case.batch // case.micro_batches
-    costs = measure_costs(model, devices[0], batch=part) if on_gpu else flop_costs(model)
-    prime_conv_plans(model, devices, part)  # plans chosen on the whole device, not at a peak
+    with gauge.phase("block costs"):
+        costs = measure_costs(model, devices[0], batch=part) if on_gpu else flop_costs(model)
+        prime_conv_plans(model, devices, part)  # plans chosen on the whole device, not at a peak
     if on_gpu:
         _note_inherited_plans(case, devices, gauge, extra)
     budget = parse_budget(case.budget)
@@ -147,13 +151,15 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
             cut, toward = plan.chosen.k, 1 - plan.limiting
         tried: list[dict[str, Any]] = []
         if on_gpu:  # the misses run out of memory: in processes of their own
-            tried = fit_cut(case, n, cut, toward)
+            with gauge.phase("cut fit"):
+                tried = fit_cut(case, n, cut, toward)
             n, cut = tried[-1]["conv"], tried[-1]["cut"]
         setup = allocator_events(devices) if on_gpu else None
         # on a GPU the child's cut is built as it is: a miss here would run out of memory
         # in this process, which keeps what that did to its cuDNN plans
         tries = 1 if on_gpu else 6
-        runner, step, attempts = fitted_runner(case, n, cut, toward, tries)
+        with gauge.phase("cut fit"):
+            runner, step, attempts = fitted_runner(case, n, cut, toward, tries)
         attempts = tried + attempts
         if setup is not None:  # OOMs caught while it settled: a cuDNN plan fell back
             extra["allocator_setup"] = events_per_call(setup, allocator_events(devices), 1)
@@ -173,7 +179,8 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
             "budgets": list(caps),
         }
         events = allocator_events(devices) if on_gpu else None
-        seed = measure(step, SEED_METHOD, round_clock(devices))
+        with gauge.phase("seed method"):
+            seed = measure(step, SEED_METHOD, round_clock(devices))
         extra["seed_method_ms"] = {"mean": seed.summary.mean, "rounds": list(seed.device_ms)}
         if events is not None:  # a step that frees and retries serializes the devices
             calls = seed.warmup_rounds + len(seed.device_ms)
@@ -181,20 +188,22 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         parts: list[float | None] = [None] * len(devices)
         if case.schedule == "naive":
             try:
-                part_fns = runner.stage_steps()
-                parts = [
-                    measure(fn, SEED_METHOD, round_clock((d,))).summary.mean
-                    for fn, d in zip(part_fns, devices, strict=True)
-                ]
+                with gauge.phase("seed method"):
+                    part_fns = runner.stage_steps()
+                    parts = [
+                        measure(fn, SEED_METHOD, round_clock((d,))).summary.mean
+                        for fn, d in zip(part_fns, devices, strict=True)
+                    ]
                 del part_fns
             except torch.OutOfMemoryError as err:
                 extra["part_times_note"] = f"not timed alone: {str(err).splitlines()[0]}"
             extra["part_ms"] = parts
         artifacts = {}
-        if on_gpu and not gauge.options.skip_extras:
+        if on_gpu and gauge.options.diagnostics:
             try:
                 trace = gauge.artifact_path(case, "trace.json.gz")
-                extra["trace"] = trace_overlap(step, devices, trace)
+                with gauge.phase("trace"):
+                    extra["trace"] = trace_overlap(step, devices, trace)
                 artifacts["trace"] = trace
             except (torch.OutOfMemoryError, TraceError) as err:
                 extra["trace_note"] = f"not traced: {str(err).splitlines()[0]}"

@@ -35,7 +35,8 @@ def test_vgg_swap(case: SwapCase, gauge: Any, swap_checks: dict[SwapCase, dict[s
     if case.variant == "swapped":
         key = replace(case.workload, mode="-", dtype="-")
         if key not in swap_checks:
-            swap_checks[key] = check_swap_equivalence(case)
+            with gauge.phase("swap check"):
+                swap_checks[key] = check_swap_equivalence(case)
         check = extra["swap_check"] = swap_checks[key]
         assert check["outputs_identical"], f"swapped VGG outputs differ: {check}"
         assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"swapped VGG gradients differ: {check}"

@@ -199,10 +199,18 @@ def add_options(group: Any) -> None:
         "--gauge-skip-extras",
         action="store_true",
         default=False,
-        help="skip the work a case does beside its timed result (a family's profiler passes "
-        "and traces, its GPU-busy share, a GPU case's CPU reference): the results keep their "
-        "times and lose those extras; `gpugauge ab` sets it on both sides, whose results are "
-        "compared by time alone",
+        help="skip the work a case does beside its timed result (its diagnostics, its GPU-busy "
+        "share, its checks against a reference such as graphed against eager): the results "
+        "keep their times and lose those extras; `gpugauge ab` sets it on both sides, whose "
+        "results are compared by time alone",
+    )
+    group.addoption(
+        "--gauge-skip-diagnostics",
+        action="store_true",
+        default=False,
+        help="skip the work that explains a result but is not judged (a family's profiler "
+        "tables and traces, a GPU case's CPU reference); what the gate judges (time, memory, "
+        "GPU-busy share, kernels) and the checks stay; the nightly job sets it",
     )
     group.addoption(
         "--gauge-require-baselines",

@@ -79,10 +79,20 @@ class Options:
     confirm_new_host: bool = False  # a new host's time regression left to `gpugauge confirm`
     record_kernels: bool = False
     skip_extras: bool = False  # a family skips the work beside the timed result
+    skip_diagnostics: bool = False  # ... only the work that explains a result, unjudged
     first_nights: int = 0  # --gauge-first-nights N; 0: off (gpugauge.first_nights)
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
     artifacts_dir: Path = Path("artifacts")
+
+    @property
+    def diagnostics(self) -> bool:
+        """Whether a case does the work that explains its result but is not judged.
+
+        Profiler tables and traces, a GPU case's CPU reference: off under
+        ``--gauge-skip-diagnostics`` (the nightly's) and ``--gauge-skip-extras`` (an A/B's).
+        """
+        return not (self.skip_extras or self.skip_diagnostics)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -99,6 +109,7 @@ class Options:
             "confirm_new_host": self.confirm_new_host,
             "record_kernels": self.record_kernels,
             "skip_extras": self.skip_extras,
+            "skip_diagnostics": self.skip_diagnostics,
             "first_nights": self.first_nights,
             "baselines_dir": str(self.baselines_dir),
             "tolerances_dir": str(self.tolerances_dir),
@@ -166,6 +177,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         confirm_new_host=bool(get("confirm_new_host")),
         record_kernels=bool(get("record_kernels")),
         skip_extras=bool(get("skip_extras")),
+        skip_diagnostics=bool(get("skip_diagnostics")),
         first_nights=get("first_nights") or 0,
         baselines_dir=get("baselines_dir") or root / "baselines",
         tolerances_dir=get("tolerances_dir") or root / "tolerances",

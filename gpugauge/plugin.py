@@ -248,6 +248,7 @@ def _header(session: GaugeSession) -> str:
         f"gpugauge: profile={o.profile} devices={','.join(o.devices)} "
         f"warm-up={p.warmup_rounds} rounds={rounds} energy-window={o.energy_window_s:g}s"
         + (" extras=skipped" if o.skip_extras else "")
+        + (" diagnostics=skipped" if o.skip_diagnostics and not o.skip_extras else "")
         + (f" {session.cpu_threads.describe()}" if "cpu" in o.devices else "")
         + (f" {nights.header()}" if nights is not None else "")
     )

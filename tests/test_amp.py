@@ -264,6 +264,15 @@ def test_skip_extras_keeps_the_time_and_drops_the_profiler_pass(tmp_path: Path) 
     assert lean["artifacts"] == {}
     assert lean["timing"]["device_ms"]  # the time is kept
     assert set(info["extra"]) > set(lean["extra"])
+    # the nightly's: no profiler tables, the judged results and the checks as before
+    judged, kept, no_tables = run("--gauge-skip-diagnostics")
+    assert judged["skip_diagnostics"]
+    assert not judged["skip_extras"]
+    assert not any(f.name.startswith("ops_by") for f in no_tables)
+    assert "profile" not in kept["extra"]
+    assert "loader" not in kept["extra"]
+    assert kept["timing"]["device_ms"]
+    assert kept["extra"]["grad_scaler"] == info["extra"]["grad_scaler"]
 
 
 def test_case_ids_read_well() -> None:

@@ -22,6 +22,7 @@ DEFAULTS = {
     "confirm_new_host": False,
     "record_kernels": False,
     "skip_extras": False,
+    "skip_diagnostics": False,
     "first_nights": None,
     "no_history": False,
     "baselines_dir": None,

@@ -326,7 +326,7 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     assert text.count("--gauge-gate --gauge-require-baselines") == 2
     assert "--gauge-gate --gauge-require-baselines" in text  # a result with no baseline fails
     assert (
-        "--gauge-record-kernels --gauge-energy-window 0 --benchmark-autosave" in text
+        "--gauge-record-kernels --gauge-energy-window 0 --gauge-skip-diagnostics" in text
     )  # the budget
     assert "GPUGAUGE_HISTORY:" in text  # the history outlives the checkout
     assert "runs-on: [self-hosted, gpu, multi-gpu]" in text
