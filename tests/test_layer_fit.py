@@ -620,7 +620,7 @@ def test_plan_predicts_the_step_by_the_bubble_model() -> None:
 def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> None:
     case = FitCase("train", 62, SEED_BUDGET, "cpu", 4096)
     here = search_case(case)
-    there = search_case(case, isolate=True)  # a spawned child, as on a GPU
+    there = search_case(case, isolate=True)  # a child process, as on a GPU
     assert there["max_n"] == here["max_n"]
 
     def path(result: dict) -> list[tuple[int, bool]]:
@@ -659,6 +659,30 @@ def test_a_fresh_process_starts_with_this_ones_kernel_settings() -> None:
         assert in_fresh_process("the settings", torch_flags) == here
     finally:
         torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+_TOUCHED: list[int] = []
+
+
+def _touch_and_count() -> tuple[int, int, int]:
+    """In a child: mark this module's list, and say how many marks it holds and who we are."""
+    import os
+
+    _TOUCHED.append(1)
+    return len(_TOUCHED), os.getpid(), os.getppid()
+
+
+def test_each_fresh_process_starts_from_nothing_the_last_one_did() -> None:
+    """Issue 48: children forked from one server (torch imported once), none sharing state."""
+    import os
+
+    first = in_fresh_process("one", _touch_and_count)
+    second = in_fresh_process("two", _touch_and_count)
+    assert first[0] == second[0] == 1  # the second child saw nothing of the first's work
+    assert first[1] != second[1]  # two processes
+    assert os.getpid() not in (first[1], second[1])
+    assert first[2] == second[2] != os.getpid()  # both forked by the fork server
+    assert _TOUCHED == []
 
 
 def test_bubble_model_takes_the_slower_stage_of_an_unbalanced_cut() -> None:
