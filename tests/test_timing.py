@@ -11,6 +11,7 @@ from gpugauge.measure.timing import (
     TimingPolicy,
     _next_batch,
     measure,
+    median_halfwidth,
     stop_reason,
 )
 
@@ -126,7 +127,7 @@ def test_sustained_warm_up_waits_for_the_clock_to_settle() -> None:
 
 
 def test_a_warm_up_that_never_settles_says_so() -> None:
-    clock = FakeClock(iter([1.0, 2.0] * 100_000))
+    clock = FakeClock(1.0 + i * 0.01 for i in range(1_000_000))  # 1% slower every round
     policy = TimingPolicy(
         warmup_rounds=0,
         warmup_s=0.2,
@@ -138,6 +139,18 @@ def test_a_warm_up_that_never_settles_says_so() -> None:
     t = measure(lambda: None, policy, clock, now=lambda: clock.t)
     assert t.settled is False
     assert 0.5 <= t.warmup_s < 0.6
+
+
+def test_a_noisy_step_settles_once_its_batches_agree_within_their_noise() -> None:
+    """Issue 48: a host-paced step's batches jitter by more than 2% for as long as it
+    runs; its warm-up ends at warmup_s, not at max_warmup_s."""
+    clock = FakeClock(noisy_ms(1.0, 0.2, seed=3))
+    policy = TimingPolicy(warmup_rounds=0, warmup_s=0.3, settle=0.02, max_warmup_s=5.0, rounds=5)
+    t = measure(lambda: None, policy, clock, now=lambda: clock.t)
+    assert t.settled is True
+    assert t.warmup_s < 0.5
+    assert median_halfwidth([1.0] * 10) == 0.0
+    assert median_halfwidth([1.0, 3.0]) == pytest.approx(0.5)  # (3 - 1) / 2 / median 2
 
 
 def test_min_time_keeps_timing_past_a_met_ci() -> None:

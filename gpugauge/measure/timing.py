@@ -50,7 +50,8 @@ class TimingPolicy:
     Warm-up: ``idle_s`` of idling first (the burst regime), ``warmup_rounds`` queued back
     to back, then timed batches of about ``warmup_batch_s`` until ``warmup_s`` has passed
     and, with ``settle`` > 0, two consecutive batch medians differ by at most ``settle``
-    (relative), but no longer than ``max_warmup_s``. ``rounds`` fixes the round count
+    (relative) or by less than their own rounds can resolve (:func:`median_halfwidth`),
+    but no longer than ``max_warmup_s``. ``rounds`` fixes the round count
     (adaptive stopping is then off); otherwise rounds are added until at least
     ``min_rounds`` rounds are taken, the timed batches span at least ``min_time_s``
     seconds of wall time (the GPU busy with them: rounds, flushes, launch gaps), and
@@ -392,6 +393,24 @@ def _head_start(host_per_round_s: float, device_per_round_s: float, batch: int) 
     return min(1.2 * (host_per_round_s + (batch - 1) * deficit), MAX_HEAD_START_S)
 
 
+def median_halfwidth(times: Sequence[float]) -> float:
+    """Half the width of a batch's 95% interval of its median, relative to it.
+
+    Order statistics (ranks n/2 ± 0.98·√n): distribution-free and cheap enough for every
+    warm-up batch. Two batch medians that differ by less than their two half-widths have
+    settled as far as their rounds can tell: a host-paced step's batches jitter by a few
+    percent for as long as it runs, and waiting for them to agree within 2% only spends
+    the warm-up's limit (5 s of the seed profile's, on six host-bound steps a night).
+    """
+    ordered = sorted(times)
+    n, mid = len(ordered), statistics.median(times)
+    if n < 2 or mid <= 0:
+        return 0.0
+    k = math.ceil(0.98 * math.sqrt(n))
+    lo, hi = ordered[max(0, n // 2 - k)], ordered[min(n - 1, (n - 1) // 2 + k)]
+    return (hi - lo) / 2 / mid
+
+
 @dataclass(frozen=True)
 class _Warm:
     rounds: int
@@ -425,12 +444,15 @@ def _warm_up(
     rounds = policy.warmup_rounds
     device_s = 0.0  # no round timed yet: the first lead covers the whole batch's dispatch
     medians: list[float] = []
+    spreads: list[float] = []
     settled: bool | None = None
     if policy.warmup_s > 0:
         settled = False
         while True:
             elapsed = now() - t0
-            agree = len(medians) >= 2 and abs(medians[-1] / medians[-2] - 1) <= policy.settle
+            agree = len(medians) >= 2 and abs(medians[-1] / medians[-2] - 1) <= max(
+                policy.settle, spreads[-1] + spreads[-2]
+            )
             if elapsed >= policy.warmup_s and (policy.settle == 0 or agree):
                 settled = True
                 break
@@ -442,6 +464,7 @@ def _warm_up(
             rounds += batch
             device_s = _gapless_round_s(times)
             medians.append(statistics.median(times))
+            spreads.append(median_halfwidth(times))
             per_round_s = max(medians[-1] / 1e3, 1e-6)
     return _Warm(rounds, now() - t0, queued, device_s, tuple(medians), settled)
 
