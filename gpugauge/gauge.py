@@ -27,6 +27,7 @@ from gpugauge.judging.judge import Judge, regressed_on_new_host
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
+from gpugauge.measure.wall import TIMED, WARMUP
 from gpugauge.options import Options
 from gpugauge.phrasing import Note
 from gpugauge.pipeline import l2_flusher, measure_case
@@ -252,7 +253,7 @@ class Gauge:
             )
 
         self._again = once  # a regressed result is measured again before its test fails
-        return self.record(once())
+        return self._record(once(), charged=True)
 
     def record(self, m: Measurement) -> Measurement:
         """Record a result built anywhere: gate it, store it, and return it.
@@ -265,12 +266,23 @@ class Gauge:
         is measured again (:meth:`_remeasure`) is that second measurement from then on: it
         is what is stored, shown and returned, the first kept in its ``earlier``.
         """
+        return self._record(m, charged=False)
+
+    def _record(self, m: Measurement, charged: bool) -> Measurement:
+        """:meth:`record`; ``charged``: its rounds are on the run's wall ledger already.
+
+        A result timed elsewhere (a worker process) has its timed rounds and warm-up
+        charged to this test here, so that the run's efficiency line counts them.
+        """
         check_spec(m.spec, "gauge.record")
         self._check_not_recorded(m.spec)
         self._check_id_free(m.spec)
         missing = [f"{k}={v}" for k, v in m.artifacts.items() if not Path(v).exists()]
         if missing:
             raise GaugeError(f"{m.id}: artifact file(s) not written: {', '.join(missing)}")
+        if not charged and m.timing is not None:
+            self.session.wall.charge(TIMED, m.timing.timed_s)
+            self.session.wall.charge(WARMUP, m.timing.warmup_s)
         self._recorded = m
         if self._benchmark_disabled:
             self.session.unmeasured.add(m.id)

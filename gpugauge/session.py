@@ -20,7 +20,7 @@ from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.measure.threads import CpuThreads, cores, cpu_threads, load_average, load_warning
-from gpugauge.measure.wall import WallLedger
+from gpugauge.measure.wall import TIMED, WARMUP, WallLedger
 from gpugauge.options import Options
 from gpugauge.phrasing import Note, plural
 from gpugauge.registry import comparisons_of, registry
@@ -163,11 +163,11 @@ class GaugeSession:
 
         'efficiency: timed rounds 146 s and warm-up 20 s of 458 s (36%)', after a line of
         the rest by phase (:mod:`gpugauge.measure.wall`): setups, profiled rounds, energy
-        windows, the tests' own code and pytest's.
+        windows, the tests' own code and pytest's. Both come from the ledger: every timed
+        round counts, a first measurement that was measured again too.
         """
-        timings = [m.timing for m in self.measurements if m.timing is not None]
-        timed = sum(t.timed_s for t in timings)
-        warm = sum(t.warmup_s for t in timings)
+        total = self.wall.breakdown(wall_s, self.test_seconds)
+        timed, warm = total.get(TIMED, 0.0), total.get(WARMUP, 0.0)
         share = (timed + warm) / wall_s if wall_s > 0 else 0.0
         return [
             *self.wall.lines(wall_s, self.test_seconds),

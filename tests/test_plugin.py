@@ -671,3 +671,30 @@ def test_a_benchmark_compare_fail_is_one_line_and_the_gpugauge_section_still_pri
         ]
     )
     assert len(list((gauge_pytester.path / ".benchmarks").rglob("*.json"))) == 2
+
+
+RECORDED_ELSEWHERE = """
+from dataclasses import replace
+
+from gpugauge.measure.timing import HostClock, Timing, TimingPolicy, measure
+from gpugauge.results.measurement import Measurement
+
+def test_worker(gauge):
+    t = measure(lambda: None, TimingPolicy(rounds=3, warmup_rounds=1), HostClock())
+    t = replace(t, timed_s=4.0, warmup_s=2.0)  # as a worker process timed them
+    gauge.record(Measurement(gauge.call_spec(("cpu",), id="worker-toy"), timing=t))
+"""
+
+
+def test_rounds_timed_in_a_worker_count_in_the_efficiency_line(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """The wall line and the efficiency line read one ledger: a worker's rounds in both."""
+    gauge_pytester.makepyfile(test_worker=RECORDED_ELSEWHERE)
+    out = gauge_pytester.path / "out.json"
+    result = gauge_pytester.runpytest(f"--benchmark-json={out}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["efficiency: timed rounds 4 s and warm-up 2 s of *"])
+    run = json.loads(out.read_text())["gpugauge"]["wall_s"]["run"]
+    assert run["timed rounds"] == 4.0
+    assert run["warm-up"] == 2.0
