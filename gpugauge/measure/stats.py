@@ -101,12 +101,15 @@ def _bootstrap_medians(a: np.ndarray, resamples: int, rng: np.random.Generator) 
     return np.concatenate(out)
 
 
-def _order_statistic_ci(a: np.ndarray, level: float) -> tuple[float, float]:
+def order_statistic_ci(
+    samples: Sequence[float] | np.ndarray, level: float = CI_LEVEL
+) -> tuple[float, float]:
     """The median's CI between two order statistics, from a Binomial(n, 1/2) count.
 
     The count of samples below the median is Binomial(n, 1/2); the ranks ``n/2 ± z√n/2``
     hold the median with probability ``level`` (the normal approximation, n large).
     """
+    a = _array(samples)
     n = a.size
     z = float(NormalDist().inv_cdf(0.5 + level / 2))
     half = z * math.sqrt(n) / 2
@@ -124,7 +127,7 @@ def median_ci(
     if a.size == 1:
         return float(a[0]), float(a[0])
     if a.size >= ORDER_STAT_MIN_N:
-        return _order_statistic_ci(a, level)
+        return order_statistic_ci(a, level)
     meds = _bootstrap_medians(a, resamples, np.random.default_rng(_SEED))
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(meds, [tail, 100 - tail])

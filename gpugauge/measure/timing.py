@@ -37,7 +37,7 @@ from gpugauge.measure.clocks import (  # noqa: F401 (re-exported)
     HostClock,
     RunQueueClock,
 )
-from gpugauge.measure.stats import Summary, summarize
+from gpugauge.measure.stats import Summary, order_statistic_ci, summarize
 from gpugauge.phrasing import plural
 
 REGIMES = ("sustained", "burst")
@@ -396,18 +396,17 @@ def _head_start(host_per_round_s: float, device_per_round_s: float, batch: int) 
 def median_halfwidth(times: Sequence[float]) -> float:
     """Half the width of a batch's 95% interval of its median, relative to it.
 
-    Order statistics (ranks n/2 ± 0.98·√n): distribution-free and cheap enough for every
-    warm-up batch. Two batch medians that differ by less than their two half-widths have
-    settled as far as their rounds can tell: a host-paced step's batches jitter by a few
-    percent for as long as it runs, and waiting for them to agree within 2% only spends
-    the warm-up's limit (5 s of the seed profile's, on six host-bound steps a night).
+    Order statistics (:func:`~gpugauge.measure.stats.order_statistic_ci`):
+    distribution-free and cheap enough for every warm-up batch. Two batch medians that
+    differ by less than their two half-widths have settled as far as their rounds can
+    tell: a host-paced step's batches jitter by a few percent for as long as it runs, and
+    waiting for them to agree within 2% only spends the warm-up's limit (5 s of the seed
+    profile's, on six host-bound steps a night).
     """
-    ordered = sorted(times)
-    n, mid = len(ordered), statistics.median(times)
-    if n < 2 or mid <= 0:
+    mid = statistics.median(times) if len(times) >= 2 else 0.0
+    if mid <= 0:
         return 0.0
-    k = math.ceil(0.98 * math.sqrt(n))
-    lo, hi = ordered[max(0, n // 2 - k)], ordered[min(n - 1, (n - 1) // 2 + k)]
+    lo, hi = order_statistic_ci(times)
     return (hi - lo) / 2 / mid
 
 
