@@ -20,7 +20,7 @@ from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.measure.threads import CpuThreads, cores, cpu_threads, load_average, load_warning
-from gpugauge.measure.wall import TIMED, WARMUP, WallLedger
+from gpugauge.measure.wall import WallLedger
 from gpugauge.options import Options
 from gpugauge.phrasing import Note, plural
 from gpugauge.registry import comparisons_of, registry
@@ -161,19 +161,10 @@ class GaugeSession:
     def efficiency(self, wall_s: float) -> list[str]:
         """The run's last lines: where its wall time went, then its efficiency.
 
-        'efficiency: timed rounds 146 s and warm-up 20 s of 458 s (36%)', after a line of
-        the rest by phase (:mod:`gpugauge.measure.wall`): setups, profiled rounds, energy
-        windows, the tests' own code and pytest's. Both come from the ledger: every timed
-        round counts, a first measurement that was measured again too.
+        The wall ledger's (:meth:`~gpugauge.measure.wall.WallLedger.lines`) over this run's
+        tests: setups, profiled rounds, energy windows, the tests' own code and pytest's.
         """
-        total = self.wall.breakdown(wall_s, self.test_seconds)
-        timed, warm = total.get(TIMED, 0.0), total.get(WARMUP, 0.0)
-        share = (timed + warm) / wall_s if wall_s > 0 else 0.0
-        return [
-            *self.wall.lines(wall_s, self.test_seconds),
-            f"efficiency: timed rounds {timed:.0f} s and warm-up {warm:.0f} s of "
-            f"{wall_s:.0f} s ({share:.0%})",
-        ]
+        return self.wall.lines(wall_s, self.test_seconds)
 
     def tables(self) -> dict[str, str]:
         """The end-of-run tables, by name: printed, and saved in the JSON."""

@@ -122,6 +122,7 @@ def test_the_wall_ledger_accounts_for_every_second() -> None:
     lines = ledger.lines(10.0, {"t.py::a": 6.0, "t.py::b": 1.5})
     assert lines[0].startswith("wall time: tests' own code 4 s, outside tests 2 s")
     assert lines[1] == ("most outside their timed work: a 4 s (own code 2 s), b 2 s (own code 2 s)")
+    assert lines[2] == "efficiency: timed rounds 2 s and warm-up 0 s of 10 s (25%)"
 
 
 def test_a_phase_inside_another_is_charged_once(monkeypatch: pytest.MonkeyPatch) -> None:

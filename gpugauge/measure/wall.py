@@ -104,10 +104,12 @@ class WallLedger:
         return out
 
     def lines(self, wall_s: float, test_seconds: Mapping[str, float], top: int = 3) -> list[str]:
-        """The run's closing lines on its wall time: by phase, then the costliest tests.
+        """The run's closing lines on its wall time: by phase, the costliest tests, efficiency.
 
         'wall time: timed rounds 146 s, warm-up 20 s, tests' own code 120 s, ...' (phases of
-        half a second or more, largest first), then the tests whose wall is least their timed work.
+        half a second or more, largest first), then the tests whose wall is least their timed
+        work, then 'efficiency: timed rounds 146 s and warm-up 20 s of 458 s (36%)': every
+        timed round counts, a first measurement that was measured again too.
         """
         tests = self.by_tests(test_seconds)
         total = self._total(wall_s, test_seconds, tests)
@@ -121,6 +123,12 @@ class WallLedger:
                 f"{_short(n)} {s:.0f} s ({_largest(tests[n])})" for n, s in worst if s >= 1.0
             )
             out.append(f"most outside their timed work: {named}")
+        timed, warm = total[TIMED], total[WARMUP]
+        share = (timed + warm) / wall_s if wall_s > 0 else 0.0
+        out.append(
+            f"efficiency: timed rounds {timed:.0f} s and warm-up {warm:.0f} s of "
+            f"{wall_s:.0f} s ({share:.0%})"
+        )
         return out
 
     def as_dict(self, wall_s: float, test_seconds: Mapping[str, float]) -> dict[str, object]:
