@@ -9,6 +9,7 @@ a quarter of the elements.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 CFGS: dict[str, list[int | str]] = {
@@ -128,6 +129,7 @@ def vgg(
 
 def swapped_twin(model: VGG, arch: str, *, batch_norm: bool, num_classes: int) -> VGG:
     """A swapped VGG holding a copy of ``model``'s weights (module indices are unchanged)."""
-    twin = vgg(arch, batch_norm=batch_norm, swap=True, num_classes=num_classes)
+    with torch.device(next(model.parameters()).device):  # no host copy of 138 M parameters
+        twin = vgg(arch, batch_norm=batch_norm, swap=True, num_classes=num_classes)
     twin.load_state_dict(model.state_dict())
-    return twin.to(next(model.parameters()).device)
+    return twin

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from gpugauge.models.alexnet import alexnet
+from gpugauge.models.build import build_on
 from gpugauge.models.lenet import lenet
 from gpugauge.models.mlp import mlp
 from gpugauge.models.resnet import resnet18
@@ -339,9 +340,9 @@ class Trainer:
 
     def __init__(self, case: AmpCase, fused: bool = False) -> None:
         self.case = case
-        torch.manual_seed(0)
         layout = torch.channels_last if case.channels_last else torch.contiguous_format
-        self.model = case.defn.build().to(case.device, memory_format=layout).train()
+        model = build_on(case.device, case.defn.build)
+        self.model = model.to(memory_format=layout).train()
         self.opt = sgd(self.model.parameters(), fused)
         self.loss_fn = nn.CrossEntropyLoss()
         self.scaler = (

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from gpugauge.measure.ceilings import torch_dtype
+from gpugauge.models.build import build_on
 from gpugauge.models.vgg import swapped_twin, vgg
 
 
@@ -98,9 +99,9 @@ def _inputs(case: SwapCase) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _model(case: SwapCase, swap: bool) -> nn.Module:
-    torch.manual_seed(0)
-    return vgg(case.arch, batch_norm=case.batch_norm, swap=swap, num_classes=case.num_classes).to(
-        case.device
+    return build_on(
+        case.device,
+        lambda: vgg(case.arch, batch_norm=case.batch_norm, swap=swap, num_classes=case.num_classes),
     )
 
 
