@@ -33,3 +33,15 @@ def progress(spent_s: float, done: int, total: int, noun: str = "test") -> str:
     left = seconds_left(spent_s, done, total)
     eta = "" if left is None else f"; about {duration(left)} left"
     return f"{done} of {plural(total, noun)} done in {duration(spent_s)}{eta}"
+
+
+def efficiency(timed_s: float, warmup_s: float, wall_s: float) -> str:
+    """'efficiency: timed rounds 146 s and warm-up 20 s of 458 s (36%)'.
+
+    Every run's last line, a gated run's or an A/B's, in the same words.
+    """
+    share = (timed_s + warmup_s) / wall_s if wall_s > 0 else 0.0
+    return (
+        f"efficiency: timed rounds {timed_s:.0f} s and warm-up {warmup_s:.0f} s of "
+        f"{wall_s:.0f} s ({share:.0%})"
+    )

@@ -134,6 +134,49 @@ def _pairs(ratio: float, n: int = 5) -> tuple[Pair, ...]:
     )
 
 
+def test_a_call_s_first_block_warms_up_until_settled_not_for_the_case_s_full_second() -> None:
+    """The GPU ran the last test's blocks moments ago: settling decides, from 0.3 s."""
+    from gpugauge.ab.worker import block_policy
+    from gpugauge.options import PROFILE_POLICIES
+
+    seed = PROFILE_POLICIES["seed"]
+    order = {"block_s": 0.25, "rewarm_s": 0.1, "min_rounds": 3, "first_warm_s": 0.3}
+    first = block_policy(seed, order, first=True)
+    assert first.warmup_s == 0.3 < seed.warmup_s
+    assert (first.settle, first.max_warmup_s) == (seed.settle, seed.max_warmup_s)
+    assert block_policy(seed, {**order, "first_warm_s": 5.0}, True).warmup_s == seed.warmup_s
+    # an order from a coordinator that does not send it: the case's own warm-up
+    old = {k: v for k, v in order.items() if k != "first_warm_s"}
+    assert block_policy(seed, old, first=True).warmup_s == seed.warmup_s
+    later = block_policy(seed, order, first=False)
+    assert later.warmup_s == later.max_warmup_s == 0.1
+    assert later.settle == 0.0
+
+
+def test_a_block_s_seconds_are_read_back_and_a_bad_one_refused() -> None:
+    b = Block(1.0, 10, timed_s=0.25, warmup_s=0.1, wall_s=0.4)
+    assert Block.from_dict(b.as_dict()) == b
+    assert Block.from_dict({"median_ms": 1.0, "rounds": 10}).timed_s is None  # an old worker
+    with pytest.raises(ValueError, match="warmup_s"):
+        Block.from_dict({"median_ms": 1.0, "rounds": 10, "warmup_s": -1})
+
+
+def test_the_efficiency_line_counts_timed_rounds_and_warm_up_as_a_gated_run_does() -> None:
+    def pairs(timed: float | None) -> tuple[Pair, ...]:
+        block = Block(1.0, 10, timed_s=timed, warmup_s=None if timed is None else 0.1)
+        return tuple(Pair(block, block, i % 2 == 0) for i in range(4))
+
+    side = SideInfo("base", "a", "a" * 40, "python3", "/x")
+    case = CaseAB("c", "t::c", pairs(0.25), phases={"blocks": 3.0})
+    line = terminal(ABReport(side, side, (case,), "cpu", 6.0)).splitlines()[-1]
+    # 8 blocks: 2 s timed, 0.8 s of warm-up, of 6 s
+    assert line.startswith("efficiency: timed rounds 2 s and warm-up 1 s of 6 s (47%)")
+    assert line.endswith("the A/B cost 3.0x its timed rounds")
+    old = CaseAB("c", "t::c", pairs(None), phases={"blocks": 3.0})
+    line = terminal(ABReport(side, side, (old,), "cpu", 6.0)).splitlines()[-1]
+    assert line.startswith("efficiency: paired blocks 3 s of 6 s (50%)")
+
+
 def test_report_renders_worst_first_and_escapes_markdown() -> None:
     cases = (
         CaseAB("same-case", "t.py::t[same-case]", _pairs(1.0)),
@@ -417,7 +460,11 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     assert set(case["phases"]) == {"setup", "blocks", "after", "alone"}
     assert case["phases"]["blocks"] > 0.1 * 8  # 4 pairs of two 0.1 s blocks at least
     assert "time: setups" in slow.stdout
-    assert "efficiency: paired blocks" in slow.stdout.strip().splitlines()[-2]
+    assert "efficiency: timed rounds" in slow.stdout.strip().splitlines()[-2]
+    # every block says how long it timed and warmed up, within its call of the primitive
+    block = case["pairs"][0]["head"]
+    assert 0.1 <= block["timed_s"] <= block["wall_s"]
+    assert block["timed_s"] + block["warmup_s"] <= block["wall_s"] + 1e-3
     assert "slower" in (tmp_path / "slow" / "ab.md").read_text()
     # two rounds from the start, the second in a fresh pair of processes, head's build
     # started first, and slower there too

@@ -25,7 +25,10 @@ class ABConfig:
 
     ``pytest_args`` select the cases for both sides (``-k``, ``-m``, paths, ``--profile``);
     ``side_args`` adds arguments to one side only (by side name). ``block_s`` is a block's
-    timed seconds, ``rewarm_s`` the warm-up of every block after a call's first.
+    timed seconds, ``rewarm_s`` the warm-up of every block after a call's first, and
+    ``first_warm_s`` the least warm-up of a call's first block: the case's settling decides
+    the rest (its policy's own minimum, 1 s at ``--profile seed``, would cost each side a
+    second per test; the GPU has just run the last test's blocks).
     """
 
     pytest_args: tuple[str, ...]
@@ -34,6 +37,7 @@ class ABConfig:
     schedule: Schedule = field(default_factory=Schedule)
     block_s: float = 0.25
     rewarm_s: float = 0.1
+    first_warm_s: float = 0.3
     min_rounds: int = 3
     clocks_apart: float = CLOCKS_APART_AT_MOST
     max_remeasure: int = MAX_REMEASURE
@@ -48,8 +52,11 @@ class ABConfig:
     round: int = 1  # which of the schedule's rounds this run of the coordinator is
 
     def __post_init__(self) -> None:
-        if not self.block_s > 0 or not self.rewarm_s >= 0 or self.min_rounds < 1:
-            raise ValueError(f"block_s > 0, rewarm_s >= 0 and min_rounds >= 1: {self}")
+        warm_ok = self.rewarm_s >= 0 and self.first_warm_s >= 0
+        if not self.block_s > 0 or not warm_ok or self.min_rounds < 1:
+            raise ValueError(
+                f"block_s > 0, rewarm_s >= 0, first_warm_s >= 0 and min_rounds >= 1: {self}"
+            )
 
     @property
     def first_look_s(self) -> float:

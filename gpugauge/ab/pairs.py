@@ -14,12 +14,20 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Block:
-    """One side's block: median round (ms), rounds timed, SM clock (MHz), power (W)."""
+    """One side's block: median round (ms), rounds timed, SM clock (MHz), power (W).
+
+    ``timed_s`` and ``warmup_s`` are the wall seconds of its timed batches and of its
+    warm-up, ``wall_s`` of its whole call of the timing primitive (None from a worker that
+    did not say): what the A/B's efficiency line adds up.
+    """
 
     median_ms: float
     rounds: int
     sm_clock_mhz: float | None = None
     power_w: float | None = None
+    timed_s: float | None = None
+    warmup_s: float | None = None
+    wall_s: float | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Block:
@@ -28,11 +36,13 @@ class Block:
         if not math.isfinite(median) or median <= 0:
             raise ValueError(f"a block's median must be a positive time, not {median!r}")
         clock, power = d.get("sm_clock_mhz"), d.get("power_w")
+        seconds = {k: _seconds(d, k) for k in ("timed_s", "warmup_s", "wall_s")}
         return cls(
             median,
             int(d["rounds"]),
             None if clock is None else float(clock),
             None if power is None else float(power),
+            **seconds,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -42,7 +52,21 @@ class Block:
             "rounds": self.rounds,
             "sm_clock_mhz": self.sm_clock_mhz,
             "power_w": self.power_w,
+            "timed_s": self.timed_s,
+            "warmup_s": self.warmup_s,
+            "wall_s": self.wall_s,
         }
+
+
+def _seconds(d: dict[str, Any], key: str) -> float | None:
+    """A block's seconds under ``key``: None where absent, else a finite time >= 0."""
+    value = d.get(key)
+    if value is None:
+        return None
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"a block's {key} must be a time in seconds, not {value!r}")
+    return seconds
 
 
 @dataclass(frozen=True)

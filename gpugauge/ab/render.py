@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpugauge.ab.result import AB_MD, PHASES, ABReport, CaseAB
 from gpugauge.ab.verdict import Outcome
-from gpugauge.phrasing import plural
+from gpugauge.phrasing import efficiency, plural
 from gpugauge.report.tables import fmt_ms, render
 from gpugauge.results.files import atomic_write_text
 
@@ -74,17 +74,29 @@ def cost_line(report: ABReport) -> str:
 
 
 def efficiency_line(report: ABReport) -> str:
-    """The last line: how much of the wall time measured, and per paired case.
+    """The last line: its timed rounds and warm-up against its wall time, and its cost.
 
-    'efficiency: paired blocks 80 s of 120 s (67%); 2 rounds; 1.5x the blocks per case'.
+    The first part in a gated run's words; the cost is against the timed rounds.
+
+    'efficiency: timed rounds 80 s and warm-up 20 s of 160 s (62%); 2 rounds; the A/B cost
+    2.0x its timed rounds'. An ab.json whose blocks did not count their seconds says its
+    paired blocks instead (their warm-ups and the time between them included).
     """
     paired = [c for c in report.cases if c.ratio is not None]
-    share = report.blocks_s / report.wall_s if report.wall_s > 0 else 0.0
-    per_case = report.wall_s / report.blocks_s if report.blocks_s > 0 else float("inf")
-    rounds = max((len(c.rounds) for c in paired), default=0)
+    rounds = plural(max((len(c.rounds) for c in paired), default=0), "round")
+    timing = report.timing_s
+    if timing is None:
+        share = report.blocks_s / report.wall_s if report.wall_s > 0 else 0.0
+        per_case = report.wall_s / report.blocks_s if report.blocks_s > 0 else float("inf")
+        return (
+            f"efficiency: paired blocks {report.blocks_s:.0f} s of {report.wall_s:.0f} s "
+            f"({share:.0%}); {rounds}; the A/B cost {per_case:.1f}x its blocks"
+        )
+    timed, warm = timing
+    cost = report.wall_s / timed if timed > 0 else float("inf")
     return (
-        f"efficiency: paired blocks {report.blocks_s:.0f} s of {report.wall_s:.0f} s "
-        f"({share:.0%}); {plural(rounds, 'round')}; the A/B cost {per_case:.1f}x its blocks"
+        f"{efficiency(timed, warm, report.wall_s)}; {rounds}; "
+        f"the A/B cost {cost:.1f}x its timed rounds"
     )
 
 

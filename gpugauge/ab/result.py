@@ -436,6 +436,19 @@ class ABReport:
         return sum(c.spent["blocks"] for c in self.cases)
 
     @property
+    def timing_s(self) -> tuple[float, float] | None:
+        """Seconds of timed batches and of warm-up, every block of every round.
+
+        None where a block does not say (an ab.json from before blocks counted them).
+        """
+        blocks = [
+            b for c in self.cases for r in c.rounds for p in r.pairs for b in (p.base, p.head)
+        ]
+        if any(b.timed_s is None or b.warmup_s is None for b in blocks):
+            return None
+        return sum(b.timed_s or 0.0 for b in blocks), sum(b.warmup_s or 0.0 for b in blocks)
+
+    @property
     def paired_ids(self) -> tuple[str, ...]:
         """Node ids of the cases its first round paired: what a later round A/Bs."""
         return tuple(c.nodeid for c in self.cases if c.round_outcome is not None)

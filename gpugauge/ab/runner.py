@@ -307,6 +307,7 @@ class Coordinator:
                 "op": "block",
                 "block_s": self.cfg.block_s,
                 "rewarm_s": self.cfg.rewarm_s,
+                "first_warm_s": self.cfg.first_warm_s,
                 "min_rounds": self.cfg.min_rounds,
                 "first": first,
             }

@@ -33,6 +33,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 from typing import Any
@@ -83,12 +84,19 @@ def _replace(obj: Any, **changes: Any) -> Any:
 def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
     """The case's policy, made to time one block of about ``block_s`` seconds.
 
-    The first block of a call warms up as the case's own policy says (its regime); later
-    blocks warm up for ``rewarm_s`` only, since the other side has just run the same work
-    on this GPU. A burst case keeps its idle before every block: that is its regime.
+    The first block of a call warms up as the case's own policy says (its regime: its
+    idle, its settling, its limit), but for at least ``first_warm_s`` only, where the order
+    gives one: the GPU has just run the last test's blocks. Later blocks warm up for
+    ``rewarm_s`` only, since the other side has just run the same work on this GPU. A burst
+    case keeps its idle before every block: that is its regime.
     """
     block_s = float(order["block_s"])
-    changes: dict[str, Any] = {
+    changes: dict[str, Any] = {}
+    if first and "first_warm_s" in order:
+        # the GPU ran the last test's blocks moments ago: settling says when it is warm
+        # again, not the case's fixed minimum (1 s at --profile seed, twice per test)
+        changes["warmup_s"] = min(float(order["first_warm_s"]), policy.warmup_s)
+    changes |= {
         "rounds": None,
         "min_rounds": max(1, int(order["min_rounds"])),
         "min_time_s": block_s,
@@ -103,7 +111,11 @@ def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
 
 
 def block_stats(timing: Any) -> dict[str, Any]:
-    """What the coordinator needs of one block: median ms, rounds, SM clock MHz, power W."""
+    """What the coordinator needs of one block: median ms, rounds, SM clock MHz, power W.
+
+    Also the seconds of its timed batches and its warm-up, where this side's ``Timing``
+    has them.
+    """
     times = list(timing.device_ms)
     batches = getattr(timing, "batches", ()) or ()
     clocks = [b.sm_clock_mhz for b in batches if getattr(b, "sm_clock_mhz", None)]
@@ -113,6 +125,8 @@ def block_stats(timing: Any) -> dict[str, Any]:
         "rounds": len(times),
         "sm_clock_mhz": statistics.median(clocks) if clocks else None,
         "power_w": statistics.fmean(power) if power else None,
+        "timed_s": getattr(timing, "timed_s", None),
+        "warmup_s": getattr(timing, "warmup_s", None),
     }
 
 
@@ -162,14 +176,16 @@ def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
             return original(fn, policy, clock, **kw)
         blocks: list[Any] = []
         while order["op"] == "block":
+            t0 = time.perf_counter()
             try:
                 timing = original(fn, block_policy(policy, order, not blocks), clock, **kw)
             except BaseException as err:
                 # the test fails as it would without an A/B; the coordinator ends the pairs
                 channel.send({"op": "block_failed", "error": f"{type(err).__name__}: {err}"})
                 raise
+            wall_s = time.perf_counter() - t0
             blocks.append(timing)
-            order = channel.ask({"op": "block_done", **block_stats(timing)})
+            order = channel.ask({"op": "block_done", **block_stats(timing), "wall_s": wall_s})
         if order["op"] == "solo":  # the other side failed before this one timed a block
             return original(fn, policy, clock, **kw)
         if order["op"] != "end" or not blocks:

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from gpugauge.phrasing import efficiency
+
 # the phases a measurement times, in the order a run's summary names them
 MEASUREMENT_PHASES = (
     "around rounds",
@@ -123,12 +125,7 @@ class WallLedger:
                 f"{_short(n)} {s:.0f} s ({_largest(tests[n])})" for n, s in worst if s >= 1.0
             )
             out.append(f"most outside their timed work: {named}")
-        timed, warm = total[TIMED], total[WARMUP]
-        share = (timed + warm) / wall_s if wall_s > 0 else 0.0
-        out.append(
-            f"efficiency: timed rounds {timed:.0f} s and warm-up {warm:.0f} s of "
-            f"{wall_s:.0f} s ({share:.0%})"
-        )
+        out.append(efficiency(total[TIMED], total[WARMUP], wall_s))
         return out
 
     def as_dict(self, wall_s: float, test_seconds: Mapping[str, float]) -> dict[str, object]:
