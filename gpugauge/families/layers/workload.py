@@ -20,6 +20,7 @@ import torch
 from gpugauge.measure.ceilings import torch_dtype
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.roofline import Work
+from gpugauge.models.build import build_on
 from gpugauge.models.layers import LAYERS, LayerDef
 
 MODES = ("fwd", "fwdbwd")
@@ -105,8 +106,7 @@ def cases(profile: str) -> list[LayerCase]:
 def make_round(case: LayerCase) -> tuple[Callable[[], object], Callable[[], None] | None]:
     """The timed callable of ``case`` and the setup to run before each round (or None)."""
     dtype = torch_dtype(case.dtype)
-    torch.manual_seed(0)
-    layer = case.defn.make().to(case.device, dtype)
+    layer = build_on(case.device, case.defn.make).to(dtype)
     x = torch.randn(case.shape, device=case.device, dtype=dtype)
     if not case.backward:
         layer.requires_grad_(False)
