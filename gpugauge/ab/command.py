@@ -137,8 +137,8 @@ def run_ab(
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())
-        again = lambda ids: config_of(args, out, ids, budget)  # noqa: E731
-        report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, again)
+        next_round = lambda ids: config_of(args, out, ids, budget)  # noqa: E731
+        report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, next_round)
     write_report(report, out)
     return report
 

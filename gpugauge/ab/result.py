@@ -106,11 +106,11 @@ class CaseAB:
         """Every round of the test, in order, each a case of one round."""
         return (replace(self, later=()), *self.later) if self.later else (self,)
 
-    def with_round(self, again: CaseAB | None) -> CaseAB:
-        """The case with ``again`` as its next round (unchanged for None)."""
-        if again is None:
+    def with_round(self, later: CaseAB | None) -> CaseAB:
+        """The case with ``later`` as its next round (unchanged for None)."""
+        if later is None:
             return self
-        return replace(self, later=(*self.later, *again.rounds))
+        return replace(self, later=(*self.later, *later.rounds))
 
     @property
     def unpaired_reason(self) -> str:
@@ -455,10 +455,10 @@ class ABReport:
 
     def with_round(self, later: ABReport) -> ABReport:
         """The A/B with ``later``'s cases as the next round of its own, by node id."""
-        again = {c.nodeid: c for c in later.cases}
+        by_node = {c.nodeid: c for c in later.cases}
         return replace(
             self,
-            cases=tuple(c.with_round(again.get(c.nodeid)) for c in self.cases),
+            cases=tuple(c.with_round(by_node.get(c.nodeid)) for c in self.cases),
             wall_s=self.wall_s + later.wall_s,
             problems=self.problems + later.problems,
         )

@@ -382,11 +382,11 @@ def run_sides(
     sides: dict[str, Checkout],
     note: Note = print,
     cwd: Path | None = None,
-    again: Callable[[Sequence[str]], ABConfig] | None = None,
+    next_round: Callable[[Sequence[str]], ABConfig] | None = None,
 ) -> ABReport:
     """Run an A/B over two prepared checkouts in rounds of fresh processes (:class:`Coordinator`).
 
-    Round 1 runs the selection; each later round (``again``: the configuration for a
+    Round 1 runs the selection; each later round (``next_round``: the configuration for a
     selection of node ids) runs the tests round 1 paired, in a fresh pair of processes with
     the builds' places swapped from round to round (the process in base's place still sets
     a test up first: whatever that order does to a process now falls on the other build),
@@ -399,7 +399,7 @@ def run_sides(
     total = cfg.schedule.rounds
     for k in range(2, total + 1):
         ids = report.paired_ids
-        if again is None or not ids:
+        if next_round is None or not ids:
             break
         # a round that could start none of its tests still costs its start
         if not cfg.budget.fits(ids):
@@ -413,7 +413,7 @@ def run_sides(
             f"{starts}'s build started first (the rounds so far took {report.wall_s:.0f} s)"
         )
         later = replace(
-            again(ids),
+            next_round(ids),
             out=round_folder(cfg.out, k),
             exchanged=exchanged,
             budget=cfg.budget,
