@@ -47,6 +47,7 @@ def _note_block(gauge: Any, text: str) -> None:
         gauge.session.note(line)
 
 
+@pytest.mark.untimed  # its result is a count of layers, found by probes
 def test_layer_fit_search(fit_case: FitCase, gauge: Any) -> None:
     case = fit_case
     with gauge.phase("search"):

@@ -17,6 +17,8 @@ DEVICE_MARKERS = (
     "multi_gpu(n): needs n (default 2) CUDA devices; skipped with a reason where fewer are seen",
     "nightly: a case the nightly job gates (-m nightly): every case but those its family "
     "leaves to the seed and full runs",
+    "untimed: a test that times no result of its own (a memory search, a count); a "
+    "same-GPU A/B, which compares times, leaves it out",
 )
 
 # markers whose presence on a collected test means the run uses gpugauge

@@ -381,7 +381,15 @@ def spin(ms):
 
 BENCH = (
     """\
+import os
 import time
+
+import pytest
+
+
+@pytest.mark.untimed
+def test_count():
+    assert "GPUGAUGE_AB_ADDRESS" not in os.environ, "an A/B runs no test marked untimed"
 
 
 """

@@ -257,6 +257,22 @@ def pytest_configure(config: pytest.Config) -> None:
             print(f"gpugauge ab: this side has none of the options {dests}", file=sys.stderr)
 
 
+# a test marked so times no result of its own (a memory search, a count): an A/B, which
+# compares times, would run it on one side for nothing (the marker: gpugauge.markers)
+UNTIMED = "untimed"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the tests marked untimed: they have no timing to pair."""
+    if CHANNEL is None:
+        return
+    untimed = [item for item in items if item.get_closest_marker(UNTIMED) is not None]
+    if untimed:
+        config.hook.pytest_deselected(items=untimed)
+        items[:] = [item for item in items if item.get_closest_marker(UNTIMED) is None]
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Tell the coordinator which tests this side will run, in order."""
     if CHANNEL is not None:
