@@ -70,7 +70,10 @@ def test_a_three_percent_change_at_low_noise_is_caught(proc: float) -> None:
 @pytest.mark.parametrize("noise", [0.003, 0.02])
 @pytest.mark.parametrize("proc", [0.002, 0.008])
 def test_false_alarms_over_the_grid(proc: float, noise: float) -> None:
-    """1,000 A/A cases per cell, other seeds than the default tests' (docs/ab.md's table)."""
+    """1,000 A/A cases per cell, on other seeds than the default tests'.
+
+    docs/lab/ab-evidence.md keeps the grid's table.
+    """
     assert _false_alarms(_outcomes(0.0, noise, proc, n_ab=50, seed=7)) <= 0.01
 
 

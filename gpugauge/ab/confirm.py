@@ -16,7 +16,7 @@ then the device-paced ones (a round of 1 ms or more, and a GPU-busy share of at 
 where the case reads one): their ratio is the GPU's work, where a 0.04 ms ReLU's is as much
 its launch path's. Within each, the cheapest A/B goes first, by the test's own seconds in
 the gated run, so that the budget confirms as many as it can: on an H200 one layer_fit
-split cost as much as nine VGG-16 steps (docs/ab.md). The rest follow, the most
+split cost as much as nine VGG-16 steps (docs/lab/ab-evidence.md). The rest follow, the most
 milliseconds lost per round first.
 """
 

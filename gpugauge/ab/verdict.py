@@ -25,7 +25,7 @@ Within a round, pairs are added by one stopping rule (:class:`Schedule`): 4 pair
 more per look up to 20, at 99.8% per look. Over many seeds of synthetic A/Bs of two rounds
 with a random offset per process, this keeps the false-alarm rate under 1%, and calls a
 3% change slower at 0.3% noise a pair where processes differ by 0.4% or less
-(tests/test_ab_rounds.py measures both; docs/ab.md has the table).
+(tests/test_ab_rounds.py measures both; docs/lab/ab-evidence.md has the table).
 """
 
 from __future__ import annotations
