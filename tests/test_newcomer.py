@@ -85,8 +85,9 @@ def test_the_wheel_holds_gpugauge_only_and_declares_the_plugin_and_families(tmp_
 
 
 def _readme_examples() -> str:
-    text = (ROOT / "README.md").read_text()
-    return "\n\n".join(re.findall(r"```python\n(.*?)```", text, re.S))
+    """The README's example, then those of the page it links to for more."""
+    pages = [(ROOT / name).read_text() for name in ("README.md", "docs/benchmarks.md")]
+    return "\n\n".join(c for t in pages for c in re.findall(r"```python\n(.*?)```", t, re.S))
 
 
 NEW_TEST = """import torch

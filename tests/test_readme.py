@@ -18,8 +18,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 TEXT = README.read_text()
+# the README's first example, then the page its "Write your own benchmark" links to
+WRITING = (ROOT / "docs" / "benchmarks.md").read_text()
 FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
-PYTHON_BLOCKS = [code for lang, code in FENCE.findall(TEXT) if lang == "python"]
+PYTHON_BLOCKS = [
+    code for page in (TEXT, WRITING) for lang, code in FENCE.findall(page) if lang == "python"
+]
 BASH_BLOCKS = [code for lang, code in FENCE.findall(TEXT) if lang == "bash"]
 PYTHONS = ("python", "python3")
 
@@ -31,10 +35,12 @@ def _section(title: str) -> str:
 
 
 def test_the_readme_is_a_page_a_newcomer_reads() -> None:
+    """A user's page: its first example in the README, the next two a link away."""
     assert len(PYTHON_BLOCKS) >= 3
     own = _section("Write your own benchmark")
-    assert own.index("gauge(fn, *args, **kwargs)") < own.index("gauge.measure(spec, fn)")
-    assert own.index("gauge.measure(spec, fn)") < own.index("A family of your own")
+    assert own.index("gauge(fn, *args, **kwargs)") < own.index("docs/benchmarks.md")
+    assert WRITING.index("gauge.measure(spec, fn)") < WRITING.index("A family of your own")
+    assert len(TEXT.splitlines()) <= 280, "README.md: a user's page; lab notes go to docs/"
 
 
 @pytest.mark.parametrize(
