@@ -25,6 +25,7 @@ from gpugauge.adapter import fill_benchmark_fixture, plain_params, stored_option
 from gpugauge.family_entries import family_names
 from gpugauge.judging.judge import Judge, regressed_on_new_host
 from gpugauge.measure.memory import ExpectedMemory
+from gpugauge.measure.paired import Reference
 from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.measure.wall import TIMED, WARMUP
@@ -216,6 +217,7 @@ class Gauge:
         values: Mapping[str, float] | None = None,
         artifacts: Mapping[str, Path | str] | None = None,
         extra: dict[str, Any] | None = None,
+        reference: Reference | None = None,
     ) -> Measurement:
         """Time ``fn``, then its memory and energy; record and return the measurement.
 
@@ -227,8 +229,10 @@ class Gauge:
         inputs, grads set to None); the energy window runs it too. ``work`` adds a
         roofline, ``expected_memory`` a check of the peak, ``flush_l2`` a cold L2 for every
         round, ``values`` further metrics by registry name, ``artifacts`` files the result
-        owns (see :meth:`artifact_path`). The samples go to pytest-benchmark's fixture,
-        everything else into ``extra_info``.
+        owns (see :meth:`artifact_path`). ``reference`` names the result this one is
+        compared with: where rounds are host-timed, the two are also timed in alternating
+        blocks, and the comparison's speedup comes from those pairs. The samples go to
+        pytest-benchmark's fixture, everything else into ``extra_info``.
         """
         if isinstance(spec, str):
             spec = self.call_spec(id=spec)
@@ -250,8 +254,11 @@ class Gauge:
                 values=values,
                 artifacts=artifacts,
                 extra=extra,
+                reference=reference,
             )
 
+        if reference is not None and setup is not None:
+            raise GaugeError(f"{spec.id}: a reference pairs whole rounds; drop setup")
         self._again = once  # a regressed result is measured again before its test fails
         return self._record(once(), charged=True)
 

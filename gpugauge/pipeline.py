@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpugauge.measure.energy import Energy, idle_power, measure_energy
 from gpugauge.measure.memory import ExpectedMemory, measure_cpu_memory, measure_cuda_memory
 from gpugauge.measure.nvml import NvmlDevice
+from gpugauge.measure.paired import Reference, paired_blocks
 from gpugauge.measure.profile import round_kernels
 from gpugauge.measure.roofline import Work, roofline
 from gpugauge.measure.sampler import watching
@@ -135,6 +136,7 @@ def measure_case(
     values: Mapping[str, float] | None = None,
     artifacts: Mapping[str, Path | str] | None = None,
     extra: dict[str, Any] | None = None,
+    reference: Reference | None = None,
 ) -> Measurement:
     """Measure ``fn`` (one round) on the spec's devices; see :meth:`Gauge.measure`.
 
@@ -181,6 +183,14 @@ def measure_case(
             timing = measure(fn, policy, clock, between=between, watch=watch)
         wall.charge(TIMED, timing.timed_s)
         wall.charge(WARMUP, timing.warmup_s)
+        if reference is not None and measured and not on_gpu:
+            # host-timed rounds drift with the host between tests: pair the blocks
+            against = reference.build()
+            with wall.phase("around rounds"):
+                pairs = paired_blocks(against, fn, policy, clock)
+            wall.charge(TIMED, pairs.timed_s)
+            wall.charge(WARMUP, pairs.warmup_s)
+            extra = {**(extra or {}), "paired": {"against": reference.id, **pairs.as_dict()}}
         if on_gpu:
             with wall.phase("memory round"):
                 prepare()

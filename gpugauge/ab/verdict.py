@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpugauge.measure.stats import t_quantile
+
 LEVEL = 0.998  # two-sided, per look
 MIN_EFFECT = 0.01  # a change smaller than 1% is not reported as slower or faster
 # a case whose CI could not shrink below this many minimum effects by max_pairs stops early
@@ -70,17 +72,6 @@ class PairedRatio:
     def has_interval(self) -> bool:
         """Two pairs or more: a spread, hence an interval."""
         return self.n >= 2
-
-
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile, for the interval of a mean of ``df + 1`` values.
-
-    ``scipy.special.stdtrit``, what ``scipy.stats.t.ppf`` calls, without importing
-    ``scipy.stats`` (0.6 s).
-    """
-    from scipy import special
-
-    return float(special.stdtrit(df, p))
 
 
 def paired_ratio(log_ratios: Sequence[float], level: float = LEVEL) -> PairedRatio:

@@ -319,7 +319,7 @@ def comparison_table(comparisons: Sequence[Comparison], unmeasured: Collection[s
                 fmt_speedup(c),
                 "-" if base_mem is None else f"{fmt_bytes(base_mem)} -> {fmt_bytes(cand_mem)}",
                 "-" if frac is None else f"{frac:+.1%}",
-                noisy_sides(c),
+                comparison_note(c),
             ]
         )
     headers = [
@@ -341,6 +341,13 @@ def fmt_speedup(c: Comparison) -> str:
     if not (c.baseline.summary.has_interval and c.candidate.summary.has_interval):
         return f"{r.value:.3f}x ({no_interval(fewest)})"
     return f"{r.value:.3f}x [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+
+
+def comparison_note(c: Comparison) -> str:
+    """How far to trust the speedup: 'from 8 paired blocks', else its noisy sides."""
+    if pairs := c.paired_log_ratios:
+        return f"from {len(pairs)} paired blocks"
+    return noisy_sides(c)
 
 
 def noisy_sides(c: Comparison) -> str:

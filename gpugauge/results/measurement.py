@@ -21,7 +21,7 @@ from gpugauge.measure.environment import SCHEMA_VERSION, device_class
 from gpugauge.measure.memory import Memory
 from gpugauge.measure.nvml import GpuState
 from gpugauge.measure.roofline import Roofline
-from gpugauge.measure.stats import Ratio, Summary, ratio_of_medians
+from gpugauge.measure.stats import Ratio, Summary, ratio_of_medians, ratio_of_pairs
 from gpugauge.measure.timing import Timing
 from gpugauge.results.metrics import METRICS, Kind, MetricError, check_readings, metric
 
@@ -324,10 +324,29 @@ class Comparison:
                 raise ValueError(f"cannot compare {m.id}: it has no timing")
 
     @property
+    def paired_log_ratios(self) -> tuple[float, ...]:
+        """The candidate's pairs of blocks timed against this baseline; () where none.
+
+        Each is ``ln(baseline / candidate)`` of two blocks' medians
+        (:mod:`gpugauge.measure.paired`).
+        """
+        paired = self.candidate.extra.get("paired")
+        if not isinstance(paired, dict) or paired.get("against") != self.baseline.id:
+            return ()
+        return tuple(float(x) for x in paired.get("log_ratios", ()))
+
+    @property
     def speedup(self) -> Ratio:
-        """Baseline median / candidate median, with its CI."""
+        """Baseline time / candidate time, with its CI.
+
+        From the pairs of alternating blocks where the candidate was timed against this
+        baseline (host-timed rounds, which drift between tests); else the ratio of the two
+        results' medians.
+        """
         assert self.baseline.timing is not None
         assert self.candidate.timing is not None
+        if pairs := self.paired_log_ratios:
+            return ratio_of_pairs(pairs)
         return ratio_of_medians(self.baseline.timing.device_ms, self.candidate.timing.device_ms)
 
     @property
