@@ -183,8 +183,9 @@ def measure_case(
             timing = measure(fn, policy, clock, between=between, watch=watch)
         wall.charge(TIMED, timing.timed_s)
         wall.charge(WARMUP, timing.warmup_s)
-        if reference is not None and measured and not on_gpu:
-            # host-timed rounds drift with the host between tests: pair the blocks
+        if reference is not None and measured and not on_gpu and not session.options.skip_extras:
+            # host-timed rounds drift with the host between tests: pair the blocks (an A/B
+            # side, run with --gauge-skip-extras, compares times and no comparison)
             against = reference.build()
             with wall.phase("around rounds"):
                 pairs = paired_blocks(against, fn, policy, clock)

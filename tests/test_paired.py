@@ -125,3 +125,19 @@ def test_a_benchmark_s_reference_is_timed_in_pairs_on_a_cpu(
     gauge_pytester.makepyfile(test_spin=BENCH)
     out = gauge_pytester.runpytest("--gauge-rounds", "5", "-p", "no:randomly")
     out.assert_outcomes(passed=3)
+
+
+def test_an_a_b_side_times_no_pairs(gauge_pytester: pytest.Pytester) -> None:
+    """--gauge-skip-extras (both sides of an A/B): only the time is compared, no pairs."""
+    gauge_pytester.makepyfile(test_spin=BENCH.split("\n\ndef test_halved")[0] + SKIPPED)
+    out = gauge_pytester.runpytest("--gauge-rounds", "5", "--gauge-skip-extras")
+    out.assert_outcomes(passed=2)
+
+
+SKIPPED = """
+
+def test_halved(gauge):
+    ref = Reference("spin-normal", lambda: (lambda: spin(2.0)))
+    m = gauge.measure(Case("halved"), lambda: spin(1.0), reference=ref)
+    assert "paired" not in m.extra
+"""

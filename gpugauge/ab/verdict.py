@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpugauge.measure.stats import t_quantile
+from gpugauge.measure.stats import ratio_of_pairs, t_quantile
 
 LEVEL = 0.998  # two-sided, per look
 MIN_EFFECT = 0.01  # a change smaller than 1% is not reported as slower or faster
@@ -84,11 +84,8 @@ def paired_ratio(log_ratios: Sequence[float], level: float = LEVEL) -> PairedRat
         raise ValueError("no pairs")
     if not all(math.isfinite(x) for x in log_ratios):
         raise ValueError(f"log-ratios must be finite: {list(log_ratios)}")
-    mean = statistics.fmean(log_ratios)
-    if n < 2:
-        return PairedRatio(math.exp(mean), 0.0, math.inf, n, level)
-    half = t_quantile(0.5 + level / 2, n - 1) * statistics.stdev(log_ratios) / math.sqrt(n)
-    return PairedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, level)
+    r = ratio_of_pairs(log_ratios, level)
+    return PairedRatio(r.value, r.ci_low, r.ci_high, n, level)
 
 
 def across_rounds(

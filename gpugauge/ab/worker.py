@@ -267,10 +267,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Leave out the tests marked untimed: they have no timing to pair."""
     if CHANNEL is None:
         return
-    untimed = [item for item in items if item.get_closest_marker(UNTIMED) is not None]
+    timed, untimed = [], []
+    for item in items:
+        (timed if item.get_closest_marker(UNTIMED) is None else untimed).append(item)
     if untimed:
         config.hook.pytest_deselected(items=untimed)
-        items[:] = [item for item in items if item.get_closest_marker(UNTIMED) is None]
+        items[:] = timed
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -96,16 +96,13 @@ def paired_blocks(
     """
     logs: list[float] = []
     timed = warm = 0.0
-    started: set[int] = set()
     for i in range(pairs):
-        medians: dict[int, float] = {}
-        for k, fn in (
-            ((0, reference), (1, candidate)) if i % 2 == 0 else ((1, candidate), (0, reference))
-        ):
-            t = measure(fn, _block(policy, k not in started), clock)
-            started.add(k)
-            medians[k] = statistics.median(t.device_ms)
+        medians: dict[str, float] = {}
+        order = (("ref", reference), ("cand", candidate))
+        for name, fn in order if i % 2 == 0 else order[::-1]:
+            t = measure(fn, _block(policy, first=i == 0), clock)
+            medians[name] = statistics.median(t.device_ms)
             timed += t.timed_s
             warm += t.warmup_s
-        logs.append(math.log(medians[0] / medians[1]))
+        logs.append(math.log(medians["ref"] / medians["cand"]))
     return PairedBlocks(tuple(logs), timed, warm)

@@ -9,6 +9,7 @@ order statistics instead, which is exact, distribution-free and cheap.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -212,9 +213,8 @@ def ratio_of_pairs(log_ratios: Sequence[float], level: float = CI_LEVEL) -> Rati
     n = len(log_ratios)
     if n == 0 or not all(math.isfinite(x) for x in log_ratios):
         raise ValueError(f"need finite log-ratios: {list(log_ratios)}")
-    mean = float(np.mean(log_ratios))
+    mean = statistics.fmean(log_ratios)
     if n < MIN_CI_N:
         return Ratio(math.exp(mean), 0.0, math.inf, level)
-    sd = float(np.std(log_ratios, ddof=1))
-    half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    half = t_quantile(0.5 + level / 2, n - 1) * statistics.stdev(log_ratios) / math.sqrt(n)
     return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level)
