@@ -261,14 +261,16 @@ def test_a_test_expected_to_end_past_the_budget_is_not_started() -> None:
     alone = {"t.py::split": 35.0, "t.py::conv": 2.3}
     cfg = ABConfig((), Path("unused"))
     budget = Budget(time.monotonic() + 20.0, alone, cfg.first_look_s)
-    assert budget.expected_s("t.py::split") == pytest.approx(2 * 35.0 + 2 * 4 * (0.25 + 0.1))
+    first_look = 2 * 4 * (cfg.block_s + cfg.rewarm_s)  # both sides' four first blocks
+    assert budget.expected_s("t.py::split") == pytest.approx(2 * 35.0 + first_look)
     assert budget.expected_s("t.py::other") == 0.0  # no run of its own known: only the budget
     coordinator = Coordinator(replace(cfg, budget=budget), {}, note=lambda _: None)
     split = [_Scripted("base", []), _Scripted("head", [])]
     case = coordinator._paired(*split, "t.py::split")
     assert case.pairs == ()
     assert all(side.last["op"] == "skip" for side in split)
-    assert split[0].last["reason"].startswith(f"{BUDGET_SHORT} (about 73 s; ")
+    expected = f"{BUDGET_SHORT} (about {2 * 35.0 + first_look:.0f} s; "
+    assert split[0].last["reason"].startswith(expected)
     assert budget.why_not("t.py::conv") == ""  # a cheaper one after it still starts
     assert budget.fits(["t.py::split", "t.py::conv"])
     assert not budget.fits(["t.py::split"])

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
+from gpugauge.ab.config import ABConfig
+from gpugauge.ab.launch import KERNELS
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
+from gpugauge.ab.runner import Coordinator
 from gpugauge.ab.verdict import Outcome, Schedule, across_rounds, pooled_process_sd
 
 SIDE = SideInfo("base", "a", "a" * 40, "python3", "/x")
@@ -88,3 +92,19 @@ def test_processes_that_spread_widen_every_case_s_interval() -> None:
     # one bimodal case among ten (its rounds 2.8% apart) does not widen the others'
     assert pooled_process_sd([(1e-4, 2)] * 9 + [(4e-4, 2)]) == (sd, df)
     assert pooled_process_sd([(1e-4, 2)] * 4) == (0.003, math.inf)  # too few: the floor
+
+
+def test_a_later_round_records_no_kernels_and_keeps_the_first_rounds() -> None:
+    """Round 2's sides skip the profiled round; the case keeps round 1's kernel note."""
+
+    def kernels(k: int) -> object:
+        cfg = ABConfig(("-k", "x"), Path("out"), round=k, profile="seed")
+        settings = dict(Coordinator(cfg, {}).settings())
+        (value,) = [v for dests, v in settings.items() if KERNELS in dests]
+        assert settings[("profile", "gauge_profile")] == "seed"
+        return value
+
+    assert kernels(1) is True
+    assert kernels(2) is False
+    first = CaseAB("c", "t::c", kernels="same kernels")
+    assert first.with_round(CaseAB("c", "t::c", kernels="")).kernels == "same kernels"

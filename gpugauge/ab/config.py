@@ -25,7 +25,9 @@ class ABConfig:
 
     ``pytest_args`` select the cases for both sides (``-k``, ``-m``, paths, ``--profile``);
     ``side_args`` adds arguments to one side only (by side name). ``block_s`` is a block's
-    timed seconds, ``rewarm_s`` the warm-up of every block after a call's first, and
+    timed seconds, ``rewarm_s`` the warm-up of every block after a call's first (at least
+    one round: the other side has just run the same work, so the GPU's clock is where this
+    side's was, and one round brings back its caches), and
     ``first_warm_s`` the least warm-up of a call's first block: the case's settling decides
     the rest (its policy's own minimum, 1 s at ``--profile seed``, would cost each side a
     second per test; the GPU has just run the last test's blocks).
@@ -36,7 +38,7 @@ class ABConfig:
     side_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     schedule: Schedule = field(default_factory=Schedule)
     block_s: float = 0.25
-    rewarm_s: float = 0.1
+    rewarm_s: float = 0.02
     first_warm_s: float = 0.3
     min_rounds: int = 3
     clocks_apart: float = CLOCKS_APART_AT_MOST

@@ -38,13 +38,15 @@ CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before i
 # time may end after it, but a side that hangs must not hold a nightly to its job's timeout.
 SILENT_GRACE_S = 120.0
 
+KERNELS = "record_kernels"  # the dest of the option that records each result's main kernels
+
 # Options the sides take, by pytest ``dest`` (old and namespaced names): no energy windows
 # (seconds a case, and an A/B judges time), no history appends (the A/B keeps its own
 # record), the main kernels of each result (to say whether they changed), no gate.
 SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
     (("energy_window", "gauge_energy_window"), 0.0),
     (("no_history", "gauge_no_history"), True),
-    (("record_kernels", "gauge_record_kernels"), True),
+    ((KERNELS, "gauge_record_kernels"), True),
     (("gauge_skip_extras",), True),  # profiler passes, traces, CPU references: not compared
     (("gate", "gauge_gate"), False),
     (("update_baselines", "gauge_update_baselines"), False),

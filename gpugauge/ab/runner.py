@@ -27,6 +27,7 @@ from typing import Any
 
 from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.launch import (
+    KERNELS,
     SIDE_SETTINGS,
     SILENT_GRACE_S,
     ABError,
@@ -91,10 +92,17 @@ class Coordinator:
         self._cases: list[CaseAB] = []  # the cases finished so far, in order
 
     def settings(self) -> tuple[tuple[tuple[str, ...], object], ...]:
-        """The options every side takes, by dest; the profile where one was asked for."""
-        if self.cfg.profile is None:
-            return SIDE_SETTINGS
-        return (*SIDE_SETTINGS, (("profile", "gauge_profile"), self.cfg.profile))
+        """The options every side takes, by dest; the profile where one was asked for.
+
+        A later round records no kernels: a case keeps its first round's (a profiled round
+        per side and test, for what the first round said already).
+        """
+        out = SIDE_SETTINGS
+        if self.cfg.round > 1:
+            out = tuple((dests, False if KERNELS in dests else v) for dests, v in out)
+        if self.cfg.profile is not None:
+            out = (*out, (("profile", "gauge_profile"), self.cfg.profile))
+        return out
 
     def _role(self, name: str) -> str:
         """The build that the process in ``name``'s place runs."""
