@@ -149,7 +149,7 @@ def test_a_call_s_first_block_warms_up_until_settled_not_for_the_case_s_full_sec
     old = {k: v for k, v in order.items() if k != "first_warm_s"}
     assert block_policy(seed, old, first=True).warmup_s == seed.warmup_s
     later = block_policy(seed, order, first=False)
-    assert later.warmup_s == later.max_warmup_s == 0.1
+    assert later.warmup_s == later.max_warmup_s == later.warmup_batch_s == 0.1
     assert later.settle == 0.0
 
 

@@ -37,7 +37,7 @@ class ABConfig:
     out: Path
     side_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     schedule: Schedule = field(default_factory=Schedule)
-    block_s: float = 0.25
+    block_s: float = 0.15
     rewarm_s: float = 0.02
     first_warm_s: float = 0.3
     min_rounds: int = 3

@@ -107,6 +107,8 @@ def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
         rewarm = float(order["rewarm_s"])
         changes |= {"warmup_rounds": 1, "warmup_s": rewarm, "settle": 0.0}
         changes["max_warmup_s"] = rewarm
+        if rewarm > 0:  # a warm-up batch (0.1 s) would run past a shorter re-warm
+            changes["warmup_batch_s"] = rewarm
     return _replace(policy, **changes)
 
 
