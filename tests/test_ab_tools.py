@@ -262,3 +262,110 @@ def test_benches_in_a_submodule_are_a_b_d_from_the_main_checkout_s_clone(
     assert case["id"] == "benches/test_sub.py::test_spin"
     assert len(case["pairs"]) >= 4, case  # a round's first look
     assert _leftovers(repo, tmp_path) == []
+
+
+# --- confirm --measure: the gated run as round 1's head side ----------------------------
+
+
+@pytest.mark.slow
+def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A night in four processes a case: the gated run pairs its blocks with the reference."""
+    from gpugauge.results.runs import load_run
+    from gpugauge.results.verdicts import Basis
+
+    run = _saved_run(repo, tmp_path)  # the class baseline, 3 ms rounds, committed
+    recorded = subprocess.run(
+        [sys.executable, "-m", "gpugauge", "baseline", str(run)],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "baselines")
+    (repo / "test_toy.py").write_text(BENCH.format(extra="\n    spin(0.3)"))  # 10% slower
+    night = tmp_path / "results" / "night.json"
+    history = tmp_path / "h.sqlite"
+    gated = ["--gauge-gate", "--gauge-require-baselines", "--gauge-confirm-new-host"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    env["GPUGAUGE_HISTORY"] = str(history)  # the gated run's, as in the nightly
+
+    def night_of(out: Path) -> subprocess.CompletedProcess:
+        argv = ["confirm", str(night), "--measure", "--out", str(out), "--block-time", "0.1"]
+        return subprocess.run(
+            [sys.executable, "-m", "gpugauge", *argv, "--", *gated],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    done = night_of(tmp_path / "ab")
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said  # the A/B found it slower: the night fails
+    assert "the gated run is round 1's head side" in said, said
+    assert "gpugauge gate:" in said, said  # the gated run's table, from its side's log
+    stored = load_run(night).verdicts["test_toy.py::test_spin"]
+    assert stored["verdict"] == "regressed", said
+    assert stored["checks"][0]["basis"] == Basis.SAME_GPU_AB.value, said
+    report = json.loads((tmp_path / "ab" / "ab.json").read_text())
+    count = next(c for c in report["cases"] if c["id"].endswith("test_count"))
+    assert count["only"] == "head", count  # the untimed test ran in the gated run alone
+    spin = next(c for c in report["cases"] if c["id"] == "test_toy.py::test_spin")
+    assert spin["outcome"] == "slower", said
+    assert len(spin["rounds"]) == 1, said  # its round 2
+    again = night_of(tmp_path / "again")
+    assert again.returncode == 2, again.stderr
+    assert "exists: --measure writes" in again.stderr, again.stderr
+    assert _leftovers(repo, tmp_path) == []
+
+
+def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_baselines(
+    repo: Path,
+) -> None:
+    from gpugauge.ab.measured import host_classes, host_reference
+
+    classes = host_classes(["NVIDIA H200", "NVIDIA H200"])
+    assert {"nvidia-h200", "2x-nvidia-h200"} < classes
+    assert not any(c.startswith("3x-") for c in classes)
+
+    def accept(cls: str, *families: str) -> str:
+        folder = repo / "baselines" / cls
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in families:
+            (folder / f"{f}.json").write_text(f'{{"{cls}": 1}}\n')
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", f"baselines {cls}")
+        return _git(repo, "rev-parse", "HEAD")
+
+    baselines = repo / "baselines"
+    assert host_reference(repo, baselines, classes) is None  # none yet: the run runs alone
+    h200 = accept("nvidia-h200", "layers", "amp")
+    accept("nvidia-h100-80gb-hbm3", "layers", "amp", "vgg_swap")  # another host's class
+    two = accept("2x-nvidia-h200", "distributed")
+    assert host_reference(repo, baselines, classes) == h200  # two of this host's three
+    assert host_reference(repo, baselines, {"2x-nvidia-h200"}) == two
+    newer = accept("2x-nvidia-h200", "layer_fit", "split")  # now two files each: the newest
+    assert host_reference(repo, baselines, classes) == newer
+
+
+def test_the_gated_run_s_table_is_read_from_its_side_s_log(tmp_path: Path) -> None:
+    from gpugauge.ab.measured import gate_summary
+
+    log = tmp_path / "head.log"
+    log.write_text(
+        "collected 3 items\n\ngpugauge gate: 1 regressed\nrow a\nrow b\n\nresults saved\n"
+        "efficiency: timed rounds 1 s and warm-up 0 s of 3 s (25%)\n=== 3 passed ===\n"
+    )
+    said = gate_summary(log)
+    assert said.splitlines() == [
+        "gpugauge gate: 1 regressed",
+        "row a",
+        "row b",
+        "efficiency: timed rounds 1 s and warm-up 0 s of 3 s (25%)",
+    ]
+    assert gate_summary(tmp_path / "missing.log") == ""

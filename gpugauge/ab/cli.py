@@ -163,7 +163,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "regressed after the A/Bs, 1 one did (an A/B found it slower, or none cleared it), "
         "2 bad input, 130 interrupted.",
     )
-    conf.add_argument("run", type=Path, metavar="RUN.json", help="a gated run's saved JSON")
+    conf.add_argument(
+        "run",
+        type=Path,
+        metavar="RUN.json",
+        help="a gated run's saved JSON (with --measure: where the gated run is saved)",
+    )
+    conf.add_argument(
+        "--measure",
+        action="store_true",
+        help="run the gated suite itself (the pytest arguments after --) as the head side "
+        "of the A/B's first round, against the commit that accepted this host's "
+        "baselines, and save it as RUN.json: each case is timed in four processes, not "
+        "five (the gated run, then two rounds of two)",
+    )
     conf.add_argument(
         "--floor",
         type=fraction(MIN_EFFECT),

@@ -122,15 +122,22 @@ def run_ab(
     out: Path,
     ids: Sequence[str] | None = None,
     budget: Budget | None = None,
+    *,
+    head_as_is: bool = False,
+    later: Callable[[Sequence[str]], Sequence[str]] = tuple,
 ) -> ABReport:
-    """One A/B of two refs with this command line's selection and settings, within ``budget``."""
+    """One A/B of two refs with this command line's selection and settings, within ``budget``.
+
+    ``head_as_is``: round 1's head process runs as the command line says (the gated run of
+    ``confirm --measure``); ``later``: which of round 1's paired tests the later rounds run.
+    """
     here = Path.cwd()
     top = repo_root(here)
     specs = [
         SideSpec("base", base, args.base_python or sys.executable),
         SideSpec("head", head, args.head_python or sys.executable),
     ]
-    cfg = config_of(args, make_dir(out, "--out"), ids, budget)
+    cfg = replace(config_of(args, make_dir(out, "--out"), ids, budget), head_as_is=head_as_is)
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         for k in range(1, MOST_ROUNDS + 1):
             (round_folder(out, k) / stale).unlink(missing_ok=True)
@@ -138,7 +145,7 @@ def run_ab(
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())
         next_round = lambda ids: config_of(args, out, ids, budget)  # noqa: E731
-        report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, next_round)
+        report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, next_round, later)
     write_report(report, out)
     return report
 

@@ -52,6 +52,9 @@ class ABConfig:
     # worker call base, and back (every other round); cases read head over base
     exchanged: bool = False
     round: int = 1  # which of the schedule's rounds this run of the coordinator is
+    # head's process runs as its command line says: no side settings, every test kept (the
+    # gated run as round 1's head side, ``gpugauge confirm --measure``)
+    head_as_is: bool = False
 
     def __post_init__(self) -> None:
         warm_ok = self.rewarm_s >= 0 and self.first_warm_s >= 0

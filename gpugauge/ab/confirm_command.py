@@ -9,15 +9,33 @@ status that is the job's (1 while a result of the run is still regressed).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from gpugauge.ab.budget import Budget
-from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, config_of, guarded, owning, run_ab
+from gpugauge.ab.command import (
+    EXIT_FAILED,
+    EXIT_OK,
+    config_of,
+    guarded,
+    owning,
+    run_ab,
+    selection,
+)
 from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
+from gpugauge.ab.measured import (
+    check_new,
+    gate_summary,
+    gpu_names,
+    host_classes,
+    host_reference,
+    keep_gated_run,
+)
 from gpugauge.ab.render import terminal
+from gpugauge.ab.result import ABReport
 from gpugauge.ab.settle import (
     Settled,
     check_rewritable,
@@ -82,6 +100,102 @@ def _keep(where: tuple[str, str] | None, settled: Sequence[Settled], injected: s
     print(f"gpugauge confirm: {plural(n, 'A/B')} kept with run {run_id} in {redact(target)}")
 
 
+def settle(
+    args: argparse.Namespace,
+    ref: str,
+    report: ABReport,
+    ordered: Sequence[Borderline],
+    where: tuple[str, str] | None,
+    with_injection: set[str],
+) -> bool:
+    """The A/B's verdicts of ``ordered`` made theirs: history, run file, its copies; True: slower.
+
+    The history first: a stop between the two writes leaves the file undecided, and confirm
+    run again decides it (the history's A/B is replaced, not doubled).
+    """
+    mine = {c.nodeid for c in ordered}
+    report = replace(report, cases=tuple(c for c in report.cases if c.nodeid in mine))
+    settled = decided(args.run, ref, report, write=False)
+    _keep(where, settled, with_injection)
+    if settled:
+        write_verdicts(args.run, settled)
+        for copy in copies(args.run, args.storage):
+            try:  # a copy: the run file and the history hold the verdicts already
+                write_verdicts(copy, settled)
+            except (OSError, ValueError) as err:
+                print(
+                    f"gpugauge confirm: warning: pytest-benchmark's copy {copy} not "
+                    f"rewritten ({err}); {args.run} holds the verdicts",
+                    file=sys.stderr,
+                )
+                continue
+            print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
+    for s in settled:
+        print(f"  {s.result.message()}")
+    unsettled = [c.id for c in ordered if c.id not in {s.result.id for s in settled}]
+    if unsettled:
+        print(
+            f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
+            f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
+        )
+    for problem in report.problems:  # a result it could not A/B keeps its verdict
+        print(f"gpugauge confirm: {problem}")
+    return bool(report.slower)
+
+
+def measure(args: argparse.Namespace, budget: Budget) -> tuple[int, set[str]]:
+    """``--measure``: the gated run as round 1's head side; its status, the nodes it A/B'd.
+
+    Against the commit that accepted most of this host's baselines
+    (:func:`~gpugauge.ab.measured.host_reference`); where none did, the gated run runs
+    alone, as the plain pytest command would.
+    """
+    top = repo_root(Path.cwd())
+    ref = host_reference(top, args.baselines_dir, host_classes(gpu_names()))
+    if ref is None:
+        print(
+            "gpugauge confirm: no committed baseline of this host's device classes: the "
+            "gated run runs alone, with nothing to A/B against",
+            flush=True,
+        )
+        argv = [sys.executable, "-m", "pytest", *selection(args), f"--benchmark-json={args.run}"]
+        return (EXIT_FAILED if subprocess.run(argv).returncode else EXIT_OK), set()
+    chosen: list[Borderline] = []
+
+    def later(paired: Sequence[str]) -> list[str]:
+        """After round 1: RUN.json saved, and the results it leaves to an A/B chosen."""
+        keep_gated_run(args.out / "head.json", args.run)
+        print("\n" + gate_summary(args.out / "head.log"), flush=True)
+        cases = borderline(args.run, args.floor)
+        chosen[:] = by_reference(top, args.baselines_dir, cases).get(ref, [])
+        nodes = {c.nodeid for c in chosen}
+        return [i for i in paired if i in nodes]
+
+    print(
+        f"gpugauge confirm: the gated run is round 1's head side, against {ref[:10]} (the "
+        "commit that accepted this host's baselines)",
+        flush=True,
+    )
+    with owning(args.out):
+        report = run_ab(
+            args, ref, WORKING_TREE, args.out, budget=budget, head_as_is=True, later=later
+        )
+    if not args.run.exists():  # one round, or nothing paired: round 2 never asked
+        later(())
+    print("\n" + terminal(report))
+    where = _history_of(args)
+    injected_ids = {m.id for m in load_run(args.run).measurements if injected(m)}
+    slower = settle(args, ref, report, chosen, where, injected_ids)
+    gated_failed = report.head.exit_code not in (0, None)
+    if gated_failed:
+        print(
+            "gpugauge confirm: the gated run's pytest ended with exit status "
+            f"{report.head.exit_code} (log: {args.out / 'head.log'})"
+        )
+    status = EXIT_FAILED if slower or gated_failed else EXIT_OK
+    return status, {c.nodeid for c in chosen}
+
+
 def confirm_command(args: argparse.Namespace) -> int:
     """``gpugauge confirm``."""
 
@@ -93,14 +207,21 @@ def confirm_command(args: argparse.Namespace) -> int:
         return EXIT_FAILED if still else status
 
     def body() -> int:
-        cases = borderline(args.run, args.floor)
+        # one budget for every A/B of the run
+        budget = config_of(args, args.out, budget=Budget.from_args(args)).budget
+        status, measured = EXIT_OK, set()
+        if args.measure:
+            check_new(args.run)
+            status, measured = measure(args, budget)
+        cases = [c for c in borderline(args.run, args.floor) if c.nodeid not in measured]
         if not cases:
-            print(
-                f"gpugauge confirm: nothing to confirm in {args.run}: no result passed above "
-                f"{1 + args.floor:.3f}x, and none on a new host is GPU-busy or regressed in "
-                "its time alone"
-            )
-            return verdict(EXIT_OK)
+            if not measured:
+                print(
+                    f"gpugauge confirm: nothing to confirm in {args.run}: no result passed "
+                    f"above {1 + args.floor:.3f}x, and none on a new host is GPU-busy or "
+                    "regressed in its time alone"
+                )
+            return verdict(status)
         check_rewritable(args.run)
         history = _history_of(args)
         print(
@@ -112,11 +233,8 @@ def confirm_command(args: argparse.Namespace) -> int:
         if args.profile is None:
             args.profile = run.profile
         with_injection = {m.id for m in run.measurements if injected(m)}
-        tests = {c.nodeid: c.test_s for c in cases if c.test_s is not None}
-        # one budget for every A/B of the run, each test's cost known from the gated run
-        budget = config_of(args, args.out, budget=replace(Budget.from_args(args), test_s=tests))
-        budget = budget.budget
-        status = EXIT_OK
+        # each test's cost known from the gated run
+        budget = replace(budget, test_s={c.nodeid: c.test_s for c in cases if c.test_s})
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
         seen: dict[str, int] = {}
         start_s = 0.0  # what an A/B costs beside its tests (its sides' start and end), s
@@ -138,35 +256,8 @@ def confirm_command(args: argparse.Namespace) -> int:
             report = run_ab(args, ref, WORKING_TREE, out, ids, budget)
             print("\n" + terminal(report))
             start_s = max(start_s, report.rest_s)
-            # the history first: a stop between the two writes leaves the file undecided,
-            # and confirm run again decides it (the history's A/B is replaced, not doubled)
-            settled = decided(args.run, ref, report, write=False)
-            _keep(history, settled, with_injection)
-            if settled:
-                write_verdicts(args.run, settled)
-                for copy in copies(args.run, args.storage):
-                    try:  # a copy: the run file and the history hold the verdicts already
-                        write_verdicts(copy, settled)
-                    except (OSError, ValueError) as err:
-                        print(
-                            f"gpugauge confirm: warning: pytest-benchmark's copy {copy} not "
-                            f"rewritten ({err}); {args.run} holds the verdicts",
-                            file=sys.stderr,
-                        )
-                        continue
-                    print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
-            for s in settled:
-                print(f"  {s.result.message()}")
-            unsettled = [c.id for c in ordered if c.id not in {s.result.id for s in settled}]
-            if unsettled:
-                print(
-                    f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
-                    f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
-                )
-            if report.slower:
+            if settle(args, ref, report, ordered, history, with_injection):
                 status = EXIT_FAILED
-            for problem in report.problems:  # a result it could not A/B keeps its verdict
-                print(f"gpugauge confirm: {problem}")
 
         with owning(args.out):
             order = list(in_order(groups))  # regressed, device-paced, cheapest first

@@ -49,6 +49,11 @@ SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
     ((KERNELS, "gauge_record_kernels"), True),
     (("gauge_skip_extras",), True),  # profiler passes, traces, CPU references: not compared
     (("gate", "gauge_gate"), False),
+    # the gate's own options, off with it (a side given a gated run's command line: the base
+    # side of ``confirm --measure``)
+    (("gauge_require_baselines",), False),
+    (("gauge_confirm_new_host",), False),
+    (("gauge_first_nights",), 0),
     (("update_baselines", "gauge_update_baselines"), False),
 )
 
@@ -181,11 +186,14 @@ def start(
     cwd: Path | None,
     note: Note,
     role: str = "",
+    as_is: bool = False,
 ) -> Side:
     """Start one side's pytest, in its own process group, logging to ``out/<role>.log``.
 
     ``name`` is the process's place in the A/B (what the coordinator and the worker call
-    it); ``role`` the build it runs, where the two differ (default: ``name``).
+    it); ``role`` the build it runs, where the two differ (default: ``name``). A side
+    ``as_is`` keeps every test its command line selects (the worker's
+    :data:`~gpugauge.ab.worker.AS_IS_ENV`).
     """
     role = role or name
     out = out.absolute()  # the side runs in its own checkout: a relative path would be there
@@ -211,6 +219,8 @@ def start(
         worker.SIDE_ENV: name,
         worker.SETTINGS_ENV: json.dumps([[list(d), v] for d, v in settings]),
     }
+    if as_is:
+        env[worker.AS_IS_ENV] = "1"
     env.pop("GPUGAUGE_GIT_COMMIT", None)  # each side's commit is its checkout's
     root = co.root / cwd if cwd else co.root
     place = name if role == name else f"{role}, in {name}'s place"

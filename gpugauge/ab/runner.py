@@ -119,16 +119,18 @@ class Coordinator:
                 for name in ("base", "head") if self.cfg.base_starts else ("head", "base"):
                     role = self._role(name)
                     args = (*self.cfg.pytest_args, *self.cfg.side_args.get(role, ()))
+                    as_is = self.cfg.head_as_is and role == "head"
                     sides[name] = start(
                         name,
                         self.checkouts[role],
                         args,
                         self.cfg.out,
                         channel,
-                        self.settings(),
+                        () if as_is else self.settings(),
                         self.cwd,
                         self.note,
                         role=role,
+                        as_is=as_is,
                     )
                 connect(listener, sides)
                 ends = self.cfg.budget.ends
@@ -391,11 +393,13 @@ def run_sides(
     note: Note = print,
     cwd: Path | None = None,
     next_round: Callable[[Sequence[str]], ABConfig] | None = None,
+    later: Callable[[Sequence[str]], Sequence[str]] = tuple,
 ) -> ABReport:
     """Run an A/B over two prepared checkouts in rounds of fresh processes (:class:`Coordinator`).
 
     Round 1 runs the selection; each later round (``next_round``: the configuration for a
-    selection of node ids) runs the tests round 1 paired, in a fresh pair of processes with
+    selection of node ids) runs the tests round 1 paired (those of them ``later`` keeps,
+    asked once, after round 1), in a fresh pair of processes with
     the builds' places swapped from round to round (the process in base's place still sets
     a test up first: whatever that order does to a process now falls on the other build),
     within the same time budget. The verdict
@@ -405,8 +409,8 @@ def run_sides(
     """
     report = Coordinator(cfg, sides, note, cwd).run()
     total = cfg.schedule.rounds
+    ids = tuple(later(report.paired_ids)) if total > 1 and next_round is not None else ()
     for k in range(2, total + 1):
-        ids = report.paired_ids
         if next_round is None or not ids:
             break
         # a round that could start none of its tests still costs its start
@@ -420,14 +424,14 @@ def run_sides(
             f"  round {k} of {total}: {plural(len(ids), 'test')} in a fresh pair of processes, "
             f"{starts}'s build started first (the rounds so far took {report.wall_s:.0f} s)"
         )
-        later = replace(
+        this_round = replace(
             next_round(ids),
             out=round_folder(cfg.out, k),
             exchanged=exchanged,
             budget=cfg.budget,
             round=k,
         )
-        report = report.with_round(Coordinator(later, sides, note, cwd).run())
+        report = report.with_round(Coordinator(this_round, sides, note, cwd).run())
     return report.pooled()
 
 

@@ -44,6 +44,9 @@ ADDRESS_ENV = "GPUGAUGE_AB_ADDRESS"
 KEY_ENV = "GPUGAUGE_AB_KEY"
 SIDE_ENV = "GPUGAUGE_AB_SIDE"
 SETTINGS_ENV = "GPUGAUGE_AB_SETTINGS"  # JSON: pytest option dests and the values they take
+# set (to 1) on a side that runs as its command line says, every test included: the gated
+# run that is the head side of ``gpugauge confirm --measure``'s first round
+AS_IS_ENV = "GPUGAUGE_AB_AS_IS"
 
 
 class Channel:
@@ -266,8 +269,11 @@ UNTIMED = "untimed"
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave out the tests marked untimed: they have no timing to pair."""
-    if CHANNEL is None:
+    """Leave out the tests marked untimed: they have no timing to pair.
+
+    A side run as is (a gated run) keeps them: its run judges their counts, alone on the GPU.
+    """
+    if CHANNEL is None or os.environ.get(AS_IS_ENV):
         return
     timed, untimed = [], []
     for item in items:
