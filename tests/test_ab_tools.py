@@ -289,14 +289,14 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
     (repo / "test_toy.py").write_text(BENCH.format(extra="\n    spin(0.3)"))  # 10% slower
     night = tmp_path / "results" / "night.json"
     history = tmp_path / "h.sqlite"
-    gated = ["--gauge-gate", "--gauge-require-baselines", "--gauge-confirm-new-host"]
+    gated = "--gauge-gate --gauge-require-baselines --gauge-confirm-new-host"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
     env["GPUGAUGE_HISTORY"] = str(history)  # the gated run's, as in the nightly
 
     def night_of(out: Path) -> subprocess.CompletedProcess:
-        argv = ["confirm", str(night), "--measure", "--out", str(out), "--block-time", "0.1"]
+        argv = ["confirm", str(night), "--measure", "--gated-args", gated, "--out", str(out)]
         return subprocess.run(
-            [sys.executable, "-m", "gpugauge", *argv, "--", *gated],
+            [sys.executable, "-m", "gpugauge", *argv, "--block-time", "0.1"],
             cwd=repo,
             env=env,
             capture_output=True,
@@ -309,6 +309,8 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
     assert done.returncode == 1, said  # the A/B found it slower: the night fails
     assert "the gated run is round 1's head side" in said, said
     assert "gpugauge gate:" in said, said  # the gated run's table, from its side's log
+    (base_line,) = [x for x in said.splitlines() if x.startswith("  base: ")]
+    assert "--gauge-gate" not in base_line, said  # an older base may not know the option
     stored = load_run(night).verdicts["test_toy.py::test_spin"]
     assert stored["verdict"] == "regressed", said
     assert stored["checks"][0]["basis"] == Basis.SAME_GPU_AB.value, said

@@ -172,10 +172,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     conf.add_argument(
         "--measure",
         action="store_true",
-        help="run the gated suite itself (the pytest arguments after --) as the head side "
-        "of the A/B's first round, against the commit that accepted this host's "
-        "baselines, and save it as RUN.json: each case is timed in four processes, not "
-        "five (the gated run, then two rounds of two)",
+        help="run the gated suite itself as the head side of the A/B's first round, "
+        "against the commit that accepted this host's baselines, and save it as RUN.json: "
+        "each case is timed in four processes, not five (the gated run, then two rounds "
+        "of two). Select its cases as for an A/B (-m, -k, --profile, --benches); give the "
+        "gated run's own options with --gated-args",
+    )
+    conf.add_argument(
+        "--gated-args",
+        default="",
+        metavar="ARGS",
+        help="with --measure: the gated run's own pytest options, for round 1's head side "
+        "alone (e.g. '--gauge-gate --gauge-require-baselines --benchmark-autosave'): the "
+        "base side, an older commit, may not know them",
     )
     conf.add_argument(
         "--floor",

@@ -123,13 +123,14 @@ def run_ab(
     ids: Sequence[str] | None = None,
     budget: Budget | None = None,
     *,
-    head_as_is: bool = False,
+    gated: Sequence[str] | None = None,
     later: Callable[[Sequence[str]], Sequence[str]] = tuple,
 ) -> ABReport:
     """One A/B of two refs with this command line's selection and settings, within ``budget``.
 
-    ``head_as_is``: round 1's head process runs as the command line says (the gated run of
-    ``confirm --measure``); ``later``: which of round 1's paired tests the later rounds run.
+    ``gated``: round 1's head process runs as its command line says, with these options
+    too (the gated run of ``confirm --measure``: options an older base may not know);
+    ``later``: which of round 1's paired tests the later rounds run.
     """
     here = Path.cwd()
     top = repo_root(here)
@@ -137,7 +138,10 @@ def run_ab(
         SideSpec("base", base, args.base_python or sys.executable),
         SideSpec("head", head, args.head_python or sys.executable),
     ]
-    cfg = replace(config_of(args, make_dir(out, "--out"), ids, budget), head_as_is=head_as_is)
+    cfg = config_of(args, make_dir(out, "--out"), ids, budget)
+    if gated is not None:
+        head = (*cfg.side_args.get("head", ()), *gated)
+        cfg = replace(cfg, side_args={**cfg.side_args, "head": head}, head_as_is=True)
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         for k in range(1, MOST_ROUNDS + 1):
             (round_folder(out, k) / stale).unlink(missing_ok=True)

@@ -9,6 +9,7 @@ status that is the job's (1 while a result of the run is still regressed).
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ from gpugauge.ab.settle import (
     still_regressed,
     write_verdicts,
 )
-from gpugauge.ab.sides import WORKING_TREE, repo_root
+from gpugauge.ab.sides import WORKING_TREE, SideError, repo_root
 from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import default_target
@@ -158,7 +159,8 @@ def measure(args: argparse.Namespace, budget: Budget) -> tuple[int, set[str]]:
             "gated run runs alone, with nothing to A/B against",
             flush=True,
         )
-        argv = [sys.executable, "-m", "pytest", *selection(args), f"--benchmark-json={args.run}"]
+        argv = [sys.executable, "-m", "pytest", *selection(args), *head_args(args)]
+        argv.append(f"--benchmark-json={args.run}")
         return (EXIT_FAILED if subprocess.run(argv).returncode else EXIT_OK), set()
     chosen: list[Borderline] = []
 
@@ -178,7 +180,7 @@ def measure(args: argparse.Namespace, budget: Budget) -> tuple[int, set[str]]:
     )
     with owning(args.out):
         report = run_ab(
-            args, ref, WORKING_TREE, args.out, budget=budget, head_as_is=True, later=later
+            args, ref, WORKING_TREE, args.out, budget=budget, gated=gated_args(args), later=later
         )
     if not args.run.exists():  # one round, or nothing paired: round 2 never asked
         later(())
@@ -194,6 +196,22 @@ def measure(args: argparse.Namespace, budget: Budget) -> tuple[int, set[str]]:
         )
     status = EXIT_FAILED if slower or gated_failed else EXIT_OK
     return status, {c.nodeid for c in chosen}
+
+
+def gated_args(args: argparse.Namespace) -> list[str]:
+    """``--gated-args``, split as a shell would; SideError for one that does not split."""
+    try:
+        return shlex.split(args.gated_args)
+    except ValueError as err:
+        raise SideError(f"--gated-args: {err}") from None
+
+
+def head_args(args: argparse.Namespace) -> list[str]:
+    """The gated run's own pytest options: ``--head-args`` and ``--gated-args``."""
+    try:
+        return [*shlex.split(args.head_args), *gated_args(args)]
+    except ValueError as err:
+        raise SideError(f"--head-args: {err}") from None
 
 
 def confirm_command(args: argparse.Namespace) -> int:
