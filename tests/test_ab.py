@@ -213,6 +213,7 @@ class _Scripted:
 
     def __init__(self, name: str, blocks: list[tuple[float, float]]) -> None:
         self.name, self.blocks = name, iter(blocks)
+        self.build = name
         self.last: dict = {}
 
     def send(self, message: dict) -> None:
@@ -221,6 +222,8 @@ class _Scripted:
     def expect(self, *ops: str) -> dict:
         if self.last["op"] == "go":  # its setup done, at its one timing call
             return {"op": "measure"}
+        if self.last["op"] == "skip":
+            return {"op": "done", "outcome": f"skipped: {self.last['reason']}"}
         return {"op": "done", "outcome": "passed"}
 
 
@@ -277,6 +280,25 @@ def test_a_test_expected_to_end_past_the_budget_is_not_started() -> None:
     spent = replace(budget, ends=time.monotonic() - 1.0)
     assert spent.why_not("t.py::conv") == BUDGET_SPENT
     assert not spent.fits(["t.py::conv"])
+
+
+def test_a_spent_budget_skips_no_test_of_a_gated_run() -> None:
+    """confirm --measure: the gated run is the night's result; only its pairing stops."""
+    from gpugauge.ab.budget import Budget
+    from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.runner import Coordinator
+
+    spent = Budget(time.monotonic() - 1.0)
+    cfg = replace(ABConfig((), Path("unused")), budget=spent, head_as_is=True)
+    base, head = _Scripted("base", []), _Scripted("head", [])
+    case = Coordinator(cfg, {}, note=lambda _: None)._paired(base, head, "t.py::t[c]")
+    assert base.last["op"] == "skip"
+    assert head.last["op"] == "solo"  # set up, then timed alone, as without an A/B
+    assert case.pairs == ()
+    plain = replace(cfg, head_as_is=False)
+    base, head = _Scripted("base", []), _Scripted("head", [])
+    Coordinator(plain, {}, note=lambda _: None)._paired(base, head, "t.py::t[c]")
+    assert head.last["op"] == base.last["op"] == "skip"
 
 
 def test_pairs_whose_clocks_differ_never_count_and_too_many_stop_the_case() -> None:

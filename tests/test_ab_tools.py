@@ -308,6 +308,7 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
     said = done.stdout + done.stderr
     assert done.returncode == 1, said  # the A/B found it slower: the night fails
     assert "the gated run is round 1's head side" in said, said
+    assert " against WORKTREE; logs" in said, said
     assert "gpugauge gate:" in said, said  # the gated run's table, from its side's log
     (base_line,) = [x for x in said.splitlines() if x.startswith("  base: ")]
     assert "--gauge-gate" not in base_line, said  # an older base may not know the option

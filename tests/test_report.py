@@ -316,11 +316,14 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     root = Path(__file__).resolve().parents[1]
     text = (root / ".github" / "workflows" / "nightly-gpu.yml").read_text()
     assert "runs-on: [self-hosted, gpu]" in text
+    # every single-GPU family on the single-GPU runner, gated, as round 1's head side of a
+    # same-GPU A/B
     single = (
-        'benches --gauge-profile seed -m "nightly and not multi_gpu and not distributed"'
-        " --gauge-gate"
+        "python3 -m gpugauge confirm results/nightly.json --measure --out results/ab "
+        '--deadline "$GPUGAUGE_DEADLINE" --profile seed -m "nightly and not multi_gpu and '
+        'not distributed" --gated-args "--gauge-gate'
     )
-    assert single in text  # every single-GPU family on the single-GPU runner
+    assert single in " ".join(text.replace("\\\n", " ").split())  # continued lines joined
     multi = 'benches --gauge-profile seed -m "nightly and (multi_gpu or distributed)" --gauge-gate'
     assert multi in text  # the multi-GPU cases the nightly gates, on the multi-GPU runner
     assert text.count("--gauge-gate --gauge-require-baselines") == 2
@@ -341,9 +344,6 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     assert deadline in text
     assert text.index(deadline) < text.index("uses: actions/checkout@v4")
     assert '--deadline "$GPUGAUGE_DEADLINE"' in text
-    # confirm runs after a failed gated step too, wherever the run file was written
-    confirm = text[text.index("- name: Confirm") :].split("- name:")[1]
-    assert "if: ${{ !cancelled() && hashFiles('results/nightly.json') != '' }}" in confirm
     assert "if: always()" in text  # the report is kept when the gate fails the run
     # every gpugauge command the workflows give parses (an option renamed breaks the night)
     from gpugauge.__main__ import build_parser

@@ -140,8 +140,8 @@ def run_ab(
     ]
     cfg = config_of(args, make_dir(out, "--out"), ids, budget)
     if gated is not None:
-        head = (*cfg.side_args.get("head", ()), *gated)
-        cfg = replace(cfg, side_args={**cfg.side_args, "head": head}, head_as_is=True)
+        as_is = (*cfg.side_args.get("head", ()), *gated)
+        cfg = replace(cfg, side_args={**cfg.side_args, "head": as_is}, head_as_is=True)
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         for k in range(1, MOST_ROUNDS + 1):
             (round_folder(out, k) / stale).unlink(missing_ok=True)

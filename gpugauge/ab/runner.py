@@ -91,13 +91,14 @@ class Coordinator:
         self._flip = not cfg.base_starts  # True: head's block first in the next test
         self._cases: list[CaseAB] = []  # the cases finished so far, in order
 
-    def settings(self) -> tuple[tuple[tuple[str, ...], object], ...]:
-        """The options every side takes, by dest; the profile where one was asked for.
+    def settings(self, as_is: bool = False) -> tuple[tuple[tuple[str, ...], object], ...]:
+        """The options a side takes, by dest; the profile where one was asked for.
 
         A later round records no kernels: a case keeps its first round's (a profiled round
-        per side and test, for what the first round said already).
+        per side and test, for what the first round said already). A side run ``as_is`` (a
+        gated run) takes the profile alone.
         """
-        out = SIDE_SETTINGS
+        out = () if as_is else SIDE_SETTINGS
         if self.cfg.round > 1:
             out = tuple((dests, False if KERNELS in dests else v) for dests, v in out)
         if self.cfg.profile is not None:
@@ -126,7 +127,7 @@ class Coordinator:
                         args,
                         self.cfg.out,
                         channel,
-                        () if as_is else self.settings(),
+                        self.settings(as_is),
                         self.cwd,
                         self.note,
                         role=role,
@@ -134,8 +135,9 @@ class Coordinator:
                     )
                 connect(listener, sides)
                 ends = self.cfg.budget.ends
-                for s in sides.values():
-                    s.silent_after = None if ends is None else ends + SILENT_GRACE_S
+                for s in sides.values():  # a gated run runs every test, however late
+                    late = ends is None or self._as_is(s)
+                    s.silent_after = None if late else ends + SILENT_GRACE_S
                 self._cases = []
                 silent: tuple[str, ...] = ()
                 try:
@@ -235,9 +237,17 @@ class Coordinator:
             return head
         return base if mb["op"] == "test" else head  # both have it, in another order
 
+    def _as_is(self, side: Side) -> bool:
+        """Whether ``side`` is a gated run (:attr:`ABConfig.head_as_is`): no budget skips it."""
+        return self.cfg.head_as_is and side.build == "head"
+
+    def _spent(self, side: Side, nodeid: str | None = None) -> str:
+        """Why the budget skips this side's next test ('' where it runs)."""
+        return "" if self._as_is(side) else self.cfg.budget.why_not(nodeid)
+
     def _alone(self, side: Side) -> str:
         """Run one test of one side with the GPU to itself, every timing call as usual."""
-        spent = self.cfg.budget.why_not()
+        spent = self._spent(side)
         side.send({"op": "skip", "reason": spent} if spent else {"op": "go"})
         while (m := side.expect("measure", "done"))["op"] == "measure":
             side.send({"op": "solo"})
@@ -248,11 +258,10 @@ class Coordinator:
         self._flip = not self._flip
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
-        spent = self.cfg.budget.why_not(nodeid)
         for s in (first, second):
             t0 = time.monotonic()
             ran = said.get(first.name, {})
-            if spent:
+            if spent := self._spent(s, nodeid):
                 s.send({"op": "skip", "reason": spent})
             elif s is second and ran.get("op") == "done" and ran.get("outcome") == "passed":
                 # the first side's whole test made no timing call to pair (a memory search,
