@@ -54,7 +54,7 @@ def _kernels_ms(fn) -> dict[str, float]:
 def _timed(fn) -> dict:
     """``fn`` timed with the suite's seed policy, and its kernels from one more round."""
     from gpugauge.measure.timing import CudaEventClock, measure
-    from gpugauge.options import PROFILE_POLICIES
+    from gpugauge.runtime.options import PROFILE_POLICIES
 
     t = measure(fn, PROFILE_POLICIES["seed"], CudaEventClock("cuda"))
     return {

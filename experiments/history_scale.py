@@ -73,11 +73,11 @@ def current_run(folder: Path) -> Path:
 
 def judge_all(target: str, current: str) -> None:
     """What a gated nightly does per case: Tracker.judge of each of the run's results."""
+    from gpugauge.judging.tracking import Tracker
     from gpugauge.regress.baselines import BaselineStore
     from gpugauge.regress.gate import Gate
     from gpugauge.regress.tolerances import Tolerances
     from gpugauge.results.runs import load_run
-    from gpugauge.tracking import Tracker
 
     run = load_run(Path(current))
     tracker = Tracker(target, "nightly", _host="GPU-0001" + "0" * 28)

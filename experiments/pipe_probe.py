@@ -56,8 +56,8 @@ from gpugauge.measure.nvml import Nvml
 from gpugauge.measure.profile import release_cupti_on_stop
 from gpugauge.measure.sampler import GpuSampler
 from gpugauge.measure.timing import TimingPolicy, measure
-from gpugauge.options import PROFILE_POLICIES
 from gpugauge.report.tables import fmt_bytes, render
+from gpugauge.runtime.options import PROFILE_POLICIES
 
 DEVICES = ("cuda:0", "cuda:1")
 POLICY = TimingPolicy(warmup_rounds=5, rounds=30)

@@ -45,8 +45,8 @@ from gpugauge.check.three_timers import (
     power_heavy_ops,
 )
 from gpugauge.measure.nvml import maybe_nvml
-from gpugauge.options import PROFILE_POLICIES
-from gpugauge.pipeline import l2_flusher
+from gpugauge.runtime.options import PROFILE_POLICIES
+from gpugauge.runtime.pipeline import l2_flusher
 
 SERIES = ("S100", "D", "S256", "D", "D", "S256", "D", "S100")
 # the warm-up question (run 79): do_bench with 4x its warm-up, against the suite and itself

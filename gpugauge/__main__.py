@@ -21,13 +21,13 @@ from pathlib import Path
 
 from gpugauge.ab.cli import add_parser as add_ab_parser
 from gpugauge.check.cli import add_parser as add_check_parser
-from gpugauge.commands import BENCH_COMMANDS, benches_hint, name_missing_choices, version
+from gpugauge.core.arguments import path_option
+from gpugauge.core.commands import BENCH_COMMANDS, benches_hint, name_missing_choices, version
 from gpugauge.env_command import add_parser as add_env_parser
 from gpugauge.history import cli as history_cli
 from gpugauge.history.first_runs import add_from_history_arguments, from_history
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import ENV_VAR, History, default_target
-from gpugauge.options import path_option
 from gpugauge.regress.baselines import (
     BaselineError,
     BaselineStore,

@@ -7,7 +7,7 @@ name, so it is registered once. It registers its own markers.
 
 Installed, it is in every pytest run of the environment, so it costs nothing until a run
 uses it: importing it and declaring its options load no torch, NVML, family or report code.
-gpugauge starts (:mod:`gpugauge.startup`) when a gpugauge option is given (then in
+gpugauge starts (:mod:`gpugauge.runtime.startup`) when a gpugauge option is given (then in
 ``pytest_configure``, so that a bad value stops the run before it collects), or a bench
 asks for its cases or options while collecting, or a collected test takes ``gauge`` or
 carries a gpugauge marker. All run state lives in ``config.stash`` (a
@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpugauge import benchmark_options, flags
-from gpugauge.benchmark_options import check_histogram, plain_benchmarks_line, saved_where
-from gpugauge.markers import GAUGE_MARKERS, marker_lines
-from gpugauge.phrasing import progress
+from gpugauge.core.phrasing import progress
+from gpugauge.runtime import benchmark_options, flags
+from gpugauge.runtime.benchmark_options import check_histogram, plain_benchmarks_line, saved_where
+from gpugauge.runtime.markers import GAUGE_MARKERS, marker_lines
 
 if TYPE_CHECKING:
-    from gpugauge.gauge import Gauge
-    from gpugauge.options import Options
     from gpugauge.results.measurement import Spec
-    from gpugauge.session import GaugeSession
+    from gpugauge.runtime.gauge import Gauge
+    from gpugauge.runtime.options import Options
+    from gpugauge.runtime.session import GaugeSession
 
 SESSION = pytest.StashKey["GaugeSession"]()
 STARTED = pytest.StashKey[float]()  # time.monotonic() at the session's start
@@ -95,7 +95,7 @@ def _start(config: pytest.Config) -> GaugeSession:
         raise failed
     session = config.stash.get(SESSION, None)
     if session is None:
-        from gpugauge.startup import start
+        from gpugauge.runtime.startup import start
 
         started = STARTED in config.stash
         try:
@@ -216,7 +216,7 @@ def parametrize_cases(
     if argname not in metafunc.fixturenames:
         return
     profile = options(metafunc.config).profile  # starts gpugauge: its families are marked
-    from gpugauge.registry import registry
+    from gpugauge.family.registry import registry
     from gpugauge.results.measurement import devices_of, in_nightly
 
     families = registry()
@@ -346,7 +346,7 @@ def gauge(
     gauge.compare(a, b, *, title, labels) -> speedup of b over a with its CI.
     A second measure/record in one test is refused (GaugeError): parametrize instead.
     """
-    from gpugauge.gauge import Gauge
+    from gpugauge.runtime.gauge import Gauge
 
     gauge = Gauge(gauge_session, benchmark, request.node)
     yield gauge

@@ -137,7 +137,7 @@ def _pairs(ratio: float, n: int = 5) -> tuple[Pair, ...]:
 def test_a_call_s_first_block_warms_up_until_settled_not_for_the_case_s_full_second() -> None:
     """The GPU ran the last test's blocks moments ago: settling decides, from 0.3 s."""
     from gpugauge.ab.worker import block_policy
-    from gpugauge.options import PROFILE_POLICIES
+    from gpugauge.runtime.options import PROFILE_POLICIES
 
     seed = PROFILE_POLICIES["seed"]
     order = {"block_s": 0.25, "rewarm_s": 0.1, "min_rounds": 3, "first_warm_s": 0.3}
@@ -616,7 +616,7 @@ def test_a_case_of_exchanged_places_reads_head_over_base() -> None:
 EARLY = """\
 # a plugin the project's addopts load with -p, ahead of the A/B's worker: it imports
 # gpugauge, whose pipeline holds the timing primitive by name
-import gpugauge.pipeline  # noqa: F401
+import gpugauge.runtime.pipeline  # noqa: F401
 """
 
 

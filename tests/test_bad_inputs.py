@@ -828,7 +828,7 @@ def read_only(path: Path) -> Iterator[None]:
 
 
 def test_warmup_time_above_the_profiles_cap_is_accepted() -> None:
-    from gpugauge.options import resolve
+    from gpugauge.runtime.options import resolve
 
     from .test_options import DEFAULTS
 
@@ -941,7 +941,9 @@ def test_benchmark_json_on_a_full_disk_keeps_the_previous_file(tmp_path: Path) -
     old = previous.read_bytes()
     pytest_argv = ["-q", "-p", "no:cacheprovider", "--gauge-rounds", "3", "--gauge-warmup", "0"]
     pytest_argv += [f"--benchmark-json={previous}", str(tmp_path)]
-    if importlib.util.find_spec("gpugauge.tracking"):  # the results history: not this test's
+    if importlib.util.find_spec(
+        "gpugauge.judging.tracking"
+    ):  # the results history: not this test's
         pytest_argv.append("--gauge-no-history")
     script = (
         f"import os, sys, pytest\nos.chdir({str(tmp_path)!r})\n"

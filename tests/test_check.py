@@ -39,8 +39,8 @@ from gpugauge.check.timer_report import TimerReport, render_timer, why_not_here
 from gpugauge.launch.torchrun import processes_mentioning
 from gpugauge.measure.environment import device_class
 from gpugauge.measure.timing import Timing
-from gpugauge.options import PROFILE_POLICIES
 from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
+from gpugauge.runtime.options import PROFILE_POLICIES
 from tests.fakes import CLASS, SPEC_SOURCE, result, run_json, save_baselines
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from collections import defaultdict
 import pytest
 
 from gpugauge.__main__ import build_parser
-from gpugauge.commands import benches_hint, parsers
+from gpugauge.core.commands import benches_hint, parsers
 
 
 def _help(*argv: str) -> str:

@@ -82,7 +82,7 @@ def test_the_run_queue_clock_leaves_out_the_wait_for_a_core() -> None:
 
 def test_cpu_cases_on_one_thread_use_the_run_queue_clock_where_there_is_one() -> None:
     from gpugauge.measure.clocks import HostClock, RunQueueClock
-    from gpugauge.pipeline import clock_for
+    from gpugauge.runtime.pipeline import clock_for
 
     one = clock_for(("cpu",), 1)
     assert isinstance(one, RunQueueClock) == RunQueueClock.available()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpugauge.family import Family
-from gpugauge.registry import registry
+from gpugauge.family.registry import registry
 from tests.test_import_graph import imports, modules
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpugauge.family_entries import (
+from gpugauge.family.entries import (
     Entry,
     FamilyError,
     checkout_pyproject,
@@ -23,7 +23,7 @@ from gpugauge.family_entries import (
     entries,
     gather,
 )
-from gpugauge.registry import load, registry
+from gpugauge.family.registry import load, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = '[project]\nname = "{name}"\n\n[project.entry-points."gpugauge.families"]\n{lines}'

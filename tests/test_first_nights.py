@@ -15,21 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from gpugauge import flags
 from gpugauge.__main__ import main
-from gpugauge.first_nights import FirstNights, Stage
+from gpugauge.core import arguments
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.history.first_runs import first_runs
 from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY
 from gpugauge.history.store import History
+from gpugauge.judging.first_nights import FirstNights, Stage
 from gpugauge.judging.judge import Judge
+from gpugauge.judging.tracking import Tracker
 from gpugauge.regress.baselines import BaselineError, BaselineStore, entry_of
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
-from gpugauge.tracking import Tracker
 
 from .fakes import CLASS, result, save_baselines
 from .test_history_store import pg_url  # noqa: F401  (the fixture)
@@ -78,11 +78,11 @@ def test_the_option_needs_the_gate_and_the_history() -> None:
 
 def test_the_count_is_bounded_by_the_historys_own_reference() -> None:
     """From ReferencePolicy.runs accepted runs on, the history judges a case by itself."""
-    assert DEFAULT_POLICY.runs == flags.MAX_FIRST_NIGHTS
-    assert flags.first_nights("2") == 2
+    assert DEFAULT_POLICY.runs == arguments.MAX_FIRST_NIGHTS
+    assert arguments.first_nights("2") == 2
     for bad in ("1", "6", "x"):
         with pytest.raises(argparse.ArgumentTypeError, match="from 2 to 5"):
-            flags.first_nights(bad)
+            arguments.first_nights(bad)
 
 
 def test_a_new_case_passes_its_first_nights_then_is_judged(tmp_path: Path) -> None:

@@ -324,8 +324,8 @@ def test_every_integer_option_of_the_history_cli_refuses_zero() -> None:
     """--last (show's and changes') is the only one; a new integer option must validate too."""
     import argparse
 
+    from gpugauge.core.arguments import positive_int
     from gpugauge.history.cli import add_parser
-    from gpugauge.options import positive_int
 
     parser = argparse.ArgumentParser()
     hist = add_parser(parser.add_subparsers())

@@ -239,7 +239,7 @@ def test_students_t_comes_without_importing_scipy_stats() -> None:
         assert t_quantile(0.975, n - 1) == stats.t.ppf(0.975, n - 1)
     code = (
         "import sys\n"
-        "import gpugauge.report.document, gpugauge.tracking\n"
+        "import gpugauge.report.document, gpugauge.judging.tracking\n"
         "from gpugauge.history.reference import small_sample_factor\n"
         "from gpugauge.ab.verdict import t_quantile\n"
         "small_sample_factor(5), t_quantile(0.975, 4)\n"

@@ -21,10 +21,10 @@ from gpugauge.history.reference import reference_for
 from gpugauge.history.schema import UPGRADES
 from gpugauge.history.store import History
 from gpugauge.history.synthetic import point
+from gpugauge.judging.tracking import Tracker
 from gpugauge.regress.baselines import BaselineStore, combine_runs, entry_of
 from gpugauge.regress.gate import allowed_change
 from gpugauge.results.verdicts import Basis, Verdict
-from gpugauge.tracking import Tracker
 
 from .fakes import CLASS, result
 from .test_first_nights import _night

@@ -21,9 +21,9 @@ HEAVY = (
     "numpy",
     "scipy",
     "gpugauge.families",
-    "gpugauge.registry",
-    "gpugauge.startup",
-    "gpugauge.session",
+    "gpugauge.family.registry",
+    "gpugauge.runtime.startup",
+    "gpugauge.runtime.session",
     "gpugauge.report",
 )
 
@@ -52,7 +52,7 @@ def test_importing_the_plugin_loads_nothing_heavy() -> None:
 def test_declaring_its_options_and_markers_loads_nothing_heavy() -> None:
     code = (
         "import pytest\n"
-        "from gpugauge import flags, markers\n"
+        "from gpugauge.runtime import flags, markers\n"
         "parser = pytest.Parser(_ispytest=True)\n"
         "flags.add_options(parser.getgroup('g'))\n"
         "flags.add_history_options(parser.getgroup('g'))\n"
@@ -130,7 +130,7 @@ def test_mine(case, gauge):
 
 
 def test_the_defaults_that_tell_an_option_given_are_pytests(pytestconfig: pytest.Config) -> None:
-    from gpugauge import flags
+    from gpugauge.runtime import flags
 
     parser = pytest.Parser(_ispytest=True)
     group = parser.getgroup("gpugauge")
@@ -145,9 +145,9 @@ def test_the_defaults_that_tell_an_option_given_are_pytests(pytestconfig: pytest
 
 def test_every_family_marker_is_declared_without_importing_the_family() -> None:
     """The markers come from the declarations; the registry loads the same families."""
-    from gpugauge.family_entries import family_names
-    from gpugauge.markers import marker_lines
-    from gpugauge.registry import registry
+    from gpugauge.family.entries import family_names
+    from gpugauge.family.registry import registry
+    from gpugauge.runtime.markers import marker_lines
 
     assert family_names() == tuple(registry())
     marked = [line.split(":")[0] for line in marker_lines()]

@@ -17,15 +17,15 @@ import gpugauge
 ROOT = Path(gpugauge.__file__).parent.parent
 
 RENAMED_MODULES = {
-    "gpugauge.plain": "gpugauge.json_records",
-    "gpugauge.words": "gpugauge.phrasing",
+    "gpugauge.plain": "gpugauge.core.json_records",
+    "gpugauge.words": "gpugauge.core.phrasing",
     "gpugauge.check.timer": "gpugauge.check.timer_report",
     "gpugauge.check.timers": "gpugauge.check.three_timers",
     "gpugauge.check.gate": "gpugauge.check.gate_report",
 }
 RENAMED_FUNCTIONS = {
-    ("gpugauge.pipeline", "take"): "measure_case",
-    ("gpugauge.adapter", "hand_over"): "fill_benchmark_fixture",
+    ("gpugauge.runtime.pipeline", "take"): "measure_case",
+    ("gpugauge.runtime.adapter", "hand_over"): "fill_benchmark_fixture",
 }
 
 

@@ -74,8 +74,8 @@ def test_the_wheel_holds_gpugauge_only_and_declares_the_plugin_and_families(tmp_
     listed = _run(
         sys.executable,
         "-c",
-        "from gpugauge.family_entries import checkout_pyproject, entries\n"
-        "from gpugauge.registry import registry\n"
+        "from gpugauge.family.entries import checkout_pyproject, entries\n"
+        "from gpugauge.family.registry import registry\n"
         "print(checkout_pyproject(), [e.name for e in entries()], list(registry()))",
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(site)},
@@ -206,7 +206,7 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture) -> Non
 
 def test_no_help_shows_docstring_markup() -> None:
     from gpugauge.__main__ import build_parser
-    from gpugauge.commands import parsers
+    from gpugauge.core.commands import parsers
 
     helps = {p.prog: p.format_help() for p in parsers(build_parser())}
     assert {"gpugauge", "gpugauge check", "gpugauge check gate", "gpugauge history"} <= set(helps)
@@ -238,7 +238,7 @@ def test_a_missing_command_names_its_choices(
 
 def test_version_is_the_packages(capsys: pytest.CaptureFixture[str]) -> None:
     import gpugauge
-    from gpugauge.commands import version
+    from gpugauge.core.commands import version
 
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
@@ -251,7 +251,7 @@ def test_version_without_an_installed_distribution(monkeypatch: pytest.MonkeyPat
     from importlib.metadata import PackageNotFoundError
 
     import gpugauge
-    from gpugauge import commands
+    from gpugauge.core import commands
 
     def missing(name: str) -> str:
         raise PackageNotFoundError(name)

@@ -1,6 +1,6 @@
 import pytest
 
-from gpugauge.options import PROFILE_POLICIES, resolve
+from gpugauge.runtime.options import PROFILE_POLICIES, resolve
 
 DEFAULTS = {
     "profile": None,

@@ -12,9 +12,9 @@ import pytest
 from gpugauge.measure.paired import paired_blocks
 from gpugauge.measure.stats import ratio_of_pairs
 from gpugauge.measure.timing import TimingPolicy
-from gpugauge.pipeline import clock_for
 from gpugauge.report.tables import comparison_table
 from gpugauge.results.measurement import Comparison
+from gpugauge.runtime.pipeline import clock_for
 
 from .fakes import result
 

@@ -152,7 +152,7 @@ def test_a_long_run_says_how_far_it_is(run, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_progress_is_said_as_counts_and_rough_times() -> None:
-    from gpugauge.phrasing import progress
+    from gpugauge.core.phrasing import progress
 
     assert progress(120.0, 12, 93) == "12 of 93 tests done in 2 min; about 14 min left"
     assert progress(0.0, 0, 5, "case") == "0 of 5 cases done in 0 s"  # nothing to go by yet

@@ -205,7 +205,7 @@ def test_the_readme_pip_extras_exist() -> None:
 
 
 def test_each_family_has_a_paragraph_and_a_page() -> None:
-    from gpugauge.registry import registry
+    from gpugauge.family.registry import registry
 
     families = _section("Families")
     for name in registry():

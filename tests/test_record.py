@@ -86,7 +86,7 @@ def test_a_second_result_in_one_test_is_refused(gauge_pytester: pytest.Pytester)
         test_two=SPEC_SOURCE
         + """
 import pytest
-from gpugauge.gauge import GaugeError
+from gpugauge.runtime.gauge import GaugeError
 
 @pytest.mark.cpu
 def test_two(gauge):
@@ -148,7 +148,7 @@ def test_art(gauge):
 
 @pytest.mark.cpu
 def test_missing(gauge):
-    from gpugauge.gauge import GaugeError
+    from gpugauge.runtime.gauge import GaugeError
     with pytest.raises(GaugeError, match="artifact file"):
         gauge.record(Measurement(Spec("no-file"), artifacts={"trace": "/nonexistent.json"}))
     gauge.record(Measurement(Spec("no-file")))

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from gpugauge.__main__ import main
-from gpugauge.gauge import GaugeSession, plain_params
 from gpugauge.measure.memory import Memory
 from gpugauge.measure.roofline import Roofline, Work
-from gpugauge.options import resolve
 from gpugauge.regress import baselines
 from gpugauge.regress.baselines import BaselineStore, entry_of, parse_baseline
 from gpugauge.report.tables import comparison_table, roofline_table
 from gpugauge.results.files import atomic_write_text
 from gpugauge.results.measurement import Comparison
+from gpugauge.runtime.gauge import GaugeSession, plain_params
+from gpugauge.runtime.options import resolve
 
 from .fakes import CLASS, first_report, result, save_baselines, save_run
 from .test_options import DEFAULTS

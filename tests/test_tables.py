@@ -71,8 +71,8 @@ def test_one_round_shows_no_interval_anywhere_a_ci_or_cv_is_shown() -> None:
 def test_one_outlier_is_singular() -> None:
     from dataclasses import replace
 
+    from gpugauge.core.phrasing import plural
     from gpugauge.measure.timing import Timing, TimingPolicy, stop_reason
-    from gpugauge.phrasing import plural
     from gpugauge.report.tables import notes_of
 
     from .fakes import result

@@ -164,11 +164,11 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     widened by the host-to-host spread; a plain gate would fail it."""
     from gpugauge.history.capture import result_record
     from gpugauge.judging.judge import Judge
+    from gpugauge.judging.tracking import Tracker
     from gpugauge.regress.baselines import BaselineStore, entry_of
     from gpugauge.regress.gate import Gate
     from gpugauge.regress.tolerances import load_tolerances
     from gpugauge.results.verdicts import Verdict
-    from gpugauge.tracking import Tracker
 
     from .fakes import result, save_baselines
 
@@ -199,11 +199,11 @@ def test_the_busy_share_is_judged_by_its_own_hosts_history_alone(tmp_path: Path)
     from dataclasses import replace
 
     from gpugauge.judging.judge import Judge
+    from gpugauge.judging.tracking import Tracker
     from gpugauge.regress.baselines import BaselineStore
     from gpugauge.regress.gate import Gate
     from gpugauge.regress.tolerances import load_tolerances
     from gpugauge.results.verdicts import Verdict
-    from gpugauge.tracking import Tracker
 
     from .fakes import result, save_baselines
 

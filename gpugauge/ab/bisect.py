@@ -26,7 +26,7 @@ from gpugauge.ab.launch import ABError
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.sides import SideError, git
 from gpugauge.ab.verdict import Outcome
-from gpugauge.phrasing import Note, duration, plural
+from gpugauge.core.phrasing import Note, duration, plural
 
 # compare(base ref, head ref, case ids or None for the selection, step name) -> report
 Compare = Callable[[str, str, Sequence[str] | None, str], ABReport]

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpugauge.flags import number
+from gpugauge.core.arguments import number
 
 # a test's skip reason where the budget was spent before it, or would be before it ended
 BUDGET_SPENT = "gpugauge ab: its time budget was spent before this test"

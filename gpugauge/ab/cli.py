@@ -28,7 +28,7 @@ from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.sides import WORKING_TREE, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
 from gpugauge.check.cli import fraction
-from gpugauge.flags import number
+from gpugauge.core.arguments import number
 from gpugauge.results.files import atomic_write_text
 
 DEFAULT_OUT = Path("reports") / "ab"

@@ -48,11 +48,11 @@ from gpugauge.ab.settle import (
     write_verdicts,
 )
 from gpugauge.ab.sides import WORKING_TREE, SideError, repo_root
+from gpugauge.core.phrasing import duration, plural
 from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import default_target
 from gpugauge.history.targets import redact
-from gpugauge.phrasing import duration, plural
 from gpugauge.results.files import read_json
 from gpugauge.results.runs import load_run, say_refused
 

@@ -30,7 +30,7 @@ from gpugauge.ab import worker
 from gpugauge.ab.result import SideInfo
 from gpugauge.ab.sides import PREFIX, Checkout, owned_folder
 from gpugauge.check.runs import log_tail, stop_group
-from gpugauge.phrasing import Note
+from gpugauge.core.phrasing import Note
 
 WORKER_MODULE = "_gpugauge_ab_worker"
 CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpugauge.ab.result import AB_MD, PHASES, ABReport, CaseAB
 from gpugauge.ab.verdict import Outcome
-from gpugauge.phrasing import efficiency, plural
+from gpugauge.core.phrasing import efficiency, plural
 from gpugauge.report.tables import fmt_ms, render
 from gpugauge.results.files import atomic_write_text
 

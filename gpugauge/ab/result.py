@@ -27,7 +27,7 @@ from gpugauge.ab.verdict import (
     paired_ratio,
     pooled_process_sd,
 )
-from gpugauge.phrasing import plural
+from gpugauge.core.phrasing import plural
 from gpugauge.results.files import atomic_write_text
 from gpugauge.results.verdicts import Basis, MetricCheck, Verdict
 

@@ -49,7 +49,7 @@ from gpugauge.ab.result import (
     other_side,
 )
 from gpugauge.ab.sides import Checkout
-from gpugauge.phrasing import duration, plural, seconds_left
+from gpugauge.core.phrasing import duration, plural, seconds_left
 
 
 class _Failed(Exception):

@@ -154,8 +154,10 @@ def combined(blocks: list[Any]) -> Any:
 
 # The module whose calls of the primitive time a case's own result (``gauge.measure``);
 # other calls (the session's ceilings, a family's cost probes, host-timed CPU references)
-# run as they would without an A/B. A side whose gpugauge has no such module pairs them all.
-CASE_CALLER = "gpugauge.pipeline"
+# run as they would without an A/B. Its name now, then its name in commits before
+# gpugauge.runtime (a side may be either). A side whose gpugauge has no such module pairs
+# them all.
+CASE_CALLERS = ("gpugauge.runtime.pipeline", "gpugauge.pipeline")
 
 
 def times_a_case() -> bool:
@@ -164,10 +166,10 @@ def times_a_case() -> bool:
     The direct caller only: the pipeline also measures the session's ceilings, through
     another module, on its way to the case's rounds.
     """
-    if CASE_CALLER not in sys.modules:
+    if not any(name in sys.modules for name in CASE_CALLERS):
         return True
     caller = sys._getframe(2)  # 0: here, 1: the wrapped primitive, 2: its caller
-    return caller.f_globals.get("__name__") == CASE_CALLER
+    return caller.f_globals.get("__name__") in CASE_CALLERS
 
 
 def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
@@ -205,7 +207,7 @@ def rebind(original: object, wrapped: object) -> None:
     """Point every already-imported name of ``original`` at ``wrapped``.
 
     ``from gpugauge.measure.timing import measure`` in a module imported before this worker
-    (``gpugauge.pipeline``, by way of a plugin in the side's ``addopts``) holds the bare
+    (``gpugauge.runtime.pipeline``, by way of a plugin in the side's ``addopts``) holds the bare
     primitive; its calls would time the side alone, and the A/B would pair nothing.
     """
     for module in list(sys.modules.values()):
@@ -263,7 +265,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # a test marked so times no result of its own (a memory search, a count): an A/B, which
-# compares times, would run it on one side for nothing (the marker: gpugauge.markers)
+# compares times, would run it on one side for nothing (the marker: gpugauge.runtime.markers)
 UNTIMED = "untimed"
 
 

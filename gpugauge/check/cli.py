@@ -21,8 +21,8 @@ from typing import Any
 from gpugauge.check.gate_report import DEFAULT_SLOWDOWN
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
 from gpugauge.check.timer_report import DEFAULT_THRESHOLD
-from gpugauge.commands import name_missing_choices
-from gpugauge.flags import PROFILES
+from gpugauge.core.arguments import PROFILES
+from gpugauge.core.commands import name_missing_choices
 from gpugauge.results.files import FileError, make_dir
 
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpugauge.core.phrasing import plural
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.judging.judge import Judge
 from gpugauge.measure.busy import BUSY_KEY, HOST_BOUND_BELOW
-from gpugauge.phrasing import plural
 from gpugauge.regress.gate import Gate
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text

@@ -36,7 +36,7 @@ from gpugauge.check.runs import (
     run_pytest,
 )
 from gpugauge.check.selection import can_select, default_selection, stored_cases
-from gpugauge.phrasing import plural
+from gpugauge.core.phrasing import plural
 from gpugauge.report.tables import verdict_counts
 from gpugauge.results.files import FileError, check_dir, make_dir
 from gpugauge.results.runs import RunError
@@ -130,7 +130,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
         )
     select = cfg.select
     if select is None:
-        from gpugauge.family_entries import family_names
+        from gpugauge.family.entries import family_names
 
         try:
             select = default_selection(cfg.baselines_dir, dev_cls, families, set(family_names()))

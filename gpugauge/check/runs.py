@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpugauge.phrasing import Note
+from gpugauge.core.phrasing import Note
 from gpugauge.results.files import check_dir
 
 # pytest's own exit statuses (pytest.ExitCode), as a child reports them

@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 
 from gpugauge.check.delay import INJECT_ENV, INJECT_MS_ENV, delay_for
-from gpugauge.gauge import Gauge
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.measure.environment import device_class
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.results.measurement import devices_of
+from gpugauge.runtime.gauge import Gauge
 
 
 def _non_negative(text: str) -> float:
@@ -95,7 +95,7 @@ def own_median_ms(
     a little under the sustained median: the injection is then a little under its fraction.
     """
     from gpugauge.measure.timing import TimingPolicy, measure
-    from gpugauge.pipeline import clock_for
+    from gpugauge.runtime.pipeline import clock_for
 
     policy = TimingPolicy(warmup_rounds=3, rounds=OWN_ROUNDS)
     return measure(fn, policy, clock_for(devices), between=setup).summary.median

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
+from gpugauge.core.phrasing import Note
 from gpugauge.measure.clocks import CLOCKS_APART, CLOCKS_APART_AT_MOST
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.timing import Timing, TimingPolicy
-from gpugauge.phrasing import Note
 
 DO_BENCH_WARMUP_MS = 500  # the settings the threshold was set with (docs/check.md)
 DO_BENCH_REP_MS = 1000
@@ -199,7 +199,7 @@ def cold_timing(
     """
     from gpugauge.measure.sampler import watching
     from gpugauge.measure.timing import measure
-    from gpugauge.pipeline import clock_for
+    from gpugauge.runtime.pipeline import clock_for
 
     cold = replace(policy, flush_l2=True)
     with watching(nvml_device) as watch:
@@ -324,7 +324,7 @@ def time_power_heavy(
     import torch
 
     from gpugauge.measure.nvml import maybe_nvml
-    from gpugauge.options import PROFILE_POLICIES
+    from gpugauge.runtime.options import PROFILE_POLICIES
 
     rows = []
     with maybe_nvml() as nvml:

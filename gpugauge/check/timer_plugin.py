@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from gpugauge.check.three_timers import DEFAULT_THRESHOLD
-from gpugauge.gauge import Gauge
 from gpugauge.results.files import atomic_write_json
 from gpugauge.results.measurement import devices_of
+from gpugauge.runtime.gauge import Gauge
 
 ROWS = pytest.StashKey[list[dict[str, Any]]]()
 NOT_COMPARED = pytest.StashKey[list[dict[str, str]]]()

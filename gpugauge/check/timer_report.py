@@ -292,7 +292,7 @@ def run_timer_check(cfg: TimerConfig, note: Note = print) -> TimerReport:
                 "name them with -k"
             )
         from gpugauge.check.selection import default_selection
-        from gpugauge.family_entries import family_names
+        from gpugauge.family.entries import family_names
 
         try:
             select = default_selection(cfg.baselines_dir, None, families, set(family_names()))

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpugauge.flags import positive_int
+from gpugauge.core.arguments import positive_int
+from gpugauge.core.phrasing import plural
 from gpugauge.history.capture import saved_records
 from gpugauge.history.changepoints import (
     RECENT_RUNS,
@@ -38,7 +39,6 @@ from gpugauge.history.store import (
     default_path,
     default_target,
 )
-from gpugauge.phrasing import plural
 from gpugauge.results.files import atomic_text_stream, signals_interrupt
 from gpugauge.results.runs import RunError
 

@@ -3,7 +3,7 @@
 ``python -m gpugauge baseline --from-history CLASS --runs N`` writes
 ``baselines/<CLASS>/<family>.json`` for every case of the class the history holds and no
 committed baseline does, from each case's first N accepted runs (oldest first): the runs a
-class's first nights recorded (``--gauge-first-nights``, :mod:`gpugauge.first_nights`).
+class's first nights recorded (``--gauge-first-nights``, :mod:`gpugauge.judging.first_nights`).
 A nightly's checkout does not outlive the night, its history does
 (``GPUGAUGE_HISTORY``), so this needs no saved run files.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from gpugauge.flags import number
+from gpugauge.core.arguments import number
 from gpugauge.history.records import HistoryError, Point, RunRecord, some, time_text
 from gpugauge.history.store import History, default_target
 from gpugauge.regress.baselines import (

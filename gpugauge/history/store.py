@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpugauge.flags import HISTORY_ENV_VAR
+from gpugauge.core.arguments import HISTORY_ENV_VAR
 from gpugauge.history.backends import Backend, Tx, open_backend
 from gpugauge.history.columns import (
     METRIC_COLUMNS,

@@ -33,7 +33,7 @@ _PRECEDENCE = list(Basis)
 
 
 class HistoryReference(Protocol):
-    """A reference that knows the host (:class:`gpugauge.tracking.Tracker`)."""
+    """A reference that knows the host (:class:`gpugauge.judging.tracking.Tracker`)."""
 
     def by_history(self, m: Measurement, gate: Gate) -> GateResult | None:
         """The result judged by the history; None where it cannot judge it."""
@@ -42,7 +42,7 @@ class HistoryReference(Protocol):
 class NewClassReference(Protocol):
     """A class's first runs, for a result nothing else could judge (``--gauge-first-nights``).
 
-    :class:`gpugauge.first_nights.FirstNights` is one.
+    :class:`gpugauge.judging.first_nights.FirstNights` is one.
     """
 
     def judge(self, m: Measurement, result: GateResult, gate: Gate) -> GateResult:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpugauge.json_records import from_plain, to_plain
+from gpugauge.core.json_records import from_plain, to_plain
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.sampler import GpuSampler
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpugauge.json_records import from_plain, to_plain
+from gpugauge.core.json_records import from_plain, to_plain
 from gpugauge.measure.nvml import NvmlDevice
 
 _STATUS = Path("/proc/self/status")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gpugauge.json_records import from_plain, to_plain
+from gpugauge.core.json_records import from_plain, to_plain
 
 T = TypeVar("T")
 

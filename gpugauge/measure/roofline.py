@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpugauge.json_records import from_plain
+from gpugauge.core.json_records import from_plain
 from gpugauge.measure.ceilings import Ceilings
 
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
-from gpugauge.json_records import from_plain, to_plain
+from gpugauge.core.json_records import from_plain, to_plain
+from gpugauge.core.phrasing import plural
 from gpugauge.measure.clocks import (  # noqa: F401 (re-exported)
     HOST_CLOCKS,
     CudaEventClock,
@@ -38,7 +39,6 @@ from gpugauge.measure.clocks import (  # noqa: F401 (re-exported)
     RunQueueClock,
 )
 from gpugauge.measure.stats import Summary, order_statistic_ci, summarize
-from gpugauge.phrasing import plural
 
 REGIMES = ("sustained", "burst")
 

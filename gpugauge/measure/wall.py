@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gpugauge.phrasing import efficiency
+from gpugauge.core.phrasing import efficiency
 
 # the phases a measurement times, in the order a run's summary names them
 MEASUREMENT_PHASES = (

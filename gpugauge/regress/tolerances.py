@@ -14,7 +14,7 @@ entries also give the built-in defaults. A file has up to three kinds of table::
 
 More specific tables override less specific ones, metric by metric. A malformed file, an
 unknown table or key, a ``[family.NAME]`` of a family the registry
-(:mod:`gpugauge.family_entries`) does not declare (a typo would leave the family on the
+(:mod:`gpugauge.family.entries`) does not declare (a typo would leave the family on the
 default tolerances, unseen), a value that is not a number in [0, 10), or one key set by
 two files is a :class:`ToleranceError` that names the file and the table or key.
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpugauge.family_entries import family_names
+from gpugauge.family.entries import family_names
 from gpugauge.results.files import FileError, read_parsed
 from gpugauge.results.metrics import METRICS
 

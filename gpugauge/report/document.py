@@ -16,11 +16,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpugauge.core.phrasing import plural
+from gpugauge.family.registry import comparisons_of, registry
 from gpugauge.history.targets import redact
 from gpugauge.judging.judge import Judge
 from gpugauge.measure.stats import MIN_CI_N
-from gpugauge.phrasing import plural
-from gpugauge.registry import comparisons_of, registry
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate, compare
 from gpugauge.regress.tolerances import Tolerances

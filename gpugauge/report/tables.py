@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from gpugauge.core.phrasing import plural
 from gpugauge.measure.stats import Summary
 from gpugauge.measure.timing import CLOCK_MOVED
-from gpugauge.phrasing import plural
 from gpugauge.results.measurement import Comparison, Measurement, devices_of
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict

@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpugauge.core.phrasing import plural
 from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, changes_of_cases
 from gpugauge.history.judge import baseline_reference
 from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import BaselineRef, Reference, reference_for
 from gpugauge.history.store import History
 from gpugauge.history.targets import is_local
-from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.tolerances import Tolerances
 from gpugauge.results.metrics import METRICS

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpugauge.json_records import RecordError, from_plain, to_plain
+from gpugauge.core.json_records import RecordError, from_plain, to_plain
 from gpugauge.measure.energy import Energy
 from gpugauge.measure.environment import SCHEMA_VERSION, device_class
 from gpugauge.measure.memory import Memory

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpugauge.json_records import RecordError
+from gpugauge.core.json_records import RecordError
 from gpugauge.measure.environment import host_name, slug
 from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.measurement import Measurement

@@ -28,16 +28,16 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from gpugauge.core.phrasing import plural
 from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import default_target
 from gpugauge.history.targets import redact
-from gpugauge.phrasing import plural
+from gpugauge.judging.tracking import Tracker, judged_here
 from gpugauge.regress.gate import Gate
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.verdicts import GateResult, Verdict
-from gpugauge.tracking import Tracker, judged_here
 
 OPTION = "--gauge-first-nights"
 

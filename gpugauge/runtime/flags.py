@@ -1,88 +1,37 @@
 """The suite's pytest options as declared: names, argparse types, choices and defaults.
 
-Importing this module imports nothing beyond the standard library, so that the plugin can
-declare its options in every pytest run of an environment without loading torch or the
-harness (:mod:`gpugauge.options` resolves the values once gpugauge is used).
-
-Argument types reject bad values at parse time with argparse's message, which names the
-option: every number must be finite and within its range (a budget of ``inf`` or 1e308 s
-overflows the clock arithmetic; ``--gauge-min-rounds 99999999999`` never ends), and a path must
-not be empty (``""`` would mean the current folder).
+Importing this module imports nothing beyond the standard library and
+:mod:`gpugauge.core.arguments` (the argument types), so that the plugin can declare its
+options in every pytest run of an environment without loading torch or the harness
+(:mod:`gpugauge.runtime.options` resolves the values once gpugauge is used).
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from gpugauge.core.arguments import (
+    DEVICE_CHOICES,
+    HISTORY_ENV_VAR,
+    PROFILES,
+    REGIMES,
+    count,
+    first_nights,
+    fraction,
+    path_option,
+    positive_int,
+    positive_seconds,
+    run_seconds,
+    seconds,
+)
 
 if TYPE_CHECKING:
     import pytest
 
-PROFILES = ("smoke", "seed", "full")
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")
-REGIMES = ("sustained", "burst")
 # Every option is --gauge-*, its dest gauge_*, as pytest-benchmark's are --benchmark-*: a
 # project's own --device, --profile or --rounds never clashes with gpugauge's.
 DEST_PREFIX = "gauge_"
-HISTORY_ENV_VAR = "GPUGAUGE_HISTORY"  # a path or URL that replaces the default (a nightly's secret)
-
-
-# Upper bounds of the numeric options. A result keeps every round, so a million rounds is
-# already tens of megabytes of JSON; a day of timing or warm-up per benchmark, or a week of
-# a whole run, is past any job's limit, and far below where the clock arithmetic overflows.
-MAX_ROUNDS = 1_000_000
-MAX_BENCH_S = 86_400.0
-MAX_RUN_S = 7 * 86_400.0
-# The most first nights a class may have: from this many accepted runs on, a host's own
-# history judges a case by itself (gpugauge.history.reference.ReferencePolicy.runs; a test
-# holds the two equal), so a longer count would name nights that are already judged.
-MAX_FIRST_NIGHTS = 5
-
-
-def number(
-    kind: type, low: float, what: str, inclusive: bool = True, high: float = math.inf
-) -> Callable[[str], Any]:
-    """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high``."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if (
-            not math.isfinite(value)
-            or value < low
-            or (not inclusive and value == low)
-            or value > high
-        ):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
-
-    parse.__name__ = what
-    return parse
-
-
-positive_int = number(int, 1, f"a whole number >= 1 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
-count = number(int, 0, f"a whole number >= 0 (at most {MAX_ROUNDS})", high=MAX_ROUNDS)
-seconds = number(float, 0, f"a number of seconds >= 0 (at most {MAX_BENCH_S:g})", high=MAX_BENCH_S)
-positive_seconds = number(
-    float, 0, f"a number of seconds > 0 (at most {MAX_BENCH_S:g})", False, MAX_BENCH_S
-)
-run_seconds = number(float, 0, f"a number of seconds > 0 (at most {MAX_RUN_S:g})", False, MAX_RUN_S)
-fraction = number(float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1)
-first_nights = number(
-    int, 2, f"a whole number of nights from 2 to {MAX_FIRST_NIGHTS}", high=MAX_FIRST_NIGHTS
-)
-
-
-def path_option(text: str) -> Path:
-    """An argparse type: a path that is not empty (an empty one would mean the current folder)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder)")
-    return Path(text)
 
 
 def add_options(group: Any) -> None:

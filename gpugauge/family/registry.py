@@ -1,7 +1,7 @@
 """The family registry: the harness's one way to reach a family.
 
 Every family, the built-in ones too, is declared as an entry point of the
-``gpugauge.families`` group (:mod:`gpugauge.family_entries`); the registry loads each
+``gpugauge.families`` group (:mod:`gpugauge.family.entries`); the registry loads each
 declared ``Family`` record, checks it, and answers the harness's lookups. Nothing in the
 harness imports a family module: importing this one imports none either, until
 :func:`registry` is called, and then only each family's record (its package's
@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gpugauge.family import Family
-from gpugauge.family_entries import GROUP, Entry, FamilyError, entries
+from gpugauge.family.entries import GROUP, Entry, FamilyError, entries
 
 if TYPE_CHECKING:
     from gpugauge.results.measurement import Comparison, Measurement

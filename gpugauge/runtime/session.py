@@ -3,7 +3,7 @@
 It holds the resolved options and the run's resources, each opened or measured once and
 lazily (NVML, the environment fingerprint, each device's ceilings, the artifact folder),
 and every result and comparison so far; at the end it renders the tables and writes
-baselines. The plugin creates it when gpugauge starts in a run (:mod:`gpugauge.startup`)
+baselines. The plugin creates it when gpugauge starts in a run (:mod:`gpugauge.runtime.startup`)
 and closes it in ``unconfigure``.
 """
 
@@ -15,15 +15,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpugauge.first_nights import FirstNights
+from gpugauge.core.phrasing import Note, plural
+from gpugauge.family.registry import comparisons_of, registry
+from gpugauge.judging.first_nights import FirstNights
+from gpugauge.judging.tracking import Tracker
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
 from gpugauge.measure.nvml import Nvml, NvmlDevice, NvmlUnavailable
 from gpugauge.measure.threads import CpuThreads, cores, cpu_threads, load_average, load_warning
 from gpugauge.measure.wall import WallLedger
-from gpugauge.options import Options
-from gpugauge.phrasing import Note, plural
-from gpugauge.registry import comparisons_of, registry
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate
 from gpugauge.report.noise import hedged_ids
@@ -39,7 +39,7 @@ from gpugauge.report.tables import (
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
 from gpugauge.results.outcome import RunOutcome, Skip
 from gpugauge.results.verdicts import GateResult
-from gpugauge.tracking import Tracker
+from gpugauge.runtime.options import Options
 
 
 @dataclass

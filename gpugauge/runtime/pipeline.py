@@ -5,7 +5,7 @@ the same sustained regime), warm-up and timed rounds with the suite's one timing
 (:func:`gpugauge.measure.timing.measure`), the peak memory of one round, NVML energy over a
 window of rounds, and, with ``--gauge-record-kernels``, one profiled round's kernels. The result
 is a :class:`~gpugauge.results.measurement.Measurement`; storing and gating it is the
-gauge's job (:mod:`gpugauge.gauge`).
+gauge's job (:mod:`gpugauge.runtime.gauge`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from gpugauge.measure.wall import TIMED, WARMUP
 from gpugauge.results.measurement import Measurement, Spec, devices_of
 
 if TYPE_CHECKING:
-    from gpugauge.session import GaugeSession
+    from gpugauge.runtime.session import GaugeSession
 
 
 def clock_for(devices: tuple[str, ...], cpu_threads: int = 1) -> RoundClock:

@@ -2,9 +2,9 @@
 
 A family is a unit: its package holds its cases, steps, charts, tables and comparisons,
 and exposes one ``FAMILY``, declared by one entry point of the ``gpugauge.families`` group
-(:mod:`gpugauge.family_entries`). The harness (gauge, plugin, session, results, regress,
+(:mod:`gpugauge.family.entries`). The harness (gauge, plugin, session, results, regress,
 report, check, history, CLI) reaches a family only through the registry
-(:mod:`gpugauge.registry`) and never imports or names one; a family imports the harness.
+(:mod:`gpugauge.family.registry`) and never imports or names one; a family imports the harness.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ table an install turns into metadata; where both exist (an editable install) the
 file is the newer and is the one read.
 
 This module imports nothing of gpugauge: the markers, the tolerances and the checks need
-the names, and loading a family (:mod:`gpugauge.registry`) is left to what needs its record.
+the names, and loading a family (:mod:`gpugauge.family.registry`) is left to what needs its record.
 """
 
 from __future__ import annotations

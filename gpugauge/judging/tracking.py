@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from gpugauge.core.phrasing import plural
 from gpugauge.history.backends import out_of_reach
 from gpugauge.history.capture import (
     host_id,
@@ -42,7 +43,6 @@ from gpugauge.history.records import (
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import ENV_VAR, History, default_path
 from gpugauge.history.targets import is_local
-from gpugauge.phrasing import plural
 from gpugauge.regress.baselines import Entry, kernel_shares
 from gpugauge.regress.gate import Gate
 from gpugauge.results.benchmark_storage import storage_folder

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import pytest
 
-from gpugauge import tracking
-from gpugauge.benchmark_options import benchmark_disabled, foreign_note
-from gpugauge.first_nights import FirstNights
-from gpugauge.flags import getter
-from gpugauge.options import check_destinations, resolve
-from gpugauge.phrasing import Note
-from gpugauge.registry import registry
+from gpugauge.core.phrasing import Note
+from gpugauge.family.registry import registry
+from gpugauge.judging import tracking
+from gpugauge.judging.first_nights import FirstNights
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results import benchmark_storage
 from gpugauge.results.outcome import Skip, skip_reason, test_id
-from gpugauge.session import GaugeSession
+from gpugauge.runtime.benchmark_options import benchmark_disabled, foreign_note
+from gpugauge.runtime.flags import getter
+from gpugauge.runtime.options import check_destinations, resolve
+from gpugauge.runtime.session import GaugeSession
 
 
 def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:

@@ -3,13 +3,13 @@
 The device markers are registered in ``pytest_configure``. A family's marker must be
 registered before a test carries it (``--strict-markers``) but without importing the
 family, which may load torch: every family, built in or installed, by the name of its
-entry point (:mod:`gpugauge.family_entries`), read without loading it.
+entry point (:mod:`gpugauge.family.entries`), read without loading it.
 :func:`gpugauge.plugin.parametrize_cases` marks each case with its family.
 """
 
 from __future__ import annotations
 
-from gpugauge.family_entries import FamilyError, entries
+from gpugauge.family.entries import FamilyError, entries
 
 DEVICE_MARKERS = (
     "gpu: needs a CUDA device; skipped with a reason where none is visible",
@@ -35,7 +35,7 @@ def marker_lines() -> list[str]:
 
     A declaration that cannot be read registers no family marker here: this runs in every
     pytest run of the environment, and the error stops a run only once it uses gpugauge
-    (:func:`gpugauge.startup.start` loads the registry, which raises it).
+    (:func:`gpugauge.runtime.startup.start` loads the registry, which raises it).
     """
     try:
         declared = entries()

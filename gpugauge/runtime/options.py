@@ -1,6 +1,6 @@
 """The suite's options resolved into :class:`Options`, once gpugauge is used in a run.
 
-The options are declared in :mod:`gpugauge.flags` (light: the plugin declares them in
+The options are declared in :mod:`gpugauge.runtime.flags` (light: the plugin declares them in
 every pytest run). The cross-option checks in :func:`resolve` raise ``ValueError`` naming
 the option, which the plugin turns into a usage error before anything is measured; so do
 the destinations the run will write to (:func:`check_destinations`), checked up front
@@ -14,8 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpugauge.flags import path_option, positive_int
-from gpugauge.json_records import to_plain
+from gpugauge.core.json_records import to_plain
 from gpugauge.measure.energy import MIN_WINDOW_S
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.results.files import writable_problem
@@ -80,7 +79,7 @@ class Options:
     record_kernels: bool = False
     skip_extras: bool = False  # a family skips the work beside the timed result
     skip_diagnostics: bool = False  # ... only the work that explains a result, unjudged
-    first_nights: int = 0  # --gauge-first-nights N; 0: off (gpugauge.first_nights)
+    first_nights: int = 0  # --gauge-first-nights N; 0: off (gpugauge.judging.first_nights)
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
     artifacts_dir: Path = Path("artifacts")
@@ -270,5 +269,5 @@ def check_destinations(options: Options, get: Callable[[str], Any]) -> None:
             raise ValueError(f"{option} {folder}: {problem}")
 
 
-# declared in gpugauge.flags; kept importable from here for the code that reads them so
-__all__ = ["Options", "check_destinations", "path_option", "positive_int", "resolve"]
+# declared in gpugauge.runtime.flags; kept importable from here for the code that reads them so
+__all__ = ["Options", "check_destinations", "resolve"]
