@@ -26,7 +26,7 @@ from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.render import markdown, terminal
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve
-from gpugauge.ab.verdict import Outcome, Schedule, decide, paired_ratio
+from gpugauge.ab.verdict import Outcome, Schedule, outcome_of, paired_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_paired_ratio_is_the_geometric_mean_with_a_t_interval() -> None:
     assert r.ci_high / r.ci_low < 1.003
     one = paired_ratio([0.1])
     assert not one.has_interval
-    assert decide(one) is Outcome.NEED_MORE
+    assert outcome_of(one) is Outcome.NEED_MORE
     with pytest.raises(ValueError, match="finite"):
         paired_ratio([math.nan, 0.0])
 
@@ -59,7 +59,7 @@ def test_paired_ratio_is_the_geometric_mean_with_a_t_interval() -> None:
     ],
 )
 def test_decide(logs: list[float], expected: Outcome) -> None:
-    assert decide(paired_ratio(logs)) is expected
+    assert outcome_of(paired_ratio(logs)) is expected
 
 
 def _simulate(schedule: Schedule, effect: float, sigma: float, rng: random.Random) -> Outcome:

@@ -330,7 +330,7 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
 def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_baselines(
     repo: Path,
 ) -> None:
-    from gpugauge.ab.measured import host_classes, host_reference
+    from gpugauge.ab.measured import accepting_commit, host_classes
 
     classes = host_classes(["NVIDIA H200", "NVIDIA H200"])
     assert {"nvidia-h200", "2x-nvidia-h200"} < classes
@@ -346,14 +346,14 @@ def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_basel
         return _git(repo, "rev-parse", "HEAD")
 
     baselines = repo / "baselines"
-    assert host_reference(repo, baselines, classes) is None  # none yet: the run runs alone
+    assert accepting_commit(repo, baselines, classes) is None  # none yet: the run runs alone
     h200 = accept("nvidia-h200", "layers", "amp")
     accept("nvidia-h100-80gb-hbm3", "layers", "amp", "vgg_swap")  # another host's class
     two = accept("2x-nvidia-h200", "distributed")
-    assert host_reference(repo, baselines, classes) == h200  # two of this host's three
-    assert host_reference(repo, baselines, {"2x-nvidia-h200"}) == two
+    assert accepting_commit(repo, baselines, classes) == h200  # two of this host's three
+    assert accepting_commit(repo, baselines, {"2x-nvidia-h200"}) == two
     newer = accept("2x-nvidia-h200", "layer_fit", "split")  # now two files each: the newest
-    assert host_reference(repo, baselines, classes) == newer
+    assert accepting_commit(repo, baselines, classes) == newer
 
 
 def test_the_gated_run_s_table_is_read_from_its_side_s_log(tmp_path: Path) -> None:

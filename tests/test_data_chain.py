@@ -40,7 +40,7 @@ def _gated_run(tmp_path: Path, name: str, peaks: dict[str, tuple[int, int]]) -> 
     now = [_peak(i, cur) for i, (_, cur) in peaks.items()]
     data = run_json(now)
     for bench, m in zip(data["benchmarks"], now, strict=True):
-        bench["extra_info"]["gate"] = gate.judge(entry_of(m)).as_dict()
+        bench["extra_info"]["gate"] = gate.by_baseline(entry_of(m)).as_dict()
     path = tmp_path / name
     path.write_text(json.dumps(data))  # as pytest-benchmark writes it (NaN allowed)
     return path
@@ -115,7 +115,7 @@ def test_a_run_gated_on_new_memory_is_read_by_every_reader(
 
 
 def test_the_history_judges_new_memory_from_a_reference_of_zero() -> None:
-    from gpugauge.history.judge import check_against
+    from gpugauge.history.host_checks import check_against
     from gpugauge.history.records import MetricRecord
 
     now = MetricRecord("memory", 100.0 * MiB, 100.0 * MiB, 100.0 * MiB, 1)

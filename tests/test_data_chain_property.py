@@ -68,7 +68,7 @@ def test_every_reader_reads_what_every_writer_wrote_from_any_reading(tmp_path: P
         data = run_json(now)
         data["datetime"] = f"2026-11-{1 + r % 28:02d}T{r % 24:02d}:00:00"
         for bench, m in zip(data["benchmarks"], now, strict=True):
-            judged = gate.judge(entry(m))
+            judged = gate.by_baseline(entry(m))
             bench["extra_info"]["gate"] = judged.as_dict()
             verdicts += bool(judged.checks)
         text = json.dumps(data, allow_nan=False)  # standard JSON: no NaN, no Infinity

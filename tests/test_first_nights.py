@@ -114,13 +114,13 @@ def test_a_verdict_other_than_new_is_never_touched(tmp_path: Path) -> None:
     check = MetricCheck("time", 1.0, 2.0, 2.0, 1.9, 2.1, 0.015, Verdict.REGRESSED)
     regressed = GateResult("gemm", "demo", CLASS, (check,))
     first = FirstNights(3, tracker)
-    assert first.judge(result("gemm", 2.0), regressed, gate) is regressed
+    assert first.by_first_nights(result("gemm", 2.0), regressed, gate) is regressed
     assert not first.passes(regressed)
     assert first.said["gemm"].stage is Stage.HISTORY  # no baseline: said in the summary
     save_baselines(tmp_path / "b", [result("gemm", 1.0)])
     gate = _gate(tmp_path)
     again = FirstNights(3, tracker)
-    assert again.judge(result("gemm", 2.0), regressed, gate) is regressed
+    assert again.by_first_nights(result("gemm", 2.0), regressed, gate) is regressed
     assert again.said == {}
     assert "none needed a first night" in again.summary()[0]
     tracker.close()
@@ -130,7 +130,7 @@ def test_without_a_history_nothing_passes_as_a_first_night(tmp_path: Path) -> No
     gate = _gate(tmp_path)
     m = result("gemm", 2.0)
     first = FirstNights(3, None, "history NOT used: disk full")
-    judged = first.judge(m, gate.judge(entry_of(m)), gate)
+    judged = first.by_first_nights(m, gate.by_baseline(entry_of(m)), gate)
     assert judged.verdict is Verdict.NEW
     assert not first.passes(judged)
     assert "no history to count it in (history NOT used: disk full)" in judged.note
@@ -187,8 +187,8 @@ def test_baselines_from_the_historys_first_runs(
     assert len(doc["recorded_from"]) == 3
     assert all(x.startswith("history ") and ": run " in x for x in doc["recorded_from"])
     gate = Gate(BaselineStore(baselines), load_tolerances(tmp_path / "t"))
-    assert gate.judge(entry_of(result("gemm", 2.0))).verdict is Verdict.UNCHANGED
-    assert gate.judge(entry_of(result("gemm", 2.5))).verdict is Verdict.REGRESSED
+    assert gate.by_baseline(entry_of(result("gemm", 2.0))).verdict is Verdict.UNCHANGED
+    assert gate.by_baseline(entry_of(result("gemm", 2.5))).verdict is Verdict.REGRESSED
 
 
 def test_baselines_from_the_history_are_refused_with_the_reason(

@@ -16,7 +16,7 @@ from gpugauge.regress.baselines import (
 from gpugauge.regress.gate import Gate, allowed_change, compare, short_kernel
 from gpugauge.regress.tolerances import Tolerance, ToleranceError, Tolerances, load_tolerances
 from gpugauge.results.metrics import METRICS
-from gpugauge.results.verdicts import Verdict, judge
+from gpugauge.results.verdicts import Verdict, verdict_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,12 +31,12 @@ def entry(samples, peak=None, energy=None, bid="b", family="f", dev="gpu-x", **v
     return Entry(bid, family, dev, readings)
 
 
-def test_judge_needs_the_whole_interval_beyond_the_tolerance() -> None:
-    assert judge(1.04, 1.06, 0.03) is Verdict.REGRESSED
-    assert judge(1.02, 1.06, 0.03) is Verdict.INCONCLUSIVE
-    assert judge(0.99, 1.01, 0.03) is Verdict.UNCHANGED
-    assert judge(0.90, 0.95, 0.03) is Verdict.IMPROVED
-    assert judge(0.95, 0.99, 0.03) is Verdict.INCONCLUSIVE
+def test_a_verdict_needs_the_whole_interval_beyond_the_tolerance() -> None:
+    assert verdict_of(1.04, 1.06, 0.03) is Verdict.REGRESSED
+    assert verdict_of(1.02, 1.06, 0.03) is Verdict.INCONCLUSIVE
+    assert verdict_of(0.99, 1.01, 0.03) is Verdict.UNCHANGED
+    assert verdict_of(0.90, 0.95, 0.03) is Verdict.IMPROVED
+    assert verdict_of(0.95, 0.99, 0.03) is Verdict.INCONCLUSIVE
 
 
 def test_synthetic_power_of_the_gate() -> None:
@@ -73,7 +73,7 @@ def test_memory_and_energy_are_judged_on_the_value() -> None:
 
 def test_gate_says_new_without_a_baseline(tmp_path: Path) -> None:
     gate = Gate(BaselineStore(tmp_path), Tolerances())
-    r = gate.judge(entry([1.0]))
+    r = gate.by_baseline(entry([1.0]))
     assert r.verdict is Verdict.NEW
     assert "no baseline for device class gpu-x" in r.note
 
@@ -347,7 +347,7 @@ def test_the_gate_names_main_kernels_that_differ_from_the_baseline(tmp_path: Pat
     other = "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw(int)"
     plan = [dict(RECORDED[0]), {"name": other, "calls": 1, "us": 4380.0}, *RECORDED[2:]]
     slower = replace(entry([9.78] * 20), kernels=kernel_shares(plan))
-    r = Gate(store, Tolerances()).judge(slower)
+    r = Gate(store, Tolerances()).by_baseline(slower)
     assert r.verdict is Verdict.REGRESSED
     said = "main kernels differ from the baseline's: now runs sm80_xmma_fprop_implicit_gemm_tf32"
     assert said in r.note

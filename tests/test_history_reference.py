@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpugauge.ab.verdict import t_quantile
-from gpugauge.history.judge import accepted, judge_case, judge_metric
+from gpugauge.history.host_checks import accepted, check_case, check_metric
 from gpugauge.history.records import MetricRecord, Point, ResultRecord
 from gpugauge.history.reference import (
     SMALL_SAMPLE_QUANTILE,
@@ -122,11 +122,11 @@ def _busy_point(night: int, host: str, share: float) -> Point:
 def test_a_per_host_metric_is_judged_against_its_own_host_alone() -> None:
     """Run 72: an eager MLP step 18.9% busy on one H100, 7.7% on a new one, same build."""
     others = [_busy_point(i, "h0", 0.189) for i in range(6)]
-    first = judge_metric(_busy(0.077), "new", others, 0.5, baseline=(0.189, 0.5))
+    first = check_metric(_busy(0.077), "new", others, 0.5, baseline=(0.189, 0.5))
     assert first.check is None
     assert first.verdict is Verdict.NEW
     own = [_busy_point(i, "new", 0.9) for i in range(6, 11)]
-    halved = judge_metric(_busy(0.4), "new", others + own, 0.5, baseline=(0.189, 0.5))
+    halved = check_metric(_busy(0.4), "new", others + own, 0.5, baseline=(0.189, 0.5))
     assert halved.reference is not None
     assert halved.reference.kind == "host"
     assert halved.verdict is Verdict.REGRESSED
@@ -136,7 +136,7 @@ def test_a_per_host_metric_is_judged_against_its_own_host_alone() -> None:
 def test_a_diagnostic_metric_gets_no_judgement_from_the_history() -> None:
     comm = MetricRecord("comm_fraction", 0.074, 0.074, 0.074, 1, (0.074,))
     points = history("h1", [2.0, 2.002, 1.998, 2.001, 1.999])
-    case = judge_case(
+    case = check_case(
         CASE,
         FAMILY,
         CLASS,
@@ -149,14 +149,14 @@ def test_a_diagnostic_metric_gets_no_judgement_from_the_history() -> None:
 
 
 def test_the_verdict_is_new_without_any_reference() -> None:
-    j = judge_metric(metric_of(2.0, 0.002), "h1", [], 0.015)
+    j = check_metric(metric_of(2.0, 0.002), "h1", [], 0.015)
     assert j.verdict is Verdict.NEW
     assert j.describe() == "time: no reference (new)"
 
 
 def test_a_step_on_a_host_with_history_is_regressed_and_says_why() -> None:
     points = history("h1", [2.0, 2.002, 1.998, 2.001, 1.999])
-    j = judge_metric(metric_of(2.06, 0.002), "h1", points, 0.015)
+    j = check_metric(metric_of(2.06, 0.002), "h1", points, 0.015)
     assert j.verdict is Verdict.REGRESSED
     assert j.describe().startswith(
         "time 1.030x [1.028, 1.032] vs <= 1.015 allowed (regressed, by host history)"
@@ -169,19 +169,19 @@ def test_a_drift_inside_the_window_is_caught_by_the_class_baseline() -> None:
     medians = [2.0 * 1.003**i for i in range(20)]
     points = history("h1", medians)
     current = metric_of(2.0 * 1.003**20, 0.002)
-    j = judge_metric(current, "h1", points, 0.015, baseline=(2.0, 0.03))
+    j = check_metric(current, "h1", points, 0.015, baseline=(2.0, 0.03))
     assert j.check is not None
     assert j.check.verdict is not Verdict.REGRESSED
     assert j.drift
     assert j.verdict is Verdict.REGRESSED
     assert "drift past the class baseline" in j.describe()
-    without = judge_metric(current, "h1", points, 0.015)
+    without = check_metric(current, "h1", points, 0.015)
     assert without.verdict is not Verdict.REGRESSED
 
 
 def test_an_offset_the_host_had_from_its_start_is_no_drift() -> None:
     points = history("h1", [2.1] * 10)  # 5% behind the baseline's host from day one
-    j = judge_metric(metric_of(2.1, 0.002), "h1", points, 0.015, baseline=(2.0, 0.03))
+    j = check_metric(metric_of(2.1, 0.002), "h1", points, 0.015, baseline=(2.0, 0.03))
     assert j.anchor is not None
     assert not j.drift
     assert j.verdict is Verdict.UNCHANGED
@@ -191,7 +191,7 @@ def test_judge_case_gives_a_gate_result_with_references_and_kernels() -> None:
     base = baseline_entry(2.0)
     listed = (KernelShare("old_gemm", 0.8), KernelShare("memset", 0.01))
     mine = [replace(p, result=replace(p.result, kernels=listed)) for p in history("h1", [2.0] * 5)]
-    j = judge_case(
+    j = check_case(
         CASE,
         FAMILY,
         CLASS,

@@ -19,7 +19,7 @@ import pytest
 from gpugauge.history import changepoints
 from gpugauge.history.changepoints import RECENT_RUNS, case_changes
 from gpugauge.history.cli import main
-from gpugauge.history.judge import judge_case
+from gpugauge.history.host_checks import check_case
 from gpugauge.history.pelt import pelt, pelt_many
 from gpugauge.history.records import MetricRecord
 from gpugauge.history.store import History
@@ -95,7 +95,7 @@ def test_judging_reads_a_window_and_judges_as_every_point_would(tmp_path: Path, 
             every = {m: h.points("synthetic-case", m, CLASS) for m in names}
             assert sum(map(len, windowed.values())) < sum(map(len, every.values()))
             judged = [
-                judge_case(
+                check_case(
                     "synthetic-case",
                     "synthetic",
                     CLASS,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpugauge.history.first_runs import first_runs
-from gpugauge.history.judge import judge_metric
+from gpugauge.history.host_checks import check_metric
 from gpugauge.history.reference import reference_for
 from gpugauge.history.schema import UPGRADES
 from gpugauge.history.store import History
@@ -104,7 +104,7 @@ def test_a_host_window_never_allows_more_than_the_committed_baseline() -> None:
     from gpugauge.history.capture import metric_records
 
     (time,) = [x for x in metric_records(current) if x.metric == "time"]
-    j = judge_metric(time, "h1", wide, 0.015, baseline=(2.0, 0.055))
+    j = check_metric(time, "h1", wide, 0.015, baseline=(2.0, 0.055))
     assert j.verdict is Verdict.REGRESSED
     assert j.check is not None
     assert j.check.basis is Basis.HOST_HISTORY

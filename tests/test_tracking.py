@@ -178,7 +178,7 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     gate = Gate(BaselineStore(tmp_path / "b"), load_tolerances(tmp_path / "t"))
     tracker = Tracker(str(tmp_path / "h.sqlite"), "seed")
     slower_host = result("gemm", 2.0 * 1.05, family="layers")  # beyond 2 x floor
-    assert gate.judge(entry_of(slower_host)).verdict is Verdict.REGRESSED  # without history
+    assert gate.by_baseline(entry_of(slower_host)).verdict is Verdict.REGRESSED  # without history
     judged = Judge(gate, tracker).judge(slower_host)
     assert judged.verdict is not Verdict.REGRESSED
     assert "new host" in judged.note

@@ -28,11 +28,11 @@ from gpugauge.ab.command import (
 )
 from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
 from gpugauge.ab.measured import (
+    accepting_commit,
     check_new,
     gate_summary,
     gpu_names,
     host_classes,
-    host_reference,
     keep_gated_run,
 )
 from gpugauge.ab.render import terminal
@@ -101,7 +101,7 @@ def _keep(where: tuple[str, str] | None, settled: Sequence[Settled], injected: s
     print(f"gpugauge confirm: {plural(n, 'A/B')} kept with run {run_id} in {redact(target)}")
 
 
-def settle(
+def apply_ab(
     args: argparse.Namespace,
     ref: str,
     report: ABReport,
@@ -144,15 +144,15 @@ def settle(
     return bool(report.slower)
 
 
-def measure(args: argparse.Namespace, budget: Budget) -> tuple[int, set[str]]:
+def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[str]]:
     """``--measure``: the gated run as round 1's head side; its status, the nodes it A/B'd.
 
     Against the commit that accepted most of this host's baselines
-    (:func:`~gpugauge.ab.measured.host_reference`); where none did, the gated run runs
+    (:func:`~gpugauge.ab.measured.accepting_commit`); where none did, the gated run runs
     alone, as the plain pytest command would.
     """
     top = repo_root(Path.cwd())
-    ref = host_reference(top, args.baselines_dir, host_classes(gpu_names()))
+    ref = accepting_commit(top, args.baselines_dir, host_classes(gpu_names()))
     if ref is None:
         print(
             "gpugauge confirm: no committed baseline of this host's device classes: the "
@@ -187,7 +187,7 @@ def measure(args: argparse.Namespace, budget: Budget) -> tuple[int, set[str]]:
     print("\n" + terminal(report))
     where = _history_of(args)
     injected_ids = {m.id for m in load_run(args.run).measurements if injected(m)}
-    slower = settle(args, ref, report, chosen, where, injected_ids)
+    slower = apply_ab(args, ref, report, chosen, where, injected_ids)
     gated_failed = report.head.exit_code not in (0, None)
     if gated_failed:
         print(
@@ -230,7 +230,7 @@ def confirm_command(args: argparse.Namespace) -> int:
         status, measured = EXIT_OK, set()
         if args.measure:
             check_new(args.run)
-            status, measured = measure(args, budget)
+            status, measured = measured_night(args, budget)
         cases = [c for c in borderline(args.run, args.floor) if c.nodeid not in measured]
         if not cases:
             if not measured:
@@ -274,7 +274,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             report = run_ab(args, ref, WORKING_TREE, out, ids, budget)
             print("\n" + terminal(report))
             start_s = max(start_s, report.rest_s)
-            if settle(args, ref, report, ordered, history, with_injection):
+            if apply_ab(args, ref, report, ordered, history, with_injection):
                 status = EXIT_FAILED
 
         with owning(args.out):

@@ -56,7 +56,7 @@ def host_classes(gpus: Sequence[str]) -> set[str]:
     return out
 
 
-def host_reference(repo: Path, baselines: Path, classes: Iterable[str]) -> str | None:
+def accepting_commit(repo: Path, baselines: Path, classes: Iterable[str]) -> str | None:
     """The commit that last wrote most of these classes' baseline files; None where none did.
 
     Of a tie, the newest commit (by ancestry: commit times tie within a second). A result

@@ -23,7 +23,7 @@ from gpugauge.ab.verdict import (
     PairedRatio,
     Schedule,
     across_rounds,
-    decide,
+    outcome_of,
     paired_ratio,
     pooled_process_sd,
 )
@@ -160,7 +160,7 @@ class CaseAB:
             return None
         if r.n < self.schedule.min_pairs:
             return Outcome.NEED_MORE
-        return decide(r, self.schedule.min_effect)
+        return outcome_of(r, self.schedule.min_effect)
 
     @property
     def paired_rounds(self) -> tuple[CaseAB, ...]:
@@ -212,7 +212,7 @@ class CaseAB:
             return None
         if r is None or self.bimodal or any(c.clocks_unstable for c in self.rounds):
             return Outcome.NEED_MORE  # a round its clocks stopped is never trusted
-        said = decide(r, self.schedule.min_effect)
+        said = outcome_of(r, self.schedule.min_effect)
         if said in DECIDED and any(c.round_outcome is not said for c in counted):
             return Outcome.NEED_MORE
         return said

@@ -195,7 +195,7 @@ def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
     How many were kept; HistoryError where the history cannot be written or lacks the run
     (a missing SQLite file is not created: :func:`history_problem`).
     """
-    from gpugauge.history.judge import accepted
+    from gpugauge.history.host_checks import accepted
     from gpugauge.history.records import HistoryError
     from gpugauge.history.store import History
 

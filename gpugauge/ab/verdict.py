@@ -153,7 +153,7 @@ def pooled_process_sd(
     return math.sqrt(var), float(sum(k - 1 for _, k in keep))
 
 
-def decide(r: PairedRatio, min_effect: float = MIN_EFFECT) -> Outcome:
+def outcome_of(r: PairedRatio, min_effect: float = MIN_EFFECT) -> Outcome:
     """The outcome of one look at the pairs (see the module's rules)."""
     if not r.has_interval:
         return Outcome.NEED_MORE
@@ -232,4 +232,4 @@ class Schedule:
 
     def outcome(self, log_ratios: Sequence[float]) -> Outcome:
         """The outcome of the pairs so far."""
-        return decide(paired_ratio(log_ratios, self.level), self.min_effect)
+        return outcome_of(paired_ratio(log_ratios, self.level), self.min_effect)

@@ -7,7 +7,7 @@ Modules, one job each: :mod:`~gpugauge.history.records` (the records and
 :mod:`~gpugauge.history.schema` and :mod:`~gpugauge.history.columns`; its bounded reads
 in :mod:`~gpugauge.history.windows`),
 :mod:`~gpugauge.history.capture` (results and saved runs into records),
-:mod:`~gpugauge.history.reference` and :mod:`~gpugauge.history.judge` (host-aware
+:mod:`~gpugauge.history.reference` and :mod:`~gpugauge.history.host_checks` (host-aware
 references and verdicts), :mod:`~gpugauge.history.changepoints` (with
 :mod:`~gpugauge.history.pelt`), and the command line (:mod:`~gpugauge.history.cli`,
 :mod:`~gpugauge.history.render`, :mod:`~gpugauge.history.rows`).
@@ -16,14 +16,14 @@ How a pytest session uses it (the plugin's part)::
 
     from gpugauge.history.capture import host_id, metric_records, result_record, run_record
     from gpugauge.regress.baselines import kernel_shares
-    from gpugauge.history.judge import judge_case
+    from gpugauge.history.host_checks import check_case
     from gpugauge.history.store import History
 
     history = History.open(target)         # path or postgresql:// URL; None: the default
     host = host_id()                       # the GPU's NVML UUID, else the hostname
     # per result m (a Measurement), where the gate would judge it:
     metrics = metric_records(m)            # gpugauge.history.capture
-    judged = judge_case(
+    judged = check_case(
         m.id, m.spec.family, m.device_class, metrics,
         host=host,
         points=history.case_points(m.id, m.device_class, [x.metric for x in metrics]),

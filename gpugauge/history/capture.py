@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpugauge.history.judge import CaseJudgement, accepted
+from gpugauge.history.host_checks import CaseJudgement, accepted
 from gpugauge.history.records import HistoryError, MetricRecord, ResultRecord, RunRecord
 from gpugauge.history.store import History
 from gpugauge.measure.environment import host_name

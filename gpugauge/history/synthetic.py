@@ -3,7 +3,7 @@
 For measuring what the host-aware gate and the change-point search do when the truth is
 known: :func:`simulate` plays nights of runs on several hosts, judges each new result
 against the history before it (exactly as a gated run would, through
-:func:`~gpugauge.history.judge.judge_case`), and keeps it, accepted or not, in memory or
+:func:`~gpugauge.history.host_checks.check_case`), and keeps it, accepted or not, in memory or
 in a real :class:`~gpugauge.history.store.History`. Medians are in ms around ``level``.
 """
 
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from gpugauge.history.judge import accepted, judge_case
+from gpugauge.history.host_checks import accepted, check_case
 from gpugauge.history.records import MetricRecord, Point, ResultRecord, RunRecord
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import History
@@ -127,7 +127,7 @@ def simulate(
             median = truth * (1 + scenario.noise * rng.standard_normal())
             current = metric_of(median, scenario.ci)
             points = history.points(CASE, "time", CLASS) if history is not None else kept
-            j = judge_case(
+            j = check_case(
                 CASE,
                 FAMILY,
                 CLASS,

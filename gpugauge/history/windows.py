@@ -149,7 +149,7 @@ class Windows:
     ) -> dict[str, list[Point]]:
         """Per metric, what judging one case on one device class reads, every host.
 
-        :func:`~gpugauge.history.judge.judge_case` reads a host's accepted results only:
+        :func:`~gpugauge.history.host_checks.check_case` reads a host's accepted results only:
         its first ``policy.runs`` (the anchor's calibration) and its last
         ``policy.spread_runs`` (reference, spread, levels, kernels). Those, and each host's
         latest result that is not accepted, are all that is read (the last attempt of each

@@ -9,7 +9,7 @@ can pass):
 * while the history holds fewer than N accepted runs of the case on its class, the result
   passes, saying "first nights of CLASS: night k of N", and is kept in the history;
 * once N are there, it is judged against its host's last N accepted runs (the history's own
-  judging, :func:`~gpugauge.history.judge.judge_case`, with a reference of N runs, allowed
+  judging, :func:`~gpugauge.history.host_checks.check_case`, with a reference of N runs, allowed
   what ``baseline --from-history`` would commit from them), so a slowdown on night N + 1
   fails; from 5 runs on the history judges the case by itself;
 * what even then has nothing to judge it (a metric that only a committed baseline judges)
@@ -141,7 +141,7 @@ class FirstNights:
             f"until the history holds {self.nights} runs of it, then is judged against them)"
         )
 
-    def judge(self, m: Measurement, result: GateResult, gate: Gate) -> GateResult:
+    def by_first_nights(self, m: Measurement, result: GateResult, gate: Gate) -> GateResult:
         """``result`` as first nights see it: unchanged unless it is *new*.
 
         A new one is kept as a first night (its note says which), judged against its

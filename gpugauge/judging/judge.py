@@ -45,7 +45,7 @@ class NewClassReference(Protocol):
     :class:`gpugauge.judging.first_nights.FirstNights` is one.
     """
 
-    def judge(self, m: Measurement, result: GateResult, gate: Gate) -> GateResult:
+    def by_first_nights(self, m: Measurement, result: GateResult, gate: Gate) -> GateResult:
         """``result`` unchanged unless it is *new*; a new one kept or judged, and said so."""
 
 
@@ -115,10 +115,10 @@ class Judge:
 
     def judge(self, m: Measurement) -> GateResult:
         """The result's verdict, each metric by the closest reference that judged it."""
-        result = plain = self.gate.judge(entry_of(m))
+        result = plain = self.gate.by_baseline(entry_of(m))
         if self.history is not None:
             by_history = self.history.by_history(m, self.gate)
             result = plain if by_history is None else merged(by_history, plain)
         if self.first_nights is not None:
-            result = self.first_nights.judge(m, result, self.gate)
+            result = self.first_nights.by_first_nights(m, result, self.gate)
         return result

@@ -5,7 +5,7 @@ The gate judges a result against the committed class baseline. With a history
 (:class:`gpugauge.judging.judge.Judge`) a reference that knows the host: the host's own
 recent accepted runs once it has them, else the class baseline widened by the measured
 host-to-host spread, with the baseline kept as an anchor against slow drift
-(:func:`gpugauge.history.judge.judge_case`). Every result is kept, a regressed first
+(:func:`gpugauge.history.host_checks.check_case`). Every result is kept, a regressed first
 measurement and its confirmation both, and the session's run is appended in one
 transaction at its end, so an interrupted session leaves no half run in the history.
 """
@@ -32,7 +32,7 @@ from gpugauge.history.capture import (
     result_record,
     run_record,
 )
-from gpugauge.history.judge import judge_case
+from gpugauge.history.host_checks import check_case
 from gpugauge.history.records import (
     HistoryError,
     HistoryUnavailable,
@@ -154,7 +154,7 @@ class Tracker:
         policy: ReferencePolicy = DEFAULT_POLICY,
     ) -> GateResult:
         """``metrics`` of ``m`` judged on this host against ``points`` (its case's history)."""
-        return judge_case(
+        return check_case(
             m.id,
             m.spec.family,
             m.device_class,

@@ -28,8 +28,8 @@ from gpugauge.results.verdicts import (
     Basis,
     GateResult,
     MetricCheck,
-    judge,
     point_check,
+    verdict_of,
 )
 
 MEMORY_SLACK_BYTES = 2 * 2**20  # allocator rounding: never a regression on its own
@@ -85,7 +85,7 @@ def _samples(
     r = ratio_of_medians(current, base)
     b_med = statistics.median(base)
     allowed = allowed_change(tolerance, baseline, m.name)
-    verdict = judge(r.ci_low, r.ci_high, allowed, m.better)
+    verdict = verdict_of(r.ci_low, r.ci_high, allowed, m.better)
     return MetricCheck(
         m.name, b_med, b_med * r.value, r.value, r.ci_low, r.ci_high, allowed, verdict
     )
@@ -179,7 +179,7 @@ class Gate:
         self.store = store
         self.tolerances = tolerances
 
-    def judge(self, current: Entry) -> GateResult:
+    def by_baseline(self, current: Entry) -> GateResult:
         """Compare with the stored baseline of the same device class, or say why not."""
         stored = self.store.load(current.device_class, current.family)
         where = self.store.path(current.device_class, current.family)

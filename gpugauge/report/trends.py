@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from gpugauge.core.phrasing import plural
 from gpugauge.history.changepoints import RECENT_RUNS, ChangePoint, changes_of_cases
-from gpugauge.history.judge import baseline_reference
+from gpugauge.history.host_checks import baseline_reference
 from gpugauge.history.records import HistoryError, Point
 from gpugauge.history.reference import BaselineRef, Reference, reference_for
 from gpugauge.history.store import History

@@ -56,8 +56,12 @@ def _one_of(kind: type[_E], value: Any, what: str) -> _E:
         raise ValueError(f"{what} {value!r} is not one of: {choices}") from None
 
 
-def judge(low: float, high: float, tolerance: float, better: Better = Better.LOWER) -> Verdict:
-    """Verdict of a current/baseline ratio known to lie in [low, high]."""
+def verdict_of(low: float, high: float, tolerance: float, better: Better = Better.LOWER) -> Verdict:
+    """Verdict of a current/reference ratio known to lie in [low, high], against a tolerance.
+
+    Regressed or improved only where the whole interval lies past the tolerance: the rule of
+    the class baseline and the host history (an A/B's is :func:`gpugauge.ab.verdict.outcome_of`).
+    """
     above, below = low > 1 + tolerance, high < 1 - tolerance
     if above or below:
         worse = above if better is Better.LOWER else below
@@ -208,7 +212,7 @@ def point_check(
             verdict = Verdict.REGRESSED if m.better is Better.LOWER else Verdict.IMPROVED
     else:
         ratio = current / reference
-        verdict = Verdict.UNCHANGED if within else judge(ratio, ratio, tolerance, m.better)
+        verdict = Verdict.UNCHANGED if within else verdict_of(ratio, ratio, tolerance, m.better)
     return MetricCheck(metric, reference, current, ratio, ratio, ratio, tolerance, verdict, basis)
 
 

@@ -1,10 +1,10 @@
 """A result judged against its host-aware reference, with the class baseline as anchor.
 
-:func:`judge_case` gives each metric of a new result a :class:`Judgement`: its
+:func:`check_case` gives each metric of a new result a :class:`Judgement`: its
 :class:`~gpugauge.history.reference.Reference` (the host's own recent runs, or the class
 baseline with the host-to-host spread) and the check of current/reference, judged like the
-gate judges (:func:`gpugauge.regress.gate.judge`): *regressed* only when the whole CI of the
-ratio lies beyond the allowed change.
+gate judges (:func:`gpugauge.results.verdicts.verdict_of`): *regressed* only when the
+whole CI of the ratio lies beyond the allowed change.
 
 **The anchor.** A rolling window of a host's last N runs moves with the host: a case that
 slows 0.3% a night never leaves its window. So where the reference is the host's and a
@@ -42,8 +42,8 @@ from gpugauge.results.verdicts import (
     GateResult,
     MetricCheck,
     Verdict,
-    judge,
     point_check,
+    verdict_of,
 )
 
 
@@ -71,7 +71,7 @@ def check_against(
     if abs(current.median - median) <= m.slack:
         verdict = Verdict.UNCHANGED
     else:
-        verdict = judge(low, high, allowed, m.better)
+        verdict = verdict_of(low, high, allowed, m.better)
     return MetricCheck(m.name, median, current.median, ratio, low, high, allowed, verdict, basis)
 
 
@@ -197,7 +197,7 @@ def baseline_reference(baseline: Entry, metric: str, floor: float) -> BaselineRe
     return readings[0], floor, None
 
 
-def judge_metric(
+def check_metric(
     current: MetricRecord,
     host: str,
     points: Sequence[Point],
@@ -225,7 +225,7 @@ def judge_metric(
     return Judgement(current.metric, ref, check, anchor)
 
 
-def judge_case(
+def check_case(
     bench_id: str,
     family: str,
     device_class: str,
@@ -249,7 +249,7 @@ def judge_case(
     for m in (x for x in current if METRICS[x.metric].judged):
         base = baseline_reference(baseline, m.metric, tolerance[m.metric]) if baseline else None
         judgements.append(
-            judge_metric(m, host, points.get(m.metric, ()), tolerance[m.metric], base, policy)
+            check_metric(m, host, points.get(m.metric, ()), tolerance[m.metric], base, policy)
         )
     time = next((j for j in judgements if j.metric == "time" and j.reference), None)
     note = ""
