@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpugauge.core.phrasing import progress
-from gpugauge.runtime import benchmark_options, flags
-from gpugauge.runtime.benchmark_options import check_histogram, plain_benchmarks_line, saved_where
+from gpugauge.runtime import benchmark_bridge, flags
+from gpugauge.runtime.benchmark_bridge import check_histogram, plain_benchmarks_line, saved_where
 from gpugauge.runtime.markers import GAUGE_MARKERS, marker_lines
 
 if TYPE_CHECKING:
@@ -427,7 +427,7 @@ def pytest_terminal_summary_one_table(terminalreporter: Any) -> None:
     """Before pytest-benchmark's summary: no second table of gauge results, said so."""
     session = terminalreporter.config.stash.get(SESSION, None)
     if session is not None and session.measurements:
-        session.messages += benchmark_options.hide_gauge_table(terminalreporter.config)
+        session.messages += benchmark_bridge.hide_gauge_table(terminalreporter.config)
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_terminal_summary")

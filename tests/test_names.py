@@ -25,7 +25,7 @@ RENAMED_MODULES = {
 }
 RENAMED_FUNCTIONS = {
     ("gpugauge.runtime.pipeline", "take"): "measure_case",
-    ("gpugauge.runtime.adapter", "hand_over"): "fill_benchmark_fixture",
+    ("gpugauge.runtime.benchmark_bridge", "hand_over"): "fill_benchmark_fixture",
 }
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from gpugauge.runtime.benchmark_options import TABLE_HIDDEN
+from gpugauge.runtime.benchmark_bridge import TABLE_HIDDEN
 from tests.fakes import SPEC_SOURCE
 
 GAUGED = (

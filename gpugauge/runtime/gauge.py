@@ -3,11 +3,11 @@
 A test takes the ``gauge`` fixture, a :class:`Gauge`. ``gauge(fn, *args, **kwargs)`` is
 pytest-benchmark's call form: the result's spec is made from the test (:class:`CallSpec`).
 ``gauge.measure(spec, fn)`` measures a callable under a spec of the benchmark's own (the
-pipeline in :mod:`gpugauge.runtime.pipeline`), and ``gauge.record`` takes a result built anywhere (a
-torchrun worker's timing, a search). Either way the result is handed to pytest-benchmark's
-fixture (:mod:`gpugauge.runtime.adapter`), so its storage and compare work on device time, and to
-the gate. One test records one result: its pytest id is the result's id. The run's state
-is a :class:`~gpugauge.runtime.session.GaugeSession`.
+pipeline in :mod:`gpugauge.runtime.pipeline`), and ``gauge.record`` takes a result built
+anywhere (a torchrun worker's timing, a search). Either way the result is handed to
+pytest-benchmark's fixture (:mod:`gpugauge.runtime.benchmark_bridge`), so its storage and
+compare work on device time, and to the gate. One test records one result: its pytest id
+is the result's id. The run's state is a :class:`~gpugauge.runtime.session.GaugeSession`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from gpugauge.report.noise import hedge
 from gpugauge.report.tables import one_line
 from gpugauge.results.measurement import Attempt, Comparison, Measurement, Spec
 from gpugauge.results.verdicts import GateResult, Verdict
-from gpugauge.runtime.adapter import fill_benchmark_fixture, plain_params, stored_options
+from gpugauge.runtime.benchmark_bridge import fill_benchmark_fixture, plain_params, stored_options
 from gpugauge.runtime.options import Options
 from gpugauge.runtime.pipeline import l2_flusher, measure_case
 from gpugauge.runtime.session import GaugeSession

@@ -19,7 +19,7 @@ from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
 from gpugauge.results import benchmark_storage
 from gpugauge.results.outcome import Skip, skip_reason, test_id
-from gpugauge.runtime.benchmark_options import benchmark_disabled, foreign_note
+from gpugauge.runtime.benchmark_bridge import benchmark_disabled, foreign_note
 from gpugauge.runtime.flags import getter
 from gpugauge.runtime.options import check_destinations, resolve
 from gpugauge.runtime.session import GaugeSession
