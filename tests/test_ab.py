@@ -873,7 +873,7 @@ def test_bisect_search_with_a_fake_compare(tmp_path: Path, toy: Path) -> None:
 
     result = bisect(toy, "HEAD~8", "HEAD", compare, note=lambda _: None)
     assert result.culprit == bad_from
-    assert result.confirmed
+    assert result.verified
     assert len(asked) == 1 + 3 + 1  # good-vs-bad, log2(8) steps, the confirmation
     assert asked[-1] == (commits[3], bad_from)
     assert "culprit:" in render_bisect(result)

@@ -184,7 +184,7 @@ def test_bisect_skips_a_commit_that_does_not_import_and_goes_on(repo: Path, tmp_
     # the search went on: commit 1 was tried after it (good, or undecided on a busy host)
     assert f"bisect: {fine[:10]} " in done.stdout.split(f"{broken[:10]} untestable")[1], said
     text = (tmp_path / "bisect" / "bisect.txt").read_text()
-    assert f"suspect (not confirmed): {slower} commit 3 sleeps" in text, said
+    assert f"suspect (not verified): {slower} commit 3 sleeps" in text, said
     assert f"its parent {broken[:10]} against it could not be tested" in text
     beside = text.split("may be the first slower one: ")[1].splitlines()[0]
     assert broken[:10] in beside, text

@@ -9,7 +9,7 @@ otherwise. An undecided commit, and one that cannot be tested (a side failed, it
 not run), is skipped, as ``git bisect skip`` does, never counted as good, and named in the
 result where the culprit could lie beside it. The commit found is named only after a
 closer A/B, of its parent against it, says slower too: a search over noisy steps can land
-one commit off, and the confirmation says so rather than blaming the wrong change. After
+one commit off, and the verifying A/B says so rather than blaming the wrong change. After
 every step the result so far goes to ``progress``, so whatever ends the search, what it
 learnt can be kept.
 """
@@ -46,12 +46,12 @@ class Step:
 
 @dataclass(frozen=True)
 class BisectResult:
-    """What the search found: the culprit (None: none), its confirmation, every step."""
+    """What the search found: the culprit (None: none), the A/B that verified it, every step."""
 
     good: str
     bad: str
     culprit: str | None
-    confirmed: bool
+    verified: bool
     cases: tuple[str, ...]  # node ids of the cases BAD made slower, which the search followed
     steps: tuple[Step, ...]
     subject: str = ""
@@ -61,7 +61,7 @@ class BisectResult:
     skipped: tuple[tuple[str, str], ...] = ()  # (commit, why) of the steps that decided nothing
 
     @property
-    def confirmation(self) -> Step | None:
+    def verification(self) -> Step | None:
         """The parent-against-culprit A/B, if it ran."""
         return self.steps[-1] if self.culprit and self.steps else None
 
@@ -121,7 +121,7 @@ def _step(compare: Compare, base: str, head: str, cases: Sequence[str], name: st
 
 
 def steps_left(untested: int, step_s: Sequence[float]) -> str:
-    """'; about 3 A/Bs, 6 min left': halving ``untested`` commits, then the confirming A/B.
+    """'; about 3 A/Bs, 6 min left': halving ``untested`` commits, then the verifying A/B.
 
     Each A/B left is taken to cost the mean of the search's steps so far.
     """
@@ -234,9 +234,9 @@ def bisect(
     beside = [commits[i][:10] for i in sorted(skipped) if lo < i < hi]
     culprit = commits[hi]
     parent = commits[hi - 1] if hi > 0 else good_sha
-    progress(so_far(f"searching: confirming {culprit[:10]} by an A/B of its parent against it"))
-    check = _step(compare, parent, culprit, cases, "confirm")
-    confirmed = bool(check.slower)
+    progress(so_far(f"searching: verifying {culprit[:10]} by an A/B of its parent against it"))
+    check = _step(compare, parent, culprit, cases, "verify")
+    verified = bool(check.slower)
     steps.append(check)
     if check.untestable:
         why = f"its parent {parent[:10]} against it could not be tested: {check.untestable}"
@@ -249,10 +249,10 @@ def bisect(
     return replace(
         result,
         culprit=culprit,
-        confirmed=confirmed,
+        verified=verified,
         subject=subject(repo, culprit),
         reason=""
-        if confirmed
+        if verified
         else why
         + (
             f"; skipped commits before it, any of which may be the first slower one: "
@@ -284,13 +284,13 @@ def render_bisect(result: BisectResult) -> str:
     if result.culprit is None:
         lines.append(f"no culprit: {result.reason}")
     else:
-        verdict = "culprit" if result.confirmed else "suspect (not confirmed)"
+        verdict = "culprit" if result.verified else "suspect (not verified)"
         lines.append(f"{verdict}: {result.culprit} {result.subject}")
-        step = result.confirmation
+        step = result.verification
         if step is not None and step.report is not None:
             lines.append(f"its parent against it ({step.base[:10]} -> {step.head[:10]}):")
             lines += [_case_line(c) for c in step.report.cases if c.nodeid in result.cases]
-        if not result.confirmed:
+        if not result.verified:
             lines.append(result.reason)
     if result.culprit is None and result.suspects:
         first, last = result.suspects[0][:10], result.suspects[-1][:10]

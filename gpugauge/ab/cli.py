@@ -6,8 +6,8 @@
 
 BASE, HEAD, GOOD and BAD are git refs of the benchmark checkout, or ``WORKTREE`` for the
 working tree as it is (HEAD's default). Exit status: 0 nothing slower (bisect: a culprit
-confirmed; confirm: no result of the run regressed); 1 a case slower (bisect: no culprit
-confirmed), or a side that did not end well; 2 bad input; 130 interrupted. Confirm's
+verified; confirm: no result of the run regressed); 1 a case slower (bisect: no culprit
+verified), or a side that did not end well; 2 bad input; 130 interrupted. Confirm's
 command is :mod:`gpugauge.ab.confirm_command`, the A/B they share :mod:`gpugauge.ab.command`.
 """
 
@@ -146,8 +146,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "bisect",
         help="find the first commit whose cases are slower than GOOD's, by A/Bs on this device",
         description="A/B GOOD against BAD to find the cases BAD made slower, then search the "
-        "first-parent commits between them, each an A/B against GOOD on this device, and confirm "
-        "the culprit by an A/B of its parent against it. Exit status: 0 a culprit confirmed, "
+        "first-parent commits between them, each an A/B against GOOD on this device, and verify "
+        "the culprit by an A/B of its parent against it. Exit status: 0 a culprit verified, "
         "1 none, 2 bad input, 130 interrupted.",
     )
     conf = sub.add_parser(
@@ -264,6 +264,6 @@ def bisect_command(args: argparse.Namespace) -> int:
                 raise
             keep(result)
         print("\n" + render_bisect(result))
-        return EXIT_OK if result.confirmed else EXIT_FAILED
+        return EXIT_OK if result.verified else EXIT_FAILED
 
     return guarded("bisect", body)
