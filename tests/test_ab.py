@@ -25,7 +25,7 @@ from gpugauge.ab.budget import BUDGET_SPENT
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.render import markdown, terminal
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
-from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve
+from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve_ref
 from gpugauge.ab.verdict import Outcome, Schedule, outcome_of, paired_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -798,7 +798,7 @@ def _alive(pid: int) -> bool:
 
 def test_an_unknown_ref_is_a_clear_error(toy: Path) -> None:
     with pytest.raises(SideError, match="names no commit"):
-        resolve(toy, "no-such-ref")
+        resolve_ref(toy, "no-such-ref")
     with (
         pytest.raises(SideError, match="not found"),
         checkouts(toy, [SideSpec("base", "HEAD", "no-such-python-3")]),

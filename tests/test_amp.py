@@ -65,7 +65,7 @@ from gpugauge.measure.kernels import TraceError, kernel_table, parse_events, rea
 from gpugauge.measure.profile import (
     LoaderShare,
     OpRow,
-    Schedule,
+    ProfileSchedule,
     endless,
     loader_share,
     op_table,
@@ -868,9 +868,9 @@ def test_markdown_escapes_pipes() -> None:
 
 
 def test_schedule_validates() -> None:
-    assert Schedule(1, 1, 3).steps == 5
+    assert ProfileSchedule(1, 1, 3).steps == 5
     with pytest.raises(ValueError, match="invalid profiler schedule"):
-        Schedule(active=0)
+        ProfileSchedule(active=0)
 
 
 def test_profile_steps_on_the_cpu(tmp_path: Path) -> None:
@@ -882,7 +882,7 @@ def test_profile_steps_on_the_cpu(tmp_path: Path) -> None:
     names = {r.name for r in prof.rows}
     assert "aten::addmm" in names
     step = next(r for r in prof.rows if r.name.startswith("ProfilerStep"))
-    assert step.calls == Schedule().active
+    assert step.calls == ProfileSchedule().active
     assert prof.self_cpu_total_us > 0
     assert prof.self_device_total_us == 0
     trace = read_trace(prof.trace)

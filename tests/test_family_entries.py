@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpugauge.family.entries import (
-    Entry,
+    Declaration,
     FamilyError,
     checkout_pyproject,
     declared_in,
@@ -84,7 +84,7 @@ def test_installed_families_join_the_checkout_s_own_in_name_order(
     # a stale install of gpugauge itself (an editable install made before a family was added)
     _dist(tmp_path, "gpugauge", "old = gpugauge.families.old:FAMILY\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    own = [Entry("amp", "gpugauge.families.amp:FAMILY", "pyproject.toml")]
+    own = [Declaration("amp", "gpugauge.families.amp:FAMILY", "pyproject.toml")]
     got = gather(own)
     assert [(e.name, e.source) for e in got] == [
         ("amp", "pyproject.toml"),
@@ -100,7 +100,7 @@ def test_a_family_declared_twice_names_both(
 ) -> None:
     _dist(tmp_path, "theirs", "amp = theirs.amp:FAMILY\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    own = [Entry("amp", "gpugauge.families.amp:FAMILY", "pyproject.toml")]
+    own = [Declaration("amp", "gpugauge.families.amp:FAMILY", "pyproject.toml")]
     with pytest.raises(FamilyError) as err:
         gather(own)
     assert str(err.value) == (
@@ -139,7 +139,7 @@ def test_a_declared_family_that_does_not_load_is_named(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "brokenfam", raising=False)
     with pytest.raises(FamilyError) as err:
-        load(Entry("toy", target, "test"))
+        load(Declaration("toy", target, "test"))
     assert says in str(err.value)
 
 

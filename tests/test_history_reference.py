@@ -23,9 +23,9 @@ from gpugauge.history.synthetic import (
     CLASS,
     FAMILY,
     baseline_entry,
-    metric_of,
     point,
-    run_of,
+    synthetic_metric,
+    synthetic_run,
 )
 from gpugauge.regress.baselines import KernelShare
 from gpugauge.regress.tolerances import Tolerance
@@ -116,7 +116,7 @@ def _busy(share: float) -> MetricRecord:
 
 def _busy_point(night: int, host: str, share: float) -> Point:
     m = _busy(share)
-    return Point(run_of(night, host), ResultRecord(CASE, FAMILY, CLASS, (m,)), m)
+    return Point(synthetic_run(night, host), ResultRecord(CASE, FAMILY, CLASS, (m,)), m)
 
 
 def test_a_per_host_metric_is_judged_against_its_own_host_alone() -> None:
@@ -140,7 +140,7 @@ def test_a_diagnostic_metric_gets_no_judgement_from_the_history() -> None:
         CASE,
         FAMILY,
         CLASS,
-        (metric_of(2.0, 0.002), comm),
+        (synthetic_metric(2.0, 0.002), comm),
         host="h1",
         points={"time": points},
         tolerance=Tolerance(),
@@ -149,14 +149,14 @@ def test_a_diagnostic_metric_gets_no_judgement_from_the_history() -> None:
 
 
 def test_the_verdict_is_new_without_any_reference() -> None:
-    j = check_metric(metric_of(2.0, 0.002), "h1", [], 0.015)
+    j = check_metric(synthetic_metric(2.0, 0.002), "h1", [], 0.015)
     assert j.verdict is Verdict.NEW
     assert j.describe() == "time: no reference (new)"
 
 
 def test_a_step_on_a_host_with_history_is_regressed_and_says_why() -> None:
     points = history("h1", [2.0, 2.002, 1.998, 2.001, 1.999])
-    j = check_metric(metric_of(2.06, 0.002), "h1", points, 0.015)
+    j = check_metric(synthetic_metric(2.06, 0.002), "h1", points, 0.015)
     assert j.verdict is Verdict.REGRESSED
     assert j.describe().startswith(
         "time 1.030x [1.028, 1.032] vs <= 1.015 allowed (regressed, by host history)"
@@ -168,7 +168,7 @@ def test_a_drift_inside_the_window_is_caught_by_the_class_baseline() -> None:
     # the host crept up 0.3% a night: its last five runs move along, the baseline does not
     medians = [2.0 * 1.003**i for i in range(20)]
     points = history("h1", medians)
-    current = metric_of(2.0 * 1.003**20, 0.002)
+    current = synthetic_metric(2.0 * 1.003**20, 0.002)
     j = check_metric(current, "h1", points, 0.015, baseline=(2.0, 0.03))
     assert j.check is not None
     assert j.check.verdict is not Verdict.REGRESSED
@@ -181,7 +181,7 @@ def test_a_drift_inside_the_window_is_caught_by_the_class_baseline() -> None:
 
 def test_an_offset_the_host_had_from_its_start_is_no_drift() -> None:
     points = history("h1", [2.1] * 10)  # 5% behind the baseline's host from day one
-    j = check_metric(metric_of(2.1, 0.002), "h1", points, 0.015, baseline=(2.0, 0.03))
+    j = check_metric(synthetic_metric(2.1, 0.002), "h1", points, 0.015, baseline=(2.0, 0.03))
     assert j.anchor is not None
     assert not j.drift
     assert j.verdict is Verdict.UNCHANGED
@@ -195,7 +195,7 @@ def test_judge_case_gives_a_gate_result_with_references_and_kernels() -> None:
         CASE,
         FAMILY,
         CLASS,
-        (metric_of(2.1, 0.002),),
+        (synthetic_metric(2.1, 0.002),),
         host="h1",
         points={"time": mine},
         tolerance=Tolerance(),

@@ -27,10 +27,10 @@ from gpugauge.history.synthetic import (
     CLASS,
     Scenario,
     baseline_entry,
-    metric_of,
     nightly_case,
     nightly_history,
     series,
+    synthetic_metric,
 )
 from gpugauge.regress.tolerances import Tolerance
 
@@ -89,7 +89,7 @@ def test_judging_reads_a_window_and_judges_as_every_point_would(tmp_path: Path, 
     with _mixed_history(tmp_path / "h.sqlite", seed) as h:
         baseline = baseline_entry(2.0) if seed % 2 else None
         for host in ("h0", "h1", "h2", "new-host"):
-            current = (metric_of(2.0 * (1 + 0.01 * seed), 0.002),)
+            current = (synthetic_metric(2.0 * (1 + 0.01 * seed), 0.002),)
             names = ["time", "energy"]
             windowed = h.case_points("synthetic-case", CLASS, names)
             every = {m: h.points("synthetic-case", m, CLASS) for m in names}

@@ -213,12 +213,12 @@ def test_a_change_point_names_what_changed() -> None:
 
 def _memory_series(values: list[float]) -> list[Any]:
     from gpugauge.history.records import MetricRecord, Point, ResultRecord
-    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, run_of
+    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, synthetic_run
 
     out = []
     for night, v in enumerate(values):
         m = MetricRecord("memory", v, v, v, 1, (v,))
-        out.append(Point(run_of(night, "h1"), ResultRecord(CASE, FAMILY, CLASS, (m,)), m))
+        out.append(Point(synthetic_run(night, "h1"), ResultRecord(CASE, FAMILY, CLASS, (m,)), m))
     return out
 
 
@@ -252,7 +252,7 @@ def test_an_exact_step_down_to_zero_blips_and_a_short_start() -> None:
 
 def test_noisy_value_metrics_keep_the_statistical_detector() -> None:
     from gpugauge.history.records import MetricRecord, Point, ResultRecord
-    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, run_of
+    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, synthetic_run
 
     rng = np.random.default_rng(0)
     false = 0
@@ -261,18 +261,20 @@ def test_noisy_value_metrics_keep_the_statistical_detector() -> None:
         for night in range(30):
             v = 1000 * (1 + 0.02 * rng.standard_normal())
             m = MetricRecord("throughput", v, v, v, 1, (v,))
-            pts.append(Point(run_of(night, "h1"), ResultRecord(CASE, FAMILY, CLASS, (m,)), m))
+            pts.append(
+                Point(synthetic_run(night, "h1"), ResultRecord(CASE, FAMILY, CLASS, (m,)), m)
+            )
         false += bool(detect(pts, "host h1"))
     assert false <= 2  # the exact detector reported a step in 100 of 100 such series
 
 
 def test_an_exact_metric_is_not_searched_over_the_class() -> None:
     from gpugauge.history.records import MetricRecord, Point, ResultRecord
-    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, run_of
+    from gpugauge.history.synthetic import CASE, CLASS, FAMILY, synthetic_run
 
     pts = []
     for night in range(12):  # two hosts 4% apart, alternating in blocks of two nights
         host, v = ("a", 100e6) if (night // 2) % 2 == 0 else ("b", 104e6)
         m = MetricRecord("memory", v, v, v, 1, (v,))
-        pts.append(Point(run_of(night, host), ResultRecord(CASE, FAMILY, CLASS, (m,)), m))
+        pts.append(Point(synthetic_run(night, host), ResultRecord(CASE, FAMILY, CLASS, (m,)), m))
     assert case_changes(pts) == []

@@ -44,3 +44,45 @@ def test_a_renamed_function_is_found_only_by_its_new_name(where: tuple[str, str]
     module = importlib.import_module(module_name)
     assert not hasattr(module, old), f"{module_name}.{old} is back"
     assert callable(getattr(module, new))
+
+
+# Names several modules define on purpose: the hooks pytest calls by name, each command
+# module's entry (``main``, ``add_parser``), and each family's record and workload (a family
+# is a unit; its names are its own).
+PROTOCOLS = {"main", "add_parser"}
+FAMILIES = ROOT / "gpugauge" / "families"
+
+
+def public_definitions(root: Path) -> dict[str, list[str]]:
+    """Each public top-level name the harness defines, with the modules defining it."""
+    import ast
+
+    found: dict[str, list[str]] = {}
+    for path in sorted((root / "gpugauge").rglob("*.py")):
+        if FAMILIES in path.parents:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                names = []
+            for name in names:
+                if not name.startswith("_") and not name.startswith("pytest_"):
+                    found.setdefault(name, []).append(str(path.relative_to(root)))
+    return found
+
+
+def test_no_public_name_is_defined_twice() -> None:
+    """One name, one thing: a reader who meets ``resolve`` or ``Schedule`` knows which."""
+    twice = {
+        name: where
+        for name, where in public_definitions(ROOT).items()
+        if len(where) > 1 and name not in PROTOCOLS
+    }
+    assert not twice, "public names defined in several modules:\n" + "\n".join(
+        f"  {name}: {', '.join(where)}" for name, where in sorted(twice.items())
+    )

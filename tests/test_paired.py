@@ -76,7 +76,7 @@ from typing import ClassVar
 
 import pytest
 
-from gpugauge.measure.paired import Reference
+from gpugauge.measure.paired import PairedReference
 
 
 def spin(ms):
@@ -104,7 +104,7 @@ def test_normal(gauge):
 
 
 def test_halved(gauge):
-    ref = Reference("spin-normal", lambda: (lambda: spin(2.0)))
+    ref = PairedReference("spin-normal", lambda: (lambda: spin(2.0)))
     m = gauge.measure(Case("halved"), lambda: spin(1.0), reference=ref)
     pairs = m.extra["paired"]
     assert pairs["against"] == "spin-normal"
@@ -113,7 +113,7 @@ def test_halved(gauge):
 
 
 def test_a_reference_needs_no_setup(gauge):
-    ref = Reference("spin-normal", lambda: (lambda: spin(2.0)))
+    ref = PairedReference("spin-normal", lambda: (lambda: spin(2.0)))
     with pytest.raises(Exception, match="a reference pairs whole rounds"):
         gauge.measure(Case("other"), lambda: spin(1.0), setup=lambda: None, reference=ref)
 """
@@ -137,7 +137,7 @@ def test_an_a_b_side_times_no_pairs(gauge_pytester: pytest.Pytester) -> None:
 SKIPPED = """
 
 def test_halved(gauge):
-    ref = Reference("spin-normal", lambda: (lambda: spin(2.0)))
+    ref = PairedReference("spin-normal", lambda: (lambda: spin(2.0)))
     m = gauge.measure(Case("halved"), lambda: spin(1.0), reference=ref)
     assert "paired" not in m.extra
 """

@@ -27,11 +27,11 @@ from gpugauge.ab.render import terminal
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.sides import WORKING_TREE, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
-from gpugauge.check.cli import fraction
+from gpugauge.check.cli import fraction_quoting
 from gpugauge.core.arguments import number
 from gpugauge.results.files import atomic_write_text
 
-DEFAULT_OUT = Path("reports") / "ab"
+AB_OUT = Path("reports") / "ab"
 BISECT_TXT = "bisect.txt"
 
 
@@ -62,12 +62,12 @@ def _shared(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out",
         type=Path,
-        default=DEFAULT_OUT,
-        help=f"folder for the sides' logs and saved runs and ab.json (default {DEFAULT_OUT})",
+        default=AB_OUT,
+        help=f"folder for the sides' logs and saved runs and ab.json (default {AB_OUT})",
     )
     p.add_argument(
         "--min-effect",
-        type=fraction(MIN_EFFECT),
+        type=fraction_quoting(MIN_EFFECT),
         default=MIN_EFFECT,
         help=f"smallest change called slower or faster (default {MIN_EFFECT:g} = 1%%)",
     )
@@ -188,7 +188,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     conf.add_argument(
         "--floor",
-        type=fraction(MIN_EFFECT),
+        type=fraction_quoting(MIN_EFFECT),
         default=MIN_EFFECT,
         help=f"time ratio above which a passed result is confirmed (default {MIN_EFFECT:g})",
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpugauge.ab.budget import Budget
 from gpugauge.ab.config import ABConfig, round_folder
-from gpugauge.ab.render import write_report
+from gpugauge.ab.render import write_ab_report
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.runner import ABError, run_sides
 from gpugauge.ab.sides import SideError, SideSpec, checkouts, repo_root
@@ -150,7 +150,7 @@ def run_ab(
         rel = here.resolve().relative_to(top.resolve())
         next_round = lambda ids: config_of(args, out, ids, budget)  # noqa: E731
         report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, next_round, later)
-    write_report(report, out)
+    write_ab_report(report, out)
     return report
 
 

@@ -33,7 +33,7 @@ from gpugauge.check.runs import log_tail, stop_group
 from gpugauge.core.phrasing import Note
 
 WORKER_MODULE = "_gpugauge_ab_worker"
-CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects
+SIDE_CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects
 # How long past its time budget's end a silent side is waited for, s: a test started in
 # time may end after it, but a side that hangs must not hold a nightly to its job's timeout.
 SILENT_GRACE_S = 120.0
@@ -148,7 +148,7 @@ def _die_with_parent() -> None:  # pragma: no cover (runs in the child before ex
 
 
 @dataclass(frozen=True)
-class Channel:
+class Rendezvous:
     """Where the sides reach the coordinator: a socket, its key, the worker's folder."""
 
     address: str
@@ -157,7 +157,7 @@ class Channel:
 
 
 @contextlib.contextmanager
-def listening() -> Iterator[tuple[Listener, Channel]]:
+def listening() -> Iterator[tuple[Listener, Rendezvous]]:
     """A local socket for the two sides, with the worker copied beside it; removed after."""
     folder = owned_folder(f"{PREFIX}sock-")
     try:
@@ -168,7 +168,7 @@ def listening() -> Iterator[tuple[Listener, Channel]]:
         address = str(folder / "ab.sock")
         listener = Listener(address, family="AF_UNIX", authkey=bytes.fromhex(key))
         try:
-            yield listener, Channel(address, key, plugin)
+            yield listener, Rendezvous(address, key, plugin)
         finally:
             with contextlib.suppress(FileNotFoundError):  # its folder removed under it
                 listener.close()
@@ -176,12 +176,12 @@ def listening() -> Iterator[tuple[Listener, Channel]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def start(
+def start_side(
     name: str,
     co: Checkout,
     args_of_side: Sequence[str],
     out: Path,
-    channel: Channel,
+    channel: Rendezvous,
     settings: Sequence[tuple[tuple[str, ...], object]],
     cwd: Path | None,
     note: Note,
@@ -255,7 +255,7 @@ def connect(listener: Listener, sides: dict[str, Side]) -> None:
                 return
 
     threading.Thread(target=accept, daemon=True).start()
-    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    deadline = time.monotonic() + SIDE_CONNECT_TIMEOUT_S
     while any(s.conn is None for s in sides.values()):
         try:
             conn = got.get(timeout=0.5)
@@ -266,7 +266,7 @@ def connect(listener: Listener, sides: dict[str, Side]) -> None:
                 if s.conn is None and s.proc.poll() is not None:
                     raise s.gone("ended before it connected")
             if time.monotonic() > deadline:
-                raise ABError(f"the sides did not connect within {CONNECT_TIMEOUT_S:g} s")
+                raise ABError(f"the sides did not connect within {SIDE_CONNECT_TIMEOUT_S:g} s")
             continue
         if isinstance(conn, BaseException):
             raise ABError(f"accepting a side failed: {conn}")

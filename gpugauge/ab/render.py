@@ -21,7 +21,7 @@ SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 HEADERS = ("case", "base ms", "head ms", "head/base", "CI", "pairs", "verdict", "kernels")
 
 
-def worst_first(cases: tuple[CaseAB, ...]) -> list[CaseAB]:
+def worst_cases_first(cases: tuple[CaseAB, ...]) -> list[CaseAB]:
     """Slower first, cases of one side last; by ratio within an outcome (largest first)."""
 
     def key(c: CaseAB) -> tuple[int, float]:
@@ -129,7 +129,7 @@ def terminal(report: ABReport) -> str:
         f"processes; CI {s.level:.1%} over every round; 'slower'/'faster' needs a change of "
         f"at least {s.min_effect:.1%} in every round"
     )
-    table = render(HEADERS, [row(c) for c in worst_first(report.cases)], title=title)
+    table = render(HEADERS, [row(c) for c in worst_cases_first(report.cases)], title=title)
     problems = [f"problem: {p}" for p in report.problems]
     lines = (summary_line(report), cost_line(report), *problems, efficiency_line(report))
     return f"{table}\n" + "\n".join(lines)
@@ -158,13 +158,14 @@ def markdown(report: ABReport) -> str:
         "|" + "|".join([":---", *["---:"] * (len(HEADERS) - 2), ":---"]) + "|",
     ]
     lines += [
-        "| " + " | ".join(_md_cell(x) for x in row(c)) + " |" for c in worst_first(report.cases)
+        "| " + " | ".join(_md_cell(x) for x in row(c)) + " |"
+        for c in worst_cases_first(report.cases)
     ]
     lines += [f"\n> problem: {_md_cell(p)}" for p in report.problems]
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: ABReport, out: Path) -> None:
+def write_ab_report(report: ABReport, out: Path) -> None:
     """ab.json and ab.md under ``out``; the Markdown also to ``$GITHUB_STEP_SUMMARY``.
 
     The summary is a copy: one that cannot be written is a warning, never an error that

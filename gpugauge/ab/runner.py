@@ -37,7 +37,7 @@ from gpugauge.ab.launch import (
     connect,
     finish,
     listening,
-    start,
+    start_side,
     stop,
 )
 from gpugauge.ab.pairs import Block, Pair
@@ -121,7 +121,7 @@ class Coordinator:
                     role = self._role(name)
                     args = (*self.cfg.pytest_args, *self.cfg.side_args.get(role, ()))
                     as_is = self.cfg.head_as_is and role == "head"
-                    sides[name] = start(
+                    sides[name] = start_side(
                         name,
                         self.checkouts[role],
                         args,
@@ -369,7 +369,7 @@ class Coordinator:
 def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:
     """'; about 3 min left in this round, 9 min in all' ('' at the round's end).
 
-    From the round's seconds per test so far, start-up included (:func:`seconds_left`); each
+    From the round's seconds per test so far, start_side-up included (:func:`seconds_left`); each
     round after this one is taken to cost what this one will have cost in all.
     """
     left = seconds_left(spent_s, done, total)
@@ -422,7 +422,7 @@ def run_sides(
     for k in range(2, total + 1):
         if next_round is None or not ids:
             break
-        # a round that could start none of its tests still costs its start
+        # a round that could start_side none of its tests still costs its start_side
         if not cfg.budget.fits(ids):
             note(f"  round {k} of {total}: the time budget is spent; not started")
             break

@@ -74,7 +74,7 @@ def repo_root(path: Path) -> Path:
     return Path(git(path, "rev-parse", "--show-toplevel"))
 
 
-def resolve(repo: Path, ref: str) -> str:
+def resolve_ref(repo: Path, ref: str) -> str:
     """The full commit id a ref names (a branch, a tag, a sha, ``HEAD~3``)."""
     try:
         return git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
@@ -185,7 +185,7 @@ def checkouts(
     top = repo_root(repo)
     for s in specs:
         check_python(s.python)
-    commits = {s.name: None if s.ref == WORKING_TREE else resolve(top, s.ref) for s in specs}
+    commits = {s.name: None if s.ref == WORKING_TREE else resolve_ref(top, s.ref) for s in specs}
     sweep(top, parent)
     folder = owned_folder(parent=parent)
     made: list[Path] = []

@@ -29,7 +29,7 @@ EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0
 DEFAULT_OUT = Path("reports") / "check"
 
 
-def fraction(default: float) -> Callable[[str], float]:
+def fraction_quoting(default: float) -> Callable[[str], float]:
     """An argparse type: a fraction in (0, 1); its error quotes the option's own default.
 
     One parser serves --threshold (default 0.02) and --slowdown (0.03): a fixed example in
@@ -115,7 +115,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     timer.add_argument(
         "--threshold",
-        type=fraction(DEFAULT_THRESHOLD),
+        type=fraction_quoting(DEFAULT_THRESHOLD),
         default=DEFAULT_THRESHOLD,
         help=f"largest |suite/do_bench - 1| that passes (default {DEFAULT_THRESHOLD:g})",
     )
@@ -130,7 +130,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     _common(gate)
     gate.add_argument(
         "--slowdown",
-        type=fraction(DEFAULT_SLOWDOWN),
+        type=fraction_quoting(DEFAULT_SLOWDOWN),
         default=DEFAULT_SLOWDOWN,
         help=f"injected fraction of each case's baseline median (default {DEFAULT_SLOWDOWN:g})",
     )

@@ -48,7 +48,7 @@ HOST_BOUND_NOTE = (
     " while their GPU would wait for the host, or hides in the hosts' spread."
 )
 DEFAULT_SLOWDOWN = 0.03
-SCHEMA = 1
+GATE_SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ class GateSummary:
         )
 
 
-def summarize(cases: Sequence[GateCase]) -> GateSummary:
+def summarize_cases(cases: Sequence[GateCase]) -> GateSummary:
     """Count caught cases (1 ms or more; shorter ones; host-bound ones) and A/A false alarms."""
     judged = [c for c in cases if c.baseline_ms is not None]
     counted = [c for c in judged if c.counted]
@@ -299,7 +299,9 @@ def _caught_cell(c: GateCase) -> str:
     return word if c.counted else f"{word} (< {MIN_CASE_MS:g} ms)"
 
 
-def gate_table(cases: Sequence[GateCase], fraction: float) -> tuple[list[str], list[list[str]]]:
+def check_gate_table(
+    cases: Sequence[GateCase], fraction: float
+) -> tuple[list[str], list[list[str]]]:
     """Headers and one row per case: baseline median, A/A verdicts, injected verdict, caught."""
     runs = max((len(c.aa) for c in cases), default=0)
     headers = ["case", "baseline ms"]
@@ -337,7 +339,7 @@ class GateReport:
     @property
     def summary(self) -> GateSummary:
         """The counts the check is judged by."""
-        return summarize(self.cases)
+        return summarize_cases(self.cases)
 
     @property
     def passed(self) -> bool:
@@ -365,7 +367,7 @@ class GateReport:
         s = self.summary
         return {
             "check": "gate",
-            "schema": SCHEMA,
+            "schema": GATE_SCHEMA,
             "device_class": self.device_class,
             "slowdown_fraction": self.fraction,
             "min_case_ms": MIN_CASE_MS,
@@ -394,7 +396,7 @@ class GateReport:
 
 def render_gate(report: GateReport) -> str:
     """The table as text, the verdict and counts in its title, the summary line below."""
-    headers, rows = gate_table(report.cases, report.fraction)
+    headers, rows = check_gate_table(report.cases, report.fraction)
     verdict = "PASS" if report.passed else "FAIL"
     title = f"gpugauge check gate on {report.device_class}: {verdict}"
     text = render(headers, rows, title)
@@ -407,7 +409,7 @@ def markdown_gate(report: GateReport, command: str) -> str:
     """The report as Markdown: verdict, command, summary line, table, runs."""
     from gpugauge.report.cells import markdown_table
 
-    headers, rows = gate_table(report.cases, report.fraction)
+    headers, rows = check_gate_table(report.cases, report.fraction)
     lines = [
         f"# gpugauge check gate: {'PASS' if report.passed else 'FAIL'}",
         "",

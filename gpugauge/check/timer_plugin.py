@@ -69,7 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[NOT_COMPARED] = []
 
 
-def case_id(item: pytest.Item) -> str:
+def item_case_id(item: pytest.Item) -> str:
     """A benchmark's case id: its parameter id (the spec id), or its name."""
     callspec = getattr(item, "callspec", None)
     return callspec.id if callspec is not None else item.name
@@ -82,8 +82,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     patterns = config.getoption("gauge_timer_check_op")
     if not patterns:
         return
-    keep = [i for i in items if selected(case_id(i), patterns)]
-    dropped = [i for i in items if not selected(case_id(i), patterns)]
+    keep = [i for i in items if selected(item_case_id(i), patterns)]
+    dropped = [i for i in items if not selected(item_case_id(i), patterns)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class RecordError(ValueError):
@@ -27,11 +27,11 @@ def to_plain(obj: Any) -> dict[str, Any]:
 
 
 def from_plain(
-    cls: type[T],
+    cls: type[_T],
     data: Any,
     where: str,
     convert: Mapping[str, Callable[[Any], Any]] | None = None,
-) -> T:
+) -> _T:
     """Build ``cls`` from a dict written by :func:`to_plain`; RecordError if it cannot."""
     if not isinstance(data, Mapping):
         raise RecordError(f"{where}: expected an object, got {type(data).__name__}")

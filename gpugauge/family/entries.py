@@ -31,7 +31,7 @@ class FamilyError(ValueError):
 
 
 @dataclass(frozen=True)
-class Entry:
+class Declaration:
     """One declared family, not loaded: its name, where its record is, who declared it.
 
     ``name`` is the family's (its marker, its specs' ``family``, its baseline file's stem);
@@ -76,7 +76,7 @@ def _read(path: Path) -> dict:
         raise FamilyError(f"{path}: cannot read the families it declares: {err}") from None
 
 
-def declared_in(path: Path) -> list[Entry]:
+def declared_in(path: Path) -> list[Declaration]:
     """The families a ``pyproject.toml`` declares in ``[project.entry-points."gpugauge.families"]``.
 
     An error names the file: a checkout run must not start with a family list it misread.
@@ -89,7 +89,7 @@ def declared_in(path: Path) -> list[Entry]:
     for name, target in table.items():
         if not isinstance(target, str):
             raise FamilyError(f"{path}: family {name} = {target!r} must be a 'module:attribute'")
-        out.append(Entry(name, target, str(path)))
+        out.append(Declaration(name, target, str(path)))
     return out
 
 
@@ -97,20 +97,20 @@ def _canonical(dist: str) -> str:
     return re.sub(r"[-_.]+", "-", dist).lower()
 
 
-def gather(own: list[Entry] | None) -> tuple[Entry, ...]:
+def gather(own: list[Declaration] | None) -> tuple[Declaration, ...]:
     """``own`` (the checkout's list; None where gpugauge is installed) and the installed ones.
 
     An installed gpugauge's own entries are skipped where the checkout's list is read: the
     checkout is the code that runs. A name declared twice with two targets is an error
     naming both; the same declaration seen twice (one distribution on two paths) is one.
     """
-    found: dict[str, Entry] = {}
+    found: dict[str, Declaration] = {}
     installed = []
     for ep in entry_points(group=GROUP):
         dist = ep.dist.name if ep.dist is not None else ""
         if own is not None and _canonical(dist) == OWN:
             continue
-        installed.append(Entry(ep.name, ep.value, f"installed by {dist or '?'}"))
+        installed.append(Declaration(ep.name, ep.value, f"installed by {dist or '?'}"))
     for entry in [*(own or []), *installed]:
         seen = found.setdefault(entry.name, entry)
         if seen.target != entry.target:
@@ -122,7 +122,7 @@ def gather(own: list[Entry] | None) -> tuple[Entry, ...]:
 
 
 @cache
-def entries() -> tuple[Entry, ...]:
+def entries() -> tuple[Declaration, ...]:
     """Every declared family, by name: the registry's order, the same from a checkout or an install.
 
     An install keeps no declaration order (setuptools writes entry points sorted), so the

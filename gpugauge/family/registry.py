@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gpugauge.family import Family
-from gpugauge.family.entries import GROUP, Entry, FamilyError, entries
+from gpugauge.family.entries import GROUP, Declaration, FamilyError, entries
 
 if TYPE_CHECKING:
     from gpugauge.results.measurement import Comparison, Measurement
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["FamilyError", "comparisons_of", "load", "registry"]
 
 
-def load(entry: Entry) -> Family:
+def load(entry: Declaration) -> Family:
     """The ``Family`` an entry declares; :class:`FamilyError` naming it and where, if not one."""
     where = f"family {entry.name} ({entry.target}, {entry.source})"
     try:

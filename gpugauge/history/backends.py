@@ -50,7 +50,7 @@ _SQLITE_BUSY = 5  # primary result code of "database is locked"
 _SQLITE_OUT_OF_REACH = (10, 13)
 # the same as the OS says it, where Python's own calls meet it (making the folder)
 _OS_OUT_OF_REACH = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
-T = TypeVar("T")
+_T = TypeVar("_T")
 CONNECT_TIMEOUT_S = 10  # how long to wait for a PostgreSQL server to answer
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 _SCHEMA_LOCK = 72_023  # PostgreSQL advisory lock key held while the schema is checked
@@ -72,7 +72,7 @@ def out_of_reach(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in _OS_OUT_OF_REACH
 
 
-def retry_busy(step: Callable[[], T], limit_s: float = BUSY_TIMEOUT_S) -> T:
+def retry_busy(step: Callable[[], _T], limit_s: float = BUSY_TIMEOUT_S) -> _T:
     """``step()``, again after a short sleep (10 ms doubling to 0.5 s) while SQLite is busy.
 
     Bounded: after ``limit_s`` seconds the last "database is locked" is raised.

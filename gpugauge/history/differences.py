@@ -3,7 +3,7 @@
 Fingerprint fields (torch, CUDA, cuDNN, driver, flags, the suite's commit) whose value
 after the step was never seen in the runs before it, main kernels (a share of a round of
 :data:`~gpugauge.regress.gate.MAIN_KERNEL_SHARE` or more) that appeared or went, and SM
-clock and power medians that moved (:data:`CLOCK_MOVED`, :data:`POWER_MOVED`).
+clock and power medians that moved (:data:`HOST_CLOCK_MOVED`, :data:`POWER_MOVED`).
 :mod:`gpugauge.history.changepoints` finds the steps.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from gpugauge.history.records import Point
 from gpugauge.regress.gate import MAIN_KERNEL_SHARE, short_kernel
 
-CLOCK_MOVED = 0.02  # relative change of the median SM clock that is reported
+HOST_CLOCK_MOVED = 0.02  # relative change of the median SM clock that is reported
 POWER_MOVED = 0.03  # relative change of the median power that is reported
 _FIELDS = ("torch", "cuda", "cudnn", "driver", "flags", "commit")
 
@@ -84,6 +84,6 @@ def what_changed(before: Sequence[Point], after: Sequence[Point]) -> tuple[str, 
     return tuple(
         _fields_changed(before, after)
         + _kernels_changed(before, after)
-        + _moved(before, after, "sm_clock_mhz", "SM clock", "MHz", CLOCK_MOVED)
+        + _moved(before, after, "sm_clock_mhz", "SM clock", "MHz", HOST_CLOCK_MOVED)
         + _moved(before, after, "power_w", "power", "W", POWER_MOVED)
     )

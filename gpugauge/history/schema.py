@@ -1,11 +1,11 @@
 """The history's tables and their versions: every upgrade lives here, in order.
 
 ``schema_version`` holds one row, the version of the tables. Opening a history brings an
-older one up to :data:`SCHEMA_VERSION` by running :data:`UPGRADES` in order, in one
+older one up to :data:`HISTORY_SCHEMA_VERSION` by running :data:`UPGRADES` in order, in one
 transaction (PostgreSQL: under an advisory lock, so two first openers do not race);
 a newer one is refused, since this gpugauge would misread it. A history opened read-only
 (:func:`check_schema`) is never created or upgraded: it must already be at
-:data:`SCHEMA_VERSION`. The statements are plain SQL
+:data:`HISTORY_SCHEMA_VERSION`. The statements are plain SQL
 that SQLite and PostgreSQL both run: TEXT, INTEGER (0/1 for flags) and DOUBLE PRECISION
 columns, JSON kept as TEXT, times as ISO 8601 UTC text (text order is time order).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from gpugauge.history.backends import Backend, Tx
 from gpugauge.history.records import HistoryError
 
-SCHEMA_VERSION = 4
+HISTORY_SCHEMA_VERSION = 4
 
 _V1 = (
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
@@ -181,40 +181,40 @@ def _version(backend: Backend, tx: Tx) -> int:
     if rows[0][0] < 1:  # no upgrade starts below 1: it would be run from UPGRADES[0]
         raise HistoryError(
             f"history {backend.where}: schema version {rows[0][0]} is no version of a "
-            f"gpugauge history (1 to {SCHEMA_VERSION}); not a gpugauge history"
+            f"gpugauge history (1 to {HISTORY_SCHEMA_VERSION}); not a gpugauge history"
         )
     return rows[0][0]
 
 
 def _refuse_newer(backend: Backend, version: int) -> None:
-    if version > SCHEMA_VERSION:
+    if version > HISTORY_SCHEMA_VERSION:
         raise HistoryError(
             f"history {backend.where}: schema version {version} is newer than this "
-            f"gpugauge reads ({SCHEMA_VERSION}); upgrade gpugauge"
+            f"gpugauge reads ({HISTORY_SCHEMA_VERSION}); upgrade gpugauge"
         )
 
 
 def ensure_schema(backend: Backend) -> int:
-    """Bring the tables to :data:`SCHEMA_VERSION`; HistoryError for a newer history."""
+    """Bring the tables to :data:`HISTORY_SCHEMA_VERSION`; HistoryError for a newer history."""
     with backend.transaction(write=False) as tx:
         version = _version(backend, tx)
     _refuse_newer(backend, version)
-    if version == SCHEMA_VERSION:
+    if version == HISTORY_SCHEMA_VERSION:
         return version
     with backend.transaction() as tx:
         backend.lock_schema(tx)
         version = _version(backend, tx)  # another opener may have upgraded it meanwhile
         _refuse_newer(backend, version)
-        for step in range(version + 1, SCHEMA_VERSION + 1):
+        for step in range(version + 1, HISTORY_SCHEMA_VERSION + 1):
             for statement in UPGRADES[step]:
                 tx.execute(statement)
             if step > 1:
                 tx.execute("UPDATE schema_version SET version = ?", (step,))
-    return SCHEMA_VERSION
+    return HISTORY_SCHEMA_VERSION
 
 
 def check_schema(backend: Backend) -> int:
-    """Read-only: HistoryError unless the tables are at :data:`SCHEMA_VERSION` already.
+    """Read-only: HistoryError unless the tables are at :data:`HISTORY_SCHEMA_VERSION` already.
 
     For the commands that only read: they must not turn a stray file into a history, nor
     upgrade one behind its writers' backs.
@@ -226,10 +226,10 @@ def check_schema(backend: Backend) -> int:
             f"history {backend.where}: not a gpugauge history (it holds none of its tables)"
         )
     _refuse_newer(backend, version)
-    if version < SCHEMA_VERSION:
+    if version < HISTORY_SCHEMA_VERSION:
         raise HistoryError(
             f"history {backend.where}: schema version {version} is older than this gpugauge "
-            f"reads ({SCHEMA_VERSION}); a writing command (a measured pytest run, "
+            f"reads ({HISTORY_SCHEMA_VERSION}); a writing command (a measured pytest run, "
             "'gpugauge history import') upgrades it"
         )
     return version

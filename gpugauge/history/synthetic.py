@@ -60,7 +60,7 @@ class Scenario:
         return level
 
 
-def run_of(night: int, host: str, torch: str = "2.11.0", minute: int = 0) -> RunRecord:
+def synthetic_run(night: int, host: str, torch: str = "2.11.0", minute: int = 0) -> RunRecord:
     """The run of ``host`` on ``night``, ``minute`` minutes after the nightly's start."""
     return RunRecord(
         id=f"n{night:03d}-{host}",
@@ -72,16 +72,16 @@ def run_of(night: int, host: str, torch: str = "2.11.0", minute: int = 0) -> Run
     )
 
 
-def metric_of(median: float, ci: float) -> MetricRecord:
+def synthetic_metric(median: float, ci: float) -> MetricRecord:
     """A time metric around ``median`` with a relative CI half-width ``ci``."""
     return MetricRecord("time", median, median * (1 - ci), median * (1 + ci), 20, (median,))
 
 
 def point(night: int, host: str, median: float, ci: float = 0.002, ok: bool = True) -> Point:
     """One synthetic point, accepted unless ``ok`` is False."""
-    m = metric_of(median, ci)
+    m = synthetic_metric(median, ci)
     result = ResultRecord(CASE, FAMILY, CLASS, (m,), accepted=ok)
-    return Point(run_of(night, host), result, m)
+    return Point(synthetic_run(night, host), result, m)
 
 
 def baseline_entry(median: float) -> Entry:
@@ -125,7 +125,7 @@ def simulate(
                 continue
             truth = scenario.truth(host, offset, night)
             median = truth * (1 + scenario.noise * rng.standard_normal())
-            current = metric_of(median, scenario.ci)
+            current = synthetic_metric(median, scenario.ci)
             points = history.points(CASE, "time", CLASS) if history is not None else kept
             j = check_case(
                 CASE,
@@ -142,7 +142,7 @@ def simulate(
             drift = j.judgements[0].drift
             out.append(Judged(night, host, median, j.verdict, ref.kind if ref else "", drift))
             torch = "2.12.0" if night >= scenario.step_night else "2.11.0"
-            run = run_of(night, host, torch, minute)
+            run = synthetic_run(night, host, torch, minute)
             m = replace(current, verdict=j.verdict.value, reference=ref.reason if ref else "")
             result = ResultRecord(
                 CASE, FAMILY, CLASS, (m,), verdict=j.verdict.value, accepted=accepted(j.verdict)
@@ -166,10 +166,12 @@ def series(scenario: Scenario, seed: int, hosts: Sequence[str] | None = None) ->
                 1 + scenario.noise * rng.standard_normal()
             )
             torch = "2.12.0" if night >= scenario.step_night else "2.11.0"
-            m = metric_of(median, scenario.ci)
+            m = synthetic_metric(median, scenario.ci)
             out.append(
                 Point(
-                    run_of(night, host, torch, minute), ResultRecord(CASE, FAMILY, CLASS, (m,)), m
+                    synthetic_run(night, host, torch, minute),
+                    ResultRecord(CASE, FAMILY, CLASS, (m,)),
+                    m,
                 )
             )
     return out
@@ -240,7 +242,7 @@ def nightly_history(
                 median = float(level[i] * (1 + offsets[h]) * (1 + noise * rng.standard_normal()))
                 bad = rng.random() < 0.005
                 verdict = Verdict.REGRESSED if bad else Verdict.UNCHANGED
-                metrics = [metric_of(median * (1.1 if bad else 1.0), 0.003)]
+                metrics = [synthetic_metric(median * (1.1 if bad else 1.0), 0.003)]
                 if has_memory:
                     metrics.append(
                         MetricRecord("memory", memory[i], memory[i], memory[i], 1, (memory[i],))

@@ -138,7 +138,7 @@ class _Stop(BaseException):
     """A stop signal arrived; ``args[0]`` is its number."""
 
 
-def run(cmd: Sequence[str], parent: int | None, grace_s: float) -> int:
+def reap(cmd: Sequence[str], parent: int | None, grace_s: float) -> int:
     """Run ``cmd`` under this process as a subreaper; end its whole tree; its exit status."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         parser.error("no command after --")
-    return run(cmd, args.parent, args.grace_s)
+    return reap(cmd, args.parent, args.grace_s)
 
 
 if __name__ == "__main__":

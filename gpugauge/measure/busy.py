@@ -140,7 +140,7 @@ def measure_busy(
     """
     import torch
 
-    from gpugauge.measure.profile import Schedule, profile_steps
+    from gpugauge.measure.profile import ProfileSchedule, profile_steps
     from gpugauge.measure.timing import CudaEventClock
 
     if torch.device(device).type != "cuda":
@@ -159,7 +159,7 @@ def measure_busy(
         step,
         trace,
         device=device,
-        schedule=Schedule(wait=0, warmup=1, active=profiled_steps),
+        schedule=ProfileSchedule(wait=0, warmup=1, active=profiled_steps),
         synchronize=clock.synchronize,
         cpu=False,
     )

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from gpugauge.core.json_records import from_plain, to_plain
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 # Clock-event ("throttle") reason bits from nvml.h; names as NVML documents them.
 CLOCK_EVENT_REASONS: dict[int, str] = {
@@ -72,7 +72,7 @@ class NvmlDevice:
         self._nv = pynvml
         self._h = handle
 
-    def _get(self, fn: Callable[..., T], *args: Any) -> T | None:
+    def _get(self, fn: Callable[..., _T], *args: Any) -> _T | None:
         try:
             return fn(self._h, *args)
         except self._nv.NVMLError:

@@ -24,7 +24,7 @@ BLOCK_S = 0.3  # a block's timed seconds (host time; at least two rounds)
 
 
 @dataclass(frozen=True)
-class Reference:
+class PairedReference:
     """The result a case is compared with: its id, and how to build its round.
 
     The round is a callable that needs no setup, built only where the case's rounds are

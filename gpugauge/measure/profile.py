@@ -47,7 +47,7 @@ def release_cupti_on_stop() -> None:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class ProfileSchedule:
     """``torch.profiler.schedule``: skip ``wait`` steps, warm up, record ``active`` steps."""
 
     wait: int = 1
@@ -83,7 +83,7 @@ class Profile:
     """What a profiler pass saw: every operator row, the schedule and the trace file."""
 
     rows: tuple[OpRow, ...]
-    schedule: Schedule
+    schedule: ProfileSchedule
     trace: Path
     device: str
 
@@ -145,7 +145,7 @@ def profile_steps(
     trace: Path,
     *,
     device: str,
-    schedule: Schedule = Schedule(),
+    schedule: ProfileSchedule = ProfileSchedule(),
     synchronize: Callable[[], None] | None = None,
     cpu: bool = True,
 ) -> Profile:

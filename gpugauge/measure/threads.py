@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-ENV_VAR = "OMP_NUM_THREADS"
+THREADS_ENV_VAR = "OMP_NUM_THREADS"
 DEFAULT_THREADS = 1
 
 
@@ -26,20 +26,20 @@ class CpuThreads:
     """How many intra-op threads CPU cases run on, and who chose it."""
 
     count: int
-    source: str  # "default" or ENV_VAR
+    source: str  # "default" or THREADS_ENV_VAR
 
     def describe(self) -> str:
         """'cpu-threads=1 (OMP_NUM_THREADS=N for more)' or 'cpu-threads=4 (OMP_NUM_THREADS)'."""
-        if self.source == ENV_VAR:
-            return f"cpu-threads={self.count} ({ENV_VAR})"
-        return f"cpu-threads={self.count} ({ENV_VAR}=N for more)"
+        if self.source == THREADS_ENV_VAR:
+            return f"cpu-threads={self.count} ({THREADS_ENV_VAR})"
+        return f"cpu-threads={self.count} ({THREADS_ENV_VAR}=N for more)"
 
 
 def cpu_threads(environ: dict[str, str] | None = None) -> CpuThreads:
     """One thread, or the count a whole positive ``OMP_NUM_THREADS`` pins."""
-    given = (os.environ if environ is None else environ).get(ENV_VAR, "").strip()
+    given = (os.environ if environ is None else environ).get(THREADS_ENV_VAR, "").strip()
     if given.isdigit() and int(given) > 0:
-        return CpuThreads(int(given), ENV_VAR)
+        return CpuThreads(int(given), THREADS_ENV_VAR)
     return CpuThreads(DEFAULT_THREADS, "default")
 
 

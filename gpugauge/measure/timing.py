@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
+from gpugauge.core.arguments import REGIMES
 from gpugauge.core.json_records import from_plain, to_plain
 from gpugauge.core.phrasing import plural
 from gpugauge.measure.clocks import (  # noqa: F401 (re-exported)
@@ -39,8 +40,6 @@ from gpugauge.measure.clocks import (  # noqa: F401 (re-exported)
     RunQueueClock,
 )
 from gpugauge.measure.stats import Summary, order_statistic_ci, summarize
-
-REGIMES = ("sustained", "burst")
 
 
 @dataclass(frozen=True)

@@ -223,7 +223,7 @@ def changes_table(data: ReportData) -> tuple[list[str], list[list[str]], str]:
 
 
 MARKERS = "osD^v<>PX*"
-COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
 def _short(host: str) -> str:
@@ -266,7 +266,8 @@ class TrendChart:
         cases = order[self.page * PER_FIGURE : (self.page + 1) * PER_FIGURE]
         hosts = sorted({p.host for c in cases for p in data.trends[c]})
         style = {
-            h: (COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]) for i, h in enumerate(hosts)
+            h: (SERIES_COLORS[i % len(SERIES_COLORS)], MARKERS[i % len(MARKERS)])
+            for i, h in enumerate(hosts)
         }
         cols = min(3, len(cases))
         rows = math.ceil(len(cases) / cols)

@@ -25,9 +25,10 @@ network, untouched; ``--benchmark-csv``, ``--benchmark-histogram`` and
 pytest-benchmark version lacks the methods replaced here, its writes stay as they are and
 the run says so in one line.
 
-:func:`check_destinations` checks, when gpugauge starts in a run, that these destinations can be
-written before anything is measured: ``--benchmark-json`` naming a folder, a FIFO or a
-file under a file, or a storage that cannot be written, is a usage error.
+:func:`check_storage_destinations` checks, when gpugauge starts in a run, that these
+destinations can be written before anything is measured: ``--benchmark-json`` naming a
+folder, a FIFO or a file under a file, or a storage that cannot be written, is a usage
+error.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def storage_folder(config: pytest.Config) -> Path | None:
     return None if "://" in storage else Path(storage)
 
 
-def check_destinations(config: pytest.Config) -> None:
+def check_storage_destinations(config: pytest.Config) -> None:
     """pytest-benchmark's destinations must be writable now; ValueError naming the option."""
     json_path = config.getoption("benchmark_json", None)
     if hasattr(json_path, "write"):  # a pytest-benchmark that opens it (argparse.FileType)
@@ -175,7 +176,7 @@ def guard(config: pytest.Config, started: bool = False) -> None:
     ``started``: the session has started already (gpugauge was first used while collecting),
     so the writes are replaced now rather than in ``pytest_sessionstart``.
     """
-    check_destinations(config)
+    check_storage_destinations(config)
     if not config.pluginmanager.has_plugin("gpugauge-benchmark-files"):
         files = BenchmarkFiles(config)
         config.pluginmanager.register(files, "gpugauge-benchmark-files")

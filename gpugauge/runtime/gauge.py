@@ -25,7 +25,7 @@ from gpugauge.core.phrasing import Note
 from gpugauge.family.entries import family_names
 from gpugauge.judging.judge import Judge, regressed_on_new_host
 from gpugauge.measure.memory import ExpectedMemory
-from gpugauge.measure.paired import Reference
+from gpugauge.measure.paired import PairedReference
 from gpugauge.measure.roofline import Work
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.measure.wall import TIMED, WARMUP
@@ -217,7 +217,7 @@ class Gauge:
         values: Mapping[str, float] | None = None,
         artifacts: Mapping[str, Path | str] | None = None,
         extra: dict[str, Any] | None = None,
-        reference: Reference | None = None,
+        reference: PairedReference | None = None,
     ) -> Measurement:
         """Time ``fn``, then its memory and energy; record and return the measurement.
 

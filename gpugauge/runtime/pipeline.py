@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpugauge.measure.energy import Energy, idle_power, measure_energy
 from gpugauge.measure.memory import ExpectedMemory, measure_cpu_memory, measure_cuda_memory
 from gpugauge.measure.nvml import NvmlDevice
-from gpugauge.measure.paired import Reference, paired_blocks
+from gpugauge.measure.paired import PairedReference, paired_blocks
 from gpugauge.measure.profile import round_kernels
 from gpugauge.measure.roofline import Work, roofline
 from gpugauge.measure.sampler import watching
@@ -136,7 +136,7 @@ def measure_case(
     values: Mapping[str, float] | None = None,
     artifacts: Mapping[str, Path | str] | None = None,
     extra: dict[str, Any] | None = None,
-    reference: Reference | None = None,
+    reference: PairedReference | None = None,
 ) -> Measurement:
     """Measure ``fn`` (one round) on the spec's devices; see :meth:`Gauge.measure`.
 

@@ -16,7 +16,7 @@ import torch
 from gpugauge.families.amp.workload import AmpCase, Trainer
 from gpugauge.measure.profile import (
     OP_HEADERS,
-    Schedule,
+    ProfileSchedule,
     endless,
     loader_share,
     op_cells,
@@ -66,9 +66,9 @@ def host_loader(case: AmpCase, batches: int) -> torch.utils.data.DataLoader:
 
 
 PROFILE_SCHEDULE = {
-    "smoke": Schedule(wait=1, warmup=1, active=2),
-    "seed": Schedule(wait=1, warmup=1, active=3),  # the seeds' tables: 3 ProfilerSteps
-    "full": Schedule(wait=1, warmup=2, active=5),
+    "smoke": ProfileSchedule(wait=1, warmup=1, active=2),
+    "seed": ProfileSchedule(wait=1, warmup=1, active=3),  # the seeds' tables: 3 ProfilerSteps
+    "full": ProfileSchedule(wait=1, warmup=2, active=5),
 }
 LOADER_STEPS = {"smoke": 2, "seed": 4, "full": 8}  # per window; 3 windows each way
 TOP_MARKDOWN = 30  # rows in the Markdown operator tables; the CSVs hold every operator

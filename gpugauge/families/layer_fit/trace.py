@@ -8,9 +8,9 @@ from typing import Any
 
 from gpugauge.families.layer_fit.steps import round_clock
 from gpugauge.measure.kernels import device_overlap, read_trace
-from gpugauge.measure.profile import Schedule, profile_steps
+from gpugauge.measure.profile import ProfileSchedule, profile_steps
 
-TRACE_SCHEDULE = Schedule(wait=0, warmup=1, active=2)
+TRACE_SCHEDULE = ProfileSchedule(wait=0, warmup=1, active=2)
 
 
 def trace_overlap(step: Callable[[], object], devices: Sequence[str], path: Path) -> dict[str, Any]:
