@@ -22,7 +22,6 @@ from gpugauge.measure.environment import slug
 from gpugauge.results.files import FileError, atomic_write_text, writable_problem
 
 GATE_LINE = "gpugauge gate:"  # the gated run's verdict table starts here
-EFFICIENCY_LINE = "efficiency:"  # and its last line of gpugauge's own says this
 
 
 def gpu_names() -> list[str]:
@@ -104,7 +103,11 @@ def keep_gated_run(saved: Path, run: Path) -> None:
 
 
 def gate_summary(log: Path) -> str:
-    """The gated run's verdict table and its efficiency line, from its side's log ('' if none)."""
+    """The gated run's verdict table, from its side's log ('' if none).
+
+    Not its efficiency line: a side's wall time holds the other side's blocks, so the A/B's
+    own line says what the night's timing cost.
+    """
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
@@ -116,6 +119,6 @@ def gate_summary(log: Path) -> str:
             inside = True
         elif inside and not line.strip():
             inside = False
-        if inside or line.startswith(EFFICIENCY_LINE):
+        if inside:
             out.append(line)
     return "\n".join(out)
