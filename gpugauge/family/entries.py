@@ -61,7 +61,7 @@ def checkout_pyproject(package_dir: Path | None = None) -> Path | None:
     installed wheel has no ``pyproject.toml`` beside its package; a file there that is not
     gpugauge's project is not ours either.
     """
-    here = package_dir or Path(__file__).resolve().parent
+    here = package_dir or Path(__file__).resolve().parents[1]  # gpugauge/, above family/
     path = here.parent / "pyproject.toml"
     if not path.is_file():
         return None
