@@ -108,3 +108,16 @@ def test_a_later_round_records_no_kernels_and_keeps_the_first_rounds() -> None:
     assert kernels(2) is False
     first = CaseAB("c", "t::c", kernels="same kernels")
     assert first.with_round(CaseAB("c", "t::c", kernels="")).kernels == "same kernels"
+
+
+def test_an_a_b_s_words_are_labels_of_the_one_verdict_vocabulary() -> None:
+    """The A/B's table says 'slower'; the run file and the history say 'regressed'."""
+    from gpugauge.results.verdicts import Verdict
+
+    labels = {o: o.verdict for o in Outcome}
+    assert labels == {
+        Outcome.SLOWER: Verdict.REGRESSED,
+        Outcome.FASTER: Verdict.IMPROVED,
+        Outcome.SAME: Verdict.UNCHANGED,
+        Outcome.NEED_MORE: Verdict.INCONCLUSIVE,
+    }

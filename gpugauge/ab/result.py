@@ -29,7 +29,7 @@ from gpugauge.ab.verdict import (
 )
 from gpugauge.core.phrasing import plural
 from gpugauge.results.files import atomic_write_text
-from gpugauge.results.verdicts import Basis, MetricCheck, Verdict
+from gpugauge.results.verdicts import Basis, MetricCheck
 
 NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 # a second side's skip reason where the first side's run of the test had nothing to pair
@@ -283,7 +283,7 @@ class CaseAB:
             r.ci_low,
             r.ci_high,
             self.schedule.min_effect,
-            _VERDICTS[outcome],
+            outcome.verdict,
             Basis.SAME_GPU_AB,
         )
 
@@ -352,14 +352,6 @@ def _x(case: CaseAB) -> str:
     """A round's own ratio as its verdict notes write it: '1.029x'."""
     r = case.round_ratio
     return f"{r.ratio:.3f}x" if r is not None else "-"
-
-
-_VERDICTS = {
-    Outcome.SLOWER: Verdict.REGRESSED,
-    Outcome.FASTER: Verdict.IMPROVED,
-    Outcome.SAME: Verdict.UNCHANGED,
-    Outcome.NEED_MORE: Verdict.INCONCLUSIVE,
-}
 
 
 def _median(xs: list[float]) -> float | None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpugauge.measure.stats import ratio_of_pairs, t_quantile
+from gpugauge.results.verdicts import Verdict
 
 LEVEL = 0.998  # two-sided, per look
 MIN_EFFECT = 0.01  # a change smaller than 1% is not reported as slower or faster
@@ -49,12 +50,27 @@ PROCESS_SD = 0.003
 
 
 class Outcome(StrEnum):
-    """What an A/B says of B against A."""
+    """What an A/B says of B against A: its table's words for the one verdict vocabulary.
+
+    Each is a label of a :class:`~gpugauge.results.verdicts.Verdict` (:attr:`verdict`), the
+    words every reference's results use; an A/B says "slower", not "regressed", because it
+    compares two builds, not a result against a baseline.
+    """
 
     SLOWER = "slower"
     FASTER = "faster"
     SAME = "same"
     NEED_MORE = "need more samples"
+
+    @property
+    def verdict(self) -> Verdict:
+        """The verdict this outcome is a label of."""
+        return {
+            Outcome.SLOWER: Verdict.REGRESSED,
+            Outcome.FASTER: Verdict.IMPROVED,
+            Outcome.SAME: Verdict.UNCHANGED,
+            Outcome.NEED_MORE: Verdict.INCONCLUSIVE,
+        }[self]
 
 
 @dataclass(frozen=True)
