@@ -82,11 +82,13 @@ def accepting_commit(repo: Path, baselines: Path, classes: Iterable[str]) -> str
 def check_new(run: Path) -> None:
     """FileError where ``--measure`` could not write RUN.json: it exists, or its folder is shut.
 
-    An existing file is refused, not replaced: it may be an earlier night's only copy.
+    An existing file is refused, not replaced: it may be an earlier night's only copy, or a
+    gated run whose A/B was stopped, which ``confirm`` without ``--measure`` goes on with.
     """
     if run.exists():
         raise FileError(
-            f"{run} exists: --measure writes the gated run there (remove it, or name another)"
+            f"{run} exists: --measure writes the gated run there (remove it, or name "
+            f"another; to A/B the gated run it holds: gpugauge confirm {run})"
         )
     problem = writable_problem(run.parent)
     if problem is not None:
