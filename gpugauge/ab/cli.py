@@ -184,7 +184,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="ARGS",
         help="with --measure: the gated run's own pytest options, for round 1's head side "
         "alone (e.g. '--gauge-gate --gauge-require-baselines --benchmark-autosave'): the "
-        "base side, an older commit, may not know them",
+        "base side, an older commit, may not know them. One option alone is written "
+        "--gated-args=--gauge-gate",
     )
     conf.add_argument(
         "--floor",
