@@ -237,3 +237,31 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert 'pip install -q -e ".[dev]"' in ci
     assert "\npython -m pytest tests\n" in ci
     assert "apt-get install -y -qq chromium chromium-driver" in ci
+
+
+def test_the_guides_gpugauge_commands_parse() -> None:
+    """Each ``gpugauge`` command in a guide's bash blocks parses whole, as the README's do.
+
+    A guide's example is copied as often as the README's: docs/ab.md's ``--gated-args
+    "--gauge-gate"`` read the lone option as one of argparse's own.
+    """
+    from gpugauge.__main__ import build_parser
+
+    checked = 0
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for lang, block in FENCE.findall(page.read_text()):
+            if lang != "bash":
+                continue
+            for line in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                args = _module_args(words, "gpugauge") if words else None
+                if not args:
+                    continue
+                # a value the page leaves to the reader ($(date ...), <placeholders>)
+                args = [re.sub(r"\$\(\(.*\)\)|\$\w+", "1800000000", a) for a in args]
+                try:
+                    build_parser().parse_args(args)
+                except SystemExit as exit_:
+                    pytest.fail(f"{page.name}: gpugauge {' '.join(args)} (exit {exit_.code})")
+                checked += 1
+    assert checked >= 5
