@@ -367,3 +367,22 @@ def test_the_gated_run_s_table_is_read_from_its_side_s_log(tmp_path: Path) -> No
     said = gate_summary(log)
     assert said.splitlines() == ["gpugauge gate: 1 regressed", "row a", "row b"]
     assert gate_summary(tmp_path / "missing.log") == ""
+
+
+def test_a_gated_run_that_saved_nothing_fails_the_night_and_one_saved_is_kept(
+    tmp_path: Path,
+) -> None:
+    from gpugauge.ab.launch import ABError
+    from gpugauge.ab.measured import keep_gated_run
+
+    run = tmp_path / "results" / "nightly.json"
+    run.parent.mkdir()
+    with pytest.raises(ABError, match="the gated run saved no results"):
+        keep_gated_run(tmp_path / "head.json", run)  # its pytest broke: exit 1, not 2
+    assert not run.exists()
+    (tmp_path / "head.json").write_text('{"benchmarks": []}\n')
+    keep_gated_run(tmp_path / "head.json", run)
+    assert run.read_text() == '{"benchmarks": []}\n'
+    (tmp_path / "head.json").write_text("{}\n")
+    keep_gated_run(tmp_path / "head.json", run)  # kept once: a later call changes nothing
+    assert run.read_text() == '{"benchmarks": []}\n'

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from gpugauge.ab.confirm import deepened
+from gpugauge.ab.launch import ABError
 from gpugauge.ab.sides import git
 from gpugauge.measure.environment import slug
 from gpugauge.results.files import FileError, atomic_write_text, writable_problem
@@ -96,11 +97,14 @@ def check_new(run: Path) -> None:
 
 
 def keep_gated_run(saved: Path, run: Path) -> None:
-    """Copy round 1's head side's saved run (the gated run) to RUN.json, atomically."""
+    """Copy round 1's head side's saved run (the gated run) to RUN.json, atomically.
+
+    ABError (exit 1) where it saved none: its pytest broke before its end.
+    """
     if run.exists():
         return
-    if not saved.exists():
-        raise FileError(f"the gated run saved no results ({saved} is missing): see its log")
+    if not saved.exists():  # its pytest broke before it saved: a failed night, not bad input
+        raise ABError(f"the gated run saved no results ({saved} is missing): see its log")
     atomic_write_text(run, saved.read_text())
 
 
