@@ -90,7 +90,7 @@ def test_a_new_case_passes_its_first_nights_then_is_judged(tmp_path: Path) -> No
         judged, first = _night(tmp_path, result("gemm", 2.0))
         assert judged.verdict is Verdict.NEW
         assert first.said["gemm"].stage is Stage.FIRST
-        assert first.passes(judged)
+        assert first.passing(judged)
         assert f"first nights of {CLASS}: night {k + 1} of 3" in judged.note
     same, first = _night(tmp_path, result("gemm", 2.0))
     assert same.verdict is Verdict.UNCHANGED
@@ -99,7 +99,7 @@ def test_a_new_case_passes_its_first_nights_then_is_judged(tmp_path: Path) -> No
     assert f"baseline --from-history {CLASS} --runs 3" in same.note
     slower, first = _night(tmp_path, result("gemm", 2.0 * 1.5))
     assert slower.verdict is Verdict.REGRESSED
-    assert not first.passes(slower)
+    assert not first.passing(slower)
     assert "judged against their host's history" in first.summary()[0]
     _night(tmp_path, result("gemm", 2.0))  # the fifth accepted run: the history's own rule
     own, first = _night(tmp_path, result("gemm", 2.0))
@@ -115,7 +115,7 @@ def test_a_verdict_other_than_new_is_never_touched(tmp_path: Path) -> None:
     regressed = GateResult("gemm", "demo", CLASS, (check,))
     first = FirstNights(3, tracker)
     assert first.by_first_nights(result("gemm", 2.0), regressed, gate) is regressed
-    assert not first.passes(regressed)
+    assert not first.passing(regressed)
     assert first.said["gemm"].stage is Stage.HISTORY  # no baseline: said in the summary
     save_baselines(tmp_path / "b", [result("gemm", 1.0)])
     gate = _gate(tmp_path)
@@ -132,7 +132,7 @@ def test_without_a_history_nothing_passes_as_a_first_night(tmp_path: Path) -> No
     first = FirstNights(3, None, "history NOT used: disk full")
     judged = first.by_first_nights(m, gate.by_baseline(entry_of(m)), gate)
     assert judged.verdict is Verdict.NEW
-    assert not first.passes(judged)
+    assert not first.passing(judged)
     assert "no history to count it in (history NOT used: disk full)" in judged.note
     assert "OFF" in first.header()
     assert "NOT counted as first nights" in first.summary()[0]
@@ -142,7 +142,7 @@ def test_injected_work_is_no_first_night_but_is_judged_after_them(tmp_path: Path
     slowed = replace(result("gemm", 2.0), extra={INJECTED_KEY: 1.0})
     judged, first = _night(tmp_path, slowed)
     assert first.said["gemm"].stage is Stage.REFUSED
-    assert not first.passes(judged)
+    assert not first.passing(judged)
     with History.open(tmp_path / "h.sqlite") as h:
         assert h.runs() == []  # never kept
     for _ in range(3):
@@ -157,10 +157,10 @@ def test_a_metric_only_a_baseline_judges_fails_when_its_first_nights_are_over(
     m = replace(result("search", 2.0), timing=None, values={"throughput": 100.0})
     for _ in range(2):
         judged, first = _night(tmp_path, m, nights=2)
-        assert first.passes(judged)
+        assert first.passing(judged)
     judged, first = _night(tmp_path, m, nights=2)
     assert first.said["search"].stage is Stage.OVER
-    assert not first.passes(judged)
+    assert not first.passing(judged)
     assert f"commit them as baselines: python -m gpugauge baseline --from-history {CLASS}" in (
         judged.note
     )

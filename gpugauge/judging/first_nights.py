@@ -161,10 +161,12 @@ class FirstNights:
         note = "; ".join(n for n in (judged.note, night.describe()) if n)
         return replace(judged, note=note)
 
-    def passes(self, result: GateResult) -> bool:
-        """Whether a *new* result passes under ``--gauge-require-baselines``: a first night."""
+    def passing(self, result: GateResult) -> str:
+        """Why a *new* result passes under ``--gauge-require-baselines`` (a first night), or ""."""
         night = self.said.get(result.id)
-        return result.verdict is Verdict.NEW and night is not None and night.stage is Stage.FIRST
+        if night is None or night.stage is not Stage.FIRST or result.verdict is not Verdict.NEW:
+            return ""
+        return night.describe()
 
     def _refused(self, m: Measurement, why: str, recorded: int = 0) -> Night:
         return Night(m.id, m.device_class, Stage.REFUSED, recorded, self.nights, why)

@@ -16,16 +16,22 @@ The class baseline is always asked (it alone judges exact metrics such as an all
 peak or a count, and a history that stopped answering falls back to it); the history's
 check replaces it for the metrics the history judges; an A/B's replaces either for time.
 Every check says which reference decided it and what it could see (:class:`MetricCheck`).
+
+:meth:`Judge.decide` takes the whole decision a test acts on (:class:`Decision`): a
+regression is measured again and judged again, a time regression on a new host is left to
+``gpugauge confirm``, a class's first night passes, and what is left passes or fails.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Protocol
 
 from gpugauge.regress.baselines import entry_of
 from gpugauge.regress.gate import Gate
-from gpugauge.results.measurement import Measurement
+from gpugauge.results.measurement import Attempt, Measurement
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.verdicts import NEW_HOST_REASON, Basis, GateResult, MetricCheck, Verdict
 
@@ -47,6 +53,9 @@ class NewClassReference(Protocol):
 
     def by_first_nights(self, m: Measurement, result: GateResult, gate: Gate) -> GateResult:
         """``result`` unchanged unless it is *new*; a new one kept or judged, and said so."""
+
+    def passing(self, result: GateResult) -> str:
+        """Why a *new* result passes as one of its class's first nights; "" where it does not."""
 
 
 def merged(primary: GateResult, fallback: GateResult) -> GateResult:
@@ -105,13 +114,60 @@ def overruled(result: GateResult, check: MetricCheck, note: str = "") -> GateRes
     return replace(result, checks=checks, note="; ".join(notes), references=refs)
 
 
+class Action(StrEnum):
+    """What a test does with its result's verdict."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    LEFT_TO_CONFIRM = "left to confirm"  # a time regression on a new host: confirm A/Bs it
+    FIRST_NIGHT = "first night"  # new, and kept as one of its class's first nights
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A result's verdict and what its test does with it.
+
+    ``said``: the failure message, or the note of a result left to confirm or passed as a
+    first night; "" for a plain pass. ``attempts``: every measurement judged, oldest first,
+    with its verdict (a regression measured again has two); the last one is the result.
+    """
+
+    result: GateResult
+    action: Action
+    said: str
+    attempts: tuple[tuple[Measurement, GateResult], ...]
+
+    @property
+    def measurement(self) -> Measurement:
+        """The measurement the verdict used: the second, where there were two."""
+        return self.attempts[-1][0]
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
+def _deciding(r: GateResult) -> str:
+    """The checks that decided a verdict, in one phrase."""
+    return "; ".join(c.describe() for c in r.checks if c.verdict is r.verdict) or r.note
+
+
 @dataclass
 class Judge:
-    """Judges one result at a time against its references (see the module's order)."""
+    """Judges one result at a time against its references (see the module's order).
+
+    ``remeasure``: a regression is measured again before its test fails;
+    ``new_host_to_confirm``: a time regression on a host the history cannot judge yet is
+    left to ``gpugauge confirm`` (``--gauge-confirm-new-host``); ``require_baselines``: a
+    result nothing could judge fails (``--gauge-require-baselines``).
+    """
 
     gate: Gate
     history: HistoryReference | None = None
     first_nights: NewClassReference | None = None
+    remeasure: bool = True
+    new_host_to_confirm: bool = False
+    require_baselines: bool = False
 
     def judge(self, m: Measurement) -> GateResult:
         """The result's verdict, each metric by the closest reference that judged it."""
@@ -122,3 +178,45 @@ class Judge:
         if self.first_nights is not None:
             result = self.first_nights.by_first_nights(m, result, self.gate)
         return result
+
+    def decide(self, m: Measurement, again: Callable[[], Measurement] | None) -> Decision:
+        """The verdict on ``m`` and what its test does with it.
+
+        ``again`` measures the result again (a fresh warm-up); None for a result recorded
+        from elsewhere (a worker's, a search). A regression fails only if the second
+        measurement regresses too, so one disturbed measurement (a neighbour's job, a clock
+        dip) does not fail a night. The second is the result from then on; the first is
+        kept in its ``earlier`` attempts.
+        """
+        first = result = self.judge(m)
+        attempts = [(m, first)]
+        if first.verdict is Verdict.REGRESSED:
+            if again is None or not self.remeasure:
+                why = "recorded from elsewhere" if again is None else "--gauge-no-remeasure"
+                result = replace(first, note=_joined(first.note, f"not measured again ({why})"))
+            else:
+                second = again()
+                if m.timing is not None and second.timing is not None:
+                    earlier = (*m.earlier, Attempt.of(m, first.verdict.value))
+                    second = replace(second, earlier=earlier)
+                judged = self.judge(second)
+                said = f"first measurement {first.verdict}: {_deciding(first)}"
+                result = replace(judged, note=_joined(said, judged.note))
+                attempts.append((second, result))
+        return Decision(result, *self._action(result), tuple(attempts))
+
+    def _action(self, result: GateResult) -> tuple[Action, str]:
+        """What the test does with ``result``, and the line that says so."""
+        if self.new_host_to_confirm and regressed_on_new_host(result):
+            return Action.LEFT_TO_CONFIRM, (
+                f"{result.id}: regressed against its class on a new host: left to "
+                "`gpugauge confirm`, which A/Bs it on this GPU (--gauge-confirm-new-host)"
+            )
+        if result.verdict is Verdict.REGRESSED:
+            return Action.FAIL, result.message()
+        first_night = "" if self.first_nights is None else self.first_nights.passing(result)
+        if first_night:
+            return Action.FIRST_NIGHT, f"{result.id}: new, passes: {first_night}"
+        if result.verdict is Verdict.NEW and self.require_baselines:
+            return Action.FAIL, f"{result.message()} (--gauge-require-baselines)"
+        return Action.PASS, ""

@@ -23,7 +23,7 @@ import pytest
 
 from gpugauge.core.phrasing import Note
 from gpugauge.family.entries import family_names
-from gpugauge.judging.judge import Judge, regressed_on_new_host
+from gpugauge.judging.judge import Action, Decision
 from gpugauge.measure.memory import ExpectedMemory
 from gpugauge.measure.paired import PairedReference
 from gpugauge.measure.roofline import Work
@@ -31,7 +31,7 @@ from gpugauge.measure.timing import TimingPolicy
 from gpugauge.measure.wall import TIMED, WARMUP
 from gpugauge.report.noise import hedge
 from gpugauge.report.tables import one_line
-from gpugauge.results.measurement import Attempt, Comparison, Measurement, Spec
+from gpugauge.results.measurement import Comparison, Measurement, Spec
 from gpugauge.results.verdicts import GateResult, Verdict
 from gpugauge.runtime.benchmark_bridge import fill_benchmark_fixture, plain_params, stored_options
 from gpugauge.runtime.options import Options
@@ -52,15 +52,6 @@ __all__ = [
 ]
 
 CUSTOM_FAMILY = "custom"  # the family of a spec made from a test with no family marker
-
-
-def _joined(*notes: str) -> str:
-    return "; ".join(n for n in notes if n)
-
-
-def _deciding(r: GateResult) -> str:
-    """The checks that decided a verdict, in one phrase."""
-    return "; ".join(c.describe() for c in r.checks if c.verdict is r.verdict) or r.note
 
 
 class GaugeError(RuntimeError):
@@ -140,7 +131,8 @@ class Gauge:
     One test records one result: the pytest-benchmark row, the pytest id and the baseline
     key are all that result's id, so a second ``record`` (or ``measure``) in the same test
     is refused with :class:`GaugeError` rather than stored under the first one's name.
-    ``node`` is the test's pytest item: ``gauge(fn)`` makes its spec from it.
+    ``node`` is the test's pytest item: ``gauge(fn)`` makes its spec from it. The gauge
+    records and acts: the session's judge decides each verdict.
     """
 
     def __init__(self, session: GaugeSession, benchmark: Any, node: Any = None) -> None:
@@ -269,9 +261,10 @@ class Gauge:
         (``Measurement(spec, timing=Timing.from_dict(...))``) or from a search with no
         timing at all (``Measurement(spec, values={"max_layers": 61})``). Its rounds, if
         any, become pytest-benchmark's stats; everything else goes into ``extra_info``.
-        A regression against the baseline fails the calling test. A regressed result that
-        is measured again (:meth:`_remeasure`) is that second measurement from then on: it
-        is what is stored, shown and returned, the first kept in its ``earlier``.
+        The judge decides its verdict (:meth:`~gpugauge.judging.judge.Judge.decide`), and a
+        regression fails the calling test. A regressed result that is measured again is that
+        second measurement from then on: it is what is stored, shown and returned, the first
+        kept in its ``earlier``.
         """
         return self._record(m, charged=False)
 
@@ -294,12 +287,15 @@ class Gauge:
         if self._benchmark_disabled:
             self.session.unmeasured.add(m.id)
         self.session.note(f"{m.id}: {one_line(m)}")
-        result: GateResult | None = None
+        decision = None
         try:
-            m, result = self._gate(m)
+            decision = self._decide(m)
         finally:  # also when judging or measuring again failed: the first is stored
-            self._store(m, result)
-        self._fail_on(result, hedge(m, result))
+            if decision is not None:
+                m = decision.measurement
+            self._store(m, None if decision is None else decision.result)
+        if decision is not None:
+            self._act(decision)
         return m
 
     def _store(self, m: Measurement, result: GateResult | None) -> None:
@@ -364,82 +360,53 @@ class Gauge:
                 "cannot share one. Give each case an id of its own."
             )
 
-    def _judge(self, m: Measurement) -> GateResult:
-        """The judge's verdict: the class baseline's, the history's where it knows the host."""
-        gate = self.session.gate
-        assert gate is not None
-        return Judge(gate, self.session.tracker, self.session.first_nights).judge(m)
+    def _decide(self, m: Measurement) -> Decision | None:
+        """The judge's decision on the result; None without ``--gauge-gate``.
 
-    def _remeasure(self, m: Measurement, first: GateResult) -> tuple[Measurement, GateResult]:
-        """Measure a regressed result again (a fresh warm-up) and judge that measurement.
-
-        A regression fails its test only if the second measurement regresses too, so one
-        disturbed measurement (a neighbour's job, a clock dip) does not fail a night. A
-        result recorded from elsewhere (a worker's, a search) cannot be measured again.
-        The second measurement is the result from here on; the first is kept in its
-        ``earlier`` attempts. ("Confirm" is `gpugauge confirm`'s A/B alone.)
+        The history keeps every measurement judged (a regression's second too), and a run
+        without a gate keeps its results unjudged. A run that measures nothing keeps nothing.
         """
-        if self._again is None or not self.session.remeasure:
-            why = "--gauge-no-remeasure" if self._again is not None else "recorded from elsewhere"
-            return m, replace(first, note=_joined(first.note, f"not measured again ({why})"))
-        self.session.note(f"{m.id}: regressed; measuring again ...")
-        second = self._again()
-        if m.timing is not None and second.timing is not None:
-            second = replace(second, earlier=(*m.earlier, Attempt.of(m, first.verdict.value)))
-        self.session.note(f"{m.id}: measured again: {one_line(second)}")
-        judged = self._judge(second)
-        said = f"first measurement {first.verdict}: {_deciding(first)}"
-        return second, replace(judged, note=_joined(said, judged.note))
+        if self._benchmark_disabled:
+            return None
+        judge, tracker = self.session.judge, self.session.tracker
+        if judge is None:
+            if tracker is not None:
+                tracker.keep([(m, None)])
+            return None
+        decision = judge.decide(m, None if self._again is None else self._measured_again(m))
+        if tracker is not None:
+            tracker.keep(list(decision.attempts))
+        self.session.gate_results.append(decision.result)
+        return decision
 
-    def _gate(self, m: Measurement) -> tuple[Measurement, GateResult | None]:
-        """Judge the result, measuring a regression again; (the result, its verdict).
+    def _measured_again(self, m: Measurement) -> Callable[[], Measurement]:
+        """The judge's way to measure ``m`` again, saying so on the terminal."""
+        again = self._again
+        assert again is not None
 
-        The result is the measurement the verdict used: the second where there was one.
-        The history keeps both attempts; no verdict without ``--gate``.
+        def measured() -> Measurement:
+            self.session.note(f"{m.id}: regressed; measuring again ...")
+            second = again()
+            self.session.note(f"{m.id}: measured again: {one_line(second)}")
+            return second
+
+        return measured
+
+    def _act(self, decision: Decision) -> None:
+        """Fail the test, or say why it passes, as the judge decided.
+
+        A failing regression says why its change may be noise where that applies
+        (:func:`~gpugauge.report.noise.hedge`: noisy or host-timed rounds, and a change within
+        a few times the noise).
         """
-        if self.session.gate is None or self._benchmark_disabled:
-            if self.session.tracker is not None and not self._benchmark_disabled:
-                self.session.tracker.keep([(m, None)])
-            return m, None
-        result = self._judge(m)
-        attempts: list[tuple[Measurement, GateResult | None]] = [(m, result)]
-        if result.verdict is Verdict.REGRESSED:
-            second, result = self._remeasure(m, result)
-            if second is not m:
-                attempts.append((second, result))
-                m = second
-        if self.session.tracker is not None:
-            self.session.tracker.keep(attempts)
-        self.session.gate_results.append(result)
-        return m, result
-
-    def _fail_on(self, result: GateResult | None, noise: str | None = None) -> None:
-        """Fail the test for a regression (measured twice), or a missing baseline when required.
-
-        A class's first night (``--gauge-first-nights``) is no missing baseline: it says so.
-
-        ``noise``: why the change may be noise (:func:`~gpugauge.report.noise.hedge`: noisy
-        or host-timed rounds, and a change within a few times the noise), said with it.
-        """
-        if result is None:
-            return
-        if self.options.confirm_new_host and regressed_on_new_host(result):
-            self.session.note(
-                f"{result.id}: regressed against its class on a new host: left to "
-                "`gpugauge confirm`, which A/Bs it on this GPU (--gauge-confirm-new-host)"
-            )
-            return
-        if result.verdict is Verdict.REGRESSED:
+        if decision.action is Action.FAIL:
+            noise = None
+            if decision.result.verdict is Verdict.REGRESSED:
+                noise = hedge(decision.measurement, decision.result)
             maybe = f" ({noise}: the change may be noise)" if noise else ""
-            pytest.fail(f"gpugauge gate: {result.message()}{maybe}", pytrace=False)
-        nights = self.session.first_nights
-        if nights is not None and nights.passes(result):
-            self.session.note(f"{result.id}: new, passes: {nights.said[result.id].describe()}")
-            return
-        if result.verdict is Verdict.NEW and self.options.require_baselines:
-            pytest.fail(
-                f"gpugauge gate: {result.message()} (--gauge-require-baselines)", pytrace=False
-            )
+            pytest.fail(f"gpugauge gate: {decision.said}{maybe}", pytrace=False)
+        if decision.said:
+            self.session.note(decision.said)
 
     @property
     def _benchmark_disabled(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from gpugauge.core.phrasing import Note, plural
 from gpugauge.family.registry import comparisons_of, registry
 from gpugauge.judging.first_nights import FirstNights
+from gpugauge.judging.judge import Judge
 from gpugauge.judging.tracking import Tracker
 from gpugauge.measure.ceilings import Ceilings, measure_ceilings
 from gpugauge.measure.environment import fingerprint
@@ -56,18 +57,17 @@ class GaugeSession:
     note: Note = print
     measurements: list[Measurement] = field(default_factory=list)
     adhoc_comparisons: list[Comparison] = field(default_factory=list)  # gauge.compare's
-    gate: Gate | None = None
+    judge: Judge | None = None  # with --gauge-gate: decides each result's verdict
     gate_results: list[GateResult] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     unmeasured: set[str] = field(default_factory=set)  # ids run once under --benchmark-disable
     foreign_note: str | None = None
     tracker: Tracker | None = None  # the results history; None with --gauge-no-history
-    remeasure: bool = True  # measure a regressed result again before its test fails
-    first_nights: FirstNights | None = None  # --gauge-first-nights N; None without it
+    first_nights: FirstNights | None = None  # --gauge-first-nights N; the judge's too
     selected: int = 0  # tests pytest selected to run
     finished: int = 0  # tests that ran to their teardown
-    # each test's wall seconds (setup, call, teardown) by node id: what confirm's A/B of it
-    # will roughly cost, saved in the run's JSON
+    # each test's wall seconds (setup, call, teardown) by node id: what `gpugauge confirm`'s
+    # A/B of it will roughly cost, saved in the run's JSON
     test_seconds: dict[str, float] = field(default_factory=dict)
     wall: WallLedger = field(default_factory=WallLedger)  # those seconds by phase
     # each recorded result's id and the node id of the test that recorded it: an id keys the
@@ -85,6 +85,11 @@ class GaugeSession:
     _fingerprint: dict[str, Any] | None = None
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
     _artifact_run: Path | None = None
+
+    @property
+    def gate(self) -> Gate | None:
+        """The class baselines' gate, the judge's first reference; None without --gauge-gate."""
+        return None if self.judge is None else self.judge.gate
 
     @property
     def nvml(self) -> Nvml | None:

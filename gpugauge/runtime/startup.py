@@ -14,6 +14,7 @@ from gpugauge.core.phrasing import Note
 from gpugauge.family.registry import registry
 from gpugauge.judging import tracking
 from gpugauge.judging.first_nights import FirstNights
+from gpugauge.judging.judge import Judge
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
@@ -75,15 +76,24 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
     if options.first_nights and options.gate and not benchmark_disabled(config):
         why = next((m for m in messages if m.startswith("history NOT used")), "history off")
         nights = FirstNights(options.first_nights, tracker, "" if tracker else why)
+    judge = None
+    if gate is not None:
+        judge = Judge(
+            gate,
+            tracker,
+            nights,
+            remeasure=not config.getoption("gauge_no_remeasure", False),
+            new_host_to_confirm=options.confirm_new_host,
+            require_baselines=options.require_baselines,
+        )
     session = GaugeSession(
         options,
         config.rootpath,
         note,
-        gate=gate,
+        judge=judge,
         messages=messages,
         foreign_note=foreign_note(config),
         tracker=tracker,
-        remeasure=not config.getoption("gauge_no_remeasure", False),
         first_nights=nights,
     )
     config.pluginmanager.register(OutcomeWatch(session), "gpugauge-outcome")
