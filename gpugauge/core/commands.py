@@ -87,3 +87,10 @@ def benches_hint(args: argparse.Namespace) -> None:
         "folder of your benchmarks) or their path after --",
         file=sys.stderr,
     )
+
+
+def interrupted(command: str, err: KeyboardInterrupt) -> int:
+    """One line for a command stopped by a signal; its writes left no partial file."""
+    how = str(err) or "SIGINT"
+    print(f"gpugauge {command}: stopped by {how}; no file was left half-written", file=sys.stderr)
+    return 130
