@@ -86,7 +86,7 @@ def test_history_gets_each_measured_run_once(bench: pytest.Pytester) -> None:
 
 
 @pytest.mark.slow
-def test_a_regression_is_confirmed_before_the_test_fails(bench: pytest.Pytester) -> None:
+def test_a_regression_is_measured_again_before_the_test_fails(bench: pytest.Pytester) -> None:
     _run(bench, "fast", "--gauge-update-baselines").assert_outcomes(passed=1)
     disturbed = _run(bench, "first", "--gauge-gate")
     disturbed.assert_outcomes(passed=1)
@@ -276,7 +276,7 @@ def _table_median(stdout: str, title: str, case: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_confirmed_result_shows_the_measurement_its_verdict_used_everywhere(
+def test_a_re_measured_result_shows_the_measurement_its_verdict_used_everywhere(
     bench: pytest.Pytester,
 ) -> None:
     """Issue 38: after a regression is measured again, the saved result and the terminal

@@ -78,8 +78,8 @@ def run_args(cfg: GateConfig, select: str, injected: bool) -> list[str]:
 
     ``--gauge-no-history``: the check is judged against the committed baselines alone (it checks
     the gate, not this host's past), and leaves the results history as it found it (a slowed run
-    must never enter it; the A/A runs are a check, not a night). A regression is confirmed by a
-    second measurement, as in a nightly.
+    must never enter it; the A/A runs are a check, not a night). A regression is measured a
+    second time, as in a nightly.
     """
     args = [str(cfg.benches), "-k", select, "--gauge-profile", cfg.profile, "--gauge-gate"]
     args += [

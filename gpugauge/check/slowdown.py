@@ -123,7 +123,7 @@ def slowed_measure(
                 base = own_median_ms(fn, devices_of(spec), kw.get("setup"))
             ms += fraction * base
         kw["extra"] = {**(kw.get("extra") or {}), INJECTED_KEY: ms}
-        # the confirmation of a regression is measured inside ``measure``, with this delay
+        # the re-measurement of a regression is taken inside ``measure``, with this delay
         with delay_for(ms, devices_of(spec)[0]) as delay:
 
             def slower() -> object:

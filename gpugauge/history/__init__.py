@@ -32,7 +32,7 @@ How a pytest session uses it (the plugin's part)::
         kernels=kernel_shares(m.extra.get("kernels")),
     )
     judged.verdict / judged.gate (a GateResult) / judged.message()
-    # regressed: measure again (confirm), judge the second measurement the same way;
+    # regressed: measure again, judge the second measurement the same way;
     # keep both: result_record(first, judged1, attempt=1), result_record(second, judged2,
     # attempt=2, earlier={"time": (first_median,)})
     # at session end, once:

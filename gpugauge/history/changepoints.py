@@ -7,7 +7,7 @@ leaving is not a step. On that series ``ruptures``' PELT (l2 cost, every run a c
 segments of at least ``min_size`` runs) finds candidates with a penalty of
 ``penalty x log(n)`` on the series in units of its noise (the noise: a robust standard
 deviation of successive differences, which steps barely move). Each candidate is then
-confirmed the way Apache Otava confirms E-divisive candidates: Student's t-test on the runs
+tested the way Apache Otava tests E-divisive candidates: Student's t-test on the runs
 between its neighbours (equal variances: a step moves a benchmark's level, not its noise),
 dropping the weakest failing candidate and re-testing until all pass at ``alpha``, and a
 step must also be at least ``min_change``. Its size is after/before with the t interval of
@@ -46,7 +46,7 @@ RECENT_RUNS = 60
 
 @dataclass(frozen=True)
 class DetectionPolicy:
-    """How change points are found and confirmed."""
+    """How change points are found and tested."""
 
     penalty: float = 3.0  # x log(n), on the series in units of its noise
     min_size: int = 2  # runs a segment needs (a step is seen after two nights)
@@ -155,7 +155,7 @@ def _ttest(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float, 
 
     ``scipy.stats.ttest_ind(after, before, equal_var=True)``'s statistic and two-sided p,
     computed directly with Student's t distribution (``scipy.special.stdtr``): the
-    confirmation runs thousands of these over a history, and the wrapper's checks cost
+    tests run thousands of these over a history, and the wrapper's checks cost
     nearly all of the time.
     """
     from scipy import special
@@ -171,7 +171,7 @@ def _ttest(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float, 
     return p, d, d - half, d + half
 
 
-def _confirmed(
+def _significant(
     x: np.ndarray, candidates: list[int], policy: DetectionPolicy
 ) -> list[tuple[int, float, float, float, float]]:
     """Candidates that pass the t-test against their neighbours, with p, d and its CI.
@@ -296,7 +296,7 @@ def _point_at(
 def detect(
     points: Sequence[Point], scope: str, policy: DetectionPolicy = DEFAULT_DETECTION
 ) -> list[ChangePoint]:
-    """Confirmed steps of one series (one case and metric; one host, or a class).
+    """Significant steps of one series (one case and metric; one host, or a class).
 
     ``points`` are in time order; with several hosts their offsets are taken out first.
     An exact metric (memory, a count) has no noise to model: its steps are the values
@@ -355,9 +355,9 @@ def detect_many(
 def _search(
     xs: dict[int, np.ndarray], policy: DetectionPolicy
 ) -> dict[int, list[tuple[int, float, float, float, float]]]:
-    """Confirmed steps of each series, by key (:func:`_candidates`, :func:`_confirmed`)."""
+    """Significant steps of each series, by key (:func:`_candidates`, :func:`_significant`)."""
     found = _candidates(list(xs.values()), policy)
-    return {i: _confirmed(x, c, policy) for (i, x), c in zip(xs.items(), found, strict=True)}
+    return {i: _significant(x, c, policy) for (i, x), c in zip(xs.items(), found, strict=True)}
 
 
 def case_changes(

@@ -123,7 +123,7 @@ class RunRecord:
 class MetricRecord:
     """One metric of one result: median, CI of the median and n, in the metric's unit.
 
-    ``run_medians`` are the medians of the separate measurements behind it (a confirmed
+    ``run_medians`` are the medians of the separate measurements behind it (a re-measured
     result has two); ``reference`` says what judged it ('host history: last 5 runs,
     spread 0.4%'), ``verdict`` what that said (None: not judged).
     """
@@ -142,7 +142,7 @@ class MetricRecord:
 class ResultRecord:
     """One benchmark of one run: its metrics and the conditions it ran in.
 
-    ``attempt`` counts measurements of the case in the run (2: the confirmation of a
+    ``attempt`` counts measurements of the case in the run (2: the re-measurement of a
     first regressed one; both are kept). ``accepted`` results may serve as references.
     """
 

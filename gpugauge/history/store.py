@@ -356,8 +356,8 @@ class History(Windows):
 
         A case id the run does not hold is a HistoryError naming it and what the run holds
         (a typo would otherwise accept nothing and say so only as a count of 0).
-        An accepted result may serve as its host's reference: accepting a confirmed,
-        intended slowdown lets the host's reference move to it.
+        An accepted result may serve as its host's reference: accepting an intended
+        slowdown lets the host's reference move to it.
         """
         ids = list(bench_ids)
         where, params = "WHERE run_id = ?", [run_id]

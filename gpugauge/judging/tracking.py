@@ -6,7 +6,7 @@ The gate judges a result against the committed class baseline. With a history
 recent accepted runs once it has them, else the class baseline widened by the measured
 host-to-host spread, with the baseline kept as an anchor against slow drift
 (:func:`gpugauge.history.host_checks.check_case`). Every result is kept, a regressed first
-measurement and its confirmation both, and the session's run is appended in one
+measurement and its re-measurement both, and the session's run is appended in one
 transaction at its end, so an interrupted session leaves no half run in the history.
 """
 
@@ -168,7 +168,7 @@ class Tracker:
         ).gate
 
     def keep(self, attempts: Sequence[tuple[Measurement, GateResult | None]]) -> None:
-        """Keep a result's measurements (a first one and its confirmation), oldest first.
+        """Keep a result's measurements (a first one and its re-measurement), oldest first.
 
         A measurement with injected work (``gpugauge check``'s slowdown) is not kept: it
         measures the injection, and in the history it would be a step of the case.

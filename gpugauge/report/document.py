@@ -195,7 +195,7 @@ def _verdict_rows(data: ReportData) -> Section:
     ]
     rows: list[list[Cell]] = []
     classes = []
-    # the result's own number as "Results of this run" shows it (re-measured: the confirmation)
+    # the result's own number as "Results of this run" shows it (re-measured: the second one)
     medians = {m.id: m.value("time") for m in data.current.measurements}
     noisy = data.hedged
     unsampled = unsampled_ids(data.current.measurements)

@@ -92,7 +92,7 @@ def notes_of(m: Measurement) -> str:
         notes.append("short energy window")
     if len(m.memory) > 1:
         notes.append(" + ".join(fmt_bytes(x.peak_allocated_bytes) for x in m.memory))
-    notes += [a.describe() for a in m.earlier]  # this result is the confirmation
+    notes += [a.describe() for a in m.earlier]  # this result is the re-measurement
     return ", ".join(notes)
 
 

@@ -126,7 +126,7 @@ class Measurement:
     baseline key; it is worked out from the spec's devices unless given (a result
     measured in other processes, or read back, brings its own). ``earlier`` holds the
     measurements of the same result taken before this one in the same run (a regressed
-    first measurement, set aside for its confirmation), oldest first: this one is the result.
+    first measurement, set aside for its re-measurement), oldest first: this one is the result.
     """
 
     spec: Spec
