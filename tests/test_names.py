@@ -8,6 +8,7 @@ new import paths.
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,12 @@ def test_no_public_name_is_defined_twice() -> None:
     assert not twice, "public names defined in several modules:\n" + "\n".join(
         f"  {name}: {', '.join(where)}" for name, where in sorted(twice.items())
     )
+
+
+def test_every_listed_extension_point_exists() -> None:
+    """The package's face lists the extension points; each name it lists must resolve."""
+    listed = re.findall(r"^- ``(gpugauge\.[\w.]+)``", gpugauge.__doc__ or "", re.MULTILINE)
+    assert len(listed) >= 7
+    for dotted in listed:
+        module, _, name = dotted.rpartition(".")
+        assert hasattr(importlib.import_module(module), name), dotted
