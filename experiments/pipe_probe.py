@@ -3,11 +3,11 @@
 Question (issue 10): GPipe and 1F1B over two GPUs, the seed's model (138 conv + 62 fc),
 were slower and noisier in the benchmark than planned. Is it the allocator's reserve, the
 profiler, the budget, the benchmark's setup, or the host issuing ~6,200 launches a step?
-Answers (docs/lab/experiments.md, "pipe_probe"; raw numbers in docs/lab/gpu-runs.md runs 34, 36,
-38, 39, 41, 43; conclusions in docs/layer_fit.md): the default allocator reserves 2.8 GiB
-beyond GPipe's allocation (expandable segments: 0.1 GiB); a trace left CUPTI subscribed
-and slowed every later launch (fixed: ``TEARDOWN_CUPTI=1``); neither the budget nor the
-benchmark's setup makes 1F1B vary, the host's launch pace does; replayed from CUDA graphs
+Answers (docs/lab/experiments.md, "pipe_probe"; raw numbers in docs/lab/gpu-runs.md runs 34, 36, 38,
+39, 41, 43; conclusions in docs/lab/layer-fit-evidence.md): the default allocator reserves 2.8 GiB
+beyond GPipe's allocation (expandable segments: 0.1 GiB); a trace left CUPTI subscribed and slowed
+every later launch (fixed: ``TEARDOWN_CUPTI=1``); neither the budget nor the benchmark's setup makes
+1F1B vary, the host's launch pace does; replayed from CUDA graphs
 1F1B x2 went from 91.3 to 86.1 ms and GPipe x2 from 112.4 to 89.3 ms.
 
 Run from the checkout on two GPUs:

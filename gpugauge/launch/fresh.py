@@ -35,7 +35,7 @@ def in_fresh_process(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     the process), and a plan whose workspace could not be allocated is skipped for a
     slower one. After a case had run out of memory on its device, the naive split read
     220 ms on two H200s; alone, 147 ms (its own attempts' fallbacks; fitted this way, 100
-    ms: docs/layer_fit.md). The cached memory is returned
+    ms: docs/lab/layer-fit-evidence.md). The cached memory is returned
     first (a whole-device budget is the free memory); ``fn``'s error is raised here, and
     the child's death as a RuntimeError naming ``what``.
     """

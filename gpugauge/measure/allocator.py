@@ -5,7 +5,7 @@ grows in place, the setting PyTorch's out-of-memory message suggests when reserv
 is fragmented). On the head's GPU of the layer_fit split, on whole H200s, the default
 allocator reserved 0.9 GiB beyond allocated for the naive split and 2.8 GiB for GPipe ×2,
 expandable segments 0.07-0.13 GiB; under 11 GiB GPipe ×2 fitted at cut 117 with the
-default allocator and at 85 with expandable segments (docs/layer_fit.md).
+default allocator and at 85 with expandable segments (docs/lab/layer-fit-evidence.md).
 
 PyTorch reads ``PYTORCH_CUDA_ALLOC_CONF`` (or ``PYTORCH_ALLOC_CONF``) once per process; a
 running process changes it through a private setter, which PyTorch's own messages

@@ -156,8 +156,8 @@ class DistCase:
     def nightly(self) -> bool:
         """Whether the nightly job gates this case: steps the GPUs pace, enough of them.
 
-        Five runs on one 2x H100 host (docs/distributed.md): VGG-16 at 64, ResNet-18 at 512 and
-        2048 (DataParallel at 2048) and AlexNet at 128 kept the GPUs 92-100% busy and each
+        Five runs on one 2x H100 host (docs/lab/distributed-evidence.md): VGG-16 at 64, ResNet-18 at
+        512 and 2048 (DataParallel at 2048) and AlexNet at 128 kept the GPUs 92-100% busy and each
         step's median moved at most 0.4%. DataParallel at 512 was 57-66% busy (its scatter and
         replicate are host work) and moved 47.8-55.8 ms; ResNet-18 at 32 and 128 is launch-bound
         on one GPU (9.20 against 7.34 ms on an H200), and so are AlexNet's small batches. A

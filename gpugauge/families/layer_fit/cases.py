@@ -149,8 +149,8 @@ class SplitCase:
         Of the split, the graphed naive and 1F1B x2 schedules: issued op by op, the split's
         schedules are as fast as the host (:mod:`~gpugauge.families.layer_fit.graphed`), and
         from graphs each case costs about 26 s of a nightly on two H100s, where its median moved
-        at most 0.4% over five runs (docs/distributed.md). The other schedules stay in the seed
-        and full runs; ``single`` and the CPU smoke cases are the single-GPU job's.
+        at most 0.4% over five runs (docs/lab/distributed-evidence.md). The other schedules
+        stay in the seed and full runs; ``single`` and the CPU smoke cases are the single-GPU job's.
         """
         if self.schedule == "single" or self.device != "cuda":
             return True

@@ -1,11 +1,11 @@
 """A two-stage split's training step replayed from CUDA graphs: a few launches per part.
 
-Issued op by op, a 1F1B ×2 step of the seed's split (138 conv + 62 fc over two H200s)
-launches about 6,200 kernels, and once the launch queues fill, the host's pace is the
-step's: its rounds read 90 to 145 ms where the devices need 91 (docs/layer_fit.md). Here
-each stage's forward and its backward, for each micro-batch in flight (a *slot*), are
-captured once as CUDA graphs, and a step replays them; the two devices are ordered by events
-only, as :mod:`gpugauge.families.layer_fit.pipe` orders the eager pipelines.
+Issued op by op, a 1F1B ×2 step of the seed's split (138 conv + 62 fc over two H200s) launches about
+6,200 kernels, and once the launch queues fill, the host's pace is the step's: its rounds read 90 to
+145 ms where the devices need 91 (docs/lab/layer-fit-evidence.md). Here each stage's forward and its
+backward, for each micro-batch in flight (a *slot*), are captured once as CUDA graphs, and a step
+replays them; the two devices are ordered by events only, as :mod:`gpugauge.families.layer_fit.pipe`
+orders the eager pipelines.
 
 Why not ``torch.cuda.make_graphed_callables``: its backward hands the parameters'
 gradients back in the graph's static buffers, and autograd's accumulator adopts the

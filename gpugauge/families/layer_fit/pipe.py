@@ -17,7 +17,7 @@ two tensors on one device, they are plain ``.to`` and identity.
 :class:`Workers` issues each device's share of a pipeline from a thread of its own (as
 torchgpipe's workers do), or with ``threads=False`` from the caller's. Threads let the
 host issue two devices' work at once (PyTorch drops the GIL inside each op). On two H200s
-neither way won (docs/layer_fit.md; 30 rounds each, ms): GPipe ×2 111.6 from
+neither way won (docs/lab/layer-fit-evidence.md; 30 rounds each, ms): GPipe ×2 111.6 from
 threads against 112.3 inline back to back, 118.5 against 125.7 with the devices
 synchronized between steps; 1F1B ×2 95.6 against 94.4, and 109.7 against 99.2.
 

@@ -45,7 +45,7 @@ class SplitRunner:
         # pipelines: all issued from this thread, whose cuDNN forward plans were primed on
         # the whole device, or each stage from a thread of its own (Workers), whose plans
         # are chosen in its first step, under the case's budget. Timed, neither won on
-        # two H200s (docs/layer_fit.md).
+        # two H200s (docs/lab/layer-fit-evidence.md).
         self.threads = threads
         torch.manual_seed(0)
         placement = [d0] * cut + [d1] * (n + m - cut)
