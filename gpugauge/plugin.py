@@ -22,6 +22,7 @@ import inspect
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -162,7 +163,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         )
     stop = item.session.shouldstop or item.session.shouldfail
     if gs is not None and stop:
-        gs.stopped = str(stop)
+        gs.course = replace(gs.course, stopped=str(stop))
 
 
 def _progress(config: pytest.Config, gs: GaugeSession, now: float) -> None:
@@ -172,10 +173,10 @@ def _progress(config: pytest.Config, gs: GaugeSession, now: float) -> None:
     where its tests take under half a minute each.
     """
     started = config.stash.get(STARTED, now)
-    if now - config.stash.get(PROGRESS_AT, started) < PROGRESS_EVERY_S or not gs.finished:
+    if now - config.stash.get(PROGRESS_AT, started) < PROGRESS_EVERY_S or not gs.course.finished:
         return
     config.stash[PROGRESS_AT] = now
-    gs.note(progress(now - started, gs.finished, gs.selected))
+    gs.note(progress(now - started, gs.course.finished, gs.course.selected))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -377,7 +378,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
             # only gauge.compare's: a family's comparisons are derived from the results
             "comparisons": [c.as_dict() for c in session.adhoc_comparisons],
             "history_run_id": session.tracker.run_id if session.tracker else None,
-            "outcome": session.outcome().as_dict(),
+            "outcome": session.course.as_dict(),
             "test_seconds": dict(session.test_seconds),
             "wall_s": session.wall.as_dict(
                 time.monotonic() - config.stash.get(STARTED, time.monotonic()),

@@ -38,7 +38,7 @@ from gpugauge.report.tables import (
     unsampled_ids,
 )
 from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
-from gpugauge.results.outcome import RunOutcome, Skip
+from gpugauge.results.outcome import RunOutcome
 from gpugauge.results.verdicts import GateResult
 from gpugauge.runtime.options import Options
 
@@ -64,8 +64,6 @@ class GaugeSession:
     foreign_note: str | None = None
     tracker: Tracker | None = None  # the results history; None with --gauge-no-history
     first_nights: FirstNights | None = None  # --gauge-first-nights N; the judge's too
-    selected: int = 0  # tests pytest selected to run
-    finished: int = 0  # tests that ran to their teardown
     # each test's wall seconds (setup, call, teardown) by node id: what `gpugauge confirm`'s
     # A/B of it will roughly cost, saved in the run's JSON
     test_seconds: dict[str, float] = field(default_factory=dict)
@@ -73,9 +71,8 @@ class GaugeSession:
     # each recorded result's id and the node id of the test that recorded it: an id keys the
     # run file's row and verdict, the baseline and the history, so it has one test
     recorded_by: dict[str, str] = field(default_factory=dict)
-    skips: list[Skip] = field(default_factory=list)
-    interrupted: str | None = None  # the exception that ended the run (Ctrl-C), or None
-    stopped: str | None = None  # why pytest started no more tests (-x, --gauge-stop-after), or None
+    # the run's course so far (selected, finished, skipped, ended early), saved with it
+    course: RunOutcome = field(default_factory=lambda: RunOutcome(0, 0))
     printed: bool = False  # the gpugauge section is on the terminal already
     # CPU cases' intra-op threads (one unless OMP_NUM_THREADS pins more), and the highest
     # load average seen around their timing: at the core count, the run warns
@@ -269,12 +266,6 @@ class GaugeSession:
             self._artifact_run = self.options.artifacts_dir / f"{stamp}-{os.getpid()}"
         return self._artifact_run
 
-    def outcome(self) -> RunOutcome:
-        """How the run went so far: selected, finished, skipped, ended early."""
-        return RunOutcome(
-            self.selected, self.finished, tuple(self.skips), self.interrupted, self.stopped
-        )
-
     def append_history(self) -> None:
         """Append this run's results to the history (once, at the end); never raises.
 
@@ -285,7 +276,7 @@ class GaugeSession:
         """
         if self.tracker is None or self.unmeasured:
             return
-        early = self.outcome().ended_early()
+        early = self.course.ended_early()
         if early and self.measurements:
             self.messages.append(
                 f"history NOT appended: {early}; a night's history keeps whole runs (add "

@@ -8,6 +8,8 @@ asks for its cases. This module then loads torch, the families, the gate and the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpugauge.core.phrasing import Note
@@ -114,15 +116,17 @@ class OutcomeWatch:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """How many tests the run selected: a saved run says how many of them ran."""
-        self.session.selected = len(session.items)
+        self.session.course = replace(self.session.course, selected=len(session.items))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count the tests that ran to their end; keep each skip's reason."""
+        course = self.session.course
         if report.when == "teardown":
-            self.session.finished += 1
+            self.session.course = replace(course, finished=course.finished + 1)
         elif report.skipped and not hasattr(report, "wasxfail"):
-            self.session.skips.append(Skip(test_id(report.nodeid), skip_reason(report.longrepr)))
+            skip = Skip(test_id(report.nodeid), skip_reason(report.longrepr))
+            self.session.course = replace(course, skipped=(*course.skipped, skip))
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """Ctrl-C, or a signal raised as one: the saved run and the history must know."""
-        self.session.interrupted = excinfo.typename
+        self.session.course = replace(self.session.course, interrupted=excinfo.typename)
