@@ -1,1 +1,1 @@
-"""Judging results: one vocabulary of verdicts, one judge over interchangeable references."""
+"""The one judge: each result's verdict from its references, and what its test does with it."""
