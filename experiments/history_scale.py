@@ -6,7 +6,7 @@ in a fresh process pinned to one CPU core (``taskset -c 0``):
 
 - ``gpugauge history changes`` (every case's change points, what changed);
 - ``gpugauge report --history`` of a saved run of the 70 cases;
-- the nightly's own judging: ``Tracker.judge`` of the 70 cases against the history;
+- the nightly's own judging: ``Tracker.by_history`` of the 70 cases against the history;
 - ``gpugauge history export --csv``, with the process's peak memory (maxrss).
 
 Usage: ``python -m experiments.history_scale FOLDER [RUNS ...]`` (default runs: 30 366
@@ -72,7 +72,7 @@ def current_run(folder: Path) -> Path:
 
 
 def judge_all(target: str, current: str) -> None:
-    """What a gated nightly does per case: Tracker.judge of each of the run's results."""
+    """What a gated nightly does per case: the host history's check of each of the run's results."""
     from gpugauge.judging.tracking import Tracker
     from gpugauge.regress.baselines import BaselineStore
     from gpugauge.regress.gate import Gate
@@ -84,7 +84,7 @@ def judge_all(target: str, current: str) -> None:
     gate = Gate(BaselineStore(Path(target).parent / "no-baselines"), Tolerances())
     t0 = time.perf_counter()
     for m in run.measurements:
-        tracker.judge(m, gate)
+        tracker.by_history(m, gate)
     print(f"judged {len(run.measurements)} in {time.perf_counter() - t0:.2f} s")
     tracker.close()
 

@@ -207,3 +207,18 @@ def test_cases_searched_together_find_what_each_finds_alone() -> None:
     together = changepoints.changes_of_cases(cases)
     assert any(together)
     assert together == [case_changes(points) for points in cases]
+
+
+def test_the_scale_experiment_judges_with_today_s_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """experiments/history_scale.py's judging step, on a small history: it runs as docs say.
+
+    It called ``Tracker.judge`` for a while after that method became ``by_history``.
+    """
+    from experiments.history_scale import build, current_run, judge_all
+
+    path = tmp_path / "h.sqlite"
+    build(path, 3)
+    judge_all(str(path), str(current_run(tmp_path)))
+    assert capsys.readouterr().out.startswith("judged 70 in ")
