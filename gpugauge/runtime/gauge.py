@@ -373,16 +373,17 @@ class Gauge:
             if tracker is not None:
                 tracker.keep([(m, None)])
             return None
-        decision = judge.decide(m, None if self._again is None else self._measured_again(m))
+        again = None if self._again is None else self._announced(m, self._again)
+        decision = judge.decide(m, again)
         if tracker is not None:
             tracker.keep(list(decision.attempts))
         self.session.gate_results.append(decision.result)
         return decision
 
-    def _measured_again(self, m: Measurement) -> Callable[[], Measurement]:
-        """The judge's way to measure ``m`` again, saying so on the terminal."""
-        again = self._again
-        assert again is not None
+    def _announced(
+        self, m: Measurement, again: Callable[[], Measurement]
+    ) -> Callable[[], Measurement]:
+        """``again``, the judge's way to measure ``m`` again, saying so on the terminal."""
 
         def measured() -> Measurement:
             self.session.note(f"{m.id}: regressed; measuring again ...")
