@@ -27,7 +27,7 @@ from gpugauge.ab.verdict import (
     paired_ratio,
     pooled_process_sd,
 )
-from gpugauge.core.phrasing import plural
+from gpugauge.core.phrasing import joined, plural
 from gpugauge.results.files import atomic_write_text
 from gpugauge.results.verdicts import Basis, MetricCheck
 
@@ -246,7 +246,7 @@ class CaseAB:
     @property
     def verdict_text(self) -> str:
         """The outcome as a table says it: 'need more samples (clocks unstable: ...)'."""
-        notes = "; ".join(n for n in (self.unstable_note, self.rounds_note) if n)
+        notes = joined(self.unstable_note, self.rounds_note)
         return f"{self.outcome} ({notes})" if notes else f"{self.outcome}"
 
     @property

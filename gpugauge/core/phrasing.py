@@ -12,6 +12,11 @@ def plural(count: int, noun: str, many: str = "") -> str:
     return f"{count} {noun if count == 1 else many or noun + 's'}"
 
 
+def joined(*notes: str) -> str:
+    """'a; b': the notes that say something, in one line."""
+    return "; ".join(n for n in notes if n)
+
+
 def duration(seconds: float) -> str:
     """A rough time, said as one: '40 s' under 90 s, '3 min' from there."""
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"

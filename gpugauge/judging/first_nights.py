@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from gpugauge.core.phrasing import plural
+from gpugauge.core.phrasing import joined, plural
 from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
@@ -158,8 +158,7 @@ class FirstNights:
         if night.stage is Stage.JUDGED or night.stage is Stage.OVER:
             judged, night = self._judged(m, result, gate, night)
         self.said[m.id] = night
-        note = "; ".join(n for n in (judged.note, night.describe()) if n)
-        return replace(judged, note=note)
+        return replace(judged, note=joined(judged.note, night.describe()))
 
     def passing(self, result: GateResult) -> str:
         """Why a *new* result passes under ``--gauge-require-baselines`` (a first night), or ""."""
@@ -222,7 +221,7 @@ class FirstNights:
                 else f"this host has {mine} of them (its history judges from {self.nights})"
             )
             return result, replace(night, stage=Stage.OVER, why=why)
-        note = "; ".join(n for n in (result.note, judged.note) if n)
+        note = joined(result.note, judged.note)
         return replace(judged, note=note), replace(night, stage=Stage.JUDGED)
 
     def summary(self) -> list[str]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
 
+from gpugauge.core.phrasing import joined
 from gpugauge.regress.baselines import entry_of
 from gpugauge.regress.gate import Gate
 from gpugauge.results.measurement import Attempt, Measurement
@@ -143,10 +144,6 @@ class Decision:
         return self.attempts[-1][0]
 
 
-def _joined(*notes: str) -> str:
-    return "; ".join(n for n in notes if n)
-
-
 def _deciding(r: GateResult) -> str:
     """The checks that decided a verdict, in one phrase."""
     return "; ".join(c.describe() for c in r.checks if c.verdict is r.verdict) or r.note
@@ -193,7 +190,7 @@ class Judge:
         if first.verdict is Verdict.REGRESSED:
             if again is None or not self.remeasure:
                 why = "recorded from elsewhere" if again is None else "--gauge-no-remeasure"
-                result = replace(first, note=_joined(first.note, f"not measured again ({why})"))
+                result = replace(first, note=joined(first.note, f"not measured again ({why})"))
             else:
                 second = again()
                 if m.timing is not None and second.timing is not None:
@@ -201,7 +198,7 @@ class Judge:
                     second = replace(second, earlier=earlier)
                 judged = self.judge(second)
                 said = f"first measurement {first.verdict}: {_deciding(first)}"
-                result = replace(judged, note=_joined(said, judged.note))
+                result = replace(judged, note=joined(said, judged.note))
                 attempts.append((second, result))
         return Decision(result, *self._action(result), tuple(attempts))
 

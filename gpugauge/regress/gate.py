@@ -20,6 +20,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import replace
 
+from gpugauge.core.phrasing import joined
 from gpugauge.measure.stats import ratio_of_medians
 from gpugauge.regress.baselines import BaselineStore, Entry, KernelShare
 from gpugauge.regress.tolerances import Tolerance, Tolerances
@@ -120,8 +121,9 @@ def compare(
     notes = [kernel_change(current.kernels, baseline.kernels)]
     if not checks:
         notes.append("no metric in common with the baseline")
-    note = "; ".join(n for n in notes if n)
-    return GateResult(current.id, current.family, current.device_class, tuple(checks), note)
+    return GateResult(
+        current.id, current.family, current.device_class, tuple(checks), joined(*notes)
+    )
 
 
 def short_kernel(name: str, width: int = 80) -> str:
