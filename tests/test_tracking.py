@@ -8,6 +8,7 @@ in the history, the first not accepted as a reference.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -473,4 +474,9 @@ def test_a_full_disk_at_the_start_skips_the_history_in_one_line(
     assert len(said) == 1, out
     assert said[0].startswith("history NOT used: history h.sqlite: ")
     assert "2 passed" in done.stdout
-    assert "gpugauge gate: 2 " in done.stdout  # both judged, against the class baseline
+    # both judged, against the class baseline: two verdicts, neither "new" (a 3 ms sleep on a
+    # loaded CI host may read inconclusive; what is checked here is that it was judged)
+    (counts,) = re.findall(r"^gpugauge gate: (.+)$", done.stdout, re.MULTILINE)
+    verdicts = {v: int(n) for n, v in re.findall(r"(\d+) (\w+)", counts)}
+    assert sum(verdicts.values()) == 2, counts
+    assert "new" not in verdicts, counts
