@@ -301,6 +301,95 @@ def test_a_spent_budget_skips_no_test_of_a_gated_run() -> None:
     assert head.last["op"] == base.last["op"] == "skip"
 
 
+class _Untimed(_Scripted):
+    """A side whose test makes no timing call (a memory search): set up, it is done."""
+
+    def expect(self, *ops: str) -> dict:
+        if self.last["op"] == "go":
+            return {"op": "done", "outcome": "passed"}
+        return super().expect(*ops)
+
+
+def test_a_gated_run_runs_a_test_the_reference_ran_with_nothing_to_pair() -> None:
+    """Run 110: three memory searches ran on the base first, and the gated run skipped them."""
+    from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.result import SKIPPED_FOR
+    from gpugauge.ab.runner import Coordinator
+
+    gated = replace(ABConfig((), Path("unused")), head_as_is=True)
+    coordinator = Coordinator(gated, {}, note=lambda _: None)
+    base, head = _Untimed("base", []), _Untimed("head", [])
+    coordinator._paired(base, head, "t.py::t[fit]")  # base's setup goes first
+    assert base.last["op"] == "go"
+    assert head.last["op"] == "go"  # the gated run ran it too
+    plain = Coordinator(ABConfig((), Path("unused")), {}, note=lambda _: None)
+    base, head = _Untimed("base", []), _Untimed("head", [])
+    plain._paired(base, head, "t.py::t[fit]")
+    assert head.last == {"op": "skip", "reason": f"{SKIPPED_FOR} (base ran it)"}
+
+
+def test_a_test_either_side_marks_untimed_is_skipped_by_the_other_never_by_a_gated_run() -> None:
+    """A reference from before the marker runs its search unmarked: it is told to skip it."""
+    from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.result import NOTHING_TO_PAIR, UNTIMED_SKIPPED
+    from gpugauge.ab.runner import Coordinator
+
+    gated = replace(ABConfig((), Path("unused")), head_as_is=True)
+    coordinator = Coordinator(gated, {}, note=lambda _: None)
+    coordinator._untimed = {"t.py::t[fit]"}  # as the head side's "collected" says
+    base, head = _Untimed("base", []), _Untimed("head", [])
+    case = coordinator._paired(base, head, "t.py::t[fit]")
+    assert base.last == {"op": "skip", "reason": UNTIMED_SKIPPED}
+    assert head.last["op"] == "go"
+    assert case.unpaired_reason == NOTHING_TO_PAIR
+    plain = Coordinator(ABConfig((), Path("unused")), {}, note=lambda _: None)
+    plain._untimed = {"t.py::t[fit]"}
+    lone = _Untimed("base", [])
+    assert plain._alone(lone, "t.py::t[fit]").startswith("skipped: ")  # on one side only
+    assert lone.last == {"op": "skip", "reason": UNTIMED_SKIPPED}
+
+
+def test_a_result_the_night_does_not_judge_is_timed_by_the_gated_run_alone() -> None:
+    """An eager host-paced step or a 0.04 ms ReLU: round 1 pairs no blocks for it."""
+    from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.result import LEFT_TO_GATED_RUN
+    from gpugauge.ab.runner import Coordinator
+
+    class Scripted(Coordinator):
+        def _block(self, side, first):
+            ms, mhz = next(side.blocks)
+            return Block(ms, 20, mhz)
+
+    cfg = replace(ABConfig((), Path("unused")), head_as_is=True, unpaired=frozenset({"relu"}))
+    coordinator = Scripted(cfg, {}, note=lambda _: None)
+    base, head = _Scripted("base", []), _Scripted("head", [])
+    case = coordinator._paired(base, head, "t.py::t[relu]")
+    assert base.last == {"op": "skip", "reason": LEFT_TO_GATED_RUN}
+    assert head.last["op"] == "solo"  # timed as without an A/B
+    assert case.pairs == ()
+    assert case.timed_alone == ""
+    assert case.unpaired_reason == LEFT_TO_GATED_RUN.removeprefix("gpugauge ab: ")
+    # a case it judges is paired as ever
+    base, head = _Scripted("base", [(1.0, 1980.0)] * 4), _Scripted("head", [(1.0, 1980.0)] * 4)
+    assert len(coordinator._paired(base, head, "t.py::t[conv]").pairs) == 4
+    # without a gated run there is no one to time it alone: an A/B pairs every case
+    plain = Scripted(replace(cfg, head_as_is=False), {}, note=lambda _: None)
+    base, head = _Scripted("base", [(1.0, 1980.0)] * 4), _Scripted("head", [(1.0, 1980.0)] * 4)
+    assert len(plain._paired(base, head, "t.py::t[relu]").pairs) == 4
+
+
+def test_a_later_round_runs_its_tests_cheapest_first() -> None:
+    """Run 110's round 2 ran a 77 s split 17th of 48, and the deadline cut nine cases."""
+    from gpugauge.ab.runner import cheapest_first
+
+    cases = tuple(
+        CaseAB(n, f"t.py::t[{n}]", wall_s=s) for n, s in (("split", 67.0), ("a", 4.0), ("b", 4.0))
+    )
+    report = replace(_report(cases), wall_s=80.0)
+    ids = ("t.py::t[split]", "t.py::t[b]", "t.py::t[a]", "t.py::t[new]")
+    assert cheapest_first(ids, report) == ("t.py::t[new]", "t.py::t[b]", "t.py::t[a]", ids[0])
+
+
 def test_pairs_whose_clocks_differ_never_count_and_too_many_stop_the_case() -> None:
     # head 2% slower in every pair its clock was 10% lower: those pairs are measured
     # again, and never counted, however many there are
@@ -939,8 +1028,9 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     assert picked.test_s > 0
     assert picked.busy is None  # the toy reads no GPU-busy share
     assert borderline(_with_verdict(run, 1.005, "unchanged", cls)) == []  # under the floor
-    # a GPU-busy result of 0.1 ms or more on a new host: A/B'd whatever its ratio (a 3%
-    # slowdown on a host 3% faster than its class reads 1.00x against it)
+    # a GPU-busy result of 0.1 ms or more: A/B'd every night whatever its ratio (a 3%
+    # slowdown on a host 3% faster than its class reads 1.00x against it; a known host's
+    # history allows three times its spread)
     gpu = _with_verdict(run, 0.97, "unchanged", cls)
     data = json.loads(gpu.read_text())
     data["benchmarks"][0]["extra_info"]["timing"]["clock"] = "cuda_event"
@@ -949,7 +1039,10 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     known = gpu.with_name("known.json")
     data["benchmarks"][0]["extra_info"]["gate"]["references"]["time"] = "class baseline"
     known.write_text(json.dumps(data))
-    assert borderline(known) == []  # a known host's class verdict: only above the floor
+    assert [c.ratio for c in borderline(known)] == [pytest.approx(0.97)]
+    data["benchmarks"][0]["extra_info"]["values"] = {"gpu_busy": 0.6}  # host-paced: its host's
+    known.write_text(json.dumps(data))
+    assert borderline(known) == []  # below the floor, and not the GPU's work
     # a new host's class regression too: an A/B may find it is the host's speed
     assert [c.regressed for c in borderline(_with_verdict(run, 1.09, "regressed", cls))] == [True]
     # judged by other hosts' history, no committed baseline: no commit to A/B against

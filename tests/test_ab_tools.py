@@ -275,6 +275,9 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
     from gpugauge.results.runs import load_run
     from gpugauge.results.verdicts import Basis
 
+    # the reference commit predates the untimed marker: told to skip the count, it never runs
+    # it (its test fails where it runs in an A/B), and the gated run still does
+    (repo / "test_toy.py").write_text(BENCH.format(extra="").replace("@pytest.mark.untimed\n", ""))
     run = _saved_run(repo, tmp_path)  # the class baseline, 3 ms rounds, committed
     recorded = subprocess.run(
         [sys.executable, "-m", "gpugauge", "baseline", str(run)],
@@ -317,7 +320,8 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
     assert stored["checks"][0]["basis"] == Basis.SAME_GPU_AB.value, said
     report = json.loads((tmp_path / "ab" / "ab.json").read_text())
     count = next(c for c in report["cases"] if c["id"].endswith("test_count"))
-    assert count["only"] == "head", count  # the untimed test ran in the gated run alone
+    assert count["status"]["head"] == "passed", count  # the untimed test ran in the gated run
+    assert "marked untimed" in count["status"]["base"], count  # and not on the reference
     spin = next(c for c in report["cases"] if c["id"] == "test_toy.py::test_spin")
     assert spin["outcome"] == "slower", said
     assert len(spin["rounds"]) == 1, said  # its round 2
@@ -354,6 +358,33 @@ def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_basel
     assert accepting_commit(repo, baselines, {"2x-nvidia-h200"}) == two
     newer = accept("2x-nvidia-h200", "layer_fit", "split")  # now two files each: the newest
     assert accepting_commit(repo, baselines, classes) == newer
+
+
+def test_the_night_leaves_to_its_gated_run_what_the_class_baseline_says_no_a_b_judges(
+    tmp_path: Path,
+) -> None:
+    """Pairs for a 0.04 ms ReLU or a host-paced step cost blocks that no verdict reads."""
+    from gpugauge.ab.measured import unjudged
+    from gpugauge.regress.baseline_file import Entry
+    from gpugauge.regress.baselines import BaselineStore
+
+    def entry(rid: str, family: str = "layers", cls: str = "nvidia-h200", **readings) -> Entry:
+        return Entry(rid, family, cls, {k: tuple(v) for k, v in readings.items()})
+
+    BaselineStore(tmp_path).write(
+        [
+            entry("conv", time=[9.7, 9.8, 9.7], gpu_busy=[1.0]),
+            entry("relu", time=[0.04, 0.05, 0.04], gpu_busy=[1.0]),
+            entry("eager", "amp", time=[2.9, 3.1, 3.0], gpu_busy=[0.11]),
+            entry("edge", "amp", time=[0.1, 0.1, 0.1], gpu_busy=[0.8]),  # both at their floor
+            entry("unread", "amp", time=[1.0, 1.0, 1.0]),  # no GPU-busy share read
+            entry("fit", "layer_fit", max_layers=[62.0]),  # a search: no time at all
+            entry("other-class", cls="nvidia-h100-80gb-hbm3", time=[0.04]),
+        ],
+        {"recorded_from": ["test"]},
+    )
+    assert unjudged(tmp_path, {"nvidia-h200", "cpu-x86_64"}) == {"relu", "eager", "fit"}
+    assert unjudged(tmp_path, set()) == frozenset()
 
 
 def test_the_gated_run_s_table_is_read_from_its_side_s_log(tmp_path: Path) -> None:

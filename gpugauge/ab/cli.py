@@ -153,11 +153,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     conf = sub.add_parser(
         "confirm",
         help="A/B a gated run's results against the commit that accepted their baselines",
-        description="For every result of a saved gated run that passed with a time ratio "
-        "above 1 + --floor, and on a host with too little history every GPU-busy result of "
-        "0.1 ms or more and every result that regressed in its time alone against its class "
-        "baseline, run an A/B on this device: the commit that last wrote its class baseline "
-        "against the working tree. The A/B's verdict becomes the "
+        description="For every GPU-busy result of 0.1 ms or more of a saved gated run, "
+        "every other result that passed with a time ratio above 1 + --floor, and on a new "
+        "host every result that regressed in its time alone against its class baseline, "
+        "run an A/B on this device: the commit that last wrote its class baseline against "
+        "the working tree. The A/B's verdict becomes the "
         "result's: written into RUN.json (and its saved gate table), and kept with its pairs "
         "in the results history the run was added to. Exit status: 0 no result of the run "
         "regressed after the A/Bs, 1 one did (an A/B found it slower, or none cleared it), "

@@ -124,13 +124,15 @@ def run_ab(
     budget: Budget | None = None,
     *,
     gated: Sequence[str] | None = None,
+    unpaired: frozenset[str] = frozenset(),
     later: Callable[[Sequence[str]], Sequence[str]] = tuple,
 ) -> ABReport:
     """One A/B of two refs with this command line's selection and settings, within ``budget``.
 
     ``gated``: round 1's head process runs as its command line says, with these options
-    too (the gated run of ``confirm --measure``: options an older base may not know);
-    ``later``: which of round 1's paired tests the later rounds run.
+    too (the gated run of ``confirm --measure``: options an older base may not know), and
+    times the case ids ``unpaired`` alone; ``later``: which of round 1's paired tests the
+    later rounds run.
     """
     here = Path.cwd()
     top = repo_root(here)
@@ -141,7 +143,8 @@ def run_ab(
     cfg = config_of(args, make_dir(out, "--out"), ids, budget)
     if gated is not None:
         as_is = (*cfg.side_args.get("head", ()), *gated)
-        cfg = replace(cfg, side_args={**cfg.side_args, "head": as_is}, head_as_is=True)
+        gated_side = {**cfg.side_args, "head": as_is}
+        cfg = replace(cfg, side_args=gated_side, head_as_is=True, unpaired=unpaired)
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         for k in range(1, MOST_ROUNDS + 1):
             (round_folder(out, k) / stale).unlink(missing_ok=True)

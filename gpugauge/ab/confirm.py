@@ -2,14 +2,14 @@
 
 A host the history knows too few runs of is judged against the class baseline, allowed
 the host-to-host spread on top of the baseline's own allowance: 6.5% on an H100 whose
-history is empty, so a 3% slowdown passes. Such a result is *borderline* when its time
-ratio lies above ``1 + floor`` yet passed; one whose time alone *regressed* that way may be
-this host's speed, not the code's (a host-paced step). ``confirm`` A/Bs each on this GPU,
-the reference build being the commit that accepted the class baseline (the last commit
-that wrote ``baselines/<class>/<family>.json``), and the verdict of that A/B is the one
-that counts: a case it finds slower fails the job, and a regression it clears passes. On a
-host its history knows, a result that passed above the floor is A/B'd too: the history
-allows three times the run-to-run spread, which on a noisy case is more than the A/B's 1%.
+history is empty, so a 3% slowdown passes; a known host's history allows three times its
+run-to-run spread. A same-GPU A/B sees 1% on any host. So ``confirm`` A/Bs on this GPU
+every GPU-busy result of 0.1 ms or more, every night, whatever its ratio; every other
+result that passed above ``1 + floor``; and one whose time alone *regressed* against its
+class on a new host (this host's speed, perhaps, not the code's). The reference build is
+the commit that accepted the class baseline (the last commit that wrote
+``baselines/<class>/<family>.json``), and the verdict of that A/B is the one that counts:
+a case it finds slower fails the job, and a regression it clears passes.
 
 Within a time budget the regressed results go first (the job's status hangs on them),
 then the device-paced ones (a round of 1 ms or more, and a GPU-busy share of at least 80%
@@ -36,13 +36,14 @@ from gpugauge.measure.clocks import CudaEventClock
 from gpugauge.results.files import read_json
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.runs import load_run
-from gpugauge.results.verdicts import HOST_REASON, NEW_HOST_REASON, Basis, GateResult, Verdict
+from gpugauge.results.verdicts import Basis, GateResult, Verdict
 
 # A round this long is the GPU's work: a launch's ~10 us is under 1% of it.
 DEVICE_PACED_MS = 1.0
-# A GPU-timed round this long, the GPU busy, is worth an A/B on a host too new for its
-# class to judge, whatever its ratio: a 3% slowdown on a host 3% faster than the class
-# reads 1.00x against it. Shorter rounds are their launch path's as much as the GPU's.
+# A GPU-timed round this long, the GPU busy, is worth an A/B every night, whatever its
+# ratio: a 3% slowdown on a host 3% faster than its class reads 1.00x against it, and a
+# host's history allows three times its spread. Shorter rounds are their launch path's as
+# much as the GPU's.
 GPU_BUSY_MS = 0.1
 
 
@@ -80,16 +81,15 @@ class Borderline:
 def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     """The results of a gated run a same-GPU A/B should decide.
 
-    Each passed above ``1 + floor`` against a class baseline or its own host's history
-    (whose allowance, three times its run-to-run spread, can exceed the A/B's 1%), or
-    passed against a class baseline on a new host as a GPU-busy result of
-    :data:`GPU_BUSY_MS` or more (whatever its ratio: the class allows a new host the
-    host-to-host spread), or regressed against one on a new host in its time alone
-    (:func:`~gpugauge.judging.judge.regressed_on_new_host`: the class cannot tell this
-    host's speed from the code's). A result decided by an A/B already is left out (a second
-    ``confirm`` of a run A/Bs nothing again); so is one that regressed otherwise (it fails,
-    whatever an A/B says), one with no committed baseline to A/B against, or one with no
-    time check.
+    Each GPU-busy result of :data:`GPU_BUSY_MS` or more that passed, whatever its ratio
+    (:func:`gpu_busy`: a class allows a new host the host-to-host spread, a host's history
+    three times its run-to-run spread, and an A/B 1%); each other result that passed above
+    ``1 + floor``; and each that regressed against a class baseline on a new host in its
+    time alone (:func:`~gpugauge.judging.judge.regressed_on_new_host`: the class cannot
+    tell this host's speed from the code's). A result decided by an A/B already is left
+    out (a second ``confirm`` of a run A/Bs nothing again); so is one that regressed
+    otherwise (it fails, whatever an A/B says), one with no committed baseline to A/B
+    against, or one with no time check.
     """
     run = load_run(path)
     data = read_json(path)
@@ -102,7 +102,6 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
         if result is None or check is None:
             continue
         regressed = result.verdict is Verdict.REGRESSED
-        reason = str(result.references.get("time", ""))
         if regressed and not regressed_on_new_host(result):
             continue
         if check.basis is Basis.SAME_GPU_AB:
@@ -110,10 +109,7 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
         if check.basis is Basis.CLASS_HISTORY:
             continue  # no committed baseline: no commit to A/B against
         busy = m.values.get("gpu_busy")
-        # (a run saved before checks named their basis says it in the reason)
-        known = check.basis is Basis.HOST_HISTORY or reason.startswith(HOST_REASON)
-        new_host = not known and reason.startswith(NEW_HOST_REASON) and _gpu_busy(m, busy)
-        if (check.ratio > 1 + floor or new_host) and m.id in nodeids:
+        if (check.ratio > 1 + floor or _gpu_busy(m, busy)) and m.id in nodeids:
             node = nodeids[m.id]
             out.append(
                 Borderline(
@@ -131,13 +127,22 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     return out
 
 
+def gpu_busy(ms: float, busy: float | None) -> bool:
+    """Whether rounds of ``ms`` (median) at GPU-busy share ``busy`` are worth an A/B every night.
+
+    :data:`GPU_BUSY_MS` or more, the GPU busy where the case reads a share: an A/B sees
+    1% of such a case on any host; shorter rounds are their launch path's as much as the
+    GPU's, and a host-paced step reads its host.
+    """
+    return ms >= GPU_BUSY_MS and (busy is None or busy >= HOST_BOUND_BELOW)
+
+
 def _gpu_busy(m: Measurement, busy: float | None) -> bool:
     """Whether ``m``'s rounds are the GPU's work: device-timed, long enough, the GPU busy."""
     timing = m.timing
     if timing is None or timing.clock != CudaEventClock.name or not timing.device_ms:
         return False
-    ms = statistics.median(timing.device_ms)
-    return ms >= GPU_BUSY_MS and (busy is None or busy >= HOST_BOUND_BELOW)
+    return gpu_busy(statistics.median(timing.device_ms), busy)
 
 
 def _test_seconds(data: dict[str, Any]) -> dict[str, float]:

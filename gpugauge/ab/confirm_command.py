@@ -34,6 +34,7 @@ from gpugauge.ab.measured import (
     gpu_names,
     host_classes,
     keep_gated_run,
+    unjudged,
 )
 from gpugauge.ab.render import terminal
 from gpugauge.ab.result import ABReport
@@ -162,28 +163,46 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
         argv = [sys.executable, "-m", "pytest", *selection(args), *head_args(args)]
         argv.append(f"--benchmark-json={args.run}")
         return (EXIT_FAILED if subprocess.run(argv).returncode else EXIT_OK), set()
-    chosen: list[Borderline] = []
+    chosen: list[Borderline] = []  # the results of the gated run this A/B decides
 
     def later(paired: Sequence[str]) -> list[str]:
-        """After round 1: RUN.json saved, and the results it leaves to an A/B chosen."""
+        """After round 1: RUN.json saved, and the results it leaves to this A/B chosen.
+
+        Those round 1 paired; one it left to the gated run alone that still asks for an
+        A/B (above the floor on a known host) gets one of its own afterwards.
+        """
         keep_gated_run(args.out / "head.json", args.run)
         print("\n" + gate_summary(args.out / "head.log"), flush=True)
-        cases = borderline(args.run, args.floor)
-        chosen[:] = by_reference(top, args.baselines_dir, cases).get(ref, [])
-        nodes = {c.nodeid for c in chosen}
-        return [i for i in paired if i in nodes]
+        cases = by_reference(top, args.baselines_dir, borderline(args.run, args.floor))
+        chosen[:] = [c for c in cases.get(ref, []) if c.nodeid in paired]
+        return [c.nodeid for c in chosen]
 
     print(
         f"gpugauge confirm: the gated run is round 1's head side, against {ref[:10]} (the "
         "commit that accepted this host's baselines)",
         flush=True,
     )
+    alone = unjudged(args.baselines_dir, host_classes(gpu_names()))
+    if alone:
+        print(
+            f"gpugauge confirm: {plural(len(alone), 'result')} the gated run times alone, "
+            "their class baselines' rounds being under 0.1 ms, host-paced or untimed (an "
+            f"A/B judges none of them): {', '.join(sorted(alone))}",
+            flush=True,
+        )
     with owning(args.out):
         report = run_ab(
-            args, ref, WORKING_TREE, args.out, budget=budget, gated=gated_args(args), later=later
+            args,
+            ref,
+            WORKING_TREE,
+            args.out,
+            budget=budget,
+            gated=gated_args(args),
+            unpaired=alone,
+            later=later,
         )
     if not args.run.exists():  # one round, or nothing paired: round 2 never asked
-        later(())
+        later(report.paired_ids)
     print("\n" + terminal(report))
     where = _history_of(args)
     injected_ids = {m.id for m in load_run(args.run).measurements if injected(m)}
@@ -235,9 +254,9 @@ def confirm_command(args: argparse.Namespace) -> int:
         if not cases:
             if not measured:
                 print(
-                    f"gpugauge confirm: nothing to confirm in {args.run}: no result passed "
-                    f"above {1 + args.floor:.3f}x, and none on a new host is GPU-busy or "
-                    "regressed in its time alone"
+                    f"gpugauge confirm: nothing to confirm in {args.run}: no result is "
+                    f"GPU-busy or passed above {1 + args.floor:.3f}x, and none on a new "
+                    "host regressed in its time alone"
                 )
             return verdict(status)
         check_rewritable(args.run)

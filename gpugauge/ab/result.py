@@ -34,6 +34,10 @@ from gpugauge.results.verdicts import Basis, MetricCheck
 NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 # a second side's skip reason where the first side's run of the test had nothing to pair
 SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
+# a side's skip reason for a test either side marks untimed (a count, a search)
+UNTIMED_SKIPPED = f"gpugauge ab: marked untimed, {NOTHING_TO_PAIR}"
+# the reference's skip reason for a test the A/B leaves to the gated run alone
+LEFT_TO_GATED_RUN = "gpugauge ab: not judged by an A/B; the gated run times it alone"
 
 AB_SCHEMA = 3  # 3: a case's later rounds of fresh processes ("rounds"), its verdict over all
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the
@@ -123,8 +127,10 @@ class CaseAB:
             alone, other = self.timed_alone, other_side(self.timed_alone)
             return f"only {alone} timed it through gauge.measure ({other} made no such call)"
         outcomes = set(self.status.values())
-        if any(SKIPPED_FOR in v for v in outcomes):
+        if any(SKIPPED_FOR in v or UNTIMED_SKIPPED in v for v in outcomes):
             return NOTHING_TO_PAIR
+        if any(LEFT_TO_GATED_RUN in v for v in outcomes):
+            return LEFT_TO_GATED_RUN.removeprefix("gpugauge ab: ")
         if len(outcomes) == 1:
             (one,) = outcomes
             return one if one != "passed" else NOTHING_TO_PAIR

@@ -42,8 +42,10 @@ from gpugauge.ab.launch import (
 )
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import (
+    LEFT_TO_GATED_RUN,
     PHASES,
     SKIPPED_FOR,
+    UNTIMED_SKIPPED,
     ABReport,
     CaseAB,
     other_side,
@@ -90,6 +92,7 @@ class Coordinator:
         self.cwd = cwd  # relative place in each checkout to run from (None: its root)
         self._flip = not cfg.base_starts  # True: head's block first in the next test
         self._cases: list[CaseAB] = []  # the cases finished so far, in order
+        self._untimed: set[str] = set()  # node ids either side marks untimed
 
     def settings(self, as_is: bool = False) -> tuple[tuple[tuple[str, ...], object], ...]:
         """The options a side takes, by dest; the profile where one was asked for.
@@ -180,7 +183,9 @@ class Coordinator:
         )
 
     def _lockstep(self, base: Side, head: Side, started: float) -> list[CaseAB]:
-        ids = {s.name: s.expect("collected", "bye").get("ids", []) for s in (base, head)}
+        collected = {s.name: s.expect("collected", "bye") for s in (base, head)}
+        ids = {name: m.get("ids", []) for name, m in collected.items()}
+        self._untimed = {i for m in collected.values() for i in m.get("untimed", [])}
         total = len(set(ids["base"]) | set(ids["head"]))
         self.note(f"  {plural(total, 'test')} collected; pairing blocks on this device")
         cases = self._cases  # kept on the coordinator: a side gone silent ends the loop
@@ -193,7 +198,7 @@ class Coordinator:
             else:
                 alone = self._alone_first(base, head, mb, mh, ids)
                 nodeid = (mb if alone is base else mh)["id"]
-                status = {alone.name: self._alone(alone)}
+                status = {alone.name: self._alone(alone, nodeid)}
                 case = CaseAB(case_id(nodeid), nodeid, only=alone.name, calls=0, status=status)
                 if alone is base:
                     mb = base.expect("test", "bye")
@@ -241,14 +246,25 @@ class Coordinator:
         """Whether ``side`` is a gated run (:attr:`ABConfig.head_as_is`): no budget skips it."""
         return self.cfg.head_as_is and side.build == "head"
 
-    def _spent(self, side: Side, nodeid: str | None = None) -> str:
-        """Why the budget skips this side's next test ('' where it runs)."""
-        return "" if self._as_is(side) else self.cfg.budget.why_not(nodeid)
+    def _skipped(self, side: Side, nodeid: str) -> str:
+        """Why ``side`` skips ``nodeid`` ('' where it runs it).
 
-    def _alone(self, side: Side) -> str:
+        A gated run runs every test. Another side skips a test marked untimed on either
+        side (a side from before the marker runs it unmarked), one the A/B leaves to the
+        gated run alone (:attr:`ABConfig.unpaired`), and one past the budget.
+        """
+        if self._as_is(side):
+            return ""
+        if nodeid in self._untimed:
+            return UNTIMED_SKIPPED
+        if self.cfg.head_as_is and case_id(nodeid) in self.cfg.unpaired:
+            return LEFT_TO_GATED_RUN
+        return self.cfg.budget.why_not(nodeid)
+
+    def _alone(self, side: Side, nodeid: str) -> str:
         """Run one test of one side with the GPU to itself, every timing call as usual."""
-        spent = self._spent(side)
-        side.send({"op": "skip", "reason": spent} if spent else {"op": "go"})
+        skipped = self._skipped(side, nodeid)
+        side.send({"op": "skip", "reason": skipped} if skipped else {"op": "go"})
         while (m := side.expect("measure", "done"))["op"] == "measure":
             side.send({"op": "solo"})
         return str(m.get("outcome", "?"))
@@ -258,15 +274,20 @@ class Coordinator:
         self._flip = not self._flip
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
+        skipped = False  # a side was told to skip the test: the other times it alone
         for s in (first, second):
             t0 = time.monotonic()
             ran = said.get(first.name, {})
-            if spent := self._spent(s, nodeid):
-                s.send({"op": "skip", "reason": spent})
-            elif s is second and ran.get("op") == "done" and ran.get("outcome") == "passed":
+            nothing_to_pair = ran.get("op") == "done" and ran.get("outcome") == "passed"
+            if why := self._skipped(s, nodeid):
+                s.send({"op": "skip", "reason": why})
+                skipped = True
+            elif s is second and nothing_to_pair and not self._as_is(s):
                 # the first side's whole test made no timing call to pair (a memory search,
-                # a count): its second run would only cost time
+                # a count): its second run would only cost time (a gated run runs it all
+                # the same: its result is the night's)
                 s.send({"op": "skip", "reason": f"{SKIPPED_FOR} ({first.build} ran it)"})
+                skipped = True
             else:
                 s.send({"op": "go"})
             said[s.name] = s.expect("measure", "done")
@@ -299,7 +320,7 @@ class Coordinator:
                 phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
                 s = base if at("base") == "measure" else head
-                if not pairs:  # not the other side's end after a failed block
+                if not pairs and not skipped:  # the other side ran and made no such call
                     timed_alone = s.name
                 s.send({"op": "solo"})
                 said[s.name] = s.expect("measure", "done")
@@ -396,6 +417,16 @@ def progress_line(case: CaseAB) -> str:
     return f"{case.id}: {said} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again}{took})"
 
 
+def cheapest_first(nodeids: Sequence[str], report: ABReport) -> tuple[str, ...]:
+    """``nodeids`` by their cost in ``report``'s round, cheapest first (ties as given).
+
+    A later round in this order, cut by a deadline, leaves the fewest results undecided:
+    on an H200 one layer_fit split cost what fifteen layer cases did.
+    """
+    cost = {c.nodeid: c.wall_s for c in report.cases}
+    return tuple(sorted(nodeids, key=lambda i: cost.get(i, 0.0)))
+
+
 def run_sides(
     cfg: ABConfig,
     sides: dict[str, Checkout],
@@ -408,7 +439,7 @@ def run_sides(
 
     Round 1 runs the selection; each later round (``next_round``: the configuration for a
     selection of node ids) runs the tests round 1 paired (those of them ``later`` keeps,
-    asked once, after round 1), in a fresh pair of processes with
+    asked once, after round 1; the cheapest first), in a fresh pair of processes with
     the builds' places swapped from round to round (the process in base's place still sets
     a test up first: whatever that order does to a process now falls on the other build),
     within the same time budget. The verdict
@@ -419,6 +450,7 @@ def run_sides(
     report = Coordinator(cfg, sides, note, cwd).run()
     total = cfg.schedule.rounds
     ids = tuple(later(report.paired_ids)) if total > 1 and next_round is not None else ()
+    ids = cheapest_first(ids, report)
     for k in range(2, total + 1):
         if next_round is None or not ids:
             break

@@ -14,7 +14,8 @@ decides when this side may use the GPU:
 
 * before each test, the worker asks ``test`` and waits for ``go``: one side at a time runs
   a test's setup and the work after its rounds, so the two never share the GPU; or for
-  ``skip``, when the other side's run of the test made no timing call to pair;
+  ``skip``, where the test has nothing to pair (it is marked untimed, the other side's run
+  made no timing call, the A/B does not judge it, or its budget is spent);
 * at each call of the primitive that times a case's result (from ``gauge.measure``) it
   asks ``measure``; for each ``block`` it warms up (the first
   block in the case's own regime, later ones briefly: the other side just ran the same
@@ -269,26 +270,39 @@ def pytest_configure(config: pytest.Config) -> None:
 UNTIMED = "untimed"
 
 
+# the node ids of this side's tests marked untimed, kept or left out
+UNTIMED_IDS = pytest.StashKey[list[str]]()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave out the tests marked untimed: they have no timing to pair.
 
     A side run as is (a gated run) keeps them: its run judges their counts, alone on the GPU.
+    Either way the coordinator hears their ids: a side from before the marker runs them
+    unmarked, and is told to skip them.
     """
-    if CHANNEL is None or os.environ.get(AS_IS_ENV):
+    if CHANNEL is None:
         return
     timed, untimed = [], []
     for item in items:
         (timed if item.get_closest_marker(UNTIMED) is None else untimed).append(item)
-    if untimed:
+    config.stash[UNTIMED_IDS] = [item.nodeid for item in untimed]
+    if untimed and not os.environ.get(AS_IS_ENV):
         config.hook.pytest_deselected(items=untimed)
         items[:] = timed
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Tell the coordinator which tests this side will run, in order."""
+    """Tell the coordinator which tests this side will run, in order, and which are untimed."""
     if CHANNEL is not None:
-        CHANNEL.send({"op": "collected", "ids": [item.nodeid for item in session.items]})
+        CHANNEL.send(
+            {
+                "op": "collected",
+                "ids": [item.nodeid for item in session.items],
+                "untimed": session.config.stash.get(UNTIMED_IDS, []),
+            }
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -298,7 +312,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
         return
     order = CHANNEL.ask({"op": "test", "id": item.nodeid})
-    if order.get("op") == "skip":  # the other side's run had nothing to pair: not run here
+    if order.get("op") == "skip":  # nothing to pair: not run here
         item.add_marker(pytest.mark.skip(reason=str(order.get("reason", "gpugauge ab"))))
     yield
     gc.collect()
