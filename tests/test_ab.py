@@ -1043,6 +1043,18 @@ def test_confirm_picks_passed_results_above_the_floor_judged_by_the_class(
     data["benchmarks"][0]["extra_info"]["values"] = {"gpu_busy": 0.6}  # host-paced: its host's
     known.write_text(json.dumps(data))
     assert borderline(known) == []  # below the floor, and not the GPU's work
+
+    def host_paced(path: Path) -> Path:
+        data = json.loads(path.read_text())
+        data["benchmarks"][0]["extra_info"]["values"] = {"gpu_busy": 0.6}
+        path.write_text(json.dumps(data))
+        return path
+
+    # a step its host paces: an A/B's blocks scatter and read "need more samples", so a pass
+    # above the floor keeps its verdict; a time regression on a new host still gets its A/B
+    assert borderline(host_paced(_with_verdict(run, 1.03, "unchanged", cls))) == []
+    regressed = host_paced(_with_verdict(run, 1.09, "regressed", cls))
+    assert [c.regressed for c in borderline(regressed)] == [True]
     # a new host's class regression too: an A/B may find it is the host's speed
     assert [c.regressed for c in borderline(_with_verdict(run, 1.09, "regressed", cls))] == [True]
     # judged by other hosts' history, no committed baseline: no commit to A/B against
