@@ -175,6 +175,10 @@ def test_the_efficiency_line_counts_timed_rounds_and_warm_up_as_a_gated_run_does
     old = CaseAB("c", "t::c", pairs(None), phases={"blocks": 3.0})
     line = terminal(ABReport(side, side, (old,), "cpu", 6.0)).splitlines()[-1]
     assert line.startswith("efficiency: paired blocks 3 s of 6 s (50%)")
+    # a gated run's result it times alone is timing work too (run 111: 84 s of 279 s)
+    alone = CaseAB("r", "t::r", calls=0, phases={"alone": 1.5})
+    line = terminal(ABReport(side, side, (old, alone), "cpu", 6.0)).splitlines()[-1]
+    assert line.startswith("efficiency: paired blocks 3 s and calls timed alone 2 s of 6 s (75%)")
 
 
 def test_report_renders_worst_first_and_escapes_markdown() -> None:

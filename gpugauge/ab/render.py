@@ -79,18 +79,23 @@ def efficiency_line(report: ABReport) -> str:
     The first part in a gated run's words; the cost is against the timed rounds.
 
     'efficiency: timed rounds 80 s and warm-up 20 s of 160 s (62%); 2 rounds; the A/B cost
-    2.0x its timed rounds'. An ab.json whose blocks did not count their seconds says its
-    paired blocks instead (their warm-ups and the time between them included).
+    2.0x its timed rounds'. An A/B whose blocks did not count their seconds (a side from
+    before they did) says its paired blocks instead (their warm-ups and the time between
+    them included), and the calls one side timed alone (a gated run's results the A/B
+    does not judge): both are timing work.
     """
     paired = [c for c in report.cases if c.ratio is not None]
     rounds = plural(max((len(c.rounds) for c in paired), default=0), "round")
     timing = report.timing_s
     if timing is None:
-        share = report.blocks_s / report.wall_s if report.wall_s > 0 else 0.0
+        alone = sum(c.spent["alone"] for c in report.cases)
+        work = report.blocks_s + alone
+        share = work / report.wall_s if report.wall_s > 0 else 0.0
         per_case = report.wall_s / report.blocks_s if report.blocks_s > 0 else float("inf")
+        also = f" and calls timed alone {alone:.0f} s" if alone >= 0.5 else ""
         return (
-            f"efficiency: paired blocks {report.blocks_s:.0f} s of {report.wall_s:.0f} s "
-            f"({share:.0%}); {rounds}; the A/B cost {per_case:.1f}x its blocks"
+            f"efficiency: paired blocks {report.blocks_s:.0f} s{also} of {report.wall_s:.0f} "
+            f"s ({share:.0%}); {rounds}; the A/B cost {per_case:.1f}x its blocks"
         )
     timed, warm = timing
     cost = report.wall_s / timed if timed > 0 else float("inf")
