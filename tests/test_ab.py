@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -601,6 +602,10 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     assert second["pairs"][0]["base_first"] is False
     assert (tmp_path / "slow" / "round-2" / "head.log").is_file()
     assert "round 2 of 2" in slow.stdout
+    # each round says how long its sides took to start: Python, pytest and the plugins
+    ready = re.findall(r"ready: base ([0-9.]+) s, head ([0-9.]+) s after their start", slow.stdout)
+    assert len(ready) == 2, slow.stdout
+    assert all(0 < float(x) < 120 for pair in ready for x in pair), ready
     same = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "same")
     assert same.returncode == 0, same.stdout + same.stderr
     (case,) = json.loads((tmp_path / "same" / "ab.json").read_text())["cases"]

@@ -75,7 +75,7 @@ def _names_tests(arg: str) -> bool:
 def _without_tests(given: Sequence[str], ids: bool) -> list[str]:
     """``given`` less the tests it names, where node ids are given instead.
 
-    A repeat's selection is its node ids alone. A path right after an option (its value,
+    A later round's selection is its node ids alone. A path right after an option (its value,
     as in ``--gauge-baselines-dir baselines``) stays.
     """
     if not ids:

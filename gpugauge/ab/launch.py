@@ -86,6 +86,8 @@ class Side:
     role: str = ""
     # a time.monotonic() instant past which a side still silent is given up (None: never)
     silent_after: float | None = None
+    # when its process was started (time.monotonic(), the clock the worker stamps with)
+    started: float = field(default_factory=time.monotonic)
 
     @property
     def build(self) -> str:

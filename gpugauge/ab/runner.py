@@ -187,7 +187,10 @@ class Coordinator:
         ids = {name: m.get("ids", []) for name, m in collected.items()}
         self._untimed = {i for m in collected.values() for i in m.get("untimed", [])}
         total = len(set(ids["base"]) | set(ids["head"]))
-        self.note(f"  {plural(total, 'test')} collected; pairing blocks on this device")
+        self.note(
+            f"  {plural(total, 'test')} collected; pairing blocks on this device "
+            f"({ready_line(collected, {'base': base, 'head': head})})"
+        )
         cases = self._cases  # kept on the coordinator: a side gone silent ends the loop
         mb, mh = base.recv(), head.recv()
         while not (mb["op"] == "bye" and mh["op"] == "bye"):
@@ -385,6 +388,20 @@ class Coordinator:
                     continue
                 pairs.append(pair)
         return tuple(pairs)
+
+
+def ready_line(collected: dict[str, dict[str, Any]], sides: dict[str, Side]) -> str:
+    """'ready: base 6.1 s, head 7.4 s after their start', each side to its collected tests.
+
+    The start-up an A/B pays each round: Python, pytest, torch and the side's plugins.
+    """
+    took = {}
+    for name, side in sides.items():
+        at = collected[name].get("at")
+        if isinstance(at, int | float):
+            took[side.build] = max(at - side.started, 0.0)
+    said = [f"{build} {took[build]:.1f} s" for build in ("base", "head") if build in took]
+    return "ready: " + ", ".join(said) + " after their start" if said else "ready"
 
 
 def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:

@@ -301,6 +301,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 "op": "collected",
                 "ids": [item.nodeid for item in session.items],
                 "untimed": session.config.stash.get(UNTIMED_IDS, []),
+                "at": time.monotonic(),  # one clock for every process of the host
             }
         )
 
