@@ -383,6 +383,19 @@ def test_a_result_the_night_does_not_judge_is_timed_by_the_gated_run_alone() -> 
     assert len(plain._paired(base, head, "t.py::t[relu]").pairs) == 4
 
 
+def test_a_later_round_knows_each_test_s_cost_from_round_one() -> None:
+    """confirm --measure gave its budget no costs: a 77 s split could start at the deadline."""
+    from gpugauge.ab.budget import Budget
+    from gpugauge.ab.runner import with_costs
+
+    report = replace(_report((CaseAB("split", "t.py::t[split]", wall_s=70.0),)), wall_s=80.0)
+    budget = with_costs(Budget(time.monotonic() + 30.0), report)
+    assert budget.expected_s("t.py::t[split]") == pytest.approx(70.0)
+    assert not budget.fits(["t.py::t[split]"])  # expected to end past the deadline
+    gated = Budget(time.monotonic() + 30.0, {"t.py::t[split]": 5.0})
+    assert with_costs(gated, report).expected_s("t.py::t[split]") == pytest.approx(10.0)
+
+
 def test_a_later_round_runs_its_tests_cheapest_first() -> None:
     """Run 110's round 2 ran a 77 s split 17th of 48, and the deadline cut nine cases."""
     from gpugauge.ab.runner import cheapest_first
@@ -393,6 +406,26 @@ def test_a_later_round_runs_its_tests_cheapest_first() -> None:
     report = replace(_report(cases), wall_s=80.0)
     ids = ("t.py::t[split]", "t.py::t[b]", "t.py::t[a]", "t.py::t[new]")
     assert cheapest_first(ids, report) == ("t.py::t[new]", "t.py::t[b]", "t.py::t[a]", ids[0])
+
+
+def test_a_case_round_two_leaves_out_is_not_judged_by_its_one_round() -> None:
+    """Run 110's A/B table read '1 slower' for a 0.094 ms result the night never judged."""
+    from gpugauge.ab.render import terminal
+    from gpugauge.ab.result import NOT_JUDGED
+
+    left = CaseAB("linear", "t.py::t[linear]", _pairs(1.011, 4))
+    kept = CaseAB("conv", "t.py::t[conv]", _pairs(1.0, 4))
+    report = _report((left, kept)).leaving({"t.py::t[linear]"})
+    case = report.cases[0]
+    assert case.outcome is None
+    assert case.verdict_text == NOT_JUDGED
+    assert case.as_dict()["judged"] is False
+    assert report.count(Outcome.SLOWER) == 0
+    said = terminal(report)
+    assert "0 slower" in said
+    assert "1 not judged (round 1 only)" in said
+    assert f"{case.ratio.ratio:.3f}x" in said  # its pairs are kept and shown
+    assert report.cases[1].outcome is not None
 
 
 def test_pairs_whose_clocks_differ_never_count_and_too_many_stop_the_case() -> None:

@@ -363,7 +363,7 @@ def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_basel
 def test_the_night_leaves_to_its_gated_run_what_the_class_baseline_says_no_a_b_judges(
     tmp_path: Path,
 ) -> None:
-    """Pairs for a 0.04 ms ReLU or a host-paced step cost blocks that no verdict reads."""
+    """Pairs for a host-paced step or a search cost the reference's time for no verdict."""
     from gpugauge.ab.measured import unjudged
     from gpugauge.regress.baseline_file import Entry
     from gpugauge.regress.baselines import BaselineStore
@@ -383,8 +383,27 @@ def test_the_night_leaves_to_its_gated_run_what_the_class_baseline_says_no_a_b_j
         ],
         {"recorded_from": ["test"]},
     )
-    assert unjudged(tmp_path, {"nvidia-h200", "cpu-x86_64"}) == {"relu", "eager", "fit"}
+    # a 0.04 ms ReLU is paired: round 2 judges it where it reads above the floor
+    assert unjudged(tmp_path, {"nvidia-h200", "cpu-x86_64"}) == {"eager", "fit"}
     assert unjudged(tmp_path, set()) == frozenset()
+
+
+def test_a_gated_run_with_nothing_to_a_b_against_keeps_its_profile(tmp_path: Path) -> None:
+    """A host with no committed baseline runs the gated run as plain pytest: seed, not full."""
+    from gpugauge.__main__ import build_parser
+    from gpugauge.ab.confirm_command import gated_alone
+
+    night = str(tmp_path / "night.json")
+    gated = ["--gated-args", "--gauge-gate --benchmark-autosave"]
+    args = build_parser().parse_args(
+        ["confirm", night, "--measure", "--profile", "seed", "-m", "nightly", *gated]
+    )
+    argv = gated_alone(args)
+    assert argv[1:3] == ["-m", "pytest"]
+    assert argv[argv.index("--gauge-profile") + 1] == "seed"
+    assert argv[argv.index("-m", 3) + 1] == "nightly"
+    assert "--gauge-gate" in argv
+    assert argv[-1] == f"--benchmark-json={tmp_path / 'night.json'}"
 
 
 def test_the_gated_run_s_table_is_read_from_its_side_s_log(tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 
 A budget is an instant on this process's monotonic clock after which no test starts, nor
 one expected to end after it (each test's cost known from a run of its own: a gated run's
-seconds). ``gpugauge ab``, ``confirm`` and ``bisect`` build one from their command line and
-pass it, unchanged, to every round and every A/B they run: what is left is always the
-distance to the same instant, never a count kept by each caller.
+seconds, or round 1's). ``gpugauge ab`` and ``confirm`` build one from their command line
+and pass it to every round and every A/B they run: what is left is always the distance to
+the same instant, never a count kept by each caller.
 """
 
 from __future__ import annotations

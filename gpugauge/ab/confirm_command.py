@@ -160,9 +160,7 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
             "gated run runs alone, with nothing to A/B against",
             flush=True,
         )
-        argv = [sys.executable, "-m", "pytest", *selection(args), *head_args(args)]
-        argv.append(f"--benchmark-json={args.run}")
-        return (EXIT_FAILED if subprocess.run(argv).returncode else EXIT_OK), set()
+        return (EXIT_FAILED if subprocess.run(gated_alone(args)).returncode else EXIT_OK), set()
     chosen: list[Borderline] = []  # the results of the gated run this A/B decides
 
     def later(paired: Sequence[str]) -> list[str]:
@@ -186,8 +184,8 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
     if alone:
         print(
             f"gpugauge confirm: {plural(len(alone), 'result')} the gated run times alone, "
-            "their class baselines' rounds being under 0.1 ms, host-paced or untimed (an "
-            f"A/B judges none of them): {', '.join(sorted(alone))}",
+            "their class baselines saying their host paces them or they have no time (no "
+            f"A/B could judge them): {', '.join(sorted(alone))}",
             flush=True,
         )
     with owning(args.out):
@@ -215,6 +213,23 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
         )
     status = EXIT_FAILED if slower or gated_failed else EXIT_OK
     return status, {c.nodeid for c in chosen}
+
+
+def gated_alone(args: argparse.Namespace) -> list[str]:
+    """The gated run's command line where it runs alone: the selection, its profile, its options.
+
+    An A/B hands its sides the profile by option dest; a plain pytest needs the option.
+    """
+    profile = ["--gauge-profile", args.profile] if args.profile else []
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *selection(args),
+        *profile,
+        *head_args(args),
+        f"--benchmark-json={args.run}",
+    ]
 
 
 def gated_args(args: argparse.Namespace) -> list[str]:

@@ -11,15 +11,15 @@ the results that run leaves to an A/B (:func:`~gpugauge.ab.confirm.borderline`).
 from __future__ import annotations
 
 import platform
-import statistics
 import subprocess
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from gpugauge.ab.confirm import deepened, gpu_busy
+from gpugauge.ab.confirm import deepened
 from gpugauge.ab.launch import ABError
 from gpugauge.ab.sides import git
+from gpugauge.measure.busy import HOST_BOUND_BELOW
 from gpugauge.measure.environment import slug
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.results.files import FileError, atomic_write_text, writable_problem
@@ -133,20 +133,21 @@ def gate_summary(log: Path) -> str:
 
 
 def unjudged(baselines: Path, classes: Iterable[str]) -> frozenset[str]:
-    """The result ids of these classes' baselines that the night's A/B will not judge.
+    """The result ids of these classes' baselines that no A/B could judge.
 
-    Those whose stored rounds are under 0.1 ms or host-paced (:func:`~gpugauge.ab.confirm.
-    gpu_busy`), and those with no time at all (a count, a search): round 1's gated run
-    times them alone while the reference skips them, where pairs would cost blocks that no
-    verdict reads. A result no baseline holds is paired: nothing says it is not GPU-busy.
+    Steps their host paces (a stored GPU-busy share under
+    :data:`~gpugauge.measure.busy.HOST_BOUND_BELOW`: an A/B's blocks of them scatter by
+    10%) and results with no time at all (a count, a search): round 1's gated run times
+    them alone while the reference skips them, where pairs would cost the reference's
+    setup and blocks for no verdict. A result under 0.1 ms is paired: round 2 judges it
+    where it reads above the floor. A result no baseline holds is paired too.
     """
     store = BaselineStore(baselines)
     out: set[str] = set()
     for cls in sorted(classes):
         for path in sorted((baselines / cls).glob("*.json")):
             for rid, entry in (store.load(cls, path.stem) or {}).items():
-                times = entry.readings.get("time", ())
                 busy = entry.readings.get("gpu_busy", ())
-                if not times or not gpu_busy(statistics.median(times), busy[0] if busy else None):
+                if not entry.readings.get("time") or (busy and busy[0] < HOST_BOUND_BELOW):
                     out.add(rid)
     return frozenset(out)

@@ -54,7 +54,9 @@ def summary_line(report: ABReport) -> str:
     """'53 cases: 50 slower, 3 same, 0 faster, 0 need more samples; 512 s'."""
     counts = ", ".join(f"{report.count(o)} {o}" for o in Outcome)
     alone = sum(bool(c.only) for c in report.cases)
+    left = sum(not c.judged for c in report.cases)
     more = f", {alone} on one side only" if alone else ""
+    more += f", {left} not judged (round 1 only)" if left else ""
     return f"{plural(len(report.cases), 'case')}: {counts}{more}; {report.wall_s:.0f} s"
 
 

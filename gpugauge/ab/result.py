@@ -38,6 +38,8 @@ SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
 UNTIMED_SKIPPED = f"gpugauge ab: marked untimed, {NOTHING_TO_PAIR}"
 # the reference's skip reason for a test the A/B leaves to the gated run alone
 LEFT_TO_GATED_RUN = "gpugauge ab: not judged by an A/B; the gated run times it alone"
+# a case round 1 paired that the later rounds left out: its command's own verdict stands
+NOT_JUDGED = "not judged: round 1 only, left out of round 2"
 
 AB_SCHEMA = 3  # 3: a case's later rounds of fresh processes ("rounds"), its verdict over all
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the
@@ -90,6 +92,9 @@ class CaseAB:
     # its degrees of freedom: the A/B's pooled estimate (ABReport.pooled); None: the
     # schedule's floor
     process_sd: tuple[float, float] | None = None
+    # False: round 1 paired it, but the later rounds' selection left it out (the command
+    # that ran the A/B judges it otherwise): its pairs are kept, and it has no outcome
+    judged: bool = True
 
     def exchanged(self) -> CaseAB:
         """The round with base's and head's places exchanged: each pair's blocks, the names.
@@ -214,7 +219,7 @@ class CaseAB:
         samples, whatever its mean (its interval still bounds it: confirm's ``clears``).
         """
         counted, r = self.paired_rounds, self.ratio
-        if not counted:
+        if not counted or not self.judged:
             return None
         if r is None or self.bimodal or any(c.clocks_unstable for c in self.rounds):
             return Outcome.NEED_MORE  # a round its clocks stopped is never trusted
@@ -252,6 +257,8 @@ class CaseAB:
     @property
     def verdict_text(self) -> str:
         """The outcome as a table says it: 'need more samples (clocks unstable: ...)'."""
+        if not self.judged:
+            return NOT_JUDGED
         notes = joined(self.unstable_note, self.rounds_note)
         return f"{self.outcome} ({notes})" if notes else f"{self.outcome}"
 
@@ -347,6 +354,7 @@ class CaseAB:
             "phases": dict(self.phases),
             "clocks_unstable": self.clocks_unstable,
             "timed_alone": self.timed_alone,
+            "judged": self.judged,
             "round_outcome": None if self.round_outcome is None else self.round_outcome.value,
             "round_ratio": None if own is None else own.ratio,
             "pairs": [p.as_dict() for p in self.pairs],
@@ -450,6 +458,11 @@ class ABReport:
     def paired_ids(self) -> tuple[str, ...]:
         """Node ids of the cases its first round paired: what a later round A/Bs."""
         return tuple(c.nodeid for c in self.cases if c.round_outcome is not None)
+
+    def leaving(self, nodeids: set[str]) -> ABReport:
+        """The A/B with these cases not judged: round 1 paired them, round 2 leaves them."""
+        cases = tuple(replace(c, judged=False) if c.nodeid in nodeids else c for c in self.cases)
+        return replace(self, cases=cases)
 
     def with_round(self, later: ABReport) -> ABReport:
         """The A/B with ``later``'s cases as the next round of its own, by node id."""

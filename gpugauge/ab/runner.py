@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpugauge.ab.budget import Budget
 from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.launch import (
     KERNELS,
@@ -407,7 +408,7 @@ def ready_line(collected: dict[str, dict[str, Any]], sides: dict[str, Side]) -> 
 def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:
     """'; about 3 min left in this round, 9 min in all' ('' at the round's end).
 
-    From the round's seconds per test so far, start_side-up included (:func:`seconds_left`); each
+    From the round's seconds per test so far, start-up included (:func:`seconds_left`); each
     round after this one is taken to cost what this one will have cost in all.
     """
     left = seconds_left(spent_s, done, total)
@@ -444,6 +445,16 @@ def cheapest_first(nodeids: Sequence[str], report: ABReport) -> tuple[str, ...]:
     return tuple(sorted(nodeids, key=lambda i: cost.get(i, 0.0)))
 
 
+def with_costs(budget: Budget, report: ABReport) -> Budget:
+    """``budget`` with each test's cost known from ``report``'s round where it knew none.
+
+    Half the test's paired wall seconds as its own (:meth:`Budget.expected_s` counts both
+    sides), so that a later round starts no test expected to end past the deadline.
+    """
+    known = {c.nodeid: c.wall_s / 2 for c in report.cases if c.wall_s > 0}
+    return replace(budget, test_s={**known, **budget.test_s})
+
+
 def run_sides(
     cfg: ABConfig,
     sides: dict[str, Checkout],
@@ -467,12 +478,15 @@ def run_sides(
     report = Coordinator(cfg, sides, note, cwd).run()
     total = cfg.schedule.rounds
     ids = tuple(later(report.paired_ids)) if total > 1 and next_round is not None else ()
+    if total > 1 and next_round is not None:  # what later leaves out is judged elsewhere
+        report = report.leaving(set(report.paired_ids) - set(ids))
     ids = cheapest_first(ids, report)
+    budget = with_costs(cfg.budget, report)
     for k in range(2, total + 1):
         if next_round is None or not ids:
             break
-        # a round that could start_side none of its tests still costs its start_side
-        if not cfg.budget.fits(ids):
+        # a round that could start none of its tests still costs its start
+        if not budget.fits(ids):
             note(f"  round {k} of {total}: the time budget is spent; not started")
             break
         exchanged = cfg.exchanged != (k % 2 == 0)  # each build in the other's place
@@ -486,7 +500,7 @@ def run_sides(
             next_round(ids),
             out=round_folder(cfg.out, k),
             exchanged=exchanged,
-            budget=cfg.budget,
+            budget=budget,
             round=k,
         )
         report = report.with_round(Coordinator(this_round, sides, note, cwd).run())
