@@ -360,34 +360,6 @@ def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_basel
     assert accepting_commit(repo, baselines, classes) == newer
 
 
-def test_the_night_leaves_to_its_gated_run_what_the_class_baseline_says_no_a_b_judges(
-    tmp_path: Path,
-) -> None:
-    """Pairs for a host-paced step or a search cost the reference's time for no verdict."""
-    from gpugauge.ab.measured import unjudged
-    from gpugauge.regress.baseline_file import Entry
-    from gpugauge.regress.baselines import BaselineStore
-
-    def entry(rid: str, family: str = "layers", cls: str = "nvidia-h200", **readings) -> Entry:
-        return Entry(rid, family, cls, {k: tuple(v) for k, v in readings.items()})
-
-    BaselineStore(tmp_path).write(
-        [
-            entry("conv", time=[9.7, 9.8, 9.7], gpu_busy=[1.0]),
-            entry("relu", time=[0.04, 0.05, 0.04], gpu_busy=[1.0]),
-            entry("eager", "amp", time=[2.9, 3.1, 3.0], gpu_busy=[0.11]),
-            entry("edge", "amp", time=[0.1, 0.1, 0.1], gpu_busy=[0.8]),  # both at their floor
-            entry("unread", "amp", time=[1.0, 1.0, 1.0]),  # no GPU-busy share read
-            entry("fit", "layer_fit", max_layers=[62.0]),  # a search: no time at all
-            entry("other-class", cls="nvidia-h100-80gb-hbm3", time=[0.04]),
-        ],
-        {"recorded_from": ["test"]},
-    )
-    # a 0.04 ms ReLU is paired: round 2 judges it where it reads above the floor
-    assert unjudged(tmp_path, {"nvidia-h200", "cpu-x86_64"}) == {"eager", "fit"}
-    assert unjudged(tmp_path, set()) == frozenset()
-
-
 def test_a_gated_run_with_nothing_to_a_b_against_keeps_its_profile(tmp_path: Path) -> None:
     """A host with no committed baseline runs the gated run as plain pytest: seed, not full."""
     from gpugauge.__main__ import build_parser

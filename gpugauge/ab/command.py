@@ -124,15 +124,13 @@ def run_ab(
     budget: Budget | None = None,
     *,
     gated: Sequence[str] | None = None,
-    unpaired: frozenset[str] = frozenset(),
     later: Callable[[Sequence[str]], Sequence[str]] = tuple,
 ) -> ABReport:
     """One A/B of two refs with this command line's selection and settings, within ``budget``.
 
     ``gated``: round 1's head process runs as its command line says, with these options
-    too (the gated run of ``confirm --measure``: options an older base may not know), and
-    times the case ids ``unpaired`` alone; ``later``: which of round 1's paired tests the
-    later rounds run.
+    too (the gated run of ``confirm --measure``: options an older base may not know);
+    ``later``: which of round 1's paired tests the later rounds run.
     """
     here = Path.cwd()
     top = repo_root(here)
@@ -144,7 +142,7 @@ def run_ab(
     if gated is not None:
         as_is = (*cfg.side_args.get("head", ()), *gated)
         gated_side = {**cfg.side_args, "head": as_is}
-        cfg = replace(cfg, side_args=gated_side, head_as_is=True, unpaired=unpaired)
+        cfg = replace(cfg, side_args=gated_side, head_as_is=True)
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         for k in range(1, MOST_ROUNDS + 1):
             (round_folder(out, k) / stale).unlink(missing_ok=True)

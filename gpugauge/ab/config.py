@@ -55,9 +55,6 @@ class ABConfig:
     # head's process runs as its command line says: no side settings, every test kept (the
     # gated run as round 1's head side, ``gpugauge confirm --measure``)
     head_as_is: bool = False
-    # with head_as_is: the case ids the A/B does not judge (its caller's rule), which the
-    # gated run times alone while the other side skips them: pairs no verdict would read
-    unpaired: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         warm_ok = self.rewarm_s >= 0 and self.first_warm_s >= 0

@@ -84,9 +84,9 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     Each GPU-busy result of :data:`GPU_BUSY_MS` or more that passed, whatever its ratio
     (:func:`gpu_busy`: a class allows a new host the host-to-host spread, a host's history
     three times its run-to-run spread, and an A/B 1%); each other result that passed above
-    ``1 + floor``, but for a step its host paces (GPU-busy under 80%: an A/B's blocks of it
-    scatter by 10% and read "need more samples": docs/lab/gpu-runs.md, H200 nights); and
-    each that regressed against a class baseline on a new host in its time alone
+    ``1 + floor`` (a step its host paces too: an A/B of it says "need more samples" where
+    its blocks scatter, and slower where they do not); and each that regressed against a
+    class baseline on a new host in its time alone
     (:func:`~gpugauge.judging.judge.regressed_on_new_host`: the class cannot tell this
     host's speed from the code's). A result decided by an A/B already is left
     out (a second ``confirm`` of a run A/Bs nothing again); so is one that regressed
@@ -111,8 +111,6 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
         if check.basis is Basis.CLASS_HISTORY:
             continue  # no committed baseline: no commit to A/B against
         busy = m.values.get("gpu_busy")
-        if busy is not None and busy < HOST_BOUND_BELOW and not regressed:
-            continue  # its host paces it: an A/B's blocks scatter, and its verdict stands
         if (check.ratio > 1 + floor or _gpu_busy(m, busy)) and m.id in nodeids:
             node = nodeids[m.id]
             out.append(

@@ -34,7 +34,6 @@ from gpugauge.ab.measured import (
     gpu_names,
     host_classes,
     keep_gated_run,
-    unjudged,
 )
 from gpugauge.ab.render import terminal
 from gpugauge.ab.result import ABReport
@@ -180,14 +179,6 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
         "commit that accepted this host's baselines)",
         flush=True,
     )
-    alone = unjudged(args.baselines_dir, host_classes(gpu_names()))
-    if alone:
-        print(
-            f"gpugauge confirm: {plural(len(alone), 'result')} the gated run times alone, "
-            "their class baselines saying their host paces them or they have no time (no "
-            f"A/B could judge them): {', '.join(sorted(alone))}",
-            flush=True,
-        )
     with owning(args.out):
         report = run_ab(
             args,
@@ -196,7 +187,6 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
             args.out,
             budget=budget,
             gated=gated_args(args),
-            unpaired=alone,
             later=later,
         )
     if not args.run.exists():  # one round, or nothing paired: round 2 never asked

@@ -19,9 +19,7 @@ from pathlib import Path
 from gpugauge.ab.confirm import deepened
 from gpugauge.ab.launch import ABError
 from gpugauge.ab.sides import git
-from gpugauge.measure.busy import HOST_BOUND_BELOW
 from gpugauge.measure.environment import slug
-from gpugauge.regress.baselines import BaselineStore
 from gpugauge.results.files import FileError, atomic_write_text, writable_problem
 
 GATE_LINE = "gpugauge gate:"  # the gated run's verdict table starts here
@@ -130,24 +128,3 @@ def gate_summary(log: Path) -> str:
         if inside:
             out.append(line)
     return "\n".join(out)
-
-
-def unjudged(baselines: Path, classes: Iterable[str]) -> frozenset[str]:
-    """The result ids of these classes' baselines that no A/B could judge.
-
-    Steps their host paces (a stored GPU-busy share under
-    :data:`~gpugauge.measure.busy.HOST_BOUND_BELOW`: an A/B's blocks of them scatter by
-    10%) and results with no time at all (a count, a search): round 1's gated run times
-    them alone while the reference skips them, where pairs would cost the reference's
-    setup and blocks for no verdict. A result under 0.1 ms is paired: round 2 judges it
-    where it reads above the floor. A result no baseline holds is paired too.
-    """
-    store = BaselineStore(baselines)
-    out: set[str] = set()
-    for cls in sorted(classes):
-        for path in sorted((baselines / cls).glob("*.json")):
-            for rid, entry in (store.load(cls, path.stem) or {}).items():
-                busy = entry.readings.get("gpu_busy", ())
-                if not entry.readings.get("time") or (busy and busy[0] < HOST_BOUND_BELOW):
-                    out.add(rid)
-    return frozenset(out)

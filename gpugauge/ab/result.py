@@ -36,8 +36,6 @@ NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
 SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
 # a side's skip reason for a test either side marks untimed (a count, a search)
 UNTIMED_SKIPPED = f"gpugauge ab: marked untimed, {NOTHING_TO_PAIR}"
-# the reference's skip reason for a test the A/B leaves to the gated run alone
-LEFT_TO_GATED_RUN = "gpugauge ab: not judged by an A/B; the gated run times it alone"
 # a case round 1 paired that the later rounds left out: its command's own verdict stands
 NOT_JUDGED = "not judged: round 1 only, left out of round 2"
 
@@ -134,8 +132,6 @@ class CaseAB:
         outcomes = set(self.status.values())
         if any(SKIPPED_FOR in v or UNTIMED_SKIPPED in v for v in outcomes):
             return NOTHING_TO_PAIR
-        if any(LEFT_TO_GATED_RUN in v for v in outcomes):
-            return LEFT_TO_GATED_RUN.removeprefix("gpugauge ab: ")
         if len(outcomes) == 1:
             (one,) = outcomes
             return one if one != "passed" else NOTHING_TO_PAIR

@@ -43,7 +43,6 @@ from gpugauge.ab.launch import (
 )
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import (
-    LEFT_TO_GATED_RUN,
     PHASES,
     SKIPPED_FOR,
     UNTIMED_SKIPPED,
@@ -254,15 +253,12 @@ class Coordinator:
         """Why ``side`` skips ``nodeid`` ('' where it runs it).
 
         A gated run runs every test. Another side skips a test marked untimed on either
-        side (a side from before the marker runs it unmarked), one the A/B leaves to the
-        gated run alone (:attr:`ABConfig.unpaired`), and one past the budget.
+        side (a side from before the marker runs it unmarked), and one past the budget.
         """
         if self._as_is(side):
             return ""
         if nodeid in self._untimed:
             return UNTIMED_SKIPPED
-        if self.cfg.head_as_is and case_id(nodeid) in self.cfg.unpaired:
-            return LEFT_TO_GATED_RUN
         return self.cfg.budget.why_not(nodeid)
 
     def _alone(self, side: Side, nodeid: str) -> str:
