@@ -82,7 +82,7 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     """The results of a gated run a same-GPU A/B should decide.
 
     Each GPU-busy result of :data:`GPU_BUSY_MS` or more that passed, whatever its ratio
-    (:func:`gpu_busy`: a class allows a new host the host-to-host spread, a host's history
+    (a class allows a new host the host-to-host spread, a host's history
     three times its run-to-run spread, and an A/B 1%); each other result that passed above
     ``1 + floor`` (a step its host paces too: an A/B of it says "need more samples" where
     its blocks scatter, and slower where they do not); and each that regressed against a
@@ -129,22 +129,13 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
     return out
 
 
-def gpu_busy(ms: float, busy: float | None) -> bool:
-    """Whether rounds of ``ms`` (median) at GPU-busy share ``busy`` are worth an A/B every night.
-
-    :data:`GPU_BUSY_MS` or more, the GPU busy where the case reads a share: an A/B sees
-    1% of such a case on any host; shorter rounds are their launch path's as much as the
-    GPU's, and a host-paced step reads its host.
-    """
-    return ms >= GPU_BUSY_MS and (busy is None or busy >= HOST_BOUND_BELOW)
-
-
 def _gpu_busy(m: Measurement, busy: float | None) -> bool:
     """Whether ``m``'s rounds are the GPU's work: device-timed, long enough, the GPU busy."""
     timing = m.timing
     if timing is None or timing.clock != CudaEventClock.name or not timing.device_ms:
         return False
-    return gpu_busy(statistics.median(timing.device_ms), busy)
+    ms = statistics.median(timing.device_ms)
+    return ms >= GPU_BUSY_MS and (busy is None or busy >= HOST_BOUND_BELOW)
 
 
 def _test_seconds(data: dict[str, Any]) -> dict[str, float]:

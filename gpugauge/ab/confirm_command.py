@@ -165,8 +165,8 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
     def later(paired: Sequence[str]) -> list[str]:
         """After round 1: RUN.json saved, and the results it leaves to this A/B chosen.
 
-        Those round 1 paired; one it left to the gated run alone that still asks for an
-        A/B (above the floor on a known host) gets one of its own afterwards.
+        Those round 1 paired against this reference; one whose baseline another commit
+        accepted, or that round 1 could not pair, gets an A/B of its own afterwards.
         """
         keep_gated_run(args.out / "head.json", args.run)
         print("\n" + gate_summary(args.out / "head.log"), flush=True)

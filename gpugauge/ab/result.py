@@ -130,7 +130,7 @@ class CaseAB:
             alone, other = self.timed_alone, other_side(self.timed_alone)
             return f"only {alone} timed it through gauge.measure ({other} made no such call)"
         outcomes = set(self.status.values())
-        if any(SKIPPED_FOR in v or UNTIMED_SKIPPED in v for v in outcomes):
+        if any(NOTHING_TO_PAIR in v for v in outcomes):  # SKIPPED_FOR, UNTIMED_SKIPPED
             return NOTHING_TO_PAIR
         if len(outcomes) == 1:
             (one,) = outcomes

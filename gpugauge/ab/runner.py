@@ -473,9 +473,10 @@ def run_sides(
     """
     report = Coordinator(cfg, sides, note, cwd).run()
     total = cfg.schedule.rounds
-    ids = tuple(later(report.paired_ids)) if total > 1 and next_round is not None else ()
-    if total > 1 and next_round is not None:  # what later leaves out is judged elsewhere
-        report = report.leaving(set(report.paired_ids) - set(ids))
+    ids: tuple[str, ...] = ()
+    if total > 1 and next_round is not None:
+        ids = tuple(later(report.paired_ids))
+        report = report.leaving(set(report.paired_ids) - set(ids))  # judged elsewhere
     ids = cheapest_first(ids, report)
     budget = with_costs(cfg.budget, report)
     for k in range(2, total + 1):

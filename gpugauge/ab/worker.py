@@ -14,8 +14,8 @@ decides when this side may use the GPU:
 
 * before each test, the worker asks ``test`` and waits for ``go``: one side at a time runs
   a test's setup and the work after its rounds, so the two never share the GPU; or for
-  ``skip``, where the test has nothing to pair (it is marked untimed, the other side's run
-  made no timing call, the A/B does not judge it, or its budget is spent);
+  ``skip``, where the test has nothing to pair (it is marked untimed, or the other side's
+  run made no timing call) or its budget is spent;
 * at each call of the primitive that times a case's result (from ``gauge.measure``) it
   asks ``measure``; for each ``block`` it warms up (the first
   block in the case's own regime, later ones briefly: the other side just ran the same
