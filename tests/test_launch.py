@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpugauge.launch.torchrun import Launch, LaunchError, launch, slowest_rank_rounds
+from gpugauge.launch.torchrun import LOG_DIR, Launch, LaunchError, launch, slowest_rank_rounds
 from gpugauge.launch.torchrun import processes_mentioning as _processes_mentioning
 from gpugauge.measure.timing import Timing
 
@@ -71,9 +71,14 @@ def test_two_gloo_ranks_record_one_result_of_the_slowest_rank(
 @pytest.mark.slow
 def test_a_crashed_rank_is_named_and_nothing_is_left(tmp_path: Path) -> None:
     job = Launch(CALL, {"device": "cpu", "rounds": 3, "crash_rank": 1}, 2)
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
     with pytest.raises(LaunchError, match=r"rank 1 failed: RuntimeError: planned crash on rank 1"):
-        launch(job, tmp_path, timeout_s=120, note=lambda _: None)
-    assert not _processes_mentioning(str(tmp_path))
+        launch(job, out, timeout_s=120, note=lambda _: None, env={"TMPDIR": str(tmp)})
+    assert not _processes_mentioning(str(out))
+    # torch's logs stay with the launch's files, none in the temporary folder
+    assert not list(tmp.iterdir())
+    assert any((out / LOG_DIR).rglob("*"))
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ NO_MULTICAST = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
+LOG_DIR = "torchrun-logs"  # under a launch's out_dir: torch elastic's per-rank logs
 POLL_S = 0.25  # how often the launcher looks at torchrun and the heartbeats
 SILENT_S = 5.0  # a heartbeat older than this (several missed beats): the rank is silent
 STATES = {"T": "stopped", "t": "stopped by a tracer", "Z": "exited", "D": "in disk sleep"}
@@ -110,6 +111,9 @@ class Launch:
             cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={self.rdzv_endpoint}"]
             if self.node_rank is not None:
                 cmd.append(f"--node-rank={self.node_rank}")
+        # torch's own logs beside the ranks' files: left to choose, torchrun makes a
+        # /tmp/torchelastic_* folder per launch and never removes it
+        cmd.append(f"--log-dir={out_dir / LOG_DIR}")
         cmd += ["-m", "gpugauge.launch.worker", "--call", self.call]
         cmd += ["--spec", json.dumps(dict(self.spec)), "--out", str(out_dir)]
         return [*cmd, f"--timeout-s={self.collective_timeout_s:g}"]
