@@ -61,23 +61,33 @@ def test_cpu_rounds_run_on_one_thread_said_in_the_header(
 
 
 def test_the_run_queue_clock_leaves_out_the_wait_for_a_core() -> None:
-    from gpugauge.measure.clocks import RunQueueClock
+    from gpugauge.measure.clocks import RunQueueClock, schedstat_ns
     from gpugauge.measure.timing import Timing
 
-    now, wait = (
-        iter([0, 10_000_000, 20_000_000, 50_000_000]),
-        iter([0, 4_000_000, 4_000_000, 4_000_000]),
+    # (time on a core, wait for one) at each read, ns
+    now = iter([0, 10_000_000, 20_000_000, 50_000_000, 60_000_000, 67_500_000])
+    stat = iter(
+        [
+            *[(0, 0), (6_000_000, 4_000_000), (6_000_000, 4_000_000), (36_000_000, 4_000_000)],
+            # a 3 ms spin preempted on each side of a round, just outside it: its counters
+            # say it waited 8 ms of its 7.5; it read 0 ms, a run its readers then refused
+            *[(36_000_000, 4_000_000), (39_000_000, 12_000_000)],
+        ]
     )
-    clock = RunQueueClock(lambda: next(now), lambda: next(wait))
-    clock.prepare(2)
-    for _ in range(2):
+    clock = RunQueueClock(lambda: next(now), lambda: next(stat))
+    clock.prepare(3)
+    for _ in range(3):
         clock.begin()
         clock.end()
-    assert clock.collect() == [6.0, 30.0]  # 10 ms less 4 ms waited; 30 ms, none waited
+    # 10 ms less 4 ms waited; 30 ms, none waited; the spin's 3 ms on a core
+    assert clock.collect() == [6.0, 30.0, 3.0]
     timing = Timing((1.0,), (1.0,), RunQueueClock.name, 0, 0.0, "fixed rounds", False)
     assert timing.host_timed
-    assert RunQueueClock.available(lambda: 0)
-    assert not RunQueueClock.available(lambda: int(""))
+    assert RunQueueClock.available(lambda: (0, 0))
+    assert not RunQueueClock.available(lambda: (int(""), 0))
+    on_core, waited = schedstat_ns()  # this thread's, where Linux counts them
+    assert on_core > 0
+    assert waited >= 0
 
 
 def test_cpu_cases_on_one_thread_use_the_run_queue_clock_where_there_is_one() -> None:
