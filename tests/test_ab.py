@@ -13,7 +13,6 @@ import os
 import random
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -375,69 +374,36 @@ def test_a_case_round_two_leaves_out_is_not_judged_by_its_one_round() -> None:
     assert report.cases[1].outcome is not None
 
 
-def test_pairs_whose_clocks_differ_are_measured_again_then_read_at_matched_clocks() -> None:
-    """Run 113's three misses: short steps at the power limit, their clocks apart in most pairs.
-
-    Each such pair is measured again and not counted; once more than ``max_remeasure``
-    were, every pair counts, read at matched clocks: what counting only the pairs whose
-    clocks agree estimates, where those are too few.
-    """
-    from gpugauge.ab.runner import progress_line
-
-    five = replace(Schedule(), min_pairs=5)
+def test_pairs_whose_clocks_differ_never_count_and_too_many_stop_the_case() -> None:
+    # head 2% slower in every pair its clock was 10% lower: those pairs are measured
+    # again, and never counted, however many there are
     steady = [(10.0, 1980.0)] * 40
-    # head 2% slower in every pair its clock was 10% lower, the same at one clock: same
     dips = [(10.2, 1780.0) if i % 2 else (10.0, 1980.0) for i in range(40)]
-    case = _scripted_case(steady, dips, five)
-    assert case.at_matched_clocks
-    assert not case.clocks_unstable
-    assert case.outcome is Outcome.SAME
-    assert case.ratio.ratio == pytest.approx(1.0)
-    assert case.remeasured == 0  # counted now, not measured again
-    assert len(case.counted) == len(case.pairs) >= 5
-    said = "at matched clocks: 4 of 8 pairs with clocks apart"
-    assert f"same 1.000x [1.000, 1.000] (8 pairs, {said})" in progress_line(case)
-    assert "at matched clocks" in case.verdict_text
-    assert case.as_dict()["at_matched_clocks"] is True
-    # head 3% slower at one clock, and its time follows the clock (a compute-bound step):
-    # clocks apart in every other pair, up to 13% the other way, with noise
-    jitter = [1.0, 1.002, 0.999, 1.001, 0.998, 1.0015, 0.9995, 1.001] * 5
-    mhz = [1980.0, 1760.0, 1980.0, 1750.0, 1980.0, 1800.0, 1980.0, 1770.0] * 5
-    head = [(10.3 * 1980.0 / f * j, f) for f, j in zip(mhz, jitter, strict=True)]
-    slower = _scripted_case(steady, head, five)
-    assert slower.at_matched_clocks
-    assert slower.outcome is Outcome.SLOWER
-    assert slower.ratio.ratio == pytest.approx(1.03, abs=0.003)
-    # counted as they stand, the pairs would read 7% slower
-    assert math.exp(statistics.fmean(p.log_ratio for p in slower.pairs)) > 1.06
-    # clocks that agree: four pairs decide, as ever
+    case = _scripted_case(steady, dips, replace(Schedule(), min_pairs=5))
+    assert case.remeasured == 4  # the fourth such pair stopped it
+    assert case.outcome is Outcome.NEED_MORE  # 3 clean pairs decide nothing
+    assert all(p.head.sm_clock_mhz == 1980.0 for p in case.kept)
+    # clocks that agree: four pairs decide
     clean = _scripted_case(steady, [(10.3, 1980.0)] * 40)
-    assert (clean.outcome, len(clean.pairs), clean.at_matched_clocks) == (
-        Outcome.SLOWER,
-        4,
-        False,
-    )
+    assert (clean.outcome, len(clean.pairs)) == (Outcome.SLOWER, 4)
 
 
-def test_a_case_whose_clocks_cannot_be_matched_is_undecided_and_says_so() -> None:
-    """Where a block had no clock reading, its pairs cannot be read at matched clocks."""
+def test_a_case_stopped_for_unstable_clocks_is_undecided_and_says_so() -> None:
     from gpugauge.ab.bisect import Step, _case_line, undecided
     from gpugauge.ab.runner import progress_line
 
-    five = replace(Schedule(), min_pairs=5)
+    five = replace(Schedule(), min_pairs=5)  # the looks at 5, 8, ... this script follows
     steady, dip = [(10.0, 1980.0)] * 40, (10.0, 1780.0)
-    # head ~3% slower, its clock unread but where it dipped: 4 pairs (counted: nothing
-    # says their clocks differ) and a dip; a fifth (the first look: need more samples); a
-    # dip, a pair, a dip (the look at 6: need more); a pair, then the fourth dip stops it.
-    # Its 7 counted pairs were never looked at as the schedule looks, yet would call it
-    # slower: a case stopped for its clocks stays undecided
+    # head ~3% slower: 4 clean pairs and a dip; a fifth clean (the first look: need more
+    # samples); a dip, a clean, a dip (the look at 6: need more); a clean, then the fourth
+    # dip stops it. Its 7 clean pairs were never looked at as the schedule looks, yet
+    # would call it slower: a case stopped for its clocks stays undecided
     clean = [10.12, 10.371, 10.344, 10.604, 10.33, 10.287, 10.458]
-    head = [(ms, None) for ms in clean[:4]] + [dip, (clean[4], None)]
-    head += [dip, (clean[5], None), dip, (clean[6], None), dip, *steady]
+    head = [(ms, 1980.0) for ms in clean[:4]] + [dip, (clean[4], 1980.0)]
+    head += [dip, (clean[5], 1980.0), dip, (clean[6], 1980.0), dip, *steady]
     case = _scripted_case(steady, head, five)
-    assert (case.remeasured, len(case.counted)) == (4, 7)
+    assert (case.remeasured, len(case.kept)) == (4, 7)
     assert case.clocks_unstable
-    assert not case.at_matched_clocks
     assert replace(case, clocks_unstable=False).outcome is Outcome.SLOWER  # what it would say
     assert case.outcome is Outcome.NEED_MORE
     assert case.check is not None
@@ -447,17 +413,19 @@ def test_a_case_whose_clocks_cannot_be_matched_is_undecided_and_says_so() -> Non
     assert said in terminal(_report((case,)))
     assert said in markdown(_report((case,)))
     assert case.as_dict()["clocks_unstable"] is True
-    # every pair's clocks apart, each with its clock: read at matched clocks, where every
-    # pair reads the same ratio at a single clock ratio there is no slope to tell, and no
-    # interval: undecided, but not 'nothing to pair'
+    # every pair's clocks apart: nothing kept, yet not 'nothing to pair'
     gone = _scripted_case(steady, [dip] * 40, five)
-    assert gone.at_matched_clocks
+    assert (gone.remeasured, gone.kept, gone.ratio) == (4, (), None)
     assert gone.outcome is Outcome.NEED_MORE
+    assert "clocks unstable: 4 pairs measured again, none kept" in progress_line(gone)
+    assert "clocks unstable" in terminal(_report((gone,)))
+    assert "clocks unstable" in _case_line(gone)
     assert gone.check is None  # confirm: the result keeps its verdict, named as undecided
-    assert "at matched clocks" in progress_line(gone)
-    assert "at matched clocks" in _case_line(gone)
     # bisect skips such a step rather than count it good
     assert undecided(Step("a", "b", (), _report((gone,)), (gone.nodeid,)))
+    # clocks that agree throughout: decided as usual
+    agreed = _scripted_case(steady, [(10.3, 1980.0)] * 40, five)
+    assert (agreed.outcome, agreed.clocks_unstable) == (Outcome.SLOWER, False)
 
 
 def test_a_case_s_ratio_is_computed_once_for_ab_json_s_rewrites(
@@ -468,8 +436,8 @@ def test_a_case_s_ratio_is_computed_once_for_ab_json_s_rewrites(
     import gpugauge.ab.result as result
 
     calls = []
-    real = result.RoundMean.of
-    monkeypatch.setattr(result.RoundMean, "of", lambda logs: calls.append(1) or real(logs))
+    real = result.paired_ratio
+    monkeypatch.setattr(result, "paired_ratio", lambda *a, **k: calls.append(1) or real(*a, **k))
     cases = tuple(CaseAB(f"c{i}", f"t.py::t[c{i}]", _pairs(1.0 + i / 100)) for i in range(4))
     for _ in range(3):
         _report(cases).as_dict()

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -22,13 +20,7 @@ from gpugauge.ab.launch import KERNELS
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from gpugauge.ab.runner import Coordinator
-from gpugauge.ab.verdict import (
-    Outcome,
-    RoundMean,
-    Schedule,
-    across_rounds,
-    pooled_process_sd,
-)
+from gpugauge.ab.verdict import Outcome, Schedule, across_rounds, pooled_process_sd
 
 SIDE = SideInfo("base", "a", "a" * 40, "python3", "/x")
 
@@ -87,88 +79,6 @@ def test_false_alarms_over_the_grid(proc: float, noise: float) -> None:
     docs/lab/ab-evidence.md keeps the grid's table.
     """
     assert _false_alarms(_outcomes(0.0, noise, proc, n_ab=50, seed=7)) <= 0.01
-
-
-def test_the_mean_at_matched_clocks_is_least_squares_intercept() -> None:
-    """Checked against scipy's linregress; no slope to tell from one clock ratio or 2 pairs."""
-    from scipy import stats
-
-    rng = random.Random(5)
-    xs = [rng.gauss(0.04, 0.05) for _ in range(9)]
-    ys = [0.03 - 0.6 * x + rng.gauss(0, 0.004) for x in xs]
-    fit = stats.linregress(xs, ys)
-    m = RoundMean.at_matched_clocks(ys, xs)
-    assert (m.mean, math.sqrt(m.var), m.df, m.n) == pytest.approx(
-        (fit.intercept, fit.intercept_stderr, 7, 9)
-    )
-    assert m.ratio().ci_low < math.exp(fit.intercept) < m.ratio().ci_high
-    assert not RoundMean.at_matched_clocks(ys[:2], xs[:2]).ratio().has_interval
-    assert not RoundMean.at_matched_clocks(ys, [0.1] * 9).ratio().has_interval
-    plain = RoundMean.of(ys)  # the pairs' mean, as one round's pairs always were
-    assert plain.ratio().ratio == pytest.approx(math.exp(statistics.fmean(ys)))
-    with pytest.raises(ValueError, match="9 log-ratios but 8"):
-        RoundMean.at_matched_clocks(ys, xs[:8])
-
-
-def _clock_round(
-    s: Schedule,
-    effect: float,
-    beta: float,
-    lean: float,
-    offset: float,
-    rng: random.Random,
-    cid: str,
-) -> CaseAB:
-    """One round through the runner's own loop, the blocks' SM clocks wandering (log SD 5%).
-
-    A block's log time follows its log clock with slope ``beta`` (0: a step whose time
-    does not follow the clock; -1: compute-bound); head's clocks lean by ``lean`` (a
-    change that draws less power), and head carries ``effect`` and its process's
-    ``offset``; 0.4% noise a block.
-    """
-
-    class Drawn(Coordinator):
-        def _block(self, side: object, first: bool) -> Block:
-            head = side.name == "head"
-            x = rng.gauss(0, 0.05) + (lean if head else 0.0)
-            log_ms = (math.log1p(effect) + offset if head else 0.0) + beta * x
-            return Block(math.exp(log_ms + rng.gauss(0, 0.004)), 10, 1800.0 * math.exp(x))
-
-    cfg = ABConfig((), Path("unused"), schedule=s)
-    pairs, matched = Drawn(cfg, {})._blocks(
-        SimpleNamespace(name="base"), SimpleNamespace(name="head"), True
-    )
-    unstable = not matched and sum(not p.kept for p in pairs) > cfg.max_remeasure
-    return CaseAB(cid, cid, pairs, schedule=s, at_matched_clocks=matched, clocks_unstable=unstable)
-
-
-def _clock_outcomes(effect: float, beta: float, lean: float, seed: int) -> list[Outcome]:
-    rng, s, out = random.Random(seed), Schedule(), []
-    for _ in range(10):
-        cases = []
-        for i in range(20):
-            rounds = []
-            for _ in range(s.rounds):
-                offset = rng.gauss(0, 0.002) - rng.gauss(0, 0.002)
-                rounds.append(_clock_round(s, effect, beta, lean, offset, rng, f"c{i}"))
-            cases.append(rounds[0].with_round(rounds[1]))
-        report = ABReport(SIDE, SIDE, tuple(cases), "cpu", 0.0, s).pooled()
-        out += [c.outcome for c in report.cases]
-    return out
-
-
-@pytest.mark.parametrize("beta", [0.0, -0.25, -1.0])
-@pytest.mark.parametrize("lean", [0.0, 0.08])
-def test_rounds_whose_clocks_wander_are_judged_at_matched_clocks(beta: float, lean: float) -> None:
-    """Short steps at the power limit: clocks 5-17% apart from block to block (run 113).
-
-    Most pairs' clocks lie more than 5% apart, so most rounds are read at matched clocks.
-    Over 200 cases each: A/As never slower or faster, and a 3% change caught in 98% or
-    more, whether the time follows the clock or not, and where head's clocks lean 8%.
-    """
-    assert _false_alarms(_clock_outcomes(0.0, beta, lean, seed=113)) <= 0.01
-    caught = _clock_outcomes(0.03, beta, lean, seed=114)
-    assert sum(o is Outcome.SLOWER for o in caught) / len(caught) >= 0.98
 
 
 def test_processes_that_spread_widen_every_case_s_interval() -> None:

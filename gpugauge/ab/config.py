@@ -10,8 +10,7 @@ from gpugauge.ab.verdict import Schedule
 from gpugauge.measure.clocks import CLOCKS_APART_AT_MOST
 
 # a pair whose blocks' SM clocks are further apart than clocks may explain a difference
-# (CLOCKS_APART_AT_MOST) is measured again, this many times; then every pair counts, read
-# at matched clocks
+# (CLOCKS_APART_AT_MOST) is measured again, at most this many times
 MAX_REMEASURE = 3
 
 

@@ -8,7 +8,6 @@ sample of the verdict (:mod:`gpugauge.ab.result`). Raw, as the workers reported 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,11 +109,3 @@ class Pair:
             bool(d["base_first"]),
             bool(d.get("kept", True)),
         )
-
-
-def log_clocks(pairs: Sequence[Pair]) -> list[float] | None:
-    """Each pair's ``ln(head's SM clock / base's)``; None where a block has no clock reading."""
-    ratios = [p.clock_ratio for p in pairs]
-    if any(r is None for r in ratios):
-        return None
-    return [math.log(r) for r in ratios if r is not None]

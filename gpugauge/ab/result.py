@@ -17,14 +17,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gpugauge.ab.pairs import Pair, log_clocks
+from gpugauge.ab.pairs import Pair
 from gpugauge.ab.verdict import (
     Outcome,
     PairedRatio,
-    RoundMean,
     Schedule,
     across_rounds,
     outcome_of,
+    paired_ratio,
     pooled_process_sd,
 )
 from gpugauge.core.phrasing import joined, plural
@@ -82,9 +82,6 @@ class CaseAB:
     # stopped for more clock-mismatched pairs than the runner allows: this round decides
     # nothing, whatever the pairs kept say (they were never looked at as the schedule looks)
     clocks_unstable: bool = False
-    # more clock-mismatched pairs than the runner allows, every one with its clocks: every
-    # pair counts, read at matched clocks (RoundMean.at_matched_clocks)
-    at_matched_clocks: bool = False
     # the side that timed the test through gauge.measure where the other side did not
     timed_alone: str = ""
     # the same test in each later round of fresh processes, in order
@@ -141,24 +138,9 @@ class CaseAB:
         return "; ".join(f"{k}: {v}" for k, v in sorted(self.status.items()))
 
     @property
-    def own_counted(self) -> tuple[Pair, ...]:
-        """The pairs of this round the verdict uses: those kept, or all at matched clocks."""
-        return self.pairs if self.at_matched_clocks else tuple(p for p in self.pairs if p.kept)
-
-    @property
-    def counted(self) -> tuple[Pair, ...]:
-        """The pairs the verdict uses, of every round (:attr:`own_counted`)."""
-        return tuple(p for r in self.rounds for p in r.own_counted)
-
-    @cached_property
-    def round_mean(self) -> RoundMean | None:
-        """The mean log-ratio of this round (at matched clocks where so judged); None unpaired."""
-        pairs = self.own_counted
-        if not pairs:
-            return None
-        logs = [p.log_ratio for p in pairs]
-        clocks = log_clocks(pairs) if self.at_matched_clocks else None
-        return RoundMean.of(logs) if clocks is None else RoundMean.at_matched_clocks(logs, clocks)
+    def kept(self) -> tuple[Pair, ...]:
+        """The pairs the verdict uses, of every round (not those measured again)."""
+        return tuple(p for r in self.rounds for p in r.pairs if p.kept)
 
     @property
     def every_pair(self) -> tuple[Pair, ...]:
@@ -168,8 +150,8 @@ class CaseAB:
     @cached_property
     def round_ratio(self) -> PairedRatio | None:
         """Head/base of this round's own pairs, with its CI; None without a pair."""
-        r = self.round_mean
-        return None if r is None else r.ratio(self.schedule.level)
+        logs = [p.log_ratio for p in self.pairs if p.kept]
+        return paired_ratio(logs, self.schedule.level) if logs else None
 
     @cached_property
     def round_outcome(self) -> Outcome | None:
@@ -198,11 +180,11 @@ class CaseAB:
 
         Computed once: ab.json is rewritten after every case, each time with every case.
         """
-        means = [m for r in self.rounds if (m := r.round_mean) is not None]
-        if not means:
+        logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.rounds]
+        if not any(logs):
             return None
         sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
-        return across_rounds(means, self.schedule.level, sd, df)
+        return across_rounds(logs, self.schedule.level, sd, df)
 
     @cached_property
     def bimodal(self) -> str:
@@ -273,23 +255,23 @@ class CaseAB:
         """The outcome as a table says it: 'need more samples (clocks unstable: ...)'."""
         if not self.judged:
             return NOT_JUDGED
-        notes = joined(self.unstable_note, self.matched_note, self.rounds_note)
+        notes = joined(self.unstable_note, self.rounds_note)
         return f"{self.outcome} ({notes})" if notes else f"{self.outcome}"
 
     @property
     def base_ms(self) -> float | None:
         """Median of base's block medians over every round, ms."""
-        return _median([p.base.median_ms for p in self.counted])
+        return _median([p.base.median_ms for p in self.kept])
 
     @property
     def head_ms(self) -> float | None:
         """Median of head's block medians over every round, ms."""
-        return _median([p.head.median_ms for p in self.counted])
+        return _median([p.head.median_ms for p in self.kept])
 
     @property
     def pairs_text(self) -> str:
-        """The pairs counted in each round: '5+5', or '7' for one round."""
-        return "+".join(str(len(r.own_counted)) for r in self.rounds)
+        """The pairs kept in each round: '5+5', or '7' for one round."""
+        return "+".join(str(sum(p.kept for p in r.pairs)) for r in self.rounds)
 
     @property
     def check(self) -> MetricCheck | None:
@@ -316,19 +298,8 @@ class CaseAB:
 
     @property
     def remeasured(self) -> int:
-        """Pairs measured again and not counted, their clocks too far apart, in every round."""
-        return sum(not p.kept for r in self.rounds if not r.at_matched_clocks for p in r.pairs)
-
-    @property
-    def matched_note(self) -> str:
-        """'at matched clocks: 6 of 11 pairs with clocks apart', or '' (no round so judged)."""
-        rs = [r for r in self.rounds if r.at_matched_clocks]
-        if not rs:
-            return ""
-        apart = sum(not p.kept for r in rs for p in r.pairs)
-        total = sum(len(r.pairs) for r in rs)
-        which = "" if len(self.rounds) == 1 else f" in {plural(len(rs), 'round')}"
-        return f"at matched clocks{which}: {apart} of {plural(total, 'pair')} with clocks apart"
+        """Pairs measured again, in every round, because their clocks were too far apart."""
+        return sum(not p.kept for p in self.every_pair)
 
     @property
     def spent(self) -> dict[str, float]:
@@ -341,11 +312,13 @@ class CaseAB:
 
         None under two rounds with two pairs each: what :func:`pooled_process_sd` pools.
         """
-        rs = [m for r in self.paired_rounds if (m := r.round_mean) and m.df >= 1]
-        if len(rs) < 2 or not all(math.isfinite(m.var) for m in rs):
+        logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.paired_rounds]
+        logs = [x for x in logs if len(x) >= 2]
+        if len(logs) < 2:
             return None
-        within = statistics.fmean(m.var for m in rs)
-        return statistics.variance([m.mean for m in rs]) - within, len(rs)
+        means = [statistics.fmean(x) for x in logs]
+        within = statistics.fmean(statistics.variance(x) / len(x) for x in logs)
+        return statistics.variance(means) - within, len(logs)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON: the pairs and the verdicts derived from them."""
@@ -376,7 +349,6 @@ class CaseAB:
             "wall_s": self.wall_s,
             "phases": dict(self.phases),
             "clocks_unstable": self.clocks_unstable,
-            "at_matched_clocks": self.at_matched_clocks,
             "timed_alone": self.timed_alone,
             "judged": self.judged,
             "round_outcome": None if self.round_outcome is None else self.round_outcome.value,

@@ -7,9 +7,8 @@ setup up to its timing call and waits, then the other; then blocks alternate, ba
 one pair and head first in the next (the first side alternates from test to test too), until
 the paired test decides (:class:`~gpugauge.ab.verdict.Schedule`); then each side in turn
 finishes its test. A pair whose two blocks ran at SM clocks further apart than
-``clocks_apart`` is kept in the record but not counted, and measured again; in a test with
-more than ``max_remeasure`` such pairs every pair counts, read at matched clocks (a short
-step at the power limit: its clock moves from block to block, its time hardly). A test
+``clocks_apart`` is kept in the record but never counted, and measured again; a test with
+more than ``max_remeasure`` such pairs stops undecided (its clocks are unstable). A test
 only one side has, or one whose timing calls the other side does not make, runs on that
 side alone with the GPU to itself.
 
@@ -42,7 +41,7 @@ from gpugauge.ab.launch import (
     start_side,
     stop,
 )
-from gpugauge.ab.pairs import Block, Pair, log_clocks
+from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import (
     PHASES,
     SKIPPED_FOR,
@@ -296,14 +295,13 @@ class Coordinator:
         at = lambda name: said[name]["op"]  # noqa: E731
         sides = {"base": base, "head": head}
         pairs: tuple[Pair, ...] = ()
-        matched = False  # every pair counted, judged at matched clocks (_blocks)
         calls = 0
         timed_alone = ""  # the side whose timing call the other never made
         while True:
             t0 = time.monotonic()
             if at("base") == at("head") == "measure":
                 try:
-                    pairs, matched = self._blocks(base, head, base_starts=first is base)
+                    pairs = self._blocks(base, head, base_starts=first is base)
                 except BlockFailed as failed:
                     # the failed side's test fails as it would alone; the other side ends
                     # its call (or times it alone, if it had no block yet) and goes on
@@ -339,8 +337,7 @@ class Coordinator:
             schedule=self.cfg.schedule,
             phases=phases,
             timed_alone=timed_alone if not calls else "",
-            clocks_unstable=not matched and sum(not p.kept for p in pairs) > self.cfg.max_remeasure,
-            at_matched_clocks=matched,
+            clocks_unstable=sum(not p.kept for p in pairs) > self.cfg.max_remeasure,
         )
 
     def _block(self, side: Side, first: bool) -> Block:
@@ -361,20 +358,12 @@ class Coordinator:
             raise _Failed
         return Block.from_dict(said)
 
-    def _blocks(self, base: Side, head: Side, base_starts: bool) -> tuple[tuple[Pair, ...], bool]:
-        """Pairs of blocks, order alternating, until the schedule has its answer.
-
-        And whether the round is judged at matched clocks: a pair whose clocks are further
-        apart than ``clocks_apart`` is measured again and not counted, and once more than
-        ``max_remeasure`` were, every pair counts and the schedule reads them at matched
-        clocks (:meth:`RoundMean.at_matched_clocks
-        <gpugauge.ab.verdict.RoundMean.at_matched_clocks>`), or, where a block has no clock
-        reading, the round stops undecided.
-        """
+    def _blocks(self, base: Side, head: Side, base_starts: bool) -> tuple[Pair, ...]:
+        """Pairs of blocks, order alternating, until the schedule has its answer."""
         pairs: list[Pair] = []
-        matched = False
+        remeasured = 0
         started = {"base": False, "head": False}
-        while more := self._more(pairs, matched):
+        while more := self.cfg.schedule.more([p.log_ratio for p in pairs if p.kept]):
             for _ in range(more):
                 base_first = (len(pairs) % 2 == 0) == base_starts
                 got = {}
@@ -386,25 +375,16 @@ class Coordinator:
                     started[s.name] = True
                 pair = Pair(got["base"], got["head"], base_first)
                 clocks = pair.clock_ratio
-                if clocks is None or abs(clocks - 1) <= self.cfg.clocks_apart:
-                    pairs.append(pair)
+                if clocks is not None and abs(clocks - 1) > self.cfg.clocks_apart:
+                    # a difference the clocks can explain is no evidence either way: counted,
+                    # a few such pairs can make an A/A of a short case "slower"
+                    pairs.append(replace(pair, kept=False))
+                    remeasured += 1
+                    if remeasured > self.cfg.max_remeasure:
+                        return tuple(pairs)  # clocks unstable: the case stays undecided
                     continue
-                # a difference the clocks can explain is no evidence either way: counted
-                # as it stands, a few such pairs can make an A/A of a short case "slower"
-                pairs.append(replace(pair, kept=False))
-                if matched or sum(not p.kept for p in pairs) <= self.cfg.max_remeasure:
-                    continue
-                if log_clocks(pairs) is None:
-                    return tuple(pairs), False  # clocks unstable: the case stays undecided
-                matched = True
-                break  # look again, every pair counted
-        return tuple(pairs), matched
-
-    def _more(self, pairs: list[Pair], matched: bool) -> int:
-        """How many pairs the schedule asks for next: of those kept, or of all at matched clocks."""
-        if matched:
-            return self.cfg.schedule.more([p.log_ratio for p in pairs], log_clocks(pairs))
-        return self.cfg.schedule.more([p.log_ratio for p in pairs if p.kept])
+                pairs.append(pair)
+        return tuple(pairs)
 
 
 def ready_line(collected: dict[str, dict[str, Any]], sides: dict[str, Side]) -> str:
@@ -445,8 +425,6 @@ def progress_line(case: CaseAB) -> str:
         return f"{case.id}: {case.unpaired_reason}"
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
     again = f", {case.remeasured} measured again" if case.remeasured else ""
-    if case.at_matched_clocks:
-        again = f", {case.matched_note}"
     took = f", {case.wall_s:.0f} s" if case.wall_s else ""
     # this round's own outcome: the verdict comes from every round, at the end
     said = case.round_outcome if not case.clocks_unstable else case.verdict_text

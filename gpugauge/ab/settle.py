@@ -218,7 +218,7 @@ def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
                     check.ci_high,
                     check.tolerance,
                     tuple(
-                        p.as_dict() | {"round": k, "at_matched_clocks": r.at_matched_clocks}
+                        p.as_dict() | {"round": k}
                         for k, r in enumerate(s.case.rounds, 1)
                         for p in r.pairs
                     ),

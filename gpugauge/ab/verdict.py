@@ -12,8 +12,7 @@ differ by 1-3% in every pair of blocks alike (where each put its memory, which k
 its cuDNN chose), and no number of pairs from one round can see it: the process is a
 level of variance. So the ratio B/A is the mean of the rounds' mean log-ratios, and its
 Student-t interval counts both the pairs' spread and the rounds' (:func:`across_rounds`,
-with a floor ``process_sd`` per round). A round whose blocks' SM clocks keep moving
-apart is read at matched clocks (:meth:`RoundMean.at_matched_clocks`). Then:
+with a floor ``process_sd`` per round). Then:
 
 * **slower** (faster): the interval lies wholly above 1 (below 1), the ratio is at least
   ``1 + min_effect`` (at most ``1 / (1 + min_effect)``), and every round's own pairs say
@@ -87,8 +86,8 @@ class PairedRatio:
 
     @property
     def has_interval(self) -> bool:
-        """A bounded interval: two pairs or more, whose spread tells one."""
-        return self.n >= 2 and math.isfinite(self.ci_high)
+        """Two pairs or more: a spread, hence an interval."""
+        return self.n >= 2
 
 
 def paired_ratio(log_ratios: Sequence[float], level: float = LEVEL) -> PairedRatio:
@@ -105,94 +104,39 @@ def paired_ratio(log_ratios: Sequence[float], level: float = LEVEL) -> PairedRat
     return PairedRatio(r.value, r.ci_low, r.ci_high, n, level)
 
 
-@dataclass(frozen=True)
-class RoundMean:
-    """One round's mean log-ratio ``ln(B/A)``, the variance of that mean, its degrees of freedom.
-
-    :meth:`of` a round's pairs: their mean. :meth:`at_matched_clocks`: where the blocks'
-    SM clocks kept moving apart, the mean a pair would read with both blocks at one clock.
-    """
-
-    mean: float
-    var: float
-    df: float
-    n: int  # pairs
-
-    @classmethod
-    def of(cls, log_ratios: Sequence[float]) -> RoundMean:
-        """The pairs' mean; one pair has no spread (``df`` 0)."""
-        n = len(log_ratios)
-        if n == 0 or not all(math.isfinite(x) for x in log_ratios):
-            raise ValueError(f"log-ratios must be finite, and at least one: {list(log_ratios)}")
-        var = statistics.variance(log_ratios) / n if n > 1 else 0.0
-        return cls(statistics.fmean(log_ratios), var, n - 1, n)
-
-    @classmethod
-    def at_matched_clocks(
-        cls, log_ratios: Sequence[float], log_clocks: Sequence[float]
-    ) -> RoundMean:
-        """The intercept of the pairs' log-ratios on their log clock ratios ``ln(fB/fA)``.
-
-        The log-ratio a pair would read with both blocks at one SM clock: what counting
-        only pairs whose clocks agree estimates, from every pair. Its variance is the
-        intercept's (least squares, ``n - 2`` degrees of freedom): wide where the clocks
-        all lean one way. Under three pairs, or with one clock ratio throughout, no interval.
-        """
-        n = len(log_ratios)
-        if n != len(log_clocks):
-            raise ValueError(f"{n} log-ratios but {len(log_clocks)} clock ratios")
-        xs, ys = list(log_clocks), list(log_ratios)
-        if not all(math.isfinite(v) for v in xs + ys):
-            raise ValueError(f"log-ratios and clock ratios must be finite: {ys}, {xs}")
-        x_bar, y_bar = statistics.fmean(xs), statistics.fmean(ys)
-        sxx = sum((x - x_bar) ** 2 for x in xs)
-        if n < 3 or sxx == 0:
-            return cls(y_bar, math.inf, 0, n)
-        slope = sum((x - x_bar) * (y - y_bar) for x, y in zip(xs, ys, strict=True)) / sxx
-        mean = y_bar - slope * x_bar
-        rss = sum((y - mean - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
-        return cls(mean, rss / (n - 2) * (1 / n + x_bar**2 / sxx), n - 2, n)
-
-    def ratio(self, level: float = LEVEL) -> PairedRatio:
-        """B/A and its t-interval at ``level``; unbounded without a degree of freedom."""
-        if self.df < 1 or not math.isfinite(self.var):
-            return PairedRatio(math.exp(self.mean), 0.0, math.inf, self.n, level)
-        half = t_quantile(0.5 + level / 2, self.df) * math.sqrt(self.var)
-        low, high = math.exp(self.mean - half), math.exp(self.mean + half)
-        return PairedRatio(math.exp(self.mean), low, high, self.n, level)
-
-
 def across_rounds(
-    rounds: Sequence[Sequence[float] | RoundMean],
+    rounds: Sequence[Sequence[float]],
     level: float = LEVEL,
     process_sd: float = PROCESS_SD,
     process_df: float = math.inf,
 ) -> PairedRatio:
-    """B/A over rounds of fresh processes, each its pairs' log-ratios ``ln(B/A)`` or their mean.
+    """B/A over rounds of fresh processes, each a list of its pairs' log-ratios ``ln(B/A)``.
 
     The mean of the rounds' means, with a t-interval whose variance is the pairs' within
     each round plus the processes' between rounds: ``process_sd`` squared per round (known
     to ``process_df`` degrees of freedom: infinite for a floor), or the case's own spread
     where three rounds or more show more. The degrees of freedom are Welch-Satterthwaite's
-    over the two parts; no interval where no round has a degree of freedom of its own.
+    over the two parts; no interval under two pairs in some round and one in every other.
     """
-    rs = [r if isinstance(r, RoundMean) else RoundMean.of(r) for r in rounds if r]
+    rs = [list(r) for r in rounds if r]
     if not rs:
         raise ValueError("no pairs")
-    k, n = len(rs), sum(r.n for r in rs)
-    means = [r.mean for r in rs]
+    for r in rs:
+        if not all(math.isfinite(x) for x in r):
+            raise ValueError(f"log-ratios must be finite: {r}")
+    k, n = len(rs), sum(len(r) for r in rs)
+    means = [statistics.fmean(r) for r in rs]
     mean = statistics.fmean(means)
-    within_df = sum(r.df for r in rs)
-    if within_df < 1 or not all(math.isfinite(r.var) for r in rs):
+    if n - k < 1:
         return PairedRatio(math.exp(mean), 0.0, math.inf, n, level, k)
-    within = sum(r.var for r in rs) / k**2
+    within = sum(statistics.variance(r) / len(r) for r in rs if len(r) > 1) / k**2
     between, between_df = process_sd**2 / k, process_df
     if k >= 3:  # two degrees of freedom or more: the case's own spread of processes
         own = statistics.variance(means) / k - within
         if own > between:
             between, between_df = own, k - 1
     var = within + between
-    spread = sum(v**2 / d for v, d in ((within, within_df), (between, between_df)) if v > 0)
+    spread = sum(v**2 / d for v, d in ((within, n - k), (between, between_df)) if v > 0)
     df = min(var**2 / spread, 1e6) if spread > 0 else 1e6  # 1e6: as good as known
     half = t_quantile(0.5 + level / 2, df) * math.sqrt(var)
     return PairedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, level, k)
@@ -272,23 +216,18 @@ class Schedule:
         if not 0 <= self.process_sd < 0.5:
             raise ValueError(f"process_sd must be in [0, 0.5): {self.process_sd}")
 
-    def more(self, log_ratios: Sequence[float], log_clocks: Sequence[float] | None = None) -> int:
-        """How many pairs to add now: 0 once decided, at the cap, or past hope (:meth:`futile`).
-
-        ``log_clocks``, each pair's ``ln(fB/fA)``: the round is judged at matched clocks.
-        """
+    def more(self, log_ratios: Sequence[float]) -> int:
+        """How many pairs to add now: 0 once decided, at the cap, or past hope (:meth:`futile`)."""
         n = len(log_ratios)
         if n < self.min_pairs:
             return self.min_pairs - n
-        if n >= self.max_pairs or self.outcome(log_ratios, log_clocks) is not Outcome.NEED_MORE:
+        if n >= self.max_pairs or self.outcome(log_ratios) is not Outcome.NEED_MORE:
             return 0
-        if self.futile(log_ratios, log_clocks):
+        if self.futile(log_ratios):
             return 0
         return min(self.step, self.max_pairs - n)
 
-    def futile(
-        self, log_ratios: Sequence[float], log_clocks: Sequence[float] | None = None
-    ) -> bool:
+    def futile(self, log_ratios: Sequence[float]) -> bool:
         """Whether even ``max_pairs`` pairs could not decide, at this spread and this effect.
 
         True when the CI's half-width at ``max_pairs`` would still exceed :data:`FUTILE`
@@ -301,24 +240,12 @@ class Schedule:
         n = len(log_ratios)
         if n < 3:
             return False
-        r = self._round(log_ratios, log_clocks)
-        if r.df < 1 or not math.isfinite(r.var):
-            return False
-        spent = n - r.df  # degrees of freedom the estimate uses: the mean's, the clock's
-        half = t_quantile(0.5 + self.level / 2, self.max_pairs - spent)
-        half *= math.sqrt(r.var * n / self.max_pairs)
-        return half > FUTILE * math.log1p(self.min_effect) and half >= abs(r.mean)
+        spread = statistics.stdev(log_ratios)
+        half = t_quantile(0.5 + self.level / 2, self.max_pairs - 1) * spread
+        half /= math.sqrt(self.max_pairs)
+        effect = abs(statistics.fmean(log_ratios))
+        return half > FUTILE * math.log1p(self.min_effect) and half >= effect
 
-    def outcome(
-        self, log_ratios: Sequence[float], log_clocks: Sequence[float] | None = None
-    ) -> Outcome:
-        """The outcome of the pairs so far (at matched clocks where ``log_clocks`` are given)."""
-        if log_clocks is None:
-            return outcome_of(paired_ratio(log_ratios, self.level), self.min_effect)
-        return outcome_of(self._round(log_ratios, log_clocks).ratio(self.level), self.min_effect)
-
-    @staticmethod
-    def _round(log_ratios: Sequence[float], log_clocks: Sequence[float] | None) -> RoundMean:
-        if log_clocks is None:
-            return RoundMean.of(log_ratios)
-        return RoundMean.at_matched_clocks(log_ratios, log_clocks)
+    def outcome(self, log_ratios: Sequence[float]) -> Outcome:
+        """The outcome of the pairs so far."""
+        return outcome_of(paired_ratio(log_ratios, self.level), self.min_effect)
