@@ -33,9 +33,6 @@ from gpugauge.results.verdicts import (
     verdict_of,
 )
 
-MEMORY_SLACK_BYTES = 2 * 2**20  # allocator rounding: never a regression on its own
-
-
 # How far past the recorded runs' own spread a change must go: the spread of two runs
 # underestimates the run-to-run noise, and a new run differs from both.
 SPREAD_FACTOR = 2.0
