@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from gpugauge.ab.result import AB_MD, PHASES, ABReport, CaseAB
+from gpugauge.ab.result import AB_MD, ABReport, CaseAB
 from gpugauge.ab.verdict import Outcome
 from gpugauge.core.phrasing import efficiency, plural
 from gpugauge.report.tables import fmt_ms, render
@@ -70,8 +70,7 @@ _PHASE_WORDS = {
 
 def cost_line(report: ABReport) -> str:
     """Where the A/B's time went, s: 'time: setups 120 s, paired blocks 40 s, ...'."""
-    spent = {p: sum(c.spent[p] for c in report.cases) for p in PHASES}
-    parts = [f"{_PHASE_WORDS[p]} {s:.0f} s" for p, s in spent.items() if s >= 0.5]
+    parts = [f"{_PHASE_WORDS[p]} {s:.0f} s" for p, s in report.spent.items() if s >= 0.5]
     return "time: " + ", ".join([*parts, f"start-up and the rest {report.rest_s:.0f} s"])
 
 
@@ -90,7 +89,7 @@ def efficiency_line(report: ABReport) -> str:
     rounds = plural(max((len(c.rounds) for c in paired), default=0), "round")
     timing = report.timing_s
     if timing is None:
-        alone = sum(c.spent["alone"] for c in report.cases)
+        alone = report.spent["alone"]
         work = report.blocks_s + alone
         share = work / report.wall_s if report.wall_s > 0 else 0.0
         per_case = report.wall_s / report.blocks_s if report.blocks_s > 0 else float("inf")

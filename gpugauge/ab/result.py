@@ -427,15 +427,19 @@ class ABReport:
         }
 
     @property
+    def spent(self) -> dict[str, float]:
+        """Where its cases' wall time went, every round's, s, by :data:`PHASES`."""
+        return {p: sum(c.spent[p] for c in self.cases) for p in PHASES}
+
+    @property
     def rest_s(self) -> float:
         """Its wall seconds outside its cases' phases: the sides' start and end, and the like."""
-        spent = sum(v for c in self.cases for v in c.spent.values())
-        return max(self.wall_s - spent, 0.0)
+        return max(self.wall_s - sum(self.spent.values()), 0.0)
 
     @property
     def blocks_s(self) -> float:
         """Seconds of paired blocks, every round's: what the A/B is for."""
-        return sum(c.spent["blocks"] for c in self.cases)
+        return self.spent["blocks"]
 
     @property
     def timing_s(self) -> tuple[float, float] | None:
