@@ -1,8 +1,10 @@
 """A tiny DDP workload for the launcher's tests: gloo on the CPU, a rank that can be slow,
-crash or hang on purpose (test only)."""
+crash, hang or abort at exit on purpose (test only)."""
 
 from __future__ import annotations
 
+import atexit
+import os
 import time
 from typing import Any
 
@@ -20,6 +22,8 @@ def run_rank(spec: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
 
     if spec.get("crash_rank") == ctx.rank:
         raise RuntimeError(f"planned crash on rank {ctx.rank}")
+    if spec.get("abort_at_exit_rank") == ctx.rank:  # as a native destructor can, at teardown
+        atexit.register(os.abort)
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Linear(32, 32))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

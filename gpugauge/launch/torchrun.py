@@ -310,10 +310,12 @@ def _collect(
             how = "timed out; every worker was stopped"
         else:
             how = f"{ended.detail}; every worker was stopped"
+        if not problems:  # torchrun failed after every rank had saved its result
+            problems.append("every rank saved its result, then a rank ended abnormally")
         # the silent ranks first: they are the cause, the others waited on them
         problems.sort(key=lambda p: "did not report" not in p)
         raise LaunchError(
-            f"{job.call} on {job.world_size} ranks: {'; '.join(problems) or how} ({how}). "
+            f"{job.call} on {job.world_size} ranks: {'; '.join(problems)} ({how}). "
             f"Last lines of {log}:\n{_tail(log)}"
         )
     return [results[r] for r in range(job.world_size)]
