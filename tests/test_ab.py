@@ -673,6 +673,59 @@ def test_a_difference_of_one_pair_of_processes_is_not_a_verdict(
     assert _leftovers(toy, tmp_path) == []
 
 
+# a setup answer of the build's own (a frontier found, a cut fitted), kept for its later
+# rounds: each build works its answer out once, in round 1, and reads it back after
+KEPT = (
+    """\
+import os
+import time
+
+ANSWER = {answer!r}
+
+
+"""
+    + SPIN
+    + """
+
+def test_spin(gauge):
+    def work_out():
+        with open(os.environ["TOY_WORKED_OUT"], "a") as f:
+            f.write(ANSWER + "\\n")
+        return {{"answer": ANSWER}}
+
+    kept, earlier = gauge.kept(gauge.call_spec(), "answer", work_out)
+    assert kept == {{"answer": ANSWER}}, kept  # this build's own answer, never the other's
+    gauge(lambda: spin(3.0))
+"""
+)
+
+
+@pytest.mark.slow
+def test_each_build_works_a_setup_answer_out_once_for_all_its_rounds(
+    toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worked = tmp_path / "worked-out.txt"
+    monkeypatch.setenv("TOY_WORKED_OUT", str(worked))
+    for answer in ("base", "head"):
+        (toy / "test_toy.py").write_text(KEPT.format(answer=answer))
+        _git(toy, "add", "-A")
+        _git(toy, "commit", "-qm", answer)
+    out = tmp_path / "ab"
+    (out / "setup-memo" / "head").mkdir(parents=True)  # an earlier A/B's: not this one's
+    (out / "setup-memo" / "head" / "stale.json").write_text("{}")
+    run = _ab(toy, "ab", "HEAD~1", "HEAD", out=out)
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    (case,) = json.loads((out / "ab.json").read_text())["cases"]
+    assert case["status"] == {"base": "passed", "head": "passed"}, run.stdout
+    assert len(case["rounds"]) == 1  # round 2 ran, in fresh processes
+    assert sorted(worked.read_text().split()) == ["base", "head"]
+    assert not (out / "setup-memo" / "head" / "stale.json").exists()
+    assert {p.parent.parent.name for p in (out / "setup-memo").rglob("answer.json")} == {
+        "base",
+        "head",
+    }
+
+
 def test_a_case_of_exchanged_places_reads_head_over_base() -> None:
     case = CaseAB(
         "c",

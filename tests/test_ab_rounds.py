@@ -99,7 +99,7 @@ def test_a_later_round_records_no_kernels_and_keeps_the_first_rounds() -> None:
 
     def kernels(k: int) -> object:
         cfg = ABConfig(("-k", "x"), Path("out"), round=k, profile="seed")
-        settings = dict(Coordinator(cfg, {}).settings())
+        settings = dict(Coordinator(cfg, {}).settings("head"))
         (value,) = [v for dests, v in settings.items() if KERNELS in dests]
         assert settings[("profile", "gauge_profile")] == "seed"
         return value

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from gpugauge.runtime.options import PROFILE_POLICIES, resolve
@@ -28,6 +30,7 @@ DEFAULTS = {
     "baselines_dir": None,
     "tolerances_dir": None,
     "artifacts_dir": None,
+    "setup_memo": None,
 }
 
 
@@ -140,3 +143,11 @@ def test_confirm_new_host_needs_the_gate() -> None:
     assert not resolve_with(gate=True).confirm_new_host  # off unless given
     with pytest.raises(ValueError, match="cannot write baselines"):
         resolve_with(gate=True, confirm_new_host=True, update_baselines=True)
+
+
+def test_a_setup_memo_under_a_file_is_refused_before_the_run(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"--gauge-setup-memo .*file: not a directory"):
+        resolve_with(setup_memo=tmp_path / "file")
+    # gpugauge ab's side settings give it as a string
+    assert resolve_with(setup_memo=str(tmp_path / "memo")).setup_memo == tmp_path / "memo"

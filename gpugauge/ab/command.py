@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from gpugauge.ab.budget import Budget
-from gpugauge.ab.config import ABConfig, round_folder
+from gpugauge.ab.config import SETUP_MEMO, ABConfig, round_folder
 from gpugauge.ab.render import write_ab_report
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.runner import ABError, run_sides
@@ -111,6 +112,7 @@ def config_of(
         ),
         block_s=args.block_time,
         profile=args.profile,
+        memo=out / SETUP_MEMO,
     )
     return replace(cfg, budget=replace(budget or Budget(), first_look_s=cfg.first_look_s))
 
@@ -146,6 +148,7 @@ def run_ab(
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         for k in range(1, MOST_ROUNDS + 1):
             (round_folder(out, k) / stale).unlink(missing_ok=True)
+    shutil.rmtree(out / SETUP_MEMO, ignore_errors=True)  # an earlier A/B's builds' answers
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())

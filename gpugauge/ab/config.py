@@ -14,6 +14,9 @@ from gpugauge.measure.clocks import CLOCKS_APART_AT_MOST
 MAX_REMEASURE = 3
 
 
+SETUP_MEMO = "setup-memo"  # the A/B's folder of each build's setup answers, under --out
+
+
 def round_folder(out: Path, k: int) -> Path:
     """Where round ``k`` writes its sides' logs and saved runs: ``out``, then ``out/round-k``."""
     return out if k == 1 else out / f"round-{k}"
@@ -55,6 +58,9 @@ class ABConfig:
     # head's process runs as its command line says: no side settings, every test kept (the
     # gated run as round 1's head side, ``gpugauge confirm --measure``)
     head_as_is: bool = False
+    # where each build keeps its setup answers for its later rounds' processes (a folder
+    # per build under it: gpugauge.runtime.setup_memo); None: each process works them out
+    memo: Path | None = None
 
     def __post_init__(self) -> None:
         warm_ok = self.rewarm_s >= 0 and self.first_warm_s >= 0

@@ -94,18 +94,23 @@ class Coordinator:
         self._cases: list[CaseAB] = []  # the cases finished so far, in order
         self._untimed: set[str] = set()  # node ids either side marks untimed
 
-    def settings(self, as_is: bool = False) -> tuple[tuple[tuple[str, ...], object], ...]:
-        """The options a side takes, by dest; the profile where one was asked for.
+    def settings(
+        self, role: str, as_is: bool = False
+    ) -> tuple[tuple[tuple[str, ...], object], ...]:
+        """The options the side running build ``role`` takes, by dest.
 
-        A later round records no kernels: a case keeps its first round's (a profiled round
-        per side and test, for what the first round said already). A side run ``as_is`` (a
-        gated run) takes the profile alone.
+        The profile where one was asked for, and the build's setup memo (its answers kept
+        for its later rounds). A later round records no kernels: a case keeps its first
+        round's (a profiled round per side and test, for what the first round said
+        already). A side run ``as_is`` (a gated run) takes the profile and memo alone.
         """
         out = () if as_is else SIDE_SETTINGS
         if self.cfg.round > 1:
             out = tuple((dests, False if KERNELS in dests else v) for dests, v in out)
         if self.cfg.profile is not None:
             out = (*out, (("profile", "gauge_profile"), self.cfg.profile))
+        if self.cfg.memo is not None:
+            out = (*out, (("gauge_setup_memo",), str((self.cfg.memo / role).absolute())))
         return out
 
     def _role(self, name: str) -> str:
@@ -130,7 +135,7 @@ class Coordinator:
                         args,
                         self.cfg.out,
                         channel,
-                        self.settings(as_is),
+                        self.settings(role, as_is),
                         self.cwd,
                         self.note,
                         role=role,

@@ -196,6 +196,16 @@ def add_options(group: Any) -> None:
         help="where results' files (traces, tables) go, one folder per run "
         "(default: <rootdir>/artifacts)",
     )
+    group.addoption(
+        "--gauge-setup-memo",
+        type=path_option,
+        default=None,
+        help="a folder where tests keep setup answers that depend only on the build and the "
+        "device (how many layers fit, where a split's cut fits), so that a later process of "
+        "the same build on the same host reads them instead of searching again; one folder "
+        "per build and host (`gpugauge ab` gives each build its own for its rounds; default: "
+        "none, every process works them out)",
+    )
 
 
 def add_history_options(group: Any) -> None:

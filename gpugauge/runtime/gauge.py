@@ -37,6 +37,7 @@ from gpugauge.runtime.benchmark_bridge import fill_benchmark_fixture, plain_para
 from gpugauge.runtime.options import Options
 from gpugauge.runtime.pipeline import l2_flusher, measure_case
 from gpugauge.runtime.session import GaugeSession
+from gpugauge.runtime.setup_memo import SetupMemo
 
 # what other modules import from here
 __all__ = [
@@ -319,6 +320,16 @@ class Gauge:
         otherwise be part of "tests' own code".
         """
         return self.session.wall.phase(name)
+
+    def kept(self, spec: Spec, name: str, work_out: Callable[[], Any]) -> tuple[Any, bool]:
+        """A setup answer of this result: an earlier process's, or ``work_out()``, kept.
+
+        For answers that depend only on the build and the device (how many layers fit),
+        which every round of an A/B would otherwise work out again: see
+        :mod:`gpugauge.runtime.setup_memo`. The second item says whether it was kept
+        from an earlier process; the answer must be plain JSON.
+        """
+        return SetupMemo(self.options.setup_memo).kept(spec.id, name, work_out)
 
     def artifact_path(self, spec: Spec, name: str) -> Path:
         """Where this result's file ``name`` goes: ``<run folder>/<spec id>/<name>``.

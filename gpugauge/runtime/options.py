@@ -83,6 +83,7 @@ class Options:
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
     artifacts_dir: Path = Path("artifacts")
+    setup_memo: Path | None = None  # --gauge-setup-memo (gpugauge.runtime.setup_memo)
 
     @property
     def diagnostics(self) -> bool:
@@ -113,6 +114,7 @@ class Options:
             "baselines_dir": str(self.baselines_dir),
             "tolerances_dir": str(self.tolerances_dir),
             "artifacts_dir": str(self.artifacts_dir),
+            "setup_memo": None if self.setup_memo is None else str(self.setup_memo),
         }
 
 
@@ -181,6 +183,8 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         baselines_dir=get("baselines_dir") or root / "baselines",
         tolerances_dir=get("tolerances_dir") or root / "tolerances",
         artifacts_dir=get("artifacts_dir") or root / "artifacts",
+        # a Path from the command line, a str from gpugauge ab's side settings
+        setup_memo=None if get("setup_memo") is None else Path(get("setup_memo")),
     )
 
 
@@ -205,7 +209,8 @@ def _policy_problem(message: str, merged: dict[str, Any]) -> str:
     return f"{given}: not a valid timing policy with the profile's other settings ({message})"
 
 
-def _folder_error(option: str, path: Path, must_exist: bool) -> str | None:
+def _folder_error(option: str, path: Path | str, must_exist: bool) -> str | None:
+    path = Path(path)  # a str where gpugauge ab's side settings gave it
     if path.exists() and not path.is_dir():
         return f"{option} {path}: not a directory"
     if must_exist and not path.exists():
@@ -241,6 +246,7 @@ def _check_folders(get: Callable[[str], Any]) -> None:
         ("--gauge-baselines-dir", get("baselines_dir"), bool(get("gate"))),
         ("--gauge-tolerances-dir", get("tolerances_dir"), True),
         ("--gauge-artifacts-dir", get("artifacts_dir"), False),
+        ("--gauge-setup-memo", get("setup_memo"), False),
     ]
     for option, path, must_exist in checks:
         problem = None if path is None else _folder_error(option, path, must_exist)
@@ -251,13 +257,16 @@ def _check_folders(get: Callable[[str], Any]) -> None:
 def check_destinations(options: Options, get: Callable[[str], Any]) -> None:
     """Folders the run will write to must be writable now, not after it has measured.
 
-    ``--gauge-artifacts-dir`` when given (a folder under a file fails here, not inside a test);
+    ``--gauge-artifacts-dir`` and ``--gauge-setup-memo`` when given (a folder under a file
+    fails here, not inside a test);
     the baselines folder with ``--gauge-update-baselines`` (a read-only one would fail only once
     every benchmark had run). ValueError naming the option.
     """
     targets = []
     if get("artifacts_dir") is not None:
         targets.append(("--gauge-artifacts-dir", options.artifacts_dir))
+    if options.setup_memo is not None:
+        targets.append(("--gauge-setup-memo", options.setup_memo))
     if options.update_baselines:
         option = "--gauge-update-baselines into --gauge-baselines-dir"
         targets.append((option, options.baselines_dir))
