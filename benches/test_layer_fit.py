@@ -78,14 +78,22 @@ def test_layer_fit_search(fit_case: FitCase, gauge: Any) -> None:
         assert result["max_n"] == truth, f"search found {result['max_n']}, the frontier is {truth}"
 
 
-def _largest_single(case: SplitCase, gauge: Any) -> tuple[int, dict[str, Any] | None]:
-    """The search's answer for one device: from this run if it searched, else searched now."""
+def _largest_single(case: SplitCase, gauge: Any) -> tuple[dict[str, Any], str]:
+    """The search's answer for one device, and where it came from.
+
+    This run's search test, an earlier process of this build (the setup memo: an A/B's
+    later rounds), or a search now.
+    """
     found = gauge.session.find(case.fit_case)
-    if found is not None:
-        return int(found.values["max_layers"]), None
-    with gauge.phase("search"):
-        result = search_case(case.fit_case)
-    return result["max_n"], result
+
+    def search() -> dict[str, Any]:
+        if found is not None:
+            return dict(found.extra["search"])
+        with gauge.phase("search"):
+            return search_case(case.fit_case)
+
+    result, kept = gauge.kept(case, "single-search", search)
+    return result, "an earlier process" if kept else "this run" if found else "searched here"
 
 
 def _note_inherited_plans(
@@ -118,8 +126,9 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
     extra: dict[str, Any] = {}
     n = case.conv
     if case.schedule == "single":
-        n, search = _largest_single(case, gauge)
+        search, extra["single_search_from"] = _largest_single(case, gauge)
         extra["single_search"] = search
+        n = int(search["max_n"])
         assert n > 0, "no conv layer fits one device with this head"
     pipelined = case.schedule in PIPELINED
     if pipelined or case.graphs:  # the same gradients as the eager naive split's
@@ -132,10 +141,11 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         assert check["max_grad_rel_diff"] < GRAD_REL_TOL, f"gradients differ: {check}"
         if case.graphs:  # the eager schedule's own kernels, replayed: equal but for the sum order
             assert check["max_vs_eager"] < GRAPHS_REL_TOL, f"graphs differ from eager: {check}"
-    # a pipeline is balanced by what a block costs at its micro-batch size
+    # a split is balanced by what a block costs at its micro-batch size (one device: no plan)
     part = case.batch // case.micro_batches
     with gauge.phase("block costs"):
-        costs = measure_costs(model, devices[0], batch=part) if on_gpu else flop_costs(model)
+        if case.schedule != "single":
+            costs = measure_costs(model, devices[0], batch=part) if on_gpu else flop_costs(model)
         prime_conv_plans(model, devices, part)  # plans chosen on the whole device, not at a peak
     if on_gpu:
         _note_inherited_plans(case, devices, gauge, extra)
@@ -153,7 +163,10 @@ def test_layer_fit_split(split_case: SplitCase, gauge: Any) -> None:
         tried: list[dict[str, Any]] = []
         if on_gpu:  # the misses run out of memory: in processes of their own
             with gauge.phase("cut fit"):
-                tried = fit_cut(case, n, cut, toward)
+                tried, kept = gauge.kept(
+                    case, f"cut-fit-c{n}-k{cut}-d{toward}", lambda: fit_cut(case, n, cut, toward)
+                )
+            extra["cut_fit_from"] = "an earlier process" if kept else "fitted here"
             n, cut = tried[-1]["conv"], tried[-1]["cut"]
         setup = allocator_events(devices) if on_gpu else None
         # on a GPU the child's cut is built as it is: a miss here would run out of memory
