@@ -18,7 +18,7 @@ from gpugauge.families.layer_fit.costs import flop_costs, measure_costs
 from gpugauge.families.layer_fit.cut_fit import fit_cut, fitted_runner, prime_conv_plans
 from gpugauge.families.layer_fit.memory_model import MemoryModel
 from gpugauge.families.layer_fit.plan import PIPELINED, plan_split
-from gpugauge.families.layer_fit.search import search_case
+from gpugauge.families.layer_fit.search import search_case, seconds_line
 from gpugauge.families.layer_fit.steps import SEED_METHOD, round_clock
 from gpugauge.families.layer_fit.tables import probe_table, split_table
 from gpugauge.families.layer_fit.trace import trace_overlap
@@ -52,7 +52,7 @@ def test_layer_fit_search(fit_case: FitCase, gauge: Any) -> None:
     case = fit_case
     with gauge.phase("search"):
         result = search_case(case)
-    table = probe_table(case, result)
+    table = "\n".join(filter(None, (probe_table(case, result), seconds_line(result))))
     path = gauge.artifact_path(case, "probes.txt")
     path.write_text(table + "\n")
     _note_block(gauge, table)

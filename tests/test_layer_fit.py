@@ -24,7 +24,13 @@ from gpugauge.families.layer_fit.pipe import held_parts
 from gpugauge.families.layer_fit.plan import SplitError, plan_split
 from gpugauge.families.layer_fit.probe import MemoryNotReleased, Probe, probe
 from gpugauge.families.layer_fit.runner import SplitRunner
-from gpugauge.families.layer_fit.search import probe_bound, run_search, search_case, search_frontier
+from gpugauge.families.layer_fit.search import (
+    probe_bound,
+    run_search,
+    search_case,
+    search_frontier,
+    seconds_line,
+)
 from gpugauge.families.layer_fit.tables import probe_table
 from gpugauge.families.layer_fit.verify import check_pipeline
 from gpugauge.launch.fresh import in_fresh_process
@@ -627,6 +633,13 @@ def test_a_search_in_its_own_process_finds_what_one_in_this_process_finds() -> N
         return [(p["n"], p["fits"]) for p in result["probes"]]
 
     assert path(there) == path(here)
+    # where its time went: the child's own start is what the whole call adds to its parts
+    assert "process start" in seconds_line(there)
+    assert "process start" not in seconds_line(here)
+    took = there["seconds"]
+    inside = took["cuda_start"] + took["backend"] + took["search"]
+    assert 0 < inside < took["whole"]
+    assert took["search"] >= sum(p["wall_s"] for p in there["probes"])
 
 
 @pytest.mark.slow

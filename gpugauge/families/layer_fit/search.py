@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from gpugauge.families.layer_fit.backends import CudaBackend, SimulatedBackend
 from gpugauge.families.layer_fit.cases import FitCase
@@ -158,13 +161,45 @@ def search_case(case: FitCase, isolate: bool | None = None) -> dict[str, Any]:
     """:func:`run_search` of ``case``; on a GPU (or with ``isolate``) in a fresh process.
 
     A GPU search runs out of memory on purpose, and a process remembers that: see
-    :func:`~gpugauge.launch.fresh.in_fresh_process`.
+    :func:`~gpugauge.launch.fresh.in_fresh_process`. ``seconds`` says where its wall time
+    went: the whole call, and in the process that searched, CUDA's start, the backend's
+    (its warm-up step) and the search's; the process's own start is what the whole call
+    adds to them.
     """
-    if not (case.device != "cpu" if isolate is None else isolate):
-        return _search(case)
-    return in_fresh_process(f"{case.id}: the search", _search, case)
+    t0 = time.perf_counter()
+    fresh = case.device != "cpu" if isolate is None else isolate
+    what = f"{case.id}: the search"
+    result = in_fresh_process(what, _search, case) if fresh else _search(case)
+    result["seconds"] |= {"whole": time.perf_counter() - t0, "fresh_process": fresh}
+    return result
 
 
 def _search(case: FitCase) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    if case.device != "cpu":
+        torch.cuda.init()
+    t1 = time.perf_counter()
     with backend_for(case) as backend:
-        return run_search(case, backend)
+        t2 = time.perf_counter()
+        result = run_search(case, backend)
+    t3 = time.perf_counter()
+    return {**result, "seconds": {"cuda_start": t1 - t0, "backend": t2 - t1, "search": t3 - t2}}
+
+
+def seconds_line(result: dict[str, Any]) -> str:
+    """Where a search's wall time went, s: 'seconds: 8.1 in all: process start 3.2, ...'.
+
+    The probes' own seconds against the search's show what building and freeing between
+    them cost; a result from before the breakdown says ''.
+    """
+    took = result.get("seconds")
+    if not isinstance(took, dict) or "whole" not in took:
+        return ""
+    probes = sum(p["wall_s"] for p in result["probes"])
+    inside = took["cuda_start"] + took["backend"] + took["search"]
+    start = f"process start {took['whole'] - inside:.1f}, " if took["fresh_process"] else ""
+    return (
+        f"seconds: {took['whole']:.1f} in all: {start}CUDA start {took['cuda_start']:.1f}, "
+        f"backend warm-up {took['backend']:.1f}, probes {probes:.1f}, between probes "
+        f"{took['search'] - probes:.1f}"
+    )
