@@ -79,14 +79,15 @@ def efficiency_line(report: ABReport) -> str:
 
     The first part in a gated run's words; the cost is against the timed rounds.
 
-    'efficiency: timed rounds 80 s and warm-up 20 s of 160 s (62%); 2 rounds; the A/B cost
-    2.0x its timed rounds'. An A/B whose blocks did not count their seconds (a side from
-    before they did) says its paired blocks instead (their warm-ups and the time between
-    them included), and the calls one side timed alone (a gated run's tests past the
-    deadline): both are timing work.
+    'efficiency: timed rounds 80 s and warm-up 20 s of 160 s (62%); 2 rounds of fresh
+    processes; the A/B cost 2.0x its timed rounds'. An A/B whose blocks did not count their
+    seconds (a side from before they did) says its paired blocks instead (their warm-ups
+    and the time between them included), and the calls one side timed alone (a gated run's
+    tests past the deadline): both are timing work.
     """
     paired = [c for c in report.cases if c.ratio is not None]
-    rounds = plural(max((len(c.rounds) for c in paired), default=0), "round")
+    most = max((len(c.rounds) for c in paired), default=0)
+    rounds = f"{plural(most, 'round')} of fresh processes"
     timing = report.timing_s
     if timing is None:
         alone = report.spent["alone"]
