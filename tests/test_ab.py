@@ -726,6 +726,24 @@ def test_each_build_works_a_setup_answer_out_once_for_all_its_rounds(
     }
 
 
+def test_the_ready_line_says_how_long_each_side_took_to_start_and_to_start_cuda() -> None:
+    from types import SimpleNamespace
+
+    from gpugauge.ab.runner import ready_line
+    from gpugauge.ab.worker import start_cuda
+
+    sides = {
+        "base": SimpleNamespace(build="head", started=100.0),  # exchanged places
+        "head": SimpleNamespace(build="base", started=100.5),
+    }
+    collected = {"base": {"at": 106.1, "cuda_s": 2.3}, "head": {"at": 105.0, "cuda_s": 2.1}}
+    line = ready_line(collected, sides)  # type: ignore[arg-type]
+    assert line == "ready: base 4.5 s, head 6.1 s after their start; CUDA started in 2.1 s, 2.3 s"
+    collected = {"base": {"at": 106.1, "cuda_s": None}, "head": {"at": 105.0}}
+    assert ready_line(collected, sides).endswith("after their start")  # type: ignore[arg-type]
+    assert start_cuda() is None  # no GPU here: the first test starts nothing either
+
+
 def test_a_case_of_exchanged_places_reads_head_over_base() -> None:
     case = CaseAB(
         "c",

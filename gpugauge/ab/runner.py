@@ -393,17 +393,23 @@ class Coordinator:
 
 
 def ready_line(collected: dict[str, dict[str, Any]], sides: dict[str, Side]) -> str:
-    """'ready: base 6.1 s, head 7.4 s after their start', each side to its collected tests.
+    """'ready: base 6.1 s, head 7.4 s after their start; CUDA started in 2.1 s, 2.3 s'.
 
-    The start-up an A/B pays each round: Python, pytest, torch and the side's plugins.
+    The start-up an A/B pays each round: Python, pytest, torch and the side's plugins, to
+    each side's collected tests; then CUDA and its libraries, both sides at once.
     """
-    took = {}
+    took, cuda = {}, {}
     for name, side in sides.items():
-        at = collected[name].get("at")
+        at, cuda_s = collected[name].get("at"), collected[name].get("cuda_s")
         if isinstance(at, int | float):
             took[side.build] = max(at - side.started, 0.0)
+        if isinstance(cuda_s, int | float):
+            cuda[side.build] = cuda_s
     said = [f"{build} {took[build]:.1f} s" for build in ("base", "head") if build in took]
-    return "ready: " + ", ".join(said) + " after their start" if said else "ready"
+    line = "ready: " + ", ".join(said) + " after their start" if said else "ready"
+    if cuda:
+        line += "; CUDA started in " + ", ".join(f"{s:.1f} s" for _, s in sorted(cuda.items()))
+    return line
 
 
 def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:

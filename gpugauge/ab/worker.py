@@ -293,15 +293,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = timed
 
 
+def start_cuda() -> float | None:
+    """Start CUDA and load cuBLAS and cuDNN in this process now; the seconds it took.
+
+    Both sides do it at once, before the first test, where each would otherwise do it in
+    turn inside its first test's setup, one side waiting for the other (an H200 night's
+    first test of a round took 12-17 s). Nothing a result measures runs here, and the
+    memory it cached is returned. None where torch or CUDA is missing, or it failed (said
+    in the side's log; the first test then starts CUDA as before).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    t0 = time.perf_counter()
+    try:
+        x = torch.ones(64, 64, device="cuda")
+        (x @ x).sum()  # cuBLAS
+        w = torch.ones(8, 8, 3, 3, device="cuda", requires_grad=True)
+        torch.nn.functional.conv2d(x.view(1, 8, 16, 32), w, padding=1).sum().backward()  # cuDNN
+        torch.cuda.synchronize()
+        del x, w
+        gc.collect()
+        torch.cuda.empty_cache()
+    except Exception as err:  # the tests start CUDA themselves, and say what fails
+        print(f"gpugauge ab: CUDA not started before the tests: {err}", file=sys.stderr)
+        return None
+    return time.perf_counter() - t0
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Tell the coordinator which tests this side will run, in order, and which are untimed."""
+    """Tell the coordinator which tests this side will run, in order, and which are untimed.
+
+    After CUDA started (:func:`start_cuda`): the coordinator starts the first test once
+    both sides said so.
+    """
     if CHANNEL is not None:
+        at = time.monotonic()  # one clock for every process of the host
         CHANNEL.send(
             {
                 "op": "collected",
                 "ids": [item.nodeid for item in session.items],
                 "untimed": session.config.stash.get(UNTIMED_IDS, []),
-                "at": time.monotonic(),  # one clock for every process of the host
+                "at": at,
+                "cuda_s": start_cuda() if session.items else None,
             }
         )
 
