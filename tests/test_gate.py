@@ -10,6 +10,7 @@ from gpugauge.regress.baselines import (
     BaselineStore,
     Entry,
     atomic_write_json,
+    combine_runs,
     kernel_shares,
     parse_baseline,
 )
@@ -69,6 +70,46 @@ def test_memory_and_energy_are_judged_on_the_value() -> None:
     assert "memory 1.100x" in r.message()
     tiny = compare(entry([10.0] * 5, peak=2**20), entry([10.0] * 5, peak=0), Tolerance())
     assert tiny.check("memory").verdict is Verdict.UNCHANGED  # allocator slack
+
+
+def test_a_peak_two_hosts_recorded_apart_is_judged_from_their_range(tmp_path: Path) -> None:
+    # two hosts' cuDNN took workspaces of two sizes for one step (an H200 night read
+    # ResNet-18's bf16 eager step at 1.010x a baseline that kept one host's peak)
+    mib = 2**20
+    runs = [[entry([10.0] * 5, peak=300 * mib)], [entry([10.0] * 5, peak=303 * mib)]]
+    [combined] = combine_runs(runs)
+    store = BaselineStore(tmp_path)
+    store.write([combined], {})
+    [base] = store.load("gpu-x", "f").values()  # the file keeps each run's reading
+    assert base.run_medians["memory"] == (300 * mib, 303 * mib)
+
+    def verdict(peak_mib: float) -> Verdict:
+        return (
+            compare(entry([10.0] * 5, peak=peak_mib * mib), base, Tolerance())
+            .check("memory")
+            .verdict
+        )
+
+    # each host's own peak passes; past twice the runs' spread (2%) from the central run
+    # (the newer of two, 303 MiB), a regression
+    assert verdict(300) is verdict(303) is Verdict.UNCHANGED
+    assert verdict(303 * 1.025) is Verdict.REGRESSED
+    assert verdict(303 * 0.975) is Verdict.IMPROVED
+    # one run, or runs that agree: the tolerance alone (1%), as before
+    [agreed] = combine_runs([[entry([10.0] * 5, peak=300 * mib)]] * 2)
+    one = compare(entry([10.0] * 5, peak=304 * mib), agreed, Tolerance()).check("memory")
+    assert one.verdict is Verdict.REGRESSED
+
+
+def test_a_baseline_value_that_is_none_of_its_runs_is_refused(tmp_path: Path) -> None:
+    [combined] = combine_runs([[entry([1.0], peak=300.0)], [entry([1.0], peak=310.0)]])
+    BaselineStore(tmp_path).write([combined], {})
+    path = tmp_path / "gpu-x" / "f.json"
+    doc = json.loads(path.read_text())
+    doc["benchmarks"]["b"]["memory"]["value"] = 305.0
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BaselineError, match=r"memory.value 305 is none of its runs' readings"):
+        BaselineStore(tmp_path).load("gpu-x", "f")
 
 
 def test_gate_says_new_without_a_baseline(tmp_path: Path) -> None:

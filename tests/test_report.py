@@ -238,7 +238,8 @@ def test_combine_runs_adds_runs_to_a_stored_entry() -> None:
 
     stored = Entry("b", "f", "d", {"time": (1.0,) * 3, "memory": (4.0,)}, {"time": (0.98, 1.0)})
     [wide] = combine_runs([[e(1.07)]], {("d", "f", "b"): stored})
-    assert wide.run_medians == {"time": (0.98, 1.0, 1.07)}  # the stored runs first
+    # the stored runs first; a value metric keeps each run's reading too
+    assert wide.run_medians == {"time": (0.98, 1.0, 1.07), "memory": (4.0, 5.0)}
     assert wide.readings == {"time": (1.0,) * 3, "memory": (5.0,)}  # 1.0 is nearer the middle
     middle = Entry("b", "f", "d", {"time": (1.0,) * 3}, {"time": (1.0, 0.9, 1.1)})
     [kept] = combine_runs([[e(1.05)]], {("d", "f", "b"): middle})
@@ -273,7 +274,7 @@ def test_combine_runs_keeps_every_runs_median() -> None:
 
     [combined] = combine_runs([[e(1.0)], [e(1.1)], [e(1.04)]])
     assert combined.readings == {"time": (1.04, 1.04, 1.04), "memory": (5.0,)}
-    assert combined.run_medians == {"time": (1.0, 1.1, 1.04)}
+    assert combined.run_medians == {"time": (1.0, 1.1, 1.04), "memory": (5.0, 5.0, 5.0)}
     assert combined.run_spread("time") == pytest.approx(0.1)
     # the reference is the run nearest the middle of the range, not the newest (an edge)
     [centred] = combine_runs([[e(1.0)], [e(1.04)], [e(1.1)]])

@@ -34,7 +34,7 @@ from gpugauge.history.reference import (
     reference_for,
 )
 from gpugauge.regress.baselines import Entry, KernelShare
-from gpugauge.regress.gate import allowed_change, kernel_change
+from gpugauge.regress.gate import allowed_change, allowed_value_change, kernel_change
 from gpugauge.regress.tolerances import Tolerance
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.verdicts import (
@@ -194,7 +194,7 @@ def baseline_reference(baseline: Entry, metric: str, floor: float) -> BaselineRe
     if METRICS[metric].kind is Kind.SAMPLES:
         allowed = allowed_change(floor, baseline, metric)
         return statistics.median(readings), allowed, baseline.hosts(metric)
-    return readings[0], floor, None
+    return readings[0], allowed_value_change(floor, baseline, metric), None
 
 
 def check_metric(

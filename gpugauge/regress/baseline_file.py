@@ -1,7 +1,8 @@
 """The baseline file format: its records, and the one reader that checks a file.
 
 ``baselines/<device-class>/<family>.json`` holds, per benchmark id, each registry metric's
-readings (``{"unit", "samples"[, "run_medians", "run_hosts"]}`` or ``{"unit", "value"}``)
+readings (``{"unit", "samples"[, "run_medians", "run_hosts"]}`` or
+``{"unit", "value"[, "run_medians"]}``)
 and, where a
 round's kernels were recorded, ``kernels``: ``[{"name", "share"}]``. :func:`parse_baseline`
 reads a file and :func:`parse_baseline_data` checks parsed JSON; a bad file is a
@@ -45,11 +46,11 @@ class Entry:
     """One benchmark's metric readings, as stored in a baseline or taken from a result.
 
     ``readings`` maps registry metric names to their readings (every round's time in ms, one
-    peak in bytes, ...). ``run_medians`` holds, per samples metric, the median of each
-    independent run the baseline was recorded from: the gate reads their spread as
-    run-to-run noise. It is empty for a one-run baseline. ``kernels`` holds one round's
-    kernels with their shares of its device time, longest first (empty when the run did
-    not record them).
+    peak in bytes, ...). ``run_medians`` holds, per metric, the median (for a value metric,
+    the reading) of each independent run the baseline was recorded from: the gate reads
+    their spread as run-to-run noise. It is empty for a one-run baseline. ``kernels`` holds
+    one round's kernels with their shares of its device time, longest first (empty when
+    the run did not record them).
     """
 
     id: str
@@ -90,6 +91,8 @@ class Entry:
                     stored["run_hosts"] = list(self.run_hosts[name])
             else:
                 stored["value"] = values[0]
+                if self.run_medians.get(name):
+                    stored["run_medians"] = list(self.run_medians[name])
             out[name] = stored
         if self.kernels:
             out["kernels"] = [{"name": k.name, "share": k.share} for k in self.kernels]
@@ -191,12 +194,15 @@ def _v1_metrics(raw: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
     return out
 
 
-def _numbers(values: Any, path: Path, where: str) -> tuple[float, ...]:
-    """Samples: positive (current/baseline divides by their median), finite, at least one."""
+def _numbers(values: Any, path: Path, where: str, positive: bool = True) -> tuple[float, ...]:
+    """Samples: positive (current/baseline divides by their median), finite, at least one.
+
+    A value metric's readings need only be non-negative (a case that allocates nothing).
+    """
     if not isinstance(values, list) or not values:
         raise BaselineError(f"{path}: {where} must be a non-empty list of numbers")
     return tuple(
-        float(_number(x, path, f"{where}[{i}]", positive=True)) for i, x in enumerate(values)
+        float(_number(x, path, f"{where}[{i}]", positive=positive)) for i, x in enumerate(values)
     )
 
 
@@ -225,7 +231,7 @@ def _parse_metrics(
         keys = (
             {"unit", "samples", "run_medians", "run_hosts"}
             if m.kind is Kind.SAMPLES
-            else {"unit", "value"}
+            else {"unit", "value", "run_medians"}
         )
         if set(stored) - keys:
             raise BaselineError(f"{path}: {at} has unknown key(s) {sorted(set(stored) - keys)}")
@@ -243,6 +249,14 @@ def _parse_metrics(
             if value is None:
                 raise BaselineError(f"{path}: {at}.value must be a number")
             readings[name] = (float(value),)
+            if "run_medians" in stored:
+                runs = _numbers(stored["run_medians"], path, f"{at}.run_medians", positive=False)
+                if not any(math.isclose(float(value), r, rel_tol=1e-9) for r in runs):
+                    raise BaselineError(
+                        f"{path}: {at}.value {value:g} is none of its runs' readings "
+                        f"{list(runs)}; record it anew"
+                    )
+                medians[name] = runs
     return readings, medians, hosts
 
 

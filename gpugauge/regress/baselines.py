@@ -91,8 +91,10 @@ def combine_runs(
     nearest the middle of the recorded runs' range (the newest among equals), and every
     run's median, so that the gate measures a new run from the middle of the run-to-run
     noise it allows, not from one edge of it. A value metric (a peak, an energy window)
-    keeps the newest run's reading; the kernels are those of the central run of time (none
-    if it did not record them), so that they belong to the rounds kept.
+    keeps its central run's reading and every run's: two hosts' cuDNN can take workspaces
+    of two sizes, and a baseline that kept one would call the other a regression. The
+    kernels are those of the central run of time (none if it did not record them), so
+    that they belong to the rounds kept.
 
     ``stored``: committed entries by (device class, family, id) that the runs are added to
     (``gpugauge baseline --add``, a run from another host or lease): each counts as the runs
@@ -179,19 +181,18 @@ def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
         holding = [e for e in entries if name in e.readings]
         if not holding:
             continue
-        if METRICS[name].kind is Kind.SAMPLES:
-            stored = prior if holding[0] is prior else None
-            central, medians = _central(holding, name, stored)
-            readings[name] = central.readings[name]
-            if len(medians) > 1:
-                run_medians[name] = medians
-            hosts = _run_hosts(holding, name, stored)
-            if any(hosts) and len(hosts) == len(medians):
-                run_hosts[name] = hosts
-            if name == "time":
-                kernels = central.kernels
-        else:
-            readings[name] = holding[-1].readings[name]
+        stored = prior if holding[0] is prior else None
+        central, medians = _central(holding, name, stored)
+        readings[name] = central.readings[name]
+        if len(medians) > 1:
+            run_medians[name] = medians
+        if METRICS[name].kind is not Kind.SAMPLES:
+            continue
+        hosts = _run_hosts(holding, name, stored)
+        if any(hosts) and len(hosts) == len(medians):
+            run_hosts[name] = hosts
+        if name == "time":
+            kernels = central.kernels
     return replace(
         newest, readings=readings, run_medians=run_medians, kernels=kernels, run_hosts=run_hosts
     )
