@@ -329,13 +329,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """
     if CHANNEL is not None:
         at = time.monotonic()  # one clock for every process of the host
+        opt = session.config.option  # a side told to run on the CPU starts no CUDA
+        on_cpu = "cpu" in (getattr(opt, "gauge_device", None), getattr(opt, "device", None))
         CHANNEL.send(
             {
                 "op": "collected",
                 "ids": [item.nodeid for item in session.items],
                 "untimed": session.config.stash.get(UNTIMED_IDS, []),
                 "at": at,
-                "cuda_s": start_cuda() if session.items else None,
+                "cuda_s": start_cuda() if session.items and not on_cpu else None,
             }
         )
 
