@@ -14,7 +14,7 @@ from gpugauge.regress.baselines import (
     kernel_shares,
     parse_baseline,
 )
-from gpugauge.regress.gate import Gate, allowed_change, compare, short_kernel
+from gpugauge.regress.gate import Gate, allowed_change, compare, short_kernel, wide_spreads
 from gpugauge.regress.tolerances import Tolerance, ToleranceError, Tolerances, load_tolerances
 from gpugauge.results.metrics import METRICS
 from gpugauge.results.verdicts import Verdict, verdict_of
@@ -84,21 +84,34 @@ def test_a_peak_two_hosts_recorded_apart_is_judged_from_their_range(tmp_path: Pa
     assert base.run_medians["memory"] == (300 * mib, 303 * mib)
 
     def verdict(peak_mib: float) -> Verdict:
-        return (
-            compare(entry([10.0] * 5, peak=peak_mib * mib), base, Tolerance())
-            .check("memory")
-            .verdict
-        )
+        now = entry([10.0] * 5, peak=peak_mib * mib)
+        return compare(now, base, Tolerance()).check("memory").verdict
 
-    # each host's own peak passes; past twice the runs' spread (2%) from the central run
-    # (the newer of two, 303 MiB), a regression
-    assert verdict(300) is verdict(303) is Verdict.UNCHANGED
-    assert verdict(303 * 1.025) is Verdict.REGRESSED
-    assert verdict(303 * 0.975) is Verdict.IMPROVED
-    # one run, or runs that agree: the tolerance alone (1%), as before
-    [agreed] = combine_runs([[entry([10.0] * 5, peak=300 * mib)]] * 2)
-    one = compare(entry([10.0] * 5, peak=304 * mib), agreed, Tolerance()).check("memory")
-    assert one.verdict is Verdict.REGRESSED
+    # inside the recorded range nothing changed; beyond it, the tolerance (1%) as before
+    assert verdict(300) is verdict(301.5) is verdict(303) is Verdict.UNCHANGED
+    assert verdict(305) is verdict(298) is Verdict.UNCHANGED
+    assert verdict(303 * 1.015) is Verdict.REGRESSED
+    assert verdict(300 * 0.98) is Verdict.IMPROVED
+    # the history reads the class baseline the same way
+    from gpugauge.history.host_checks import baseline_reference
+
+    assert baseline_reference(base, "memory", 0.01, 301.5 * mib) == (301.5 * mib, 0.01, None)
+    assert baseline_reference(base, "memory", 0.01, 310 * mib) == (303 * mib, 0.01, None)
+    # an exact count recorded as 62 and 61 layers: no drop below the range, no room above
+    counts = combine_runs([[entry(None, max_layers=62)], [entry(None, max_layers=61)]])
+    for layers, said in ((60, Verdict.REGRESSED), (61, Verdict.UNCHANGED), (63, Verdict.IMPROVED)):
+        now = entry(None, max_layers=layers)
+        assert compare(now, counts[0], Tolerance()).check("max_layers").verdict is said
+
+
+def test_a_value_no_class_judges_keeps_the_newest_and_never_refuses_a_baseline() -> None:
+    # comm_fraction moved 0.012-0.074 between runs with nothing changed: a diagnostic
+    a, b = entry([10.0], comm_fraction=0.012), entry([10.1], comm_fraction=0.074)
+    [combined] = combine_runs([[a], [b]])
+    assert combined.readings["comm_fraction"] == (0.074,)
+    assert "comm_fraction" not in combined.run_medians
+    apart = combine_runs([[entry([10.0], peak=100.0)], [entry([10.0], peak=150.0)]])
+    assert wide_spreads(apart) == []  # a peak's runs are a range the gate accepts, not noise
 
 
 def test_a_baseline_value_that_is_none_of_its_runs_is_refused(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from gpugauge.history.reference import (
     reference_for,
 )
 from gpugauge.regress.baselines import Entry, KernelShare
-from gpugauge.regress.gate import allowed_change, allowed_value_change, kernel_change
+from gpugauge.regress.gate import allowed_change, kernel_change
 from gpugauge.regress.tolerances import Tolerance
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.verdicts import (
@@ -182,11 +182,14 @@ class CaseJudgement:
         }
 
 
-def baseline_reference(baseline: Entry, metric: str, floor: float) -> BaselineRef | None:
+def baseline_reference(
+    baseline: Entry, metric: str, floor: float, current: float | None = None
+) -> BaselineRef | None:
     """A class baseline's (median, allowed change, hosts of its runs) of one metric.
 
     None if it lacks the metric; hosts None where the file does not say (recorded before
-    hosts were kept).
+    hosts were kept). A value metric's median is its recorded reading nearest ``current``
+    (:meth:`~gpugauge.regress.baseline_file.Entry.nearest_reading`), as the gate reads it.
     """
     readings = baseline.readings.get(metric)
     if not readings:
@@ -194,7 +197,7 @@ def baseline_reference(baseline: Entry, metric: str, floor: float) -> BaselineRe
     if METRICS[metric].kind is Kind.SAMPLES:
         allowed = allowed_change(floor, baseline, metric)
         return statistics.median(readings), allowed, baseline.hosts(metric)
-    return readings[0], allowed_value_change(floor, baseline, metric), None
+    return baseline.nearest_reading(metric, current), floor, None
 
 
 def check_metric(
@@ -247,7 +250,11 @@ def check_case(
     """
     judgements = []
     for m in (x for x in current if METRICS[x.metric].judged):
-        base = baseline_reference(baseline, m.metric, tolerance[m.metric]) if baseline else None
+        base = (
+            baseline_reference(baseline, m.metric, tolerance[m.metric], m.median)
+            if baseline
+            else None
+        )
         judgements.append(
             check_metric(m, host, points.get(m.metric, ()), tolerance[m.metric], base, policy)
         )

@@ -70,6 +70,19 @@ class Entry:
             return None
         return len(set(hosts))
 
+    def nearest_reading(self, name: str, current: float | None = None) -> float:
+        """A value metric's reference for ``current``: the recorded run reading nearest it.
+
+        ``current`` itself where it lies within the recorded runs' range: each run's reading
+        (a peak with the cuDNN workspace one host chose, another's with its own) is one the
+        baseline's code took on this device class, so none of them is a change. Its central
+        run's reading without ``current``, or where one run was recorded.
+        """
+        runs = self.run_medians.get(name) or self.readings[name][:1]
+        if current is None:
+            return self.readings[name][0]
+        return min(max(current, min(runs)), max(runs))
+
     def run_spread(self, name: str) -> float:
         """Relative spread of the recorded runs' medians, max/min - 1 (0 for one run)."""
         medians = self.run_medians.get(name, ())

@@ -90,11 +90,12 @@ def combine_runs(
     A samples metric keeps the samples of its *central* run, the one whose median lies
     nearest the middle of the recorded runs' range (the newest among equals), and every
     run's median, so that the gate measures a new run from the middle of the run-to-run
-    noise it allows, not from one edge of it. A value metric (a peak, an energy window)
-    keeps its central run's reading and every run's: two hosts' cuDNN can take workspaces
-    of two sizes, and a baseline that kept one would call the other a regression. The
-    kernels are those of the central run of time (none if it did not record them), so
-    that they belong to the rounds kept.
+    noise it allows, not from one edge of it. A judged value metric (a peak, an energy
+    window) keeps its central run's reading and every run's, the range the gate accepts:
+    two hosts' cuDNN can take workspaces of two sizes, and a baseline that kept one would
+    call the other a regression. One the class never judges (a diagnostic, a per-host
+    share) keeps the newest run's. The kernels are those of the central run of time (none
+    if it did not record them), so that they belong to the rounds kept.
 
     ``stored``: committed entries by (device class, family, id) that the runs are added to
     (``gpugauge baseline --add``, a run from another host or lease): each counts as the runs
@@ -181,12 +182,16 @@ def _combined(entries: list[Entry], prior: Entry | None = None) -> Entry:
         holding = [e for e in entries if name in e.readings]
         if not holding:
             continue
+        m = METRICS[name]
+        if m.kind is not Kind.SAMPLES and (not m.judged or m.per_host):
+            readings[name] = holding[-1].readings[name]  # no class judges it: the newest
+            continue
         stored = prior if holding[0] is prior else None
         central, medians = _central(holding, name, stored)
         readings[name] = central.readings[name]
         if len(medians) > 1:
             run_medians[name] = medians
-        if METRICS[name].kind is not Kind.SAMPLES:
+        if m.kind is not Kind.SAMPLES:
             continue
         hosts = _run_hosts(holding, name, stored)
         if any(hosts) and len(hosts) == len(medians):

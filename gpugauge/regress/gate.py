@@ -51,16 +51,6 @@ def allowed_change(floor: float, baseline: Entry, metric: str) -> float:
     return ONE_RUN_FACTOR * floor
 
 
-def allowed_value_change(tolerance: float, baseline: Entry, metric: str) -> float:
-    """The relative change a value metric (a peak, a count) may show: its tolerance.
-
-    Where its recorded runs read differently (two hosts' cuDNN took workspaces of two
-    sizes), ``max(tolerance, SPREAD_FACTOR x spread)`` from the central run, as time's
-    rule: each run's reading is one the baseline's code took on this device class.
-    """
-    return max(tolerance, SPREAD_FACTOR * baseline.run_spread(metric))
-
-
 # Recorded runs whose medians lie further apart than this (max/min - 1) do not agree on
 # what the build measures: the gate would let SPREAD_FACTOR x this pass unseen (20%). A
 # baseline that wide is refused unless asked for (gpugauge baseline --allow-wide-spread):
@@ -70,10 +60,16 @@ WIDE_SPREAD = 0.10
 
 
 def wide_spreads(entries: Iterable[Entry], limit: float = WIDE_SPREAD) -> list[str]:
-    """One line per entry and metric whose runs' medians (readings) lie over ``limit`` apart."""
+    """One line per entry and samples metric whose runs' medians lie over ``limit`` apart.
+
+    A value metric's runs are judged from their range (:meth:`Entry.nearest_reading`), which
+    no spread widens.
+    """
     out = []
     for e in entries:
         for name, medians in e.run_medians.items():
+            if METRICS[name].kind is not Kind.SAMPLES:
+                continue
             spread = e.run_spread(name)
             if spread > limit:
                 unit = METRICS[name].unit
@@ -122,10 +118,8 @@ def compare(
         if m.kind is Kind.SAMPLES:
             check = _samples(m, current.readings[name], baseline, tolerance[name])
         else:
-            cur, base = current.readings[name][0], baseline.readings[name][0]
-            check = point_check(
-                name, base, cur, allowed_value_change(tolerance[name], baseline, name)
-            )
+            cur = current.readings[name][0]
+            check = point_check(name, baseline.nearest_reading(name, cur), cur, tolerance[name])
         checks.append(replace(check, basis=basis))
     notes = [kernel_change(current.kernels, baseline.kernels)]
     if not checks:
