@@ -85,15 +85,16 @@ def _largest_single(case: SplitCase, gauge: Any) -> tuple[dict[str, Any], str]:
     later rounds), or a search now.
     """
     found = gauge.session.find(case.fit_case)
+    if found is not None:  # this run's own, kept for this build's later processes
+        result, _ = gauge.kept(case, "single-search", lambda: found.extra["search"], fresh=True)
+        return result, "this run"
 
     def search() -> dict[str, Any]:
-        if found is not None:
-            return dict(found.extra["search"])
         with gauge.phase("search"):
             return search_case(case.fit_case)
 
     result, kept = gauge.kept(case, "single-search", search)
-    return result, "an earlier process" if kept else "this run" if found else "searched here"
+    return result, "an earlier process" if kept else "searched here"
 
 
 def _note_inherited_plans(

@@ -50,7 +50,28 @@ def test_an_entry_that_cannot_be_read_is_worked_out_again(tmp_path: Path, broken
     assert len(calls) == 1
 
 
-def test_an_answer_that_is_not_json_is_refused_and_nothing_is_kept(tmp_path: Path) -> None:
+@pytest.mark.parametrize("folder", [None, "memo"])
+def test_an_answer_that_is_not_json_is_refused_and_nothing_is_kept(
+    tmp_path: Path, folder: str | None
+) -> None:
+    # refused alike with the memo and without it: a test must not pass only without it
+    memo = SetupMemo(None if folder is None else tmp_path / folder)
     with pytest.raises(TypeError):
-        SetupMemo(tmp_path).kept("r", "search", lambda: {"runner": object()})
+        memo.kept("r", "search", lambda: {"runner": object()})
+    with pytest.raises(ValueError, match="Out of range float"):
+        memo.kept("r", "search", lambda: {"error_fraction": float("nan")})
     assert not list(tmp_path.rglob("*.json"))
+
+
+def test_an_answer_kept_under_another_provenance_is_worked_out_again(tmp_path: Path) -> None:
+    # another commit, torch or GPU wrote it: a folder reused across builds reads nothing
+    calls, work_out = _counted(62)
+    built = {"environment": {"git": {"commit": "a" * 40}}, "spec": {"fc": 62}}
+    other = {"environment": {"git": {"commit": "b" * 40}}, "spec": {"fc": 62}}
+    assert SetupMemo(tmp_path, built).kept("r", "search", work_out) == (62, False)
+    assert SetupMemo(tmp_path, built).kept("r", "search", work_out) == (62, True)
+    assert SetupMemo(tmp_path, other).kept("r", "search", work_out) == (62, False)
+    assert len(calls) == 2
+    # this process's own answer replaces a kept one
+    assert SetupMemo(tmp_path, other).kept("r", "search", lambda: 61, fresh=True) == (61, False)
+    assert SetupMemo(tmp_path, other).kept("r", "search", work_out) == (61, True)

@@ -148,7 +148,8 @@ def run_ab(
     for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
         for k in range(1, MOST_ROUNDS + 1):
             (round_folder(out, k) / stale).unlink(missing_ok=True)
-    shutil.rmtree(out / SETUP_MEMO, ignore_errors=True)  # an earlier A/B's builds' answers
+    if (out / SETUP_MEMO).exists():  # an earlier A/B's builds' answers: never this one's
+        shutil.rmtree(out / SETUP_MEMO)
     print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())

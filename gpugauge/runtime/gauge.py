@@ -321,15 +321,26 @@ class Gauge:
         """
         return self.session.wall.phase(name)
 
-    def kept(self, spec: Spec, name: str, work_out: Callable[[], Any]) -> tuple[Any, bool]:
+    def kept(
+        self, spec: Spec, name: str, work_out: Callable[[], Any], fresh: bool = False
+    ) -> tuple[Any, bool]:
         """A setup answer of this result: an earlier process's, or ``work_out()``, kept.
 
         For answers that depend only on the build and the device (how many layers fit),
         which every round of an A/B would otherwise work out again: see
         :mod:`gpugauge.runtime.setup_memo`. The second item says whether it was kept
-        from an earlier process; the answer must be plain JSON.
+        from an earlier process; the answer must be plain JSON. ``fresh``: this process
+        has its own answer, which replaces a kept one.
         """
-        return SetupMemo(self.options.setup_memo).kept(spec.id, name, work_out)
+        folder = self.options.setup_memo
+        if folder is None:
+            return SetupMemo().kept(spec.id, name, work_out)
+        as_dict = getattr(spec, "as_dict", None)
+        provenance = {
+            "environment": self.session.fingerprint(),
+            "spec": as_dict() if callable(as_dict) else spec.id,
+        }
+        return SetupMemo(folder, provenance).kept(spec.id, name, work_out, fresh)
 
     def artifact_path(self, spec: Spec, name: str) -> Path:
         """Where this result's file ``name`` goes: ``<run folder>/<spec id>/<name>``.
