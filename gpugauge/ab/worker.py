@@ -298,9 +298,11 @@ def start_cuda() -> float | None:
 
     Both sides do it at once, before the first test, where each would otherwise do it in
     turn inside its first test's setup, one side waiting for the other (an H200 night's
-    first test of a round took 12-17 s). Nothing a result measures runs here, and the
-    memory it cached is returned. None where torch or CUDA is missing, or it failed (said
-    in the side's log; the first test then starts CUDA as before).
+    first test of a round took 12-17 s). Nothing a result measures runs here, and what it
+    allocated is freed, cuBLAS's workspace too (``empty_cache`` keeps that one). The
+    process then holds a CUDA context on the first GPU, as after any in-process GPU test.
+    None where torch or CUDA is missing, or it failed (said in the side's log; the first
+    test then starts CUDA as before).
     """
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available():
@@ -314,6 +316,9 @@ def start_cuda() -> float | None:
         torch.cuda.synchronize()
         del x, w
         gc.collect()
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
         torch.cuda.empty_cache()
     except Exception as err:  # the tests start CUDA themselves, and say what fails
         print(f"gpugauge ab: CUDA not started before the tests: {err}", file=sys.stderr)
