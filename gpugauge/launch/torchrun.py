@@ -310,8 +310,9 @@ def _collect(
             how = "timed out; every worker was stopped"
         else:
             how = f"{ended.detail}; every worker was stopped"
-        if not problems:  # torchrun failed after every rank had saved its result
-            problems.append("every rank saved its result, then a rank ended abnormally")
+        if not problems:  # torchrun failed (or was stopped) after every rank saved
+            then = ", then a rank ended abnormally" if ended is None else ""
+            problems.append(f"every rank saved its result{then}")
         # the silent ranks first: they are the cause, the others waited on them
         problems.sort(key=lambda p: "did not report" not in p)
         raise LaunchError(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import datetime
 import importlib
 import json
@@ -137,6 +138,8 @@ def leave(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+    with contextlib.suppress(OSError, AttributeError):  # what native code printed, too
+        ctypes.CDLL(None).fflush(None)
     os._exit(code)
 
 
