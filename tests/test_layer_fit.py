@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -705,3 +706,47 @@ def test_bubble_model_takes_the_slower_stage_of_an_unbalanced_cut() -> None:
     slow, fast = max(plan.chosen.cost), min(plan.chosen.cost)
     assert slow > fast  # 9 blocks do not halve
     assert plan.predicted_step == pytest.approx(2 * slow + fast)  # m slots, one of fill
+
+
+SINGLE_SEARCH_BENCH = """
+from benches.test_layer_fit import _largest_single
+from gpugauge.families.layer_fit.cases import SplitCase
+from gpugauge.families.layer_fit.search import search_case
+from gpugauge.results.measurement import Measurement
+
+CASE = SplitCase("single", 0, 62, device="cpu", profile="smoke")
+
+def test_a_search(gauge):
+    if not RECORD:
+        return
+    found = search_case(CASE.fit_case)
+    gauge.record(Measurement(CASE.fit_case, values={"max_layers": found["max_n"] - 1},
+                             extra={"search": {**found, "max_n": found["max_n"] - 1}}))
+
+def test_single(gauge):
+    result, source = _largest_single(CASE, gauge)
+    print(f"ANSWER {result['max_n']} FROM {source}")
+"""
+
+
+@pytest.mark.slow
+def test_the_single_split_reads_its_search_answer_as_its_build_kept_it(
+    gauge_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    memo = gauge_pytester.path / "memo"
+
+    def answer(record: bool) -> str:
+        gauge_pytester.makepyfile(test_single=f"RECORD = {record}\n" + SINGLE_SEARCH_BENCH)
+        run = gauge_pytester.runpytest_subprocess(f"--gauge-setup-memo={memo}", "-s")
+        run.assert_outcomes(passed=2)
+        (line,) = re.findall(r"ANSWER \d+ FROM [a-z ]+", "\n".join(run.outlines))
+        return line
+
+    first = answer(record=False)
+    assert first.endswith("FROM searched here")
+    assert answer(record=False) == first.replace("searched here", "an earlier process")
+    # this run's own search test wins over the kept answer, and replaces it
+    n = int(first.split()[1])
+    assert answer(record=True) == f"ANSWER {n - 1} FROM this run"
+    assert answer(record=False) == f"ANSWER {n - 1} FROM an earlier process"
