@@ -101,6 +101,38 @@ def test_a_baseline_recorded_on_several_hosts_carries_its_own_host_spread() -> N
     assert measured.allowed == pytest.approx(0.03 + 0.022)
 
 
+def test_a_time_faster_than_its_class_on_a_new_host_is_not_claimed() -> None:
+    """Run 116: six host-paced eager steps read 0.53-0.81x their class, 3% slower code."""
+    j = check_metric(synthetic_metric(1.06, 0.002), "new", [], 0.015, baseline=(2.0, 0.03))
+    assert j.check is not None
+    assert j.check.ratio == pytest.approx(0.53)
+    assert j.verdict is Verdict.UNCHANGED
+    assert j.note.startswith("faster than its class on a new host")
+    assert "no improvement is claimed" in j.describe()
+    case = check_case(
+        CASE,
+        FAMILY,
+        CLASS,
+        (synthetic_metric(1.06, 0.002),),
+        host="new",
+        points={},
+        tolerance=Tolerance(),
+        baseline=baseline_entry(2.0),
+    )
+    assert case.gate.verdict is Verdict.UNCHANGED
+    assert "time: faster than its class on a new host" in case.gate.note
+    assert case.verdicts() == {"time": "unchanged"}  # the host's first accepted run
+    # its twin, a regression, stays one (confirm A/Bs it); the host's own history claims
+    slower = check_metric(synthetic_metric(4.0, 0.002), "new", [], 0.015, baseline=(2.0, 0.03))
+    assert slower.verdict is Verdict.REGRESSED
+    assert slower.note == ""
+    own = history("h1", [2.0] * 6)
+    faster = check_metric(synthetic_metric(1.0, 0.002), "h1", own, 0.015, baseline=(2.0, 0.03))
+    assert faster.reference is not None
+    assert faster.reference.kind == "host"
+    assert faster.verdict is Verdict.IMPROVED
+
+
 def test_without_a_baseline_the_other_hosts_are_the_class() -> None:
     points = history("h0", [2.0] * 5) + history("h1", [2.1] * 5)
     ref = reference_for(points, "new", 0.015)
