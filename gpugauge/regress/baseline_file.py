@@ -78,9 +78,9 @@ class Entry:
         baseline's code took on this device class, so none of them is a change. Its central
         run's reading without ``current``, or where one run was recorded.
         """
-        runs = self.run_medians.get(name) or self.readings[name][:1]
         if current is None:
             return self.readings[name][0]
+        runs = self.run_medians.get(name) or self.readings[name][:1]
         return min(max(current, min(runs)), max(runs))
 
     def run_spread(self, name: str) -> float:

@@ -335,11 +335,7 @@ class Gauge:
         folder = self.options.setup_memo
         if folder is None:
             return SetupMemo().kept(spec.id, name, work_out)
-        as_dict = getattr(spec, "as_dict", None)
-        provenance = {
-            "environment": self.session.fingerprint(),
-            "spec": as_dict() if callable(as_dict) else spec.id,
-        }
+        provenance = {"environment": self.session.fingerprint(), "spec": spec.as_dict()}
         return SetupMemo(folder, provenance).kept(spec.id, name, work_out, fresh)
 
     def artifact_path(self, spec: Spec, name: str) -> Path:
