@@ -7,12 +7,6 @@ from pathlib import Path
 
 from gpugauge.ab.budget import Budget
 from gpugauge.ab.verdict import Schedule
-from gpugauge.measure.clocks import CLOCKS_APART_AT_MOST
-
-# a pair whose blocks' SM clocks are further apart than clocks may explain a difference
-# (CLOCKS_APART_AT_MOST) is measured again, at most this many times
-MAX_REMEASURE = 3
-
 
 SETUP_MEMO = "setup-memo"  # the A/B's folder of each build's setup answers, under --out
 
@@ -44,8 +38,6 @@ class ABConfig:
     rewarm_s: float = 0.02
     first_warm_s: float = 0.3
     min_rounds: int = 3
-    clocks_apart: float = CLOCKS_APART_AT_MOST
-    max_remeasure: int = MAX_REMEASURE
     profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
     budget: Budget = field(default_factory=Budget)  # when to stop starting tests
     # the process in base's place starts first, and its block goes first in a test's first

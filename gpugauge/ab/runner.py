@@ -6,9 +6,8 @@ both and runs the tests in lock-step: for a test both sides have, first one side
 setup up to its timing call and waits, then the other; then blocks alternate, base first in
 one pair and head first in the next (the first side alternates from test to test too), until
 the paired test decides (:class:`~gpugauge.ab.verdict.Schedule`); then each side in turn
-finishes its test. A pair whose two blocks ran at SM clocks further apart than
-``clocks_apart`` is kept in the record but never counted, and measured again; a test with
-more than ``max_remeasure`` such pairs stops undecided (its clocks are unstable). A test
+finishes its test. Every pair counts, whatever its blocks' SM clocks: each pair keeps
+them, and alternating the order cancels what the order does to them. A test
 only one side has, or one whose timing calls the other side does not make, runs on that
 side alone with the GPU to itself.
 
@@ -342,7 +341,6 @@ class Coordinator:
             schedule=self.cfg.schedule,
             phases=phases,
             timed_alone=timed_alone if not calls else "",
-            clocks_unstable=sum(not p.kept for p in pairs) > self.cfg.max_remeasure,
         )
 
     def _block(self, side: Side, first: bool) -> Block:
@@ -366,9 +364,8 @@ class Coordinator:
     def _blocks(self, base: Side, head: Side, base_starts: bool) -> tuple[Pair, ...]:
         """Pairs of blocks, order alternating, until the schedule has its answer."""
         pairs: list[Pair] = []
-        remeasured = 0
         started = {"base": False, "head": False}
-        while more := self.cfg.schedule.more([p.log_ratio for p in pairs if p.kept]):
+        while more := self.cfg.schedule.more([p.log_ratio for p in pairs]):
             for _ in range(more):
                 base_first = (len(pairs) % 2 == 0) == base_starts
                 got = {}
@@ -378,17 +375,10 @@ class Coordinator:
                     except _Failed:
                         raise BlockFailed(s.name, dict(started), tuple(pairs)) from None
                     started[s.name] = True
-                pair = Pair(got["base"], got["head"], base_first)
-                clocks = pair.clock_ratio
-                if clocks is not None and abs(clocks - 1) > self.cfg.clocks_apart:
-                    # a difference the clocks can explain is no evidence either way: counted,
-                    # a few such pairs can make an A/A of a short case "slower"
-                    pairs.append(replace(pair, kept=False))
-                    remeasured += 1
-                    if remeasured > self.cfg.max_remeasure:
-                        return tuple(pairs)  # clocks unstable: the case stays undecided
-                    continue
-                pairs.append(pair)
+                # counted whatever its clocks: the short steps whose clocks wander at the
+                # power limit hardly follow them (docs/lab/ab-evidence.md), and a round
+                # stopped for them left a 6% slowdown undecided
+                pairs.append(Pair(got["base"], got["head"], base_first))
         return tuple(pairs)
 
 
