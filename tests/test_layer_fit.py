@@ -750,3 +750,20 @@ def test_the_single_split_reads_its_search_answer_as_its_build_kept_it(
     n = int(first.split()[1])
     assert answer(record=True) == f"ANSWER {n - 1} FROM this run"
     assert answer(record=False) == f"ANSWER {n - 1} FROM an earlier process"
+
+
+def _lazy_imports_and_frozen() -> tuple[bool, int]:
+    """In a child: torch's lazy imports are there, and how many objects collections skip."""
+    import gc
+    import sys
+
+    from gpugauge.launch.heap import LAZY_IMPORTS
+
+    return all(name in sys.modules for name in LAZY_IMPORTS), gc.get_freeze_count()
+
+
+def test_a_fresh_process_has_torchs_lazy_imports_done_and_frozen() -> None:
+    """A child need not import torch._dynamo at its first training step (seconds on 2.11)."""
+    imported, frozen = in_fresh_process("the heap", _lazy_imports_and_frozen)
+    assert imported
+    assert frozen > 1000  # the server's imports: the child's collections skip them

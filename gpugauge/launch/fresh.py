@@ -9,7 +9,9 @@ function's module once and never touches CUDA, rather than spawned: a spawned ch
 imports torch and gpugauge again. On H200 hosts the nightly's six frontier searches took
 11-19 s each for 1-7 s of probes spawned, 6-14 s forked (docs/layer_fit.md). A fork of
 a process that never initialized CUDA starts with none of its state: no context, no cuDNN
-plans, no OOMs.
+plans, no OOMs. The server also imports what torch would import in each child at its
+first training step (:mod:`gpugauge.launch.heap`): on an H200 host, that cut a search's
+warm-up from 4.4-5.3 s to 0.4-0.6 s (docs/lab/gpu-runs.md, 2026-12-03).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import torch
 
+from gpugauge.launch.heap import LAZY_IMPORTS
 from gpugauge.measure.environment import apply_torch_flags, torch_flags
 
 
@@ -50,7 +53,12 @@ def in_fresh_process(what: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _child(flags: dict[str, Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """:func:`in_fresh_process`'s child: the parent's numerics flags, then the work."""
+    """:func:`in_fresh_process`'s child: the parent's numerics flags, then the work.
+
+    The server's imports are frozen first, so that the work's collections skip them
+    (:mod:`gpugauge.launch.heap`).
+    """
+    gc.freeze()
     apply_torch_flags(flags)
     return fn(*args)
 
@@ -59,11 +67,12 @@ def _context(fn: Callable[..., Any]) -> multiprocessing.context.BaseContext:
     """The fork server's context, its preloads named; spawn where there is no fork server.
 
     The fork server is the standard library's one per process, started on first use and
-    ended when this process ends; it preloads torch and ``fn``'s module, as named when it
+    ended when this process ends. It preloads torch, what torch imports lazily
+    (:data:`~gpugauge.launch.heap.LAZY_IMPORTS`) and ``fn``'s module, as named when it
     starts (a later call's names count only where the server has to start again).
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "gpugauge.launch.fresh", fn.__module__])
+    ctx.set_forkserver_preload(["torch", *LAZY_IMPORTS, "gpugauge.launch.fresh", fn.__module__])
     return ctx
