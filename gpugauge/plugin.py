@@ -139,6 +139,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _start(config)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
+    """A gpugauge run's tests run on a settled heap (:func:`gpugauge.launch.heap.frozen`)."""
+    config = session.config
+    if SESSION not in config.stash or not session.items or config.option.collectonly:
+        return (yield)
+    from gpugauge.launch.heap import frozen
+
+    with frozen():
+        return (yield)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """``--gauge-stop-after``: past the limit, let the test in hand finish and start no other.

@@ -1,5 +1,6 @@
 """The plugin end to end, in a pytester sandbox: samples reach pytest-benchmark's JSON."""
 
+import gc
 import json
 
 import pytest
@@ -699,3 +700,22 @@ def test_rounds_timed_in_a_worker_count_in_the_efficiency_line(
     run = json.loads(out.read_text())["gpugauge"]["wall_s"]["run"]
     assert run["timed rounds"] == 4.0
     assert run["warm-up"] == 2.0
+
+
+def test_a_run_collects_only_what_its_tests_made(gauge_pytester: pytest.Pytester) -> None:
+    """Collections skip start-up's objects while the tests run, and count them again after."""
+    gauge_pytester.makepyfile(
+        test_heap=SPEC_SOURCE
+        + """
+import gc
+
+@pytest.mark.cpu
+def test_frozen(gauge):
+    assert gc.get_freeze_count() > 1000  # torch and the suite: collections skip them
+    gauge.measure(Spec("heap"), lambda: None)
+"""
+    )
+    before = gc.get_freeze_count()
+    result = gauge_pytester.runpytest("--gauge-rounds", "3", "--gauge-warmup", "1")
+    result.assert_outcomes(passed=1)
+    assert gc.get_freeze_count() == before  # the in-process run gave its objects back
