@@ -719,3 +719,53 @@ def test_frozen(gauge):
     result = gauge_pytester.runpytest("--gauge-rounds", "3", "--gauge-warmup", "1")
     result.assert_outcomes(passed=1)
     assert gc.get_freeze_count() == before  # the in-process run gave its objects back
+
+
+def test_the_fork_server_starts_before_a_test_that_forks(gauge_pytester: pytest.Pytester) -> None:
+    """Marked fresh_processes: the run starts the server first, so its imports overlap tests.
+
+    In processes of their own: a fork server, once started, lasts as long as its process.
+    """
+    gauge_pytester.makepyfile(
+        test_forks=SPEC_SOURCE
+        + """
+import multiprocessing.forkserver as fs
+
+def server_pid():
+    return fs._forkserver._forkserver_pid  # the standard library's one per process
+
+@pytest.mark.cpu
+@pytest.mark.fresh_processes
+def test_forks(gauge):
+    assert server_pid() is not None
+    gauge.measure(Spec("forks"), lambda: None)
+
+@pytest.mark.cpu
+def test_plain(gauge):
+    assert server_pid() is None
+    gauge.measure(Spec("plain"), lambda: None)
+"""
+    )
+    args = ("--gauge-rounds", "3", "--gauge-warmup", "1", "-p", "no:cacheprovider")
+    for test in ("test_forks", "test_plain"):
+        result = gauge_pytester.runpytest_subprocess(*args, f"test_forks.py::{test}")
+        result.assert_outcomes(passed=1)
+    # a GPU test that this machine skips starts nothing
+    gauge_pytester.makepyfile(
+        test_gpu_forks=SPEC_SOURCE
+        + """
+import multiprocessing.forkserver as fs
+
+@pytest.mark.gpu
+@pytest.mark.fresh_processes
+def test_gpu_forks(gauge):
+    pass
+
+@pytest.mark.cpu
+def test_after(gauge):
+    assert fs._forkserver._forkserver_pid is None
+    gauge.measure(Spec("after"), lambda: None)
+"""
+    )
+    result = gauge_pytester.runpytest_subprocess(*args, "test_gpu_forks.py")
+    result.assert_outcomes(passed=1, skipped=1)
