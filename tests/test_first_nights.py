@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -279,7 +280,9 @@ def test_a_new_class_walks_from_no_baselines_to_gated(nap_bench: pytest.Pytester
     assert len(stored["benchmarks"]["nap-cpu"]["time"]["run_medians"]) == 3
     committed = _nightly(nap_bench)
     committed.assert_outcomes(passed=1)
-    committed.stdout.fnmatch_lines(["*gpugauge gate: 1 unchanged*"])
+    # judged against the committed runs: unchanged, or inconclusive where a loaded machine
+    # stretched one of its 3 ms naps (a CI run read one at 10 ms); never new
+    assert re.search(r"gpugauge gate: 1 (unchanged|inconclusive)\n", committed.stdout.str())
     _nightly(nap_bench, *SLOWED).assert_outcomes(failed=1)
 
 
