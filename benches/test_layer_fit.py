@@ -27,7 +27,7 @@ from gpugauge.measure.kernels import TraceError
 from gpugauge.measure.memory import allocator_events, events_per_call
 from gpugauge.measure.timing import measure
 from gpugauge.plugin import parametrize_cases
-from gpugauge.results.measurement import Measurement, devices_of
+from gpugauge.results.measurement import Measurement
 
 GRAD_REL_TOL = 1e-4  # fp32, TF32 off: the schedules differ only in summation order
 # Graphs replay the eager schedule's kernels, but eager GPipe's backward is one autograd
@@ -37,14 +37,9 @@ GRAD_REL_TOL = 1e-4  # fp32, TF32 off: the schedules differ only in summation or
 GRAPHS_REL_TOL = 1e-5
 
 
-def _forks(case: FitCase | SplitCase) -> list[pytest.MarkDecorator]:
-    """A GPU case searches, and fits its cut, in fresh processes: they run out of memory."""
-    return [pytest.mark.fresh_processes] if devices_of(case)[0].startswith("cuda") else []
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    parametrize_cases(metafunc, "fit_case", cases, marks=_forks)
-    parametrize_cases(metafunc, "split_case", split_cases, marks=_forks)
+    parametrize_cases(metafunc, "fit_case", cases)
+    parametrize_cases(metafunc, "split_case", split_cases)
 
 
 def _note_block(gauge: Any, text: str) -> None:

@@ -141,28 +141,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
-    """A gpugauge run's tests run on a settled heap (:func:`gpugauge.launch.heap.frozen`).
-
-    A selected test marked ``fresh_processes`` that the run's devices cover starts the fork
-    server now (:func:`gpugauge.launch.fresh.start_server`): its imports take seconds, and
-    they overlap the tests before it instead of delaying its first fresh process.
-    """
+    """A gpugauge run's tests run on a settled heap (:func:`gpugauge.launch.heap.frozen`)."""
     config = session.config
-    gs = config.stash.get(SESSION, None)
-    if gs is None or not session.items or config.option.collectonly:
+    if SESSION not in config.stash or not session.items or config.option.collectonly:
         return (yield)
-    from gpugauge.launch.fresh import start_server
     from gpugauge.launch.heap import frozen
 
-    forking = [
-        item.module.__name__
-        for item in session.items
-        if item.get_closest_marker("fresh_processes")
-        and getattr(item, "module", None) is not None
-        and device_skip(item, gs.options) is None
-    ]
-    if forking:
-        start_server(sorted(set(forking)))
     with frozen():
         return (yield)
 
@@ -232,10 +216,7 @@ def options(config: pytest.Config) -> Options:
 
 
 def parametrize_cases(
-    metafunc: pytest.Metafunc,
-    argname: str,
-    cases: Callable[[str], Sequence[Spec]],
-    marks: Callable[[Spec], Sequence[pytest.MarkDecorator]] | None = None,
+    metafunc: pytest.Metafunc, argname: str, cases: Callable[[str], Sequence[Spec]]
 ) -> None:
     """Parametrize ``argname`` with the cases of the run's profile.
 
@@ -243,8 +224,7 @@ def parametrize_cases(
     devices decide what is skipped, a case on N > 1 GPUs ``multi_gpu(N)``, a case the
     nightly job gates ``nightly`` (:func:`~gpugauge.results.measurement.in_nightly`), and a
     case of a registered family its family's mark (``-m vgg_swap``), and a skip with the
-    reason where a module the family needs is not installed (``Family.needs``). ``marks``
-    gives a case the family's own marks (``fresh_processes``).
+    reason where a module the family needs is not installed (``Family.needs``).
     """
     if argname not in metafunc.fixturenames:
         return
@@ -254,7 +234,6 @@ def parametrize_cases(
 
     families = registry()
     missing = {name: family.missing() for name, family in families.items()}
-    own = marks
     params = []
     for c in cases(profile):
         devices = devices_of(c)
@@ -268,7 +247,7 @@ def parametrize_cases(
             marks.append(pytest.mark.multi_gpu(gpus))
         if in_nightly(c):
             marks.append(pytest.mark.nightly)
-        params.append(pytest.param(c, id=c.id, marks=[*marks, *(own(c) if own else ())]))
+        params.append(pytest.param(c, id=c.id, marks=marks))
     metafunc.parametrize(argname, params)
 
 
@@ -299,19 +278,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     session = item.config.stash.get(SESSION, None)
     if session is None:  # no test of this run uses gpugauge
         return
-    reason = device_skip(item, session.options)
-    if reason is not None:
-        pytest.skip(reason)
-
-
-def device_skip(item: pytest.Item, o: Options) -> str | None:
-    """Why the run does not cover ``item``'s device markers; None where it does."""
+    o = session.options
     if item.get_closest_marker("gpu") and "cuda" not in o.devices:
         if not o.cuda_available:
-            return "needs a CUDA GPU; none is visible here"
-        return "CUDA case, but --gauge-device selects only the CPU"
+            pytest.skip("needs a CUDA GPU; none is visible here")
+        pytest.skip("CUDA case, but --gauge-device selects only the CPU")
     if item.get_closest_marker("cpu") and "cpu" not in o.devices:
-        return "CPU case; --gauge-device auto picked cuda (use --gauge-device all or cpu to run it)"
+        pytest.skip(
+            "CPU case; --gauge-device auto picked cuda (use --gauge-device all or cpu to run it)"
+        )
     marker = item.get_closest_marker("multi_gpu")
     if marker:
         import torch
@@ -319,8 +294,7 @@ def device_skip(item: pytest.Item, o: Options) -> str | None:
         need = int(marker.args[0]) if marker.args else 2
         seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if seen < need:
-            return f"needs {need} GPUs; {seen} visible"
-    return None
+            pytest.skip(f"needs {need} GPUs; {seen} visible")
 
 
 @pytest.hookimpl(trylast=True)

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
-import multiprocessing.forkserver
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -28,9 +27,6 @@ import torch
 
 from gpugauge.launch.heap import LAZY_IMPORTS
 from gpugauge.measure.environment import apply_torch_flags, torch_flags
-
-# what every fork server imports before its first fork
-_PRELOAD = ("torch", *LAZY_IMPORTS, "gpugauge.launch.fresh")
 
 
 def in_fresh_process(what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -67,21 +63,6 @@ def _child(flags: dict[str, Any], fn: Callable[..., Any], args: tuple[Any, ...])
     return fn(*args)
 
 
-def start_server(modules: Sequence[str] = ()) -> bool:
-    """Start the fork server now, in the background, preloading ``modules`` too.
-
-    Its imports (torch's, :data:`~gpugauge.launch.heap.LAZY_IMPORTS`', the modules of the
-    tests that will use it) then run beside this process's work, not in the first fresh
-    process's wait. False where there is no fork server (spawned children start apart).
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return False
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([*_PRELOAD, *modules])
-    multiprocessing.forkserver.ensure_running()
-    return True
-
-
 def _context(fn: Callable[..., Any]) -> multiprocessing.context.BaseContext:
     """The fork server's context, its preloads named; spawn where there is no fork server.
 
@@ -93,5 +74,5 @@ def _context(fn: Callable[..., Any]) -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([*_PRELOAD, fn.__module__])
+    ctx.set_forkserver_preload(["torch", *LAZY_IMPORTS, "gpugauge.launch.fresh", fn.__module__])
     return ctx

@@ -19,8 +19,6 @@ DEVICE_MARKERS = (
     "leaves to the seed and full runs",
     "untimed: a test that times no result of its own (a memory search, a count); a "
     "same-GPU A/B, which compares times, leaves it out",
-    "fresh_processes: a test that runs work in fresh processes (gpugauge.launch.fresh); the "
-    "run starts their fork server in the background before its first test",
 )
 
 # markers whose presence on a collected test means the run uses gpugauge
