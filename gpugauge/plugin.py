@@ -141,7 +141,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
-    """A gpugauge run's tests run on a settled heap (:func:`gpugauge.launch.heap.frozen`)."""
+    """A gpugauge run's tests run with start-up's objects frozen (:mod:`gpugauge.launch.heap`)."""
     config = session.config
     if SESSION not in config.stash or not session.items or config.option.collectonly:
         return (yield)

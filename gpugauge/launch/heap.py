@@ -2,15 +2,16 @@
 
 gpugauge collects garbage before each measurement and after each A/B test, so that no
 tensor of the last test holds GPU memory. A full collection walks every object the
-collector tracks; after torch, its compiler stack and the suite are imported that is
-some 340,000 objects, and a collection took 0.13-0.18 s on an H200 host and 0.19 s on CI's
-CPU, twice a test. ``gc.freeze`` moves what start-up made to a generation collections
-skip (0.19 s to under 1 ms on CI's CPU). What the tests make is collected as before.
+collector tracks: some 340,000 once torch, ``torch._dynamo`` and the suite are imported.
+A collection took 0.19 s on CI's CPU, and 0.13-0.18 s on an H200 host under a profiler,
+twice a test. ``gc.freeze`` moves what start-up made to a generation collections skip
+(0.19 s to under 1 ms on CI's CPU). What the tests make is collected as before.
 
-torch 2.11 imports ``torch._dynamo`` at the first step of any ``torch.optim`` optimizer
-(``import torch._dynamo`` inside the step; torch 2.14 imports it with torch). That import
-is seconds where torch has no bytecode cache, and a million objects: made before the
-freeze, it is paid once a process, and by a fork server once for all its children.
+``torch.optim`` imports ``torch._dynamo`` lazily: torch 2.11 at an optimizer's first step,
+torch 2.14 by the time an optimizer is made. That import adds some 135,000 objects, and
+takes seconds where torch has no bytecode cache (4.4-5.3 s of a search's fresh process on
+an H200 host). Made before the freeze, it is paid once a process, and by a fork server once
+for all its children. A run that steps no optimizer pays it too: once, at its start.
 """
 
 from __future__ import annotations
@@ -34,8 +35,13 @@ def frozen() -> Iterator[None]:
     """Within the block, collections skip what exists at its start (imports done first).
 
     The objects are given back to the collector at its end, so that a process running
-    several sessions (pytester's in-process runs) keeps collecting them.
+    several sessions (pytester's in-process runs) keeps collecting them. A process already
+    frozen (an outer run, another tool) is left as it is: ``gc.unfreeze`` would give back
+    the outer freeze's objects too.
     """
+    if gc.get_freeze_count():
+        yield
+        return
     import_lazy()
     gc.collect()
     gc.freeze()
