@@ -702,11 +702,9 @@ def test_rounds_timed_in_a_worker_count_in_the_efficiency_line(
     assert run["warm-up"] == 2.0
 
 
-def test_a_run_collects_only_what_its_tests_made(gauge_pytester: pytest.Pytester) -> None:
-    """Collections skip start-up's objects while the tests run, and count them again after."""
-    gauge_pytester.makepyfile(
-        test_heap=SPEC_SOURCE
-        + """
+HEAP_BENCH = (
+    SPEC_SOURCE
+    + """
 import gc
 
 @pytest.mark.cpu
@@ -714,28 +712,28 @@ def test_frozen(gauge):
     assert gc.get_freeze_count() > 1000  # torch and the suite: collections skip them
     gauge.measure(Spec("heap"), lambda: None)
 """
-    )
-    before = gc.get_freeze_count()
-    result = gauge_pytester.runpytest("--gauge-rounds", "3", "--gauge-warmup", "1")
+)
+
+
+def _heap_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_heap=HEAP_BENCH)
+    result = pytester.runpytest("--gauge-rounds", "3", "--gauge-warmup", "1")
     result.assert_outcomes(passed=1)
+
+
+def test_a_run_collects_only_what_its_tests_made(gauge_pytester: pytest.Pytester) -> None:
+    """Collections skip start-up's objects while the tests run, and count them again after."""
+    before = gc.get_freeze_count()
+    _heap_run(gauge_pytester)
     assert gc.get_freeze_count() <= before  # the in-process run gave its objects back
 
 
 def test_a_run_inside_a_frozen_process_leaves_its_freeze(gauge_pytester: pytest.Pytester) -> None:
     """An outer freeze (an outer run, another tool) is neither redone nor given back."""
-    gauge_pytester.makepyfile(
-        test_heap=SPEC_SOURCE
-        + """
-@pytest.mark.cpu
-def test_runs(gauge):
-    gauge.measure(Spec("heap"), lambda: None)
-"""
-    )
     gc.freeze()
     try:
         outer = gc.get_freeze_count()
-        result = gauge_pytester.runpytest("--gauge-rounds", "3", "--gauge-warmup", "1")
-        result.assert_outcomes(passed=1)
+        _heap_run(gauge_pytester)
         assert gc.get_freeze_count() > outer // 2  # not given back (some were freed)
     finally:
         gc.unfreeze()
