@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,14 @@ def _round(s: Schedule, mean: float, noise: float, rng: random.Random, cid: str)
 
 
 def _outcomes(effect: float, noise: float, proc: float, n_ab: int, seed: int) -> list[Outcome]:
-    rng, s, out = random.Random(seed), Schedule(), []
+    return _a_bs(effect, noise, proc, n_ab, seed)[0]
+
+
+def _a_bs(
+    effect: float, noise: float, proc: float, n_ab: int, seed: int
+) -> tuple[list[Outcome], float]:
+    """Every case's outcome, and the mean number of pairs a round took."""
+    rng, s, out, pairs = random.Random(seed), Schedule(), [], []
     for _ in range(n_ab):
         cases = []
         for i in range(20):
@@ -48,7 +56,8 @@ def _outcomes(effect: float, noise: float, proc: float, n_ab: int, seed: int) ->
             cases.append(case)
         report = ABReport(SIDE, SIDE, tuple(cases), "cpu", 0.0, s).pooled()
         out += [c.outcome for c in report.cases]
-    return out
+        pairs += [len(r.pairs) for c in cases for r in c.rounds]
+    return out, statistics.fmean(pairs)
 
 
 def _false_alarms(outcomes: list[Outcome]) -> float:
@@ -68,6 +77,23 @@ def test_a_three_percent_change_at_low_noise_is_caught(proc: float) -> None:
     device-paced cases read 0.993-1.004x in one-round A/As)."""
     outcomes = _outcomes(0.03, 0.003, proc, n_ab=15, seed=3)
     assert sum(o is Outcome.SLOWER for o in outcomes) / len(outcomes) >= 0.99
+
+
+def test_an_a_a_at_half_a_percent_reads_same_in_few_pairs() -> None:
+    """ "same" needs its 95% interval within 1%: an A/A round at 0.5% noise decides in
+    about 6 pairs (10.6 when "same" needed 99.8%, and 28% of cases stayed undecided)."""
+    outcomes, pairs = _a_bs(0.0, 0.005, 0.002, n_ab=10, seed=5)
+    assert sum(o is Outcome.SAME for o in outcomes) / len(outcomes) >= 0.95
+    assert pairs < 7.5
+
+
+def test_a_change_of_the_minimum_effect_seldom_reads_same() -> None:
+    """A 1% change (the minimum effect) reads "same" in 2-4% of cases (one side of a 95%
+    interval, looked at as pairs come), a 1.2% change in none of 1,200."""
+    at_edge, _ = _a_bs(0.01, 0.005, 0.002, n_ab=15, seed=6)
+    assert sum(o is Outcome.SAME for o in at_edge) / len(at_edge) <= 0.05
+    beyond, _ = _a_bs(0.015, 0.005, 0.002, n_ab=5, seed=7)
+    assert Outcome.SAME not in beyond
 
 
 @pytest.mark.slow

@@ -154,6 +154,12 @@ class CaseAB:
         return paired_ratio(logs, self.schedule.level) if logs else None
 
     @cached_property
+    def round_same(self) -> PairedRatio | None:
+        """The round's own pairs' interval at the schedule's ``same_level``: what same needs."""
+        logs = [p.log_ratio for p in self.pairs if p.kept]
+        return paired_ratio(logs, self.schedule.same_level) if logs else None
+
+    @cached_property
     def round_outcome(self) -> Outcome | None:
         """The outcome of this round's pairs alone; None where it paired nothing.
 
@@ -167,7 +173,7 @@ class CaseAB:
             return None
         if r.n < self.schedule.min_pairs:
             return Outcome.NEED_MORE
-        return outcome_of(r, self.schedule.min_effect)
+        return outcome_of(r, self.schedule.min_effect, self.round_same)
 
     @property
     def paired_rounds(self) -> tuple[CaseAB, ...]:
@@ -185,6 +191,15 @@ class CaseAB:
             return None
         sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
         return across_rounds(logs, self.schedule.level, sd, df)
+
+    @cached_property
+    def same_ratio(self) -> PairedRatio | None:
+        """:attr:`ratio`'s interval at the schedule's ``same_level``: what "same" needs."""
+        logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.rounds]
+        if not any(logs):
+            return None
+        sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
+        return across_rounds(logs, self.schedule.same_level, sd, df)
 
     @cached_property
     def bimodal(self) -> str:
@@ -219,7 +234,7 @@ class CaseAB:
             return None
         if r is None or self.bimodal or any(c.clocks_unstable for c in self.rounds):
             return Outcome.NEED_MORE  # a round its clocks stopped is never trusted
-        said = outcome_of(r, self.schedule.min_effect)
+        said = outcome_of(r, self.schedule.min_effect, self.same_ratio)
         if said in DECIDED and any(c.round_outcome is not said for c in counted):
             return Outcome.NEED_MORE
         return said
