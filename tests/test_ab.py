@@ -155,6 +155,29 @@ def test_a_call_s_first_block_warms_up_until_settled_not_for_the_case_s_full_sec
     assert later.settle == 0.0
 
 
+def test_only_a_test_s_first_block_warms_up_from_the_first_warm_up_floor() -> None:
+    """Both setups left the GPU idle before the test's first block; the other side's first
+    block runs right after it, on a warm GPU: it warms up from ``rewarm_s``."""
+    from types import SimpleNamespace
+
+    from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.runner import Coordinator
+
+    orders: list[tuple[str, bool, float]] = []
+
+    class Recorded(Coordinator):
+        def _block(self, side: object, first: bool, first_warm_s: float) -> Block:
+            orders.append((side.name, first, first_warm_s))  # type: ignore[attr-defined]
+            return Block(1.0, 10)
+
+    cfg = ABConfig((), Path("unused"), first_warm_s=0.3, rewarm_s=0.02)
+    base, head = SimpleNamespace(name="base"), SimpleNamespace(name="head")
+    pairs = Recorded(cfg, {})._blocks(base, head, base_starts=False)  # type: ignore[arg-type]
+    assert len(pairs) == cfg.schedule.min_pairs
+    assert orders[:3] == [("head", True, 0.3), ("base", True, 0.02), ("base", False, 0.02)]
+    assert {w for _, _, w in orders[1:]} == {0.02}
+
+
 def test_a_block_s_seconds_are_read_back_and_a_bad_one_refused() -> None:
     b = Block(1.0, 10, timed_s=0.25, warmup_s=0.1, wall_s=0.4)
     assert Block.from_dict(b.as_dict()) == b
@@ -239,7 +262,7 @@ def _scripted_case(base: list, head: list, schedule: Schedule | None = None) -> 
     from gpugauge.ab.runner import Coordinator
 
     class Scripted(Coordinator):
-        def _block(self, side, first):
+        def _block(self, side, first, first_warm_s):
             ms, mhz = next(side.blocks)
             return Block(ms, 20, mhz)
 
@@ -253,7 +276,7 @@ def _scripted_pairs(base: list, head: list) -> tuple[Pair, ...]:
     from gpugauge.ab.runner import Coordinator
 
     class Scripted(Coordinator):
-        def _block(self, side, first):
+        def _block(self, side, first, first_warm_s):
             ms, mhz = next(side.blocks)
             return Block(ms, 20, mhz)
 

@@ -25,9 +25,11 @@ class ABConfig:
     timed seconds, ``rewarm_s`` the warm-up of every block after a call's first (at least
     one round: the other side has just run the same work, so the GPU's clock is where this
     side's was, and one round brings back its caches), and
-    ``first_warm_s`` the least warm-up of a call's first block: the case's settling decides
-    the rest (its policy's own minimum, 1 s at ``--profile seed``, would cost each side a
-    second per test; the GPU has just run the last test's blocks).
+    ``first_warm_s`` the least warm-up of a call's first block on the side that goes first:
+    the case's settling decides the rest (its policy's own minimum, 1 s at ``--profile
+    seed``, would cost each side a second per test; the GPU has just run the last test's
+    blocks). The other side's first block follows it on a warm GPU: ``rewarm_s``, then its
+    own settling.
     """
 
     pytest_args: tuple[str, ...]

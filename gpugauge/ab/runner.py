@@ -343,14 +343,17 @@ class Coordinator:
             timed_alone=timed_alone if not calls else "",
         )
 
-    def _block(self, side: Side, first: bool) -> Block:
-        """One block of one side; _Failed if the side's rounds raised."""
+    def _block(self, side: Side, first: bool, first_warm_s: float) -> Block:
+        """One block of one side; _Failed if the side's rounds raised.
+
+        ``first_warm_s``: the least warm-up of the side's first block of the call.
+        """
         side.send(
             {
                 "op": "block",
                 "block_s": self.cfg.block_s,
                 "rewarm_s": self.cfg.rewarm_s,
-                "first_warm_s": self.cfg.first_warm_s,
+                "first_warm_s": first_warm_s,
                 "min_rounds": self.cfg.min_rounds,
                 "first": first,
             }
@@ -362,7 +365,13 @@ class Coordinator:
         return Block.from_dict(said)
 
     def _blocks(self, base: Side, head: Side, base_starts: bool) -> tuple[Pair, ...]:
-        """Pairs of blocks, order alternating, until the schedule has its answer."""
+        """Pairs of blocks, order alternating, until the schedule has its answer.
+
+        The test's first block warms up for at least ``first_warm_s``: both sides' setups
+        left the GPU idle. The other side's first block comes right after it, on a GPU that
+        has just run the same work: it warms up as later blocks do, for ``rewarm_s``, and
+        until its own batches settle (its process's first rounds of the work).
+        """
         pairs: list[Pair] = []
         started = {"base": False, "head": False}
         while more := self.cfg.schedule.more([p.log_ratio for p in pairs]):
@@ -370,8 +379,9 @@ class Coordinator:
                 base_first = (len(pairs) % 2 == 0) == base_starts
                 got = {}
                 for s in (base, head) if base_first else (head, base):
+                    warm = self.cfg.rewarm_s if any(started.values()) else self.cfg.first_warm_s
                     try:
-                        got[s.name] = self._block(s, not started[s.name])
+                        got[s.name] = self._block(s, not started[s.name], warm)
                     except _Failed:
                         raise BlockFailed(s.name, dict(started), tuple(pairs)) from None
                     started[s.name] = True
