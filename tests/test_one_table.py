@@ -79,3 +79,14 @@ def test_ceilings_are_measured_for_a_roofline_only(gauge_pytester: pytest.Pytest
     assert "cpu" in data["gpugauge"]["ceilings"]
     [bench] = data["benchmarks"]
     assert bench["extra_info"]["extra"]["ceilings"]["copy_gbps"] > 0
+
+
+def test_an_a_b_side_measures_no_ceilings(gauge_pytester: pytest.Pytester) -> None:
+    """--gauge-skip-extras (an A/B's sides): results compared by time need no roofline."""
+    gauge_pytester.makepyfile(test_mm=ROOFLINE)
+    out = gauge_pytester.path / "out.json"
+    result = gauge_pytester.runpytest(*ARGS, "--gauge-skip-extras", f"--benchmark-json={out}")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*measuring cpu ceilings*")
+    [bench] = json.loads(out.read_text())["benchmarks"]
+    assert bench["extra_info"]["extra"]["ceilings"] is None

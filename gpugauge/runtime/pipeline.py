@@ -158,9 +158,11 @@ def measure_case(
 
                 torch.cuda.empty_cache()
         # the ceilings (seconds of copies and matmuls) serve a roofline alone: measured on the
-        # first case that states its work, never for a run with none
+        # first case that states its work, never for a run with none, nor for an A/B's side
+        # (--gauge-skip-extras: its results are compared by time alone)
+        rooflined = measured and work is not None and not session.options.skip_extras
         with wall.phase("ceilings"):
-            ceilings = session.ceilings(devices[0]) if measured and work is not None else None
+            ceilings = session.ceilings(devices[0]) if rooflined else None
         prepare = setup or _nothing
         with wall.phase("before rounds"):
             prepare()
