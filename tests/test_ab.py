@@ -43,7 +43,7 @@ def test_paired_ratio_is_the_geometric_mean_with_a_t_interval() -> None:
     assert r.ci_high / r.ci_low < 1.003
     one = paired_ratio([0.1])
     assert not one.has_interval
-    assert outcome_of(one) is Outcome.NEED_MORE
+    assert outcome_of(one, same=one) is Outcome.NEED_MORE
     with pytest.raises(ValueError, match="finite"):
         paired_ratio([math.nan, 0.0])
 
@@ -61,7 +61,8 @@ def test_paired_ratio_is_the_geometric_mean_with_a_t_interval() -> None:
     ],
 )
 def test_decide(logs: list[float], expected: Outcome) -> None:
-    assert outcome_of(paired_ratio(logs)) is expected
+    r = paired_ratio(logs)
+    assert outcome_of(r, same=r) is expected
 
 
 def _simulate(schedule: Schedule, effect: float, sigma: float, rng: random.Random) -> Outcome:
@@ -1743,3 +1744,40 @@ def test_stopping_early_catches_three_percent_as_often_as_every_pair(sigma: floa
         for s, rng in ((Schedule(), random.Random(5)), (_NeverFutile(), random.Random(5)))
     ]
     assert caught[0] >= caught[1] - 0.02
+
+
+def _round_of(mean: float, spread: float, n: int = 20) -> CaseAB:
+    """One round of ``n`` pairs whose log-ratios alternate ``mean ± spread``."""
+    pairs = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * math.exp(mean + (-1) ** i * spread), 10), True)
+        for i in range(n)
+    )
+    return CaseAB("c", "t.py::c", pairs)
+
+
+def test_same_needs_two_rounds_for_its_95_percent_interval() -> None:
+    """One pair of processes cannot tell its own speed from the build's: a one-round case
+    reads same only at the 99.8% that slower and faster need."""
+    one = _round_of(0.005, 0.0005)
+    assert one.same_ratio == one.ratio  # 99.8%, the process floor's 0.93% and more
+    assert one.outcome is Outcome.NEED_MORE
+    two = one.with_round(_round_of(0.005, 0.0005))
+    assert two.same_ratio is not None
+    assert two.same_ratio.level == 0.95
+    assert two.outcome is Outcome.SAME
+    assert two.verdict_text.startswith("same (95%: [")
+    assert two.check is not None
+    assert two.check.ci_high == two.same_ratio.ci_high  # the interval that decided it
+    assert two.as_dict()["same_level"] == 0.95
+
+
+def test_same_stands_only_where_every_round_lies_within_the_minimum_effect() -> None:
+    """Two rounds at +1.2% and -0.4% pool to "same"; the round at +1.2% keeps it open."""
+    apart = _round_of(0.012, 0.01).with_round(_round_of(-0.004, 0.01))
+    assert apart.same_ratio is not None
+    assert apart.same_ratio.ci_low >= 1 / 1.01
+    assert apart.same_ratio.ci_high <= 1.01
+    assert not apart.bimodal
+    assert apart.outcome is Outcome.NEED_MORE
+    close = _round_of(0.006, 0.01).with_round(_round_of(-0.004, 0.01))
+    assert close.outcome is Outcome.SAME

@@ -87,13 +87,13 @@ def test_an_a_a_at_half_a_percent_reads_same_in_few_pairs() -> None:
     assert pairs < 7.5
 
 
-def test_a_change_of_the_minimum_effect_seldom_reads_same() -> None:
-    """A 1% change (the minimum effect) reads "same" in 2-4% of cases (one side of a 95%
-    interval, looked at as pairs come), a 1.2% change in none of 1,200."""
+def test_a_change_beyond_the_minimum_effect_seldom_reads_same() -> None:
+    """A 1% change (the minimum effect) reads "same" in about 3% of cases (one side of a
+    95% interval, looked at as pairs come); a 1.2% change in well under 1%."""
     at_edge, _ = _a_bs(0.01, 0.005, 0.002, n_ab=15, seed=6)
     assert sum(o is Outcome.SAME for o in at_edge) / len(at_edge) <= 0.05
-    beyond, _ = _a_bs(0.015, 0.005, 0.002, n_ab=5, seed=7)
-    assert Outcome.SAME not in beyond
+    beyond, _ = _a_bs(0.012, 0.005, 0.002, n_ab=60, seed=7)
+    assert sum(o is Outcome.SAME for o in beyond) / len(beyond) <= 0.01
 
 
 @pytest.mark.slow

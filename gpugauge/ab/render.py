@@ -134,8 +134,8 @@ def terminal(report: ABReport) -> str:
         f"gpugauge ab: {sides_line(report)}\n"
         f"same {device_word(report)}, blocks alternating, {plural(s.rounds, 'round')} of fresh "
         f"processes; CI {s.level:.1%} over every round; 'slower'/'faster' needs a change of "
-        f"at least {s.min_effect:.1%} in every round; 'same' its {s.same_level:.0%} interval "
-        f"within {s.min_effect:.1%}"
+        f"at least {s.min_effect:.1%} in every round; 'same' needs its {s.same_level:.1%} "
+        f"interval within {s.min_effect:.1%}"
     )
     table = render(HEADERS, [row(c) for c in worst_cases_first(report.cases)], title=title)
     problems = [f"problem: {p}" for p in report.problems]
@@ -159,8 +159,8 @@ def markdown(report: ABReport) -> str:
         f"**{_md_cell(summary_line(report))}**. Both builds ran on this "
         f"{device_word(report)} in alternating blocks, in {plural(s.rounds, 'round')} of fresh "
         f"processes; the CI ({s.level:.1%}) is over every round's paired log-ratios; a "
-        f"verdict of slower or faster needs at least {s.min_effect:.1%} in every round, one "
-        f"of same its {s.same_level:.0%} interval within {s.min_effect:.1%}. "
+        f"verdict of slower or faster needs at least {s.min_effect:.1%} in every round; same "
+        f"needs its {s.same_level:.1%} interval within {s.min_effect:.1%}. "
         f"{_md_cell(efficiency_line(report))}.",
         "",
         "| " + " | ".join(HEADERS) + " |",

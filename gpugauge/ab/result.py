@@ -173,7 +173,7 @@ class CaseAB:
             return None
         if r.n < self.schedule.min_pairs:
             return Outcome.NEED_MORE
-        return outcome_of(r, self.schedule.min_effect, self.round_same)
+        return outcome_of(r, self.schedule.min_effect, same=self.round_same or r)
 
     @property
     def paired_rounds(self) -> tuple[CaseAB, ...]:
@@ -194,12 +194,27 @@ class CaseAB:
 
     @cached_property
     def same_ratio(self) -> PairedRatio | None:
-        """:attr:`ratio`'s interval at the schedule's ``same_level``: what "same" needs."""
+        """The interval "same" is judged on: :attr:`ratio`'s at the schedule's ``same_level``.
+
+        At ``level`` (:attr:`ratio` itself) where fewer than two rounds paired: one pair of
+        processes cannot tell its own speed from the build's, and a one-round "same" at 95%
+        read a 1.5% change "same" in 2-8% of synthetic cases.
+        """
         logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.rounds]
-        if not any(logs):
-            return None
+        if sum(bool(x) for x in logs) < 2:
+            return self.ratio
         sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
         return across_rounds(logs, self.schedule.same_level, sd, df)
+
+    @property
+    def _same_interval(self) -> bool:
+        return self.same_ratio is not None and self.same_ratio.has_interval
+
+    def _rounds_within_effect(self) -> bool:
+        """Whether every paired round's own ratio lies within the minimum effect of 1."""
+        bound = math.log1p(self.schedule.min_effect)
+        own = [r.round_ratio for r in self.paired_rounds]
+        return all(x is not None and abs(math.log(x.ratio)) <= bound for x in own)
 
     @cached_property
     def bimodal(self) -> str:
@@ -225,17 +240,21 @@ class CaseAB:
     def outcome(self) -> Outcome | None:
         """slower, faster, same or need more samples, over every round; None unpaired.
 
-        Slower (faster) stands only where every round that paired the test says so too;
-        a case bimodal across processes, or with a round its clocks stopped, needs more
-        samples, whatever its mean (its interval still bounds it: confirm's ``clears``).
+        Slower (faster) stands only where every round that paired the test says so too,
+        and same only where every round's own ratio lies within the minimum effect (a case
+        whose processes differ more than the A/B's pooled spread says). A case bimodal
+        across processes, or with a round its clocks stopped, needs more samples, whatever
+        its mean (its interval still bounds it: confirm's ``clears``).
         """
         counted, r = self.paired_rounds, self.ratio
         if not counted or not self.judged:
             return None
         if r is None or self.bimodal or any(c.clocks_unstable for c in self.rounds):
             return Outcome.NEED_MORE  # a round its clocks stopped is never trusted
-        said = outcome_of(r, self.schedule.min_effect, self.same_ratio)
+        said = outcome_of(r, self.schedule.min_effect, same=self.same_ratio or r)
         if said in DECIDED and any(c.round_outcome is not said for c in counted):
+            return Outcome.NEED_MORE
+        if said is Outcome.SAME and not self._rounds_within_effect():
             return Outcome.NEED_MORE
         return said
 
@@ -270,8 +289,16 @@ class CaseAB:
         """The outcome as a table says it: 'need more samples (clocks unstable: ...)'."""
         if not self.judged:
             return NOT_JUDGED
-        notes = joined(self.unstable_note, self.rounds_note)
+        notes = joined(self.unstable_note, self.rounds_note, self.same_note)
         return f"{self.outcome} ({notes})" if notes else f"{self.outcome}"
+
+    @property
+    def same_note(self) -> str:
+        """'95%: [0.996, 1.006]' for a case that reads same: the interval that decided it."""
+        s = self.same_ratio
+        if self.outcome is not Outcome.SAME or s is None:
+            return ""
+        return f"{s.level * 100:.3g}%: [{s.ci_low:.3f}, {s.ci_high:.3f}]"
 
     @property
     def base_ms(self) -> float | None:
@@ -298,6 +325,8 @@ class CaseAB:
         r, outcome = self.ratio, self.outcome
         if r is None or outcome is None or not r.has_interval:
             return None
+        if outcome is Outcome.SAME and self.same_ratio is not None:
+            r = self.same_ratio  # the interval that decided it: inside the minimum effect
         base, head = self.base_ms or 0.0, self.head_ms or 0.0
         return MetricCheck(
             "time",
@@ -338,6 +367,7 @@ class CaseAB:
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON: the pairs and the verdicts derived from them."""
         r, own = self.ratio, self.round_ratio
+        same = self.same_ratio if self._same_interval else None
         out = {
             "id": self.id,
             "nodeid": self.nodeid,
@@ -346,6 +376,10 @@ class CaseAB:
             "ci_low": None if r is None or not r.has_interval else r.ci_low,
             "ci_high": None if r is None or not r.has_interval else r.ci_high,
             "level": self.schedule.level,
+            # the interval "same" was judged on (at same_level, or level with one round)
+            "same_level": None if same is None else same.level,
+            "same_ci_low": None if same is None else same.ci_low,
+            "same_ci_high": None if same is None else same.ci_high,
             "min_effect": self.schedule.min_effect,
             "process_sd": None if self.process_sd is None else self.process_sd[0],
             "bimodal": self.bimodal,

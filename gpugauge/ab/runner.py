@@ -50,6 +50,7 @@ from gpugauge.ab.result import (
     other_side,
 )
 from gpugauge.ab.sides import Checkout
+from gpugauge.ab.verdict import Outcome
 from gpugauge.core.phrasing import duration, plural, seconds_left
 
 
@@ -435,6 +436,9 @@ def progress_line(case: CaseAB) -> str:
     if r is None:
         return f"{case.id}: {case.unpaired_reason}"
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
+    if case.round_outcome is Outcome.SAME and case.round_same is not None:
+        s = case.round_same  # the interval that decided it
+        ci = f" {s.level * 100:.3g}% [{s.ci_low:.3f}, {s.ci_high:.3f}]"
     again = f", {case.remeasured} measured again" if case.remeasured else ""
     took = f", {case.wall_s:.0f} s" if case.wall_s else ""
     # this round's own outcome: the verdict comes from every round, at the end

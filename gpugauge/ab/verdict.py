@@ -17,8 +17,9 @@ with a floor ``process_sd`` per round). Then:
 * **slower** (faster): the interval lies wholly above 1 (below 1), the ratio is at least
   ``1 + min_effect`` (at most ``1 / (1 + min_effect)``), and every round's own pairs say
   so too;
-* **same**: the interval at ``same_level`` (95%: a missed 1% change is no false alarm)
-  lies wholly inside ``[1 / (1 + min_effect), 1 + min_effect]``;
+* **same**: the interval at ``same_level`` (95%, where two rounds or more paired; else
+  at ``level``) lies wholly inside ``[1 / (1 + min_effect), 1 + min_effect]``, and so
+  does every round's own ratio;
 * **need more samples**: anything else, and a case whose rounds read two speeds (their
   own intervals apart by more than the minimum effect): *bimodal across processes*.
 
@@ -42,11 +43,12 @@ from gpugauge.measure.stats import ratio_of_pairs, t_quantile
 from gpugauge.results.verdicts import Verdict
 
 LEVEL = 0.998  # two-sided, per look: what "slower" and "faster" need
-# two-sided, per look: what "same" needs, its interval inside the minimum effect. Calling a
-# 1% change "same" misses a change; it raises no false alarm, so it needs no 99.8% against
-# many cases. In synthetic A/Bs of two rounds, a change of exactly the minimum effect read
-# "same" in 2-4% of cases, a 1.2% change never, and an A/A round at 0.5% noise a pair took
-# 6 pairs instead of 10.6 (tests/test_ab_rounds.py)
+# two-sided, per look: what "same" needs of two rounds or more, its interval inside the
+# minimum effect. Calling a 1% change "same" misses a change but raises no false alarm, so
+# it needs no 99.8% against many cases; still, "same" passes a result and makes it a
+# reference. In synthetic A/Bs of two rounds, a change of exactly the minimum effect read
+# "same" in about 3% of cases, a 1.2% change in 0.2-0.5%, and an A/A round at 0.5% noise a
+# pair took 6 pairs instead of 10.6 (tests/test_ab_rounds.py)
 SAME_LEVEL = 0.95
 MIN_EFFECT = 0.01  # a change smaller than 1% is not reported as slower or faster
 # how far a round's mean log-ratio may yet move, in standard errors, when the stopping rule
@@ -178,15 +180,12 @@ def pooled_process_sd(
     return math.sqrt(var), float(sum(k - 1 for _, k in keep))
 
 
-def outcome_of(
-    r: PairedRatio, min_effect: float = MIN_EFFECT, same: PairedRatio | None = None
-) -> Outcome:
+def outcome_of(r: PairedRatio, min_effect: float = MIN_EFFECT, *, same: PairedRatio) -> Outcome:
     """The outcome of one look at the pairs (see the module's rules).
 
     ``r`` decides slower and faster; ``same``, the same pairs' interval at the schedule's
-    ``same_level``, decides same (``r`` where not given).
+    ``same_level``, decides same (``r`` itself to judge same at ``r``'s level).
     """
-    same = r if same is None else same
     if not r.has_interval:
         return Outcome.NEED_MORE
     hi_bound, lo_bound = 1 + min_effect, 1 / (1 + min_effect)
@@ -253,9 +252,10 @@ class Schedule:
         same, while it could lie within the minimum effect by ``half``. Neither: more pairs
         only cost time. A case on the edge of a 1% effect stays in reach, and so does a 2x
         slowdown of a host-paced step (issue 49). In synthetic rounds this stopped A/As at
-        2-3% noise a pair after 13-16 pairs instead of 20, and caught 2-3% changes as
-        often as before (docs/lab/ab-evidence.md); 1.5 standard errors doubled the false
-        alarms of two rounds at 2% noise and 0.8% between processes.
+        3% noise a pair after 13 pairs instead of 20, and caught 2-3% changes as often as
+        before (docs/lab/ab-evidence.md); at 2% noise a 95% "same" stays in reach of 20
+        pairs, and rounds take 16. 1.5 standard errors doubled the false alarms of two
+        rounds at 2% noise and 0.8% between processes.
         """
         n = len(log_ratios)
         if n < 3:
@@ -274,4 +274,4 @@ class Schedule:
     def outcome(self, log_ratios: Sequence[float]) -> Outcome:
         """The outcome of the pairs so far."""
         same = paired_ratio(log_ratios, self.same_level)
-        return outcome_of(paired_ratio(log_ratios, self.level), self.min_effect, same)
+        return outcome_of(paired_ratio(log_ratios, self.level), self.min_effect, same=same)
