@@ -167,7 +167,9 @@ def test_only_a_test_s_first_block_warms_up_from_the_first_warm_up_floor() -> No
     orders: list[tuple[str, bool, float]] = []
 
     class Recorded(Coordinator):
-        def _block(self, side: object, first: bool, first_warm_s: float) -> Block:
+        def _block(
+            self, side: object, first: bool, first_warm_s: float, rounds: int | None = None
+        ) -> Block:
             orders.append((side.name, first, first_warm_s))  # type: ignore[attr-defined]
             return Block(1.0, 10)
 
@@ -177,6 +179,46 @@ def test_only_a_test_s_first_block_warms_up_from_the_first_warm_up_floor() -> No
     assert len(pairs) == cfg.schedule.min_pairs
     assert orders[:3] == [("head", True, 0.3), ("base", True, 0.02), ("base", False, 0.02)]
     assert {w for _, _, w in orders[1:]} == {0.02}
+
+
+def test_blocks_after_the_first_pair_time_one_count_of_rounds_on_both_sides() -> None:
+    """A block timed for 0.15 s overshot by doubling batches (0.206 s on an H200 night):
+    after the first pair both sides time the rounds that fit 0.15 s at the slower pace."""
+    from types import SimpleNamespace
+
+    from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.runner import Coordinator, block_rounds
+    from gpugauge.ab.worker import block_policy
+    from gpugauge.runtime.options import PROFILE_POLICIES
+
+    sent: list[tuple[str, int | None]] = []
+
+    class Recorded(Coordinator):
+        def _block(
+            self, side: object, first: bool, first_warm_s: float, rounds: int | None = None
+        ) -> Block:
+            sent.append((side.name, rounds))  # type: ignore[attr-defined]
+            pace = 0.2 / 387 if side.name == "base" else 0.21 / 387  # type: ignore[attr-defined]
+            n = rounds or 387
+            return Block(0.1, n, timed_s=n * pace)
+
+    cfg = ABConfig((), Path("unused"), block_s=0.15, min_rounds=3)
+    sides = SimpleNamespace(name="base"), SimpleNamespace(name="head")
+    Recorded(cfg, {})._blocks(*sides, base_starts=True)  # type: ignore[arg-type]
+    assert sent[:2] == [("base", None), ("head", None)]
+    assert {n for _, n in sent[2:]} == {round(0.15 / (0.21 / 387))}  # 276, both sides
+    # a side that did not say its timed seconds: blocks keep timing for block_s
+    assert block_rounds(Pair(Block(1.0, 10), Block(1.0, 10), True), 0.15, 3) is None
+    assert (
+        block_rounds(
+            Pair(Block(80.0, 3, timed_s=0.24), Block(80.0, 3, timed_s=0.24), True), 0.15, 3
+        )
+        == 3
+    )
+    seed = PROFILE_POLICIES["seed"]
+    order = {"block_s": 0.15, "rewarm_s": 0.02, "min_rounds": 3, "rounds": 276}
+    assert block_policy(seed, order, first=False).rounds == 276
+    assert block_policy(seed, order, first=True).rounds is None
 
 
 def test_a_block_s_seconds_are_read_back_and_a_bad_one_refused() -> None:
@@ -263,7 +305,7 @@ def _scripted_case(base: list, head: list, schedule: Schedule | None = None) -> 
     from gpugauge.ab.runner import Coordinator
 
     class Scripted(Coordinator):
-        def _block(self, side, first, first_warm_s):
+        def _block(self, side, first, first_warm_s, rounds=None):
             ms, mhz = next(side.blocks)
             return Block(ms, 20, mhz)
 
@@ -277,7 +319,7 @@ def _scripted_pairs(base: list, head: list) -> tuple[Pair, ...]:
     from gpugauge.ab.runner import Coordinator
 
     class Scripted(Coordinator):
-        def _block(self, side, first, first_warm_s):
+        def _block(self, side, first, first_warm_s, rounds=None):
             ms, mhz = next(side.blocks)
             return Block(ms, 20, mhz)
 

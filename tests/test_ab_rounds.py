@@ -173,7 +173,9 @@ def _clock_outcomes(effect: float, wander: float, n_ab: int, seed: int) -> list[
     rng, s, out = random.Random(seed), Schedule(), []
 
     class Clocked(Coordinator):
-        def _block(self, side: _ClockSide, first: bool, first_warm_s: float) -> Block:
+        def _block(
+            self, side: _ClockSide, first: bool, first_warm_s: float, rounds: int | None = None
+        ) -> Block:
             return side.block(wander, 0.004)
 
     coordinator = Clocked(ABConfig((), Path("unused"), schedule=s), {})

@@ -107,6 +107,10 @@ def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
         "target_ci": 0.5,  # stop at the block's time, however wide its own CI
         "budget_s": max(4 * block_s, 1.0),
     }
+    if not first and order.get("rounds"):
+        # the coordinator's count for both sides, from the first pair's pace: a block timed
+        # for block_s overshoots it by whole doubling batches
+        changes["rounds"] = int(order["rounds"])
     if not first:
         rewarm = float(order["rewarm_s"])
         changes |= {"warmup_rounds": 1, "warmup_s": rewarm, "settle": 0.0}
