@@ -199,14 +199,17 @@ def test_blocks_after_the_first_pair_time_one_count_of_rounds_on_both_sides() ->
         ) -> Block:
             sent.append((side.name, rounds))  # type: ignore[attr-defined]
             pace = 0.2 / 387 if side.name == "base" else 0.21 / 387  # type: ignore[attr-defined]
-            n = rounds or 387
-            return Block(0.1, n, timed_s=n * pace)
+            if rounds is None:  # timed for block_s: small batches, each with its overhead
+                return Block(0.1, 387, timed_s=1.4 * 387 * pace)
+            return Block(0.1, rounds, timed_s=rounds * pace)
 
     cfg = ABConfig((), Path("unused"), block_s=0.15, min_rounds=3)
     sides = SimpleNamespace(name="base"), SimpleNamespace(name="head")
     Recorded(cfg, {})._blocks(*sides, base_starts=True)  # type: ignore[arg-type]
     assert sent[:2] == [("base", None), ("head", None)]
-    assert {n for _, n in sent[2:]} == {round(0.15 / (0.21 / 387))}  # 276, both sides
+    first_guess = round(0.15 / (1.4 * 0.21 / 387))  # the first pair's pace, overstated
+    assert sent[2:4] == [("head", first_guess), ("base", first_guess)]
+    assert {n for _, n in sent[4:]} == {round(0.15 / (0.21 / 387))}  # 276, both sides
     # a side that did not say its timed seconds: blocks keep timing for block_s
     assert block_rounds(Pair(Block(1.0, 10), Block(1.0, 10), True), 0.15, 3) is None
     assert (

@@ -377,7 +377,7 @@ class Coordinator:
         """
         pairs: list[Pair] = []
         started = {"base": False, "head": False}
-        rounds: int | None = None  # a later block's rounds, both sides alike
+        rounds: int | None = None  # the next block's rounds, both sides alike
         while more := self.cfg.schedule.more([p.log_ratio for p in pairs]):
             for _ in range(more):
                 base_first = (len(pairs) % 2 == 0) == base_starts
@@ -393,20 +393,21 @@ class Coordinator:
                 # power limit hardly follow them (docs/lab/ab-evidence.md), and a round
                 # stopped for them left a 6% slowdown undecided
                 pairs.append(Pair(got["base"], got["head"], base_first))
-                if rounds is None:
-                    rounds = block_rounds(pairs[0], self.cfg.block_s, self.cfg.min_rounds)
+                rounds = block_rounds(pairs[-1], self.cfg.block_s, self.cfg.min_rounds)
         return tuple(pairs)
 
 
-def block_rounds(first: Pair, block_s: float, least: int) -> int | None:
-    """The rounds of a block after the first pair: ``block_s`` at the slower side's pace.
+def block_rounds(last: Pair, block_s: float, least: int) -> int | None:
+    """The rounds of the next block of both sides: ``block_s`` at the slower side's pace.
 
     A block timed "for ``block_s``" adds rounds in doubling batches and overshoots: on an
-    H200 night 1,036 blocks timed a median 0.206 s for 0.15 s asked. A count fixed from
-    the first pair's wall seconds a round ends each block near ``block_s``, and gives both
-    sides the same rounds. None where a block did not say its timed seconds.
+    H200 night 1,036 blocks timed a median 0.206 s for 0.15 s asked. A count of rounds
+    from the last pair's wall seconds a round ends each block near ``block_s``, and gives
+    both sides the same rounds. The first pair's small batches overstate that pace (its
+    count's blocks took a median 0.116 s on an H200), so each pair sets the next one's.
+    None where a block did not say its timed seconds.
     """
-    paces = [b.timed_s / b.rounds for b in (first.base, first.head) if b.timed_s and b.rounds]
+    paces = [b.timed_s / b.rounds for b in (last.base, last.head) if b.timed_s and b.rounds]
     if len(paces) < 2:
         return None
     return max(least, round(block_s / max(paces)))
