@@ -210,18 +210,46 @@ def test_blocks_after_the_first_pair_time_one_count_of_rounds_on_both_sides() ->
     first_guess = round(0.15 / (1.4 * 0.21 / 387))  # the first pair's pace, overstated
     assert sent[2:4] == [("head", first_guess), ("base", first_guess)]
     assert {n for _, n in sent[4:]} == {round(0.15 / (0.21 / 387))}  # 276, both sides
-    # a side that did not say its timed seconds: blocks keep timing for block_s
+    # a side that said no seconds at all: blocks keep timing for block_s
     assert block_rounds(Pair(Block(1.0, 10), Block(1.0, 10), True), 0.15, 3) is None
-    assert (
-        block_rounds(
-            Pair(Block(80.0, 3, timed_s=0.24), Block(80.0, 3, timed_s=0.24), True), 0.15, 3
-        )
-        == 3
-    )
+    # one too old to say its timed seconds: its whole call's
+    old = Block(1.0, 100, wall_s=0.2)
+    assert block_rounds(Pair(old, old, True), 0.15, 3) == 75
+    slow = Block(80.0, 3, timed_s=0.24)
+    assert block_rounds(Pair(slow, slow, True), 0.15, 3) == 3
+    # seconds it cannot have spent (under its median round): the median's pace, and at
+    # most four times the last count
+    wrong = Block(0.5, 10, timed_s=1e-9)
+    assert block_rounds(Pair(wrong, wrong, True), 0.15, 3) == 40
     seed = PROFILE_POLICIES["seed"]
     order = {"block_s": 0.15, "rewarm_s": 0.02, "min_rounds": 3, "rounds": 276}
     assert block_policy(seed, order, first=False).rounds == 276
     assert block_policy(seed, order, first=True).rounds is None
+
+
+def test_a_block_order_carries_the_count_of_rounds() -> None:
+    """What the coordinator sends a side: the count where it has one, none for a first
+    block."""
+    from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.runner import Coordinator
+
+    class Side:
+        name = build = "base"
+
+        def __init__(self) -> None:
+            self.sent: list[dict] = []
+
+        def send(self, message: dict) -> None:
+            self.sent.append(message)
+
+        def expect(self, *ops: str) -> dict:
+            return {"op": "block_done", "median_ms": 1.0, "rounds": 5}
+
+    side, coordinator = Side(), Coordinator(ABConfig((), Path("unused")), {})
+    coordinator._block(side, True, 0.3)  # type: ignore[arg-type]
+    coordinator._block(side, False, 0.02, 88)  # type: ignore[arg-type]
+    assert "rounds" not in side.sent[0]
+    assert side.sent[1]["rounds"] == 88
 
 
 def test_a_block_s_seconds_are_read_back_and_a_bad_one_refused() -> None:
@@ -625,7 +653,11 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     assert case["ci_low"] > 1.1  # a sleep of >= 3 ms on a 3 ms round
     # where the time went, kept per case and summed in the table's last line
     assert set(case["phases"]) == {"setup", "blocks", "after", "alone"}
-    assert case["phases"]["blocks"] > 0.1 * 8  # 4 pairs of two 0.1 s blocks at least
+    assert case["phases"]["blocks"] > 0.05 * 8  # 4 pairs of two blocks of about 0.1 s
+    # after the first pair both sides time one count of rounds a block
+    later = case["pairs"][1:]
+    assert later
+    assert all(p["base"]["rounds"] == p["head"]["rounds"] for p in later)
     # the cost line names each phase of half a second or more: the blocks always are
     (cost,) = [x for x in slow.stdout.splitlines() if x.startswith("time: ")]
     assert "paired blocks" in cost, cost

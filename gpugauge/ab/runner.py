@@ -373,7 +373,8 @@ class Coordinator:
         The test's first block warms up for at least ``first_warm_s``: both sides' setups
         left the GPU idle. The other side's first block comes right after it, on a GPU that
         has just run the same work: it warms up as later blocks do, for ``rewarm_s``, and
-        until its own batches settle (its process's first rounds of the work).
+        until its own batches settle (its process's first rounds of the work). After each
+        pair both sides' next blocks time one count of rounds (:func:`block_rounds`).
         """
         pairs: list[Pair] = []
         started = {"base": False, "head": False}
@@ -397,6 +398,9 @@ class Coordinator:
         return tuple(pairs)
 
 
+GROWTH = 4  # the most a block's round count grows from one pair to the next
+
+
 def block_rounds(last: Pair, block_s: float, least: int) -> int | None:
     """The rounds of the next block of both sides: ``block_s`` at the slower side's pace.
 
@@ -405,12 +409,20 @@ def block_rounds(last: Pair, block_s: float, least: int) -> int | None:
     from the last pair's wall seconds a round ends each block near ``block_s``, and gives
     both sides the same rounds. The first pair's small batches overstate that pace (its
     count's blocks took a median 0.116 s on an H200), so each pair sets the next one's.
-    None where a block did not say its timed seconds.
+    A block's pace is its timed seconds a round (its whole call's, from a side too old to
+    say them), at least its median round. The count grows at most fourfold a pair: a
+    block that misreports its seconds cannot order one that runs for minutes. None where a
+    block said neither.
     """
-    paces = [b.timed_s / b.rounds for b in (last.base, last.head) if b.timed_s and b.rounds]
+    paces = []
+    for b in (last.base, last.head):
+        seconds = b.timed_s or b.wall_s
+        if seconds and b.rounds:
+            paces.append(max(seconds / b.rounds, b.median_ms / 1e3))
     if len(paces) < 2:
         return None
-    return max(least, round(block_s / max(paces)))
+    most = GROWTH * max(last.base.rounds, last.head.rounds)
+    return max(least, min(round(block_s / max(paces)), most))
 
 
 def ready_line(collected: dict[str, dict[str, Any]], sides: dict[str, Side]) -> str:

@@ -91,8 +91,9 @@ def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
     The first block of a call warms up as the case's own policy says (its regime: its
     idle, its settling, its limit), but for at least ``first_warm_s`` only, where the order
     gives one: the GPU has just run the last test's blocks. Later blocks warm up for
-    ``rewarm_s`` only, since the other side has just run the same work on this GPU. A burst
-    case keeps its idle before every block: that is its regime.
+    ``rewarm_s`` only, since the other side has just run the same work on this GPU, and
+    time the order's ``rounds`` where it gives a count (both sides alike). A burst case
+    keeps its idle before every block: that is its regime.
     """
     block_s = float(order["block_s"])
     changes: dict[str, Any] = {}
@@ -108,7 +109,7 @@ def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
         "budget_s": max(4 * block_s, 1.0),
     }
     if not first and order.get("rounds"):
-        # the coordinator's count for both sides, from the first pair's pace: a block timed
+        # the coordinator's count for both sides, from the last pair's pace: a block timed
         # for block_s overshoots it by whole doubling batches
         changes["rounds"] = int(order["rounds"])
     if not first:
