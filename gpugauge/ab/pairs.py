@@ -76,19 +76,11 @@ class Pair:
     base: Block
     head: Block
     base_first: bool
-    kept: bool = True  # False: measured again because the two clocks were too far apart
 
     @property
     def log_ratio(self) -> float:
         """ln(head / base) of the two blocks' medians."""
         return math.log(self.head.median_ms / self.base.median_ms)
-
-    @property
-    def clock_ratio(self) -> float | None:
-        """Head's SM clock / base's; None without both."""
-        if self.base.sm_clock_mhz and self.head.sm_clock_mhz:
-            return self.head.sm_clock_mhz / self.base.sm_clock_mhz
-        return None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -96,16 +88,5 @@ class Pair:
             "base": self.base.as_dict(),
             "head": self.head.as_dict(),
             "base_first": self.base_first,
-            "kept": self.kept,
             "log_ratio": self.log_ratio,
         }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Pair:
-        """Read back :meth:`as_dict`."""
-        return cls(
-            Block.from_dict(d["base"]),
-            Block.from_dict(d["head"]),
-            bool(d["base_first"]),
-            bool(d.get("kept", True)),
-        )

@@ -39,7 +39,9 @@ UNTIMED_SKIPPED = f"gpugauge ab: marked untimed, {NOTHING_TO_PAIR}"
 # a case round 1 paired that the later rounds left out: its command's own verdict stands
 NOT_JUDGED = "not judged: round 1 only, left out of round 2"
 
-AB_SCHEMA = 3  # 3: a case's later rounds of fresh processes ("rounds"), its verdict over all
+# 3: a case's later rounds of fresh processes ("rounds"), its verdict over all; 4: every
+# pair counts, so no pair's "kept" and no case's "clocks_unstable"
+AB_SCHEMA = 4
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the
 # blocks, both sides' work after it (memory, kernels, a family's own extras), and timing
 # calls one side made alone (a search's probes, a CPU reference)
@@ -79,9 +81,6 @@ class CaseAB:
     wall_s: float = 0.0  # both sides' whole test, setup and blocks included
     phases: dict[str, float] = field(default_factory=dict, hash=False)  # s, by PHASES
     schedule: Schedule = field(default_factory=Schedule)
-    # stopped for more clock-mismatched pairs than the runner allows: this round decides
-    # nothing, whatever the pairs kept say (they were never looked at as the schedule looks)
-    clocks_unstable: bool = False
     # the side that timed the test through gauge.measure where the other side did not
     timed_alone: str = ""
     # the same test in each later round of fresh processes, in order
@@ -102,7 +101,7 @@ class CaseAB:
         """
         return replace(
             self,
-            pairs=tuple(Pair(p.head, p.base, not p.base_first, p.kept) for p in self.pairs),
+            pairs=tuple(Pair(p.head, p.base, not p.base_first) for p in self.pairs),
             only=other_side(self.only),
             status={other_side(k): v for k, v in self.status.items()},
             timed_alone=other_side(self.timed_alone),
@@ -124,8 +123,6 @@ class CaseAB:
         """Why a case has no pairs: 'skipped: no CUDA', 'failed on head', ..."""
         if self.only:
             return f"on {self.only} only ({self.status.get(self.only, '?')})"
-        if self.clocks_unstable:
-            return f"{Outcome.NEED_MORE} ({self.unstable_note}, none kept)"
         if self.timed_alone:
             alone, other = self.timed_alone, other_side(self.timed_alone)
             return f"only {alone} timed it through gauge.measure ({other} made no such call)"
@@ -138,36 +135,29 @@ class CaseAB:
         return "; ".join(f"{k}: {v}" for k, v in sorted(self.status.items()))
 
     @property
-    def kept(self) -> tuple[Pair, ...]:
-        """The pairs the verdict uses, of every round (not those measured again)."""
-        return tuple(p for r in self.rounds for p in r.pairs if p.kept)
-
-    @property
     def every_pair(self) -> tuple[Pair, ...]:
-        """Every round's pairs, those measured again included, in order."""
+        """Every round's pairs, in order."""
         return tuple(p for r in self.rounds for p in r.pairs)
 
     @cached_property
     def round_ratio(self) -> PairedRatio | None:
         """Head/base of this round's own pairs, with its CI; None without a pair."""
-        logs = [p.log_ratio for p in self.pairs if p.kept]
+        logs = [p.log_ratio for p in self.pairs]
         return paired_ratio(logs, self.schedule.level) if logs else None
 
     @cached_property
     def round_same(self) -> PairedRatio | None:
         """The round's own pairs' interval at the schedule's ``same_level``: what same needs."""
-        logs = [p.log_ratio for p in self.pairs if p.kept]
+        logs = [p.log_ratio for p in self.pairs]
         return paired_ratio(logs, self.schedule.same_level) if logs else None
 
     @cached_property
     def round_outcome(self) -> Outcome | None:
         """The outcome of this round's pairs alone; None where it paired nothing.
 
-        A round stopped for unstable clocks, and one with fewer kept pairs than the
-        schedule's first look (a failed side), decide nothing.
+        A round with fewer pairs than the schedule's first look (a failed side) decides
+        nothing.
         """
-        if self.clocks_unstable:
-            return Outcome.NEED_MORE
         r = self.round_ratio
         if r is None:
             return None
@@ -186,7 +176,7 @@ class CaseAB:
 
         Computed once: ab.json is rewritten after every case, each time with every case.
         """
-        logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.rounds]
+        logs = [[p.log_ratio for p in r.pairs] for r in self.rounds]
         if not any(logs):
             return None
         sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
@@ -200,7 +190,7 @@ class CaseAB:
         processes cannot tell its own speed from the build's, and a one-round "same" at 95%
         read a 1.5% change "same" in 2-8% of synthetic cases.
         """
-        logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.rounds]
+        logs = [[p.log_ratio for p in r.pairs] for r in self.rounds]
         if sum(bool(x) for x in logs) < 2:
             return self.ratio
         sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
@@ -243,29 +233,20 @@ class CaseAB:
         Slower (faster) stands only where every round that paired the test says so too,
         and same only where every round's own ratio lies within the minimum effect (a case
         whose processes differ more than the A/B's pooled spread says). A case bimodal
-        across processes, or with a round its clocks stopped, needs more samples, whatever
-        its mean (its interval still bounds it: confirm's ``clears``).
+        across processes needs more samples, whatever its mean (its interval still bounds
+        it: confirm's ``clears``).
         """
         counted, r = self.paired_rounds, self.ratio
         if not counted or not self.judged:
             return None
-        if r is None or self.bimodal or any(c.clocks_unstable for c in self.rounds):
-            return Outcome.NEED_MORE  # a round its clocks stopped is never trusted
+        if r is None or self.bimodal:
+            return Outcome.NEED_MORE
         said = outcome_of(r, self.schedule.min_effect, same=self.same_ratio or r)
         if said in DECIDED and any(c.round_outcome is not said for c in counted):
             return Outcome.NEED_MORE
         if said is Outcome.SAME and not self._rounds_within_effect():
             return Outcome.NEED_MORE
         return said
-
-    @property
-    def unstable_note(self) -> str:
-        """'clocks unstable: 4 pairs measured again', or '' for a case not stopped so."""
-        stopped = [r for r in self.rounds if r.clocks_unstable]
-        if not stopped:
-            return ""
-        which = "" if len(self.rounds) == 1 else f" in {plural(len(stopped), 'round')}"
-        return f"clocks unstable{which}: {self.remeasured} pairs measured again"
 
     @property
     def rounds_note(self) -> str:
@@ -286,10 +267,10 @@ class CaseAB:
 
     @property
     def verdict_text(self) -> str:
-        """The outcome as a table says it: 'need more samples (clocks unstable: ...)'."""
+        """The outcome as a table says it: 'need more samples (bimodal across processes: ...)'."""
         if not self.judged:
             return NOT_JUDGED
-        notes = joined(self.unstable_note, self.rounds_note, self.same_note)
+        notes = joined(self.rounds_note, self.same_note)
         return f"{self.outcome} ({notes})" if notes else f"{self.outcome}"
 
     @property
@@ -303,17 +284,17 @@ class CaseAB:
     @property
     def base_ms(self) -> float | None:
         """Median of base's block medians over every round, ms."""
-        return _median([p.base.median_ms for p in self.kept])
+        return _median([p.base.median_ms for p in self.every_pair])
 
     @property
     def head_ms(self) -> float | None:
         """Median of head's block medians over every round, ms."""
-        return _median([p.head.median_ms for p in self.kept])
+        return _median([p.head.median_ms for p in self.every_pair])
 
     @property
     def pairs_text(self) -> str:
-        """The pairs kept in each round: '5+5', or '7' for one round."""
-        return "+".join(str(sum(p.kept for p in r.pairs)) for r in self.rounds)
+        """The pairs of each round: '5+5', or '7' for one round."""
+        return "+".join(str(len(r.pairs)) for r in self.rounds)
 
     @property
     def check(self) -> MetricCheck | None:
@@ -341,11 +322,6 @@ class CaseAB:
         )
 
     @property
-    def remeasured(self) -> int:
-        """Pairs measured again, in every round, because their clocks were too far apart."""
-        return sum(not p.kept for p in self.every_pair)
-
-    @property
     def spent(self) -> dict[str, float]:
         """Where every round's wall time on the test went, s, by :data:`PHASES`."""
         return {k: sum(r.phases.get(k, 0.0) for r in self.rounds) for k in PHASES}
@@ -356,7 +332,7 @@ class CaseAB:
 
         None under two rounds with two pairs each: what :func:`pooled_process_sd` pools.
         """
-        logs = [[p.log_ratio for p in r.pairs if p.kept] for r in self.paired_rounds]
+        logs = [[p.log_ratio for p in r.pairs] for r in self.paired_rounds]
         logs = [x for x in logs if len(x) >= 2]
         if len(logs) < 2:
             return None
@@ -397,7 +373,6 @@ class CaseAB:
             "status": dict(self.status),
             "wall_s": self.wall_s,
             "phases": dict(self.phases),
-            "clocks_unstable": self.clocks_unstable,
             "timed_alone": self.timed_alone,
             "judged": self.judged,
             "round_outcome": None if self.round_outcome is None else self.round_outcome.value,

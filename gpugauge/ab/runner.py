@@ -471,11 +471,9 @@ def progress_line(case: CaseAB) -> str:
     if case.round_outcome is Outcome.SAME and case.round_same is not None:
         s = case.round_same  # the interval that decided it
         ci = f" {s.level * 100:.3g}% [{s.ci_low:.3f}, {s.ci_high:.3f}]"
-    again = f", {case.remeasured} measured again" if case.remeasured else ""
     took = f", {case.wall_s:.0f} s" if case.wall_s else ""
     # this round's own outcome: the verdict comes from every round, at the end
-    said = case.round_outcome if not case.clocks_unstable else case.verdict_text
-    return f"{case.id}: {said} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{again}{took})"
+    return f"{case.id}: {case.round_outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{took})"
 
 
 def cheapest_first(nodeids: Sequence[str], report: ABReport) -> tuple[str, ...]:
