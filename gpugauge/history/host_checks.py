@@ -141,10 +141,6 @@ class CaseJudgement:
         """The worst metric verdict (the gate's form decides); new where none had a reference."""
         return self.gate.verdict
 
-    def judgement(self, metric: str) -> Judgement | None:
-        """One metric's judgement."""
-        return next((j for j in self.judgements if j.metric == metric), None)
-
     @property
     def gate(self) -> GateResult:
         """As the gate's result: per metric the deciding check (the anchor's on a drift)."""

@@ -59,15 +59,6 @@ from gpugauge.results.runs import NotOurs, RunError, SavedRun, load_run, say_ref
 from gpugauge.results.verdicts import Basis, GateResult
 
 
-def newest_run(storage: Path) -> Path:
-    """The most recently written run under a pytest-benchmark storage folder."""
-    runs = sorted(storage.rglob("*.json"), key=lambda p: p.stat().st_mtime)
-    if not runs:
-        hint = "run pytest with --benchmark-autosave, or pass --current"
-        raise FileNotFoundError(f"no saved runs under {storage}: {hint}")
-    return runs[-1]
-
-
 def _against_run(run: SavedRun, other: SavedRun, tolerances: Tolerances) -> list[GateResult]:
     """Judge ``run`` against another saved run, result by result, within a device class."""
     base = {(m.device_class, m.id): entry_of(m) for m in other.measurements}

@@ -100,11 +100,6 @@ class SavedRun:
         found = self.fingerprint.get("host") or host_name(first.get("uuid"), self.node)
         return str(found) if found else None
 
-    @property
-    def device_classes(self) -> set[str]:
-        """Every device class a result of this run was measured on."""
-        return {m.device_class for m in self.measurements}
-
 
 def _schema1_device_class(info: dict[str, Any]) -> str:
     """Device class of a schema-1 result saved before it was stored: from its fingerprint."""

@@ -117,11 +117,6 @@ class MetricCheck:
             return f"<= {m.slack:.6g} {m.unit} new"
         return m.allowed(self.tolerance)
 
-    @property
-    def sensitivity(self) -> str:
-        """What this reference can see, in words: 'class baseline: changes beyond 6.5%'."""
-        return f"{self.basis}: changes beyond {self.tolerance:.1%}"
-
     def describe(self) -> str:
         """'time 1.102x [1.095, 1.110] vs <= 1.030 allowed (regressed, by class baseline)'.
 
