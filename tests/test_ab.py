@@ -883,6 +883,15 @@ def test_a_spent_time_budget_skips_the_tests_left_on_both_sides(toy: Path, tmp_p
     assert _leftovers(toy, tmp_path) == []
 
 
+def test_bisect_with_no_time_left_says_so_in_its_file(toy: Path, tmp_path: Path) -> None:
+    _commit(toy, "  # 1", "commit 1")
+    done = _ab(toy, "bisect", "HEAD~1", "HEAD", "--time-budget", "0", out=tmp_path / "b")
+    assert done.returncode == 1, done.stdout + done.stderr
+    text = (tmp_path / "b" / "bisect.txt").read_text()
+    assert "the time budget was spent before its first A/B" in text
+    assert _leftovers(toy, tmp_path) == []
+
+
 @pytest.mark.slow
 def test_bisect_names_the_commit_that_sleeps(toy: Path, tmp_path: Path) -> None:
     for i in range(1, 6):
@@ -1081,6 +1090,77 @@ def test_bisect_search_with_a_fake_compare(tmp_path: Path, toy: Path) -> None:
     assert len(asked) == 1 + 3 + 1  # good-vs-bad, log2(8) steps, the confirmation
     assert asked[-1] == (commits[3], bad_from)
     assert "culprit:" in render_bisect(result)
+
+
+def _clocked_search(toy: Path, monkeypatch: pytest.MonkeyPatch, ends: float, cut: bool):
+    """A search over 8 commits whose A/Bs each cost 4 s of a budget clock that ends at ``ends``.
+
+    ``cut``: an A/B that ends past it paired nothing (its test skipped by the budget).
+    """
+    import types
+
+    import gpugauge.ab.budget as budget_module
+    from gpugauge.ab.bisect import bisect
+    from gpugauge.ab.budget import Budget
+
+    clock = [0.0]
+    monkeypatch.setattr(
+        budget_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time)
+    )
+    for i in range(1, 9):
+        _commit(toy, f"  # {i}", f"commit {i}")
+    commits = _git(toy, "rev-list", "--reverse", "HEAD~8..HEAD").split()
+    asked = []
+
+    def compare(base: str, head: str, ids: object, step: str) -> ABReport:
+        asked.append(head)
+        clock[0] += 4.0
+        if cut and clock[0] > ends:
+            return _report((CaseAB("c", "t.py::t[c]", (), status={"base": "skipped"}),))
+        slower = commits.index(head) >= 4 if head in commits else True
+        return _report((CaseAB("c", "t.py::t[c]", _pairs(1.05 if slower else 1.0)),))
+
+    result = bisect(toy, "HEAD~8", "HEAD", compare, note=lambda _: None, budget=Budget(ends))
+    return result, asked, commits
+
+
+def test_a_bisect_out_of_budget_ends_naming_the_commits_still_suspect(
+    tmp_path: Path, toy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.ab.bisect import BUDGET_ENDED, render_bisect
+
+    # two A/Bs fit: good-vs-bad and one step; the search ends before the next
+    result, asked, commits = _clocked_search(toy, monkeypatch, ends=6.0, cut=False)
+    assert len(asked) == 2
+    assert (result.culprit, result.verified) == (None, False)
+    assert result.reason == f"{BUDGET_ENDED} before the next step"
+    assert commits[4] in result.suspects  # the first slower commit is among them
+    assert not result.skipped
+    said = render_bisect(result)
+    assert "still suspect" in said
+    assert BUDGET_ENDED in said
+
+
+def test_a_bisect_step_the_budget_cut_short_is_no_evidence(
+    tmp_path: Path, toy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.ab.bisect import BUDGET_ENDED
+
+    result, asked, commits = _clocked_search(toy, monkeypatch, ends=6.0, cut=True)
+    assert len(asked) == 2
+    assert result.reason.startswith(f"{BUDGET_ENDED} during the step of ")
+    assert not result.skipped  # not counted as untestable, nor as good
+    assert commits[4] in result.suspects
+
+
+def test_a_bisect_with_no_budget_left_runs_no_ab(
+    tmp_path: Path, toy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.ab.bisect import BUDGET_ENDED
+
+    result, asked, _ = _clocked_search(toy, monkeypatch, ends=0.0, cut=False)
+    assert asked == []
+    assert result.reason == f"{BUDGET_ENDED} before its first A/B"
 
 
 # --- confirm: which results of a gated run get an A/B, against which commit -------------

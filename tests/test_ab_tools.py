@@ -202,7 +202,9 @@ def test_a_bisect_stopped_mid_search_keeps_what_it_learnt(
     commits = _git(repo, "rev-list", "--reverse", "HEAD~8..HEAD").split()
     asked = []
 
-    def run_ab(args: object, base: str, head: str, out: Path, ids: object = None) -> ABReport:
+    def run_ab(
+        args: object, base: str, head: str, out: Path, ids: object = None, budget: object = None
+    ) -> ABReport:
         asked.append(head)
         if len(asked) == 3:  # Ctrl-C in the search's second step
             raise KeyboardInterrupt

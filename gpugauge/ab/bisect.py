@@ -11,7 +11,9 @@ result where the culprit could lie beside it. The commit found is named only aft
 closer A/B, of its parent against it, says slower too: a search over noisy steps can land
 one commit off, and the verifying A/B says so rather than blaming the wrong change. After
 every step the result so far goes to ``progress``, so whatever ends the search, what it
-learnt can be kept.
+learnt can be kept. Within a time budget (:class:`~gpugauge.ab.budget.Budget`, as ``ab``
+and ``confirm`` take one) no A/B starts once it is spent, and a step it cut short is no
+evidence: the search ends there and names the commits still suspect.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gpugauge.ab.budget import Budget
 from gpugauge.ab.launch import ABError
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.sides import SideError, git
@@ -30,6 +33,9 @@ from gpugauge.core.phrasing import Note, duration, plural
 
 # compare(base ref, head ref, case ids or None for the selection, step name) -> report
 Compare = Callable[[str, str, Sequence[str] | None, str], ABReport]
+
+# why a search ended before its culprit was verified: its budget
+BUDGET_ENDED = "the time budget was spent"
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,14 @@ def undecided(step: Step) -> bool:
     return not step.slower and any(c.outcome is Outcome.NEED_MORE for c in followed)
 
 
+def whole(step: Step) -> bool:
+    """Whether the step decided every case it followed (slower, faster or same)."""
+    if step.report is None or step.untestable:
+        return False
+    followed = [c for c in step.report.cases if c.nodeid in step.followed]
+    return all(c.outcome in (Outcome.SLOWER, Outcome.FASTER, Outcome.SAME) for c in followed)
+
+
 def failed_sides(report: ABReport) -> list[str]:
     """The builds ('base', 'head') whose pytest did not end well or failed a test."""
     return [
@@ -138,11 +152,15 @@ def bisect(
     compare: Compare,
     note: Note = print,
     progress: Progress = lambda _: None,
+    budget: Budget | None = None,
 ) -> BisectResult:
     """Search GOOD..BAD for the first commit whose cases are slower than GOOD's.
 
     ``progress`` gets the result so far after every step (its reason: the search goes on).
+    ``budget``: no A/B starts once it is spent (``compare`` gets the same budget, so that
+    a step's A/B stops starting tests there too).
     """
+    budget = budget or Budget()
     good_sha = git(repo, "rev-parse", "--verify", f"{good}^{{commit}}")
     bad_sha = git(repo, "rev-parse", "--verify", f"{bad}^{{commit}}")
     try:
@@ -159,6 +177,10 @@ def bisect(
             good_sha, bad_sha, None, False, (), (), reason=f"{bad} is not after {good}"
         )
     note(f"bisect: {plural(len(commits), 'commit')} after {good_sha[:10]} up to {bad_sha[:10]}")
+    if budget.left() <= 0:
+        return BisectResult(
+            good_sha, bad_sha, None, False, (), (), reason=f"{BUDGET_ENDED} before its first A/B"
+        )
     steps = []
     first = compare(good_sha, bad_sha, None, "good-vs-bad")
     cases = _slower(first)
@@ -208,13 +230,23 @@ def bisect(
         """The commits still to test: strictly between the last good and the first bad."""
         return [i for i in range(lo + 1, hi) if i not in skipped]
 
+    def ended(why: str) -> BisectResult:
+        """The search as the budget left it: the commits still suspect, none verified."""
+        note(f"bisect: {why}; {plural(hi - lo, 'commit')} still suspect")
+        return so_far(why)
+
     left = untested()
     while left:
+        if budget.left() <= 0:
+            return ended(f"{BUDGET_ENDED} before the next step")
         mid = left[len(left) // 2]
         t0 = time.monotonic()
         step = _step(compare, good_sha, commits[mid], cases, f"step-{len(steps)}")
         step_s.append(time.monotonic() - t0)
         steps.append(step)
+        if not step.slower and budget.left() <= 0 and not whole(step):
+            # the budget may have cut its A/B short: no evidence either way
+            return ended(f"{BUDGET_ENDED} during the step of {commits[mid][:10]}")
         if step.untestable:
             skipped[mid] = f"untestable: {step.untestable}"
             said = "untestable: skipped, not counted as good"
@@ -234,6 +266,8 @@ def bisect(
     beside = [commits[i][:10] for i in sorted(skipped) if lo < i < hi]
     culprit = commits[hi]
     parent = commits[hi - 1] if hi > 0 else good_sha
+    if budget.left() <= 0:
+        return ended(f"{BUDGET_ENDED} before the A/B that would verify {culprit[:10]}")
     progress(so_far(f"searching: verifying {culprit[:10]} by an A/B of its parent against it"))
     check = _step(compare, parent, culprit, cases, "verify")
     verified = bool(check.slower)

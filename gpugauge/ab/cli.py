@@ -220,6 +220,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bis.add_argument("good", metavar="GOOD", help="a git ref whose cases are not slower")
     bis.add_argument("bad", metavar="BAD", help="a later git ref whose cases are slower")
     _shared(bis)
+    add_budget(bis, "and the search ends, naming the commits still suspect")
     bis.set_defaults(func=bisect_command)
 
 
@@ -241,9 +242,10 @@ def bisect_command(args: argparse.Namespace) -> int:
 
     def body() -> int:
         top = repo_root(Path.cwd())
+        budget = Budget.from_args(args)  # one for every A/B of the search
 
         def compare(base: str, head: str, ids: Sequence[str] | None, step: str) -> ABReport:
-            report = run_ab(args, base, head, args.out / step, ids)
+            report = run_ab(args, base, head, args.out / step, ids, budget)
             print(terminal(report), flush=True)
             return report
 
@@ -256,7 +258,9 @@ def bisect_command(args: argparse.Namespace) -> int:
 
         with owning(args.out):
             try:
-                result = bisect(top, args.good, args.bad, compare, note=say, progress=keep)
+                result = bisect(
+                    top, args.good, args.bad, compare, note=say, progress=keep, budget=budget
+                )
             except BaseException as err:
                 if so_far:
                     why = str(err).splitlines()[0] if str(err) else "interrupted"
