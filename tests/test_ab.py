@@ -1821,8 +1821,7 @@ def test_each_case_s_line_says_about_how_long_its_round_has_left() -> None:
 def test_bisect_and_confirm_say_how_long_they_have_left() -> None:
     """Issue 51: an ETA for bisect's search and for confirm's A/Bs, from their costs."""
     from gpugauge.ab.bisect import steps_left
-    from gpugauge.ab.budget import Budget
-    from gpugauge.ab.confirm_command import ROUND_START_S, expected_ab_s
+    from gpugauge.ab.budget import ROUND_START_S, Budget
 
     # 6 commits untested: 3 halvings, then the A/B of the culprit's parent against it
     assert steps_left(6, [60.0, 120.0]) == "; about 4 A/Bs, 6 min left"
@@ -1830,8 +1829,8 @@ def test_bisect_and_confirm_say_how_long_they_have_left() -> None:
     assert steps_left(6, []) == ""  # no step yet to go by
     budget = Budget(test_s={"t::a": 10.0, "t::b": 5.0}, first_look_s=2.0)
     # 2 rounds of both sides' tests (2 x 15 s), the first looks (2 x 2 s) and a start
-    assert expected_ab_s(budget, ["t::a", "t::b"], 2, 0.0) == 2 * (34.0 + ROUND_START_S)
-    assert expected_ab_s(budget, ["t::a"], 1, 8.0) == 22.0 + 8.0
+    assert budget.expected_ab_s(["t::a", "t::b"], 2, 0.0) == 2 * (34.0 + ROUND_START_S)
+    assert budget.expected_ab_s(["t::a"], 1, 8.0) == 22.0 + 8.0
 
 
 def test_a_noisy_a_a_round_stops_once_no_verdict_is_in_reach() -> None:

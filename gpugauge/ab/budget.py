@@ -12,14 +12,18 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from gpugauge.core.arguments import number
 
 # a test's skip reason where the budget was spent before it, or would be before it ended
 BUDGET_SPENT = "gpugauge ab: its time budget was spent before this test"
 BUDGET_SHORT = "gpugauge ab: its time budget would run out before this test ended"
+
+# a round's start and end beside its tests, s, before an A/B has shown its own: two sides'
+# start-up and end, as measured on an H200 (docs/lab/gpu-runs.md)
+ROUND_START_S = 15.0
 
 # a Unix time, s: 870 (a budget, not a time) or a time in ms would stop every test or none
 _unix_time = number(float, 1e9, "a Unix time in seconds, as `date +%s` gives it", high=1e10)
@@ -63,6 +67,19 @@ class Budget:
         """What one round's A/B of ``nodeid`` is expected to cost, s (0 where unknown)."""
         alone = self.test_s.get(nodeid)
         return 0.0 if alone is None else 2 * alone + self.first_look_s
+
+    def with_costs(self, test_s: Mapping[str, float]) -> Budget:
+        """The budget with these tests' costs (s, as :attr:`test_s`) where it knew none."""
+        return replace(self, test_s={**test_s, **self.test_s})
+
+    def expected_ab_s(self, nodeids: Sequence[str], rounds: int, start_s: float) -> float:
+        """What an A/B of ``nodeids`` is expected to cost, s: each round's tests and its start.
+
+        A test's cost per round is :meth:`expected_s`; a round's start is what the last A/B
+        cost beside its tests, or :data:`ROUND_START_S` before one.
+        """
+        start = start_s or ROUND_START_S
+        return rounds * (sum(self.expected_s(i) for i in nodeids) + start)
 
     def why_not(self, nodeid: str = "") -> str:
         """Why ``nodeid`` may not start now ('' where it may): spent, or too short for it."""

@@ -56,10 +56,6 @@ from gpugauge.history.targets import redact
 from gpugauge.results.files import read_json
 from gpugauge.results.runs import load_run, say_refused
 
-# a round's start and end beside its tests, s, before an A/B has shown its own: two sides'
-# start-up and end, as measured on an H200 (docs/lab/gpu-runs.md)
-ROUND_START_S = 15.0
-
 
 def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
     """(history, run id) where the A/Bs are to be kept; None where the run was in none.
@@ -276,7 +272,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             args.profile = run.profile
         with_injection = {m.id for m in run.measurements if injected(m)}
         # each test's cost known from the gated run
-        budget = replace(budget, test_s={c.nodeid: c.test_s for c in cases if c.test_s})
+        budget = budget.with_costs({c.nodeid: c.test_s for c in cases if c.test_s})
         groups = by_reference(repo_root(Path.cwd()), args.baselines_dir, cases)
         seen: dict[str, int] = {}
         start_s = 0.0  # what an A/B costs beside its tests (its sides' start and end), s
@@ -305,9 +301,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             order = list(in_order(groups))  # regressed, device-paced, cheapest first
             for k, (ref, ordered) in enumerate(order):
                 # the A/Bs left, each at the start the last one cost
-                cost = [
-                    expected_ab_s(budget, ids_of(g), args.rounds, start_s) for _, g in order[k:]
-                ]
+                cost = [budget.expected_ab_s(ids_of(g), args.rounds, start_s) for _, g in order[k:]]
                 print(
                     f"gpugauge confirm: A/B {k + 1} of {len(order)}, against {ref[:10]}: "
                     f"about {duration(cost[0])} expected, {duration(sum(cost))} for "
@@ -322,14 +316,3 @@ def confirm_command(args: argparse.Namespace) -> int:
 def ids_of(cases: Sequence[Borderline]) -> list[str]:
     """The node ids an A/B of these results runs."""
     return [c.nodeid for c in cases]
-
-
-def expected_ab_s(budget: Budget, nodeids: Sequence[str], rounds: int, start_s: float) -> float:
-    """What an A/B of ``nodeids`` is expected to cost, s: each round's tests and its start.
-
-    A test's cost per round is :meth:`Budget.expected_s` (twice its gated run's seconds and
-    a first look); a round's start is what the last A/B cost beside its tests, or
-    :data:`ROUND_START_S` before one.
-    """
-    start = start_s or ROUND_START_S
-    return rounds * (sum(budget.expected_s(i) for i in nodeids) + start)

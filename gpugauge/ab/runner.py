@@ -24,7 +24,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpugauge.ab.budget import Budget
 from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.launch import (
     KERNELS,
@@ -486,16 +485,6 @@ def cheapest_first(nodeids: Sequence[str], report: ABReport) -> tuple[str, ...]:
     return tuple(sorted(nodeids, key=lambda i: cost.get(i, 0.0)))
 
 
-def with_costs(budget: Budget, report: ABReport) -> Budget:
-    """``budget`` with each test's cost known from ``report``'s round where it knew none.
-
-    Half the test's paired wall seconds as its own (:meth:`Budget.expected_s` counts both
-    sides), so that a later round starts no test expected to end past the deadline.
-    """
-    known = {c.nodeid: c.wall_s / 2 for c in report.cases if c.wall_s > 0}
-    return replace(budget, test_s={**known, **budget.test_s})
-
-
 def run_sides(
     cfg: ABConfig,
     sides: dict[str, Checkout],
@@ -523,7 +512,10 @@ def run_sides(
         ids = tuple(later(report.paired_ids))
         report = report.leaving(set(report.paired_ids) - set(ids))  # judged elsewhere
     ids = cheapest_first(ids, report)
-    budget = with_costs(cfg.budget, report)
+    # each test's cost from round 1 where the budget knew none, so that a later round starts
+    # no test expected to end past the deadline: half its paired wall seconds as its own
+    # (Budget.expected_s counts both sides)
+    budget = cfg.budget.with_costs({c.nodeid: c.wall_s / 2 for c in report.cases if c.wall_s})
     for k in range(2, total + 1):
         if next_round is None or not ids:
             break
