@@ -280,6 +280,22 @@ def test_the_efficiency_line_counts_timed_rounds_and_warm_up_as_a_gated_run_does
     assert line.startswith("efficiency: paired blocks 3 s and calls timed alone 2 s of 6 s (75%)")
 
 
+def test_the_cost_line_says_what_lies_outside_the_tests() -> None:
+    from gpugauge.ab.render import cost_line
+
+    side = SideInfo("base", "a", "a" * 40, "python3", "/x")
+    one = CaseAB("c", "t::c", _pairs(1.0), wall_s=5.0, phases={"setup": 1.0, "blocks": 3.0})
+    two = CaseAB("c", "t::c", _pairs(1.0), wall_s=4.5, phases={"setup": 1.0, "blocks": 3.0})
+    first = ABReport(side, side, (one,), "cpu", 20.0, start_s=6.0, end_s=3.0)
+    report = first.with_round(ABReport(side, side, (two,), "cpu", 15.0, start_s=5.0, end_s=2.0))
+    assert report.between_s == pytest.approx(1.5)  # each round's case, outside its phases
+    assert cost_line(report) == (
+        "time: setups 2 s, paired blocks 6 s, sides' start 11 s, between tests 2 s, "
+        "sides' end 5 s, the rest 10 s"
+    )
+    assert report.as_dict()["start_s"] == 11.0
+
+
 def test_report_renders_worst_first_and_escapes_markdown() -> None:
     cases = (
         CaseAB("same-case", "t.py::t[same-case]", _pairs(1.0)),
@@ -623,6 +639,11 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     # the cost line names each phase of half a second or more: the blocks always are
     (cost,) = [x for x in slow.stdout.splitlines() if x.startswith("time: ")]
     assert "paired blocks" in cost, cost
+    # and what lies outside the tests: both rounds' sides starting (Python, pytest, torch)
+    assert "sides' start" in cost, cost
+    assert data["start_s"] > 0.5
+    outside = data["start_s"] + data["end_s"] + data["between_s"]
+    assert outside + sum(case["phases"].values()) <= data["wall_s"] + 1e-6
     assert "efficiency: timed rounds" in slow.stdout.strip().splitlines()[-2]
     # every block says how long it timed and warmed up, within its call of the primitive
     block = case["pairs"][0]["head"]

@@ -71,7 +71,14 @@ _PHASE_WORDS = {
 def cost_line(report: ABReport) -> str:
     """Where the A/B's time went, s: 'time: setups 120 s, paired blocks 40 s, ...'."""
     parts = [f"{_PHASE_WORDS[p]} {s:.0f} s" for p, s in report.spent.items() if s >= 0.5]
-    return "time: " + ", ".join([*parts, f"start-up and the rest {report.rest_s:.0f} s"])
+    outside = {
+        "sides' start": report.start_s,
+        "between tests": report.between_s,
+        "sides' end": report.end_s,
+    }
+    parts += [f"{what} {s:.0f} s" for what, s in outside.items() if s >= 0.5]
+    rest = report.rest_s - sum(outside.values())
+    return "time: " + ", ".join([*parts, f"the rest {max(rest, 0.0):.0f} s"])
 
 
 def efficiency_line(report: ABReport) -> str:

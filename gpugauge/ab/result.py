@@ -424,6 +424,10 @@ class ABReport:
     schedule: Schedule = field(default_factory=Schedule)
     problems: tuple[str, ...] = ()  # what went wrong beside the verdicts (a side's exit)
     complete: bool = True  # False: the cases so far, of an A/B still running (or stopped)
+    # every round's s from its start until both sides had collected their tests, and from
+    # the last test until both had exited and their saved runs were read
+    start_s: float = 0.0
+    end_s: float = 0.0
 
     def count(self, outcome: Outcome) -> int:
         """How many cases have this outcome."""
@@ -443,6 +447,9 @@ class ABReport:
             "device": self.device,
             "wall_s": self.wall_s,
             "blocks_s": self.blocks_s,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "between_s": self.between_s,
             "schedule": dict(self.schedule.__dict__),
             "counts": {o.value: self.count(o) for o in Outcome},
             "problems": list(self.problems),
@@ -459,6 +466,18 @@ class ABReport:
     def rest_s(self) -> float:
         """Its wall seconds outside its cases' phases: the sides' start and end, and the like."""
         return max(self.wall_s - sum(self.spent.values()), 0.0)
+
+    @property
+    def between_s(self) -> float:
+        """Every round's seconds in its tests outside their phases, s.
+
+        A side's pytest between one test's end and the next one's start (its reports, its
+        fixtures), and the coordinator's messages; the last test's includes the gated
+        run's closing work where it ran before the side said goodbye.
+        """
+        return sum(
+            max(r.wall_s - sum(r.phases.values()), 0.0) for c in self.cases for r in c.rounds
+        )
 
     @property
     def blocks_s(self) -> float:
@@ -496,6 +515,8 @@ class ABReport:
             cases=tuple(c.with_round(by_node.get(c.nodeid)) for c in self.cases),
             wall_s=self.wall_s + later.wall_s,
             problems=self.problems + later.problems,
+            start_s=self.start_s + later.start_s,
+            end_s=self.end_s + later.end_s,
         )
 
     @property

@@ -92,6 +92,9 @@ class Coordinator:
         self._flip = not cfg.base_starts  # True: head's block first in the next test
         self._cases: list[CaseAB] = []  # the cases finished so far, in order
         self._untimed: set[str] = set()  # node ids either side marks untimed
+        # monotonic instants: both sides' tests collected, and the last test done
+        self._ready_at: float | None = None
+        self._tests_done_at: float | None = None
 
     def settings(
         self, role: str, as_is: bool = False
@@ -149,6 +152,7 @@ class Coordinator:
                 silent: tuple[str, ...] = ()
                 try:
                     cases = self._lockstep(sides["base"], sides["head"], t0)
+                    self._tests_done_at = time.monotonic()
                     for s in sides.values():
                         finish(s)
                 except SideSilent as err:  # the verdicts it has stand; the rest is a problem
@@ -176,14 +180,18 @@ class Coordinator:
 
         base_run, head_run = saved_run(by_build["base"].json), saved_run(by_build["head"].json)
         cases = with_kernels(cases, base_run, head_run)
+        now = time.monotonic()
+        ready, done = self._ready_at, self._tests_done_at
         return ABReport(
             by_build["base"].info(),
             by_build["head"].info(),
             tuple(cases),
             device_of(head_run, base_run),
-            time.monotonic() - t0,
+            now - t0,
             self.cfg.schedule,
             problems,
+            start_s=0.0 if ready is None else ready - t0,
+            end_s=0.0 if done is None else now - done,
         )
 
     def _lockstep(self, base: Side, head: Side, started: float) -> list[CaseAB]:
@@ -197,6 +205,7 @@ class Coordinator:
         )
         cases = self._cases  # kept on the coordinator: a side gone silent ends the loop
         mb, mh = base.recv(), head.recv()
+        self._ready_at = time.monotonic()  # both at their first test (or done)
         while not (mb["op"] == "bye" and mh["op"] == "bye"):
             t0 = time.monotonic()
             if mb["op"] == "test" and mh["op"] == "test" and mb["id"] == mh["id"]:
