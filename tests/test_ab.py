@@ -1174,6 +1174,18 @@ def test_a_bisect_step_the_budget_cut_short_is_no_evidence(
     assert commits[4] in result.suspects
 
 
+def test_a_bisect_whose_verifying_ab_the_budget_cut_says_so(
+    tmp_path: Path, toy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugauge.ab.bisect import BUDGET_ENDED
+
+    # good-vs-bad and three steps fit (16 s); the verifying A/B ends past the budget
+    result, asked, commits = _clocked_search(toy, monkeypatch, ends=17.0, cut=True)
+    assert len(asked) == 5
+    assert (result.culprit, result.verified) == (commits[4], False)
+    assert result.reason == f"{BUDGET_ENDED} during the A/B that would verify it"
+
+
 def test_a_bisect_with_no_budget_left_runs_no_ab(
     tmp_path: Path, toy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -272,7 +272,9 @@ def bisect(
     check = _step(compare, parent, culprit, cases, "verify")
     verified = bool(check.slower)
     steps.append(check)
-    if check.untestable:
+    if not verified and budget.left() <= 0 and not whole(check):
+        why = f"{BUDGET_ENDED} during the A/B that would verify it"
+    elif check.untestable:
         why = f"its parent {parent[:10]} against it could not be tested: {check.untestable}"
     else:
         why = (
