@@ -286,12 +286,14 @@ def test_the_cost_line_says_what_lies_outside_the_tests() -> None:
     side = SideInfo("base", "a", "a" * 40, "python3", "/x")
     one = CaseAB("c", "t::c", _pairs(1.0), wall_s=5.0, phases={"setup": 1.0, "blocks": 3.0})
     two = CaseAB("c", "t::c", _pairs(1.0), wall_s=4.5, phases={"setup": 1.0, "blocks": 3.0})
-    first = ABReport(side, side, (one,), "cpu", 20.0, start_s=6.0, end_s=3.0)
+    search = CaseAB("s", "t::s", only="head", calls=0, wall_s=4.0)  # untimed, gated side
+    first = ABReport(side, side, (one, search), "cpu", 20.0, start_s=6.0, end_s=3.0)
     report = first.with_round(ABReport(side, side, (two,), "cpu", 15.0, start_s=5.0, end_s=2.0))
     assert report.between_s == pytest.approx(1.5)  # each round's case, outside its phases
+    assert report.only_s == 4.0
     assert cost_line(report) == (
-        "time: setups 2 s, paired blocks 6 s, sides' start 11 s, between tests 2 s, "
-        "sides' end 5 s, the rest 10 s"
+        "time: setups 2 s, paired blocks 6 s, sides' start 11 s, tests one side ran alone "
+        "4 s, between tests 2 s, sides' end 5 s, the rest 6 s"
     )
     assert report.as_dict()["start_s"] == 11.0
 

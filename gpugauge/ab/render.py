@@ -73,6 +73,7 @@ def cost_line(report: ABReport) -> str:
     parts = [f"{_PHASE_WORDS[p]} {s:.0f} s" for p, s in report.spent.items() if s >= 0.5]
     outside = {
         "sides' start": report.start_s,
+        "tests one side ran alone": report.only_s,
         "between tests": report.between_s,
         "sides' end": report.end_s,
     }

@@ -450,6 +450,7 @@ class ABReport:
             "start_s": self.start_s,
             "end_s": self.end_s,
             "between_s": self.between_s,
+            "only_s": self.only_s,
             "schedule": dict(self.schedule.__dict__),
             "counts": {o.value: self.count(o) for o in Outcome},
             "problems": list(self.problems),
@@ -469,15 +470,22 @@ class ABReport:
 
     @property
     def between_s(self) -> float:
-        """Every round's seconds in its tests outside their phases, s.
+        """Every round's seconds in its paired tests outside their phases, s.
 
         A side's pytest between one test's end and the next one's start (its reports, its
         fixtures), and the coordinator's messages; the last test's includes the gated
         run's closing work where it ran before the side said goodbye.
         """
-        return sum(
-            max(r.wall_s - sum(r.phases.values()), 0.0) for c in self.cases for r in c.rounds
-        )
+        rounds = [r for c in self.cases for r in c.rounds if not r.only]
+        return sum(max(r.wall_s - sum(r.phases.values()), 0.0) for r in rounds)
+
+    @property
+    def only_s(self) -> float:
+        """Every round's seconds of tests one side ran alone, s.
+
+        An untimed test (a memory search) in a gated run, a test the other build lacks.
+        """
+        return sum(r.wall_s for c in self.cases for r in c.rounds if r.only)
 
     @property
     def blocks_s(self) -> float:
