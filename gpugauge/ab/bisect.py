@@ -92,20 +92,23 @@ def _slower(report: ABReport) -> tuple[str, ...]:
     return tuple(c.nodeid for c in report.slower)
 
 
+def _followed(step: Step) -> list[CaseAB]:
+    """The cases of the step's report that the search follows (none without a report)."""
+    cases = () if step.report is None else step.report.cases
+    return [c for c in cases if c.nodeid in step.followed]
+
+
 def undecided(step: Step) -> bool:
     """No followed case slower, and one of them left at 'need more samples'."""
-    if step.report is None:
-        return False
-    followed = [c for c in step.report.cases if c.nodeid in step.followed]
-    return not step.slower and any(c.outcome is Outcome.NEED_MORE for c in followed)
+    return not step.slower and any(c.outcome is Outcome.NEED_MORE for c in _followed(step))
 
 
 def whole(step: Step) -> bool:
     """Whether the step decided every case it followed (slower, faster or same)."""
     if step.report is None or step.untestable:
         return False
-    followed = [c for c in step.report.cases if c.nodeid in step.followed]
-    return all(c.outcome in (Outcome.SLOWER, Outcome.FASTER, Outcome.SAME) for c in followed)
+    decided = (Outcome.SLOWER, Outcome.FASTER, Outcome.SAME)
+    return all(c.outcome in decided for c in _followed(step))
 
 
 def failed_sides(report: ABReport) -> list[str]:
@@ -230,6 +233,10 @@ def bisect(
         """The commits still to test: strictly between the last good and the first bad."""
         return [i for i in range(lo + 1, hi) if i not in skipped]
 
+    def cut_short(step: Step) -> bool:
+        """A step with nothing slower, undecided somewhere, and no budget left: no evidence."""
+        return not step.slower and budget.left() <= 0 and not whole(step)
+
     def ended(why: str) -> BisectResult:
         """The search as the budget left it: the commits still suspect, none verified."""
         note(f"bisect: {why}; {plural(hi - lo, 'commit')} still suspect")
@@ -244,8 +251,7 @@ def bisect(
         step = _step(compare, good_sha, commits[mid], cases, f"step-{len(steps)}")
         step_s.append(time.monotonic() - t0)
         steps.append(step)
-        if not step.slower and budget.left() <= 0 and not whole(step):
-            # the budget may have cut its A/B short: no evidence either way
+        if cut_short(step):  # the budget may have cut its A/B short
             return ended(f"{BUDGET_ENDED} during the step of {commits[mid][:10]}")
         if step.untestable:
             skipped[mid] = f"untestable: {step.untestable}"
@@ -272,7 +278,7 @@ def bisect(
     check = _step(compare, parent, culprit, cases, "verify")
     verified = bool(check.slower)
     steps.append(check)
-    if not verified and budget.left() <= 0 and not whole(check):
+    if cut_short(check):
         why = f"{BUDGET_ENDED} during the A/B that would verify it"
     elif check.untestable:
         why = f"its parent {parent[:10]} against it could not be tested: {check.untestable}"

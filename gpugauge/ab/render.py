@@ -37,14 +37,13 @@ def row(c: CaseAB) -> list[str]:
     if c.only or r is None:
         return [c.id, "-", "-", "-", "-", "0", c.unpaired_reason, c.kernels or "-"]
     ci = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else "no interval"
-    pairs = c.pairs_text
     return [
         c.id,
         fmt_ms(c.base_ms) if c.base_ms else "-",
         fmt_ms(c.head_ms) if c.head_ms else "-",
         f"{r.ratio:.3f}x",
         ci,
-        pairs,
+        c.pairs_text,
         c.verdict_text,
         c.kernels or "-",
     ]

@@ -139,16 +139,21 @@ class CaseAB:
         """Every round's pairs, in order."""
         return tuple(p for r in self.rounds for p in r.pairs)
 
+    @property
+    def logs(self) -> list[float]:
+        """The log-ratios of the round's own pairs, in order."""
+        return [p.log_ratio for p in self.pairs]
+
     @cached_property
     def round_ratio(self) -> PairedRatio | None:
         """Head/base of this round's own pairs, with its CI; None without a pair."""
-        logs = [p.log_ratio for p in self.pairs]
+        logs = self.logs
         return paired_ratio(logs, self.schedule.level) if logs else None
 
     @cached_property
     def round_same(self) -> PairedRatio | None:
         """The round's own pairs' interval at the schedule's ``same_level``: what same needs."""
-        logs = [p.log_ratio for p in self.pairs]
+        logs = self.logs
         return paired_ratio(logs, self.schedule.same_level) if logs else None
 
     @cached_property
@@ -176,7 +181,7 @@ class CaseAB:
 
         Computed once: ab.json is rewritten after every case, each time with every case.
         """
-        logs = [[p.log_ratio for p in r.pairs] for r in self.rounds]
+        logs = [r.logs for r in self.rounds]
         if not any(logs):
             return None
         sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
@@ -190,7 +195,7 @@ class CaseAB:
         processes cannot tell its own speed from the build's, and a one-round "same" at 95%
         read a 1.5% change "same" in 2-8% of synthetic cases.
         """
-        logs = [[p.log_ratio for p in r.pairs] for r in self.rounds]
+        logs = [r.logs for r in self.rounds]
         if sum(bool(x) for x in logs) < 2:
             return self.ratio
         sd, df = self.process_sd or (self.schedule.process_sd, math.inf)
@@ -332,7 +337,7 @@ class CaseAB:
 
         None under two rounds with two pairs each: what :func:`pooled_process_sd` pools.
         """
-        logs = [[p.log_ratio for p in r.pairs] for r in self.paired_rounds]
+        logs = [r.logs for r in self.paired_rounds]
         logs = [x for x in logs if len(x) >= 2]
         if len(logs) < 2:
             return None
@@ -424,7 +429,7 @@ class ABReport:
     schedule: Schedule = field(default_factory=Schedule)
     problems: tuple[str, ...] = ()  # what went wrong beside the verdicts (a side's exit)
     complete: bool = True  # False: the cases so far, of an A/B still running (or stopped)
-    # every round's s from its start until both sides had collected their tests, and from
+    # every round's s from its start until both sides were at their first test, and from
     # the last test until both had exited and their saved runs were read
     start_s: float = 0.0
     end_s: float = 0.0

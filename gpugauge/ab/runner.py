@@ -92,9 +92,7 @@ class Coordinator:
         self._flip = not cfg.base_starts  # True: head's block first in the next test
         self._cases: list[CaseAB] = []  # the cases finished so far, in order
         self._untimed: set[str] = set()  # node ids either side marks untimed
-        # monotonic instants: both sides' tests collected, and the last test done
-        self._ready_at: float | None = None
-        self._tests_done_at: float | None = None
+        self._ready_at: float | None = None  # monotonic: both sides at their first test
 
     def settings(
         self, role: str, as_is: bool = False
@@ -150,9 +148,10 @@ class Coordinator:
                     s.silent_after = None if late else ends + SILENT_GRACE_S
                 self._cases = []
                 silent: tuple[str, ...] = ()
+                done: float | None = None  # monotonic: the last test done
                 try:
                     cases = self._lockstep(sides["base"], sides["head"], t0)
-                    self._tests_done_at = time.monotonic()
+                    done = time.monotonic()
                     for s in sides.values():
                         finish(s)
                 except SideSilent as err:  # the verdicts it has stand; the rest is a problem
@@ -181,7 +180,7 @@ class Coordinator:
         base_run, head_run = saved_run(by_build["base"].json), saved_run(by_build["head"].json)
         cases = with_kernels(cases, base_run, head_run)
         now = time.monotonic()
-        ready, done = self._ready_at, self._tests_done_at
+        ready = self._ready_at
         return ABReport(
             by_build["base"].info(),
             by_build["head"].info(),
