@@ -9,10 +9,12 @@ real :class:`~gpugauge.ab.result.CaseAB`'s, judged with the A/B's pooled spread.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 import statistics
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -105,6 +107,30 @@ def test_false_alarms_over_the_grid(proc: float, noise: float) -> None:
     docs/lab/ab-evidence.md keeps the grid's table.
     """
     assert _false_alarms(_outcomes(0.0, noise, proc, n_ab=50, seed=7)) <= 0.01
+
+
+def _lab_script(name: str) -> ModuleType:
+    """A script of docs/lab, loaded from its file (docs/lab is no package)."""
+    path = Path(__file__).resolve().parents[1] / "docs" / "lab" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("run", ["124", "126", "127"])
+def test_the_verdicts_of_recorded_h200_pairs_stand(run: str) -> None:
+    """Three H200 A/Bs' pairs (docs/lab/data/ab-pairs.json: an A/A night, a 3%-injected
+    night, a PR A/A), judged again: every case reads what that A/B said. A change to the
+    rule that turns one shows here by name, and its evidence needs replaying
+    (docs/lab/rule_replay.py)."""
+    lab = _lab_script("rule_replay")
+    cases = lab.recorded()[run]["cases"]
+    got, _, short = lab.replay(cases, Schedule())
+    assert short == 0  # today's rule stops where those A/Bs stopped
+    assert {k: str(v) for k, v in got.items()} == {k: c["outcome"] for k, c in cases.items()}
 
 
 def test_processes_that_spread_widen_every_case_s_interval() -> None:

@@ -2,11 +2,12 @@
 """The A/B's stopping rule replayed on recorded H200 pairs, with other first looks and caps.
 
 docs/lab/data/ab-pairs.json keeps every paired case's pairs of three A/Bs (runs 124, 126
-and 127 in gpu-runs.md), in the order they were timed. Each round is cut where a schedule
-would have stopped, and the verdict is the real CaseAB's over both rounds, judged with the
-pooled spread of the processes. A replay can only stop sooner than the recorded run: where
-a schedule asks for more pairs than were timed, the round keeps what it has, and the
-"short" column counts those rounds, so a replay's seconds are a lower bound.
+and 127 in gpu-runs.md), in the order they were timed, and the outcome each A/B gave.
+Each round is cut where a schedule would have stopped. The verdict is the real CaseAB's
+over both rounds, judged with the pooled spread of the processes. A replay can only stop
+sooner than the recorded run: where a schedule asks for more pairs than were timed, the
+round keeps what it has. The "short" column counts those rounds; a replay's seconds are
+then a lower bound.
 
 Then synthetic A/Bs (20 cases, two rounds, a random offset per process, as in
 tests/test_ab_rounds.py) compare a first look of 4 pairs with one of 3, where the rule
@@ -46,13 +47,18 @@ def cut(s: Schedule, pairs: list[Pair]) -> tuple[list[Pair], bool]:
     return pairs[:n], False
 
 
-def replay(cases: dict[str, list[list[list[float]]]], s: Schedule) -> tuple[dict, float, int]:
+def recorded() -> dict[str, dict]:
+    """The recorded A/Bs by run: what each was, and its cases' rounds and outcomes."""
+    return json.loads(DATA.read_text())["runs"]
+
+
+def replay(cases: dict[str, dict], s: Schedule) -> tuple[dict, float, int]:
     """Each case's outcome under ``s``, the blocks' seconds it keeps, the rounds cut short."""
     out, short = [], 0
-    for cid, rounds in cases.items():
+    for cid, rec in cases.items():
         case = None
-        for recorded in rounds:
-            kept, wanted_more = cut(s, [pair(*p) for p in recorded])
+        for recorded_round in rec["rounds"]:
+            kept, wanted_more = cut(s, [pair(*p) for p in recorded_round])
             short += wanted_more
             one = CaseAB(cid, cid, tuple(kept), schedule=s)
             case = one if case is None else case.with_round(one)
@@ -65,7 +71,7 @@ def replay(cases: dict[str, list[list[list[float]]]], s: Schedule) -> tuple[dict
 
 
 def main() -> None:
-    runs = json.loads(DATA.read_text())["runs"]
+    runs = recorded()
     print("| run | min, max pairs | blocks | verdicts | changed | short |")
     print("| --- | --- | --- | --- | --- | --- |")
     for run, rec in runs.items():
