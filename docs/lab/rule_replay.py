@@ -1,8 +1,9 @@
 # Run: python docs/lab/rule_replay.py (about 30 s); the tables in docs/lab/ab-evidence.md.
 """The A/B's stopping rule replayed on recorded H200 pairs, with other first looks and caps.
 
-docs/lab/data/ab-pairs.json keeps every paired case's pairs of three A/Bs (runs 124, 126
-and 127 in gpu-runs.md), in the order they were timed, and the outcome each A/B gave.
+docs/lab/data/ab-pairs.json keeps the pairs of every case that both rounds paired in three
+A/Bs (runs 124, 126 and 127 in gpu-runs.md), in the order they were timed, and the outcome
+each A/B gave. A case that round 2 left out ("not judged") is not there.
 Each round is cut where a schedule would have stopped. The verdict is the real CaseAB's
 over both rounds, judged with the pooled spread of the processes. A replay can only stop
 sooner than the recorded run: where a schedule asks for more pairs than were timed, the
