@@ -1420,6 +1420,65 @@ def test_a_class_regression_on_a_new_host_is_confirmed_and_an_a_b_may_clear_it(
     assert "was time 1.510x" in load_run(same).verdicts[case_id]["note"]
 
 
+def test_a_host_paced_step_s_class_regression_meets_an_a_b_that_saw_no_change(
+    toy: Path, tmp_path: Path
+) -> None:
+    """A step its host paces read 1.17x its class on a new H200 host (and 0.54x on
+    another): its time follows the host's CPU. An A/B whose wide interval holds no change
+    leaves it inconclusive, saying why; one that sees a change, or any interval of a step
+    the device paces, leaves the regression standing."""
+    from gpugauge.ab.settle import HOST_PACED, decided, still_regressed
+    from gpugauge.measure.busy import BUSY_KEY, host_bound_of
+
+    cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    saved = _saved_run(toy, tmp_path)
+    case_id = "test_toy.py::test_spin"
+    sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
+
+    def paced_by(host_bound: bool | None) -> Path:
+        run = _with_verdict(saved, 1.17, "regressed", cls)
+        data = json.loads(run.read_text())
+        extra = data["benchmarks"][0]["extra_info"].setdefault("extra", {})
+        if host_bound is not None:
+            extra[BUSY_KEY] = {"share": 0.4 if host_bound else 0.95, "host_bound": host_bound}
+        assert host_bound_of(extra) is host_bound
+        out = run.with_name(f"paced-{host_bound}.json")
+        out.write_text(json.dumps(data))
+        return out
+
+    def ab(*ratios: float) -> ABReport:
+        pairs = tuple(
+            Pair(Block(3.0, 10), Block(3.0 * r, 10), i % 2 == 0) for i, r in enumerate(ratios)
+        )
+        return ABReport(*sides, (CaseAB(case_id, case_id, pairs),), "cpu", 1.0)
+
+    scattered = (0.85, 1.2, 0.9, 1.25, 0.8, 1.15, 1.1, 0.95, 1.3, 0.9)  # holds 1 and 1.065
+    host = paced_by(True)
+    (cleared,) = decided(host, "a" * 40, ab(*scattered))
+    assert cleared.result.verdict.value == "inconclusive"
+    assert HOST_PACED in cleared.result.note
+    assert still_regressed(host) == []
+    for device_paced in (paced_by(False), paced_by(None)):
+        assert decided(device_paced, "a" * 40, ab(*scattered)) == []
+        assert still_regressed(device_paced) == [case_id]
+    twice = paced_by(True)  # a 2x slowdown of a host-paced step: the A/B sees it
+    (slower,) = decided(twice, "a" * 40, ab(1.9, 2.1, 2.0, 1.95, 2.05, 2.0))
+    assert slower.result.verdict.value == "regressed"
+    assert still_regressed(twice) == [case_id]
+    # two speeds across processes, both slower (1.2x, 1.05x): undecided, its interval
+    # above 1 and past the allowance, so it stands
+    above = paced_by(True)
+    two = ab(1.2, 1.22, 1.18, 1.21, 1.19, 1.2)
+    (one,) = ab(1.02, 1.08, 1.0, 1.1, 1.04, 1.06).cases
+    two = replace(two, cases=(two.cases[0].with_round(one),))
+    (case,) = two.cases
+    assert case.check is not None
+    assert case.check.verdict.value == "inconclusive"
+    assert case.check.ci_low > 1
+    assert decided(above, "a" * 40, two) == []
+    assert still_regressed(above) == [case_id]
+
+
 def test_a_new_host_s_time_regression_against_its_class_is_left_to_an_a_b() -> None:
     from gpugauge.judging.judge import regressed_on_new_host
     from gpugauge.results.verdicts import Basis, GateResult, MetricCheck, Verdict

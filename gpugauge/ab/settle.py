@@ -20,12 +20,19 @@ from gpugauge.ab.confirm import result_nodeids
 from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.history.records import ABRecord
 from gpugauge.judging.judge import overruled
+from gpugauge.measure.busy import host_bound_of
 from gpugauge.report.tables import gate_table, uncertain_ids, unsampled_ids
 from gpugauge.results.files import FileError, atomic_write_json, read_json, writable_problem
 from gpugauge.results.runs import SavedRun, load_run
 from gpugauge.results.verdicts import GateResult, Verdict
 
 NOT_RUN = "in the baseline but not run: "  # the saved gate table's last line, kept as it was
+
+# a cleared class regression of a host-paced step says why (undecided_host_paced)
+HOST_PACED = (
+    "its host paces this step, so on a new host its time follows the host's CPU as much as "
+    "the code; the A/B's interval holds no change"
+)
 
 
 @dataclass(frozen=True)
@@ -72,23 +79,27 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
         if case is None or case.check is None or m.id not in saved.verdicts:
             continue
         before = GateResult.from_dict(saved.verdicts[m.id], m.spec.family, m.device_class)
-        if not clears(before, case):
+        host_paced = host_bound_of(m.extra) is True
+        if not clears(before, case, host_paced):
             continue
         note = f"decided by a same-GPU A/B against {base_commit[:10]}"
+        if undecided_host_paced(before, case, host_paced):
+            note += f"; {HOST_PACED}"
         out.append(Settled(overruled(before, case.check, note), case, base_commit))
     if out and write:
         write_verdicts(run, out)
     return out
 
 
-def clears(before: GateResult, case: CaseAB) -> bool:
+def clears(before: GateResult, case: CaseAB, host_paced: bool = False) -> bool:
     """Whether ``case``'s A/B may decide a result whose class verdict was ``before``.
 
     Always, but for a class regression: an A/B that could not decide clears it only where
     its CI over every round (the processes' spread counted) and each round's own CI lie
-    under the class's allowance (two rounds that disagree say more than their mean), and a
-    "faster" only where two rounds or more gave it (one pair of processes' own speed can
-    read 2% faster); else it stands.
+    under the class's allowance (two rounds that disagree say more than their mean), or
+    where the step is ``host_paced`` and the A/B saw no change
+    (:func:`undecided_host_paced`); a "faster" only where two rounds or more gave it (one
+    pair of processes' own speed can read 2% faster); else it stands.
     """
     old, check = before.check("time"), case.check
     if before.verdict is not Verdict.REGRESSED or old is None or check is None:
@@ -97,10 +108,33 @@ def clears(before: GateResult, case: CaseAB) -> bool:
         return len(case.paired_rounds) >= 2
     if check.verdict is not Verdict.INCONCLUSIVE:
         return True
+    if undecided_host_paced(before, case, host_paced):
+        return True
     allowed = 1 + old.tolerance
     own = [r.round_ratio for r in case.paired_rounds]
     rounds_rule_it_out = all(r is not None and r.ci_high < allowed for r in own)
     return check.ci_high < allowed and rounds_rule_it_out
+
+
+def undecided_host_paced(before: GateResult, case: CaseAB, host_paced: bool) -> bool:
+    """Whether a class regression of a step its host paces meets an A/B that saw no change.
+
+    Such a step (its GPU busy under 80% of its wall) times the host's CPU as much as the
+    code. On a new host its class baseline, recorded on another host, cannot tell the two
+    apart: H200 hosts read the eager LeNet step from 0.54x to 1.17x its class. The A/B's
+    intervals on it span 10-40% either side in A/As, so they seldom lie under the class's
+    allowance. Where that interval still holds 1, nothing says the code is slower: the
+    result is inconclusive, not regressed, or a night would fail on every new host with a
+    slower CPU. A change the A/B can see (a 2x slowdown) reads slower and stands.
+    """
+    check = case.check
+    return (
+        host_paced
+        and before.verdict is Verdict.REGRESSED
+        and check is not None
+        and check.verdict is Verdict.INCONCLUSIVE
+        and check.ci_low <= 1
+    )
 
 
 def still_regressed(run: Path) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Any
 from gpugauge.core.phrasing import plural
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.judging.judge import Judge
-from gpugauge.measure.busy import BUSY_KEY, HOST_BOUND_BELOW
+from gpugauge.measure.busy import HOST_BOUND_BELOW, host_bound_of
 from gpugauge.regress.gate import Gate
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
@@ -66,11 +66,6 @@ class RunResult:
     host_issued: bool = False
 
 
-def _host_issued(busy: object) -> bool:
-    """Whether the busy record judged the step as one the host issues (either way)."""
-    return isinstance(busy, dict) and isinstance(busy.get("host_bound"), bool)
-
-
 def read_run(path: Path | None, judge: Gate | None = None) -> dict[str, RunResult]:
     """Each case of a saved run (pytest-benchmark JSON) by id; {} for no file.
 
@@ -93,7 +88,7 @@ def read_run(path: Path | None, judge: Gate | None = None) -> dict[str, RunResul
             m.summary.median if m.timing is not None else None,
             float(injected) if isinstance(injected, int | float) else None,
             m.values.get("gpu_busy"),
-            _host_issued(m.extra.get(BUSY_KEY)),
+            host_bound_of(m.extra) is not None,  # a step the host issues, either way
         )
     return out
 

@@ -28,7 +28,7 @@ the measured ratio and says that it was clamped and why.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,17 @@ BUSY_KEY = "busy"
 LOOP_STEPS = 10  # steps of the plain loop whose median is the step's wall time
 PROFILED_STEPS = 3  # steps whose device activity is traced (after one untraced warm-up)
 WARMUP_STEPS = 2  # steps before the loop
+
+
+def host_bound_of(extra: Mapping[str, Any]) -> bool | None:
+    """Whether the host paces a result's step, from its ``extra[BUSY_KEY]`` record.
+
+    True where it does, False where the device does, None where the result has no record
+    or its step is graphed.
+    """
+    busy = extra.get(BUSY_KEY)
+    bound = busy.get("host_bound") if isinstance(busy, Mapping) else None
+    return bound if isinstance(bound, bool) else None
 
 
 def busy_ms_per_step(intervals: Iterable[Interval], steps: int) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpugauge.measure.busy import BUSY_KEY, HOST_BOUND_BELOW
+from gpugauge.measure.busy import BUSY_KEY, HOST_BOUND_BELOW, host_bound_of
 from gpugauge.report.tables import fmt_ms, render
 from gpugauge.results.measurement import Measurement
 
@@ -60,8 +60,7 @@ def _busy(m: Measurement | None) -> str:
 
 
 def _host_bound(m: Measurement | None) -> bool | None:
-    busy = (m.extra.get(BUSY_KEY) or {}) if m is not None else {}
-    return busy.get("host_bound")
+    return None if m is None else host_bound_of(m.extra)
 
 
 def _answer(host_bound: bool | None, graphed: Measurement | None) -> str:
