@@ -1424,9 +1424,10 @@ def test_a_host_paced_step_s_class_regression_meets_an_a_b_that_saw_no_change(
     toy: Path, tmp_path: Path
 ) -> None:
     """A step its host paces read 1.17x its class on a new H200 host (and 0.54x on
-    another): its time follows the host's CPU. An A/B whose wide interval holds no change
-    leaves it inconclusive, saying why; one that sees a change, or any interval of a step
-    the device paces, leaves the regression standing."""
+    another): its time follows the host's CPU. Two full rounds whose wide intervals hold no
+    change leave it inconclusive, saying why. A change the A/B sees, rounds that disagree,
+    a round cut short, one round alone, or a step the device paces: the regression stands.
+    """
     from gpugauge.ab.settle import HOST_PACED, decided, still_regressed
     from gpugauge.measure.busy import BUSY_KEY, host_bound_of
 
@@ -1434,6 +1435,7 @@ def test_a_host_paced_step_s_class_regression_meets_an_a_b_that_saw_no_change(
     saved = _saved_run(toy, tmp_path)
     case_id = "test_toy.py::test_spin"
     sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
+    made = iter(range(100))
 
     def paced_by(host_bound: bool | None) -> Path:
         run = _with_verdict(saved, 1.17, "regressed", cls)
@@ -1442,41 +1444,57 @@ def test_a_host_paced_step_s_class_regression_meets_an_a_b_that_saw_no_change(
         if host_bound is not None:
             extra[BUSY_KEY] = {"share": 0.4 if host_bound else 0.95, "host_bound": host_bound}
         assert host_bound_of(extra) is host_bound
-        out = run.with_name(f"paced-{host_bound}.json")
+        out = run.with_name(f"paced-{next(made)}.json")
         out.write_text(json.dumps(data))
         return out
 
-    def ab(*ratios: float) -> ABReport:
+    def one(*ratios: float) -> CaseAB:
         pairs = tuple(
             Pair(Block(3.0, 10), Block(3.0 * r, 10), i % 2 == 0) for i, r in enumerate(ratios)
         )
-        return ABReport(*sides, (CaseAB(case_id, case_id, pairs),), "cpu", 1.0)
+        return CaseAB(case_id, case_id, pairs)
 
-    scattered = (0.85, 1.2, 0.9, 1.25, 0.8, 1.15, 1.1, 0.95, 1.3, 0.9)  # holds 1 and 1.065
+    def ab(*rounds: CaseAB) -> ABReport:
+        case = rounds[0]
+        for later in rounds[1:]:
+            case = case.with_round(later)
+        return ABReport(*sides, (case,), "cpu", 1.0)
+
+    def stands(run: Path, report: ABReport) -> bool:
+        decided(run, "a" * 40, report)
+        return still_regressed(run) == [case_id]
+
+    scattered = one(0.85, 1.2, 0.9, 1.25, 0.8, 1.15, 1.1, 0.95, 1.3, 0.9)
+    again = one(1.1, 0.9, 1.2, 0.85, 1.05, 0.95, 1.25, 0.8, 1.0, 1.15)
     host = paced_by(True)
-    (cleared,) = decided(host, "a" * 40, ab(*scattered))
+    (cleared,) = decided(host, "a" * 40, ab(scattered, again))
     assert cleared.result.verdict.value == "inconclusive"
     assert HOST_PACED in cleared.result.note
     assert still_regressed(host) == []
-    for device_paced in (paced_by(False), paced_by(None)):
-        assert decided(device_paced, "a" * 40, ab(*scattered)) == []
-        assert still_regressed(device_paced) == [case_id]
-    twice = paced_by(True)  # a 2x slowdown of a host-paced step: the A/B sees it
-    (slower,) = decided(twice, "a" * 40, ab(1.9, 2.1, 2.0, 1.95, 2.05, 2.0))
-    assert slower.result.verdict.value == "regressed"
-    assert still_regressed(twice) == [case_id]
-    # two speeds across processes, both slower (1.2x, 1.05x): undecided, its interval
-    # above 1 and past the allowance, so it stands
-    above = paced_by(True)
-    two = ab(1.2, 1.22, 1.18, 1.21, 1.19, 1.2)
-    (one,) = ab(1.02, 1.08, 1.0, 1.1, 1.04, 1.06).cases
-    two = replace(two, cases=(two.cases[0].with_round(one),))
-    (case,) = two.cases
+    assert stands(paced_by(False), ab(scattered, again))  # the device paces it
+    assert stands(paced_by(None), ab(scattered, again))  # no busy record, or graphed
+    assert stands(paced_by(True), ab(scattered))  # one round: one pair of processes
+    assert stands(paced_by(True), ab(one(1.3, 0.8), again))  # a round cut short
+    twice = one(1.9, 2.1, 2.0, 1.95, 2.05, 2.0)  # a 2x slowdown: the A/B sees it
+    assert stands(paced_by(True), ab(twice, twice))
+    # rounds that disagree (1.25x, 0.79x) pool to an interval that holds 1: they stand
+    up, down = one(1.24, 1.26, 1.25, 1.25), one(0.78, 0.8, 0.79, 0.79)
+    disagree = ab(up, down)
+    assert disagree.cases[0].bimodal
+    assert stands(paced_by(True), disagree)
+    # a round slower on its own (1.08x) beside a scattered one: the pooled interval holds
+    # 1, the rounds read no two speeds, but one round's own interval lies above 1
+    lower = one(1.0, 0.8, 1.1, 0.75, 0.95, 0.85, 1.15, 0.7, 0.9, 1.05)
+    mixed = ab(one(1.07, 1.09, 1.08, 1.08), lower)
+    assert not mixed.cases[0].bimodal
+    assert stands(paced_by(True), mixed)
+    # two speeds, both slower (1.2x, 1.05x): undecided, its interval above 1: it stands
+    slow = ab(one(1.2, 1.22, 1.18, 1.21, 1.19, 1.2), one(1.02, 1.08, 1.0, 1.1, 1.04, 1.06))
+    (case,) = slow.cases
     assert case.check is not None
     assert case.check.verdict.value == "inconclusive"
     assert case.check.ci_low > 1
-    assert decided(above, "a" * 40, two) == []
-    assert still_regressed(above) == [case_id]
+    assert stands(paced_by(True), slow)
 
 
 def test_a_new_host_s_time_regression_against_its_class_is_left_to_an_a_b() -> None:
