@@ -1488,6 +1488,17 @@ def test_a_host_paced_step_s_class_regression_meets_an_a_b_that_saw_no_change(
     mixed = ab(one(1.07, 1.09, 1.08, 1.08), lower)
     assert not mixed.cases[0].bimodal
     assert stands(paced_by(True), mixed)
+    # about 2x, so noisy that each round's own interval holds 1: their 95% lies above 1
+    noisy = ab(one(1.4, 2.8, 1.5, 2.7), one(1.6, 2.5, 1.45, 2.9))
+    pooled = noisy.cases[0].same_ratio
+    assert pooled is not None
+    assert pooled.ci_low > 1
+    assert stands(paced_by(True), noisy)
+    # "same" clears a host-paced step as any other: no word of its host in the note
+    even = one(1.0, 1.001, 0.999, 1.0)
+    (same,) = decided(paced_by(True), "a" * 40, ab(even, even))
+    assert same.result.verdict.value == "unchanged"
+    assert HOST_PACED not in same.result.note
     # two speeds, both slower (1.2x, 1.05x): undecided, its interval above 1: it stands
     slow = ab(one(1.2, 1.22, 1.18, 1.21, 1.19, 1.2), one(1.02, 1.08, 1.0, 1.1, 1.04, 1.06))
     (case,) = slow.cases

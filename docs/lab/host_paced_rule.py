@@ -1,4 +1,4 @@
-# Run: python docs/lab/host_paced_rule.py (about 50 s); the table in docs/lab/ab-evidence.md.
+# Run: python docs/lab/host_paced_rule.py (about 45 s); the tables in docs/lab/ab-evidence.md.
 """How often a host-paced step's class regression on a new host passes its night.
 
 Synthetic A/Bs through the real schedule, verdict and settling rules (two rounds, a 1%
@@ -32,8 +32,10 @@ CHANGES = (1.0, 1.1, 1.15, 1.2, 1.3, 2.0)
 NOISES = (0.15, 0.25, 0.5)  # a pair's log-ratio SD: 12-64% in five eager steps of an H200 A/A
 
 
-def one_round(s: Schedule, change: float, noise: float, rng: random.Random) -> CaseAB:
-    offset, logs = rng.gauss(0, 0.01), []
+def one_round(
+    s: Schedule, change: float, noise: float, rng: random.Random, proc: float = 0.01
+) -> CaseAB:
+    offset, logs = rng.gauss(0, proc), []
     while k := s.more(logs):
         logs += [math.log(change) + offset + rng.gauss(0, noise) for _ in range(k)]
     pairs = tuple(Pair(Block(3.0, 10), Block(3.0 * math.exp(x), 10), True) for x in logs)
@@ -66,5 +68,22 @@ def main(n: int = 1000) -> None:
         print(f"| {noise:.0%} | " + " | ".join(row) + " |")
 
 
+def offsets(n: int = 1000) -> None:
+    """An unchanged step's nights that pass, by the SD of a process's own offset."""
+    rng, s = random.Random(7), Schedule()
+    print("\n| between processes | 15% noise a pair | 50% noise a pair |")
+    print("| --- | --- | --- |")
+    for proc in (0.01, 0.05, 0.08):
+        row = []
+        for noise in (0.15, 0.5):
+            cases = [
+                one_round(s, 1.0, noise, rng, proc).with_round(one_round(s, 1.0, noise, rng, proc))
+                for _ in range(n)
+            ]
+            row.append(f"{100 * statistics.fmean(passes(c) for c in cases):.0f}%")
+        print(f"| {proc:.0%} | " + " | ".join(row) + " |")
+
+
 if __name__ == "__main__":
     main()
+    offsets()

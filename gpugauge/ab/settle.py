@@ -31,7 +31,7 @@ NOT_RUN = "in the baseline but not run: "  # the saved gate table's last line, k
 # a cleared class regression of a host-paced step says why (undecided_host_paced)
 HOST_PACED = (
     "its host paces this step, so on a new host its time follows the host's CPU as much as "
-    "the code; the A/B's interval holds no change"
+    "the code; the A/B's interval does not lie above 1"
 )
 
 
@@ -120,15 +120,17 @@ def undecided_host_paced(before: GateResult, case: CaseAB) -> bool:
     Asked of a step whose GPU is busy under 80% of its wall: it times the host's CPU as
     much as the code. On a new host its class baseline, recorded on another host, cannot
     tell the two apart: H200 hosts read the eager LeNet step from 0.54x to 1.17x its
-    class. An A/B's intervals on such a step span 10-40% either side in A/As, so they seldom
-    lie under the class's allowance. The result is inconclusive rather than regressed where
-    the undecided A/B ran two rounds or more, each of at least the schedule's first look,
-    and both its 95% interval over every round and each round's own interval hold 1 (two
-    rounds that disagree do not). A change the A/B can see reads slower and stands.
-    Inconclusive results are never references, so the host's history does not learn the
-    step, and each night A/Bs it again. In synthetic A/Bs an unchanged step now passes
-    97-98% of those nights (none before); a 10% slowdown fails 88% of them at 15% noise a
-    pair, and 16% at 50% (docs/lab/ab-evidence.md).
+    class. An A/B's intervals on such a step reach 10-60% either side in A/As, so they
+    seldom lie under the class's allowance. The result is inconclusive rather than
+    regressed where the undecided A/B ran two rounds or more, each of at least the
+    schedule's first look (4 pairs), its 95% interval over every round does not lie above
+    1, and each round's own 99.8% interval holds 1 (two rounds that disagree do not). A
+    change the A/B can see reads slower and stands. Inconclusive results are never
+    references, so the host's history does not learn the step, and each night A/Bs it
+    again. In synthetic A/Bs (1% between processes) an unchanged step now passes 97-98%
+    of those nights, none before; a 10% slowdown fails 88% of them at 15% noise a pair,
+    and 16% at 50%. Replayed on an H200 A/A's pairs, it passes four of five such steps
+    (docs/lab/ab-evidence.md).
     """
     check, rounds = case.check, case.paired_rounds
     if before.verdict is not Verdict.REGRESSED or check is None:
