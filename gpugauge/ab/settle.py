@@ -80,8 +80,8 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
             continue
         before = GateResult.from_dict(saved.verdicts[m.id], m.spec.family, m.device_class)
         by_allowance = clears(before, case)
-        host_paced = host_bound_of(m.extra) is True and undecided_host_paced(before, case)
-        if not (by_allowance or host_paced):
+        by_host_pace = host_bound_of(m.extra) is True and undecided_host_paced(before, case)
+        if not (by_allowance or by_host_pace):
             continue
         note = f"decided by a same-GPU A/B against {base_commit[:10]}"
         if not by_allowance:
