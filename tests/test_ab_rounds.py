@@ -10,6 +10,7 @@ real :class:`~gpugauge.ab.result.CaseAB`'s, judged with the A/B's pooled spread.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import random
 import statistics
@@ -131,6 +132,25 @@ def test_the_verdicts_of_recorded_h200_pairs_stand(run: str) -> None:
     got, _, short = lab.replay(cases, Schedule())
     assert short == 0  # today's rule stops where those A/Bs stopped
     assert {k: str(v) for k, v in got.items()} == {k: c["outcome"] for k, c in cases.items()}
+
+
+@pytest.mark.parametrize("run", ["124", "126", "127"])
+def test_the_recorded_blocks_are_those_pairs_blocks(run: str) -> None:
+    """docs/lab/data/ab-blocks.json (every block's rounds, cut shorter by
+    docs/lab/block_replay.py) holds the same blocks as the recorded pairs: whole, each
+    pair's log-ratio is the one recorded, and the rule reads each case as its A/B did."""
+    lab = _lab_script("block_replay")
+    blocks = json.loads(lab.DATA.read_text())["runs"][run]["cases"]
+    pairs = _lab_script("rule_replay").recorded()[run]["cases"]
+    shared = blocks.keys() & pairs.keys()
+    assert len(shared) >= 0.9 * len(pairs)  # run 126's head measured four cases again
+    for cid in shared:
+        whole = [math.log(h[2][0] / b[2][0]) for one in blocks[cid]["rounds"] for b, h in one]
+        said = [p[0] for one in pairs[cid]["rounds"] for p in one]
+        assert whole == pytest.approx(said, abs=1e-5), cid
+    got, _, short = lab.replay(blocks, 0, 1.0, 3)
+    assert short == 0
+    assert got == {cid: c["outcome"] for cid, c in blocks.items()}
 
 
 def test_processes_that_spread_widen_every_case_s_interval() -> None:
