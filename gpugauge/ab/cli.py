@@ -23,6 +23,7 @@ from gpugauge.ab.budget import Budget, add_budget
 from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, owning, run_ab, say
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.confirm_command import confirm_command
+from gpugauge.ab.gpus import parse_gpus
 from gpugauge.ab.render import terminal
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.sides import WORKING_TREE, repo_root
@@ -117,6 +118,26 @@ def _shared(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _gpus_arg(text: str) -> tuple[str, ...]:
+    try:
+        return parse_gpus(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _add_gpus(p: argparse.ArgumentParser) -> None:
+    """``--gpus``: spread the tests over a host's GPUs, each with its own pair of processes."""
+    p.add_argument(
+        "--gpus",
+        type=_gpus_arg,
+        default=(),
+        metavar="LIST",
+        help="spread the tests over these GPUs (CUDA indices or UUIDs, such as 0,1): each "
+        "GPU runs its own pair of processes, and each case is paired on one GPU; logs in "
+        "--out/gpu-<GPU> (default: one pair of processes on the GPUs this process sees)",
+    )
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``ab`` and ``bisect`` to a subparsers object."""
     ab = sub.add_parser(
@@ -140,6 +161,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="git ref of the build under test (default: WORKTREE, the working tree)",
     )
     _shared(ab)
+    _add_gpus(ab)
     add_budget(ab, "said so in the table")
     ab.set_defaults(func=ab_command)
     bis = sub.add_parser(
@@ -220,6 +242,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bis.add_argument("good", metavar="GOOD", help="a git ref whose cases are not slower")
     bis.add_argument("bad", metavar="BAD", help="a later git ref whose cases are slower")
     _shared(bis)
+    _add_gpus(bis)
     add_budget(bis, "and the search ends, naming the commits still suspect")
     bis.set_defaults(func=bisect_command)
 

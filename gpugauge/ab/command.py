@@ -13,10 +13,12 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from gpugauge.ab.budget import Budget
 from gpugauge.ab.config import SETUP_MEMO, ABConfig, round_folder
+from gpugauge.ab.gpus import check_gpus, folder_of, over_gpus
 from gpugauge.ab.render import write_ab_report
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.runner import ABError, run_sides
@@ -140,23 +142,47 @@ def run_ab(
         SideSpec("base", base, args.base_python or sys.executable),
         SideSpec("head", head, args.head_python or sys.executable),
     ]
+    gpus: tuple[str, ...] = getattr(args, "gpus", None) or ()  # confirm has none
+    check_gpus(gpus)
     cfg = config_of(args, make_dir(out, "--out"), ids, budget)
     if gated is not None:
         as_is = (*cfg.side_args.get("head", ()), *gated)
         gated_side = {**cfg.side_args, "head": as_is}
         cfg = replace(cfg, side_args=gated_side, head_as_is=True)
-    for stale in (AB_JSON, AB_MD):  # an earlier A/B's, read as this one's if this one broke
-        for k in range(1, MOST_ROUNDS + 1):
-            (round_folder(out, k) / stale).unlink(missing_ok=True)
-    if (out / SETUP_MEMO).exists():  # an earlier A/B's builds' answers: never this one's
-        shutil.rmtree(out / SETUP_MEMO)
-    print(f"gpugauge ab: {base} against {head}; logs and saved runs in {out}", flush=True)
+    for folder in [out, *(folder_of(out, g) for g in gpus)]:
+        _forget_earlier(folder)
+    where = f" over GPUs {', '.join(gpus)}" if gpus else ""
+    print(f"gpugauge ab: {base} against {head}{where}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
         rel = here.resolve().relative_to(top.resolve())
-        next_round = lambda ids: config_of(args, out, ids, budget)  # noqa: E731
-        report = run_sides(cfg, sides, say, rel if str(rel) != "." else None, next_round, later)
+        cwd = rel if str(rel) != "." else None
+        if gpus:
+
+            def rounds_of(gpu: str) -> tuple[ABConfig, Callable[[Sequence[str]], ABConfig]]:
+                folder = folder_of(out, gpu)
+                return config_of(args, folder, ids, budget), partial(
+                    config_of, args, folder, budget=budget
+                )
+
+            report = over_gpus(gpus, rounds_of, sides, say, out, cwd, later)
+        else:
+            next_round = partial(config_of, args, out, budget=budget)
+            report = run_sides(cfg, sides, say, cwd, next_round, later)
     write_ab_report(report, out)
     return report
+
+
+def _forget_earlier(out: Path) -> None:
+    """An earlier A/B's records and setup answers in ``out``: removed before this one runs.
+
+    Its ab.json would be read as this A/B's if this one broke; its builds' answers are
+    never this one's.
+    """
+    for stale in (AB_JSON, AB_MD):
+        for k in range(1, MOST_ROUNDS + 1):
+            (round_folder(out, k) / stale).unlink(missing_ok=True)
+    if (out / SETUP_MEMO).exists():
+        shutil.rmtree(out / SETUP_MEMO)
 
 
 def say(line: str) -> None:

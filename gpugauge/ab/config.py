@@ -55,6 +55,9 @@ class ABConfig:
     # where each build keeps its setup answers for its later rounds' processes (a folder
     # per build under it: gpugauge.runtime.setup_memo); None: each process works them out
     memo: Path | None = None
+    # the one GPU both sides see (CUDA_VISIBLE_DEVICES: an index or a UUID), where the A/B
+    # spreads over several (gpugauge.ab.gpus); None: the GPUs this process sees
+    gpu: str | None = None
 
     def __post_init__(self) -> None:
         warm_ok = self.rewarm_s >= 0 and self.first_warm_s >= 0

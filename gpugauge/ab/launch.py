@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.ab import worker
+from gpugauge.ab.claims import Stopped
 from gpugauge.ab.result import SideInfo
 from gpugauge.ab.sides import PREFIX, Checkout, owned_folder
 from gpugauge.check.runs import log_tail, stop_group
@@ -88,6 +89,8 @@ class Side:
     silent_after: float | None = None
     # when its process was started (time.monotonic(), the clock the worker stamps with)
     started: float = field(default_factory=time.monotonic)
+    # set to stop this side at its next message (the A/B on another GPU stopped or broke)
+    stopping: threading.Event | None = None
 
     @property
     def build(self) -> str:
@@ -106,6 +109,8 @@ class Side:
         """The side's next message; SideGone if its pytest ends first."""
         assert self.conn is not None
         while True:
+            if self.stopping is not None and self.stopping.is_set():
+                raise Stopped(f"{self.build}: stopped")
             try:
                 if self.conn.poll(0.5):
                     return self.conn.recv()
@@ -189,13 +194,15 @@ def start_side(
     note: Note,
     role: str = "",
     as_is: bool = False,
+    gpu: str | None = None,
 ) -> Side:
     """Start one side's pytest, in its own process group, logging to ``out/<role>.log``.
 
     ``name`` is the process's place in the A/B (what the coordinator and the worker call
     it); ``role`` the build it runs, where the two differ (default: ``name``). A side
     ``as_is`` keeps every test its command line selects (the worker's
-    :data:`~gpugauge.ab.worker.AS_IS_ENV`).
+    :data:`~gpugauge.ab.worker.AS_IS_ENV`). ``gpu``: the one GPU the side sees
+    (``CUDA_VISIBLE_DEVICES``); None: the GPUs this process sees.
     """
     role = role or name
     out = out.absolute()  # the side runs in its own checkout: a relative path would be there
@@ -223,6 +230,8 @@ def start_side(
     }
     if as_is:
         env[worker.AS_IS_ENV] = "1"
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     env.pop("GPUGAUGE_GIT_COMMIT", None)  # each side's commit is its checkout's
     root = co.root / cwd if cwd else co.root
     place = name if role == name else f"{role}, in {name}'s place"
@@ -244,8 +253,13 @@ def start_side(
     return Side(name, co, proc, log, js, role=role)
 
 
-def connect(listener: Listener, sides: dict[str, Side]) -> None:
-    """Accept both sides' connections; an ABError if one ends before it connects."""
+def connect(
+    listener: Listener, sides: dict[str, Side], stopping: threading.Event | None = None
+) -> None:
+    """Accept both sides' connections; an ABError if one ends before it connects.
+
+    :class:`Stopped` once ``stopping`` is set (the A/B on another GPU stopped or broke).
+    """
     got: queue.Queue[Connection | BaseException] = queue.Queue()
 
     def accept() -> None:
@@ -263,6 +277,8 @@ def connect(listener: Listener, sides: dict[str, Side]) -> None:
             conn = got.get(timeout=0.5)
         except queue.Empty:
             conn = None
+        if stopping is not None and stopping.is_set():
+            raise Stopped("stopped before both sides connected")
         if conn is None:
             for s in sides.values():
                 if s.conn is None and s.proc.poll() is not None:

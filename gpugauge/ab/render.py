@@ -56,7 +56,15 @@ def summary_line(report: ABReport) -> str:
     left = sum(not c.judged for c in report.cases)
     more = f", {alone} on one side only" if alone else ""
     more += f", {left} not judged (round 1 only)" if left else ""
-    return f"{plural(len(report.cases), 'case')}: {counts}{more}; {report.wall_s:.0f} s"
+    took = f"{report.wall_s:.0f} s{_on(report)}"
+    return f"{plural(len(report.cases), 'case')}: {counts}{more}; {took}"
+
+
+def _on(report: ABReport) -> str:
+    """' on 2 GPUs (0, 1)' where the tests were spread over several GPUs, else ''."""
+    if len(report.gpus) < 2:
+        return ""
+    return f" on {len(report.gpus)} GPUs ({', '.join(report.gpus)})"
 
 
 _PHASE_WORDS = {
@@ -78,7 +86,8 @@ def cost_line(report: ABReport) -> str:
     }
     parts += [f"{what} {s:.0f} s" for what, s in outside.items() if s >= 0.5]
     rest = report.rest_s - sum(outside.values())
-    return "time: " + ", ".join([*parts, f"the rest {max(rest, 0.0):.0f} s"])
+    held = f" (of {len(report.gpus)} GPUs x {report.wall_s:.0f} s)" if len(report.gpus) > 1 else ""
+    return "time" + held + ": " + ", ".join([*parts, f"the rest {max(rest, 0.0):.0f} s"])
 
 
 def efficiency_line(report: ABReport) -> str:
@@ -96,20 +105,21 @@ def efficiency_line(report: ABReport) -> str:
     most = max((len(c.rounds) for c in paired), default=0)
     rounds = f"{plural(most, 'round')} of fresh processes"
     timing = report.timing_s
+    held = report.device_s  # over several GPUs, each one's wall
     if timing is None:
         alone = report.spent["alone"]
         work = report.blocks_s + alone
-        share = work / report.wall_s if report.wall_s > 0 else 0.0
-        per_case = report.wall_s / report.blocks_s if report.blocks_s > 0 else float("inf")
+        share = work / held if held > 0 else 0.0
+        per_case = held / report.blocks_s if report.blocks_s > 0 else float("inf")
         also = f" and calls timed alone {alone:.0f} s" if alone >= 0.5 else ""
         return (
-            f"efficiency: paired blocks {report.blocks_s:.0f} s{also} of {report.wall_s:.0f} "
-            f"s ({share:.0%}); {rounds}; the A/B cost {per_case:.1f}x its blocks"
+            f"efficiency: paired blocks {report.blocks_s:.0f} s{also} of {held:.0f} "
+            f"s{_on(report)} ({share:.0%}); {rounds}; the A/B cost {per_case:.1f}x its blocks"
         )
     timed, warm = timing
-    cost = report.wall_s / timed if timed > 0 else float("inf")
+    cost = held / timed if timed > 0 else float("inf")
     return (
-        f"{efficiency(timed, warm, report.wall_s)}; {rounds}; "
+        f"{efficiency(timed, warm, held)}; {rounds}{_on(report)}; "
         f"the A/B cost {cost:.1f}x its timed rounds"
     )
 
@@ -134,12 +144,19 @@ def device_word(report: ABReport) -> str:
     return "CPU" if cpu else "GPU"
 
 
+def _same(report: ABReport, here: bool = False) -> str:
+    """'same GPU' ('this GPU'), or 'same GPU per case (of 2)' over several GPUs."""
+    if len(report.gpus) < 2:
+        return f"{'this' if here else 'same'} {device_word(report)}"
+    return f"{'one' if here else 'same'} GPU per case (of {len(report.gpus)})"
+
+
 def terminal(report: ABReport) -> str:
     """The terminal table, with what the verdicts mean."""
     s = report.schedule
     title = (
         f"gpugauge ab: {sides_line(report)}\n"
-        f"same {device_word(report)}, blocks alternating, {plural(s.rounds, 'round')} of fresh "
+        f"{_same(report)}, blocks alternating, {plural(s.rounds, 'round')} of fresh "
         f"processes; CI {s.level:.1%} over every round; 'slower'/'faster' needs a change of "
         f"at least {s.min_effect:.1%} in every round; 'same' needs its {s.same_level:.1%} "
         f"interval within {s.min_effect:.1%}"
@@ -163,8 +180,8 @@ def markdown(report: ABReport) -> str:
         "",
         _md_cell(sides_line(report)),
         "",
-        f"**{_md_cell(summary_line(report))}**. Both builds ran on this "
-        f"{device_word(report)} in alternating blocks, in {plural(s.rounds, 'round')} of fresh "
+        f"**{_md_cell(summary_line(report))}**. Both builds ran on {_same(report, here=True)} "
+        f"in alternating blocks, in {plural(s.rounds, 'round')} of fresh "
         f"processes; the CI ({s.level:.1%}) is over every round's paired log-ratios; a "
         f"verdict of slower or faster needs at least {s.min_effect:.1%} in every round; same "
         f"needs its {s.same_level:.1%} interval within {s.min_effect:.1%}. "

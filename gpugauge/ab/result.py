@@ -433,6 +433,15 @@ class ABReport:
     # the last test until both had exited and their saved runs were read
     start_s: float = 0.0
     end_s: float = 0.0
+    # the GPUs its tests were spread over, each with its own pair of processes (CUDA
+    # indices or UUIDs); empty: the one device the sides saw. Over several, ``wall_s`` is
+    # the whole A/B's, and every other second is summed over the GPUs.
+    gpus: tuple[str, ...] = ()
+
+    @property
+    def device_s(self) -> float:
+        """The seconds of device time it held: its wall on each of its GPUs."""
+        return self.wall_s * max(len(self.gpus), 1)
 
     def count(self, outcome: Outcome) -> int:
         """How many cases have this outcome."""
@@ -450,6 +459,7 @@ class ABReport:
             "base": self.base.as_dict(),
             "head": self.head.as_dict(),
             "device": self.device,
+            "gpus": list(self.gpus),
             "wall_s": self.wall_s,
             "blocks_s": self.blocks_s,
             "start_s": self.start_s,
@@ -470,8 +480,8 @@ class ABReport:
 
     @property
     def rest_s(self) -> float:
-        """Its wall seconds outside its cases' phases: the sides' start and end, and the like."""
-        return max(self.wall_s - sum(self.spent.values()), 0.0)
+        """Its device seconds outside its cases' phases: the sides' start and end, and the like."""
+        return max(self.device_s - sum(self.spent.values()), 0.0)
 
     @property
     def between_s(self) -> float:

@@ -18,12 +18,14 @@ sides also die with the coordinator if it is killed outright (``PR_SET_PDEATHSIG
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpugauge.ab.claims import Claims
 from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.launch import (
     KERNELS,
@@ -84,11 +86,14 @@ class Coordinator:
         sides: dict[str, Checkout],
         note: Note = print,
         cwd: Path | None = None,
+        claims: Claims | None = None,
     ) -> None:
         self.cfg = cfg
         self.checkouts = sides
         self.note = note
         self.cwd = cwd  # relative place in each checkout to run from (None: its root)
+        # the A/B spread over a host's GPUs: the tests this GPU takes (round 1), and the stop
+        self.claims = claims
         self._flip = not cfg.base_starts  # True: head's block first in the next test
         self._cases: list[CaseAB] = []  # the cases finished so far, in order
         self._untimed: set[str] = set()  # node ids either side marks untimed
@@ -112,6 +117,14 @@ class Coordinator:
         if self.cfg.memo is not None:
             out = (*out, (("gauge_setup_memo",), str((self.cfg.memo / role).absolute())))
         return out
+
+    @property
+    def _stopping(self) -> threading.Event | None:
+        return None if self.claims is None else self.claims.stop
+
+    def _takes(self, nodeid: str) -> bool:
+        """Whether this GPU runs ``nodeid``: always, but where another GPU took it first."""
+        return self.claims is None or self.claims.take(nodeid, str(self.cfg.gpu))
 
     def _role(self, name: str) -> str:
         """The build that the process in ``name``'s place runs."""
@@ -140,8 +153,10 @@ class Coordinator:
                         self.note,
                         role=role,
                         as_is=as_is,
+                        gpu=self.cfg.gpu,
                     )
-                connect(listener, sides)
+                    sides[name].stopping = self._stopping
+                connect(listener, sides, self._stopping)
                 ends = self.cfg.budget.ends
                 for s in sides.values():  # a gated run runs every test, however late
                     late = ends is None or self._as_is(s)
@@ -191,6 +206,7 @@ class Coordinator:
             problems,
             start_s=0.0 if ready is None else ready - t0,
             end_s=0.0 if done is None else now - done,
+            gpus=() if self.cfg.gpu is None else (self.cfg.gpu,),
         )
 
     def _lockstep(self, base: Side, head: Side, started: float) -> list[CaseAB]:
@@ -198,35 +214,66 @@ class Coordinator:
         ids = {name: m.get("ids", []) for name, m in collected.items()}
         self._untimed = {i for m in collected.values() for i in m.get("untimed", [])}
         total = len(set(ids["base"]) | set(ids["head"]))
+        where = "this device" if self.cfg.gpu is None else f"GPU {self.cfg.gpu}"
         self.note(
-            f"  {plural(total, 'test')} collected; pairing blocks on this device "
+            f"  {plural(total, 'test')} collected; pairing blocks on {where} "
             f"({ready_line(collected, {'base': base, 'head': head})})"
         )
+        if self._sharing:
+            self.claims.collected(total)
         cases = self._cases  # kept on the coordinator: a side gone silent ends the loop
         mb, mh = base.recv(), head.recv()
         self._ready_at = time.monotonic()  # both at their first test (or done)
         while not (mb["op"] == "bye" and mh["op"] == "bye"):
             t0 = time.monotonic()
             if mb["op"] == "test" and mh["op"] == "test" and mb["id"] == mh["id"]:
+                if not self._takes(mb["id"]):
+                    mb, mh = self._passed(base, mb["id"]), self._passed(head, mh["id"])
+                    continue
                 case = self._paired(base, head, mb["id"])
                 mb, mh = base.expect("test", "bye"), head.expect("test", "bye")
             else:
                 alone = self._alone_first(base, head, mb, mh, ids)
                 nodeid = (mb if alone is base else mh)["id"]
-                status = {alone.name: self._alone(alone, nodeid)}
-                case = CaseAB(case_id(nodeid), nodeid, only=alone.name, calls=0, status=status)
-                if alone is base:
-                    mb = base.expect("test", "bye")
+                taken = self._takes(nodeid)
+                if taken:
+                    status = {alone.name: self._alone(alone, nodeid)}
+                    case = CaseAB(case_id(nodeid), nodeid, only=alone.name, calls=0, status=status)
+                    after = alone.expect("test", "bye")
                 else:
-                    mh = head.expect("test", "bye")
+                    after = self._passed(alone, nodeid)
+                if alone is base:
+                    mb = after
+                else:
+                    mh = after
+                if not taken:
+                    continue
             if self.cfg.exchanged:
                 case = case.exchanged()
             cases.append(replace(case, wall_s=time.monotonic() - t0))
-            rounds_after = self.cfg.schedule.rounds - self.cfg.round
-            eta = eta_s(time.monotonic() - started, len(cases), total, rounds_after)
-            self.note(f"  [{len(cases)}/{total}] {progress_line(cases[-1])}{eta}")
             self._save_so_far(base, head, cases, started)
+            self._progress(cases, total, started)
         return cases
+
+    @property
+    def _sharing(self) -> bool:
+        """Whether this round shares its tests with other GPUs' (round 1 of a spread A/B)."""
+        return self.claims is not None and self.cfg.round == 1
+
+    def _passed(self, side: Side, nodeid: str) -> dict[str, Any]:
+        """Skip a test another GPU took; the side's next message ('test' or 'bye')."""
+        side.send({"op": "skip", "reason": f"{nodeid} runs on another GPU"})
+        side.expect("done")
+        return side.expect("test", "bye")
+
+    def _progress(self, cases: list[CaseAB], total: int, started: float) -> None:
+        """One line for the test just done: its verdict, and the time left."""
+        done = len(cases)
+        if self._sharing:  # every GPU's tests: they share one selection
+            done, total = self.claims.done, self.claims.total
+        rounds_after = self.cfg.schedule.rounds - self.cfg.round
+        eta = eta_s(time.monotonic() - started, done, total, rounds_after)
+        self.note(f"  [{done}/{total}] {progress_line(cases[-1])}{eta}")
 
     def _save_so_far(self, base: Side, head: Side, cases: list[CaseAB], t0: float) -> None:
         """``ab.json`` with every case finished so far (``complete`` false), after each one.
@@ -243,8 +290,11 @@ class Coordinator:
             time.monotonic() - t0,
             self.cfg.schedule,
             complete=False,
+            gpus=() if self.cfg.gpu is None else (self.cfg.gpu,),
         )
         so_far.save(self.cfg.out)
+        if self._sharing:
+            self.claims.finished(str(self.cfg.gpu), so_far)
 
     @staticmethod
     def _alone_first(
@@ -500,6 +550,7 @@ def run_sides(
     cwd: Path | None = None,
     next_round: Callable[[Sequence[str]], ABConfig] | None = None,
     later: Callable[[Sequence[str]], Sequence[str]] = tuple,
+    claims: Claims | None = None,
 ) -> ABReport:
     """Run an A/B over two prepared checkouts in rounds of fresh processes (:class:`Coordinator`).
 
@@ -511,9 +562,11 @@ def run_sides(
     within the same time budget. The verdict
     comes from every round's pairs (:attr:`CaseAB.outcome`), judged with the spread of
     processes the A/B's own rounds showed (:meth:`ABReport.pooled`), as asv times each
-    benchmark in several processes.
+    benchmark in several processes. ``claims``: the A/B is one GPU's of several
+    (:mod:`gpugauge.ab.gpus`); round 1 runs the tests this GPU takes, the later rounds those
+    of them it paired.
     """
-    report = Coordinator(cfg, sides, note, cwd).run()
+    report = Coordinator(cfg, sides, note, cwd, claims).run()
     total = cfg.schedule.rounds
     ids: tuple[str, ...] = ()
     if total > 1 and next_round is not None:
@@ -545,7 +598,7 @@ def run_sides(
             budget=budget,
             round=k,
         )
-        report = report.with_round(Coordinator(this_round, sides, note, cwd).run())
+        report = report.with_round(Coordinator(this_round, sides, note, cwd, claims).run())
     return report.pooled()
 
 

@@ -177,6 +177,15 @@ class Nvml:
             return None
         return v.decode() if isinstance(v, bytes) else v
 
+    def uuids(self) -> tuple[str, ...]:
+        """Every GPU's UUID ('GPU-6a1e0e49-...'), in NVML's order."""
+        nv = self._nv
+        out = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            u = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))
+            out.append(u.decode() if isinstance(u, bytes) else u)
+        return tuple(out)
+
     def device(self, torch_index: int) -> NvmlDevice:
         """The NVML device behind torch's ``cuda:<torch_index>``.
 

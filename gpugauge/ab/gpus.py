@@ -1,0 +1,171 @@
+"""One A/B spread over several GPUs of a host: a pair of processes on each, one report.
+
+Each GPU runs an A/B of its own (:func:`~gpugauge.ab.runner.run_sides`) in a thread of
+this process. Its two sides see that GPU alone (``CUDA_VISIBLE_DEVICES``), so each pair of
+blocks, and each round of a case, runs on one GPU: the pair cancels that GPU's own speed
+as it does on a one-GPU host. The GPUs take the tests as a queue
+(:class:`~gpugauge.ab.claims.Claims`), and each GPU's later rounds run the tests it paired.
+The report holds every GPU's cases, judged with the spread of processes all of them showed.
+
+A Ctrl-C or SIGTERM, or an error on one GPU, stops every GPU's sides.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from gpugauge.ab.claims import Claims, Stopped
+from gpugauge.ab.config import ABConfig
+from gpugauge.ab.result import ABReport
+from gpugauge.ab.runner import run_sides
+from gpugauge.ab.sides import Checkout
+from gpugauge.core.phrasing import Note
+from gpugauge.measure.nvml import NvmlUnavailable, maybe_nvml
+
+
+def parse_gpus(text: str) -> tuple[str, ...]:
+    """``--gpus 0,1``: the GPUs named once each, as ``CUDA_VISIBLE_DEVICES`` names them.
+
+    An index (``0``) or a UUID (``GPU-6a1e0e49-...``); a ValueError names what is wrong.
+    """
+    gpus = tuple(x.strip() for x in text.split(","))
+    bad = [x for x in gpus if not x or any(c.isspace() for c in x)]
+    if bad or not gpus:
+        raise ValueError(f"--gpus {text!r}: give GPUs as CUDA indices or UUIDs, such as 0,1")
+    twice = sorted({x for x in gpus if gpus.count(x) > 1})
+    if twice:
+        raise ValueError(f"--gpus {text!r}: {', '.join(twice)} named twice")
+    return gpus
+
+
+def unknown_gpus(gpus: Sequence[str], uuids: Sequence[str]) -> list[str]:
+    """The GPUs of ``gpus`` that a host with these GPUs (NVML's UUIDs) does not have.
+
+    An index past the host's count, or a UUID (or the start of one) it lacks. A MIG
+    instance is left to CUDA.
+    """
+
+    def known(gpu: str) -> bool:
+        if gpu.isdigit():
+            return int(gpu) < len(uuids)
+        return gpu.startswith("MIG-") or any(u.startswith(gpu) for u in uuids)
+
+    return [g for g in gpus if not known(g)]
+
+
+def check_gpus(gpus: Sequence[str]) -> None:
+    """A ValueError naming the GPUs this host lacks, where NVML can say; else nothing.
+
+    Without the check, a side given a GPU that is not there sees no CUDA, and skips
+    every GPU case.
+    """
+    with maybe_nvml() as nvml:
+        if isinstance(nvml, NvmlUnavailable):
+            return  # no NVIDIA driver: the sides run CPU cases only, on any --gpus
+        uuids = nvml.uuids()
+    if missing := unknown_gpus(gpus, uuids):
+        raise ValueError(
+            f"--gpus: this host has no GPU {', '.join(missing)} (NVML sees {len(uuids)}: "
+            f"0-{len(uuids) - 1})"
+        )
+
+
+def folder_of(out: Path, gpu: str) -> Path:
+    """Where one GPU's sides write their logs, saved runs and rounds: ``out/gpu-<gpu>``."""
+    return out / f"gpu-{gpu}"
+
+
+def one_report(
+    reports: Sequence[ABReport], gpus: Sequence[str], wall_s: float, complete: bool = True
+) -> ABReport:
+    """Every GPU's A/B as one: their cases, judged with the processes' spread over all.
+
+    ``wall_s`` is the whole A/B's; the seconds of starts, ends and phases add up over the
+    GPUs (:attr:`ABReport.device_s`).
+    """
+    first = reports[0]
+    devices = dict.fromkeys(r.device for r in reports if r.device)
+    return replace(
+        first,
+        cases=tuple(c for r in reports for c in r.cases),
+        device="; ".join(devices),
+        wall_s=wall_s,
+        problems=tuple(p for r in reports for p in r.problems),
+        complete=complete and all(r.complete for r in reports),
+        start_s=sum(r.start_s for r in reports),
+        end_s=sum(r.end_s for r in reports),
+        gpus=tuple(gpus),
+    ).pooled()
+
+
+def over_gpus(
+    gpus: Sequence[str],
+    rounds_of: Callable[[str], tuple[ABConfig, Callable[[Sequence[str]], ABConfig]]],
+    sides: Mapping[str, Checkout],
+    note: Note,
+    out: Path,
+    cwd: Path | None = None,
+    later: Callable[[Sequence[str]], Sequence[str]] = tuple,
+) -> ABReport:
+    """Run one A/B on each GPU at once, sharing the tests; the merged report.
+
+    ``rounds_of(gpu)``: that GPU's round-1 configuration, and the one of a later round for a
+    selection of node ids. ``out/ab.json`` holds every GPU's finished tests so far, after
+    each one (an A/B stopped keeps them).
+    """
+    t0 = time.monotonic()
+
+    def so_far(reports: Sequence[ABReport]) -> None:
+        one_report(reports, gpus, time.monotonic() - t0, complete=False).save(out)
+
+    claims = Claims(on_cases=so_far)
+    said = threading.Lock()
+    ended: dict[str, ABReport | BaseException] = {}
+    # set as each GPU's thread ends: waited on, not joined (a join that a Ctrl-C
+    # interrupts can mark a thread ended that is still stopping its sides)
+    over = {g: threading.Event() for g in gpus}
+
+    def one(gpu: str) -> None:
+        def prefixed(line: str) -> None:
+            with said:
+                note(f"  GPU {gpu} |{line}")
+
+        first, later_round = rounds_of(gpu)
+        try:
+            ended[gpu] = run_sides(
+                replace(first, gpu=gpu),
+                dict(sides),
+                prefixed,
+                cwd,
+                lambda ids: replace(later_round(ids), gpu=gpu),
+                later,
+                claims,
+            )
+        except BaseException as err:  # handed to the main thread, which raises it
+            ended[gpu] = err
+            claims.stop.set()  # the other GPUs stop too
+        finally:
+            over[gpu].set()
+
+    def every_gpu_over() -> None:
+        for event in over.values():
+            while not event.wait(0.5):
+                pass
+
+    for g in gpus:
+        threading.Thread(target=one, args=(g,), name=f"ab-gpu-{g}").start()
+    try:
+        every_gpu_over()
+    except BaseException:  # Ctrl-C or SIGTERM: every GPU's coordinator stops its sides
+        claims.stop.set()
+        every_gpu_over()
+        raise
+    errors = [e for e in ended.values() if isinstance(e, BaseException)]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, Stopped)), errors[0])
+    reports = [r for g in gpus if isinstance(r := ended[g], ABReport)]
+    return one_report(reports, gpus, time.monotonic() - t0)
