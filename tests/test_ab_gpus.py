@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpugauge.ab.claims import Claims
-from gpugauge.ab.gpus import one_report, parse_gpus, unknown_gpus
+from gpugauge.ab.gpus import one_report, parse_gpus, resolved, unknown_gpus
 from gpugauge.ab.render import cost_line, efficiency_line, summary_line, terminal
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from tests.test_ab import (
@@ -75,6 +75,25 @@ def test_a_gpu_the_host_lacks_is_named() -> None:
     assert unknown_gpus(("0", "2", "3"), host) == ["2", "3"]
     assert unknown_gpus(("GPU-53da", "GPU-ffff", "MIG-1234"), host) == ["GPU-ffff"]
     assert unknown_gpus(("0",), ()) == ["0"]
+    with pytest.raises(ValueError, match="this host has no GPU 2"):
+        resolved(("0", "2"), None, host)
+
+
+def test_gpus_count_within_the_gpus_this_process_may_use() -> None:
+    host = tuple(f"GPU-{i}" for i in range(4))
+    # a job given GPUs 2 and 3 keeps to them: its 0 and 1 are the host's 2 and 3
+    assert resolved(("0", "1"), ("2", "3"), host) == ("2", "3")
+    assert resolved(("all",), ("2", "3"), host) == ("2", "3")
+    assert resolved(("all",), None, host) == ("0", "1", "2", "3")
+    assert resolved(("GPU-1",), ("2", "3"), host) == ("GPU-1",)
+    with pytest.raises(ValueError, match="no GPU 2 among the 2 this process may use"):
+        resolved(("2",), ("2", "3"), host)
+    with pytest.raises(ValueError, match="is empty"):
+        resolved(("all",), (), host)
+    with pytest.raises(ValueError, match="no NVIDIA driver"):
+        resolved(("all",), None, None)
+    assert resolved(("0", "1"), None, None) == ("0", "1")  # no NVML: as named
+    assert parse_gpus(" all ") == ("all",)
 
 
 def test_the_first_gpu_to_reach_a_test_takes_it() -> None:

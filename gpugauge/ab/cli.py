@@ -132,9 +132,10 @@ def _add_gpus(p: argparse.ArgumentParser) -> None:
         type=_gpus_arg,
         default=(),
         metavar="LIST",
-        help="spread the tests over these GPUs (CUDA indices or UUIDs, such as 0,1): each "
-        "GPU runs its own pair of processes, and each case is paired on one GPU; logs in "
-        "--out/gpu-<GPU> (default: one pair of processes on the GPUs this process sees)",
+        help="spread the tests over these GPUs: CUDA indices as this process sees them "
+        "(within CUDA_VISIBLE_DEVICES where set), UUIDs, or all. Each GPU runs its own pair "
+        "of processes, and each case is paired on one GPU; logs in --out/gpu-<GPU> "
+        "(default: one pair of processes, on the GPUs this process sees)",
     )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpugauge.ab.budget import Budget
 from gpugauge.ab.config import SETUP_MEMO, ABConfig, round_folder
-from gpugauge.ab.gpus import check_gpus, folder_of, over_gpus
+from gpugauge.ab.gpus import folder_of, host_gpus, over_gpus
 from gpugauge.ab.render import write_ab_report
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.runner import ABError, run_sides
@@ -142,8 +142,8 @@ def run_ab(
         SideSpec("base", base, args.base_python or sys.executable),
         SideSpec("head", head, args.head_python or sys.executable),
     ]
-    gpus: tuple[str, ...] = getattr(args, "gpus", None) or ()  # confirm has none
-    check_gpus(gpus)
+    asked = getattr(args, "gpus", None)  # confirm has no --gpus
+    gpus = host_gpus(asked) if asked else ()
     cfg = config_of(args, make_dir(out, "--out"), ids, budget)
     if gated is not None:
         as_is = (*cfg.side_args.get("head", ()), *gated)

@@ -12,6 +12,7 @@ A Ctrl-C or SIGTERM, or an error on one GPU, stops every GPU's sides.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,16 +27,24 @@ from gpugauge.ab.sides import Checkout
 from gpugauge.core.phrasing import Note
 from gpugauge.measure.nvml import NvmlUnavailable, maybe_nvml
 
+ALL = "all"  # --gpus all: every GPU this process may use
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+
 
 def parse_gpus(text: str) -> tuple[str, ...]:
-    """``--gpus 0,1``: the GPUs named once each, as ``CUDA_VISIBLE_DEVICES`` names them.
+    """``--gpus 0,1``: the GPUs named once each, or ``all``.
 
     An index (``0``) or a UUID (``GPU-6a1e0e49-...``); a ValueError names what is wrong.
+    The host is asked later (:func:`host_gpus`).
     """
+    if text.strip() == ALL:
+        return (ALL,)
     gpus = tuple(x.strip() for x in text.split(","))
     bad = [x for x in gpus if not x or any(c.isspace() for c in x)]
     if bad or not gpus:
-        raise ValueError(f"--gpus {text!r}: give GPUs as CUDA indices or UUIDs, such as 0,1")
+        raise ValueError(
+            f"--gpus {text!r}: give GPUs as CUDA indices or UUIDs, such as 0,1, or all"
+        )
     twice = sorted({x for x in gpus if gpus.count(x) > 1})
     if twice:
         raise ValueError(f"--gpus {text!r}: {', '.join(twice)} named twice")
@@ -57,21 +66,56 @@ def unknown_gpus(gpus: Sequence[str], uuids: Sequence[str]) -> list[str]:
     return [g for g in gpus if not known(g)]
 
 
-def check_gpus(gpus: Sequence[str]) -> None:
-    """A ValueError naming the GPUs this host lacks, where NVML can say; else nothing.
+def resolved(
+    asked: Sequence[str], visible: Sequence[str] | None, uuids: Sequence[str] | None
+) -> tuple[str, ...]:
+    """The GPUs asked for, as each side's ``CUDA_VISIBLE_DEVICES`` must name them.
 
-    Without the check, a side given a GPU that is not there sees no CUDA, and skips
-    every GPU case.
+    ``visible``: this process's ``CUDA_VISIBLE_DEVICES``, split (None where unset). An
+    index counts within it, as ``cuda:N`` does here, so a job given GPUs 2 and 3 keeps to
+    them. ``uuids``: the host's GPUs as NVML sees them (None where it cannot say), to
+    refuse a GPU the host lacks. ``all``: every GPU this process may use.
     """
-    with maybe_nvml() as nvml:
-        if isinstance(nvml, NvmlUnavailable):
-            return  # no NVIDIA driver: the sides run CPU cases only, on any --gpus
-        uuids = nvml.uuids()
-    if missing := unknown_gpus(gpus, uuids):
+    if tuple(asked) == (ALL,):
+        if visible is not None:
+            pool = tuple(visible)
+        elif uuids is not None:
+            pool = tuple(str(i) for i in range(len(uuids)))
+        else:
+            raise ValueError("--gpus all: NVML sees no NVIDIA driver here, and no GPU is named")
+        if not pool:
+            raise ValueError(f"--gpus all: this process may use no GPU ({VISIBLE_ENV} is empty)")
+        return pool
+    out = []
+    for gpu in asked:
+        if visible is not None and gpu.isdigit():
+            if int(gpu) >= len(visible):
+                raise ValueError(
+                    f"--gpus: no GPU {gpu} among the {len(visible)} this process may use "
+                    f"({VISIBLE_ENV}={','.join(visible)})"
+                )
+            gpu = visible[int(gpu)]
+        out.append(gpu)
+    if uuids is not None and (missing := unknown_gpus(out, uuids)):
         raise ValueError(
             f"--gpus: this host has no GPU {', '.join(missing)} (NVML sees {len(uuids)}: "
             f"0-{len(uuids) - 1})"
         )
+    return tuple(out)
+
+
+def host_gpus(asked: Sequence[str]) -> tuple[str, ...]:
+    """:func:`resolved` on this host: its ``CUDA_VISIBLE_DEVICES`` and NVML's GPUs.
+
+    Without the check, a side given a GPU that is not there sees no CUDA, and skips
+    every GPU case. Without NVML (no NVIDIA driver) named GPUs pass as they are: the
+    sides then run CPU cases only.
+    """
+    env = os.environ.get(VISIBLE_ENV)
+    visible = None if env is None else tuple(x.strip() for x in env.split(",") if x.strip())
+    with maybe_nvml() as nvml:
+        uuids = None if isinstance(nvml, NvmlUnavailable) else nvml.uuids()
+    return resolved(asked, visible, uuids)
 
 
 def folder_of(out: Path, gpu: str) -> Path:
