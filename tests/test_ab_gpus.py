@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpugauge.ab.claims import Claims
-from gpugauge.ab.gpus import one_report, parse_gpus, resolved, unknown_gpus
+from gpugauge.ab.gpus import named_twice, one_report, parse_gpus, resolved, unknown_gpus
 from gpugauge.ab.render import cost_line, efficiency_line, summary_line, terminal
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from tests.test_ab import (
@@ -228,3 +228,12 @@ def test_confirm_s_gated_run_is_not_spread(toy: Path) -> None:  # noqa: F811
     )
     assert done.returncode == 2
     assert "--gpus" in done.stderr
+
+
+def test_two_names_of_one_gpu_are_refused() -> None:
+    host = ("GPU-6a1e0e49-aaaa", "GPU-53da3442-bbbb")
+    assert named_twice(("0", "1"), host) == []
+    assert named_twice(("0", "GPU-6a1e"), host) == ["0 and GPU-6a1e"]
+    assert unknown_gpus(("GPU-",), host) == ["GPU-"]  # the start of both names neither
+    with pytest.raises(ValueError, match="0 and GPU-6a1e name one GPU"):
+        resolved(("0", "GPU-6a1e"), None, host)

@@ -37,6 +37,9 @@ class Claims:
     total: int = 0  # tests in the selection: the most any GPU's sides collected
     _so_far: dict[str, ABReport] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _write: threading.Lock = field(default_factory=threading.Lock)  # on_cases, one at a time
+    _made: int = 0  # snapshots of _so_far taken
+    _written: int = 0  # the last one passed to on_cases
 
     def take(self, nodeid: str, gpu: str) -> bool:
         """Whether ``gpu`` runs ``nodeid``: True for the first GPU to ask, and for it again."""
@@ -56,8 +59,14 @@ class Claims:
 
     def finished(self, gpu: str, so_far: ABReport) -> None:
         """``gpu``'s first round so far, after one more test: passed on to ``on_cases``."""
-        with self._lock:
+        with self._lock:  # take() waits on this lock: the write is done outside it
             self._so_far[gpu] = so_far
             reports = list(self._so_far.values())
-            if self.on_cases is not None:
+            self._made += 1
+            mine = self._made
+        if self.on_cases is None:
+            return
+        with self._write:
+            if mine > self._written:  # else a later snapshot is written already
                 self.on_cases(reports)
+                self._written = mine

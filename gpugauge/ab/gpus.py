@@ -51,19 +51,39 @@ def parse_gpus(text: str) -> tuple[str, ...]:
     return gpus
 
 
+def uuid_of(gpu: str, uuids: Sequence[str]) -> str | None:
+    """The UUID ``gpu`` names on a host with these GPUs; None: none, or several (a prefix).
+
+    An index counts in NVML's order. A MIG instance is left to CUDA: itself.
+    """
+    if gpu.isdigit():
+        return uuids[int(gpu)] if int(gpu) < len(uuids) else None
+    if gpu.startswith("MIG-"):
+        return gpu
+    found = [u for u in uuids if u.startswith(gpu)]
+    return found[0] if len(found) == 1 else None
+
+
 def unknown_gpus(gpus: Sequence[str], uuids: Sequence[str]) -> list[str]:
     """The GPUs of ``gpus`` that a host with these GPUs (NVML's UUIDs) does not have.
 
-    An index past the host's count, or a UUID (or the start of one) it lacks. A MIG
-    instance is left to CUDA.
+    An index past the host's count, a UUID (or the start of one) it lacks, or the start of
+    several.
     """
+    return [g for g in gpus if uuid_of(g, uuids) is None]
 
-    def known(gpu: str) -> bool:
-        if gpu.isdigit():
-            return int(gpu) < len(uuids)
-        return gpu.startswith("MIG-") or any(u.startswith(gpu) for u in uuids)
 
-    return [g for g in gpus if not known(g)]
+def named_twice(gpus: Sequence[str], uuids: Sequence[str]) -> list[str]:
+    """Two names in ``gpus`` of one GPU ('0 and GPU-6a1e'): its pairs would share it."""
+    seen: dict[str, str] = {}
+    twice = []
+    for g in gpus:
+        u = uuid_of(g, uuids)
+        if u is not None and u in seen:
+            twice.append(f"{seen[u]} and {g}")
+        elif u is not None:
+            seen[u] = g
+    return twice
 
 
 def resolved(
@@ -101,6 +121,8 @@ def resolved(
             f"--gpus: this host has no GPU {', '.join(missing)} (NVML sees {len(uuids)}: "
             f"0-{len(uuids) - 1})"
         )
+    if uuids is not None and (twice := named_twice(out, uuids)):
+        raise ValueError(f"--gpus: {'; '.join(twice)} name one GPU: its pairs would share it")
     return tuple(out)
 
 
@@ -178,8 +200,8 @@ def over_gpus(
             with said:
                 note(f"  GPU {gpu} |{line}")
 
-        first, later_round = rounds_of(gpu)
         try:
+            first, later_round = rounds_of(gpu)
             ended[gpu] = run_sides(
                 replace(first, gpu=gpu),
                 dict(sides),
@@ -195,14 +217,17 @@ def over_gpus(
         finally:
             over[gpu].set()
 
+    started: list[str] = []
+
     def every_gpu_over() -> None:
-        for event in over.values():
-            while not event.wait(0.5):
+        for g in started:
+            while not over[g].wait(0.5):
                 pass
 
-    for g in gpus:
-        threading.Thread(target=one, args=(g,), name=f"ab-gpu-{g}").start()
     try:
+        for g in gpus:
+            threading.Thread(target=one, args=(g,), name=f"ab-gpu-{g}").start()
+            started.append(g)
         every_gpu_over()
     except BaseException:  # Ctrl-C or SIGTERM: every GPU's coordinator stops its sides
         claims.stop.set()

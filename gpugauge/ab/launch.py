@@ -301,8 +301,18 @@ def connect(
 
 
 def finish(side: Side) -> None:
-    """Wait for a side's pytest to end; keep its JSON under its final name."""
-    side.proc.wait()
+    """Wait for a side's pytest to end; keep its JSON under its final name.
+
+    :class:`Stopped` once the side's ``stopping`` is set: a side that hangs at its exit
+    must not hold up a stop that a Ctrl-C or another GPU's error asked for.
+    """
+    while True:
+        try:
+            side.proc.wait(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            if side.stopping is not None and side.stopping.is_set():
+                raise Stopped(f"{side.build}: stopped while it ended") from None
     partial = side.json.with_name(f".{side.build}.partial.json")
     if partial.exists() and partial.stat().st_size > 0:
         os.replace(partial, side.json)

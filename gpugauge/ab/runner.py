@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpugauge.ab.claims import Claims
+from gpugauge.ab.claims import Claims, Stopped
 from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.launch import (
     KERNELS,
@@ -580,6 +580,8 @@ def run_sides(
     for k in range(2, total + 1):
         if next_round is None or not ids:
             break
+        if claims is not None and claims.stop.is_set():  # another GPU stopped or broke
+            raise Stopped(f"stopped before round {k}")
         # a round that could start none of its tests still costs its start
         if not budget.fits(ids):
             note(f"  round {k} of {total}: the time budget is spent; not started")
