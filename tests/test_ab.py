@@ -928,45 +928,51 @@ def test_bisect_names_the_commit_that_sleeps(toy: Path, tmp_path: Path) -> None:
     assert "slower" in text
 
 
+def started_ab(
+    repo: Path, tmp: Path, *args: str, out: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``gpugauge ab ARGS --out OUT`` started in ``repo``, its output in one pipe."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpugauge", "ab", *args, "--out", str(out)],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def interrupted(
+    proc: subprocess.Popen[str], repo: Path, tmp: Path, how: int = signal.SIGINT
+) -> str:
+    """Stop an A/B as a Ctrl-C (or ``how``) does; what it said. Within 20 s, it must end
+    with 130, and leave no side running, no worktree and no folder of its own."""
+    sides = _side_pids(tmp)
+    t0 = time.monotonic()
+    proc.send_signal(how)
+    said, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, said
+    assert time.monotonic() - t0 < 20, said
+    time.sleep(1)
+    assert [p for p in sides if _alive(p)] == []
+    assert _leftovers(repo, tmp) == []
+    return said
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_ab_leaves_no_worktree_or_process(
     toy: Path, tmp_path: Path, how: signal.Signals
 ) -> None:
     out = tmp_path / "stopped"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpugauge",
-            "ab",
-            "HEAD",
-            "HEAD",
-            "--out",
-            str(out),
-            "--block-time",
-            "2",
-        ],
-        cwd=toy,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = started_ab(toy, tmp_path, "HEAD", "HEAD", "--block-time", "2", out=out)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (out / "base.log").exists():
         time.sleep(0.5)
     time.sleep(8)  # both sides started, pytest importing or timing
-    sides = _side_pids(tmp_path)
-    assert sides, "no side was running"
-    proc.send_signal(how)
-    said, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, said
-    assert "interrupted" in said
-    time.sleep(1)
-    assert [p for p in sides if _alive(p)] == []
-    assert _leftovers(toy, tmp_path) == []
+    assert _side_pids(tmp_path), "no side was running"
+    assert "interrupted" in interrupted(proc, toy, tmp_path, how)
     assert not list(out.glob(".*.partial.json"))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,11 +25,11 @@ from tests.test_ab import (
     ROOT,
     SPIN,
     _ab,
-    _alive,
     _git,
     _leftovers,
     _pairs,
-    _side_pids,
+    interrupted,
+    started_ab,
     toy,  # noqa: F401  (the fixture)
 )
 
@@ -57,6 +56,15 @@ def test_spin(gauge, ms):
     gauge(lambda: spin(ms))
 """
 )
+
+
+def _spread(repo: Path, tmp: Path) -> Path:
+    """The toy with four tests, committed; the folder where its processes note their GPU."""
+    (repo / "test_toy.py").write_text(SPREAD)
+    _git(repo, "commit", "-qam", "four tests")
+    marks = tmp / "marks"
+    marks.mkdir()
+    return marks
 
 
 def test_gpus_are_named_once_each_as_cuda_names_them() -> None:
@@ -143,10 +151,7 @@ def test_a_spread_ab_pairs_each_test_on_one_gpu_and_shares_them(
     toy: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    (toy / "test_toy.py").write_text(SPREAD)
-    _git(toy, "commit", "-qam", "four tests")
-    marks = tmp_path / "marks"
-    marks.mkdir()
+    marks = _spread(toy, tmp_path)
     os.environ["TOY_MARKS"] = str(marks)
     try:
         done = _ab(toy, "ab", "HEAD", "HEAD", "--gpus", "0,1", out=tmp_path / "out")
@@ -187,29 +192,12 @@ def test_a_stopped_spread_ab_stops_every_gpu_s_sides_and_keeps_what_they_finishe
 ) -> None:
     # stopped while the sides start (4 s) or while they pair (12 s): a Ctrl-C must reach
     # every GPU's coordinator, not only the one whose thread received it
-    (toy / "test_toy.py").write_text(SPREAD)
-    _git(toy, "commit", "-qam", "four tests")
-    marks = tmp_path / "marks"
-    marks.mkdir()
+    marks = _spread(toy, tmp_path)
     out = tmp_path / "stopped"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path), "TOY_MARKS": str(marks)}
-    args = [sys.executable, "-m", "gpugauge", "ab", "HEAD", "HEAD", "--gpus", "0,1"]
-    proc = subprocess.Popen(
-        [*args, "--out", str(out), "--block-time", "0.5"],
-        cwd=toy,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    args = ("HEAD", "HEAD", "--gpus", "0,1", "--block-time", "0.5")
+    proc = started_ab(toy, tmp_path, *args, out=out, env={"TOY_MARKS": str(marks)})
     time.sleep(after_s)
-    sides = _side_pids(tmp_path)
-    proc.send_signal(signal.SIGINT)
-    said, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, said
-    time.sleep(1)
-    assert [p for p in sides if _alive(p)] == []
-    assert _leftovers(toy, tmp_path) == []
+    interrupted(proc, toy, tmp_path)
     assert not list(out.rglob(".*.partial.json"))
     if (out / "ab.json").exists():  # the tests finished before the stop, over both GPUs
         data = json.loads((out / "ab.json").read_text())

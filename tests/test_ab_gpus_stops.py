@@ -8,23 +8,20 @@ Ctrl-C or at an error on another GPU, within seconds.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.test_ab import (
-    ROOT,
     SPIN,
-    _alive,
+    _ab,
     _git,
     _leftovers,
-    _side_pids,
-    toy,  # noqa: F401
+    interrupted,
+    started_ab,
+    toy,  # noqa: F401  (the fixture)
 )
 
 # four tests; GPU "1"'s processes die in their first test, GPU "0"'s take 60 s in theirs
@@ -66,36 +63,10 @@ def _start(repo: Path, tmp: Path, when: str, *more: str) -> tuple[subprocess.Pop
     _git(repo, "commit", "-qm", "toy")
     out = tmp / "out"
     (tmp / "marks").mkdir(exist_ok=True)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "TMPDIR": str(tmp),
-        "TOY_WHEN": when,
-        "TOY_MARKS": str(tmp / "marks"),
-    }
+    env = {"TOY_WHEN": when, "TOY_MARKS": str(tmp / "marks")}
     rounds = () if "--rounds" in more else ("--rounds", "1")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpugauge",
-            "ab",
-            "HEAD",
-            "HEAD",
-            *more,
-            "--out",
-            str(out),
-            "--block-time",
-            "0.1",
-            *rounds,
-        ],
-        cwd=repo,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return proc, out
+    args = ("HEAD", "HEAD", *more, "--block-time", "0.1", *rounds)
+    return started_ab(repo, tmp, *args, out=out, env=env), out
 
 
 @pytest.mark.slow
@@ -113,15 +84,7 @@ def test_an_error_on_one_gpu_stops_the_other_gpu_s_busy_sides(toy: Path, tmp_pat
 def test_a_ctrl_c_stops_sides_busy_in_a_long_test(toy: Path, tmp_path: Path) -> None:  # noqa: F811
     proc, _ = _start(toy, tmp_path, "busy", "--gpus", "0,1")
     time.sleep(12)  # both GPUs' sides inside their first (60 s) test
-    sides = _side_pids(tmp_path)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    said, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, said
-    assert time.monotonic() - t0 < 20, said
-    time.sleep(1)
-    assert [p for p in sides if _alive(p)] == []
-    assert _leftovers(toy, tmp_path) == []
+    interrupted(proc, toy, tmp_path)
 
 
 @pytest.mark.slow
@@ -137,23 +100,14 @@ def test_a_ctrl_c_stops_sides_that_hang_at_their_exit(toy: Path, tmp_path: Path,
             pass
         time.sleep(0.5)
     time.sleep(2)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    said, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, said
-    assert time.monotonic() - t0 < 20, (time.monotonic() - t0, said)
+    interrupted(proc, toy, tmp_path)
 
 
 @pytest.mark.slow
 def test_a_ctrl_c_stops_sides_that_are_still_connecting(toy: Path, tmp_path: Path) -> None:  # noqa: F811
     proc, _ = _start(toy, tmp_path, "slowstart", "--gpus", "0,1")
     time.sleep(6)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    said, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, said
-    assert time.monotonic() - t0 < 20, said
-    assert _leftovers(toy, tmp_path) == []
+    interrupted(proc, toy, tmp_path)
 
 
 @pytest.mark.slow
@@ -165,15 +119,7 @@ def test_a_ctrl_c_in_round_2_on_one_gpu_and_round_1_on_another(toy: Path, tmp_pa
         time.sleep(0.5)
     assert (marks / "1-1").exists()
     assert (marks / "0-2").exists()
-    sides = _side_pids(tmp_path)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    said, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, said
-    assert time.monotonic() - t0 < 20, said
-    time.sleep(1)
-    assert [p for p in sides if _alive(p)] == []
-    assert _leftovers(toy, tmp_path) == []
+    interrupted(proc, toy, tmp_path)
     assert not list(out.rglob(".*.partial.json"))
     data = json.loads((out / "ab.json").read_text())
     assert data["complete"] is False
@@ -221,31 +167,8 @@ def test_a_test_only_head_has_runs_once_over_the_gpus(toy: Path, tmp_path: Path)
         TWO_BUILDS + "\n\ndef test_new(gauge):\n    time.sleep(0.5)\n    gauge(lambda: spin(1.0))\n"
     )
     _git(toy, "commit", "-qam", "and a new one")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
     out = tmp_path / "out"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpugauge",
-            "ab",
-            "HEAD~1",
-            "HEAD",
-            "--gpus",
-            "0,1",
-            "--rounds",
-            "1",
-            "--out",
-            str(out),
-            "--block-time",
-            "0.1",
-        ],
-        cwd=toy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _ab(toy, "ab", "HEAD~1", "HEAD", "--gpus", "0,1", "--rounds", "1", out=out)
     assert done.returncode == 0, done.stdout + done.stderr
     cases = json.loads((out / "ab.json").read_text())["cases"]
     assert sorted(c["id"] for c in cases) == ["1.0", "2.0", "3.0", "4.0", "test_toy.py::test_new"]

@@ -20,11 +20,10 @@ from collections import Counter
 from pathlib import Path
 
 from gpugauge.ab.pairs import Block, Pair
-from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.ab.verdict import Schedule
 
 sys.path.insert(0, str(Path(__file__).parent))  # also when loaded from its file by a test
-from rule_replay import SIDE, cut
+import rule_replay
 
 DATA = Path(__file__).with_name("data") / "ab-blocks.json"
 
@@ -38,24 +37,15 @@ def shortened(block: list, k: int, fraction: float, least: int) -> Block:
 
 def replay(cases: dict, k: int, fraction: float, least: int) -> tuple[dict, float, int]:
     """Each case's outcome at fraction ``k``, the kept blocks' timed seconds, rounds short."""
-    s, out, short = Schedule(), [], 0
-    for cid, rec in cases.items():
-        case = None
-        for recorded_round in rec["rounds"]:
-            pairs = [
-                Pair(shortened(b, k, fraction, least), shortened(h, k, fraction, least), True)
-                for b, h in recorded_round
-            ]
-            kept, wanted_more = cut(s, pairs)
-            short += wanted_more
-            one = CaseAB(cid, cid, tuple(kept), schedule=s)
-            case = one if case is None else case.with_round(one)
-        out.append(case)
-    report = ABReport(SIDE, SIDE, tuple(out), "", 0.0, s).pooled()
-    seconds = sum(
-        b.wall_s for c in report.cases for r in c.rounds for p in r.pairs for b in (p.base, p.head)
-    )
-    return {c.id: str(c.outcome) for c in report.cases}, seconds, short
+
+    def pairs_of(recorded_round: list) -> list[Pair]:
+        return [
+            Pair(shortened(b, k, fraction, least), shortened(h, k, fraction, least), True)
+            for b, h in recorded_round
+        ]
+
+    got, seconds, short = rule_replay.replay(cases, Schedule(), pairs_of)
+    return {c: str(o) for c, o in got.items()}, seconds, short
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import math
 import random
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -53,13 +54,19 @@ def recorded() -> dict[str, dict]:
     return json.loads(DATA.read_text())["runs"]
 
 
-def replay(cases: dict[str, dict], s: Schedule) -> tuple[dict, float, int]:
-    """Each case's outcome under ``s``, the blocks' seconds it keeps, the rounds cut short."""
+def replay(
+    cases: dict[str, dict], s: Schedule, pairs_of: Callable[[list], list[Pair]] | None = None
+) -> tuple[dict, float, int]:
+    """Each case's outcome under ``s``, the blocks' seconds it keeps, the rounds cut short.
+
+    ``pairs_of``: a recorded round's pairs (default: its [log-ratio, wall s] records).
+    """
     out, short = [], 0
     for cid, rec in cases.items():
         case = None
         for recorded_round in rec["rounds"]:
-            kept, wanted_more = cut(s, [pair(*p) for p in recorded_round])
+            pairs = pairs_of(recorded_round) if pairs_of else [pair(*p) for p in recorded_round]
+            kept, wanted_more = cut(s, pairs)
             short += wanted_more
             one = CaseAB(cid, cid, tuple(kept), schedule=s)
             case = one if case is None else case.with_round(one)
