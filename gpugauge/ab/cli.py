@@ -143,8 +143,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``ab`` and ``bisect`` to a subparsers object."""
     ab = sub.add_parser(
         "ab",
-        help="compare two builds on one device (this GPU, else the CPU): alternating blocks, "
-        "a paired verdict per case",
+        help="compare two builds on one device (this GPU, else the CPU; --gpus: one GPU per "
+        "case): alternating blocks, a paired verdict per case",
         description="Run the selected benchmarks of two builds (git refs of this checkout, "
         "or WORKTREE) on this machine at once, each in its own process, one at a time on its "
         "GPU (else its CPU) in alternating blocks, and give each case a verdict from the "
@@ -167,7 +167,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ab.set_defaults(func=ab_command)
     bis = sub.add_parser(
         "bisect",
-        help="find the first commit whose cases are slower than GOOD's, by A/Bs on this device",
+        help="find the first commit whose cases are slower than GOOD's, by A/Bs on this device "
+        "(or, with --gpus, these GPUs)",
         description="A/B GOOD against BAD to find the cases BAD made slower, then search the "
         "first-parent commits between them, each an A/B against GOOD on this device, and verify "
         "the culprit by an A/B of its parent against it. Exit status: 0 a culprit verified, "

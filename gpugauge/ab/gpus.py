@@ -12,6 +12,7 @@ A Ctrl-C or SIGTERM, or an error on one GPU, stops every GPU's sides.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -117,10 +118,8 @@ def resolved(
             gpu = visible[int(gpu)]
         out.append(gpu)
     if uuids is not None and (missing := unknown_gpus(out, uuids)):
-        raise ValueError(
-            f"--gpus: this host has no GPU {', '.join(missing)} (NVML sees {len(uuids)}: "
-            f"0-{len(uuids) - 1})"
-        )
+        seen = f"{len(uuids)}: 0-{len(uuids) - 1}" if uuids else "none"
+        raise ValueError(f"--gpus: this host has no GPU {', '.join(missing)} (NVML sees {seen})")
     if uuids is not None and (twice := named_twice(out, uuids)):
         raise ValueError(f"--gpus: {'; '.join(twice)} name one GPU: its pairs would share it")
     return tuple(out)
@@ -135,7 +134,8 @@ def host_gpus(asked: Sequence[str]) -> tuple[str, ...]:
     """
     env = os.environ.get(VISIBLE_ENV)
     visible = None if env is None else tuple(x.strip() for x in env.split(",") if x.strip())
-    with maybe_nvml() as nvml:
+    uuids = None
+    with maybe_nvml() as nvml, contextlib.suppress(NvmlUnavailable):
         uuids = None if isinstance(nvml, NvmlUnavailable) else nvml.uuids()
     return resolved(asked, visible, uuids)
 

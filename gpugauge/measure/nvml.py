@@ -178,12 +178,18 @@ class Nvml:
         return v.decode() if isinstance(v, bytes) else v
 
     def uuids(self) -> tuple[str, ...]:
-        """Every GPU's UUID ('GPU-6a1e0e49-...'), in NVML's order."""
+        """Every GPU's UUID ('GPU-6a1e0e49-...'), in NVML's order.
+
+        :class:`NvmlUnavailable` where NVML cannot list them (a GPU lost from the bus).
+        """
         nv = self._nv
         out = []
-        for i in range(nv.nvmlDeviceGetCount()):
-            u = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))
-            out.append(u.decode() if isinstance(u, bytes) else u)
+        try:
+            for i in range(nv.nvmlDeviceGetCount()):
+                u = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))
+                out.append(u.decode() if isinstance(u, bytes) else u)
+        except nv.NVMLError as err:
+            raise NvmlUnavailable(f"NVML could not list the GPUs: {err}") from err
         return tuple(out)
 
     def device(self, torch_index: int) -> NvmlDevice:
