@@ -67,6 +67,11 @@ class ABConfig:
             )
 
     @property
+    def gpus(self) -> tuple[str, ...]:
+        """The GPUs its report names: its one GPU where the A/B spreads over several."""
+        return () if self.gpu is None else (self.gpu,)
+
+    @property
     def first_look_s(self) -> float:
         """What a case's first look costs in blocks, s: both sides' min_pairs blocks."""
         return 2 * self.schedule.min_pairs * (self.block_s + self.rewarm_s)

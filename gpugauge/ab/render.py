@@ -1,7 +1,8 @@
 """An A/B report as a person reads it: a terminal table, and Markdown for a PR or a job summary.
 
 Rows go worst first (slower, need more samples, faster, same, then tests one side ran
-alone), so that what needs a look is on top.
+alone), so that what needs a look is on top. Each case's progress line, while the A/B
+runs, is phrased here too (:func:`progress_line`, :func:`eta_s`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from gpugauge.ab.result import AB_MD, ABReport, CaseAB
 from gpugauge.ab.verdict import Outcome
-from gpugauge.core.phrasing import efficiency, plural
+from gpugauge.core.phrasing import duration, efficiency, plural, seconds_left
 from gpugauge.report.tables import fmt_ms, render
 from gpugauge.results.files import atomic_write_text
 
@@ -47,6 +48,37 @@ def row(c: CaseAB) -> list[str]:
         c.verdict_text,
         c.kernels or "-",
     ]
+
+
+def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:
+    """'; about 3 min left in this round, 9 min in all' ('' at the round's end).
+
+    From the round's seconds per test so far, start-up included (:func:`seconds_left`); each
+    round after this one is taken to cost what this one will have cost in all.
+    """
+    left = seconds_left(spent_s, done, total)
+    if left is None:
+        return ""
+    said = f"; about {duration(left)} left in this round"
+    if rounds_after > 0:
+        said += f", {duration(left + rounds_after * (spent_s + left))} in all"
+    return said
+
+
+def progress_line(case: CaseAB) -> str:
+    """'vgg16-...: slower 1.031x [1.024, 1.038] (5 pairs)'."""
+    if case.only:
+        return f"{case.id}: on {case.only} only"
+    r = case.round_ratio
+    if r is None:
+        return f"{case.id}: {case.unpaired_reason}"
+    ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
+    if case.round_outcome is Outcome.SAME and case.round_same is not None:
+        s = case.round_same  # the interval that decided it
+        ci = f" {s.level * 100:.3g}% [{s.ci_low:.3f}, {s.ci_high:.3f}]"
+    took = f", {case.wall_s:.0f} s" if case.wall_s else ""
+    # this round's own outcome: the verdict comes from every round, at the end
+    return f"{case.id}: {case.round_outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{took})"
 
 
 def summary_line(report: ABReport) -> str:

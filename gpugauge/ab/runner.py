@@ -42,6 +42,7 @@ from gpugauge.ab.launch import (
     stop,
 )
 from gpugauge.ab.pairs import Block, Pair
+from gpugauge.ab.render import eta_s, progress_line
 from gpugauge.ab.result import (
     PHASES,
     SKIPPED_FOR,
@@ -51,8 +52,7 @@ from gpugauge.ab.result import (
     other_side,
 )
 from gpugauge.ab.sides import Checkout
-from gpugauge.ab.verdict import Outcome
-from gpugauge.core.phrasing import duration, plural, seconds_left
+from gpugauge.core.phrasing import plural
 
 
 class _Failed(Exception):
@@ -206,7 +206,7 @@ class Coordinator:
             problems,
             start_s=0.0 if ready is None else ready - t0,
             end_s=0.0 if done is None else now - done,
-            gpus=() if self.cfg.gpu is None else (self.cfg.gpu,),
+            gpus=self.cfg.gpus,
         )
 
     def _lockstep(self, base: Side, head: Side, started: float) -> list[CaseAB]:
@@ -290,7 +290,7 @@ class Coordinator:
             time.monotonic() - t0,
             self.cfg.schedule,
             complete=False,
-            gpus=() if self.cfg.gpu is None else (self.cfg.gpu,),
+            gpus=self.cfg.gpus,
         )
         so_far.save(self.cfg.out)
         if self._sharing:
@@ -500,37 +500,6 @@ def ready_line(collected: dict[str, dict[str, Any]], sides: dict[str, Side]) -> 
     if cuda:
         line += "; CUDA started in " + ", ".join(f"{s:.1f} s" for _, s in sorted(cuda.items()))
     return line
-
-
-def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:
-    """'; about 3 min left in this round, 9 min in all' ('' at the round's end).
-
-    From the round's seconds per test so far, start-up included (:func:`seconds_left`); each
-    round after this one is taken to cost what this one will have cost in all.
-    """
-    left = seconds_left(spent_s, done, total)
-    if left is None:
-        return ""
-    said = f"; about {duration(left)} left in this round"
-    if rounds_after > 0:
-        said += f", {duration(left + rounds_after * (spent_s + left))} in all"
-    return said
-
-
-def progress_line(case: CaseAB) -> str:
-    """'vgg16-...: slower 1.031x [1.024, 1.038] (5 pairs)'."""
-    if case.only:
-        return f"{case.id}: on {case.only} only"
-    r = case.round_ratio
-    if r is None:
-        return f"{case.id}: {case.unpaired_reason}"
-    ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
-    if case.round_outcome is Outcome.SAME and case.round_same is not None:
-        s = case.round_same  # the interval that decided it
-        ci = f" {s.level * 100:.3g}% [{s.ci_low:.3f}, {s.ci_high:.3f}]"
-    took = f", {case.wall_s:.0f} s" if case.wall_s else ""
-    # this round's own outcome: the verdict comes from every round, at the end
-    return f"{case.id}: {case.round_outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{took})"
 
 
 def cheapest_first(nodeids: Sequence[str], report: ABReport) -> tuple[str, ...]:
