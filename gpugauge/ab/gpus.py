@@ -134,9 +134,10 @@ def host_gpus(asked: Sequence[str]) -> tuple[str, ...]:
     """
     env = os.environ.get(VISIBLE_ENV)
     visible = None if env is None else tuple(x.strip() for x in env.split(",") if x.strip())
-    uuids = None
+    uuids = None  # where NVML is missing, or cannot list its GPUs
     with maybe_nvml() as nvml, contextlib.suppress(NvmlUnavailable):
-        uuids = None if isinstance(nvml, NvmlUnavailable) else nvml.uuids()
+        if not isinstance(nvml, NvmlUnavailable):
+            uuids = nvml.uuids()
     return resolved(asked, visible, uuids)
 
 

@@ -118,8 +118,8 @@ def cost_line(report: ABReport) -> str:
     }
     parts += [f"{what} {s:.0f} s" for what, s in outside.items() if s >= 0.5]
     rest = report.rest_s - sum(outside.values())
-    held = f" (of {len(report.gpus)} GPUs x {report.wall_s:.0f} s)" if len(report.gpus) > 1 else ""
-    return "time" + held + ": " + ", ".join([*parts, f"the rest {max(rest, 0.0):.0f} s"])
+    over = f" (of {len(report.gpus)} GPUs x {report.wall_s:.0f} s)" if len(report.gpus) > 1 else ""
+    return "time" + over + ": " + ", ".join([*parts, f"the rest {max(rest, 0.0):.0f} s"])
 
 
 def efficiency_line(report: ABReport) -> str:
