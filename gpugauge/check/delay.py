@@ -42,6 +42,11 @@ def injected_fraction() -> float:
     return _env_number(INJECT_ENV, "a fraction >= 0 (0.03 = 3%)")
 
 
+def injection_asked() -> bool:
+    """Whether the environment asks a rank to add work to its steps."""
+    return injected_ms(1.0) > 0
+
+
 def injected_ms(median_ms: float) -> float:
     """What a rank adds to a step whose median is ``median_ms``: fraction plus fixed, ms."""
     return injected_fraction() * median_ms + _env_number(INJECT_MS_ENV, "milliseconds >= 0")

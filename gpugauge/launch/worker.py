@@ -37,6 +37,9 @@ from gpugauge.launch.reaper import REAPER_ENV, die_with_parent
 from gpugauge.results.files import atomic_write_json, atomic_write_text
 
 HEARTBEAT_S = 1.0  # seconds between renewals of rank<N>.alive
+# ``module:function`` every rank calls with its RankContext once it joined its group, before
+# the rank function: how ``gpugauge ab`` paces the rounds of a rank (gpugauge.ab.worker)
+RANK_HOOK_ENV = "GPUGAUGE_RANK_HOOK"
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class RankContext:
     backend: str  # "nccl" or "gloo"
 
 
-def resolve_call(call: str) -> Callable[[dict[str, Any], RankContext], dict[str, Any]]:
+def resolve_call(call: str) -> Callable[..., Any]:
     """The function named ``module:function``; ValueError if there is none."""
     module, _, name = call.partition(":")
     if not module or not name:
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx = context(spec)
         dist.init_process_group(ctx.backend, timeout=datetime.timedelta(seconds=args.timeout_s))
         try:
+            if hook := os.environ.get(RANK_HOOK_ENV):
+                resolve_call(hook)(ctx)
             result = fn(spec, ctx)
         finally:
             dist.destroy_process_group()

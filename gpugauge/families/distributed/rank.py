@@ -11,16 +11,17 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from gpugauge.check.delay import delay_for, injected_ms
+from gpugauge.check.delay import delay_for, injected_ms, injection_asked
 from gpugauge.families.distributed.cases import OPTIMIZERS, WARMUP_STEPS, DistCase
 from gpugauge.history.capture import INJECTED_KEY
+from gpugauge.launch.case_timing import time_rank_case
 from gpugauge.launch.worker import RankContext
 from gpugauge.measure.kernels import comm_split, kernel_table, read_trace
 from gpugauge.measure.profile import release_cupti_on_stop
@@ -276,6 +277,19 @@ def allreduce_reference(nbytes: int, case: DistCase, ctx: RankContext) -> Timing
     return time_rounds(fn, policy, _clock(case, ctx))
 
 
+PROBE_ROUNDS = 10  # steps an injected slowdown's length is measured on
+
+
+def step_probe_ms(trainer: Trainer, policy: TimingPolicy) -> float:
+    """The median step after the case's warm-up, ms: what an injected fraction is of.
+
+    Timed apart from the case's rounds, so that the case is timed once, with the slowdown
+    in it: an A/B pairs that one call.
+    """
+    probe = replace(policy, rounds=min(policy.rounds or PROBE_ROUNDS, PROBE_ROUNDS))
+    return time_rounds(trainer.step, probe, _clock(trainer.case, trainer.ctx)).summary.median
+
+
 def run_case(case: DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[str, Any]:
     """Time, profile and (multi-GPU) all-reduce one case on this rank; a plain dict."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -287,18 +301,17 @@ def run_case(case: DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[
     steps = case.steps_per_epoch
     warm = steps if case.epochs == 2 else WARMUP_STEPS
     policy = TimingPolicy(warmup_rounds=warm, rounds=steps)
+    injected = injected_ms(step_probe_ms(trainer, policy)) if injection_asked() else 0.0
     trainer.step_no = 0
-    timing = time_rounds(trainer.step, policy, _clock(case, ctx))
-    injected = injected_ms(timing.summary.median)
-    if injected:  # gpugauge check's slowdown, on every rank: the epoch again, each step longer
-        with delay_for(injected, ctx.device) as delay:
+    added = delay_for(injected, ctx.device) if injected else contextlib.nullcontext(None)
+    with added as delay:
 
-            def slower() -> None:
-                trainer.step()
+        def step() -> None:
+            trainer.step()
+            if delay is not None:  # gpugauge check's slowdown, on every rank
                 delay()
 
-            trainer.step_no = 0
-            timing = time_rounds(slower, policy, _clock(case, ctx))
+        timing = time_rank_case(step, policy, _clock(case, ctx))
     traces = profile_steps(trainer, folder, ctx.rank)
     activities = [read_trace(p) for p in traces]
     splits = [comm_split(a, case.schedule[2]) for a in activities]
