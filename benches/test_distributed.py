@@ -25,7 +25,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def series_runs(gauge_session: Any) -> SeriesRuns:
     """Series launched this session; their folders go into the run's artifact folder."""
-    return SeriesRuns(gauge_session.artifact_run_dir / "distributed", gauge_session.note)
+    return SeriesRuns(
+        gauge_session.artifact_run_dir / "distributed",
+        gauge_session.note,
+        each=gauge_session.options.launch_each,
+    )
 
 
 @pytest.fixture(scope="session")

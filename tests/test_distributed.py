@@ -544,3 +544,23 @@ def test_device_work_counts_for_the_step_that_launched_it() -> None:
     bare = [{**e, "args": {"device": 0}} if e["cat"] == "kernel" else e for e in events]
     assert len([a for a in k.parse_events(bare) if a.on_device]) == 3
     assert len([a for a in k.parse_events(events[1:]) if a.on_device]) == 3
+
+
+@pytest.mark.slow
+def test_launch_each_launches_a_series_case_by_case_as_its_tests_ask(tmp_path: Path) -> None:
+    # two batches of one series: one launch for both, or (an A/B's sides) one launch each,
+    # made when its own test asks for it
+    series = [
+        dist_cases.DistCase(
+            "resnet18", "ddp", 2, b, 32, 10, 8, 2, "cpu", "smoke", schedule=(0, 1, 1, 1), workers=0
+        )
+        for b in (1, 2)
+    ]
+    for each, launches in ((False, [1, 1]), (True, [1, 2])):
+        notes: list[str] = []
+        runs = results.SeriesRuns(tmp_path / str(each), notes.append, each=each)
+        seen = []
+        for case in series:
+            assert not runs.result(case, series).skipped
+            seen.append(sum(n.startswith("torchrun:") for n in notes))
+        assert seen == launches, (each, notes)

@@ -25,6 +25,7 @@ DEFAULTS = {
     "record_kernels": False,
     "skip_extras": False,
     "skip_diagnostics": False,
+    "launch_each": False,
     "first_nights": None,
     "no_history": False,
     "baselines_dir": None,

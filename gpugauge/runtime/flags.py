@@ -163,6 +163,14 @@ def add_options(group: Any) -> None:
         "GPU-busy share, kernels) and the checks stay; the nightly job sets it",
     )
     group.addoption(
+        "--gauge-launch-each",
+        action="store_true",
+        default=False,
+        help="time each test's case inside that test, in a launch of its own: a family that "
+        "launches several tests' cases at once (the distributed family's series) launches "
+        "each alone; `gpugauge ab` sets it, since a case's blocks are paired inside its test",
+    )
+    group.addoption(
         "--gauge-require-baselines",
         action="store_true",
         default=False,

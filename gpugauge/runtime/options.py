@@ -79,6 +79,7 @@ class Options:
     record_kernels: bool = False
     skip_extras: bool = False  # a family skips the work beside the timed result
     skip_diagnostics: bool = False  # ... only the work that explains a result, unjudged
+    launch_each: bool = False  # a family launches each test's case in its own test
     first_nights: int = 0  # --gauge-first-nights N; 0: off (gpugauge.judging.first_nights)
     baselines_dir: Path = Path("baselines")
     tolerances_dir: Path = Path("tolerances")
@@ -110,6 +111,7 @@ class Options:
             "record_kernels": self.record_kernels,
             "skip_extras": self.skip_extras,
             "skip_diagnostics": self.skip_diagnostics,
+            "launch_each": self.launch_each,
             "first_nights": self.first_nights,
             "baselines_dir": str(self.baselines_dir),
             "tolerances_dir": str(self.tolerances_dir),
@@ -179,6 +181,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         record_kernels=bool(get("record_kernels")),
         skip_extras=bool(get("skip_extras")),
         skip_diagnostics=bool(get("skip_diagnostics")),
+        launch_each=bool(get("launch_each")),
         first_nights=get("first_nights") or 0,
         baselines_dir=get("baselines_dir") or root / "baselines",
         tolerances_dir=get("tolerances_dir") or root / "tolerances",

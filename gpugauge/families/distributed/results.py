@@ -114,19 +114,27 @@ def busbw_gbps(grad_bytes: int, p: int, ms: float) -> float:
 
 
 class SeriesRuns:
-    """Series launched so far in this session: each case's result, or the launch's error."""
+    """Series launched so far in this session: each case's result, or the launch's error.
 
-    def __init__(self, out_root: Path, note: Callable[[str], None] = print) -> None:
+    ``each``: every case is a launch of its own, made by its own test (``--gauge-launch-each``:
+    an A/B pairs a case's blocks inside its test), at the cost of a launch per case.
+    """
+
+    def __init__(
+        self, out_root: Path, note: Callable[[str], None] = print, each: bool = False
+    ) -> None:
         self.out_root = out_root
         self.note = note
+        self.each = each
         self._done: dict[tuple[Any, ...], dict[str, CaseResult] | LaunchError] = {}
 
     def result(self, case: DistCase, selected: Sequence[DistCase]) -> CaseResult:
         """The case's result, launching its series (the selected cases of it) if needed."""
-        key = case.series
+        key = (*case.series, case.batch) if self.each else case.series
         if key not in self._done:
             members = sorted(
-                {c for c in selected if c.series == key} | {case}, key=lambda c: c.batch
+                {c for c in selected if c.series == case.series and not self.each} | {case},
+                key=lambda c: c.batch,
             )
             try:
                 self._done[key] = launch_series(members, self.out_root, note=self.note)
