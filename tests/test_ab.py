@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -586,14 +586,19 @@ def _commit(repo: Path, extra: str, message: str) -> str:
     return _git(repo, "rev-parse", "HEAD")
 
 
-@pytest.fixture
-def toy(tmp_path: Path) -> Path:
-    repo = tmp_path / "toy"
+def new_repo(repo: Path) -> Path:
+    """An empty git repository at ``repo``, with a committer and pytest's cache off."""
     repo.mkdir()
     _git(repo, "init", "-q")
     _git(repo, "config", "user.email", "t@example.com")
     _git(repo, "config", "user.name", "t")
     (repo / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    return repo
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    repo = new_repo(tmp_path / "toy")
     _commit(repo, "", "spin")
     return repo
 
@@ -1018,16 +1023,24 @@ def test_a_stopped_ab_keeps_the_cases_it_finished(toy: Path, tmp_path: Path) -> 
     assert _leftovers(toy, tmp_path) == []
 
 
-def _side_pids(tmp: Path) -> list[int]:
+def processes(matches: Callable[[list[bytes], list[bytes]], bool]) -> list[int]:
+    """The pids of this user's processes whose command line and environment match."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
             cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"_gpugauge_ab_worker" in cmd and any(str(tmp).encode() in c for c in cmd):
+        if proc.name.isdigit() and matches(cmd, env):
             pids.append(int(proc.name))
     return pids
+
+
+def _side_pids(tmp: Path) -> list[int]:
+    return processes(
+        lambda cmd, env: b"_gpugauge_ab_worker" in cmd and any(str(tmp).encode() in c for c in cmd)
+    )
 
 
 def _alive(pid: int) -> bool:

@@ -44,7 +44,11 @@ KERNELS = "record_kernels"  # the dest of the option that records each result's 
 # Options the sides take, by pytest ``dest`` (old and namespaced names): no energy windows
 # (seconds a case, and an A/B judges time), no history appends (the A/B keeps its own
 # record), the main kernels of each result (to say whether they changed), no gate.
+# a case launched in processes of its own (torchrun ranks) is launched by its own test, so
+# that its blocks are paired inside it: every side, a gated run's too
+LAUNCH_EACH: tuple[tuple[str, ...], object] = (("gauge_launch_each",), True)
 SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
+    LAUNCH_EACH,
     (("energy_window", "gauge_energy_window"), 0.0),
     (("no_history", "gauge_no_history"), True),
     ((KERNELS, "gauge_record_kernels"), True),

@@ -29,6 +29,7 @@ from gpugauge.ab.claims import Claims, Stopped
 from gpugauge.ab.config import ABConfig, round_folder
 from gpugauge.ab.launch import (
     KERNELS,
+    LAUNCH_EACH,
     SIDE_SETTINGS,
     SILENT_GRACE_S,
     ABError,
@@ -107,9 +108,10 @@ class Coordinator:
         The profile where one was asked for, and the build's setup memo (its answers kept
         for its later rounds). A later round records no kernels: a case keeps its first
         round's (a profiled round per side and test, for what the first round said
-        already). A side run ``as_is`` (a gated run) takes the profile and memo alone.
+        already). A side run ``as_is`` (a gated run) takes the profile, the memo and
+        ``--gauge-launch-each`` alone.
         """
-        out = () if as_is else SIDE_SETTINGS
+        out = (LAUNCH_EACH,) if as_is else SIDE_SETTINGS
         if self.cfg.round > 1:
             out = tuple((dests, False if KERNELS in dests else v) for dests, v in out)
         if self.cfg.profile is not None:

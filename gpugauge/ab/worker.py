@@ -24,6 +24,11 @@ decides when this side may use the GPU:
   test and its saved result go on as usual; ``solo`` times the call as without an A/B (a
   call the other side does not make);
 * after each test it frees the allocator's cache and says ``done``.
+
+A test may time its case in processes it launches (torchrun ranks, which import this file
+as their rank hook, ``GPUGAUGE_RANK_HOOK``): the side relays rank 0's asks
+(:class:`Relay`), and rank 0 passes each order on to every rank of its launch
+(:class:`RankChannel`), so that all of them time the same rounds.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Client, Connection
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 import pytest
@@ -48,6 +55,9 @@ SETTINGS_ENV = "GPUGAUGE_AB_SETTINGS"  # JSON: pytest option dests and the value
 # set (to 1) on a side that runs as its command line says, every test included: the gated
 # run that is the head side of ``gpugauge confirm --measure``'s first round
 AS_IS_ENV = "GPUGAUGE_AB_AS_IS"
+# set by a side for the processes its tests launch: the side's relay (:class:`Relay`)
+RANKS_ENV = "GPUGAUGE_AB_RANKS"
+RELAY_QUIET_S = 30.0  # the most a test's end waits for its launch's rank 0 to hang up
 
 
 class Channel:
@@ -56,6 +66,8 @@ class Channel:
     ``outcomes`` keeps each test's outcome ('passed', 'failed', 'skipped: reason') for the
     ``done`` message, so that the A/B says why a case has no pairs.
     """
+
+    counted = False  # whether every block must time counts of rounds only (ranks)
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -74,6 +86,104 @@ class Channel:
             # the coordinator is gone (stopped or killed): end this side now
             os._exit(3)
 
+    def stats(self, timing: Any) -> dict[str, Any]:
+        """What the coordinator hears of a block this process timed."""
+        return block_stats(timing)
+
+
+class RankChannel(Channel):
+    """A rank's end: rank 0 asks through its side's relay, and every rank gets the answer.
+
+    The answers go to the launch's other ranks over a gloo group: a rank waiting for its
+    order waits on the host, where a GPU collective's kernel would spin beside the other
+    side's blocks. Every block is counts of rounds only (:func:`block_policy`): ranks that
+    each stopped at their own time would leave one of them waiting in a collective.
+    """
+
+    counted = True
+
+    def __init__(self, conn: Connection | None, group: Any, world: int) -> None:
+        super().__init__(conn)  # type: ignore[arg-type]  (None on every rank but 0)
+        self.group, self.world = group, world
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Rank 0 sends; the others have nothing to say."""
+        if self.conn is not None:
+            self.conn.send(message)
+
+    def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Rank 0 asks the coordinator; every rank returns its answer."""
+        answer = [super().ask(message) if self.conn is not None else None]
+        if self.group is not None:
+            import torch.distributed as dist
+
+            dist.broadcast_object_list(answer, src=0, group=self.group)
+        return answer[0]
+
+    def stats(self, timing: Any) -> dict[str, Any]:
+        """The block's median is the slowest rank's round by round, as the case's result."""
+        own = block_stats(timing)
+        if self.group is None:
+            return own
+        import torch.distributed as dist
+
+        every: list[Any] = [None] * self.world
+        dist.all_gather_object(every, list(timing.device_ms), group=self.group)
+        slowest = [max(ranks) for ranks in zip(*every, strict=True)]
+        return own | {"median_ms": statistics.median(slowest)}
+
+
+class Relay:
+    """A side's socket for the processes its tests launch: rank 0's asks go on to the coordinator.
+
+    One connection at a time: a test's launches run one after another. A rank that hangs
+    up inside a block it was ordered (it crashed, or was stopped) is reported as a failed
+    block, as a test's own rounds that raised would be.
+    """
+
+    def __init__(self, channel: Channel, address: str, key: bytes) -> None:
+        self.channel = channel
+        self.listener = Listener(address, family="AF_UNIX", authkey=key)
+        self.quiet = threading.Event()  # set while no rank is connected
+        self.quiet.set()
+        threading.Thread(target=self._serve, name="gpugauge-ab-relay", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn = self.listener.accept()
+            except (AuthenticationError, EOFError):
+                continue  # not one of this side's ranks
+            except OSError:
+                return  # closed
+            self.quiet.clear()
+            try:
+                self._forward(conn)
+            finally:
+                conn.close()
+                self.quiet.set()
+
+    def _forward(self, conn: Connection) -> None:
+        owed = False  # the rank owes the coordinator a block
+        try:
+            while True:
+                message = conn.recv()
+                if message.get("op") == "block_failed":
+                    owed = False
+                    self.channel.send(message)
+                    continue
+                answer = self.channel.ask(message)
+                owed = answer.get("op") == "block"
+                conn.send(answer)
+        except (EOFError, OSError):  # the rank hung up, or went before its answer
+            if owed:
+                error = "a rank of its launch ended inside a block"
+                self.channel.send({"op": "block_failed", "error": error})
+
+    def wait_quiet(self) -> None:
+        """Wait until the test's launches hung up, so their last word comes before ``done``."""
+        self.quiet.wait(RELAY_QUIET_S)
+
 
 def _fields(obj: Any) -> set[str]:
     return {f.name for f in dataclasses.fields(obj)}
@@ -85,7 +195,7 @@ def _replace(obj: Any, **changes: Any) -> Any:
     return dataclasses.replace(obj, **{k: v for k, v in changes.items() if k in have})
 
 
-def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
+def block_policy(policy: Any, order: dict[str, Any], first: bool, counted: bool = False) -> Any:
     """The case's policy, made to time one block of about ``block_s`` seconds.
 
     The first block of a call warms up as the case's own policy says (its regime: its
@@ -94,7 +204,18 @@ def block_policy(policy: Any, order: dict[str, Any], first: bool) -> Any:
     ``rewarm_s`` only, since the other side has just run the same work on this GPU, and
     time the order's ``rounds`` where it gives a count (both sides alike). A burst case
     keeps its idle before every block: that is its regime.
+
+    ``counted``: ranks of one launch, which must all time the same rounds. No clock decides
+    anything: the first block warms up the case's own warm-up rounds and times the order's
+    least rounds, later ones warm up one round and time the order's count.
     """
+    if counted:
+        rounds = int(order["min_rounds"]) if first else int(order.get("rounds") or 0)
+        changes = {"rounds": max(rounds, int(order["min_rounds"]), 1), "min_time_s": 0.0}
+        changes |= {"warmup_s": 0.0, "settle": 0.0, "idle_s": 0.0}
+        if not first:
+            changes["warmup_rounds"] = 1
+        return _replace(policy, **changes)
     block_s = float(order["block_s"])
     changes: dict[str, Any] = {}
     if first and "first_warm_s" in order:
@@ -158,12 +279,13 @@ def combined(blocks: list[Any]) -> Any:
     return _replace(first, **every)
 
 
-# The module whose calls of the primitive time a case's own result (``gauge.measure``);
-# other calls (the session's ceilings, a family's cost probes, host-timed CPU references)
-# run as they would without an A/B. Its name now, then its name in commits before
+# The modules whose calls of the primitive time a case's own result (``gauge.measure``,
+# and a rank's ``time_rank_case``); other calls (the session's ceilings, a family's cost
+# probes, host-timed CPU references, a rank's all-reduce reference) run as they would
+# without an A/B. Their names now, then the pipeline's name in commits before
 # gpugauge.runtime (a side may be either). A side whose gpugauge has no such module pairs
 # them all.
-CASE_CALLERS = ("gpugauge.runtime.pipeline", "gpugauge.pipeline")
+CASE_CALLERS = ("gpugauge.runtime.pipeline", "gpugauge.pipeline", "gpugauge.launch.case_timing")
 
 
 def times_a_case() -> bool:
@@ -191,14 +313,15 @@ def paced(original: Callable[..., Any], channel: Channel) -> Callable[..., Any]:
         while order["op"] == "block":
             t0 = time.perf_counter()
             try:
-                timing = original(fn, block_policy(policy, order, not blocks), clock, **kw)
+                block = block_policy(policy, order, not blocks, channel.counted)
+                timing = original(fn, block, clock, **kw)
             except BaseException as err:
                 # the test fails as it would without an A/B; the coordinator ends the pairs
                 channel.send({"op": "block_failed", "error": f"{type(err).__name__}: {err}"})
                 raise
             wall_s = time.perf_counter() - t0
             blocks.append(timing)
-            order = channel.ask({"op": "block_done", **block_stats(timing), "wall_s": wall_s})
+            order = channel.ask({"op": "block_done", **channel.stats(timing), "wall_s": wall_s})
         if order["op"] == "solo":  # the other side failed before this one timed a block
             return original(fn, policy, clock, **kw)
         if order["op"] != "end" or not blocks:
@@ -225,16 +348,34 @@ def rebind(original: object, wrapped: object) -> None:
             setattr(module, attr, wrapped)
 
 
-def _connect() -> Channel | None:
-    address = os.environ.get(ADDRESS_ENV)
-    if not address:
+def _relay(channel: Channel, address: str, key: bytes) -> Relay | None:
+    """The relay for this side's ranks, beside the coordinator's socket; None if it cannot be."""
+    try:
+        from gpugauge.launch.worker import RANK_HOOK_ENV
+    except ImportError:  # a side from before rank hooks: its ranks time alone
         return None
-    conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ[KEY_ENV]))
-    channel = Channel(conn)
+    path = os.path.join(os.path.dirname(address), f"{os.getpid()}.r")
+    try:
+        relay = Relay(channel, path, key)
+    except OSError as err:
+        print(f"gpugauge ab: no relay for launched ranks ({err})", file=sys.stderr)
+        return None
+    os.environ[RANKS_ENV] = path
+    os.environ[RANK_HOOK_ENV] = f"{__name__}:pace_ranks"
+    return relay
+
+
+def _connect() -> tuple[Channel | None, Relay | None]:
+    address = os.environ.get(ADDRESS_ENV)
+    if not address or os.environ.get(RANKS_ENV):  # no A/B, or a process a side launched
+        return None, None
+    key = bytes.fromhex(os.environ[KEY_ENV])
+    channel = Channel(Client(address, family="AF_UNIX", authkey=key))
     import gpugauge
     import gpugauge.measure.timing as timing
 
     rebind(timing.measure, paced(timing.measure, channel))  # timing.measure itself too
+    relay = _relay(channel, address, key)
     channel.send(
         {
             "op": "hello",
@@ -244,12 +385,33 @@ def _connect() -> Channel | None:
             "python": sys.executable,
         }
     )
-    return channel
+    return channel, relay
+
+
+def pace_ranks(ctx: Any) -> None:
+    """Rank hook: time this rank's case in the blocks its side's relay orders.
+
+    Every rank of the launch calls it once it joined its process group (``ctx``: its
+    ``rank`` and ``world_size``). Rank 0 connects to the relay; the others follow it.
+    """
+    address = os.environ.get(RANKS_ENV)
+    if not address:
+        return
+    import torch.distributed as dist
+
+    import gpugauge.measure.timing as timing
+
+    group = dist.new_group(backend="gloo") if ctx.world_size > 1 else None
+    conn = None
+    if ctx.rank == 0:
+        conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ[KEY_ENV]))
+    channel = RankChannel(conn, group, ctx.world_size)
+    rebind(timing.measure, paced(timing.measure, channel))
 
 
 # Wrap the primitive now, before pytest loads the side's own plugin and benches: they
 # import it by name. Nothing happens without the coordinator's address.
-CHANNEL = _connect()
+CHANNEL, RELAY = _connect()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -367,6 +529,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+    if RELAY is not None:
+        RELAY.wait_quiet()
     CHANNEL.send(
         {"op": "done", "id": item.nodeid, "outcome": CHANNEL.outcomes.pop(item.nodeid, "?")}
     )

@@ -1,0 +1,211 @@
+"""gpugauge ab over cases a test times in processes it launches: torchrun ranks.
+
+Real A/Bs of a throw-away repository whose test launches two gloo ranks with the suite's
+launcher. Each rank runs a DDP step (an all-reduce keeps the ranks in lock-step) and a
+host spin; one commit spins twice as long (two ranks on a small CI machine's cores scatter
+a block's median by a third). A rank that timed rounds the other did not would
+leave the other waiting in the all-reduce, so these A/Bs also show that every rank of a
+launch times the same blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from multiprocessing import Pipe
+from multiprocessing.connection import Client
+from pathlib import Path
+
+import pytest
+
+from gpugauge.ab.worker import Channel, Relay, block_policy
+from gpugauge.measure.timing import TimingPolicy
+from tests.test_ab import SPIN, _ab, _git, _leftovers, interrupted, new_repo, processes, started_ab
+
+RANK = (
+    """\
+import time
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from gpugauge.launch.case_timing import time_rank_case
+from gpugauge.measure.timing import HostClock, TimingPolicy, measure
+
+
+"""
+    + SPIN
+    + """
+
+def run(spec, ctx):
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = DistributedDataParallel(nn.Linear(8, 8))
+    x = torch.randn(4, 8)
+
+    calls = [0]
+
+    def step():
+        model(x).sum().backward()  # an all-reduce of the gradients: ranks in lock-step
+        spin({ms})
+        calls[0] += 1{crash}
+
+    # a reference the case does not pair: it runs as without an A/B
+    reference = measure(step, TimingPolicy(warmup_rounds=1, rounds=3), HostClock())
+    timing = time_rank_case(step, TimingPolicy(warmup_rounds=2, rounds=10), HostClock())
+    counts = [len(reference.device_ms), len(timing.device_ms)]
+    return {{"timing": timing.as_dict(), "values": {{}}, "extra": {{"counts": counts}}}}
+"""
+)
+
+BENCH = """\
+import json
+import os
+from pathlib import Path
+
+from gpugauge.launch.torchrun import Launch, launch
+
+
+def test_ranks(tmp_path, monkeypatch):
+    here = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    ranks = launch(Launch("toy_rank:run", {"device": "cpu"}, 2), tmp_path, timeout_s=300)
+    counts = [r.extra["counts"] for r in ranks]
+    assert counts[0] == counts[1], counts  # every rank timed the same rounds
+    marks = Path(os.environ["TOY_MARKS"])
+    (marks / f"{os.getpid()}.json").write_text(json.dumps(counts[0]))
+"""
+
+
+# rank 0 ends at once, in the middle of a block (no exception, no word to its side)
+CRASH = """
+        if ctx.rank == 0 and calls[0] == 30:
+            os._exit(1)"""
+
+
+def _commit(repo: Path, ms: float, message: str, crash: str = "") -> None:
+    (repo / "toy_rank.py").write_text("import os\n" + RANK.format(ms=ms, crash=crash))
+    (repo / "test_toy.py").write_text(BENCH)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+
+
+@pytest.fixture
+def ranks_toy(tmp_path: Path) -> Path:
+    repo = new_repo(tmp_path / "toy")
+    _commit(repo, 3.0, "ranks")
+    return repo
+
+
+def test_a_rank_s_block_is_counts_of_rounds_alone() -> None:
+    """No clock decides a rank's block: every rank of a launch must time the same rounds."""
+    policy = TimingPolicy(warmup_rounds=7, warmup_s=1.0, settle=0.02, rounds=50, idle_s=0.5)
+    order = {"block_s": 0.15, "rewarm_s": 0.02, "first_warm_s": 0.3, "min_rounds": 3}
+    first = block_policy(policy, order, first=True, counted=True)
+    assert (first.warmup_rounds, first.rounds) == (7, 3)  # the case's warm-up, least rounds
+    assert first.warmup_s == first.settle == first.idle_s == first.min_time_s == 0
+    later = block_policy(policy, order | {"rounds": 11}, first=False, counted=True)
+    assert (later.warmup_rounds, later.rounds, later.warmup_s) == (1, 11, 0)
+    # in one process the block is timed for its seconds, as before
+    alone = block_policy(policy, order, first=True)
+    assert alone.rounds is None
+    assert alone.min_time_s == 0.15
+
+
+def test_the_relay_passes_rank_0_s_asks_on_and_reports_a_rank_gone_inside_a_block(
+    tmp_path: Path,
+) -> None:
+    coordinator, side = Pipe()
+    key = b"k" * 16
+    relay = Relay(Channel(side), str(tmp_path / "r"), key)
+    rank = Client(str(tmp_path / "r"), family="AF_UNIX", authkey=key)
+    rank.send({"op": "measure"})
+    assert coordinator.recv() == {"op": "measure"}
+    coordinator.send({"op": "block", "block_s": 0.1})
+    assert rank.recv() == {"op": "block", "block_s": 0.1}
+    assert not relay.quiet.is_set()  # a rank is connected: the test's done must wait
+    rank.close()  # gone inside its block, without a word
+    assert coordinator.poll(10)
+    said = coordinator.recv()
+    assert said["op"] == "block_failed"
+    assert "ended inside a block" in said["error"]
+    relay.wait_quiet()
+    assert relay.quiet.is_set()
+    # the next launch's rank 0 is served too; one that hangs up owing nothing says nothing
+    rank = Client(str(tmp_path / "r"), family="AF_UNIX", authkey=key)
+    rank.send({"op": "measure"})
+    assert coordinator.recv() == {"op": "measure"}
+    coordinator.send({"op": "solo"})
+    assert rank.recv() == {"op": "solo"}
+    rank.close()
+    relay.wait_quiet()
+    assert not coordinator.poll(0.5)
+
+
+@pytest.mark.slow
+def test_a_slower_commit_of_a_launched_case_is_slower_and_a_a_is_not(
+    ranks_toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("TOY_MARKS", str(marks))
+    _commit(ranks_toy, 6.0, "spin twice as long")
+    slow = _ab(ranks_toy, "ab", "HEAD~1", "HEAD", out=tmp_path / "slow")
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    (case,) = json.loads((tmp_path / "slow" / "ab.json").read_text())["cases"]
+    assert case["outcome"] == "slower", slow.stdout
+    assert case["ci_low"] > 1.1  # 3 ms more on about 5 ms rounds
+    assert len(case["pairs"]) >= 4
+    assert len(case["rounds"]) == 1
+    # the reference the rank timed besides ran as it would alone: 3 rounds in every process
+    counts = [json.loads(p.read_text()) for p in marks.glob("*.json")]
+    assert len(counts) == 4, counts
+    assert all(c[0] == 3 for c in counts), counts
+    # and the case's rounds are its blocks' rounds, the same on both ranks
+    first = case["pairs"][0]["base"]
+    assert first["rounds"] == 3  # a rank's first block: the order's least rounds
+    same = _ab(ranks_toy, "ab", "HEAD", "HEAD", out=tmp_path / "same")
+    assert same.returncode == 0, same.stdout + same.stderr
+    (case,) = json.loads((tmp_path / "same" / "ab.json").read_text())["cases"]
+    assert case["outcome"] in ("same", "need more samples"), same.stdout
+    assert _leftovers(ranks_toy, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_inside_a_block_fails_its_test_and_the_a_b_goes_on(
+    ranks_toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOY_MARKS", str(tmp_path))
+    _commit(ranks_toy, 3.0, "rank 0 dies", crash=CRASH)
+    run = _ab(ranks_toy, "ab", "HEAD~1", "HEAD", out=tmp_path / "dies", timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    (case,) = json.loads((tmp_path / "dies" / "ab.json").read_text())["cases"]
+    assert case["status"]["head"] == "failed", case["status"]
+    assert case["status"]["base"] == "passed", case["status"]
+    assert "ended inside a block" in (tmp_path / "dies" / "ab.json").read_text() + run.stdout
+    assert _leftovers(ranks_toy, tmp_path) == []
+
+
+def _ranks_of(tmp: Path) -> list[int]:
+    """The pids of ranks launched by an A/B's sides whose sockets lie under ``tmp``."""
+
+    def rank_of_it(cmd: list[bytes], env: list[bytes]) -> bool:
+        relay = [e for e in env if e.startswith(b"GPUGAUGE_AB_RANKS=")]
+        return b"gpugauge.launch.worker" in cmd and bool(relay) and str(tmp).encode() in relay[0]
+
+    return processes(rank_of_it)
+
+
+@pytest.mark.slow
+def test_a_stopped_ab_leaves_no_rank_running(ranks_toy: Path, tmp_path: Path) -> None:
+    proc = started_ab(ranks_toy, tmp_path, "HEAD", "HEAD", "--block-time", "1", out=tmp_path / "x")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(_ranks_of(tmp_path)) < 4:
+        time.sleep(0.2)
+    ranks = _ranks_of(tmp_path)
+    assert len(ranks) == 4, "both sides' ranks never ran together"
+    time.sleep(2)  # blocks of one second, alternating
+    assert "interrupted" in interrupted(proc, ranks_toy, tmp_path, signal.SIGTERM)
+    assert _ranks_of(tmp_path) == []
