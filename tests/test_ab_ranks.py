@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import threading
 import time
 from multiprocessing import Pipe
-from multiprocessing.connection import Client
+from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 import pytest
 
+from gpugauge.ab import worker
 from gpugauge.ab.worker import Channel, Relay, block_policy
 from gpugauge.measure.timing import TimingPolicy
 from tests.test_ab import SPIN, _ab, _git, _leftovers, interrupted, new_repo, processes, started_ab
@@ -142,6 +145,59 @@ def test_the_relay_passes_rank_0_s_asks_on_and_reports_a_rank_gone_inside_a_bloc
     rank.close()
     relay.wait_quiet()
     assert not coordinator.poll(0.5)
+
+
+def test_the_test_s_end_waits_for_an_answer_the_relay_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank 0 gone while its ask waits on the other side: its block fails before ``done``.
+
+    The coordinator answers once the other side has spoken (its setup, its block), which
+    may be long after the launch ended (its timeout, a crash); the side's ``done`` must
+    not go out before, nor the relay's thread read the side's socket beside the test's end.
+    """
+    monkeypatch.setattr(worker, "RELAY_QUIET_S", 0.2)
+    coordinator, side = Pipe()
+    key = b"k" * 16
+    relay = Relay(Channel(side), str(tmp_path / "r"), key)
+    rank = Client(str(tmp_path / "r"), family="AF_UNIX", authkey=key)
+    rank.send({"op": "measure"})
+    assert coordinator.recv() == {"op": "measure"}
+    rank.close()  # its launch timed out while the other side set up
+    ended = threading.Event()
+    end = threading.Thread(target=lambda: (relay.wait_quiet(), ended.set()), daemon=True)
+    end.start()
+    assert not ended.wait(1.0)  # the answer is still owed to the relay
+    coordinator.send({"op": "block", "block_s": 0.1})
+    assert ended.wait(10)
+    said = coordinator.recv()
+    assert said["op"] == "block_failed"
+    assert "ended inside a block" in said["error"]
+    assert not coordinator.poll(0.5)  # nothing more: the side's done comes next
+
+
+def test_a_rank_gone_during_the_relay_s_handshake_leaves_it_serving(tmp_path: Path) -> None:
+    coordinator, side = Pipe()
+    key = b"k" * 16
+    Relay(Channel(side), str(tmp_path / "r"), key)
+    gone = socket.socket(socket.AF_UNIX)
+    gone.connect(str(tmp_path / "r"))
+    gone.close()  # killed before the handshake
+    time.sleep(0.5)
+    got: list[Connection] = []
+    t = threading.Thread(
+        target=lambda: got.append(Client(str(tmp_path / "r"), family="AF_UNIX", authkey=key)),
+        daemon=True,
+    )
+    t.start()
+    t.join(10)
+    assert got, "the next launch's rank 0 was never served"
+    got[0].send({"op": "measure"})
+    assert coordinator.poll(10)
+    assert coordinator.recv() == {"op": "measure"}
+    coordinator.send({"op": "solo"})  # the relay's thread waits for no answer past the test
+    assert got[0].recv() == {"op": "solo"}
+    got[0].close()
 
 
 @pytest.mark.slow

@@ -33,10 +33,12 @@ as their rank hook, ``GPUGAUGE_RANK_HOOK``): the side relays rank 0's asks
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
 import os
+import socket
 import statistics
 import sys
 import threading
@@ -138,12 +140,17 @@ class Relay:
 
     One connection at a time: a test's launches run one after another. A rank that hangs
     up inside a block it was ordered (it crashed, or was stopped) is reported as a failed
-    block, as a test's own rounds that raised would be.
+    block, as a test's own rounds that raised would be. The relay's thread and the test's
+    end (:meth:`wait_quiet`) take turns on the coordinator's socket (``lock``): an answer
+    the relay waits for comes before the test's ``done``.
     """
 
     def __init__(self, channel: Channel, address: str, key: bytes) -> None:
         self.channel = channel
         self.listener = Listener(address, family="AF_UNIX", authkey=key)
+        self.lock = threading.Lock()  # held while one of them speaks to the coordinator
+        self.conn: Connection | None = None  # the rank 0 connected now
+        self.owed = False  # it owes the coordinator a block
         self.quiet = threading.Event()  # set while no rank is connected
         self.quiet.set()
         threading.Thread(target=self._serve, name="gpugauge-ab-relay", daemon=True).start()
@@ -152,37 +159,66 @@ class Relay:
         while True:
             try:
                 conn = self.listener.accept()
-            except (AuthenticationError, EOFError):
-                continue  # not one of this side's ranks
+            except (AuthenticationError, EOFError, ConnectionError):
+                continue  # not one of this side's ranks, or one gone before its handshake
             except OSError:
                 return  # closed
-            self.quiet.clear()
+            with self.lock:
+                self.conn, self.owed = conn, False
+                self.quiet.clear()
             try:
                 self._forward(conn)
             finally:
+                with self.lock:
+                    if self.conn is conn:  # not let go by the test's end already
+                        self._let_go()
                 conn.close()
-                self.quiet.set()
 
     def _forward(self, conn: Connection) -> None:
-        owed = False  # the rank owes the coordinator a block
-        try:
-            while True:
+        while True:
+            try:
                 message = conn.recv()
+            except (EOFError, OSError):  # the rank hung up
+                return
+            with self.lock:
+                if self.conn is not conn:  # the test ended without it
+                    return
                 if message.get("op") == "block_failed":
-                    owed = False
+                    self.owed = False
                     self.channel.send(message)
                     continue
                 answer = self.channel.ask(message)
-                owed = answer.get("op") == "block"
-                conn.send(answer)
-        except (EOFError, OSError):  # the rank hung up, or went before its answer
-            if owed:
-                error = "a rank of its launch ended inside a block"
-                self.channel.send({"op": "block_failed", "error": error})
+                self.owed = answer.get("op") == "block"
+                try:
+                    conn.send(answer)
+                except OSError:  # the rank went before its answer
+                    return
+
+    def _let_go(self) -> None:
+        """Report a block the rank owes, and stop serving it (``lock`` held)."""
+        if self.owed:
+            error = "a rank of its launch ended inside a block"
+            self.channel.send({"op": "block_failed", "error": error})
+        conn, self.conn, self.owed = self.conn, None, False
+        if conn is not None:
+            # wakes the relay's thread from its recv
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as s:
+                s.shutdown(socket.SHUT_RDWR)
+        self.quiet.set()
 
     def wait_quiet(self) -> None:
-        """Wait until the test's launches hung up, so their last word comes before ``done``."""
-        self.quiet.wait(RELAY_QUIET_S)
+        """Wait until the test's launches hung up, so their last word comes before ``done``.
+
+        An answer the relay is waiting for is waited for however long it takes (the
+        coordinator gives it once the other side has spoken); a rank still connected
+        ``RELAY_QUIET_S`` after its test is let go, its owed block reported failed.
+        """
+        if self.quiet.wait(RELAY_QUIET_S):
+            return
+        with self.lock:
+            if self.conn is not None:
+                print("gpugauge ab: a launched rank 0 outlived its test", file=sys.stderr)
+                self._let_go()
 
 
 def _fields(obj: Any) -> set[str]:
