@@ -15,15 +15,19 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import replace
 from multiprocessing import Pipe
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpugauge.ab import worker
-from gpugauge.ab.worker import Channel, Relay, block_policy
-from gpugauge.measure.timing import TimingPolicy
+from gpugauge.ab.config import ABConfig
+from gpugauge.ab.runner import Coordinator
+from gpugauge.ab.worker import Channel, RankChannel, Relay, block_policy
+from gpugauge.measure.timing import Timing, TimingPolicy
 from tests.test_ab import SPIN, _ab, _git, _leftovers, interrupted, new_repo, processes, started_ab
 
 RANK = (
@@ -115,6 +119,33 @@ def test_a_rank_s_block_is_counts_of_rounds_alone() -> None:
     alone = block_policy(policy, order, first=True)
     assert alone.rounds is None
     assert alone.min_time_s == 0.15
+
+
+def test_a_rank_block_s_median_is_the_slowest_rank_s_round_by_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the case's result (slowest_rank_rounds): a step ends when its last rank ends."""
+    import torch.distributed as dist
+
+    def all_gather_object(out: list[Any], obj: Any, group: Any = None) -> None:
+        out[:] = [obj, [1.0, 9.0, 1.0]]  # the other rank: slow in the second round only
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    times = (5.0, 2.0, 3.0)
+    own = Timing(times, times, "host", warmup_rounds=1, warmup_s=0.0, stop_reason="", noisy=False)
+    said = RankChannel(None, object(), 2).stats(own)
+    # rounds' slowest 5, 9, 3: median 5 (rank 0's own median is 3, the ranks' medians 3, 1)
+    assert said["median_ms"] == 5.0
+    assert said["rounds"] == 3
+
+
+def test_every_side_launches_each_test_s_case_alone_a_gated_one_too() -> None:
+    """A series launched at once would time its cases in its first test: none paired."""
+    plain = dict(Coordinator(ABConfig((), Path("unused")), {}).settings("head"))
+    gated = replace(ABConfig((), Path("unused")), head_as_is=True)
+    as_is = dict(Coordinator(gated, {}).settings("head", as_is=True))
+    assert plain[("gauge_launch_each",)] is True
+    assert as_is[("gauge_launch_each",)] is True
 
 
 def test_the_relay_passes_rank_0_s_asks_on_and_reports_a_rank_gone_inside_a_block(
