@@ -564,3 +564,39 @@ def test_launch_each_launches_a_series_case_by_case_as_its_tests_ask(tmp_path: P
             assert not runs.result(case, series).skipped
             seen.append(sum(n.startswith("torchrun:") for n in notes))
         assert seen == launches, (each, notes)
+
+
+@pytest.mark.parametrize("injected", ["0", "0.5"])
+def test_a_rank_times_its_case_in_the_one_call_an_a_b_pairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, injected: str
+) -> None:
+    """``gpugauge ab`` pairs the calls of ``time_rank_case`` alone: one per case, injected
+    slowdown or not (its probe runs as without an A/B)."""
+    from gpugauge.ab import worker
+    from gpugauge.measure import timing
+
+    class Asked(worker.Channel):
+        def __init__(self) -> None:
+            super().__init__(None)  # type: ignore[arg-type]
+            self.asked: list[str] = []
+
+        def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+            self.asked.append(message["op"])
+            return {"op": "solo"}
+
+    monkeypatch.setenv("GPUGAUGE_INJECT_SLOWDOWN", injected)
+    case = dist_cases.DistCase(
+        "resnet18", "single", 1, 2, 32, 10, 8, 2, "cpu", "smoke", schedule=(0, 1, 1, 1), workers=0
+    )
+    ctx = RankContext(0, 0, 1, "cpu", "gloo")
+    channel = Asked()
+    original = timing.measure
+    paced = worker.paced(original, channel)
+    worker.rebind(original, paced)
+    try:
+        out = rank.run_case(case, ctx, tmp_path, rank.cifar_epochs(case, ctx, False))
+    finally:
+        worker.rebind(paced, original)
+    assert out["status"] == "ok"
+    assert channel.asked == ["measure"]
+    assert (out.get("injected_slowdown_ms", 0) > 0) == (injected != "0")
