@@ -1790,7 +1790,7 @@ def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
 
 def test_a_test_timed_on_one_side_only_says_which() -> None:
     case = CaseAB("c", "t.py::c", calls=0, status={"base": "passed", "head": "passed"})
-    assert case.unpaired_reason == "no timing of gauge.measure to pair"
+    assert case.unpaired_reason == "no timing of a case to pair"
     alone = replace(case, timed_alone="base")
     assert alone.outcome is None
     assert alone.unpaired_reason == (

@@ -558,12 +558,17 @@ def test_launch_each_launches_a_series_case_by_case_as_its_tests_ask(tmp_path: P
     ]
     for each, launches in ((False, [1, 1]), (True, [1, 2])):
         notes: list[str] = []
-        runs = results.SeriesRuns(tmp_path / str(each), notes.append, each=each)
+        root = tmp_path / str(each)
+        runs = results.SeriesRuns(root, notes.append, each=each)
         seen = []
         for case in series:
             assert not runs.result(case, series).skipped
             seen.append(sum(n.startswith("torchrun:") for n in notes))
         assert seen == launches, (each, notes)
+    # each launch alone in a folder of its own: a later one clears no earlier one's files
+    folders = [results.series_dir(tmp_path / "True", c, alone=True) for c in series]
+    assert len(set(folders)) == 2
+    assert all((f / "rank0.json").is_file() and (f / "torchrun.log").is_file() for f in folders)
 
 
 @pytest.mark.parametrize("injected", ["0", "0.5"])

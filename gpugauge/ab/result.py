@@ -31,7 +31,7 @@ from gpugauge.core.phrasing import joined, plural
 from gpugauge.results.files import atomic_write_text
 from gpugauge.results.verdicts import Basis, MetricCheck
 
-NOTHING_TO_PAIR = "no timing of gauge.measure to pair"
+NOTHING_TO_PAIR = "no timing of a case to pair"
 # a second side's skip reason where the first side's run of the test had nothing to pair
 SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
 # a side's skip reason for a test either side marks untimed (a count, a search)

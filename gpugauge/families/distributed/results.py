@@ -136,8 +136,13 @@ class SeriesRuns:
                 {c for c in selected if c.series == case.series and not self.each} | {case},
                 key=lambda c: c.batch,
             )
+            # a case launched alone (an A/B's side) also waits while the other side sets up
+            # and times its blocks: twice its budget
+            timeout_s = 2 * (60 + case.budget_s()) if self.each else None
             try:
-                self._done[key] = launch_series(members, self.out_root, note=self.note)
+                self._done[key] = launch_series(
+                    members, self.out_root, note=self.note, timeout_s=timeout_s, alone=self.each
+                )
             except LaunchError as err:
                 self._done[key] = err
                 raise
@@ -155,16 +160,17 @@ class SeriesRuns:
         return None
 
 
-def series_dir(out_root: Path, case: DistCase) -> Path:
+def series_dir(out_root: Path, case: DistCase, alone: bool = False) -> Path:
     """Where a series' ranks write: one folder per series key (everything but the batch).
 
     ``<root>/<model>-<mode>-<N><unit>-<px>-<images>img-<device>``: AlexNet's data grows
     with its batch, so each of its batches is a series of its own and needs its own folder.
+    A case launched ``alone`` gets a folder of its own (``-b<batch>`` added): a launch
+    clears its folder's rank files first.
     """
     unit = "gpu" if case.device == "cuda" else "proc"
-    return out_root / (
-        f"{case.model}-{case.mode}-{case.gpus}{unit}-{case.image}px-{case.images}img-{case.device}"
-    )
+    name = f"{case.model}-{case.mode}-{case.gpus}{unit}-{case.image}px-{case.images}img"
+    return out_root / (f"{name}-{case.device}" + (f"-b{case.batch}" if alone else ""))
 
 
 def launch_series(
@@ -173,12 +179,18 @@ def launch_series(
     *,
     note: Callable[[str], None] = print,
     timeout_s: float | None = None,
+    alone: bool = False,
 ) -> dict[str, CaseResult]:
-    """Launch one series with torchrun and read every case back (skips carry the reason)."""
+    """Launch one series with torchrun and read every case back (skips carry the reason).
+
+    ``alone``: one case of its series, in a folder of its own (:func:`series_dir`).
+    """
     first = members[0]
     if any(c.series != first.series for c in members):
         raise ValueError("a series launch takes cases that differ only in batch")
-    folder = series_dir(out_root, first)
+    if alone and len(members) != 1:
+        raise ValueError("a case launched alone is one case")
+    folder = series_dir(out_root, first, alone)
     spec = {"device": first.device, "cases": [c.as_dict() for c in members], "out": str(folder)}
     budget = timeout_s if timeout_s is not None else 60 + sum(c.budget_s() for c in members)
     ranks = launch(Launch(CALL, spec, first.ranks), folder, timeout_s=budget, note=note)
