@@ -148,15 +148,23 @@ def test_every_side_launches_each_test_s_case_alone_a_gated_one_too() -> None:
     assert as_is[("gauge_launch_each",)] is True
 
 
+KEY = b"k" * 16
+
+
+def _relayed_ask(tmp_path: Path) -> tuple[Connection, Relay, Connection]:
+    """A relay over a pipe to a stand-in coordinator, and a rank 0 whose first ask reached it."""
+    coordinator, side = Pipe()
+    relay = Relay(Channel(side), str(tmp_path / "r"), KEY)
+    rank = Client(str(tmp_path / "r"), family="AF_UNIX", authkey=KEY)
+    rank.send({"op": "measure"})
+    assert coordinator.recv() == {"op": "measure"}
+    return coordinator, relay, rank
+
+
 def test_the_relay_passes_rank_0_s_asks_on_and_reports_a_rank_gone_inside_a_block(
     tmp_path: Path,
 ) -> None:
-    coordinator, side = Pipe()
-    key = b"k" * 16
-    relay = Relay(Channel(side), str(tmp_path / "r"), key)
-    rank = Client(str(tmp_path / "r"), family="AF_UNIX", authkey=key)
-    rank.send({"op": "measure"})
-    assert coordinator.recv() == {"op": "measure"}
+    coordinator, relay, rank = _relayed_ask(tmp_path)
     coordinator.send({"op": "block", "block_s": 0.1})
     assert rank.recv() == {"op": "block", "block_s": 0.1}
     assert not relay.quiet.is_set()  # a rank is connected: the test's done must wait
@@ -168,7 +176,7 @@ def test_the_relay_passes_rank_0_s_asks_on_and_reports_a_rank_gone_inside_a_bloc
     relay.wait_quiet()
     assert relay.quiet.is_set()
     # the next launch's rank 0 is served too; one that hangs up owing nothing says nothing
-    rank = Client(str(tmp_path / "r"), family="AF_UNIX", authkey=key)
+    rank = Client(str(tmp_path / "r"), family="AF_UNIX", authkey=KEY)
     rank.send({"op": "measure"})
     assert coordinator.recv() == {"op": "measure"}
     coordinator.send({"op": "solo"})
@@ -188,12 +196,7 @@ def test_the_test_s_end_waits_for_an_answer_the_relay_waits_for(
     not go out before, nor the relay's thread read the side's socket beside the test's end.
     """
     monkeypatch.setattr(worker, "RELAY_QUIET_S", 0.2)
-    coordinator, side = Pipe()
-    key = b"k" * 16
-    relay = Relay(Channel(side), str(tmp_path / "r"), key)
-    rank = Client(str(tmp_path / "r"), family="AF_UNIX", authkey=key)
-    rank.send({"op": "measure"})
-    assert coordinator.recv() == {"op": "measure"}
+    coordinator, relay, rank = _relayed_ask(tmp_path)
     rank.close()  # its launch timed out while the other side set up
     ended = threading.Event()
     end = threading.Thread(target=lambda: (relay.wait_quiet(), ended.set()), daemon=True)
@@ -209,15 +212,14 @@ def test_the_test_s_end_waits_for_an_answer_the_relay_waits_for(
 
 def test_a_rank_gone_during_the_relay_s_handshake_leaves_it_serving(tmp_path: Path) -> None:
     coordinator, side = Pipe()
-    key = b"k" * 16
-    Relay(Channel(side), str(tmp_path / "r"), key)
+    Relay(Channel(side), str(tmp_path / "r"), KEY)
     gone = socket.socket(socket.AF_UNIX)
     gone.connect(str(tmp_path / "r"))
     gone.close()  # killed before the handshake
     time.sleep(0.5)
     got: list[Connection] = []
     t = threading.Thread(
-        target=lambda: got.append(Client(str(tmp_path / "r"), family="AF_UNIX", authkey=key)),
+        target=lambda: got.append(Client(str(tmp_path / "r"), family="AF_UNIX", authkey=KEY)),
         daemon=True,
     )
     t.start()
