@@ -29,6 +29,8 @@ def series_runs(gauge_session: Any) -> SeriesRuns:
         gauge_session.artifact_run_dir / "distributed",
         gauge_session.note,
         each=gauge_session.options.launch_each,
+        charge=gauge_session.wall.charge,
+        extras=not gauge_session.options.skip_extras,
     )
 
 
@@ -51,4 +53,4 @@ def test_distributed(
     if result.skipped:
         pytest.skip(result.skipped)
     reference = series_runs.find(case.reference()) if case.gpus > 1 else None
-    gauge.record(to_measurement(result, reference))
+    gauge.record(to_measurement(result, reference), charged=True)  # charged at its launch

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import gpugauge.families.distributed.cases as dist_cases
-from gpugauge.families.distributed import rank, results
+from gpugauge.families.distributed import data, rank, results
 from gpugauge.launch.torchrun import LaunchError
 from gpugauge.launch.worker import RankContext
 from gpugauge.measure import kernels as k
@@ -169,7 +169,7 @@ def test_seed_cases_have_the_seeds_shapes() -> None:
     assert {(c.mode, c.gpus) for c in res} == {("single", 1)} | {
         (m, g) for m in ("dp", "ddp") for g in (2, 4)
     }
-    assert {(c.images, c.epochs, c.classes, c.workers) for c in res} == {(50_000, 2, 10, 2)}
+    assert {(c.images, c.epochs, c.classes) for c in res} == {(50_000, 2, 10)}
     alex = [c for c in seed if c.model == "alexnet" and c.device == "cuda"]
     assert {(c.batch, c.gpus) for c in alex} == {
         (b, g) for b in (8, 16, 32, 128) for g in (1, 2, 4)
@@ -200,10 +200,37 @@ def test_case_geometry_and_validation() -> None:
         dist_cases.DistCase("resnet18", "dp", 2, 8, 32, 10, 64, 2, "cpu", "seed")
 
 
+def test_seed_transforms_crop_flip_and_normalize_each_image_as_torchvision_would() -> None:
+    from torchvision.transforms import functional as tvf
+
+    g = torch.Generator().manual_seed(5)
+    images = torch.randint(0, 256, (300, 32, 32, 3), dtype=torch.uint8, generator=g)
+    out = data.seed_transforms(images, torch.Generator().manual_seed(7))
+    assert out.shape == (300, 3, 32, 32)
+    assert out.dtype == torch.float32
+    seen = []
+    for img, got in zip(images, out, strict=True):
+        padded = tvf.pad(img.permute(2, 0, 1).float() / 255, [data.PAD])  # ToTensor, padding
+        candidates = [
+            (i, j, flip, tvf.normalize(view, data.CIFAR_MEAN, data.CIFAR_STD))
+            for i in range(9)
+            for j in range(9)
+            for flip in (False, True)
+            for view in [tvf.crop(padded, i, j, 32, 32)]
+            for view in [tvf.hflip(view) if flip else view]
+        ]
+        match = [(i, j, f) for i, j, f, want in candidates if torch.allclose(got, want, atol=1e-5)]
+        assert match, "an output image is no crop and flip of its input"
+        seen.append(match[0])
+    # crops at every offset and both flips, about half the images flipped
+    assert len({(i, j) for i, j, _ in seen}) > 60
+    assert 100 < sum(f for *_, f in seen) < 200
+
+
 def test_cifar_data_goes_through_the_seed_transforms() -> None:
-    case = dist_cases.DistCase("resnet18", "ddp", 2, 2, 32, 10, 8, 2, "cpu", "smoke", workers=0)
+    case = dist_cases.DistCase("resnet18", "ddp", 2, 2, 32, 10, 8, 2, "cpu", "smoke")
     halves = [
-        rank.cifar_epochs(case, RankContext(r, r, 2, "cpu", "gloo"), pin=False) for r in (0, 1)
+        data.cifar_epochs(case, RankContext(r, r, 2, "cpu", "gloo"), pin=False) for r in (0, 1)
     ]
     (x0, y0), (x1, _) = halves[0][0], halves[1][0]
     assert x0.shape == (4, 3, 32, 32)
@@ -212,7 +239,7 @@ def test_cifar_data_goes_through_the_seed_transforms() -> None:
     assert x0.max() > 1.5
     assert not torch.equal(halves[0][0][0], halves[0][1][0])  # a new order each epoch
     assert not torch.equal(x0, x1)  # the two ranks hold different halves
-    step = rank.batches_of(case, halves[0], None)
+    step = data.batches_of(case, halves[0], None)
     assert torch.equal(step(0)[0], x0[:2])
     assert torch.equal(step(2)[0], halves[0][1][0][:2])
 
@@ -231,6 +258,24 @@ def _rank(step_ms: list[float], *, comm: float = 0.0, allreduce_ms: float | None
     if allreduce_ms is not None:
         out["allreduce"] = _timing([allreduce_ms] * 3)
     return out
+
+
+def test_a_launch_s_seconds_go_to_its_ranks_phases_and_the_rest_to_its_start() -> None:
+    case = dist_cases.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
+    timed = Timing((1.0,) * 4, (1.0,) * 4, "fake", 0, 0.0, "fixed", False, timed_s=2.0)
+    ran = {**_rank([1.0] * 4), "timing": replace(timed, warmup_s=0.5).as_dict()}
+    ran["phases"] = {"data": 1.0, "model build": 3.0, "around rounds": 4.0}
+    oom = {"status": "oom", "error": "boom", "phases": {"model build": 2.0}}
+    done = [results.CaseResult(case, (ran,)), results.CaseResult(case, (oom,), skipped="oom")]
+    phases = results.launch_phases(done, wall_s=20.0)
+    assert phases == {
+        "data": 1.0,
+        "model build": 5.0,
+        "around rounds": 4.0,
+        "timed rounds": 2.0,
+        "warm-up": 0.5,
+        results.LAUNCH: 10.0,  # 20 s less the ranks' 10 s; the timing is inside "around"
+    }
 
 
 def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
@@ -377,7 +422,7 @@ def test_run_series_skips_every_case_after_an_oom(monkeypatch: pytest.MonkeyPatc
     ran = []
 
     def fake(
-        case: dist_cases.DistCase, ctx: RankContext, folder: Path, data: Any
+        case: dist_cases.DistCase, ctx: RankContext, folder: Path, data: Any, *_: Any
     ) -> dict[str, Any]:
         ran.append(case.batch)
         return {"status": "oom", "error": "boom"} if case.batch == 2 else {"status": "ok"}
@@ -425,6 +470,26 @@ def test_gloo_bench_records_one_result_per_case_with_scaling(tmp_path: Path) -> 
     assert ddp["extra"]["trace_split"]["comm_ms"] > 0  # gloo's all-reduce spans were seen
     assert all(Path(p).exists() for p in ddp["artifacts"].values())
     assert not _processes_mentioning(str(art))
+    # each launch's seconds, charged to the test that made it, by phase: not "own code"
+    wall = json.loads((tmp_path / "run.json").read_text())["gpugauge"]["wall_s"]
+    for nodeid, phases in wall["tests"].items():
+        named = {results.LAUNCH, "data", "model build", "profiled round"}
+        assert named <= set(phases), (nodeid, phases)
+        assert phases.get("tests' own code", 0.0) < sum(phases.values()) / 4, phases
+    assert "all-reduce reference" in next(p for n, p in wall["tests"].items() if "ddp" in n)
+
+
+@pytest.mark.slow
+def test_an_ab_side_launches_ranks_that_only_time(tmp_path: Path) -> None:
+    # --gauge-skip-extras: no profiled steps, no all-reduce reference; the times as ever
+    benches = _gloo_resnet(tmp_path, "--gauge-skip-extras")
+    ddp = benches["resnet18-ddp-2proc-b2-32px-cpu"]
+    assert ddp["extra"]["not_profiled"] == results.NOT_PROFILED
+    assert "trace_split" not in ddp["extra"]
+    assert not ddp["artifacts"]
+    assert {"comm_fraction", "busbw"}.isdisjoint(ddp["values"])
+    assert {"speedup", "efficiency"} <= set(ddp["values"])
+    assert len(ddp["timing"]["device_ms"]) == 2
 
 
 @pytest.mark.slow
@@ -469,7 +534,7 @@ def _rank_pid(folder: Path, rank: int, timeout_s: float = 120) -> int:
 
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_fails_the_launch_naming_it(tmp_path: Path) -> None:
-    case = dist_cases.DistCase("resnet18", "ddp", 2, 2, 32, 10, 64, 2, "cpu", "smoke", workers=0)
+    case = dist_cases.DistCase("resnet18", "ddp", 2, 2, 32, 10, 64, 2, "cpu", "smoke")
     caught: list[BaseException] = []
 
     def run() -> None:
@@ -552,7 +617,7 @@ def test_launch_each_launches_a_series_case_by_case_as_its_tests_ask(tmp_path: P
     # made when its own test asks for it
     series = [
         dist_cases.DistCase(
-            "resnet18", "ddp", 2, b, 32, 10, 8, 2, "cpu", "smoke", schedule=(0, 1, 1, 1), workers=0
+            "resnet18", "ddp", 2, b, 32, 10, 8, 2, "cpu", "smoke", schedule=(0, 1, 1, 1)
         )
         for b in (1, 2)
     ]
@@ -591,7 +656,7 @@ def test_a_rank_times_its_case_in_the_one_call_an_a_b_pairs(
 
     monkeypatch.setenv("GPUGAUGE_INJECT_SLOWDOWN", injected)
     case = dist_cases.DistCase(
-        "resnet18", "single", 1, 2, 32, 10, 8, 2, "cpu", "smoke", schedule=(0, 1, 1, 1), workers=0
+        "resnet18", "single", 1, 2, 32, 10, 8, 2, "cpu", "smoke", schedule=(0, 1, 1, 1)
     )
     ctx = RankContext(0, 0, 1, "cpu", "gloo")
     channel = Asked()
@@ -599,7 +664,7 @@ def test_a_rank_times_its_case_in_the_one_call_an_a_b_pairs(
     paced = worker.paced(original, channel)
     worker.rebind(original, paced)
     try:
-        out = rank.run_case(case, ctx, tmp_path, rank.cifar_epochs(case, ctx, False))
+        out = rank.run_case(case, ctx, tmp_path, data.cifar_epochs(case, ctx, False))
     finally:
         worker.rebind(paced, original)
     assert out["status"] == "ok"

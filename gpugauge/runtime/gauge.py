@@ -255,7 +255,7 @@ class Gauge:
         self._again = once  # a regressed result is measured again before its test fails
         return self._record(once(), charged=True)
 
-    def record(self, m: Measurement) -> Measurement:
+    def record(self, m: Measurement, *, charged: bool = False) -> Measurement:
         """Record a result built anywhere: gate it, store it, and return it.
 
         ``m`` may come from :meth:`measure`, from a worker process
@@ -265,9 +265,10 @@ class Gauge:
         The judge decides its verdict (:meth:`~gpugauge.judging.judge.Judge.decide`), and a
         regression fails the calling test. A regressed result that is measured again is that
         second measurement from then on: it is what is stored, shown and returned, the first
-        kept in its ``earlier``.
+        kept in its ``earlier``. ``charged``: its timed rounds and warm-up are on the run's
+        wall ledger already (a launch charged its ranks' phases to the test that made it).
         """
-        return self._record(m, charged=False)
+        return self._record(m, charged=charged)
 
     def _record(self, m: Measurement, charged: bool) -> Measurement:
         """:meth:`record`; ``charged``: its rounds are on the run's wall ledger already.

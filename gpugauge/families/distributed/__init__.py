@@ -24,6 +24,6 @@ FAMILY = Family(
     "single vs several GPUs",
     cases,
     charts=(ScalingCurves(), CommBars()),
-    needs=("torchvision",),  # AlexNet, and the CIFAR transforms of every model's data
+    needs=("torchvision",),  # AlexNet, and a local CIFAR-10 copy read through it
     install="pip install 'gpugauge[families]'",
 )

@@ -6,8 +6,8 @@ Three models, one spec (:class:`DistCase`):
   timed after 5 warm-up steps; 1 GPU and DDP on N (seed 004).
 - **resnet18**: the CIFAR ResNet-18 of ``gpugauge/models/resnet.py`` on CIFAR-10-shaped data
   (50,000 images; a local CIFAR-10 copy when ``GPUGAUGE_CIFAR10`` names its torchvision
-  root, generated images otherwise) through the seed's transforms and a DataLoader with 2
-  workers; SGD lr 0.1, momentum 0.9, weight decay 5e-4; per-GPU batch 32, 128, 512, ...;
+  root, generated images otherwise) through the seed's transforms, all applied before
+  timing; SGD lr 0.1, momentum 0.9, weight decay 5e-4; per-GPU batch 32, 128, 512, ...;
   1 GPU, DataParallel and DDP on N; two epochs, the second timed (seed 002).
 - **alexnet**: torchvision's AlexNet (weights=None, 224 px), 40·batch synthetic images
   (40 timed steps on one GPU, 20 on two), and the
@@ -74,7 +74,6 @@ class DistCase:
     device: str  # "cuda" | "cpu"
     profile: str
     schedule: tuple[int, int, int, int] = SEED_SCHEDULE
-    workers: int = 2  # DataLoader workers (resnet18)
     data: str = "generated"  # or a CIFAR-10 root (resnet18)
 
     def __post_init__(self) -> None:
@@ -269,7 +268,7 @@ def cases(profile: str) -> list[DistCase]:
 
     tiny = {"schedule": (0, 1, 1, 1)}
     cpu = (
-        resnet("cpu", [1, 2], [2], 8, workers=0, **tiny)
+        resnet("cpu", [1, 2], [2], 8, **tiny)
         + alexnet("cpu", [1, 2], [2], 64, 2, **tiny)
         + vgg("cpu", [1, 2], 1, 32, 2, **tiny)
     )

@@ -1,4 +1,4 @@
-"""The distributed family in the rank: models, data, the training step, one series run.
+"""The distributed family in the rank: models, the training step, one series run.
 
 torchrun starts :func:`run_series` in every rank (``CALL`` of
 :mod:`gpugauge.families.distributed.results`); each case is timed by the suite's
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from torch import nn
 
 from gpugauge.check.delay import delay_for, injected_ms, injection_asked
 from gpugauge.families.distributed.cases import OPTIMIZERS, WARMUP_STEPS, DistCase
+from gpugauge.families.distributed.data import Batch, batches_of, cifar_epochs, synthetic_pool
 from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.launch.case_timing import time_rank_case
 from gpugauge.launch.worker import RankContext
@@ -27,9 +28,15 @@ from gpugauge.measure.kernels import comm_split, kernel_table, read_trace
 from gpugauge.measure.profile import release_cupti_on_stop
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, Timing, TimingPolicy
 from gpugauge.measure.timing import measure as time_rounds
+from gpugauge.measure.wall import WallLedger
 
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2023, 0.1994, 0.2010)
+# a rank's phases, host seconds each (a case's result, ``phases``): what a launch spent
+DATA = "data"  # the series' loaded epochs or a case's synthetic batches
+MODEL_BUILD = "model build"  # the model, its wrapper and optimizer, and the probe step
+AROUND = "around rounds"  # the timing call: its warm-up and rounds, and what surrounds them
+PROFILED = "profiled round"  # the seed's profiler schedule, its traces read back
+ALLREDUCE_PHASE = "all-reduce reference"
+
 ALLREDUCE_POLICY = TimingPolicy(warmup_rounds=5, rounds=20)
 ALLREDUCE_POLICY_CPU = TimingPolicy(warmup_rounds=1, rounds=3)  # gloo at CI sizes: seconds
 
@@ -50,106 +57,6 @@ def build_model(case: DistCase) -> nn.Module:
     return torchvision.models.alexnet(weights=None, num_classes=case.classes)
 
 
-class CifarShaped(torch.utils.data.Dataset):
-    """CIFAR-10 (uint8 H×W×C images and labels) through the seed's transforms.
-
-    ToTensor, RandomCrop(32, padding=4), RandomHorizontalFlip(0.5), Normalize(mean, std);
-    the seed listed Normalize before ToTensor, which torchvision cannot apply to an image,
-    so ToTensor comes first.
-    """
-
-    def __init__(self, images: Any, labels: Sequence[int]) -> None:
-        from torchvision import transforms
-
-        self.images, self.labels = images, list(labels)
-        self.transform = transforms.Compose(
-            [
-                transforms.RandomCrop(32, padding=4),
-                transforms.RandomHorizontalFlip(0.5),
-                transforms.Normalize(CIFAR_MEAN, CIFAR_STD),
-            ]
-        )
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        img = torch.as_tensor(self.images[i]).permute(2, 0, 1).float().div_(255)  # ToTensor
-        return self.transform(img), self.labels[i]
-
-
-def cifar_dataset(case: DistCase) -> CifarShaped:
-    """The local CIFAR-10 copy ``case.data`` names (its first ``images``), else generated."""
-    if case.data != "generated":
-        from torchvision.datasets import CIFAR10
-
-        real = CIFAR10(case.data, train=True, download=False)
-        if case.images > len(real.data):
-            raise ValueError(f"{case.data} holds {len(real.data)} images, not {case.images}")
-        return CifarShaped(real.data[: case.images], real.targets[: case.images])
-    g = torch.Generator().manual_seed(0)
-    images = torch.randint(0, 256, (case.images, 32, 32, 3), dtype=torch.uint8, generator=g)
-    labels = torch.randint(0, case.classes, (case.images,), generator=g).tolist()
-    return CifarShaped(images, labels)
-
-
-def cifar_epochs(
-    case: DistCase, ctx: RankContext, pin: bool
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Every epoch's transformed images of this rank, in sampler order, in host memory.
-
-    Loaded once per series through a DataLoader (``case.workers`` workers), before any
-    timing: the timed steps then only slice a batch and copy it to the GPU.
-    """
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    ds = cifar_dataset(case)
-    sampler = DistributedSampler(
-        ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=0
-    )
-    out = []
-    for epoch in range(case.epochs):
-        sampler.set_epoch(epoch)
-        loader = DataLoader(ds, batch_size=256, sampler=sampler, num_workers=case.workers)
-        xs, ys = zip(*loader, strict=True)
-        x, y = torch.cat(xs), torch.cat(ys)
-        out.append((x.pin_memory(), y.pin_memory()) if pin else (x, y))
-    return out
-
-
-def synthetic_pool(
-    case: DistCase, pin: bool, size: int = 4
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """A few distinct random batches (images, labels) in host memory, used in turn."""
-    g = torch.Generator().manual_seed(1)
-    pool = []
-    for _ in range(size):
-        x = torch.randn(case.step_images, 3, case.image, case.image, generator=g)
-        y = torch.randint(0, case.classes, (case.step_images,), generator=g)
-        pool.append((x.pin_memory(), y.pin_memory()) if pin else (x, y))
-    return pool
-
-
-def batches_of(
-    case: DistCase,
-    epochs: list[tuple[torch.Tensor, torch.Tensor]] | None,
-    pool: list[tuple[torch.Tensor, torch.Tensor]] | None,
-) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    """Step i's (images, labels): epoch-ordered slices of the loaded data, or the pool."""
-    per_step = case.step_images
-    if epochs is not None:
-        steps = case.steps_per_epoch
-
-        def sliced(i: int) -> tuple[torch.Tensor, torch.Tensor]:
-            x, y = epochs[(i // steps) % len(epochs)]
-            a = (i % steps) * per_step
-            return x[a : a + per_step], y[a : a + per_step]
-
-        return sliced
-    assert pool is not None
-    return lambda i: pool[i % len(pool)]
-
-
 @dataclass
 class Trainer:
     """A model wrapped for the case's mode, its optimizer, and a step that counts."""
@@ -157,7 +64,7 @@ class Trainer:
     case: DistCase
     ctx: RankContext
     model: nn.Module
-    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+    batch: Callable[[int], Batch]
     step_no: int = 0
     opt: torch.optim.Optimizer = field(init=False)
     device: str = field(init=False)
@@ -290,77 +197,108 @@ def step_probe_ms(trainer: Trainer, policy: TimingPolicy) -> float:
     return time_rounds(trainer.step, probe, _clock(trainer.case, trainer.ctx)).summary.median
 
 
-def run_case(case: DistCase, ctx: RankContext, folder: Path, data: Any) -> dict[str, Any]:
-    """Time, profile and (multi-GPU) all-reduce one case on this rank; a plain dict."""
+def profiled(trainer: Trainer, folder: Path) -> dict[str, Any]:
+    """The profiled steps' trace split and kernel table (AlexNet's written out), as a dict."""
+    case, rank = trainer.case, trainer.ctx.rank
+    traces = profile_steps(trainer, folder, rank)
+    activities = [read_trace(p) for p in traces]
+    table = kernel_table([x for a in activities for x in a])
+    files = {f"trace_rank{rank}": str(traces[0])}
+    if case.model == "alexnet":
+        csv_path, md_path = folder / f"kernels-rank{rank}.csv", folder / f"kernels-rank{rank}.md"
+        csv_path.write_text(table.to_csv())
+        title = f"{case.id}, rank {rank}: {len(traces)} x {case.schedule[2]} profiled steps"
+        md_path.write_text(table.to_markdown(title))
+        files |= {f"kernels_rank{rank}_csv": str(csv_path), f"kernels_rank{rank}_md": str(md_path)}
+    return {
+        "splits": [comm_split(a, case.schedule[2]).as_dict() for a in activities],
+        "kernel_rows": len(table.rows),
+        "artifacts": files,
+    }
+
+
+def run_case(
+    case: DistCase,
+    ctx: RankContext,
+    folder: Path,
+    data: Any,
+    wall: WallLedger | None = None,
+    extras: bool = True,
+) -> dict[str, Any]:
+    """Time, profile and (multi-GPU) all-reduce one case on this rank; a plain dict.
+
+    ``wall`` gets the host seconds of each phase, charged to the case's id. ``extras``
+    False (an A/B's side, whose results are compared by time alone) skips the profiled
+    steps and the all-reduce reference.
+    """
+    wall = wall or WallLedger()
+    wall.current = case.id
     folder.mkdir(parents=True, exist_ok=True)
     epochs, pool = (data, None) if case.model == "resnet18" else (None, data)
-    trainer = Trainer(case, ctx, build_model(case), batches_of(case, epochs, pool))
-    oom = trainer.probe()
+    with wall.phase(MODEL_BUILD):
+        trainer = Trainer(case, ctx, build_model(case), batches_of(case, epochs, pool))
+        oom = trainer.probe()
     if oom is not None:
         return {"status": "oom", "error": oom}
     steps = case.steps_per_epoch
     warm = steps if case.epochs == 2 else WARMUP_STEPS
     policy = TimingPolicy(warmup_rounds=warm, rounds=steps)
-    injected = injected_ms(step_probe_ms(trainer, policy)) if injection_asked() else 0.0
-    trainer.step_no = 0
-    added = delay_for(injected, ctx.device) if injected else contextlib.nullcontext(None)
-    with added as delay:
+    with wall.phase(AROUND):
+        injected = injected_ms(step_probe_ms(trainer, policy)) if injection_asked() else 0.0
+        trainer.step_no = 0
+        added = delay_for(injected, ctx.device) if injected else contextlib.nullcontext(None)
+        with added as delay:
 
-        def step() -> None:
-            trainer.step()
-            if delay is not None:  # gpugauge check's slowdown, on every rank
-                delay()
+            def step() -> None:
+                trainer.step()
+                if delay is not None:  # gpugauge check's slowdown, on every rank
+                    delay()
 
-        timing = time_rank_case(step, policy, _clock(case, ctx))
-    traces = profile_steps(trainer, folder, ctx.rank)
-    activities = [read_trace(p) for p in traces]
-    splits = [comm_split(a, case.schedule[2]) for a in activities]
-    table = kernel_table([x for a in activities for x in a])
-    files = {f"trace_rank{ctx.rank}": str(traces[0])}
-    if case.model == "alexnet":
-        csv_path, md_path = (
-            folder / f"kernels-rank{ctx.rank}.csv",
-            folder / f"kernels-rank{ctx.rank}.md",
-        )
-        csv_path.write_text(table.to_csv())
-        title = f"{case.id}, rank {ctx.rank}: {len(traces)} x {case.schedule[2]} profiled steps"
-        md_path.write_text(table.to_markdown(title))
-        files |= {
-            f"kernels_rank{ctx.rank}_csv": str(csv_path),
-            f"kernels_rank{ctx.rank}_md": str(md_path),
-        }
+            timing = time_rank_case(step, policy, _clock(case, ctx))
     result: dict[str, Any] = {
         "status": "ok",
         "timing": timing.as_dict(),
-        "splits": [s.as_dict() for s in splits],
         "grad_bytes": trainer.grad_bytes,
-        "kernel_rows": len(table.rows),
-        "artifacts": files,
+        "splits": [],
+        "artifacts": {},
     }
+    if extras:
+        with wall.phase(PROFILED):
+            result |= profiled(trainer, folder)
     if injected:
         result[INJECTED_KEY] = injected
-    if case.gpus > 1:
-        result["allreduce"] = allreduce_reference(trainer.grad_bytes, case, ctx).as_dict()
+    if case.gpus > 1 and extras:
+        with wall.phase(ALLREDUCE_PHASE):
+            result["allreduce"] = allreduce_reference(trainer.grad_bytes, case, ctx).as_dict()
     return result
 
 
 def run_series(spec: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
-    """Rank function (torchrun): run the series' cases in order, stop at the first OOM."""
+    """Rank function (torchrun): run the series' cases in order, stop at the first OOM.
+
+    Each case's result holds the host seconds of its phases (``phases``); the series'
+    loaded data is the first case's.
+    """
     series = [DistCase.from_dict(c) for c in spec["cases"]]
     out = Path(spec["out"])
+    extras = bool(spec.get("extras", True))
     if series[0].device == "cpu":
         torch.set_num_threads(1)  # one core per process: N processes get N cores, as N GPUs
     pin = series[0].device == "cuda"
-    loaded = cifar_epochs(series[0], ctx, pin) if series[0].model == "resnet18" else None
+    wall = WallLedger(current=series[0].id)
+    with wall.phase(DATA):
+        loaded = cifar_epochs(series[0], ctx, pin) if series[0].model == "resnet18" else None
     results: dict[str, Any] = {}
     stop: str | None = None
     for case in series:
         if stop is not None:
             results[case.id] = {"status": "skipped", "reason": stop}
             continue
-        data = loaded if loaded is not None else synthetic_pool(case, pin)
-        r = run_case(case, ctx, out / case.id, data)
-        results[case.id] = r
+        wall.current = case.id
+        with wall.phase(DATA):
+            data = loaded if loaded is not None else synthetic_pool(case, pin)
+        r = run_case(case, ctx, out / case.id, data, wall, extras)
+        results[case.id] = {**r, "phases": dict(wall.seconds.get(case.id, {}))}
         if r["status"] == "oom":
             stop = (
                 f"per-GPU batch {case.batch} ran out of memory in {case.id} "

@@ -9,7 +9,9 @@ the recorded result (scaling, communication share, bus bandwidth).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +25,14 @@ from gpugauge.launch.torchrun import Launch, LaunchError, launch, slowest_rank_r
 from gpugauge.measure.busy import BUSY_KEY, BusyShare
 from gpugauge.measure.kernels import CommSplit
 from gpugauge.measure.timing import Timing
+from gpugauge.measure.wall import TIMED, WARMUP
 from gpugauge.results.measurement import Measurement
 
 CALL = "gpugauge.families.distributed.rank:run_series"
 RANK_STEPS_CLOCK = "cuda_event, the rank's timed steps"  # what times a rank's busy share
+LAUNCH = "torchrun start and end"  # a launch's seconds outside its ranks' phases
+# why a result has no trace split (no busy share, no communication fractions)
+NOT_PROFILED = "no profiled steps: an A/B's side (--gauge-skip-extras) compares times alone"
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,12 @@ class CaseResult:
 
     @property
     def rank_splits(self) -> list[CommSplit]:
-        """Each rank's trace split (the mean of its traced windows), in rank order."""
+        """Each rank's trace split (the mean of its traced windows), in rank order.
+
+        None where the ranks ran no profiled steps (an A/B's side).
+        """
+        if not all(r.get("splits") for r in self.ranks):
+            return []
         return [_mean_split(r["splits"]) for r in self.ranks]
 
     @property
@@ -69,9 +80,9 @@ class CaseResult:
         return sum(self.timing.device_ms) / 1e3
 
     @property
-    def split(self) -> CommSplit:
+    def split(self) -> CommSplit | None:
         """The trace split of the rank with the most exposed communication (cycle mean)."""
-        return max(self.rank_splits, key=lambda s: s.exposed_ms)
+        return max(self.rank_splits, key=lambda s: s.exposed_ms, default=None)
 
     def allreduce_ms(self) -> float | None:
         """Median time of the reference all-reduce (slowest rank per round), ms."""
@@ -88,7 +99,7 @@ class CaseResult:
         device-bound step reads about 1 and one the host paces (DataParallel's scatter and
         replicate at a small batch) well below :data:`~gpugauge.measure.busy.HOST_BOUND_BELOW`.
         """
-        if self.case.device != "cuda":
+        if self.case.device != "cuda" or not self.rank_splits:
             return None
         shares = [
             BusyShare(t.device_ms, split.active_ms, split.steps, clock=RANK_STEPS_CLOCK)
@@ -121,11 +132,19 @@ class SeriesRuns:
     """
 
     def __init__(
-        self, out_root: Path, note: Callable[[str], None] = print, each: bool = False
+        self,
+        out_root: Path,
+        note: Callable[[str], None] = print,
+        each: bool = False,
+        *,
+        charge: Callable[[str, float], None] | None = None,
+        extras: bool = True,
     ) -> None:
         self.out_root = out_root
         self.note = note
         self.each = each
+        self.charge = charge  # the run's wall ledger: a launch's phases, to the test making it
+        self.extras = extras  # False: the ranks skip their profiled steps and references
         self._done: dict[tuple[Any, ...], dict[str, CaseResult] | LaunchError] = {}
 
     def result(self, case: DistCase, selected: Sequence[DistCase]) -> CaseResult:
@@ -139,13 +158,22 @@ class SeriesRuns:
             # a case launched alone (an A/B's side) also waits while the other side sets up
             # and times its blocks: twice its budget
             timeout_s = 2 * (60 + case.budget_s()) if self.each else None
+            t0 = time.monotonic()
             try:
-                self._done[key] = launch_series(
-                    members, self.out_root, note=self.note, timeout_s=timeout_s, alone=self.each
+                self._done[key] = done = launch_series(
+                    members,
+                    self.out_root,
+                    note=self.note,
+                    timeout_s=timeout_s,
+                    alone=self.each,
+                    extras=self.extras,
                 )
             except LaunchError as err:
                 self._done[key] = err
                 raise
+            if self.charge is not None:
+                for phase, s in launch_phases(done.values(), time.monotonic() - t0).items():
+                    self.charge(phase, s)
         done = self._done[key]
         if isinstance(done, LaunchError):
             raise LaunchError(f"{case.id}: its series' launch failed: {done}")
@@ -158,6 +186,26 @@ class SeriesRuns:
             if r is not None and not r.skipped:
                 return r
         return None
+
+
+def launch_phases(results: Iterable[CaseResult], wall_s: float) -> dict[str, float]:
+    """Where a launch's ``wall_s`` seconds went, by phase of the run's wall ledger.
+
+    Rank 0's phases of every case (its data, model build, timing call, profiled steps),
+    its cases' timed rounds and warm-up, and the rest: torchrun's and the ranks' start
+    (imports, CUDA, the process group) and end.
+    """
+    out: dict[str, float] = defaultdict(float)
+    for r in results:
+        first = r.ranks[0] if r.ranks else {}
+        for phase, s in (first.get("phases") or {}).items():
+            out[phase] += float(s)
+        if r.skipped is None:
+            out[TIMED] += r.timing.timed_s
+            out[WARMUP] += r.timing.warmup_s
+    ranks_s = sum(s for phase, s in out.items() if phase not in (TIMED, WARMUP))
+    out[LAUNCH] = max(0.0, wall_s - ranks_s)
+    return dict(out)
 
 
 def series_dir(out_root: Path, case: DistCase, alone: bool = False) -> Path:
@@ -180,10 +228,13 @@ def launch_series(
     note: Callable[[str], None] = print,
     timeout_s: float | None = None,
     alone: bool = False,
+    extras: bool = True,
 ) -> dict[str, CaseResult]:
     """Launch one series with torchrun and read every case back (skips carry the reason).
 
     ``alone``: one case of its series, in a folder of its own (:func:`series_dir`).
+    ``extras`` False: the ranks time their cases and skip the profiled steps and the
+    all-reduce reference (:func:`~gpugauge.families.distributed.rank.run_case`).
     """
     first = members[0]
     if any(c.series != first.series for c in members):
@@ -192,6 +243,7 @@ def launch_series(
         raise ValueError("a case launched alone is one case")
     folder = series_dir(out_root, first, alone)
     spec = {"device": first.device, "cases": [c.as_dict() for c in members], "out": str(folder)}
+    spec["extras"] = extras
     budget = timeout_s if timeout_s is not None else 60 + sum(c.budget_s() for c in members)
     ranks = launch(Launch(CALL, spec, first.ranks), folder, timeout_s=budget, note=note)
     return read_series(members, [r.extra for r in ranks])
@@ -233,13 +285,16 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
         "images_per_epoch": c.images,
         "steps_per_epoch": c.steps_per_epoch,
         "data": c.data if c.model == "resnet18" else "synthetic",
-        "trace_split": split.as_dict(),
-        "trace_split_per_rank": [s.as_dict() for s in r.rank_splits],
         "grad_bytes": r.ranks[0]["grad_bytes"],
-        "profiler_schedule": dict(
-            zip(("wait", "warmup", "active", "repeat"), c.schedule, strict=True)
-        ),
     }
+    if split is None:
+        extra["not_profiled"] = NOT_PROFILED
+    else:
+        extra["trace_split"] = split.as_dict()
+        extra["trace_split_per_rank"] = [s.as_dict() for s in r.rank_splits]
+        extra["profiler_schedule"] = dict(
+            zip(("wait", "warmup", "active", "repeat"), c.schedule, strict=True)
+        )
     busy = r.busy()
     if busy is not None:
         values["gpu_busy"] = busy.share
@@ -251,9 +306,10 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
         extra["sweep_end"] = (
             f"per-GPU batch {c.batch} fitted: the sweep ends at its cap, not at an out-of-memory"
         )
-    if c.gpus > 1:
+    if c.gpus > 1 and split is not None:
         values["comm_fraction"] = split.comm_fraction
         values["exposed_comm_fraction"] = split.exposed_fraction
+    if c.gpus > 1:
         ref_ms = r.allreduce_ms()
         if ref_ms is not None:
             grad = r.ranks[0]["grad_bytes"]
@@ -264,7 +320,7 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
                 "busbw_gbps": values["busbw"],
                 "ring_bytes_per_rank": ring_bytes(grad, c.gpus),
             }
-            if split.comm_kernel_ms > 0:
+            if split is not None and split.comm_kernel_ms > 0:
                 values["busbw_utilization"] = ref_ms / split.comm_kernel_ms
                 extra["achieved_busbw_gbps_trace"] = busbw_gbps(grad, c.gpus, split.comm_kernel_ms)
     if reference is not None and c.gpus > 1:
