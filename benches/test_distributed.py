@@ -46,6 +46,7 @@ def selected_cases(request: pytest.FixtureRequest) -> list[DistCase]:
     return out
 
 
+@pytest.mark.launched  # its case is timed in the torchrun ranks it launches
 def test_distributed(
     case: DistCase, gauge: Any, series_runs: SeriesRuns, selected_cases: list[DistCase]
 ) -> None:

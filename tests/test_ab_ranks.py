@@ -61,6 +61,7 @@ def run(spec, ctx):
 
     # a reference the case does not pair: it runs as without an A/B
     reference = measure(step, TimingPolicy(warmup_rounds=1, rounds=3), HostClock())
+    time.sleep({setup_s})  # the rest of the case's setup
     timing = time_rank_case(step, TimingPolicy(warmup_rounds=2, rounds=10), HostClock())
     counts = [len(reference.device_ms), len(timing.device_ms)]
     return {{"timing": timing.as_dict(), "values": {{}}, "extra": {{"counts": counts}}}}
@@ -92,9 +93,13 @@ CRASH = """
             os._exit(1)"""
 
 
-def _commit(repo: Path, ms: float, message: str, crash: str = "") -> None:
-    (repo / "toy_rank.py").write_text("import os\n" + RANK.format(ms=ms, crash=crash))
-    (repo / "test_toy.py").write_text(BENCH)
+def _commit(
+    repo: Path, ms: float, message: str, crash: str = "", setup_s: float = 0.0, marked: bool = False
+) -> None:
+    rank = RANK.format(ms=ms, crash=crash, setup_s=setup_s)
+    (repo / "toy_rank.py").write_text("import os\n" + rank)
+    mark = "import pytest\n\n\n@pytest.mark.launched\ndef test_ranks"
+    (repo / "test_toy.py").write_text(BENCH.replace("def test_ranks", mark) if marked else BENCH)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", message)
 
@@ -274,6 +279,26 @@ def test_a_rank_that_dies_inside_a_block_fails_its_test_and_the_a_b_goes_on(
     assert case["status"]["head"] == "failed", case["status"]
     assert case["status"]["base"] == "passed", case["status"]
     assert "ended inside a block" in (tmp_path / "dies" / "ab.json").read_text() + run.stdout
+    assert _leftovers(ranks_toy, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_launched_case_s_two_sides_start_their_launches_at_once(
+    ranks_toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOY_MARKS", str(tmp_path))
+    setup = {}
+    for marked in (False, True):
+        _commit(ranks_toy, 3.0, f"4 s of setup, marked: {marked}", setup_s=4.0, marked=marked)
+        out = tmp_path / f"marked-{marked}"
+        run = _ab(ranks_toy, "ab", "HEAD", "HEAD", "--rounds", "1", out=out)
+        assert run.returncode == 0, run.stdout + run.stderr
+        (case,) = json.loads((out / "ab.json").read_text())["cases"]
+        assert case["outcome"] in ("same", "need more samples"), run.stdout
+        setup[marked] = case["phases"]["setup"]
+    # in turn, each side's launch and 4 s; marked, both at once: the 4 s counted once
+    assert setup[False] > 8.0, setup
+    assert setup[True] < setup[False] - 3.0, setup
     assert _leftovers(ranks_toy, tmp_path) == []
 
 

@@ -98,6 +98,7 @@ class Coordinator:
         self._flip = not cfg.base_starts  # True: head's block first in the next test
         self._cases: list[CaseAB] = []  # the cases finished so far, in order
         self._untimed: set[str] = set()  # node ids either side marks untimed
+        self._launched: set[str] = set()  # node ids either side marks launched
         self._ready_at: float | None = None  # monotonic: both sides at their first test
 
     def settings(
@@ -215,6 +216,7 @@ class Coordinator:
         collected = {s.name: s.expect("collected", "bye") for s in (base, head)}
         ids = {name: m.get("ids", []) for name, m in collected.items()}
         self._untimed = {i for m in collected.values() for i in m.get("untimed", [])}
+        self._launched = {i for m in collected.values() for i in m.get("launched", [])}
         total = len(set(ids["base"]) | set(ids["head"]))
         where = "this device" if self.cfg.gpu is None else f"GPU {self.cfg.gpu}"
         self.note(
@@ -339,23 +341,28 @@ class Coordinator:
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
         skipped = False  # a side was told to skip the test: the other times it alone
-        for s in (first, second):
-            t0 = time.monotonic()
+        # a launched test's launches start and end on both sides at once; a gated run's
+        # work after its rounds (its profiled steps) has the GPU to itself
+        together = nodeid in self._launched and not (self._as_is(base) or self._as_is(head))
+
+        def setup_order(s: Side) -> dict[str, Any]:
+            nonlocal skipped
             ran = said.get(first.name, {})
             nothing_to_pair = ran.get("op") == "done" and ran.get("outcome") == "passed"
             if why := self._skipped(s, nodeid):
-                s.send({"op": "skip", "reason": why})
                 skipped = True
-            elif s is second and nothing_to_pair and not self._as_is(s):
+                return {"op": "skip", "reason": why}
+            if s is second and nothing_to_pair and not self._as_is(s):
                 # the first side's whole test made no timing call to pair (a memory search,
                 # a count): its second run would only cost time (a gated run runs it all
                 # the same: its result is the night's)
-                s.send({"op": "skip", "reason": f"{SKIPPED_FOR} ({first.build} ran it)"})
                 skipped = True
-            else:
-                s.send({"op": "go"})
-            said[s.name] = s.expect("measure", "done")
-            phases["setup"] += time.monotonic() - t0
+                return {"op": "skip", "reason": f"{SKIPPED_FOR} ({first.build} ran it)"}
+            return {"op": "go"}
+
+        t0 = time.monotonic()
+        _each(said, (first, second), setup_order, together)
+        phases["setup"] += time.monotonic() - t0
         at = lambda name: said[name]["op"]  # noqa: E731
         sides = {"base": base, "head": head}
         pairs: tuple[Pair, ...] = ()
@@ -378,9 +385,7 @@ class Coordinator:
                 phases["blocks"] += time.monotonic() - t0
                 t0 = time.monotonic()
                 calls += 1
-                for s in (first, second):
-                    s.send({"op": "end"})
-                    said[s.name] = s.expect("measure", "done")
+                _each(said, (first, second), lambda _: {"op": "end"}, together)
                 phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
                 s = base if at("base") == "measure" else head
@@ -455,6 +460,26 @@ class Coordinator:
                 pairs.append(Pair(got["base"], got["head"], base_first))
                 rounds = block_rounds(pairs[-1], self.cfg.block_s, self.cfg.min_rounds)
         return tuple(pairs)
+
+
+def _each(
+    said: dict[str, dict[str, Any]],
+    sides: tuple[Side, Side],
+    order: Callable[[Side], dict[str, Any]],
+    together: bool,
+) -> None:
+    """Send each side its order and keep what it says next ('measure' or 'done') in ``said``.
+
+    In turn, each side's answer before the next side's order; or ``together``: both
+    orders, then both answers.
+    """
+    for s in sides:
+        s.send(order(s))
+        if not together:
+            said[s.name] = s.expect("measure", "done")
+    if together:
+        for s in sides:
+            said[s.name] = s.expect("measure", "done")
 
 
 GROWTH = 4  # the most a block's round count grows from one pair to the next

@@ -13,7 +13,8 @@ Inert unless ``GPUGAUGE_AB_ADDRESS`` is set. Then, over a local socket, the coor
 decides when this side may use the GPU:
 
 * before each test, the worker asks ``test`` and waits for ``go``: one side at a time runs
-  a test's setup and the work after its rounds, so the two never share the GPU; or for
+  a test's setup and the work after its rounds, so the two never share the GPU (but for
+  a test marked ``launched``, whose launches both sides may start and end at once); or for
   ``skip``, where the test has nothing to pair (it is marked untimed, or the other side's
   run made no timing call) or its budget is spent;
 * at each call of the primitive that times a case's result (from ``gauge.measure``) it
@@ -475,6 +476,10 @@ UNTIMED = "untimed"
 
 # the node ids of this side's tests marked untimed, kept or left out
 UNTIMED_IDS = pytest.StashKey[list[str]]()
+# a test marked so times its case in processes it launches: nothing in its launch's start
+# or end waits on the GPU's other users, so the coordinator may start and end both sides'
+# launches at once (the marker: gpugauge.runtime.markers)
+LAUNCHED = "launched"
 
 
 @pytest.hookimpl(trylast=True)
@@ -544,6 +549,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 "op": "collected",
                 "ids": [item.nodeid for item in session.items],
                 "untimed": session.config.stash.get(UNTIMED_IDS, []),
+                "launched": [i.nodeid for i in session.items if i.get_closest_marker(LAUNCHED)],
                 "at": at,
                 "cuda_s": start_cuda() if session.items and not on_cpu else None,
             }

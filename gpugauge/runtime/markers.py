@@ -19,6 +19,8 @@ DEVICE_MARKERS = (
     "leaves to the seed and full runs",
     "untimed: a test that times no result of its own (a memory search, a count); a "
     "same-GPU A/B, which compares times, leaves it out",
+    "launched: a test that times its case in processes it launches (torchrun ranks); a "
+    "same-GPU A/B starts and ends both sides' launches at once, their blocks alternating alone",
 )
 
 # markers whose presence on a collected test means the run uses gpugauge
