@@ -293,8 +293,9 @@ def test_a_launched_case_s_two_sides_start_their_launches_at_once(
         out = tmp_path / f"marked-{marked}"
         run = _ab(ranks_toy, "ab", "HEAD", "HEAD", "--rounds", "1", out=out)
         assert run.returncode == 0, run.stdout + run.stderr
+        # (no verdict asked of one round of gloo ranks on a small machine's shared cores)
         (case,) = json.loads((out / "ab.json").read_text())["cases"]
-        assert case["outcome"] in ("same", "need more samples"), run.stdout
+        assert len(case["pairs"]) >= 4, run.stdout
         setup[marked] = case["phases"]["setup"]
     # in turn, each side's launch and 4 s; marked, both at once: the 4 s counted once
     assert setup[False] > 8.0, setup
