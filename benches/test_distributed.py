@@ -54,4 +54,5 @@ def test_distributed(
     if result.skipped:
         pytest.skip(result.skipped)
     reference = series_runs.find(case.reference()) if case.gpus > 1 else None
-    gauge.record(to_measurement(result, reference), charged=True)  # charged at its launch
+    # its rounds are on the run's wall ledger already where its launch charged them
+    gauge.record(to_measurement(result, reference), charged=series_runs.charge is not None)

@@ -354,6 +354,61 @@ def _scripted_case(base: list, head: list, schedule: Schedule | None = None) -> 
     return coordinator._paired(_Scripted("base", base), _Scripted("head", head), "t.py::t[c]")
 
 
+class _Logged(_Scripted):
+    """A scripted side that logs every order it gets and every answer it gives."""
+
+    def __init__(self, name: str, blocks: list[tuple[float, float]], log: list[str]) -> None:
+        super().__init__(name, blocks)
+        self.log = log
+
+    def send(self, message: dict) -> None:
+        super().send(message)
+        self.log.append(f"{self.name}<-{message['op']}")
+
+    def expect(self, *ops: str) -> dict:
+        said = super().expect(*ops)
+        self.log.append(f"{self.name}->{said['op']}")
+        return said
+
+
+@pytest.mark.parametrize(
+    ("launched", "as_is", "together"),
+    [(True, False, True), (False, False, False), (True, True, False)],
+)
+def test_a_launched_test_s_sides_get_go_and_end_at_once_unless_one_is_a_gated_run(
+    launched: bool, as_is: bool, together: bool
+) -> None:
+    from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.runner import Coordinator
+
+    class Scripted(Coordinator):
+        def _block(self, side, first, first_warm_s, rounds=None):
+            ms, mhz = next(side.blocks)
+            return Block(ms, 20, mhz)
+
+    log: list[str] = []
+    blocks = [(10.0, 1980.0)] * 4
+    base, head = _Logged("base", blocks, log), _Logged("head", blocks, log)
+    cfg = ABConfig((), Path("unused"), schedule=Schedule(), head_as_is=as_is)
+    coordinator = Scripted(cfg, {}, note=lambda _: None)
+    coordinator._launched = {"t.py::t[c]"} if launched else set()
+    coordinator._paired(base, head, "t.py::t[c]")
+    both = ["base<-go", "head<-go", "base->measure", "head->measure"]
+    in_turn = ["base<-go", "base->measure", "head<-go", "head->measure"]
+    assert log[:4] == (both if together else in_turn)
+    ends = ["base<-end", "head<-end", "base->done", "head->done"]
+    assert (log[-4:] == ends) == together, log[-4:]
+
+
+def test_a_side_that_injects_work_sets_its_launches_up_alone() -> None:
+    from gpugauge.ab.runner import launched_ids
+
+    marked = {"base": {"launched": ["a", "b"]}, "head": {"launched": ["b"]}}
+    assert launched_ids(marked) == {"a", "b"}
+    assert launched_ids({**marked, "head": {"launched": ["b"], "injects": True}}) == set()
+    assert launched_ids({"base": {}, "head": {}}) == set()  # sides from before the marker
+
+
 def _scripted_pairs(base: list, head: list) -> tuple[Pair, ...]:
     from gpugauge.ab.config import ABConfig
     from gpugauge.ab.runner import Coordinator

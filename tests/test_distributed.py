@@ -222,8 +222,9 @@ def test_seed_transforms_crop_flip_and_normalize_each_image_as_torchvision_would
         match = [(i, j, f) for i, j, f, want in candidates if torch.allclose(got, want, atol=1e-5)]
         assert match, "an output image is no crop and flip of its input"
         seen.append(match[0])
-    # crops at every offset and both flips, about half the images flipped
+    # crops at every offset (0 to 8 each way) and both flips, about half the images flipped
     assert len({(i, j) for i, j, _ in seen}) > 60
+    assert {i for i, _, _ in seen} == {j for _, j, _ in seen} == set(range(9))
     assert 100 < sum(f for *_, f in seen) < 200
 
 

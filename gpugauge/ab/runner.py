@@ -216,7 +216,7 @@ class Coordinator:
         collected = {s.name: s.expect("collected", "bye") for s in (base, head)}
         ids = {name: m.get("ids", []) for name, m in collected.items()}
         self._untimed = {i for m in collected.values() for i in m.get("untimed", [])}
-        self._launched = {i for m in collected.values() for i in m.get("launched", [])}
+        self._launched = launched_ids(collected)
         total = len(set(ids["base"]) | set(ids["head"]))
         where = "this device" if self.cfg.gpu is None else f"GPU {self.cfg.gpu}"
         self.note(
@@ -341,8 +341,9 @@ class Coordinator:
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
         skipped = False  # a side was told to skip the test: the other times it alone
-        # a launched test's launches start and end on both sides at once; a gated run's
-        # work after its rounds (its profiled steps) has the GPU to itself
+        # a launched test's launches start and end on both sides at once (then the second
+        # side runs even where the first made no timing call); a gated run's work after its
+        # rounds (its profiled steps) has the GPU to itself
         together = nodeid in self._launched and not (self._as_is(base) or self._as_is(head))
 
         def setup_order(s: Side) -> dict[str, Any]:
@@ -460,6 +461,17 @@ class Coordinator:
                 pairs.append(Pair(got["base"], got["head"], base_first))
                 rounds = block_rounds(pairs[-1], self.cfg.block_s, self.cfg.min_rounds)
         return tuple(pairs)
+
+
+def launched_ids(collected: dict[str, dict[str, Any]]) -> set[str]:
+    """The tests whose launches both sides may start and end at once, from their ``collected``.
+
+    Those either side marks launched, none where a side injects a slowdown: a rank sizes
+    the slowdown from a probe in its setup, which must have the GPU to itself.
+    """
+    if any(m.get("injects") for m in collected.values()):
+        return set()
+    return {i for m in collected.values() for i in m.get("launched", [])}
 
 
 def _each(

@@ -480,6 +480,9 @@ UNTIMED_IDS = pytest.StashKey[list[str]]()
 # or end waits on the GPU's other users, so the coordinator may start and end both sides'
 # launches at once (the marker: gpugauge.runtime.markers)
 LAUNCHED = "launched"
+# gpugauge check's options that add work to every timed round; a rank sizes the work from
+# a probe in its setup, which must then have the GPU to itself
+INJECTS = ("gauge_inject_slowdown", "gauge_inject_slowdown_ms")
 
 
 @pytest.hookimpl(trylast=True)
@@ -550,6 +553,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 "ids": [item.nodeid for item in session.items],
                 "untimed": session.config.stash.get(UNTIMED_IDS, []),
                 "launched": [i.nodeid for i in session.items if i.get_closest_marker(LAUNCHED)],
+                "injects": any(getattr(opt, dest, 0) for dest in INJECTS),
                 "at": at,
                 "cuda_s": start_cuda() if session.items and not on_cpu else None,
             }

@@ -150,7 +150,8 @@ def add_options(group: Any) -> None:
         default=False,
         help="skip the work a case does beside its timed result (its diagnostics, its GPU-busy "
         "share, its roofline and the device ceilings it needs, its checks against a reference "
-        "such as graphed against eager): the results "
+        "such as graphed against eager, a launched rank's profiled steps and all-reduce "
+        "reference): the results "
         "keep their times and lose those extras; `gpugauge ab` sets it on both sides, whose "
         "results are compared by time alone",
     )

@@ -52,7 +52,7 @@ class CaseResult:
     def rank_splits(self) -> list[CommSplit]:
         """Each rank's trace split (the mean of its traced windows), in rank order.
 
-        None where the ranks ran no profiled steps (an A/B's side).
+        Empty where the ranks ran no profiled steps (an A/B's side).
         """
         if not all(r.get("splits") for r in self.ranks):
             return []
@@ -170,6 +170,8 @@ class SeriesRuns:
                 )
             except LaunchError as err:
                 self._done[key] = err
+                if self.charge is not None:  # no rank said where its seconds went
+                    self.charge(LAUNCH, time.monotonic() - t0)
                 raise
             if self.charge is not None:
                 for phase, s in launch_phases(done.values(), time.monotonic() - t0).items():
