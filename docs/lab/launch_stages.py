@@ -47,10 +47,10 @@ def stages(case_id: str) -> dict[str, float]:
         data = D.synthetic_pool(case, pin=True)
     t = mark("data", t)
     epochs, pool = (data, None) if case.model == "resnet18" else (None, data)
-    model = R.build_model(case)
-    t = mark("model on the CPU", t)
+    with torch.device(ctx.device):  # as run_case builds it (run 130's code: on the CPU)
+        model = R.build_model(case)
     trainer = R.Trainer(case, ctx, model, D.batches_of(case, epochs, pool))
-    t = mark("model to the GPU", t)
+    t = mark("model on the GPU", t)
     trainer.probe()
     t = mark("probe", t)
     steps = case.steps_per_epoch

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 
 from gpugauge.core.phrasing import efficiency
 
+AROUND = "around rounds"  # a whole timing call: its timed rounds, its warm-up, the rest
+PROFILED = "profiled round"  # a round (or a launch's steps) under the profiler
 # the phases a measurement times, in the order a run's summary names them
 MEASUREMENT_PHASES = (
-    "around rounds",
+    AROUND,
     "before rounds",
-    "profiled round",
+    PROFILED,
     "memory round",
     "energy",
     "idle power",
@@ -101,7 +103,7 @@ class WallLedger:
         out = {TIMED: 0.0, WARMUP: 0.0, **dict.fromkeys(MEASUREMENT_PHASES, 0.0)}
         for name, s in self.seconds.get(nodeid, {}).items():
             out[name] = out.get(name, 0.0) + s
-        out["around rounds"] = max(0.0, out["around rounds"] - out[TIMED] - out[WARMUP])
+        out[AROUND] = max(0.0, out[AROUND] - out[TIMED] - out[WARMUP])
         out[OWN_CODE] = max(0.0, test_s - sum(out.values()))
         return out
 

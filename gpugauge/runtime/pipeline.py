@@ -33,7 +33,7 @@ from gpugauge.measure.timing import (
     TimingPolicy,
     measure,
 )
-from gpugauge.measure.wall import TIMED, WARMUP
+from gpugauge.measure.wall import AROUND, PROFILED, TIMED, WARMUP
 from gpugauge.results.measurement import Measurement, Spec, devices_of
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def measure_case(
         before = tuple(d.state() for d in known)
         flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None
         between = setup if flush is None else _chain(prepare, flush)
-        with wall.phase("around rounds"), watching(nvdevs[0]) as watch:
+        with wall.phase(AROUND), watching(nvdevs[0]) as watch:
             timing = measure(fn, policy, clock, between=between, watch=watch)
         wall.charge(TIMED, timing.timed_s)
         wall.charge(WARMUP, timing.warmup_s)
@@ -189,7 +189,7 @@ def measure_case(
             # host-timed rounds drift with the host between tests: pair the blocks (an A/B
             # side, run with --gauge-skip-extras, compares times and no comparison)
             against = reference.build()
-            with wall.phase("around rounds"):
+            with wall.phase(AROUND):
                 pairs = paired_blocks(against, fn, policy, clock)
             wall.charge(TIMED, pairs.timed_s)
             wall.charge(WARMUP, pairs.warmup_s)
@@ -212,7 +212,7 @@ def measure_case(
                     idle_w,
                 )
         if on_gpu and session.options.record_kernels:
-            with wall.phase("profiled round"):
+            with wall.phase(PROFILED):
                 prepare()
                 extra = {**(extra or {}), "kernels": round_kernels(fn, clock.synchronize)}
         m = Measurement(

@@ -28,14 +28,13 @@ from gpugauge.measure.kernels import comm_split, kernel_table, read_trace
 from gpugauge.measure.profile import release_cupti_on_stop
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, Timing, TimingPolicy
 from gpugauge.measure.timing import measure as time_rounds
-from gpugauge.measure.wall import WallLedger
+from gpugauge.measure.wall import AROUND, PROFILED, WallLedger
 
-# a rank's phases, host seconds each (a case's result, ``phases``): what a launch spent
+# a rank's phases beside the run's own (AROUND: its timing call; PROFILED: the seed's
+# profiler schedule, its traces read back), host seconds each (a case's ``phases``)
 DATA = "data"  # the series' loaded epochs or a case's synthetic batches
 MODEL_BUILD = "model build"  # the model, its wrapper and optimizer, and the probe step
-AROUND = "around rounds"  # the timing call: its warm-up and rounds, and what surrounds them
-PROFILED = "profiled round"  # the seed's profiler schedule, its traces read back
-ALLREDUCE_PHASE = "all-reduce reference"
+REFERENCE = "all-reduce reference"
 
 ALLREDUCE_POLICY = TimingPolicy(warmup_rounds=5, rounds=20)
 ALLREDUCE_POLICY_CPU = TimingPolicy(warmup_rounds=1, rounds=3)  # gloo at CI sizes: seconds
@@ -272,7 +271,7 @@ def run_case(
     if injected:
         result[INJECTED_KEY] = injected
     if case.gpus > 1 and extras:
-        with wall.phase(ALLREDUCE_PHASE):
+        with wall.phase(REFERENCE):
             result["allreduce"] = allreduce_reference(trainer.grad_bytes, case, ctx).as_dict()
     return result
 

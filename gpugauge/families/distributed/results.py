@@ -30,7 +30,7 @@ from gpugauge.results.measurement import Measurement
 
 CALL = "gpugauge.families.distributed.rank:run_series"
 RANK_STEPS_CLOCK = "cuda_event, the rank's timed steps"  # what times a rank's busy share
-LAUNCH = "torchrun start and end"  # a launch's seconds outside its ranks' phases
+START_AND_END = "torchrun start and end"  # a launch's seconds outside its ranks' phases
 # why a result has no trace split (no busy share, no communication fractions)
 NOT_PROFILED = "no profiled steps: an A/B's side (--gauge-skip-extras) compares times alone"
 
@@ -171,7 +171,7 @@ class SeriesRuns:
             except LaunchError as err:
                 self._done[key] = err
                 if self.charge is not None:  # no rank said where its seconds went
-                    self.charge(LAUNCH, time.monotonic() - t0)
+                    self.charge(START_AND_END, time.monotonic() - t0)
                 raise
             if self.charge is not None:
                 for phase, s in launch_phases(done.values(), time.monotonic() - t0).items():
@@ -206,7 +206,7 @@ def launch_phases(results: Iterable[CaseResult], wall_s: float) -> dict[str, flo
             out[TIMED] += r.timing.timed_s
             out[WARMUP] += r.timing.warmup_s
     ranks_s = sum(s for phase, s in out.items() if phase not in (TIMED, WARMUP))
-    out[LAUNCH] = max(0.0, wall_s - ranks_s)
+    out[START_AND_END] = max(0.0, wall_s - ranks_s)
     return dict(out)
 
 
@@ -244,8 +244,8 @@ def launch_series(
     if alone and len(members) != 1:
         raise ValueError("a case launched alone is one case")
     folder = series_dir(out_root, first, alone)
-    spec = {"device": first.device, "cases": [c.as_dict() for c in members], "out": str(folder)}
-    spec["extras"] = extras
+    cases = [c.as_dict() for c in members]
+    spec = {"device": first.device, "cases": cases, "out": str(folder), "extras": extras}
     budget = timeout_s if timeout_s is not None else 60 + sum(c.budget_s() for c in members)
     ranks = launch(Launch(CALL, spec, first.ranks), folder, timeout_s=budget, note=note)
     return read_series(members, [r.extra for r in ranks])
