@@ -267,7 +267,12 @@ def test_a_launch_s_seconds_go_to_its_ranks_phases_and_the_rest_to_its_start() -
     ran = {**_rank([1.0] * 4), "timing": replace(timed, warmup_s=0.5).as_dict()}
     ran["phases"] = {"data": 1.0, "model build": 3.0, "around rounds": 4.0}
     oom = {"status": "oom", "error": "boom", "phases": {"model build": 2.0}}
-    done = [results.CaseResult(case, (ran,)), results.CaseResult(case, (oom,), skipped="oom")]
+    # a second rank's phases ran beside rank 0's: the launch's seconds count once
+    other = {**ran, "phases": {"data": 9.0, "model build": 9.0}}
+    done = [
+        results.CaseResult(case, (ran, other)),
+        results.CaseResult(case, (oom, oom), skipped="oom"),
+    ]
     phases = results.launch_phases(done, wall_s=20.0)
     assert phases == {
         "data": 1.0,
