@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -339,8 +340,8 @@ class _Scripted:
         return {"op": "done", "outcome": "passed"}
 
 
-def _scripted_case(base: list, head: list, schedule: Schedule | None = None) -> CaseAB:
-    """One paired test of two scripted sides, as the coordinator ends it."""
+def _scripted_coordinator(**cfg: Any) -> Any:
+    """A coordinator whose every block is its side's next scripted (ms, SM clock MHz)."""
     from gpugauge.ab.config import ABConfig
     from gpugauge.ab.runner import Coordinator
 
@@ -349,8 +350,12 @@ def _scripted_case(base: list, head: list, schedule: Schedule | None = None) -> 
             ms, mhz = next(side.blocks)
             return Block(ms, 20, mhz)
 
-    cfg = ABConfig((), Path("unused"), schedule=schedule or Schedule())
-    coordinator = Scripted(cfg, {}, note=lambda _: None)
+    return Scripted(ABConfig((), Path("unused"), **cfg), {}, note=lambda _: None)
+
+
+def _scripted_case(base: list, head: list, schedule: Schedule | None = None) -> CaseAB:
+    """One paired test of two scripted sides, as the coordinator ends it."""
+    coordinator = _scripted_coordinator(schedule=schedule or Schedule())
     return coordinator._paired(_Scripted("base", base), _Scripted("head", head), "t.py::t[c]")
 
 
@@ -378,19 +383,10 @@ class _Logged(_Scripted):
 def test_a_launched_test_s_sides_get_go_and_end_at_once_unless_one_is_a_gated_run(
     launched: bool, as_is: bool, together: bool
 ) -> None:
-    from gpugauge.ab.config import ABConfig
-    from gpugauge.ab.runner import Coordinator
-
-    class Scripted(Coordinator):
-        def _block(self, side, first, first_warm_s, rounds=None):
-            ms, mhz = next(side.blocks)
-            return Block(ms, 20, mhz)
-
     log: list[str] = []
     blocks = [(10.0, 1980.0)] * 4
     base, head = _Logged("base", blocks, log), _Logged("head", blocks, log)
-    cfg = ABConfig((), Path("unused"), schedule=Schedule(), head_as_is=as_is)
-    coordinator = Scripted(cfg, {}, note=lambda _: None)
+    coordinator = _scripted_coordinator(head_as_is=as_is)
     coordinator._launched = {"t.py::t[c]"} if launched else set()
     coordinator._paired(base, head, "t.py::t[c]")
     both = ["base<-go", "head<-go", "base->measure", "head->measure"]
@@ -410,15 +406,7 @@ def test_a_side_that_injects_work_sets_its_launches_up_alone() -> None:
 
 
 def _scripted_pairs(base: list, head: list) -> tuple[Pair, ...]:
-    from gpugauge.ab.config import ABConfig
-    from gpugauge.ab.runner import Coordinator
-
-    class Scripted(Coordinator):
-        def _block(self, side, first, first_warm_s, rounds=None):
-            ms, mhz = next(side.blocks)
-            return Block(ms, 20, mhz)
-
-    coordinator = Scripted(ABConfig((), Path("unused")), {})
+    coordinator = _scripted_coordinator()
     return coordinator._blocks(_Scripted("base", base), _Scripted("head", head), True)
 
 

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
@@ -302,6 +302,26 @@ def connect(
                 f"{side.build}: its pytest imported gpugauge from {theirs}, not from its "
                 f"checkout {mine}: an installed copy shadows the checkout's"
             )
+
+
+def exchange(
+    said: dict[str, dict[str, Any]],
+    sides: tuple[Side, Side],
+    order: Callable[[Side], dict[str, Any]],
+    together: bool,
+) -> None:
+    """Send each side its order and keep what it says next ('measure' or 'done') in ``said``.
+
+    In turn, each side's answer before the next side's order; or ``together``: both
+    orders, then both answers.
+    """
+    for s in sides:
+        s.send(order(s))
+        if not together:
+            said[s.name] = s.expect("measure", "done")
+    if together:
+        for s in sides:
+            said[s.name] = s.expect("measure", "done")
 
 
 def finish(side: Side) -> None:

@@ -37,6 +37,7 @@ from gpugauge.ab.launch import (
     Side,
     SideSilent,
     connect,
+    exchange,
     finish,
     listening,
     start_side,
@@ -362,7 +363,7 @@ class Coordinator:
             return {"op": "go"}
 
         t0 = time.monotonic()
-        _each(said, (first, second), setup_order, together)
+        exchange(said, (first, second), setup_order, together)
         phases["setup"] += time.monotonic() - t0
         at = lambda name: said[name]["op"]  # noqa: E731
         sides = {"base": base, "head": head}
@@ -386,7 +387,7 @@ class Coordinator:
                 phases["blocks"] += time.monotonic() - t0
                 t0 = time.monotonic()
                 calls += 1
-                _each(said, (first, second), lambda _: {"op": "end"}, together)
+                exchange(said, (first, second), lambda _: {"op": "end"}, together)
                 phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
                 s = base if at("base") == "measure" else head
@@ -472,26 +473,6 @@ def launched_ids(collected: dict[str, dict[str, Any]]) -> set[str]:
     if any(m.get("injects") for m in collected.values()):
         return set()
     return {i for m in collected.values() for i in m.get("launched", [])}
-
-
-def _each(
-    said: dict[str, dict[str, Any]],
-    sides: tuple[Side, Side],
-    order: Callable[[Side], dict[str, Any]],
-    together: bool,
-) -> None:
-    """Send each side its order and keep what it says next ('measure' or 'done') in ``said``.
-
-    In turn, each side's answer before the next side's order; or ``together``: both
-    orders, then both answers.
-    """
-    for s in sides:
-        s.send(order(s))
-        if not together:
-            said[s.name] = s.expect("measure", "done")
-    if together:
-        for s in sides:
-            said[s.name] = s.expect("measure", "done")
 
 
 GROWTH = 4  # the most a block's round count grows from one pair to the next

@@ -476,9 +476,8 @@ UNTIMED = "untimed"
 
 # the node ids of this side's tests marked untimed, kept or left out
 UNTIMED_IDS = pytest.StashKey[list[str]]()
-# a test marked so times its case in processes it launches: nothing in its launch's start
-# or end waits on the GPU's other users, so the coordinator may start and end both sides'
-# launches at once (the marker: gpugauge.runtime.markers)
+# a test marked so times its case in processes it launches, whose start and end both sides
+# may run at once (the marker: gpugauge.runtime.markers)
 LAUNCHED = "launched"
 # gpugauge check's options that add work to every timed round; a rank sizes the work from
 # a probe in its setup, which must then have the GPU to itself

@@ -308,10 +308,10 @@ def to_measurement(r: CaseResult, reference: CaseResult | None) -> Measurement:
         extra["sweep_end"] = (
             f"per-GPU batch {c.batch} fitted: the sweep ends at its cap, not at an out-of-memory"
         )
-    if c.gpus > 1 and split is not None:
-        values["comm_fraction"] = split.comm_fraction
-        values["exposed_comm_fraction"] = split.exposed_fraction
     if c.gpus > 1:
+        if split is not None:
+            values["comm_fraction"] = split.comm_fraction
+            values["exposed_comm_fraction"] = split.exposed_fraction
         ref_ms = r.allreduce_ms()
         if ref_ms is not None:
             grad = r.ranks[0]["grad_bytes"]
