@@ -42,6 +42,8 @@ SESSION = pytest.StashKey["GaugeSession"]()
 STARTED = pytest.StashKey[float]()  # time.monotonic() at the session's start
 PROGRESS_AT = pytest.StashKey[float]()  # time.monotonic() of the last progress line
 PROGRESS_EVERY_S = 30.0  # the least time between two progress lines, s
+# per selected test, in run order: whether it does more than skip at once (progress)
+COSTLY = pytest.StashKey[list[bool]]()
 STARTED_WALL = pytest.StashKey[float]()  # time.time() at the session's start (file times)
 START_FAILED = pytest.StashKey[pytest.UsageError]()  # why gpugauge could not start
 FIXTURES = ("gauge", "gauge_session")  # a collected test that takes one uses gpugauge
@@ -162,7 +164,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     gs = item.config.stash.get(SESSION, None)
     if gs is not None:
         gs.wall.current = item.nodeid
-        _progress(item.config, gs, t0)
+        _progress(item, gs, t0)
     yield
     if gs is not None:
         gs.test_seconds[item.nodeid] = round(time.monotonic() - t0, 3)
@@ -178,17 +180,28 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         gs.course = replace(gs.course, stopped=str(stop))
 
 
-def _progress(config: pytest.Config, gs: GaugeSession, now: float) -> None:
+def _progress(item: pytest.Item, gs: GaugeSession, now: float) -> None:
     """'12 of 93 tests done in 2 min; about 8 min left', at a test's start, every 30 s or more.
 
     A long run (a nightly is about 10 minutes) says how far it is at least once a minute
-    where its tests take under half a minute each.
+    where its tests take under half a minute each. The estimate leaves out the tests that
+    skip at once (a CUDA case where no GPU is, a skip mark).
     """
+    config = item.config
     started = config.stash.get(STARTED, now)
     if now - config.stash.get(PROGRESS_AT, started) < PROGRESS_EVERY_S or not gs.course.finished:
         return
     config.stash[PROGRESS_AT] = now
-    gs.note(progress(now - started, gs.course.finished, gs.course.selected))
+    items = item.session.items
+    if COSTLY not in config.stash:
+        config.stash[COSTLY] = [
+            device_skip(it, gs.options) is None and it.get_closest_marker("skip") is None
+            for it in items
+        ]
+    costly = config.stash[COSTLY]
+    at = items.index(item) if item in items else gs.course.finished
+    counts = (sum(costly[:at]), sum(costly[at:]))
+    gs.note(progress(now - started, gs.course.finished, gs.course.selected, costly=counts))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -273,20 +286,14 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return None if session is None else _header(session)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip device-marked cases the run does not cover, with the reason."""
-    session = item.config.stash.get(SESSION, None)
-    if session is None:  # no test of this run uses gpugauge
-        return
-    o = session.options
+def device_skip(item: pytest.Item, o: Options) -> str | None:
+    """Why the run's devices skip this device-marked case, or None where it runs."""
     if item.get_closest_marker("gpu") and "cuda" not in o.devices:
         if not o.cuda_available:
-            pytest.skip("needs a CUDA GPU; none is visible here")
-        pytest.skip("CUDA case, but --gauge-device selects only the CPU")
+            return "needs a CUDA GPU; none is visible here"
+        return "CUDA case, but --gauge-device selects only the CPU"
     if item.get_closest_marker("cpu") and "cpu" not in o.devices:
-        pytest.skip(
-            "CPU case; --gauge-device auto picked cuda (use --gauge-device all or cpu to run it)"
-        )
+        return "CPU case; --gauge-device auto picked cuda (use --gauge-device all or cpu to run it)"
     marker = item.get_closest_marker("multi_gpu")
     if marker:
         import torch
@@ -294,7 +301,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         need = int(marker.args[0]) if marker.args else 2
         seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if seen < need:
-            pytest.skip(f"needs {need} GPUs; {seen} visible")
+            return f"needs {need} GPUs; {seen} visible"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip device-marked cases the run does not cover, with the reason."""
+    session = item.config.stash.get(SESSION, None)
+    if session is None:  # no test of this run uses gpugauge
+        return
+    why = device_skip(item, session.options)
+    if why is not None:
+        pytest.skip(why)
 
 
 @pytest.hookimpl(trylast=True)

@@ -315,3 +315,15 @@ def test_next_batch_never_exceeds_the_cap() -> None:
     policy = TimingPolicy(min_rounds=10, max_rounds=100_000, budget_s=1e9)
     assert _next_batch([1.0] * 1000, 0.0, policy) == MAX_BATCH
     assert _next_batch([1.0] * 3, 0.0, policy) == 7
+
+
+def test_a_policy_says_what_its_warm_up_does() -> None:
+    """A run's note before each case's rounds: the smoke profile does not settle; seed does."""
+    from gpugauge.runtime.options import PROFILE_POLICIES
+
+    assert PROFILE_POLICIES["smoke"].warmup_plan() == "sustained regime, warm-up 5 rounds"
+    assert PROFILE_POLICIES["seed"].warmup_plan() == (
+        "sustained regime, warm-up 5 rounds, then 1-5 s of batches until two agree within 2%"
+    )
+    burst = TimingPolicy(regime="burst", idle_s=2.0, warmup_rounds=2)
+    assert burst.warmup_plan() == "burst regime, idle 2 s, warm-up 2 rounds"

@@ -56,7 +56,7 @@ def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:
     From the round's seconds per test so far, start-up included (:func:`seconds_left`); each
     round after this one is taken to cost what this one will have cost in all.
     """
-    left = seconds_left(spent_s, done, total)
+    left = seconds_left(spent_s, done, total - done)
     if left is None:
         return ""
     said = f"; about {duration(left)} left in this round"

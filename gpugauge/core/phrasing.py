@@ -22,22 +22,34 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def seconds_left(spent_s: float, done: int, total: int) -> float | None:
-    """What the items left will take if each costs the mean of those done, s.
+def seconds_left(spent_s: float, done: int, left: int) -> float | None:
+    """What ``left`` more items will take if each costs the mean of the ``done`` ones, s.
 
-    None before the first item ends (nothing to go by) and after the last. A rough guide:
+    None before the first item ends (nothing to go by) and when none is left. A rough guide:
     items differ (a split's search is minutes, a skipped case milliseconds).
     """
-    if done <= 0 or done >= total:
+    if done <= 0 or left <= 0:
         return None
-    return spent_s / done * (total - done)
+    return spent_s / done * left
 
 
-def progress(spent_s: float, done: int, total: int, noun: str = "test") -> str:
-    """'12 of 93 tests done in 2 min; about 8 min left' (no estimate before the first)."""
-    left = seconds_left(spent_s, done, total)
-    eta = "" if left is None else f"; about {duration(left)} left"
-    return f"{done} of {plural(total, noun)} done in {duration(spent_s)}{eta}"
+def progress(
+    spent_s: float,
+    done: int,
+    total: int,
+    noun: str = "test",
+    *,
+    costly: tuple[int, int] | None = None,
+) -> str:
+    """'12 of 93 tests done in 2 min; about 8 min left' (no estimate before the first).
+
+    ``costly``: how many of the items done, and of those left, do more than skip at once
+    (a CUDA case where no GPU is): the estimate goes by them alone. Default: every item.
+    """
+    ran, left = costly if costly is not None else (done, total - done)
+    eta = seconds_left(spent_s, ran, left)
+    after = "" if eta is None else f"; about {duration(eta)} left"
+    return f"{done} of {plural(total, noun)} done in {duration(spent_s)}{after}"
 
 
 def efficiency(timed_s: float, warmup_s: float, wall_s: float) -> str:

@@ -94,6 +94,15 @@ class TimingPolicy:
         if bad:
             raise ValueError(f"invalid timing policy field(s) {bad}: {self}")
 
+    def warmup_plan(self) -> str:
+        """What comes before the timed rounds, in words: 'sustained regime, warm-up 5 rounds'."""
+        plan = f"{self.regime} regime" + (f", idle {self.idle_s:g} s" if self.idle_s else "")
+        plan += f", warm-up {self.warmup_rounds} rounds"
+        if self.warmup_s > 0:
+            agree = f" until two agree within {self.settle:.0%}" if self.settle else ""
+            plan += f", then {self.warmup_s:g}-{self.max_warmup_s:g} s of batches{agree}"
+        return plan
+
 
 class RoundClock(Protocol):
     """Times rounds: ``begin``/``end`` around the callable, ``collect`` after a batch."""

@@ -177,7 +177,7 @@ def measure_case(
             # it right away all run in the same (sustained) regime
             with wall.phase("idle power"):
                 idle_w = idle_power(energy_devs, clock.synchronize, session.options.idle_s)
-        session.note(f"{spec.id}: {policy.regime} warm-up, timing ...")
+        session.note(f"{spec.id}: {policy.warmup_plan()}; timing ...")
         before = tuple(d.state() for d in known)
         flush = l2_flusher(devices[0]) if (on_gpu and policy.flush_l2) else None
         between = setup if flush is None else _chain(prepare, flush)
