@@ -364,15 +364,19 @@ def gauge(
         "custom"; device: where the arguments' tensors live, else the run's device), and
         returns what one more, untimed call of fn returns.
     gauge.measure(spec, fn, *, setup=None, work=None, expected_memory=None,
-    flush_l2=False, energy=True, values=None, artifacts=None, extra=None)
-        Time fn (one round) with CUDA events (perf_counter on a CPU) under the run's
+    flush_l2=False, energy=True, values=None, artifacts=None, extra=None, reference=None)
+        Time fn (one round) with CUDA events (on a CPU, perf_counter_ns less the time its
+        one thread waited for a core; with more threads, the wall clock) under the run's
         policy, then its peak memory and NVML energy; spec.id is the result's id and
         baseline key, spec.family its baseline file, spec.device (or spec.devices) where
         one round runs; a string spec is an id for a spec made from the test. setup runs
-        before each round, untimed; values adds registry metrics; artifacts names files.
+        before each round, untimed; values adds registry metrics; artifacts names files;
+        reference (a PairedReference) is the result this one is compared with, timed in
+        alternating blocks with it where rounds are host-timed.
     gauge.record(measurement)
         Record a Measurement built elsewhere: a worker's Timing.from_dict(...), or a
         result with no timing such as Measurement(spec, values={"max_layers": 61}).
+    gauge.phase(name): a context whose wall seconds the run's wall-time lines name.
     gauge.artifact_path(spec, name) -> Path in this run's artifact folder.
     gauge.compare(a, b, *, title, labels) -> speedup of b over a with its CI.
     A second measure/record in one test is refused (GaugeError): parametrize instead.

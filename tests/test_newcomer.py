@@ -258,3 +258,14 @@ def test_version_without_an_installed_distribution(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(commands, "installed_version", missing)
     assert commands.version() == gpugauge.__version__
+
+
+@pytest.mark.parametrize(
+    "doc,package", [("docs/method.md", "gpugauge/measure"), ("docs/history.md", "gpugauge/history")]
+)
+def test_a_page_that_lists_its_package_s_modules_lists_every_one(doc: str, package: str) -> None:
+    """method.md and history.md say what each module of their package holds: all of them."""
+    text = (ROOT / doc).read_text()
+    modules = sorted(p.stem for p in (ROOT / package).glob("*.py") if p.stem != "__init__")
+    missing = [m for m in modules if f"`{m}`" not in text]
+    assert not missing, f"{doc} does not name {missing} of {package}/"

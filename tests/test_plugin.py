@@ -743,3 +743,21 @@ def test_a_run_inside_a_frozen_process_leaves_its_freeze(gauge_pytester: pytest.
         assert gc.get_freeze_count() > outer // 2  # not given back (some were freed)
     finally:
         gc.unfreeze()
+
+
+def test_the_gauge_fixture_s_help_names_every_option_of_measure() -> None:
+    """`pytest --fixtures -v` is where the README sends a user to learn what `gauge` takes."""
+    import inspect
+
+    from gpugauge.plugin import gauge
+    from gpugauge.runtime.gauge import Gauge
+
+    doc = inspect.getdoc(gauge.__wrapped__ if hasattr(gauge, "__wrapped__") else gauge) or ""
+    keywords = [
+        name
+        for name, p in inspect.signature(Gauge.measure).parameters.items()
+        if p.kind is p.KEYWORD_ONLY
+    ]
+    assert keywords
+    missing = [k for k in keywords if f"{k}=" not in doc]
+    assert not missing, f"gauge's help leaves out {missing}"

@@ -166,7 +166,7 @@ METRICS: dict[str, Metric] = {
             "device activity (union of kernels, copies, memsets) / wall time of one step",
             # on one host a halving is a change, so is 0.9 -> 0.4; across hosts a step the
             # host issues moves with the host's pace: one build on five H100 hosts read
-            # ResNet-18's eager fp32 step 42-94% busy and MLP's 7.7-18.9%, a 0.41x that
+            # ResNet-18's eager fp32 step 62-94% busy and MLP's 7.7-18.9%, a 0.41x that
             # would fail a new host's first night (docs/amp.md)
             slack=0.1,
             per_host=True,
