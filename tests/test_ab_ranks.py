@@ -310,6 +310,25 @@ def test_a_launched_case_s_two_sides_start_their_launches_at_once(
     assert _leftovers(ranks_toy, tmp_path) == []
 
 
+@pytest.mark.slow
+def test_a_side_that_injects_a_slowdown_sets_its_marked_launches_up_in_turn(
+    ranks_toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the worker's own "injects", from the side's command line: a rank sizes its slowdown
+    # from a probe in its setup, which must not run beside the other side's setup
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("TOY_MARKS", str(marks))
+    _commit(ranks_toy, 3.0, "4 s of setup, marked", setup_s=4.0, marked=True)
+    injects = "-p gpugauge.check.slowdown --gauge-inject-slowdown-ms 0.5"
+    out = tmp_path / "injected"
+    run = _ab(ranks_toy, "ab", "HEAD", "HEAD", "--rounds", "1", "--head-args", injects, out=out)
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    first, second = sorted(tuple(map(float, p.read_text().split())) for p in marks.glob("setup-*"))
+    assert second[0] >= first[1], (first, second)  # the second set up after the first
+    assert _leftovers(ranks_toy, tmp_path) == []
+
+
 def _ranks_of(tmp: Path) -> list[int]:
     """The pids of ranks launched by an A/B's sides whose sockets lie under ``tmp``."""
 
