@@ -239,6 +239,17 @@ def test_cifar_data_goes_through_the_seed_transforms() -> None:
     assert x0.min() < -1.5
     assert x0.max() > 1.5
     assert not torch.equal(halves[0][0][0], halves[0][1][0])  # a new order each epoch
+    # ... the sampler's, shuffled anew each epoch (its crops alone would differ too)
+    from torch.utils.data import DistributedSampler
+
+    _, labels = data.cifar_source(case)
+    sampler = DistributedSampler(range(8), num_replicas=2, rank=0, shuffle=True, seed=0)
+    orders = []
+    for epoch, (_, y) in enumerate(halves[0]):
+        sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+        assert torch.equal(y, labels[orders[-1]])
+    assert orders[0] != orders[1]
     assert not torch.equal(x0, x1)  # the two ranks hold different halves
     step = data.batches_of(case, halves[0], None)
     assert torch.equal(step(0)[0], x0[:2])
