@@ -396,6 +396,21 @@ def test_a_launched_test_s_sides_get_go_and_end_at_once_unless_one_is_a_gated_ru
     assert (log[-4:] == ends) == together, log[-4:]
 
 
+@pytest.mark.parametrize("launched", [False, True])
+def test_a_gated_run_that_times_a_test_the_other_side_skips_says_why_it_has_no_pairs(
+    launched: bool,
+) -> None:
+    # the other side skipped it (untimed here): not "made no such call"
+    blocks = [(10.0, 1980.0)] * 4
+    coordinator = _scripted_coordinator(head_as_is=True)
+    coordinator._untimed = {"t.py::t[c]"}
+    coordinator._launched = {"t.py::t[c]"} if launched else set()
+    case = coordinator._paired(_Scripted("base", blocks), _Scripted("head", blocks), "t.py::t[c]")
+    assert not case.pairs
+    assert case.timed_alone == ""
+    assert "made no such call" not in case.unpaired_reason, case.unpaired_reason
+
+
 def test_a_side_that_injects_work_sets_its_launches_up_alone() -> None:
     from gpugauge.ab.runner import launched_ids
 
