@@ -295,6 +295,25 @@ def test_a_launch_s_seconds_go_to_its_ranks_phases_and_the_rest_to_its_start() -
     }
 
 
+def test_a_failed_launch_s_seconds_go_to_its_start_and_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = dist_cases.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
+
+    def failing(*_: Any, **__: Any) -> Any:
+        time.sleep(0.05)
+        raise LaunchError("rank 0 did not report")
+
+    monkeypatch.setattr(results, "launch_series", failing)
+    charged: list[tuple[str, float]] = []
+    runs = results.SeriesRuns(tmp_path, note=lambda _: None, charge=lambda *a: charged.append(a))
+    with pytest.raises(LaunchError):
+        runs.result(case, [case])
+    ((phase, s),) = charged
+    assert phase == results.START_AND_END
+    assert s >= 0.05
+
+
 def test_scaling_subtraction_and_bandwidth_from_rank_results() -> None:
     one = dist_cases.DistCase("alexnet", "single", 1, 8, 64, 10, 32, 1, "cpu", "smoke")
     two = dist_cases.DistCase("alexnet", "ddp", 2, 8, 64, 10, 32, 1, "cpu", "smoke")
