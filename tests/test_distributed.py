@@ -295,6 +295,13 @@ def test_a_launch_s_seconds_go_to_its_ranks_phases_and_the_rest_to_its_start() -
     }
 
 
+def test_the_distributed_bench_is_marked_launched() -> None:
+    # an A/B sets its sides' launches up at once only for tests that carry the marker
+    from benches.test_distributed import test_distributed
+
+    assert "launched" in {m.name for m in test_distributed.pytestmark}
+
+
 def test_a_failed_launch_s_seconds_go_to_its_start_and_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
