@@ -200,14 +200,13 @@ def test_case_geometry_and_validation() -> None:
         dist_cases.DistCase("resnet18", "dp", 2, 8, 32, 10, 64, 2, "cpu", "seed")
 
 
-def test_seed_transforms_crop_flip_and_normalize_each_image_as_torchvision_would() -> None:
+def _draws(images: torch.Tensor, out: torch.Tensor) -> list[tuple[int, int, bool]]:
+    """Each output image's crop offset and flip, found by torchvision's own transforms.
+
+    Asserts that every output is one of its input's 162 crops and flips, normalized.
+    """
     from torchvision.transforms import functional as tvf
 
-    g = torch.Generator().manual_seed(5)
-    images = torch.randint(0, 256, (300, 32, 32, 3), dtype=torch.uint8, generator=g)
-    out = data.seed_transforms(images, torch.Generator().manual_seed(7))
-    assert out.shape == (300, 3, 32, 32)
-    assert out.dtype == torch.float32
     seen = []
     for img, got in zip(images, out, strict=True):
         padded = tvf.pad(img.permute(2, 0, 1).float() / 255, [data.PAD])  # ToTensor, padding
@@ -222,10 +221,38 @@ def test_seed_transforms_crop_flip_and_normalize_each_image_as_torchvision_would
         match = [(i, j, f) for i, j, f, want in candidates if torch.allclose(got, want, atol=1e-5)]
         assert match, "an output image is no crop and flip of its input"
         seen.append(match[0])
+    return seen
+
+
+def test_seed_transforms_crop_flip_and_normalize_each_image_as_torchvision_would() -> None:
+    g = torch.Generator().manual_seed(5)
+    images = torch.randint(0, 256, (300, 32, 32, 3), dtype=torch.uint8, generator=g)
+    out = data.seed_transforms(images, torch.Generator().manual_seed(7))
+    assert out.shape == (300, 3, 32, 32)
+    assert out.dtype == torch.float32
+    seen = _draws(images, out)
     # crops at every offset (0 to 8 each way) and both flips, about half the images flipped
     assert len({(i, j) for i, j, _ in seen}) > 60
     assert {i for i, _, _ in seen} == {j for _, j, _ in seen} == set(range(9))
-    assert 100 < sum(f for *_, f in seen) < 200
+    # 149 of 300 at this generator's seed; a flip of 0.4 or 0.6 reads 121 or 179
+    assert 135 < sum(f for *_, f in seen) < 165
+
+
+def test_each_epoch_and_rank_draws_crops_and_flips_of_its_own() -> None:
+    """The seed's transforms are random per image: no two epochs or ranks share their draws."""
+    from torch.utils.data import DistributedSampler
+
+    case = dist_cases.DistCase("resnet18", "ddp", 2, 2, 32, 10, 48, 2, "cpu", "smoke")
+    images, _ = data.cifar_source(case)
+    draws = {}
+    for r in (0, 1):
+        epochs = data.cifar_epochs(case, RankContext(r, r, 2, "cpu", "gloo"), pin=False)
+        sampler = DistributedSampler(range(48), num_replicas=2, rank=r, shuffle=True, seed=0)
+        for epoch, (x, _) in enumerate(epochs):
+            sampler.set_epoch(epoch)
+            draws[r, epoch] = _draws(images[list(sampler)], x)
+    # by position in the epoch: the same generator would give every epoch and rank one list
+    assert len({tuple(d) for d in draws.values()}) == 4
 
 
 def test_cifar_data_goes_through_the_seed_transforms() -> None:
