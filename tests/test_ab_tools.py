@@ -85,6 +85,38 @@ def test_a_second_ab_on_the_same_out_is_refused_and_the_first_keeps_its_record(
     assert _leftovers(repo, tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["ab", "no-such-ref"], "'no-such-ref' names no commit"),
+        (["ab", "HEAD", "--base-python", "no-such-python-3"], "no-such-python-3"),
+        (["bisect", "HEAD", "no-such-ref"], "no-such-ref"),
+    ],
+    ids=["unknown-ref", "missing-python", "bisect-unknown-ref"],
+)
+def test_a_refused_ab_keeps_the_earlier_ab_s_record_in_its_out(
+    repo: Path, tmp_path: Path, args: list[str], named: str
+) -> None:
+    """A ref or Python that is not there is bad input: refused before anything in --out
+    goes, so the earlier A/B's verdicts, its later rounds' and its setup answers stay."""
+    out = tmp_path / "out"
+    earlier = {
+        out / "ab.json": '{"complete": true}\n',
+        out / "ab.md": "earlier table\n",
+        out / "round-2" / "ab.json": '{"complete": true}\n',
+        out / "setup-memo" / "base" / "answer.json": "{}\n",
+    }
+    for path, text in earlier.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    done = _ab(repo, *args, out=out, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert [ln for ln in done.stderr.splitlines() if named in ln], done.stderr
+    assert {p: p.read_text() for p in earlier if p.exists()} == earlier
+    assert _leftovers(repo, tmp_path) == []
+
+
 # --- a copy that cannot be written is a warning ------------------------------------------
 
 

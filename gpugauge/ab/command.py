@@ -149,11 +149,12 @@ def run_ab(
         as_is = (*cfg.side_args.get("head", ()), *gated)
         gated_side = {**cfg.side_args, "head": as_is}
         cfg = replace(cfg, side_args=gated_side, head_as_is=True)
-    for folder in [out, *(folder_of(out, g) for g in gpus)]:
-        _forget_earlier(folder)
     where = f" over GPUs {', '.join(gpus)}" if gpus else ""
     print(f"gpugauge ab: {base} against {head}{where}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
+        # only once both refs and Pythons are found: a refused A/B keeps the earlier one's
+        for folder in [out, *(folder_of(out, g) for g in gpus)]:
+            _forget_earlier(folder)
         rel = here.resolve().relative_to(top.resolve())
         cwd = rel if str(rel) != "." else None
         if gpus:
