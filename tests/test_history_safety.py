@@ -359,6 +359,29 @@ def test_a_history_this_process_may_not_write_can_be_read(
         assert str(seen) in err
 
 
+@pytest.mark.parametrize("tables", [("runs",), ("foo",)], ids=["a-runs-table", "other-tables"])
+def test_another_program_s_sqlite_is_refused_by_the_writing_commands_unchanged(
+    tables: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A writing command given another program's database refuses it, naming it not a
+    history, and leaves it byte for byte: not switched to WAL, no -wal or -shm beside it."""
+    path = tmp_path / "app.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        for table in tables:
+            conn.execute(f"CREATE TABLE {table} (id TEXT, x INTEGER)")
+            conn.execute(f"INSERT INTO {table} VALUES ('a', 1)")
+    before = path.read_bytes()
+    saved = save_run(tmp_path / "run.json", [fake_result("a")])
+    for argv in (["import", str(saved)], ["accept", "abcdef"], ["remove", "abcdef"]):
+        code, _, err = _cli([*argv, "--history", str(path)], capsys)
+        assert code == 2, argv
+        (line,) = err.strip().splitlines()
+        assert str(path) in line, line
+        assert "not a gpugauge history" in line, line
+        assert path.read_bytes() == before, argv
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["app.sqlite", "run.json"]
+
+
 @pytest.mark.parametrize("which", ["", "-wal", "-journal"])
 def test_a_fifo_at_the_history_path_is_refused_unopened(
     which: str, tmp_path: Path, capsys: pytest.CaptureFixture

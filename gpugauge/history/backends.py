@@ -161,6 +161,12 @@ class Backend:
     def lock_schema(self, tx: Tx) -> None:
         """Serialize schema checks and upgrades of concurrent openers (until ``tx`` ends)."""
 
+    def schema_checked(self) -> None:
+        """Called by a writer once the tables are a gpugauge history's.
+
+        Found, made or upgraded: what it changes in the database beside them waits until then.
+        """
+
     def close(self) -> None:
         """Close the connection."""
         raise NotImplementedError
@@ -188,8 +194,6 @@ class SqliteBackend(Backend):
         try:
             if read_only:
                 self.conn.execute("PRAGMA query_only=ON")
-            else:
-                self._use_wal()
             self.conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as err:
             self.conn.close()
@@ -259,6 +263,13 @@ class SqliteBackend(Backend):
             else ""
         )
         raise HistoryError(f"history {self.where}: cannot be read ({_one_line(last)}){hint}")
+
+    def schema_checked(self) -> None:
+        """WAL only now: another program's database, refused, keeps its journal mode."""
+        try:
+            self._use_wal()
+        except sqlite3.Error as err:
+            raise self._error(err) from None
 
     def _use_wal(self) -> None:
         """Switch the file to WAL once; a file already in WAL takes no lock at all.

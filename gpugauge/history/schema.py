@@ -168,7 +168,8 @@ def _version(backend: Backend, tx: Tx) -> int:
     """The stored version; 0 for a database with none of our tables."""
     tables = backend.tables(tx)
     if "schema_version" not in tables:
-        foreign = tables - OUR_TABLES if backend.name == "sqlite" else tables & OUR_TABLES
+        # a SQLite file is one database: any table without schema_version is another's
+        foreign = tables if backend.name == "sqlite" else tables & OUR_TABLES
         if foreign:
             raise HistoryError(
                 f"history {backend.where}: holds other tables ({', '.join(sorted(foreign))}) "

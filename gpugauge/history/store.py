@@ -97,6 +97,7 @@ class History(Windows):
                 check_schema(backend)
             else:
                 ensure_schema(backend)
+                backend.schema_checked()
         except BaseException:
             backend.close()
             raise
