@@ -961,6 +961,42 @@ def test_benchmark_json_on_a_full_disk_keeps_the_previous_file(tmp_path: Path) -
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["json", "autosave"])
+def test_a_sigterm_while_pytest_saves_its_run_leaves_no_temporary_file(
+    tmp_path: Path, where: str
+) -> None:
+    """A CI job's timeout sends SIGTERM as pytest-benchmark saves the run (here at the
+    fsync of the staged file): the staged file is removed, the previous one kept whole."""
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["gpugauge.plugin"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    cpu: c\n    gpu: g\n")
+    (tmp_path / "test_demo.py").write_text(BENCH)
+    previous = tmp_path / "run.json"
+    previous.write_text(json.dumps({"benchmarks": [], "previous": True}) + "\n")
+    old = previous.read_bytes()
+    pytest_argv = ["-q", "-p", "no:cacheprovider", "--gauge-rounds", "3", "--gauge-warmup", "0"]
+    pytest_argv += ["--gauge-no-history", str(tmp_path)]
+    if where == "json":
+        pytest_argv.append(f"--benchmark-json={previous}")
+    else:
+        pytest_argv += ["--benchmark-autosave", f"--benchmark-storage={tmp_path / 'runs'}"]
+    script = (
+        "import os, signal, pytest\n"
+        "real = os.fsync\n"
+        "def fsync(fd):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    real(fd)\n"
+        "os.fsync = fsync\n"
+        f"os.chdir({str(tmp_path)!r})\n"
+        f"raise SystemExit(pytest.main({pytest_argv!r}))\n"
+    )
+    done = _python(script)
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert previous.read_bytes() == old
+    assert [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")] == []
+    assert [p.name for p in tmp_path.rglob("*.json")] == ["run.json"]
+
+
 def test_concurrent_saves_into_one_storage_lose_no_run(tmp_path: Path) -> None:
     """Six saves of one name at once (pytest-benchmark lost a run in 9 of 10 such trials)."""
     from types import SimpleNamespace

@@ -45,6 +45,7 @@ from gpugauge.results.files import (
     atomic_write_bytes,
     atomic_write_new,
     folder_locked,
+    signals_interrupt,
     writable_problem,
 )
 
@@ -134,7 +135,8 @@ class BenchmarkFiles:
         path = Path(given).absolute()
         content = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
         try:
-            atomic_write_bytes(path, content)
+            with signals_interrupt():  # SIGTERM, too, removes the staged file
+                atomic_write_bytes(path, content)
         except OSError as err:
             self.failures.append(
                 f"--benchmark-json {path}: not written ({err.strerror or err}); "
@@ -149,7 +151,7 @@ class BenchmarkFiles:
         folder = storage.get("x").parent  # the machine's folder, made by get()
         content = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
         try:
-            with folder_locked(folder):
+            with signals_interrupt(), folder_locked(folder):
                 path = atomic_write_new(content, _numbered(folder, save))
         except OSError as err:
             self.failures.append(
