@@ -279,6 +279,10 @@ def test_the_efficiency_line_counts_timed_rounds_and_warm_up_as_a_gated_run_does
     alone = CaseAB("r", "t::r", calls=0, phases={"alone": 1.5})
     line = terminal(ABReport(side, side, (old, alone), "cpu", 6.0)).splitlines()[-1]
     assert line.startswith("efficiency: paired blocks 3 s and calls timed alone 2 s of 6 s (75%)")
+    # an A/B that timed nothing (every test skipped) has no cost to state
+    none = terminal(ABReport(side, side, (alone,), "cpu", 6.0)).splitlines()[-1]
+    assert "inf" not in none
+    assert "the A/B cost" not in none
 
 
 def test_the_cost_line_says_what_lies_outside_the_tests() -> None:
@@ -956,7 +960,8 @@ def test_a_side_whose_rounds_fail_fails_its_test_and_the_ab_goes_on(
 def test_a_spent_time_budget_skips_the_tests_left_on_both_sides(toy: Path, tmp_path: Path) -> None:
     (toy / "test_other.py").write_text(BENCH.format(extra="").replace("test_spin", "test_ok"))
     _commit(toy, "", "a second test")
-    done = _ab(toy, "ab", "HEAD", "HEAD", "--time-budget", "0", out=tmp_path / "spent")
+    # spent by the first test, not yet at the start (a budget of 0 is bad input)
+    done = _ab(toy, "ab", "HEAD", "HEAD", "--time-budget", "0.001", out=tmp_path / "spent")
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((tmp_path / "spent" / "ab.json").read_text())
     assert data["complete"] is True  # the end rewrote the file whole
@@ -971,7 +976,8 @@ def test_a_spent_time_budget_skips_the_tests_left_on_both_sides(toy: Path, tmp_p
 
 def test_bisect_with_no_time_left_says_so_in_its_file(toy: Path, tmp_path: Path) -> None:
     _commit(toy, "  # 1", "commit 1")
-    done = _ab(toy, "bisect", "HEAD~1", "HEAD", "--time-budget", "0", out=tmp_path / "b")
+    # 1 ms: spent by its first A/B, not yet when it starts (a budget of 0 is bad input)
+    done = _ab(toy, "bisect", "HEAD~1", "HEAD", "--time-budget", "0.001", out=tmp_path / "b")
     assert done.returncode == 1, done.stdout + done.stderr
     text = (tmp_path / "b" / "bisect.txt").read_text()
     assert "the time budget was spent before its first A/B" in text

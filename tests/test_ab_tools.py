@@ -91,8 +91,18 @@ def test_a_second_ab_on_the_same_out_is_refused_and_the_first_keeps_its_record(
         (["ab", "no-such-ref"], "'no-such-ref' names no commit"),
         (["ab", "HEAD", "--base-python", "no-such-python-3"], "no-such-python-3"),
         (["bisect", "HEAD", "no-such-ref"], "no-such-ref"),
+        (["ab", "HEAD", "--time-budget", "0"], "time budget is spent before the first test"),
+        (["ab", "HEAD", "--deadline", str(int(time.time()) - 3600)], "time budget is spent"),
+        (["bisect", "HEAD", "HEAD", "--time-budget", "0"], "time budget is spent"),
     ],
-    ids=["unknown-ref", "missing-python", "bisect-unknown-ref"],
+    ids=[
+        "unknown-ref",
+        "missing-python",
+        "bisect-unknown-ref",
+        "no-time",
+        "deadline-past",
+        "bisect-no-time",
+    ],
 )
 def test_a_refused_ab_keeps_the_earlier_ab_s_record_in_its_out(
     repo: Path, tmp_path: Path, args: list[str], named: str

@@ -261,7 +261,8 @@ def test_version_without_an_installed_distribution(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize(
-    "doc,package", [("docs/method.md", "gpugauge/measure"), ("docs/history.md", "gpugauge/history")]
+    ("doc", "package"),
+    [("docs/method.md", "gpugauge/measure"), ("docs/history.md", "gpugauge/history")],
 )
 def test_a_page_that_lists_its_package_s_modules_lists_every_one(doc: str, package: str) -> None:
     """method.md and history.md say what each module of their package holds: all of them."""

@@ -249,12 +249,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bis.set_defaults(func=bisect_command)
 
 
+def _budget(args: argparse.Namespace) -> Budget:
+    """The command's one budget; a ValueError (bad input) where no test could start in it."""
+    budget = Budget.from_args(args)
+    if budget.left() <= 0:
+        raise ValueError(
+            "the time budget is spent before the first test (--time-budget 0, or a --deadline "
+            "already past): nothing to A/B, and --out is left as it was"
+        )
+    return budget
+
+
 def ab_command(args: argparse.Namespace) -> int:
     """``gpugauge ab``."""
 
     def body() -> int:
+        budget = _budget(args)
         with owning(args.out):
-            report = run_ab(args, args.base, args.head, args.out, budget=Budget.from_args(args))
+            report = run_ab(args, args.base, args.head, args.out, budget=budget)
         print("\n" + terminal(report))
         print(f"wrote {args.out / AB_JSON} and {args.out / AB_MD}")
         return EXIT_FAILED if report.slower or report.problems else EXIT_OK
@@ -267,7 +279,7 @@ def bisect_command(args: argparse.Namespace) -> int:
 
     def body() -> int:
         top = repo_root(Path.cwd())
-        budget = Budget.from_args(args)  # one for every A/B of the search
+        budget = _budget(args)  # one for every A/B of the search
 
         def compare(base: str, head: str, ids: Sequence[str] | None, step: str) -> ABReport:
             report = run_ab(args, base, head, args.out / step, ids, budget)

@@ -142,18 +142,15 @@ def efficiency_line(report: ABReport) -> str:
         alone = report.spent["alone"]
         work = report.blocks_s + alone
         share = work / held if held > 0 else 0.0
-        per_case = held / report.blocks_s if report.blocks_s > 0 else float("inf")
+        cost = f"; the A/B cost {held / report.blocks_s:.1f}x its blocks" if report.blocks_s else ""
         also = f" and calls timed alone {alone:.0f} s" if alone >= 0.5 else ""
         return (
             f"efficiency: paired blocks {report.blocks_s:.0f} s{also} of {held:.0f} "
-            f"s{_on(report)} ({share:.0%}); {rounds}; the A/B cost {per_case:.1f}x its blocks"
+            f"s{_on(report)} ({share:.0%}); {rounds}{cost}"
         )
     timed, warm = timing
-    cost = held / timed if timed > 0 else float("inf")
-    return (
-        f"{efficiency(timed, warm, held)}; {rounds}{_on(report)}; "
-        f"the A/B cost {cost:.1f}x its timed rounds"
-    )
+    cost = f"; the A/B cost {held / timed:.1f}x its timed rounds" if timed > 0 else ""
+    return f"{efficiency(timed, warm, held)}; {rounds}{_on(report)}{cost}"
 
 
 def sides_line(report: ABReport) -> str:
