@@ -575,8 +575,8 @@ def test_a_case_s_ratio_is_computed_once_for_ab_json_s_rewrites(
 
 
 def test_deadline_and_time_budget_make_one_budget_the_sooner_counting() -> None:
-    from gpugauge.__main__ import build_parser
     from gpugauge.ab.budget import Budget
+    from gpugauge.cli import build_parser
 
     def left(*given: str) -> float:
         args = build_parser().parse_args(["confirm", "run.json", *given])

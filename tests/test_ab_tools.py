@@ -406,8 +406,8 @@ def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_basel
 
 def test_a_gated_run_with_nothing_to_a_b_against_keeps_its_profile(tmp_path: Path) -> None:
     """A host with no committed baseline runs the gated run as plain pytest: seed, not full."""
-    from gpugauge.__main__ import build_parser
     from gpugauge.ab.confirm_command import gated_alone
+    from gpugauge.cli import build_parser
 
     night = str(tmp_path / "night.json")
     gated = ["--gated-args", "--gauge-gate --benchmark-autosave"]

@@ -928,6 +928,27 @@ def test_a_signal_during_a_baseline_write_leaves_no_partial_file(
     assert not list(ws.rglob("*.tmp"))
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_command_line_imports_ends_it_in_one_line(sig: signal.Signals) -> None:
+    """A stop in the command line's first half second (its imports): 130 and one line, as
+    later, not a traceback or a process killed by its signal."""
+    script = (
+        "import os, runpy, signal, sys\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'gpugauge.cli':\n"
+        f"            os.kill(os.getpid(), {int(sig)})\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "sys.argv = ['gpugauge', 'env']\n"
+        "runpy.run_module('gpugauge', run_name='__main__')\n"
+    )
+    done = _python(script)
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip().splitlines() == ["gpugauge: interrupted"]
+    assert not done.stdout
+
+
 # --- issue 26: pytest-benchmark's own files
 
 

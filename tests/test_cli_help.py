@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pytest
 
-from gpugauge.__main__ import build_parser
+from gpugauge.cli import build_parser
 from gpugauge.core.commands import benches_hint, parsers
 
 

@@ -205,7 +205,7 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture) -> Non
 
 
 def test_no_help_shows_docstring_markup() -> None:
-    from gpugauge.__main__ import build_parser
+    from gpugauge.cli import build_parser
     from gpugauge.core.commands import parsers
 
     helps = {p.prog: p.format_help() for p in parsers(build_parser())}

@@ -171,7 +171,7 @@ def _subparser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Ar
 
 def test_the_readme_gpugauge_commands_parse() -> None:
     """Each subcommand exists and knows the options given; a full command parses whole."""
-    from gpugauge.__main__ import build_parser
+    from gpugauge.cli import build_parser
 
     whole = [a for c in _commands() if (a := _module_args(c, "gpugauge"))]
     named = [a for c in _inline_commands() if (a := _module_args(c, "gpugauge"))]
@@ -245,7 +245,7 @@ def test_the_guides_gpugauge_commands_parse() -> None:
     A guide's example is copied as often as the README's: docs/ab.md's ``--gated-args
     "--gauge-gate"`` read the lone option as one of argparse's own.
     """
-    from gpugauge.__main__ import build_parser
+    from gpugauge.cli import build_parser
 
     checked = 0
     for page in sorted((ROOT / "docs").glob("*.md")):

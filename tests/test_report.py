@@ -347,7 +347,7 @@ def test_nightly_workflow_runs_the_gate_and_keeps_the_report() -> None:
     assert '--deadline "$GPUGAUGE_DEADLINE"' in text
     assert "if: always()" in text  # the report is kept when the gate fails the run
     # every gpugauge command the workflows give parses (an option renamed breaks the night)
-    from gpugauge.__main__ import build_parser
+    from gpugauge.cli import build_parser
 
     for workflow in (root / ".github" / "workflows").glob("*.yml"):
         script = workflow.read_text().replace("\\\n", " ")  # continued lines joined
