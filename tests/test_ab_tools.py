@@ -90,7 +90,7 @@ def test_a_second_ab_on_the_same_out_is_refused_and_the_first_keeps_its_record(
     [
         (["ab", "no-such-ref"], "'no-such-ref' names no commit"),
         (["ab", "HEAD", "--base-python", "no-such-python-3"], "no-such-python-3"),
-        (["bisect", "HEAD", "no-such-ref"], "no-such-ref"),
+        (["bisect", "HEAD", "no-such-ref"], "'no-such-ref' names no commit"),
         (["ab", "HEAD", "--time-budget", "0"], "time budget is spent before the first test"),
         (["ab", "HEAD", "--deadline", str(int(time.time()) - 3600)], "time budget is spent"),
         (["bisect", "HEAD", "HEAD", "--time-budget", "0"], "time budget is spent"),

@@ -473,6 +473,7 @@ CLI_OPTIONS: dict[str, tuple[list[str], str]] = {
     "report-out-a-file": (["--out", "{ws}/a-file"], "--out"),
     "report-name-a-path": (["--name", "../x"], "--name"),
     "report-name-empty": (["--name", ""], "--name"),
+    "report-name-blank": (["--name", " "], "--name"),
     "report-current-missing": (["--current", "{ws}/missing.json"], "--current"),
     "report-against-missing": (["--against", "{ws}/missing.json"], "--against"),
     "report-against-a-folder": (["--against", "{ws}/runs"], "--against"),

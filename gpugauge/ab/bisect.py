@@ -27,7 +27,7 @@ from pathlib import Path
 from gpugauge.ab.budget import Budget
 from gpugauge.ab.launch import ABError
 from gpugauge.ab.result import ABReport, CaseAB
-from gpugauge.ab.sides import SideError, git
+from gpugauge.ab.sides import SideError, git, resolve_ref
 from gpugauge.ab.verdict import Outcome
 from gpugauge.core.phrasing import Note, duration, plural
 
@@ -164,8 +164,7 @@ def bisect(
     a step's A/B stops starting tests there too).
     """
     budget = budget or Budget()
-    good_sha = git(repo, "rev-parse", "--verify", f"{good}^{{commit}}")
-    bad_sha = git(repo, "rev-parse", "--verify", f"{bad}^{{commit}}")
+    good_sha, bad_sha = resolve_ref(repo, good), resolve_ref(repo, bad)
     try:
         git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha)
     except SideError:

@@ -31,7 +31,7 @@ def _report(args: argparse.Namespace) -> int:
 def _write_report(args: argparse.Namespace) -> int:
     from gpugauge.report.document import collect, write_report
 
-    if args.name in ("", ".", "..") or "/" in args.name or "\\" in args.name:
+    if args.name.strip() in ("", ".", "..") or "/" in args.name or "\\" in args.name:
         raise FileError(f"--name {args.name!r}: must be a plain file name stem")
     if args.out.exists() and not args.out.is_dir():
         raise FileError(f"--out {args.out}: not a directory")
