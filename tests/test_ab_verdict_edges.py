@@ -1,0 +1,51 @@
+"""The A/B verdict's rules at their edges, on synthetic pairs: each pins one rule that the
+sampled tests (tests/test_ab_rounds.py) pass either way.
+
+Found by mutation testing of gpugauge/ab: a rule changed here (a constant, a comparison, a
+condition dropped) left every other fast test passing, yet changes a verdict a team reads.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+from scipy import stats
+
+from gpugauge.ab.verdict import PROCESS_SD, across_rounds
+
+
+def _interval(rounds: list[list[float]], level: float, floor: float) -> tuple[float, float]:
+    """The docstring's interval, computed apart: Welch-Satterthwaite over the pairs' spread
+    within rounds (n - k df) and the processes' between them (the floor, known, or the
+    case's own spread over k - 1 df where three rounds or more show more)."""
+    k, n = len(rounds), sum(len(r) for r in rounds)
+    means = [statistics.fmean(r) for r in rounds]
+    within = sum(statistics.variance(r) / len(r) for r in rounds) / k**2
+    between, between_df = floor**2 / k, math.inf
+    own = statistics.variance(means) / k - within
+    if k >= 3 and own > between:
+        between, between_df = own, k - 1
+    var = within + between
+    df = var**2 / (within**2 / (n - k) + between**2 / between_df)
+    half = stats.t.ppf(0.5 + level / 2, df) * math.sqrt(var)
+    mean = statistics.fmean(means)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+def test_noisy_pairs_of_two_rounds_count_n_minus_k_degrees_of_freedom() -> None:
+    """Two rounds of 4 noisy pairs: the pairs' spread has 6 df, not 7, and the floor's none."""
+    rounds = [[0.02, 0.0, 0.015, -0.005], [0.01, 0.03, -0.01, 0.012]]
+    r = across_rounds(rounds)
+    assert (r.ci_low, r.ci_high) == pytest.approx(_interval(rounds, 0.998, PROCESS_SD), rel=1e-9)
+
+
+def test_three_rounds_that_spread_widen_the_interval_by_their_own_spread() -> None:
+    """``--rounds 3``: three tight rounds at 1.02x, 1.03x and 1.05x. Their means spread far
+    more than the 0.3% floor says: the interval is their own spread's, over 2 df, and holds
+    1; the floor alone would have called them slower at 1.034x [1.029, 1.039]."""
+    rounds = [[m + e for e in (-0.001, 0.001, -0.001, 0.001)] for m in (0.02, 0.03, 0.05)]
+    r = across_rounds(rounds)
+    assert (r.ci_low, r.ci_high) == pytest.approx(_interval(rounds, 0.998, PROCESS_SD), rel=1e-9)
+    assert r.ci_low < 1 < r.ci_high
