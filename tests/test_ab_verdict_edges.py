@@ -13,7 +13,7 @@ import statistics
 import pytest
 from scipy import stats
 
-from gpugauge.ab.verdict import PROCESS_SD, across_rounds
+from gpugauge.ab.verdict import PROCESS_SD, across_rounds, pooled_process_sd
 
 
 def _interval(rounds: list[list[float]], level: float, floor: float) -> tuple[float, float]:
@@ -49,3 +49,15 @@ def test_three_rounds_that_spread_widen_the_interval_by_their_own_spread() -> No
     r = across_rounds(rounds)
     assert (r.ci_low, r.ci_high) == pytest.approx(_interval(rounds, 0.998, PROCESS_SD), rel=1e-9)
     assert r.ci_low < 1 < r.ci_high
+
+
+def test_five_cases_are_enough_to_pool_their_spread_of_processes() -> None:
+    """Five cases of two rounds each pool (none left out of five), four do not."""
+    assert pooled_process_sd([(1e-4, 2)] * 5) == (pytest.approx(0.01), 5.0)
+    assert pooled_process_sd([(1e-4, 2)] * 4) == (PROCESS_SD, math.inf)
+
+
+def test_a_spread_of_processes_under_the_floor_is_the_floor() -> None:
+    """Ten cases whose processes differ by 0.2% (0.26% scaled for the tenth left out): the
+    floor, 0.3% known to infinite df, never a narrower spread than an H200's A/A showed."""
+    assert pooled_process_sd([(4e-6, 2)] * 10) == (PROCESS_SD, math.inf)
