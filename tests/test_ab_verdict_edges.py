@@ -13,7 +13,14 @@ import statistics
 import pytest
 from scipy import stats
 
-from gpugauge.ab.verdict import PROCESS_SD, across_rounds, pooled_process_sd
+from gpugauge.ab.verdict import (
+    PROCESS_SD,
+    Outcome,
+    PairedRatio,
+    across_rounds,
+    outcome_of,
+    pooled_process_sd,
+)
 
 
 def _interval(rounds: list[list[float]], level: float, floor: float) -> tuple[float, float]:
@@ -61,3 +68,27 @@ def test_a_spread_of_processes_under_the_floor_is_the_floor() -> None:
     """Ten cases whose processes differ by 0.2% (0.26% scaled for the tenth left out): the
     floor, 0.3% known to infinite df, never a narrower spread than an H200's A/A showed."""
     assert pooled_process_sd([(4e-6, 2)] * 10) == (PROCESS_SD, math.inf)
+
+
+LO = 1 / 1.01  # 0.990099: the minimum effect's lower bound, not 0.99
+
+
+@pytest.mark.parametrize(
+    ("ratio", "low", "high", "expected"),
+    [
+        (1.01, 1.005, 1.015, Outcome.SLOWER),  # the ratio "at least" 1 + min_effect
+        (1.02, 1.0, 1.04, Outcome.NEED_MORE),  # the interval must lie above 1, not touch it
+        (LO, 0.985, 0.995, Outcome.FASTER),  # at most 1 / (1 + min_effect)
+        (0.99005, 0.985, 0.995, Outcome.FASTER),  # under 1/1.01, over 0.99: faster
+        (0.98, 0.96, 1.0, Outcome.NEED_MORE),  # the interval must lie below 1
+        (1.0, LO, 1.01, Outcome.SAME),  # inside [1/1.01, 1.01], its ends included
+        (1.0, 0.99005, 1.005, Outcome.NEED_MORE),  # 0.99005 < 1/1.01: not inside
+    ],
+)
+def test_the_verdict_s_bounds_are_those_the_docs_give(
+    ratio: float, low: float, high: float, expected: Outcome
+) -> None:
+    """docs/ab.md: slower needs the interval above 1 and the ratio at least 1.01; faster the
+    same below, at most 1/1.01; same, its interval inside [1/1.01, 1.01]."""
+    r = PairedRatio(ratio, low, high, 10, 0.95)
+    assert outcome_of(r, same=r) is expected
