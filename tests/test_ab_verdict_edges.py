@@ -17,6 +17,7 @@ from gpugauge.ab.verdict import (
     PROCESS_SD,
     Outcome,
     PairedRatio,
+    Schedule,
     across_rounds,
     outcome_of,
     pooled_process_sd,
@@ -92,3 +93,18 @@ def test_the_verdict_s_bounds_are_those_the_docs_give(
     same below, at most 1/1.01; same, its interval inside [1/1.01, 1.01]."""
     r = PairedRatio(ratio, low, high, 10, 0.95)
     assert outcome_of(r, same=r) is expected
+
+
+def test_a_round_stops_once_two_standard_errors_cannot_reach_a_verdict() -> None:
+    """docs/ab.md's stopping rule: a round stops once 20 pairs could decide nothing, its
+    mean moved by two standard errors. An A/A round scattered +-3%: at 4 pairs two SE still
+    reach the 20 pairs' half-width (3 more pairs; 1.5 SE would stop it there), and at 7
+    they no longer do (2.2 SE would go on)."""
+    s = Schedule()
+    four = [0.03, -0.03, 0.03, -0.03]
+    assert not s.futile(four)
+    assert s.more(four) == 3
+    seven = [*four, 0.03, -0.03, 0.0]
+    assert s.outcome(seven) is Outcome.NEED_MORE
+    assert s.futile(seven)
+    assert s.more(seven) == 0
