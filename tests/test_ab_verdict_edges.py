@@ -13,6 +13,8 @@ import statistics
 import pytest
 from scipy import stats
 
+from gpugauge.ab.pairs import Block, Pair
+from gpugauge.ab.result import CaseAB
 from gpugauge.ab.verdict import (
     PROCESS_SD,
     Outcome,
@@ -108,3 +110,53 @@ def test_a_round_stops_once_two_standard_errors_cannot_reach_a_verdict() -> None
     assert s.outcome(seven) is Outcome.NEED_MORE
     assert s.futile(seven)
     assert s.more(seven) == 0
+
+
+def _round(*ratios: float) -> CaseAB:
+    """One round of a case, a pair per head/base ratio."""
+    pairs = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * r, 10), i % 2 == 0) for i, r in enumerate(ratios)
+    )
+    return CaseAB("c", "t.py::c", pairs)
+
+
+def test_faster_stands_only_where_every_round_says_faster_too() -> None:
+    """A round at 0.97x and one that saw no change (0.989x, its interval holding 1) pool to
+    an interval below 1: not faster, since round 2's pairs do not say so (and a "faster"
+    of two rounds clears a class regression)."""
+    case = _round(0.97, 0.971, 0.969, 0.97, 0.97).with_round(
+        _round(0.98, 1.0, 0.975, 1.005, 0.99, 0.985)
+    )
+    assert case.ratio is not None
+    assert case.ratio.ci_high < 1
+    assert case.ratio.ratio <= 1 / 1.01
+    assert [r.round_outcome for r in case.rounds] == [Outcome.FASTER, Outcome.NEED_MORE]
+    assert not case.bimodal
+    assert case.outcome is Outcome.NEED_MORE
+
+
+def test_a_round_cut_short_of_the_first_look_decides_nothing() -> None:
+    """A side that failed after 3 pairs: its round reads 1.03x on its own, but under the
+    schedule's 4 pairs it says nothing, so the case's slower does not stand."""
+    short = _round(1.03, 1.031, 1.029)
+    assert short.round_outcome is Outcome.NEED_MORE
+    case = _round(1.03, 1.031, 1.029, 1.03, 1.03).with_round(short)
+    assert case.ratio is not None
+    assert case.ratio.ci_low > 1.01
+    assert case.outcome is Outcome.NEED_MORE
+
+
+def test_rounds_apart_by_less_than_the_minimum_effect_are_no_two_speeds() -> None:
+    """Rounds at 1.000x and 1.0097x, their intervals apart and their outcomes not alike
+    (same; need more samples), differ by less than 1%: no two speeds, and the case is
+    same (its 95% interval and each round's ratio inside 1%)."""
+    case = _round(1.0, 1.0005, 0.9995, 1.0, 1.0).with_round(
+        _round(1.0107, 1.0087, 1.0107, 1.0087, 1.0107, 1.0087)
+    )
+    one, two = (r.round_ratio for r in case.rounds)
+    assert one is not None
+    assert two is not None
+    assert one.ci_high < two.ci_low
+    assert [r.round_outcome for r in case.rounds] == [Outcome.SAME, Outcome.NEED_MORE]
+    assert case.bimodal == ""
+    assert case.outcome is Outcome.SAME
