@@ -160,3 +160,17 @@ def test_rounds_apart_by_less_than_the_minimum_effect_are_no_two_speeds() -> Non
     assert [r.round_outcome for r in case.rounds] == [Outcome.SAME, Outcome.NEED_MORE]
     assert case.bimodal == ""
     assert case.outcome is Outcome.SAME
+
+
+def test_two_speeds_inside_the_minimum_effect_are_never_same() -> None:
+    """Rounds at 0.994x and 1.006x, each within 1% of 1, their intervals apart: their 95%
+    interval pooled lies inside 1%, but the build runs at two speeds, so the case needs
+    more samples, named bimodal (docs/ab.md), rather than same."""
+    case = _round(0.994, 0.9945, 0.9935, 0.994, 0.994).with_round(
+        _round(*(1.0065 + (-1) ** i * 0.01 for i in range(20)))
+    )
+    assert case.same_ratio is not None
+    assert 1 / 1.01 < case.same_ratio.ci_low < case.same_ratio.ci_high < 1.01
+    assert case.bimodal == "0.994x, 1.006x by round"
+    assert case.outcome is Outcome.NEED_MORE
+    assert case.verdict_text.startswith("need more samples (bimodal across processes")
