@@ -174,3 +174,19 @@ def test_two_speeds_inside_the_minimum_effect_are_never_same() -> None:
     assert case.bimodal == "0.994x, 1.006x by round"
     assert case.outcome is Outcome.NEED_MORE
     assert case.verdict_text.startswith("need more samples (bimodal across processes")
+
+
+def test_a_third_round_keeps_the_second() -> None:
+    """``--rounds 3``: each round joins the case, none replaces one before it."""
+    case = _round(1.03, 1.031, 1.029, 1.03).with_round(_round(1.0, 1.001, 0.999, 1.0))
+    case = case.with_round(_round(1.03, 1.031, 1.029, 1.03, 1.03))
+    assert case.pairs_text == "4+4+5"
+    assert case.outcome is Outcome.NEED_MORE  # round 2 saw no change
+
+
+def test_a_case_of_one_pair_gives_no_check_to_decide_a_result() -> None:
+    """A side that failed after one pair: no interval, so no time check, and confirm leaves
+    the result's verdict as it was (settle.decided) instead of making it inconclusive."""
+    case = _round(1.2)
+    assert case.outcome is Outcome.NEED_MORE
+    assert case.check is None
