@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
 from scipy import stats
 
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import CaseAB
+from gpugauge.ab.settle import clears, undecided_host_paced
 from gpugauge.ab.verdict import (
     PROCESS_SD,
     Outcome,
@@ -24,6 +26,7 @@ from gpugauge.ab.verdict import (
     outcome_of,
     pooled_process_sd,
 )
+from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
 
 
 def _interval(rounds: list[list[float]], level: float, floor: float) -> tuple[float, float]:
@@ -190,3 +193,47 @@ def test_a_case_of_one_pair_gives_no_check_to_decide_a_result() -> None:
     case = _round(1.2)
     assert case.outcome is Outcome.NEED_MORE
     assert case.check is None
+
+
+# a class regression on a new host: 1.17x, allowed 6.5%
+CLASS_REGRESSION = GateResult(
+    "c", "f", "gpu", (MetricCheck("time", 1.0, 1.17, 1.17, 1.12, 1.22, 0.065, Verdict.REGRESSED),)
+)
+
+
+def test_an_undecided_ab_clears_a_class_regression_only_under_its_allowance() -> None:
+    """Rounds at 1.040x and 1.020x, each own interval under 1.065, judged with the A/B's
+    pooled spread of processes (2%): the interval over both rounds reaches 1.094, so the
+    6.5% regression is not ruled out and stands."""
+    case = _round(*(1.04 + (-1) ** i * 0.002 for i in range(8))).with_round(
+        _round(*(1.02 + (-1) ** i * 0.02 for i in range(8)))
+    )
+    case = replace(case, process_sd=(0.02, 9.0))
+    assert case.outcome is Outcome.NEED_MORE
+    assert all(r.round_ratio is not None and r.round_ratio.ci_high < 1.065 for r in case.rounds)
+    assert case.check is not None
+    assert 1.065 < case.check.ci_high < 1.13
+    assert not clears(CLASS_REGRESSION, case)
+
+
+def test_a_slower_ab_decides_a_class_regression() -> None:
+    """Slower confirms the class's regression: the A/B's verdict replaces the class's."""
+    case = _round(1.1, 1.101, 1.099, 1.1).with_round(_round(1.1, 1.101, 1.099, 1.1))
+    assert case.outcome is Outcome.SLOWER
+    assert clears(CLASS_REGRESSION, case)
+
+
+def test_a_host_paced_step_with_a_round_off_one_either_way_stays_regressed() -> None:
+    """undecided_host_paced: each round's own 99.8% interval must hold 1. A round 7.5%
+    faster on its own beside a scattered one is two rounds that disagree, as a round
+    slower on its own is: the class's regression stands."""
+    faster = _round(0.92, 0.93, 0.92, 0.93)
+    scattered = _round(1.1, 0.9, 1.2, 0.85, 1.05, 0.95, 1.25, 0.8, 1.0, 1.15)
+    case = faster.with_round(scattered)
+    own = faster.round_ratio
+    assert own is not None
+    assert own.ci_high < 1
+    assert case.outcome is Outcome.NEED_MORE
+    assert not case.bimodal
+    assert not undecided_host_paced(CLASS_REGRESSION, case)
+    assert undecided_host_paced(CLASS_REGRESSION, scattered.with_round(scattered))
