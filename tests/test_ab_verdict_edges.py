@@ -237,3 +237,16 @@ def test_a_host_paced_step_with_a_round_off_one_either_way_stays_regressed() -> 
     assert not case.bimodal
     assert not undecided_host_paced(CLASS_REGRESSION, case)
     assert undecided_host_paced(CLASS_REGRESSION, scattered.with_round(scattered))
+
+
+def test_a_host_paced_slowdown_seen_at_95_percent_stands() -> None:
+    """A host-paced step about 9% slower, so scattered that each round's own 99.8%
+    interval holds 1, and so does the 99.8% one over both rounds: its 95% interval over
+    both lies above 1, and that is the one the rule reads. The regression stands."""
+    one = (1.25, 0.95, 1.2, 0.95, 1.2, 1.0, 1.15, 1.0)
+    case = _round(*one).with_round(_round(*one))
+    assert case.ratio is not None
+    assert case.same_ratio is not None
+    assert case.ratio.ci_low < 1 < case.same_ratio.ci_low
+    assert case.outcome is Outcome.NEED_MORE
+    assert not undecided_host_paced(CLASS_REGRESSION, case)
