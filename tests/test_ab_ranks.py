@@ -242,13 +242,19 @@ def test_a_rank_gone_during_the_relay_s_handshake_leaves_it_serving(tmp_path: Pa
     got[0].close()
 
 
+@pytest.fixture
+def marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder where the toy's ranks leave their marks (``TOY_MARKS``)."""
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    monkeypatch.setenv("TOY_MARKS", str(folder))
+    return folder
+
+
 @pytest.mark.slow
 def test_a_slower_commit_of_a_launched_case_is_slower_and_a_a_is_not(
-    ranks_toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ranks_toy: Path, tmp_path: Path, marks: Path
 ) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    monkeypatch.setenv("TOY_MARKS", str(marks))
     _commit(ranks_toy, 6.0, "spin twice as long")
     slow = _ab(ranks_toy, "ab", "HEAD~1", "HEAD", out=tmp_path / "slow")
     assert slow.returncode == 1, slow.stdout + slow.stderr
@@ -286,6 +292,11 @@ def test_a_rank_that_dies_inside_a_block_fails_its_test_and_the_a_b_goes_on(
     assert _leftovers(ranks_toy, tmp_path) == []
 
 
+def _setup_spans(marks: Path) -> list[tuple[float, float]]:
+    """Each side's rank 0: when its setup began and ended (Unix seconds), earliest first."""
+    return sorted(tuple(map(float, p.read_text().split())) for p in marks.glob("setup-*"))
+
+
 @pytest.mark.slow
 def test_a_launched_case_s_two_sides_start_their_launches_at_once(
     ranks_toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -301,10 +312,7 @@ def test_a_launched_case_s_two_sides_start_their_launches_at_once(
         # (no verdict asked of one round of gloo ranks on a small machine's shared cores)
         (case,) = json.loads((out / "ab.json").read_text())["cases"]
         assert len(case["pairs"]) >= 4, run.stdout
-        # each side's rank 0: when its 4 s of setup began and ended
-        first, second = sorted(
-            tuple(map(float, p.read_text().split())) for p in marks.glob("setup-*")
-        )
+        first, second = _setup_spans(marks)
         # in turn, the second side starts once the first is set up; marked, both at once
         assert (second[0] < first[1]) == marked, (first, second)
     assert _leftovers(ranks_toy, tmp_path) == []
@@ -312,19 +320,16 @@ def test_a_launched_case_s_two_sides_start_their_launches_at_once(
 
 @pytest.mark.slow
 def test_a_side_that_injects_a_slowdown_sets_its_marked_launches_up_in_turn(
-    ranks_toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ranks_toy: Path, tmp_path: Path, marks: Path
 ) -> None:
     # the worker's own "injects", from the side's command line: a rank sizes its slowdown
     # from a probe in its setup, which must not run beside the other side's setup
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    monkeypatch.setenv("TOY_MARKS", str(marks))
     _commit(ranks_toy, 3.0, "4 s of setup, marked", setup_s=4.0, marked=True)
     injects = "-p gpugauge.check.slowdown --gauge-inject-slowdown-ms 0.5"
     out = tmp_path / "injected"
     run = _ab(ranks_toy, "ab", "HEAD", "HEAD", "--rounds", "1", "--head-args", injects, out=out)
     assert run.returncode in (0, 1), run.stdout + run.stderr
-    first, second = sorted(tuple(map(float, p.read_text().split())) for p in marks.glob("setup-*"))
+    first, second = _setup_spans(marks)
     assert second[0] >= first[1], (first, second)  # the second set up after the first
     assert _leftovers(ranks_toy, tmp_path) == []
 
