@@ -24,7 +24,6 @@ from gpugauge.core.arguments import path_option
 from gpugauge.core.commands import (
     BENCH_COMMANDS,
     benches_hint,
-    interrupted,
     name_missing_choices,
     version,
 )
@@ -47,17 +46,13 @@ from gpugauge.results.files import (
     FileError,
     make_dir,
     read_regular,
-    signals_interrupt,
+    stoppable,
 )
 from gpugauge.results.runs import RunError, load_run
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    with signals_interrupt():
-        try:
-            return _record_baselines(args)
-        except KeyboardInterrupt as err:
-            return interrupted("baseline", err)
+    return stoppable("baseline", lambda: _record_baselines(args))
 
 
 def _record_baselines(args: argparse.Namespace) -> int:

@@ -946,7 +946,7 @@ def test_a_signal_while_the_command_line_imports_ends_it_in_one_line(sig: signal
     )
     done = _python(script)
     assert done.returncode == 130, (done.returncode, done.stderr)
-    assert done.stderr.strip().splitlines() == ["gpugauge: interrupted"]
+    assert done.stderr.strip().splitlines() == [f"gpugauge: stopped by {sig.name}"]
     assert not done.stdout
 
 

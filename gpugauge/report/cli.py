@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 from gpugauge.core.arguments import path_option
-from gpugauge.core.commands import interrupted
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import ENV_VAR, History, default_target
 from gpugauge.regress.tolerances import load_tolerances
-from gpugauge.results.files import FileError, check_dir, check_file, make_dir, signals_interrupt
+from gpugauge.results.files import FileError, check_dir, check_file, make_dir, stoppable
 
 
 def _folder(given: Path | None, default: Path, option: str) -> Path:
@@ -21,11 +20,7 @@ def _folder(given: Path | None, default: Path, option: str) -> Path:
 
 
 def _report(args: argparse.Namespace) -> int:
-    with signals_interrupt():
-        try:
-            return _write_report(args)
-        except KeyboardInterrupt as err:
-            return interrupted("report", err)
+    return stoppable("report", lambda: _write_report(args))
 
 
 def _write_report(args: argparse.Namespace) -> int:

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from gpugauge.core.commands import interrupted
+
 
 class FileError(ValueError):
     """A file that cannot be read as what it should be; the message names it."""
@@ -477,3 +479,12 @@ def signals_interrupt() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, signal.SIG_DFL if h is None else h)
+
+
+def stoppable(command: str, body: Callable[[], int]) -> int:
+    """``body()`` under :func:`signals_interrupt`: a stop is one line and exit 130."""
+    with signals_interrupt():
+        try:
+            return body()
+        except KeyboardInterrupt as err:
+            return interrupted(command, err)
