@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from gpugauge.core.commands import EXIT_INTERRUPTED
 from gpugauge.results.files import signals_interrupt
-
-EXIT_INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Command line of gpugauge: every command's parser, and ``run`` (``python -m gpugauge``).
+"""Command line of gpugauge: every command's parser, and ``main`` (``python -m gpugauge``).
 
 python -m gpugauge report [--current RUN.json] [--against RUN.json]   # Markdown + HTML
 python -m gpugauge baseline RUN.json [RUN.json ...]                  # record baselines

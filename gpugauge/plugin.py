@@ -199,7 +199,10 @@ def _progress(item: pytest.Item, gs: GaugeSession, now: float) -> None:
             for it in items
         ]
     costly = config.stash[COSTLY]
-    at = items.index(item) if item in items else gs.course.finished
+    try:
+        at = items.index(item)
+    except ValueError:  # not among the collected items (a plugin's own): by count instead
+        at = gs.course.finished
     counts = (sum(costly[:at]), sum(costly[at:]))
     gs.note(progress(now - started, gs.course.finished, gs.course.selected, costly=counts))
 

@@ -89,8 +89,11 @@ def benches_hint(args: argparse.Namespace) -> None:
     )
 
 
+EXIT_INTERRUPTED = 130  # a command stopped by Ctrl-C or a signal, as a shell reports SIGINT
+
+
 def interrupted(command: str, err: KeyboardInterrupt) -> int:
     """One line for a command stopped by a signal; its writes left no partial file."""
     how = str(err) or "SIGINT"
     print(f"gpugauge {command}: stopped by {how}; no file was left half-written", file=sys.stderr)
-    return 130
+    return EXIT_INTERRUPTED
