@@ -73,6 +73,34 @@ def save_run(path: Path, results: list[Measurement], comparisons: list[Compariso
     return path
 
 
+def time_gate(
+    result_id: str,
+    ratio: float,
+    verdict: str,
+    reference: str,
+    checks: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A result's saved gate: its time check at ``ratio`` of a 3 ms baseline (6.5% allowed),
+    judged against ``reference``; ``checks`` replaces the time check."""
+    time_check = {
+        "metric": "time",
+        "baseline": 3.0,
+        "current": 3.0 * ratio,
+        "ratio": ratio,
+        "ci_low": ratio,
+        "ci_high": ratio,
+        "tolerance": 0.065,
+        "verdict": verdict,
+    }
+    return {
+        "id": result_id,
+        "verdict": verdict,
+        "note": "",
+        "checks": [time_check] if checks is None else checks,
+        "references": {"time": reference},
+    }
+
+
 def save_baselines(root: Path, results: list[Measurement]) -> list[Path]:
     """Store ``results`` as baselines under ``root``."""
     return BaselineStore(root).write(map(entry_of, results), {})

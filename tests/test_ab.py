@@ -30,6 +30,7 @@ from gpugauge.ab.render import markdown, terminal
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve_ref
 from gpugauge.ab.verdict import Outcome, Schedule, outcome_of, paired_ratio
+from tests.fakes import time_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -1303,23 +1304,7 @@ def _with_verdict(path: Path, ratio: float, verdict: str, reference: str) -> Pat
     data = json.loads(path.read_text())
     (bench,) = data["benchmarks"]
     info = bench["extra_info"]
-    check = {
-        "metric": "time",
-        "baseline": 3.0,
-        "current": 3.0 * ratio,
-        "ratio": ratio,
-        "ci_low": ratio,
-        "ci_high": ratio,
-        "tolerance": 0.065,
-        "verdict": verdict,
-    }
-    info["gate"] = {
-        "id": info["id"],
-        "verdict": verdict,
-        "note": "",
-        "checks": [check],
-        "references": {"time": reference},
-    }
+    info["gate"] = time_gate(info["id"], ratio, verdict, reference)
     out = path.with_name(f"run-{ratio}-{verdict}-{reference[:4]}.json")
     out.write_text(json.dumps(data))
     return out

@@ -213,14 +213,17 @@ def in_order(groups: dict[str, list[Borderline]]) -> list[tuple[str, list[Border
     the last one ended with); a second reference's regressed result is A/B'd before the
     first reference's device-paced ones, at the cost of a start for each switch.
     """
-    rank = {ref: min(first(c) for c in group) for ref, group in groups.items()}
     out: list[tuple[str, list[Borderline]]] = []
     for tier in sorted({first(c)[0] for group in groups.values() for c in group}):
         here = {
             r: sorted((c for c in g if first(c)[0] == tier), key=first) for r, g in groups.items()
         }
         last = out[-1][0] if out else None
-        for ref in sorted((r for r in here if here[r]), key=lambda r: (r != last, rank[r], r)):
+        # each reference by its cheapest case of this tier: an earlier tier's cheap case
+        # must not put a dear one before another reference's cheap one
+        for ref in sorted(
+            (r for r in here if here[r]), key=lambda r: (r != last, first(here[r][0]), r)
+        ):
             if out and out[-1][0] == ref:
                 out[-1][1].extend(here[ref])
             else:
