@@ -30,8 +30,9 @@ from gpugauge.ab import worker
 from gpugauge.ab.claims import Stopped
 from gpugauge.ab.result import SideInfo
 from gpugauge.ab.sides import PREFIX, Checkout, owned_folder
-from gpugauge.check.runs import log_tail, stop_group
+from gpugauge.check.runs import log_tail, stop_groups
 from gpugauge.core.phrasing import Note
+from gpugauge.launch.torchrun import RANK_GRACE_S
 
 WORKER_MODULE = "_gpugauge_ab_worker"
 SIDE_CONNECT_TIMEOUT_S = 600.0  # a side's pytest imports torch and collects before it connects
@@ -346,8 +347,12 @@ def finish(side: Side) -> None:
 
 
 def stop(sides: dict[str, Side]) -> None:
-    """Stop every side still running (its whole process group); remove partial files."""
+    """Stop every side still running (its whole process group); remove partial files.
+
+    All at once, with time for a side's torchrun launch to end its ranks first: a side
+    killed sooner leaves its launch's reaper ending them after the A/B has returned.
+    """
+    running = [s.proc for s in sides.values() if s.proc.poll() is None]
+    stop_groups(running, grace_s=RANK_GRACE_S + 3.0)
     for s in sides.values():
-        if s.proc.poll() is None:
-            stop_group(s.proc, grace_s=2.0)
         s.json.with_name(f".{s.build}.partial.json").unlink(missing_ok=True)

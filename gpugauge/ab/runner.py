@@ -391,8 +391,9 @@ class Coordinator:
                 phases["after"] += time.monotonic() - t0
             elif "measure" in (at("base"), at("head")):
                 s = base if at("base") == "measure" else head
-                if not pairs and not skipped:  # the other side ran and made no such call
-                    timed_alone = s.name
+                ran = said[other_side(s.name)].get("outcome") == "passed"
+                if ran and not pairs and not skipped:  # the other side ran, made no such call
+                    timed_alone = s.name  # (not one that failed or skipped before it)
                 s.send({"op": "solo"})
                 said[s.name] = s.expect("measure", "done")
                 phases["alone"] += time.monotonic() - t0

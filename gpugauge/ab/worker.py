@@ -568,7 +568,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     order = CHANNEL.ask({"op": "test", "id": item.nodeid})
     if order.get("op") == "skip":  # nothing to pair: not run here
         item.add_marker(pytest.mark.skip(reason=str(order.get("reason", "gpugauge ab"))))
-    yield
+    outcome = yield
+    excinfo = getattr(outcome, "excinfo", None)
+    if excinfo and issubclass(excinfo[0], KeyboardInterrupt):
+        # the coordinator is stopping this side (its SIGINT): it waits for no "done", and
+        # a launch's relay may wait forever for the coordinator's answer
+        return
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():

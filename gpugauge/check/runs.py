@@ -61,17 +61,26 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> 
     stops its workers) and ends its session; after ``grace_s`` (or a second Ctrl-C),
     SIGKILL to the whole group, which also ends what pytest left behind.
     """
-    try:
+    stop_groups([proc], grace_s)
+
+
+def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """:func:`stop_group` for several children at once: one SIGINT each, one shared grace."""
+    for proc in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(grace_s)
+    deadline = time.monotonic() + grace_s
+    try:
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.0, deadline - time.monotonic()))
     except KeyboardInterrupt:
         pass  # asked twice: stop waiting
     finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 @contextlib.contextmanager

@@ -42,6 +42,7 @@ from gpugauge.measure.timing import Timing
 from gpugauge.results.files import FileError, read_json
 
 ROOT = Path(__file__).resolve().parents[2]
+RANK_GRACE_S = 5.0  # a stopped launch's ranks: SIGTERM, this long to exit, then SIGKILL
 # multicast can take a shared host's GPUs out of service: never on where we start workers
 NO_MULTICAST = {
     "NCCL_NVLS_ENABLE": "0",
@@ -206,7 +207,7 @@ def launch(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     note: Callable[[str], None] = print,
-    grace_s: float = 5.0,
+    grace_s: float = RANK_GRACE_S,
 ) -> list[RankResult]:
     """Run ``job`` with torchrun and return every rank's result, rank order.
 
