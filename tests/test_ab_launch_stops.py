@@ -143,11 +143,6 @@ HANG = """
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="the other side's rank 0 waits for the hung side's block; its launch, started at "
-    "the same moment with the same timeout, times out with it",
-)
 def test_a_rank_that_hangs_fails_its_own_side_only(
     ranks_toy: Path,  # noqa: F811
     tmp_path: Path,

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from dataclasses import replace
+from itertools import pairwise
 from multiprocessing import Pipe
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
@@ -217,6 +218,47 @@ def test_the_test_s_end_waits_for_an_answer_the_relay_waits_for(
     assert said["op"] == "block_failed"
     assert "ended inside a block" in said["error"]
     assert not coordinator.poll(0.5)  # nothing more: the side's done comes next
+
+
+def test_a_launch_s_clock_stands_still_while_rank_0_waits_for_the_other_side(
+    tmp_path: Path,
+) -> None:
+    """Its limit counts its own work: a hang on the other side must not end it too."""
+    coordinator, relay, rank = _relayed_ask(tmp_path)
+    waiting = relay.clock()
+    time.sleep(0.3)  # the other side sets up, times its block
+    assert relay.clock() == waiting
+    coordinator.send({"op": "block", "block_s": 0.1})
+    assert rank.recv()["op"] == "block"
+    running = relay.clock()
+    time.sleep(0.3)  # this side times its block: its own time
+    assert relay.clock() - running >= 0.29
+    assert relay.clock() - waiting < 0.6  # the wait before its answer never counted
+    rank.close()  # gone inside its block: the relay reports it, as it would any
+    assert coordinator.poll(10)
+    assert coordinator.recv()["op"] == "block_failed"
+    relay.wait_quiet()
+
+
+def test_an_own_clock_never_runs_backwards_read_from_another_thread() -> None:
+    clock = worker.OwnClock()
+    reads: list[float] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            reads.append(clock())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for _ in range(200):
+        with clock.stopped():
+            time.sleep(0.0005)
+        time.sleep(0.0005)
+    stop.set()
+    reader.join()
+    assert len(reads) > 100
+    assert all(b >= a for a, b in pairwise(reads))
 
 
 def test_a_rank_gone_during_the_relay_s_handshake_leaves_it_serving(tmp_path: Path) -> None:

@@ -136,6 +136,38 @@ class RankChannel(Channel):
         return own | {"median_ms": statistics.median(slowest)}
 
 
+class OwnClock:
+    """Monotonic seconds that stop while :meth:`stopped`: a launch's own time.
+
+    A launch's limit runs on it (the side's ``gpugauge.launch.torchrun.own_seconds``), and
+    it stops while the launch's rank 0 waits for the coordinator: for the other side's
+    setup and blocks. A rank that hangs on the other side then fails that side's launch
+    only; this one's limit counts its own work, as without an A/B.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stopped_at: float | None = None
+        self._lost_s = 0.0  # seconds it stood still, so far
+
+    def __call__(self) -> float:
+        with self._lock:
+            now = self._stopped_at if self._stopped_at is not None else time.monotonic()
+            return now - self._lost_s
+
+    @contextlib.contextmanager
+    def stopped(self) -> Any:
+        """Stand still for the ``with`` block."""
+        with self._lock:
+            self._stopped_at = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._lost_s += time.monotonic() - (self._stopped_at or 0.0)
+                self._stopped_at = None
+
+
 class Relay:
     """A side's socket for the processes its tests launch: rank 0's asks go on to the coordinator.
 
@@ -143,11 +175,13 @@ class Relay:
     up inside a block it was ordered (it crashed, or was stopped) is reported as a failed
     block, as a test's own rounds that raised would be. The relay's thread and the test's
     end (:meth:`wait_quiet`) take turns on the coordinator's socket (``lock``): an answer
-    the relay waits for comes before the test's ``done``.
+    the relay waits for comes before the test's ``done``. ``clock`` stands still while
+    an ask waits for its answer.
     """
 
     def __init__(self, channel: Channel, address: str, key: bytes) -> None:
         self.channel = channel
+        self.clock = OwnClock()
         self.listener = Listener(address, family="AF_UNIX", authkey=key)
         self.lock = threading.Lock()  # held while one of them speaks to the coordinator
         self.conn: Connection | None = None  # the rank 0 connected now
@@ -188,7 +222,8 @@ class Relay:
                     self.owed = False
                     self.channel.send(message)
                     continue
-                answer = self.channel.ask(message)
+                with self.clock.stopped():
+                    answer = self.channel.ask(message)
                 self.owed = answer.get("op") == "block"
                 try:
                     conn.send(answer)
@@ -399,6 +434,10 @@ def _relay(channel: Channel, address: str, key: bytes) -> Relay | None:
         return None
     os.environ[RANKS_ENV] = path
     os.environ[RANK_HOOK_ENV] = f"{__name__}:pace_ranks"
+    with contextlib.suppress(ImportError, AttributeError):  # (a side from before: wall time)
+        from gpugauge.launch import torchrun
+
+        rebind(torchrun.own_seconds, relay.clock)
     return relay
 
 

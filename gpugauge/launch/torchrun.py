@@ -55,6 +55,16 @@ SILENT_S = 5.0  # a heartbeat older than this (several missed beats): the rank i
 STATES = {"T": "stopped", "t": "stopped by a tracer", "Z": "exited", "D": "in disk sleep"}
 
 
+def own_seconds() -> float:
+    """The clock a launch's ``timeout_s`` runs on (s): monotonic time.
+
+    Its own work only: where a launch's ranks wait on something outside it, its caller
+    may stop this clock for the wait (``gpugauge ab``'s worker does while a rank waits for
+    the other side's blocks), so that a hang elsewhere does not end this launch too.
+    """
+    return time.monotonic()
+
+
 class LaunchError(RuntimeError):
     """A launch that did not give every rank's result; the message names the ranks."""
 
@@ -211,9 +221,10 @@ def launch(
 ) -> list[RankResult]:
     """Run ``job`` with torchrun and return every rank's result, rank order.
 
-    ``timeout_s`` bounds the whole launch; past it, or once a rank has not reported for
-    ``job.stall_s``, every process of the launch is stopped (SIGTERM, then SIGKILL after
-    ``grace_s``) and the ranks that wrote no result are named. However the launch ends
+    ``timeout_s`` bounds the whole launch (on :func:`own_seconds`); past it, or once a rank
+    has not reported for ``job.stall_s``, every process of the launch is stopped (SIGTERM,
+    then SIGKILL after ``grace_s``) and the ranks that wrote no result are named. However
+    the launch ends
     (an exception, Ctrl-C, torchrun killed, the launcher killed) no process of it is left.
     torchrun's output goes to ``out_dir/torchrun.log``.
     """
@@ -250,7 +261,7 @@ class _Ended:
 
 def _watch(proc: subprocess.Popen, job: Launch, out_dir: Path, timeout_s: float) -> _Ended | None:
     """Wait for torchrun; an _Ended if the timeout passed or a rank stopped reporting."""
-    deadline = time.monotonic() + timeout_s
+    deadline = own_seconds() + timeout_s
     while True:
         try:
             proc.wait(timeout=POLL_S)
@@ -258,7 +269,7 @@ def _watch(proc: subprocess.Popen, job: Launch, out_dir: Path, timeout_s: float)
         except subprocess.TimeoutExpired:
             pass
         beats = heartbeats(out_dir, job.world_size)
-        if time.monotonic() >= deadline:
+        if own_seconds() >= deadline:
             return _Ended("timed out", f"within {timeout_s:g} s", beats)
         stalled = [
             b for b in beats.values() if b.age_s >= job.stall_s and not _finished(out_dir, b.rank)

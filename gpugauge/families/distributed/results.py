@@ -155,16 +155,12 @@ class SeriesRuns:
                 {c for c in selected if c.series == case.series and not self.each} | {case},
                 key=lambda c: c.batch,
             )
-            # a case launched alone (an A/B's side) also waits while the other side sets up
-            # and times its blocks: twice its budget
-            timeout_s = 2 * (60 + case.budget_s()) if self.each else None
             t0 = time.monotonic()
             try:
                 self._done[key] = done = launch_series(
                     members,
                     self.out_root,
                     note=self.note,
-                    timeout_s=timeout_s,
                     alone=self.each,
                     extras=self.extras,
                 )
