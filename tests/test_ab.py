@@ -262,6 +262,15 @@ def test_a_block_s_seconds_are_read_back_and_a_bad_one_refused() -> None:
         Block.from_dict({"median_ms": 1.0, "rounds": 10, "warmup_s": -1})
 
 
+def test_the_sides_line_names_the_working_tree_in_full() -> None:
+    from gpugauge.ab.render import sides_line
+
+    base = SideInfo("base", "HEAD", "a" * 40, "python3", "/x")
+    head = SideInfo("head", "WORKTREE", None, "python3", "/y")
+    line = sides_line(ABReport(base, head, (), "cpu", 1.0))
+    assert line == "base HEAD (aaaaaaaaaa) against head WORKTREE (working tree) on cpu"
+
+
 def test_the_efficiency_line_counts_timed_rounds_and_warm_up_as_a_gated_run_does() -> None:
     def pairs(timed: float | None) -> tuple[Pair, ...]:
         block = Block(1.0, 10, timed_s=timed, warmup_s=None if timed is None else 0.1)

@@ -156,9 +156,13 @@ def efficiency_line(report: ABReport) -> str:
 def sides_line(report: ABReport) -> str:
     """Which build is which, and where they ran."""
     b, h = report.base, report.head
+
+    def build(commit: str | None) -> str:
+        return commit[:10] if commit else "working tree"  # cut the hash, never the words
+
     return (
-        f"base {b.ref} ({(b.commit or 'working tree')[:10]}) against head {h.ref} "
-        f"({(h.commit or 'working tree')[:10]}) on {report.device}"
+        f"base {b.ref} ({build(b.commit)}) against head {h.ref} ({build(h.commit)}) "
+        f"on {report.device}"
     )
 
 
