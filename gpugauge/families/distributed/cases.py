@@ -22,7 +22,7 @@ runs the profiler with the seed's schedule (wait=1, warmup=2, active=5, repeat=2
 its traces back (:mod:`gpugauge.measure.kernels`) for the compute/communication split; a
 multi-GPU case also times an all-reduce of its gradient bytes on the same GPUs, the
 reference of its bandwidth utilisation. With no GPU the same code runs on the CPU with
-gloo, two processes, at tiny sizes.
+gloo at tiny sizes: one process (the reference) and DDP on two.
 """
 
 from __future__ import annotations
