@@ -24,8 +24,10 @@ Each worker also dies with torchrun (:func:`die_with_parent`, called by
 :mod:`gpugauge.launch.worker`), so a killed torchrun takes its workers at once. A
 watchdog that polls would be slower and still miss processes in other sessions; a
 process group or session misses them outright. What this cannot stop: a ``kill -9`` of
-this process itself while torchrun ignores SIGKILL-on-parent-death (it cannot ignore it),
-or a process that leaves the tree by a double fork into another subreaper.
+this process itself ends torchrun and its workers (their parent-death signals) but no
+longer reaps the tree, so a process of it that asked for no such signal (one a worker
+started) is handed to init; and a process that leaves the tree by a double fork into
+another subreaper.
 """
 
 from __future__ import annotations
