@@ -39,6 +39,7 @@ class ABConfig:
     block_s: float = 0.15
     rewarm_s: float = 0.02
     first_warm_s: float = 0.3
+    # fewest timed rounds (calls of the callable, not rounds of processes) in one block
     min_rounds: int = 3
     profile: str | None = None  # the benchmarks' --gauge-profile (older sides: --profile)
     budget: Budget = field(default_factory=Budget)  # when to stop starting tests
