@@ -97,8 +97,12 @@ class PairedRatio:
 
     @property
     def has_interval(self) -> bool:
-        """Two pairs or more: a spread, hence an interval."""
-        return self.n >= 2
+        """A spread, hence an interval: more pairs than rounds (two or more in some round).
+
+        Two rounds of one pair each have no spread within a round, and
+        :func:`across_rounds` gives them an unbounded interval: no interval, as one pair.
+        """
+        return self.n > self.rounds
 
 
 def paired_ratio(log_ratios: Sequence[float], level: float = LEVEL) -> PairedRatio:
