@@ -19,7 +19,7 @@ import pytest
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from gpugauge.ab.settle import decided
-from gpugauge.ab.verdict import Outcome, across_rounds
+from gpugauge.ab.verdict import Outcome, Schedule, across_rounds
 from gpugauge.results.runs import load_run
 from tests.fakes import result, run_json, time_gate
 
@@ -39,6 +39,62 @@ def _case(cid: str, *round_logs: list[float]) -> CaseAB:
     for logs in round_logs[1:]:
         case = case.with_round(_round(cid, logs))
     return case
+
+
+def _tight(ratio: float, n: int = 6, jitter: float = 0.002) -> list[float]:
+    """``n`` pairs at ``ratio``, alternately ``jitter`` above and below it (log)."""
+    return [math.log(ratio) + jitter * (-1) ** i for i in range(n)]
+
+
+def _judged(cases: list[CaseAB]) -> ABReport:
+    return ABReport(SIDE, SIDE, tuple(cases), "cpu", 0.0, Schedule()).pooled()
+
+
+@pytest.mark.parametrize("n_aa", range(3, 9))
+@pytest.mark.parametrize("second", [2.0, 3.0, 10.0])
+def test_one_case_bimodal_across_processes_leaves_a_2x_slowdown_slower(
+    n_aa: int, second: float
+) -> None:
+    """An A/B of five to ten cases: one reads 2.000x in both rounds, every pair within
+    0.2%; one other runs at 1x in one process and at ``second`` in the next (a kernel
+    chosen per process). Pooled untrimmed, that one case's spread widened every case's
+    interval, and the 2x slowdown read "need more samples" (exit 0: no case slower)."""
+    cases = [_case("big", _tight(2.0), _tight(2.0))]
+    cases += [_case(f"aa{i}", _tight(1.0), _tight(1.0)) for i in range(n_aa)]
+    cases.append(_case("bimodal", _tight(1.0), _tight(second)))
+    report = _judged(cases)
+    big = report.cases[0]
+    assert big.outcome is Outcome.SLOWER, big.verdict_text
+    assert report.slower[0].id == "big"
+    assert report.cases[-1].outcome is Outcome.NEED_MORE  # the bimodal one, as before
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_huge_changes_are_decided_beside_one_case_bimodal_across_processes(seed: int) -> None:
+    """Property: an A/B of 5-9 cases, two rounds each, 0.1-1% noise a pair and 0.3%
+    between processes, one case bimodal across processes (1.3x-10x apart): a case 0.5x,
+    2x or 10x in both rounds reads faster or slower, never need more samples or same."""
+    rng = random.Random(seed)
+    effect = rng.choice([0.5, 2.0, 10.0])
+    noise = rng.uniform(0.001, 0.01)
+
+    def rounds(mean: float) -> list[list[float]]:
+        out = []
+        for _ in range(2):
+            offset = rng.gauss(0, 0.003)
+            out.append([rng.gauss(mean + offset, noise) for _ in range(rng.randint(4, 20))])
+        return out
+
+    n = rng.randint(5, 9)
+    cases = [_case("huge", *rounds(math.log(effect)))]
+    cases += [_case(f"aa{i}", *rounds(rng.gauss(0, 0.005))) for i in range(n - 2)]
+    apart = math.log(rng.uniform(1.3, 10.0))
+    bi = rounds(0.0)
+    bi[rng.randrange(2)] = [x + apart for x in bi[0]]
+    cases.append(_case("bimodal", *bi))
+    rng.shuffle(cases)
+    huge = next(c for c in _judged(cases).cases if c.id == "huge")
+    assert huge.outcome is (Outcome.SLOWER if effect > 1 else Outcome.FASTER), huge.verdict_text
 
 
 def test_two_rounds_of_one_pair_have_no_interval_and_no_check() -> None:

@@ -65,8 +65,12 @@ def test_three_rounds_that_spread_widen_the_interval_by_their_own_spread() -> No
 
 
 def test_five_cases_are_enough_to_pool_their_spread_of_processes() -> None:
-    """Five cases of two rounds each pool (none left out of five), four do not."""
-    assert pooled_process_sd([(1e-4, 2)] * 5) == (pytest.approx(0.01), 5.0)
+    """Five cases of two rounds each pool (the largest left out: four kept, 4 df, scaled
+    back by the share of a chi-square(1) its largest fifth removes), four do not."""
+    q = stats.chi2.ppf(0.8, 1)
+    kept_share = stats.chi2.cdf(q, 3) / 0.8
+    sd, df = pooled_process_sd([(1e-4, 2)] * 5)
+    assert (sd, df) == (pytest.approx(math.sqrt(1e-4 / kept_share), rel=1e-9), 4.0)
     assert pooled_process_sd([(1e-4, 2)] * 4) == (PROCESS_SD, math.inf)
 
 

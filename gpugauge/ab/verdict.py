@@ -163,18 +163,20 @@ def pooled_process_sd(
     """One A/B's spread of a round from its processes, pooled over its cases: (SD, df).
 
     ``spreads`` holds, per case of two rounds or more, the variance of its rounds' means
-    beyond what its pairs explain, and its number of rounds. The largest tenth is left
-    out (a bimodal case or a wandering clock must not widen every case's interval; an H200
-    A/A's mean was twice its trimmed mean), and the mean of the rest scaled back by what
-    trimming a chi-square's tenth removes. Under five cases, or below ``floor``, the floor,
-    taken as known (infinite df).
+    beyond what its pairs explain, and its number of rounds. The largest tenth, and at
+    least the largest one, is left out (a bimodal case or a wandering clock must not widen
+    every case's interval; an H200 A/A's mean was twice its trimmed mean; in an A/B of five
+    to nine cases, one case at 1x in one process and 2x in the next left a 2x slowdown of
+    both rounds at "need more samples"), and the mean of the rest scaled back by what
+    trimming a chi-square's largest share removes. Under five cases, or below ``floor``,
+    the floor, taken as known (infinite df).
     """
     from scipy import special
 
     used = sorted((v, k) for v, k in spreads if k >= 2)
     if len(used) < 5:
         return floor, math.inf
-    keep = used[: max(len(used) - len(used) // 10, 1)]
+    keep = used[: len(used) - max(len(used) // 10, 1)]
     df = statistics.fmean(k for _, k in keep) - 1
     q = special.chdtri(df, 1 - len(keep) / len(used)) if len(keep) < len(used) else math.inf
     kept_share = special.chdtr(df + 2, q) / (len(keep) / len(used)) if q < math.inf else 1.0
