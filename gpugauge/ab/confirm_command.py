@@ -253,6 +253,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             status, measured = measured_night(args, budget)
         cases = [c for c in borderline(args.run, args.floor) if c.nodeid not in measured]
         if not cases:
+            say_refused(load_run(args.run), "gpugauge confirm")  # still_regressed counts them
             if not measured:
                 print(
                     f"gpugauge confirm: nothing to confirm in {args.run}: no result is "

@@ -150,9 +150,26 @@ def undecided_host_paced(before: GateResult, case: CaseAB) -> bool:
 
 
 def still_regressed(run: Path) -> list[str]:
-    """The ids of ``run``'s results whose stored verdict is regressed (after any A/B)."""
+    """The ids of ``run``'s results whose stored verdict is regressed (after any A/B).
+
+    A gated result the reader leaves out (:attr:`SavedRun.refused`: a reading or field it
+    cannot read) counts too where its stored verdict says regressed or cannot be read: it
+    failed its test, and confirm's exit status, the job's, must not pass it unseen.
+    """
     saved = load_run(run)
-    return [i for i, v in saved.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
+    out = [i for i, v in saved.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
+    readable = {m.id for m in saved.measurements}
+    for i, bench in enumerate(read_json(run).get("benchmarks", [])):
+        info = bench.get("extra_info") if isinstance(bench, dict) else None
+        if not isinstance(info, dict) or "gpugauge_schema" not in info:
+            continue
+        rid, gate = str(info.get("id") or bench.get("param") or ""), info.get("gate")
+        if rid in readable or rid in out or gate is None:
+            continue
+        said = gate.get("verdict") if isinstance(gate, dict) else None
+        if said not in {v.value for v in Verdict} - {Verdict.REGRESSED.value}:
+            out.append(rid or f"benchmarks[{i}]")
+    return out
 
 
 def write_verdicts(path: Path, settled: Sequence[Settled]) -> None:

@@ -1,0 +1,69 @@
+"""``gpugauge confirm``'s exit status is the job's: a result the run file stores as
+regressed fails it, even where the reader leaves that result out as unreadable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpugauge.__main__ import main
+from gpugauge.ab.settle import still_regressed
+from gpugauge.results.runs import load_run
+from tests.fakes import result, run_json, time_gate
+
+
+def _gated(verdicts: dict[str, str]) -> dict[str, Any]:
+    """A gated run of one result per id, each stored with its verdict; the JSON."""
+    data = run_json([result(rid, 3.0) for rid in verdicts])
+    for bench, (rid, verdict) in zip(data["benchmarks"], verdicts.items(), strict=True):
+        bench["fullname"] = f"t.py::{rid}"
+        ratio = 1.2 if verdict == "regressed" else 1.0
+        bench["extra_info"]["gate"] = time_gate(rid, ratio, verdict, "class baseline")
+    return data
+
+
+def _unreadable(bench: dict[str, Any]) -> None:
+    """One round's time made negative: a reading :func:`load_run` refuses."""
+    bench["extra_info"]["timing"]["device_ms"][0] = -1.0
+
+
+@pytest.mark.parametrize("stored", ["regressed", "not a verdict"])
+def test_a_regressed_result_the_reader_leaves_out_still_fails_confirm(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stored: str,
+) -> None:
+    """A run whose regressed result holds a reading the reader refuses (a hand edit, a
+    truncated round): confirm said "nothing to confirm" and exited 0, the regression
+    gone from the job's status and no warning said. It fails, naming the result."""
+    data = _gated({"a": "unchanged", "b": "regressed"})
+    _unreadable(data["benchmarks"][1])
+    data["benchmarks"][1]["extra_info"]["gate"]["verdict"] = stored
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(data))
+    assert [m.id for m in load_run(run).measurements] == ["a"]  # b is left out
+    assert still_regressed(run) == ["b"]
+    monkeypatch.chdir(tmp_path)
+    assert main(["confirm", str(run), "--out", str(tmp_path / "ab")]) == 1
+    out = capsys.readouterr()
+    assert "regressed after the A/Bs: b" in out.out
+    assert "left out a result that cannot be read" in out.err
+
+
+def test_an_unreadable_result_that_passed_does_not_fail_confirm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unreadable result stored as unchanged, and one never gated: exit 0, as before."""
+    data = _gated({"a": "unchanged", "b": "unchanged", "c": "unchanged"})
+    _unreadable(data["benchmarks"][1])
+    _unreadable(data["benchmarks"][2])
+    del data["benchmarks"][2]["extra_info"]["gate"]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(data))
+    assert still_regressed(run) == []
+    monkeypatch.chdir(tmp_path)
+    assert main(["confirm", str(run), "--out", str(tmp_path / "ab")]) == 0
