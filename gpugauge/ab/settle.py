@@ -158,17 +158,11 @@ def still_regressed(run: Path) -> list[str]:
     """
     saved = load_run(run)
     out = [i for i, v in saved.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
+    passed = {v.value for v in Verdict} - {Verdict.REGRESSED.value}
     readable = {m.id for m in saved.measurements}
-    for i, bench in enumerate(read_json(run).get("benchmarks", [])):
-        info = bench.get("extra_info") if isinstance(bench, dict) else None
-        if not isinstance(info, dict) or "gpugauge_schema" not in info:
-            continue
-        rid, gate = str(info.get("id") or bench.get("param") or ""), info.get("gate")
-        if rid in readable or rid in out or gate is None:
-            continue
-        said = gate.get("verdict") if isinstance(gate, dict) else None
-        if said not in {v.value for v in Verdict} - {Verdict.REGRESSED.value}:
-            out.append(rid or f"benchmarks[{i}]")
+    for rid, said in saved.refused_verdicts.items():
+        if said not in passed and rid not in readable and rid not in out:
+            out.append(rid)
     return out
 
 

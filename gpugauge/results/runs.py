@@ -80,6 +80,8 @@ class SavedRun:
     digest: str = ""  # sha256 of the run's content (its date and results), not its bytes
     # the results that could not be read, each 'PATH: benchmarks[i]: why': left out, named
     refused: tuple[str, ...] = ()
+    # the gate's stored verdict of each gated result left out, by id (None: not readable)
+    refused_verdicts: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def machine(self) -> str:
@@ -168,6 +170,7 @@ def load_run(path: Path) -> SavedRun:
     machine = data.get("machine_info")
     found: list[Measurement] = []
     refused: list[str] = []
+    refused_verdicts: dict[str, str | None] = {}
     held: dict[tuple[str, str], int] = {}
     verdicts: dict[str, dict[str, Any]] = {}
     for i, bench in enumerate(data["benchmarks"]):
@@ -178,6 +181,10 @@ def load_run(path: Path) -> SavedRun:
             m, verdict = _result(bench, info, path, i)
         except RunError as err:  # named and left out: the run's other results stand
             refused.append(str(err))
+            if (gate := info.get("gate")) is not None:
+                said = gate.get("verdict") if isinstance(gate, dict) else None
+                rid = str(info.get("id") or bench.get("param") or f"benchmarks[{i}]")
+                refused_verdicts[rid] = said if isinstance(said, str) else None
             continue
         key = (m.device_class, m.id)
         if key in held:
@@ -219,6 +226,7 @@ def load_run(path: Path) -> SavedRun:
         profile=profile if isinstance(profile, str) else None,
         node=str((machine or {}).get("node") or "") or None,
         refused=tuple(refused),
+        refused_verdicts=refused_verdicts,
     )
 
 
