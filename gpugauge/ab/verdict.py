@@ -163,11 +163,12 @@ def pooled_process_sd(
     """One A/B's spread of a round from its processes, pooled over its cases: (SD, df).
 
     ``spreads`` holds, per case of two rounds or more, the variance of its rounds' means
-    beyond what its pairs explain, and its number of rounds. The largest tenth, and at
-    least the largest one, is left out (a bimodal case or a wandering clock must not widen
-    every case's interval; an H200 A/A's mean was twice its trimmed mean; in an A/B of five
-    to nine cases, one case at 1x in one process and 2x in the next left a 2x slowdown of
-    both rounds at "need more samples"), and the mean of the rest scaled back by what
+    beyond what its pairs explain, and its number of rounds. The largest are left out: a
+    bimodal case or a wandering clock must not widen every case's interval (an H200 A/A's
+    mean was twice its trimmed mean; in an A/B of twelve cases, two at 1x in one process
+    and 2x in the next left a 2x slowdown of both rounds at "need more samples"). Left out
+    are the largest tenth, at least the largest one, and every case far beyond the median
+    (:func:`far_beyond`), up to half of them. The mean of the rest is scaled back by what
     trimming a chi-square's largest share removes. Under five cases, or below ``floor``,
     the floor, taken as known (infinite df).
     """
@@ -176,14 +177,34 @@ def pooled_process_sd(
     used = sorted((v, k) for v, k in spreads if k >= 2)
     if len(used) < 5:
         return floor, math.inf
-    keep = used[: len(used) - max(len(used) // 10, 1)]
+    cut = min(max(len(used) // 10, 1, far_beyond(used)), len(used) // 2)
+    keep = used[: len(used) - cut]
     df = statistics.fmean(k for _, k in keep) - 1
-    q = special.chdtri(df, 1 - len(keep) / len(used)) if len(keep) < len(used) else math.inf
-    kept_share = special.chdtr(df + 2, q) / (len(keep) / len(used)) if q < math.inf else 1.0
+    q = special.chdtri(df, 1 - len(keep) / len(used))
+    kept_share = special.chdtr(df + 2, q) / (len(keep) / len(used))
     var = statistics.fmean(v for v, _ in keep) / kept_share
     if var <= floor**2:
         return floor, math.inf
     return math.sqrt(var), float(sum(k - 1 for _, k in keep))
+
+
+FAR_P = 1e-3  # a spread past its chi-square's upper 0.1% point, by the median's scale
+
+
+def far_beyond(spreads: Sequence[tuple[float, int]]) -> int:
+    """How many spreads lie beyond what a chi-square draw of the others' scale reaches.
+
+    The scale is the median's, which half the cases may exceed without moving it: one
+    bimodal case or five leave it where the others put it. A spread is far beyond where it
+    exceeds the median by more than the chi-square's upper ``FAR_P`` point exceeds its
+    median (23.8 times for two rounds).
+    """
+    from scipy import special
+
+    df = statistics.fmean(k for _, k in spreads) - 1
+    median = statistics.median(v for v, _ in spreads)
+    limit = median * special.chdtri(df, FAR_P) / special.chdtri(df, 0.5)
+    return sum(v > limit for v, _ in spreads)
 
 
 def outcome_of(r: PairedRatio, min_effect: float = MIN_EFFECT, *, same: PairedRatio) -> Outcome:
