@@ -9,6 +9,7 @@ sets it). Without it they skip, except under CI=true, where they fail.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sqlite3
@@ -182,6 +183,26 @@ def test_an_ab_that_decided_a_result_is_kept_with_its_pairs(
                         reference="")  # fmt: skip
         h.remove(["run-1"])
         assert h.ab_cases() == []
+
+
+def test_an_ab_its_reader_would_refuse_is_never_made(target: str) -> None:
+    """An infinite interval (two rounds of one pair) or a ratio as text: refused when the
+    record is made, before the history writes a row that its reader refuses."""
+    from gpugauge.history.records import ABRecord
+
+    ab = ABRecord(
+        "run-1", "a", "nvidia-h100-80gb-hbm3", "c" * 40, "slower", 1.03, 1.02, 1.04, 0.01, ()
+    )
+    with pytest.raises(HistoryError, match="ci_high is inf, not a finite number"):
+        replace(ab, ci_high=math.inf)
+    with pytest.raises(HistoryError, match=r"ratio is '1\.03', not a finite number"):
+        replace(ab, ratio="1.03")
+    with pytest.raises(HistoryError, match="verdict is None, not text"):
+        replace(ab, verdict=None)
+    with History.open(target) as h:
+        h.append(run(1), [result("a", 1.0)])
+        h.record_ab(ab, result_verdict="regressed", accepted=False, reference="A/B")
+        assert h.ab_cases() == [ab]  # what a writer keeps, its reader reads
 
 
 def test_a_failed_append_writes_nothing(target: str) -> None:

@@ -182,6 +182,21 @@ class ABRecord:
     min_effect: float
     pairs: tuple[dict[str, Any], ...]
 
+    def __post_init__(self) -> None:
+        """Refuse a field the history cannot keep: HistoryError naming run, case and field.
+
+        Text and finite numbers only. A writer's record is checked as a row read back is,
+        so the history never keeps a row its own reader refuses.
+        """
+        where = f"the A/B of {self.bench_id!r} on {self.device_class} in run {self.run_id}"
+        for name in ("run_id", "bench_id", "device_class", "base_commit", "verdict"):
+            if not isinstance(v := getattr(self, name), str):
+                raise HistoryError(f"{where}: {name} is {v!r}, not text")
+        for name in ("ratio", "ci_low", "ci_high", "min_effect"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise HistoryError(f"{where}: {name} is {v!r}, not a finite number")
+
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ABRecord:
         """From an ``ab_cases`` row (its columns in table order), checked.
@@ -191,13 +206,6 @@ class ABRecord:
         """
         *head, pairs = row
         where = f"the A/B of {head[1]!r} on {head[2]} in run {head[0]}"
-        texts = ("run_id", "bench_id", "device_class", "base_commit", "verdict")
-        for name, v in zip(texts, head[:5], strict=True):
-            if not isinstance(v, str):
-                raise HistoryError(f"{where}: {name} is {v!r}, not text")
-        for name, v in zip(("ratio", "ci_low", "ci_high", "min_effect"), head[5:], strict=True):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise HistoryError(f"{where}: {name} is {v!r}, not a finite number")
         try:
             read = json.loads(pairs) if isinstance(pairs, str) else None
         except ValueError:
@@ -205,7 +213,7 @@ class ABRecord:
         if not isinstance(read, list) or not all(isinstance(p, dict) for p in read):
             shown = pairs if isinstance(pairs, int | float) else str(pairs)[:40]
             raise HistoryError(f"{where}: pairs {shown!r} are not a JSON list of objects")
-        return cls(*head[:5], *map(float, head[5:]), pairs=tuple(read))
+        return cls(*head, pairs=tuple(read))
 
 
 def ab_records(rows: Sequence[Sequence[Any]], skip: list[str] | None, where: str) -> list[ABRecord]:
