@@ -236,6 +236,42 @@ def test_baselines_are_not_written_after_a_failure(gauge_pytester: pytest.Pytest
     assert not base.exists()
 
 
+@pytest.mark.slow
+def test_a_run_with_injected_work_never_becomes_a_baseline(
+    gauge_pytester: pytest.Pytester,
+) -> None:
+    """An injected slowdown measures the injection: as a baseline it hid a 360x slowdown.
+
+    A relu recorded with 5 ms injected read 5.1 ms; a later run with 4 ms added then read
+    0.79x of it, unchanged, as would any slowdown of the build under 5 ms.
+    """
+    from gpugauge.__main__ import main
+
+    gauge_pytester.makepyfile(test_demo=BENCH)
+    base, out = gauge_pytester.path / "baselines", gauge_pytester.path / "out.json"
+    result = gauge_pytester.runpytest(
+        "--gauge-rounds",
+        "3",
+        "--gauge-warmup",
+        "1",
+        "--gauge-no-history",
+        f"--benchmark-json={out}",
+        "--gauge-update-baselines",
+        f"--gauge-baselines-dir={base}",
+        "-p",
+        "gpugauge.check.slowdown",
+        "--gauge-inject-slowdown-ms",
+        "5",
+    )
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*baselines NOT written: 2 results have injected work*"])
+    assert not base.exists() or not any(base.rglob("*.json"))
+    # nor from its saved run, alone or added to stored runs
+    assert main(["baseline", str(out), "--baselines-dir", str(base)]) == 2
+    assert main(["baseline", "--add", str(out), "--baselines-dir", str(base)]) == 2
+    assert not base.exists() or not any(base.rglob("*.json"))
+
+
 def test_corrupt_baseline_is_a_usage_error(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile("def test_x(): pass")
     bad = gauge_pytester.mkdir("baselines") / "cpu-x86_64"

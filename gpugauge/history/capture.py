@@ -27,21 +27,10 @@ from gpugauge.measure.environment import host_name
 from gpugauge.measure.nvml import Nvml, maybe_nvml
 from gpugauge.measure.stats import summarize
 from gpugauge.regress.baselines import kernel_shares
-from gpugauge.results.measurement import Measurement
+from gpugauge.results.measurement import INJECTED_KEY, Measurement, injected  # noqa: F401
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import SavedRun, load_run, say_refused
 from gpugauge.results.verdicts import GateResult
-
-INJECTED_KEY = "injected_slowdown_ms"  # gpugauge.check.slowdown's record of added work
-
-
-def injected(m: Measurement) -> bool:
-    """Whether work was added to the measurement on purpose (``gpugauge.check.slowdown``).
-
-    Such a result measures the injection, not the build: it may be judged against the
-    history but never joins it, or it would be a step in the case's series.
-    """
-    return bool(m.extra.get(INJECTED_KEY))
 
 
 def new_run_id() -> str:

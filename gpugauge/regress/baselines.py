@@ -44,7 +44,7 @@ from gpugauge.results.files import (
     folder_locked,
     name_problem,
 )
-from gpugauge.results.measurement import Measurement
+from gpugauge.results.measurement import Measurement, injected
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import load_run
 
@@ -73,6 +73,13 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
     early = run.outcome.ended_early() if run.outcome is not None else None
     if early:
         raise BaselineError(f"{path}: {early}; record baselines from whole runs")
+    slowed = [m.id for m in run.measurements if injected(m)]
+    if slowed:
+        raise BaselineError(
+            f"{path}: {len(slowed)} result(s) have work injected on purpose (gpugauge "
+            f"check's slowdown), e.g. {slowed[0]!r}: they measure the injection, not the "
+            "build; record baselines from runs without it"
+        )
     host = run.host or ""
     entries = [with_host(entry_of(m), host) for m in run.measurements]
     for e in entries:

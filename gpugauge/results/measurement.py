@@ -51,6 +51,19 @@ def in_nightly(spec: Spec) -> bool:
     return bool(getattr(spec, "nightly", True))
 
 
+INJECTED_KEY = "injected_slowdown_ms"  # gpugauge.check.slowdown's record of added work
+
+
+def injected(m: Measurement) -> bool:
+    """Whether work was added to the measurement on purpose (``gpugauge.check.slowdown``).
+
+    Such a result measures the injection, not the build: it may be judged against the
+    history or a baseline but never becomes either, or a later slowdown of the build up to
+    the injected work would read unchanged against it.
+    """
+    return bool(m.extra.get(INJECTED_KEY))
+
+
 def devices_of(spec: Spec) -> tuple[str, ...]:
     """Every device a spec runs on: its ``devices``, else its one ``device``."""
     return tuple(getattr(spec, "devices", None) or (spec.device,))

@@ -37,7 +37,7 @@ from gpugauge.report.tables import (
     uncertain_ids,
     unsampled_ids,
 )
-from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of
+from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of, injected
 from gpugauge.results.outcome import RunOutcome
 from gpugauge.results.verdicts import GateResult
 from gpugauge.runtime.options import Options
@@ -237,6 +237,14 @@ class GaugeSession:
             return
         if not self.measurements:
             self.messages.append("baselines NOT written: nothing was measured")
+            return
+        slowed = [m for m in self.measurements if injected(m)]
+        if slowed:  # a baseline of the injection would pass any slowdown up to it
+            self.messages.append(
+                f"baselines NOT written: {plural(len(slowed), 'result')} "
+                f"{'has' if len(slowed) == 1 else 'have'} injected work (gpugauge check's "
+                "slowdown): they measure the injection, not the build"
+            )
             return
         fp = self.fingerprint()
         meta = {
