@@ -110,8 +110,11 @@ def test_a_run_gated_on_new_memory_is_read_by_every_reader(
         (point,) = h.points("graphed", "memory")
         assert point.metric.verdict == "regressed"
     assert history_main(["show", "graphed", "--metric", "memory", "--history", hist]) == 0
-    assert gpugauge_main(["baseline", "--add", str(run), "--baselines-dir", base[1]]) == 0
-    assert "Infinity" not in capsys.readouterr().err
+    # read whole, then refused: its gate failed, so it may not become a baseline
+    assert gpugauge_main(["baseline", "--add", str(run), "--baselines-dir", base[1]]) == 2
+    err = capsys.readouterr().err
+    assert "Infinity" not in err
+    assert "its gate failed 1 result(s) as regressed, e.g. 'graphed'" in err
 
 
 def test_the_history_judges_new_memory_from_a_reference_of_zero() -> None:

@@ -15,12 +15,19 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from gpugauge.history.capture import saved_records
 from gpugauge.history.render import cases_text
 from gpugauge.history.store import History
 from gpugauge.measure.memory import Memory
 from gpugauge.measure.timing import Timing
-from gpugauge.regress.baselines import BaselineStore, combine_runs, entries_of_benchmark_json
+from gpugauge.regress.baselines import (
+    BaselineError,
+    BaselineStore,
+    combine_runs,
+    entries_of_benchmark_json,
+)
 from gpugauge.regress.baselines import entry_of as entry
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import Tolerances
@@ -101,7 +108,23 @@ def test_every_reader_reads_what_every_writer_wrote_from_any_reading(tmp_path: P
         assert len(cases_text(h.cases()).splitlines()) > PER_RUN
         assert sum(1 for _ in h.iter_points()) > RUNS * PER_RUN
 
-    runs = [entries_of_benchmark_json(p) for p in paths]  # baseline's reader
+    # baseline's reader: a run whose gate failed is read whole, then refused as a baseline;
+    # the same runs saved ungated are recorded
+    ungated = []
+    for p in paths:
+        data = json.loads(p.read_text())
+        failed = any(
+            (b["extra_info"].get("gate") or {}).get("verdict") == "regressed"
+            for b in data["benchmarks"]
+        )
+        if failed:
+            with pytest.raises(BaselineError, match="its gate failed"):
+                entries_of_benchmark_json(p)
+        for b in data["benchmarks"]:
+            b["extra_info"].pop("gate", None)
+        ungated.append(p.with_name("ungated-" + p.name))
+        ungated[-1].write_text(json.dumps(data, allow_nan=False))
+    runs = [entries_of_benchmark_json(p) for p in ungated]
     out = BaselineStore(tmp_path / "recorded")
-    out.write(combine_runs(runs), {"recorded_from": [str(p) for p in paths]})
+    out.write(combine_runs(runs), {"recorded_from": [str(p) for p in ungated]})
     assert len(BaselineStore(tmp_path / "recorded").load(CLASS, "demo") or {}) == PER_RUN

@@ -272,6 +272,44 @@ def test_a_run_with_injected_work_never_becomes_a_baseline(
     assert not base.exists() or not any(base.rglob("*.json"))
 
 
+@pytest.mark.slow
+def test_a_run_whose_gate_failed_never_becomes_a_baseline(
+    gauge_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A night's saved run that regressed must not become the baseline that passes it.
+
+    The plugin writes no baselines after a failure; the command took the same run file
+    (the nightly keeps it, failed or not) and a 10x slower case passed the next gate.
+    """
+    from gpugauge.__main__ import main
+
+    gauge_pytester.makepyfile(
+        test_demo=SPEC_SOURCE
+        + """
+import os
+
+@pytest.mark.cpu
+def test_demo(gauge):
+    gauge.measure(Spec("case"), lambda: time.sleep(float(os.environ["DEMO_S"])))
+"""
+    )
+    base, out = gauge_pytester.path / "baselines", gauge_pytester.path / "slow.json"
+    common = ["--gauge-rounds", "5", "--gauge-warmup", "1", "--gauge-no-history"]
+    common.append(f"--gauge-baselines-dir={base}")
+    monkeypatch.setenv("DEMO_S", "0.002")
+    gauge_pytester.runpytest(*common, "--gauge-update-baselines").assert_outcomes(passed=1)
+    [written] = list(base.rglob("demo.json"))
+    before = written.read_bytes()
+    monkeypatch.setenv("DEMO_S", "0.02")
+    slow = gauge_pytester.runpytest(*common, "--gauge-gate", f"--benchmark-json={out}")
+    slow.assert_outcomes(failed=1)
+    assert main(["baseline", str(out), "--baselines-dir", str(base)]) == 2
+    assert main(["baseline", "--add", str(out), "--baselines-dir", str(base)]) == 2
+    assert written.read_bytes() == before
+    again = gauge_pytester.runpytest(*common, "--gauge-gate")
+    again.assert_outcomes(failed=1)
+
+
 def test_corrupt_baseline_is_a_usage_error(gauge_pytester: pytest.Pytester) -> None:
     gauge_pytester.makepyfile("def test_x(): pass")
     bad = gauge_pytester.mkdir("baselines") / "cpu-x86_64"

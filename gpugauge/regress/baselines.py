@@ -47,6 +47,7 @@ from gpugauge.results.files import (
 from gpugauge.results.measurement import Measurement, injected
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import load_run
+from gpugauge.results.verdicts import Verdict
 
 
 def entry_of(m: Measurement) -> Entry:
@@ -79,6 +80,13 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
             f"{path}: {len(slowed)} result(s) have work injected on purpose (gpugauge "
             f"check's slowdown), e.g. {slowed[0]!r}: they measure the injection, not the "
             "build; record baselines from runs without it"
+        )
+    regressed = [i for i, v in run.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
+    if regressed:  # the plugin writes no baselines after a failure; nor does a saved run
+        raise BaselineError(
+            f"{path}: its gate failed {len(regressed)} result(s) as regressed, e.g. "
+            f"{regressed[0]!r}: as a baseline it would pass that slowdown on every later "
+            "night; record baselines from runs whose gate passed, or from ungated runs"
         )
     host = run.host or ""
     entries = [with_host(entry_of(m), host) for m in run.measurements]
