@@ -101,7 +101,7 @@ def _baselines_from_files(args: argparse.Namespace) -> int:
             raise RunError(f"{p}: {same}; each run counts once in the run-to-run noise")
         seen[digests[p][0]] = p
     named = {p: f"{p} (sha256 {digests[p][0]})" for p in args.runs}
-    runs = [entries_of_benchmark_json(p) for p in args.runs]
+    runs = [entries_of_benchmark_json(p, args.accept_regressed) for p in args.runs]
     store = BaselineStore(args.baselines_dir)
     stored = None
     if args.add:
@@ -207,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"store cases whose runs' medians lie more than {WIDE_SPREAD:.0%}% apart (refused "
         "by default: the gate would allow twice that spread); each is named in a warning",
+    )
+    base.add_argument(
+        "--accept-regressed",
+        action="store_true",
+        help="record a run whose gate failed results as regressed (refused by default: "
+        "the slowdown would pass every later night); for a slowdown the build meant, "
+        "each such result named",
     )
     base.add_argument(
         "--baselines-dir",

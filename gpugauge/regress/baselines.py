@@ -62,11 +62,13 @@ def with_host(e: Entry, host: str) -> Entry:
     return replace(e, run_hosts=hosts)
 
 
-def entries_of_benchmark_json(path: Path) -> list[Entry]:
+def entries_of_benchmark_json(path: Path, accept_regressed: bool = False) -> list[Entry]:
     """Entries of a gpugauge run saved by pytest-benchmark (json or autosave).
 
     A result that could not be stored as a baseline (one with no metric) is a
-    BaselineError naming the run and the result, before anything is written.
+    BaselineError naming the run and the result, before anything is written. So is a
+    run whose gate failed a result as regressed, unless ``accept_regressed`` (a slowdown
+    meant by the build: its run becomes the reference on purpose).
     """
     run = load_run(path)
     if run.refused:  # a baseline is recorded from whole runs: a reference must not lack one
@@ -82,12 +84,15 @@ def entries_of_benchmark_json(path: Path) -> list[Entry]:
             "build; record baselines from runs without it"
         )
     regressed = [i for i, v in run.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
-    if regressed:  # the plugin writes no baselines after a failure; nor does a saved run
+    if regressed and not accept_regressed:  # the plugin writes none after a failure
         raise BaselineError(
             f"{path}: its gate failed {len(regressed)} result(s) as regressed, e.g. "
             f"{regressed[0]!r}: as a baseline it would pass that slowdown on every later "
-            "night; record baselines from runs whose gate passed, or from ungated runs"
+            "night; record baselines from runs whose gate passed, or pass "
+            "--accept-regressed where the build meant the slowdown"
         )
+    for rid in regressed:
+        print(f"gpugauge baseline: {path}: {rid} regressed; its time is the reference now")
     host = run.host or ""
     entries = [with_host(entry_of(m), host) for m in run.measurements]
     for e in entries:
