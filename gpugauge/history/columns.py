@@ -24,6 +24,7 @@ from gpugauge.history.records import (
 )
 from gpugauge.history.reference import ReferencePolicy
 from gpugauge.regress.baselines import KernelShare
+from gpugauge.results.metrics import METRICS
 
 RUN_COLUMNS = (
     "id, time_utc, host, device_class, driver, cuda_runtime, cudnn, torch, git_commit, "
@@ -72,6 +73,10 @@ def run_row(run: RunRecord) -> tuple[Any, ...]:
 
 
 def run_of(row: tuple[Any, ...]) -> RunRecord:
+    where = f"run {row[0]}"
+    for i, name in enumerate(RUN_COLUMNS.split(",")):
+        if i != 1:  # the time: parse_time names what it is
+            stored_text(row[i], where, f"runs.{name.strip()}", name.strip() in _RUN_NULLABLE)
     return RunRecord(
         id=row[0],
         time=parse_time(row[1]),
@@ -82,11 +87,54 @@ def run_of(row: tuple[Any, ...]) -> RunRecord:
         cudnn=row[6],
         torch=row[7],
         commit=row[8],
-        flags=json.loads(row[9]),
-        argv=tuple(json.loads(row[10])),
+        flags=_json(row[9], dict, where, "runs.flags"),
+        argv=tuple(_json(row[10], list, where, "runs.argv")),
         profile=row[11],
         source=row[12],
     )
+
+
+_RUN_NULLABLE = {"driver", "cuda_runtime", "cudnn", "torch", "git_commit", "profile"}
+
+
+def _damaged(where: str, column: str, value: Any, kind: str) -> HistoryError:
+    """A stored cell that no gpugauge wrote (a hand edit, another tool, a damaged copy)."""
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return HistoryError(
+        f"{where}: its stored {column} is {shown}, not {kind}; the history was changed "
+        "outside gpugauge: remove that run (gpugauge history remove RUN)"
+    )
+
+
+def stored_text(value: Any, where: str, column: str, nullable: bool = False) -> Any:
+    if not isinstance(value, str) and not (nullable and value is None):
+        raise _damaged(where, column, value, "text")
+    return value
+
+
+def _number(value: Any, where: str, column: str, nullable: bool = False) -> Any:
+    if value is None and nullable:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _damaged(where, column, value, "a finite number")
+    return value
+
+
+def _integer(value: Any, where: str, column: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _damaged(where, column, value, "an integer")
+    return value
+
+
+def _json(value: Any, kind: type, where: str, column: str) -> Any:
+    """``value`` parsed as JSON of type ``kind`` (a dict or a list)."""
+    try:
+        data = json.loads(value) if isinstance(value, str) else None
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, kind):
+        raise _damaged(where, column, value, f"a JSON {'object' if kind is dict else 'list'}")
+    return data
 
 
 def result_rows(run: RunRecord, r: ResultRecord) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
@@ -129,32 +177,53 @@ def result_rows(run: RunRecord, r: ResultRecord) -> tuple[tuple[Any, ...], list[
 
 def result_of(row: tuple[Any, ...], metrics: tuple[MetricRecord, ...]) -> ResultRecord:
     # row: the result columns after run_id
+    where = f"case {row[0]!r}" if isinstance(row[0], str) else "a result"
+    for i in (0, 2, 3, 9):
+        stored_text(row[i], where, f"results.{RESULT_COLUMNS.split(',')[i + 1].strip()}")
+    stored_text(row[7], where, "results.verdict", nullable=True)
+    kernels = _json(row[6], list, where, "results.kernels")
+    if not all(
+        isinstance(k, dict) and isinstance(k.get("name"), str) and _is_number(k.get("share"))
+        for k in kernels
+    ):
+        raise _damaged(where, "results.kernels", row[6], "a list of kernels' names and shares")
     return ResultRecord(
         bench_id=row[0],
         family=row[2],
         device_class=row[3],
         metrics=metrics,
-        sm_clock_mhz=row[4],
-        power_w=row[5],
-        kernels=tuple(KernelShare(k["name"], k["share"]) for k in json.loads(row[6])),
+        sm_clock_mhz=_number(row[4], where, "results.sm_clock_mhz", nullable=True),
+        power_w=_number(row[5], where, "results.power_w", nullable=True),
+        kernels=tuple(KernelShare(k["name"], k["share"]) for k in kernels),
         verdict=row[7],
-        accepted=bool(row[8]),
-        attempt=row[1],
+        accepted=bool(_integer(row[8], where, "results.accepted")),
+        attempt=_integer(row[1], where, "results.attempt"),
         note=row[9],
     )
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def metric_of(row: tuple[Any, ...]) -> MetricRecord:
     # row: the metric columns after run_id, bench_id, device_class, attempt
+    name = row[0]
+    where = f"metric {name!r}" if isinstance(name, str) else "a metric"
+    if name not in METRICS:
+        raise _damaged(where, "metrics.metric", name, f"a metric ({', '.join(METRICS)})")
+    medians = _json(row[5], list, where, "metrics.run_medians")
+    if not all(_is_number(x) for x in medians):
+        raise _damaged(where, "metrics.run_medians", row[5], "a list of finite numbers")
     return MetricRecord(
-        metric=row[0],
-        median=row[1],
-        ci_low=row[2],
-        ci_high=row[3],
-        n=row[4],
-        run_medians=tuple(json.loads(row[5])),
-        verdict=row[6],
-        reference=row[7],
+        metric=name,
+        median=_number(row[1], where, "metrics.median"),
+        ci_low=_number(row[2], where, "metrics.ci_low"),
+        ci_high=_number(row[3], where, "metrics.ci_high"),
+        n=_integer(row[4], where, "metrics.n"),
+        run_medians=tuple(medians),
+        verdict=stored_text(row[6], where, "metrics.verdict", nullable=True),
+        reference=stored_text(row[7], where, "metrics.reference"),
     )
 
 

@@ -39,6 +39,7 @@ from gpugauge.history.columns import (
     run_of,
     run_row,
     select_sql,
+    stored_text,
 )
 from gpugauge.history.records import (
     ABRecord,
@@ -83,6 +84,9 @@ class Case:
     runs: int
     first: datetime | None
     last: datetime | None
+
+
+CASE_COLUMNS = ("results.bench_id", "results.family", "results.device_class", "runs.host")
 
 
 class History(Windows):
@@ -267,6 +271,9 @@ class History(Windows):
                     skip.append(str(err))
                 return None
 
+        for r in rows:
+            for value, column in zip(r[:4], CASE_COLUMNS, strict=True):
+                stored_text(value, f"case {r[0]!r}", column)
         return [Case(*r[:5], when(r[5]), when(r[6])) for r in rows]
 
     def _points_of(self, rows: Iterable[tuple[Any, ...]], run_ids: bool = False) -> Iterator[Point]:
@@ -282,8 +289,12 @@ class History(Windows):
         runs = self._run_records
         for row in rows:
             run = runs.get(row[0]) or runs.setdefault(row[0], run_of(row[:nr]))
-            metric = metric_of(row[nr + ns : nr + ns + nm])
-            yield Point(run, result_of(row[nr : nr + ns], (metric,)), metric)
+            try:
+                metric = metric_of(row[nr + ns : nr + ns + nm])
+                found = result_of(row[nr : nr + ns], (metric,))
+            except HistoryError as err:  # a cell changed outside gpugauge: name its run
+                raise HistoryError(f"run {row[0]}: {err}") from None
+            yield Point(run, found, metric)
 
     def _rows(
         self, where: str, params: tuple[Any, ...], runs_first: bool = False

@@ -20,6 +20,7 @@ from gpugauge.history.columns import (
     marks,
     run_of,
     select_sql,
+    stored_text,
 )
 from gpugauge.history.records import Point, RunRecord
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
@@ -89,6 +90,8 @@ class Windows:
         if last not in self._windows:  # once per command: the runs change only by its writes
             with self._db.transaction(write=False) as tx:
                 counts = dict(tx.query("SELECT host, COUNT(*) FROM runs GROUP BY host"))
+                for host in counts:
+                    stored_text(host, f"host {host!r}", "runs.host")
                 starts = dict(
                     tx.query(
                         "SELECT host, time_utc FROM (SELECT host, time_utc, ROW_NUMBER() OVER "

@@ -1,0 +1,111 @@
+"""Seeded fuzz of gpugauge's inputs through its real command line: one bad value at a time.
+
+Each case feeds one damaged input (a cell of the results history, a field of a saved run,
+a command-line value) to ``python -m gpugauge``'s ``main`` in this process and asserts
+the rule: exit status 0 or 2, never an exception; a refusal is one line naming what was
+wrong; and no file that was there before is changed by a refused command. The cases are
+drawn with a fixed seed, so a failure names a case that fails again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpugauge.__main__ import main
+
+from .fakes import result, save_run
+from .test_saved_data import snapshot
+
+SEED = 20261205
+
+# Values a hand edit, another tool or a damaged copy can leave in a SQLite cell: SQLite
+# keeps whatever type it is given, whatever the column's declared type.
+CELL_VALUES: list[Any] = ["x", "", "{", "[]", "null", '{"a": 1}', -1, 3.5, 1e308, b"\xff\xfe"]
+
+READERS = [
+    ["history", "list"],
+    ["history", "show", "a"],
+    ["history", "changes", "--metric", "all"],
+    ["history", "export", "--csv", "{ws}/out.csv"],
+    ["history", "ab"],
+]
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A history of three runs of cases a and b, made by ``gpugauge history import``."""
+    ws = tmp_path_factory.mktemp("history")
+    runs = [save_run(ws / f"r{i}.json", [result("a", 2.0 + i), result("b", 3.0)]) for i in range(3)]
+    for i, path in enumerate(runs):  # three distinct runs: each its own date
+        data = json.loads(path.read_text())
+        data["datetime"] = f"2026-01-0{i + 1}T00:00:00"
+        path.write_text(json.dumps(data))
+    db = ws / "h.sqlite"
+    assert main(["history", "import", *map(str, runs), "--history", str(db)]) == 0
+    return db
+
+
+def _columns(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as c:
+        return [
+            (t, row[1])
+            for t in ("runs", "results", "metrics")
+            for row in c.execute(f'PRAGMA table_info("{t}")')
+        ]
+
+
+def _cell_cases(db: Path) -> list[tuple[str, str, Any]]:
+    rng = random.Random(SEED)
+    return [(t, c, v) for t, c in _columns(db) for v in rng.sample(CELL_VALUES, 3)]
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+def test_every_damaged_history_cell_is_read_or_named(
+    history: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """One cell of one row set to a value of another type: each reader reads it or names it."""
+    cases = _cell_cases(history)
+    assert len(cases) >= 90
+    failures = []
+    for table, column, value in cases:
+        db = tmp_path / "h.sqlite"
+        shutil.copy(history, db)
+        with sqlite3.connect(db) as c:
+            try:
+                c.execute(
+                    f'UPDATE "{table}" SET "{column}" = ? '
+                    f'WHERE rowid = (SELECT MIN(rowid) FROM "{table}")',
+                    (value,),
+                )
+            except sqlite3.IntegrityError:
+                continue  # a NOT NULL or key the database itself keeps
+        c.close()
+        before = snapshot(tmp_path)
+        for argv in READERS:
+            argv = [a.format(ws=tmp_path) for a in argv] + ["--history", str(db)]
+            (tmp_path / "out.csv").unlink(missing_ok=True)
+            before = snapshot(tmp_path)
+            try:
+                code, err = _run(argv, capsys)
+            except Exception as exc:
+                failures.append(f"{table}.{column}={value!r} {argv[:3]}: {exc!r}")
+                continue
+            if code not in (0, 2) or (code == 2 and len(err.strip().splitlines()) != 1):
+                failures.append(f"{table}.{column}={value!r} {argv[:3]}: exit {code}: {err!r}")
+            elif code == 2 and snapshot(tmp_path) != before:
+                failures.append(f"{table}.{column}={value!r} {argv[:3]}: wrote a file")
+    assert not failures, "\n".join(failures[:20]) + f"\n({len(failures)} in all)"
