@@ -109,3 +109,23 @@ def test_every_damaged_history_cell_is_read_or_named(
             elif code == 2 and snapshot(tmp_path) != before:
                 failures.append(f"{table}.{column}={value!r} {argv[:3]}: wrote a file")
     assert not failures, "\n".join(failures[:20]) + f"\n({len(failures)} in all)"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ab", "HEAD"],  # no git checkout here
+        ["ab", "HEAD", "--gpus", "-1", "--out", "deep/er/out"],
+        ["bisect", "HEAD~1", "HEAD", "--out", "deep/er/out"],
+    ],
+)
+def test_a_refused_ab_leaves_no_out_folder_behind(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """An A/B refused before it ran a side (no checkout, GPUs this host lacks) leaves the
+    folder it would have written to as it was: not there."""
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(argv, capsys)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not list(tmp_path.iterdir()), err

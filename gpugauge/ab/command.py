@@ -39,18 +39,29 @@ def owning(out: Path) -> Iterator[Path]:
 
     Two A/Bs writing one folder would overwrite each other's ``ab.json``, and the first
     one's verdicts would be lost: the second is refused at once, naming the first.
+    An A/B refused before it wrote anything (no checkout, a GPU the host lacks) removes
+    the folders it made for ``--out``, which are still empty: the refusal leaves no trace.
     """
+    made = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     make_dir(out, "--out")
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(held_or_refused(out / OUT_LOCK))
-        except Busy as err:
-            who = f"pid {err.pid}" if err.pid is not None else "a process that is starting"
-            raise SideError(
-                f"--out {out} is in use by another A/B ({who}): wait for it to end, or "
-                "give another --out"
-            ) from None
-        yield out
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(held_or_refused(out / OUT_LOCK))
+            except Busy as err:
+                who = f"pid {err.pid}" if err.pid is not None else "a process that is starting"
+                raise SideError(
+                    f"--out {out} is in use by another A/B ({who}): wait for it to end, or "
+                    "give another --out"
+                ) from None
+            yield out
+    except BaseException:
+        for folder in made:
+            try:
+                folder.rmdir()  # only an empty one: what was written stays
+            except OSError:
+                break
+        raise
 
 
 def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:
