@@ -111,6 +111,130 @@ def test_every_damaged_history_cell_is_read_or_named(
     assert not failures, "\n".join(failures[:20]) + f"\n({len(failures)} in all)"
 
 
+# Values a truncated, hand-edited or foreign saved run can hold where gpugauge wrote another.
+FIELD_VALUES: list[Any] = [None, "x", "", -1, 0, float("nan"), float("inf"), [], {}, 1e308, True]
+DELETE = object()
+
+
+def _paths(data: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path of ``data``, lists entered at their first two items."""
+    out = [at]
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out += _paths(v, (*at, k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data[:2]):
+            out += _paths(v, (*at, i))
+    return out
+
+
+def _changed(data: Any, at: tuple[Any, ...], value: Any) -> Any:
+    data = json.loads(json.dumps(data))
+    if not at:
+        return value
+    where = data
+    for k in at[:-1]:
+        where = where[k]
+    if value is DELETE:
+        del where[at[-1]]
+    else:
+        where[at[-1]] = value
+    return data
+
+
+def test_every_damaged_saved_run_field_is_read_or_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """One field of a saved run (as the plugin writes it) changed: baseline and history import
+    read it, leave its result out with a warning, or refuse it in one line, writing nothing."""
+    other = save_run(tmp_path / "other.json", [result("a", 2.1), result("b", 3.1)])
+    good = json.loads(save_run(tmp_path / "good.json", [result("a"), result("b")]).read_text())
+    good["datetime"] = "2026-01-05T00:00:00"
+    history = tmp_path / "h.sqlite"
+    assert main(["history", "import", str(other), "--history", str(history)]) == 0
+    rng = random.Random(SEED)
+    paths = _paths(good)
+    cases = [(p, rng.choice([DELETE, *FIELD_VALUES])) for p in rng.sample(paths, 120)]
+    failures = []
+    capsys.readouterr()
+    for at, value in cases:
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(_changed(good, at, value)))
+        for argv in (
+            [
+                "baseline",
+                str(bad),
+                str(other),
+                "--baselines-dir",
+                str(tmp_path / "b"),
+                "--allow-wide-spread",
+            ],
+            ["history", "import", str(bad), "--history", str(history)],
+        ):
+            shutil.rmtree(tmp_path / "b", ignore_errors=True)
+            held = history.read_bytes()
+            try:
+                code, err = _run(argv, capsys)
+            except Exception as exc:  # the fuzz reports every one
+                failures.append(f"{at}={value!r} {argv[:2]}: {exc!r}")
+                continue
+            shown = "DELETE" if value is DELETE else repr(value)
+            if code not in (0, 1, 2) or (code == 2 and len(err.strip().splitlines()) != 1):
+                failures.append(f"{at}={shown} {argv[:2]}: exit {code}: {err!r}")
+            elif code != 0 and ((tmp_path / "b").exists() or history.read_bytes() != held):
+                failures.append(f"{at}={shown} {argv[:2]}: exit {code} but wrote")
+            history.write_bytes(held)  # the next case starts from the same history
+    assert not failures, "\n".join(failures[:20]) + f"\n({len(failures)} in all)"
+
+
+NUMBERS = ["-1", "0", "nan", "inf", "-inf", "1e400", "abc", "", "0x10"]
+NUMBER_OPTIONS = [
+    ["history", "show", "a", "--last"],
+    ["history", "changes", "--last"],
+    ["baseline", "--from-history", "cpu", "--runs"],
+    ["ab", "HEAD", "--min-effect"],
+    ["ab", "HEAD", "--max-pairs"],
+    ["ab", "HEAD", "--block-time"],
+    ["ab", "HEAD", "--rounds"],
+    ["ab", "HEAD", "--time-budget"],
+    ["bisect", "A", "B", "--rounds"],
+    ["check", "gate", "--slowdown"],
+    ["check", "gate", "--runs"],
+    ["check", "timer", "--threshold"],
+]
+
+
+def test_bad_numbers_on_the_command_line_are_named(
+    history: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A number option given no number, a negative, zero where none fits, or no finite one:
+    exit 2 and one line naming the option, before anything runs or is written."""
+    monkeypatch.chdir(tmp_path)  # no git checkout here: an option let through runs nothing
+    rng = random.Random(SEED)
+    failures = []
+    for option in NUMBER_OPTIONS:
+        for value in rng.sample(NUMBERS, 5):
+            argv = (
+                [*option, value, "--history", str(history)]
+                if option[0]
+                in (
+                    "history",
+                    "baseline",
+                )
+                else [*option, value]
+            )
+            if value == "0" and option[-1] in ("--last", "--runs", "--threshold"):
+                continue  # zero may be allowed; negatives and non-numbers never are
+            code, err = _run(argv, capsys)
+            said = [
+                line for line in err.splitlines() if line and not line.startswith(("usage", " "))
+            ]
+            if code != 2 or len(said) != 1 or option[-1] not in said[0]:
+                failures.append(f"{argv}: exit {code}: {err!r}")
+            assert not any(tmp_path.iterdir()), f"{argv} wrote {list(tmp_path.iterdir())}"
+    assert not failures, "\n".join(failures)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
