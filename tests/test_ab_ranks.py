@@ -350,9 +350,13 @@ def test_a_launched_case_s_two_sides_start_their_launches_at_once(
         _commit(ranks_toy, 3.0, f"4 s of setup, marked: {marked}", setup_s=4.0, marked=marked)
         out = tmp_path / f"marked-{marked}"
         run = _ab(ranks_toy, "ab", "HEAD", "HEAD", "--rounds", "1", out=out)
-        assert run.returncode == 0, run.stdout + run.stderr
-        # (no verdict asked of one round of gloo ranks on a small machine's shared cores)
-        (case,) = json.loads((out / "ab.json").read_text())["cases"]
+        # no verdict asked of one round of gloo ranks on a small machine's shared cores: a
+        # loaded CI host read this A/A 1.35x "slower" (exit 1) once; both sides must pass
+        assert run.returncode in (0, 1), run.stdout + run.stderr
+        said = json.loads((out / "ab.json").read_text())
+        assert said["problems"] == [], run.stdout
+        (case,) = said["cases"]
+        assert case["status"] == {"base": "passed", "head": "passed"}, run.stdout
         assert len(case["pairs"]) >= 4, run.stdout
         first, second = _setup_spans(marks)
         # in turn, the second side starts once the first is set up; marked, both at once
