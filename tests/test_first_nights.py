@@ -18,7 +18,6 @@ import pytest
 
 from gpugauge.__main__ import main
 from gpugauge.core import arguments
-from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.history.first_runs import first_runs
 from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY
@@ -29,7 +28,7 @@ from gpugauge.judging.tracking import Tracker
 from gpugauge.regress.baselines import BaselineError, BaselineStore, entry_of
 from gpugauge.regress.gate import Gate
 from gpugauge.regress.tolerances import load_tolerances
-from gpugauge.results.measurement import Measurement
+from gpugauge.results.measurement import INJECTED_KEY, Measurement
 from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
 
 from .fakes import CLASS, result, save_baselines

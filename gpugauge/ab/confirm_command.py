@@ -49,11 +49,11 @@ from gpugauge.ab.settle import (
 )
 from gpugauge.ab.sides import WORKING_TREE, SideError, repo_root
 from gpugauge.core.phrasing import duration, plural
-from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import default_target
 from gpugauge.history.targets import redact
 from gpugauge.results.files import read_json
+from gpugauge.results.measurement import injected
 from gpugauge.results.runs import load_run, say_refused
 
 

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.core.phrasing import plural
-from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.judging.judge import Judge
 from gpugauge.measure.busy import HOST_BOUND_BELOW, host_bound_of
 from gpugauge.regress.gate import Gate
 from gpugauge.report.tables import fmt_ratio, render, verdict_counts
 from gpugauge.results.files import atomic_write_json, atomic_write_text
+from gpugauge.results.measurement import INJECTED_KEY
 from gpugauge.results.runs import load_run
 from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
 

@@ -29,10 +29,9 @@ from typing import Any
 import pytest
 
 from gpugauge.check.delay import INJECT_ENV, INJECT_MS_ENV, delay_for
-from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.measure.environment import device_class
 from gpugauge.regress.baselines import BaselineStore
-from gpugauge.results.measurement import devices_of
+from gpugauge.results.measurement import INJECTED_KEY, devices_of
 from gpugauge.runtime.gauge import Gauge
 
 

@@ -27,7 +27,7 @@ from gpugauge.measure.environment import host_name
 from gpugauge.measure.nvml import Nvml, maybe_nvml
 from gpugauge.measure.stats import summarize
 from gpugauge.regress.baselines import kernel_shares
-from gpugauge.results.measurement import INJECTED_KEY, Measurement, injected  # noqa: F401
+from gpugauge.results.measurement import Measurement, injected
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import SavedRun, load_run, say_refused
 from gpugauge.results.verdicts import GateResult

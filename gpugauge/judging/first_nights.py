@@ -29,14 +29,13 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from gpugauge.core.phrasing import joined, plural
-from gpugauge.history.capture import injected
 from gpugauge.history.records import HistoryError
 from gpugauge.history.reference import DEFAULT_POLICY, ReferencePolicy
 from gpugauge.history.store import default_target
 from gpugauge.history.targets import redact
 from gpugauge.judging.tracking import Tracker, judged_here
 from gpugauge.regress.gate import Gate
-from gpugauge.results.measurement import Measurement
+from gpugauge.results.measurement import Measurement, injected
 from gpugauge.results.verdicts import GateResult, Verdict
 
 OPTION = "--gauge-first-nights"

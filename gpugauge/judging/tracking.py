@@ -26,7 +26,6 @@ from gpugauge.core.phrasing import plural
 from gpugauge.history.backends import out_of_reach
 from gpugauge.history.capture import (
     host_id,
-    injected,
     metric_records,
     new_run_id,
     result_record,
@@ -46,7 +45,7 @@ from gpugauge.history.targets import is_local
 from gpugauge.regress.baselines import Entry, kernel_shares
 from gpugauge.regress.gate import Gate
 from gpugauge.results.benchmark_storage import storage_folder
-from gpugauge.results.measurement import Measurement
+from gpugauge.results.measurement import Measurement, injected
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.verdicts import GateResult
 

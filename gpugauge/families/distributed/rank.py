@@ -21,7 +21,6 @@ from torch import nn
 from gpugauge.check.delay import delay_for, injected_ms, injection_asked
 from gpugauge.families.distributed.cases import OPTIMIZERS, WARMUP_STEPS, DistCase
 from gpugauge.families.distributed.data import Batch, batches_of, cifar_epochs, synthetic_pool
-from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.launch.case_timing import time_rank_case
 from gpugauge.launch.worker import RankContext
 from gpugauge.measure.kernels import comm_split, kernel_table, read_trace
@@ -29,6 +28,7 @@ from gpugauge.measure.profile import release_cupti_on_stop
 from gpugauge.measure.timing import CudaEventClock, HostClock, RoundClock, Timing, TimingPolicy
 from gpugauge.measure.timing import measure as time_rounds
 from gpugauge.measure.wall import AROUND, PROFILED, WallLedger
+from gpugauge.results.measurement import INJECTED_KEY
 
 # a rank's phases beside the run's own (AROUND: its timing call; PROFILED: the seed's
 # profiler schedule, its traces read back), host seconds each (a case's ``phases``)

@@ -20,13 +20,12 @@ from gpugauge.families.distributed.cases import (
     RESNET_BATCHES,
     DistCase,
 )
-from gpugauge.history.capture import INJECTED_KEY
 from gpugauge.launch.torchrun import Launch, LaunchError, launch, slowest_rank_rounds
 from gpugauge.measure.busy import BUSY_KEY, BusyShare
 from gpugauge.measure.kernels import CommSplit
 from gpugauge.measure.timing import Timing
 from gpugauge.measure.wall import TIMED, WARMUP
-from gpugauge.results.measurement import Measurement
+from gpugauge.results.measurement import INJECTED_KEY, Measurement
 
 CALL = "gpugauge.families.distributed.rank:run_series"
 RANK_STEPS_CLOCK = "cuda_event, the rank's timed steps"  # what times a rank's busy share
