@@ -8,10 +8,16 @@ or of the wrong shape, so a saved result that cannot be read is a clear error.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
+
+
+def finite_number(value: Any) -> bool:
+    """A finite int or float: not a bool, None, text, NaN or an infinity."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class RecordError(ValueError):

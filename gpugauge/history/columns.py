@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from gpugauge.core.json_records import finite_number
 from gpugauge.history.records import (
     HistoryError,
     MetricRecord,
@@ -115,7 +116,7 @@ def stored_text(value: Any, where: str, column: str, nullable: bool = False) -> 
 def _number(value: Any, where: str, column: str, nullable: bool = False) -> Any:
     if value is None and nullable:
         return value
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not finite_number(value):
         raise _damaged(where, column, value, "a finite number")
     return value
 
@@ -183,7 +184,7 @@ def result_of(row: tuple[Any, ...], metrics: tuple[MetricRecord, ...]) -> Result
     stored_text(row[7], where, "results.verdict", nullable=True)
     kernels = _json(row[6], list, where, "results.kernels")
     if not all(
-        isinstance(k, dict) and isinstance(k.get("name"), str) and _is_number(k.get("share"))
+        isinstance(k, dict) and isinstance(k.get("name"), str) and finite_number(k.get("share"))
         for k in kernels
     ):
         raise _damaged(where, "results.kernels", row[6], "a list of kernels' names and shares")
@@ -202,10 +203,6 @@ def result_of(row: tuple[Any, ...], metrics: tuple[MetricRecord, ...]) -> Result
     )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def metric_of(row: tuple[Any, ...]) -> MetricRecord:
     # row: the metric columns after run_id, bench_id, device_class, attempt
     name = row[0]
@@ -213,7 +210,7 @@ def metric_of(row: tuple[Any, ...]) -> MetricRecord:
     if name not in METRICS:
         raise _damaged(where, "metrics.metric", name, f"a metric ({', '.join(METRICS)})")
     medians = _json(row[5], list, where, "metrics.run_medians")
-    if not all(_is_number(x) for x in medians):
+    if not all(finite_number(x) for x in medians):
         raise _damaged(where, "metrics.run_medians", row[5], "a list of finite numbers")
     return MetricRecord(
         metric=name,

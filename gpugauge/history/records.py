@@ -13,13 +13,13 @@ read back with its run: the unit that references and change points work on.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpugauge.core.json_records import finite_number
 from gpugauge.regress.baselines import KernelShare
 
 
@@ -193,8 +193,7 @@ class ABRecord:
             if not isinstance(v := getattr(self, name), str):
                 raise HistoryError(f"{where}: {name} is {v!r}, not text")
         for name in ("ratio", "ci_low", "ci_high", "min_effect"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            if not finite_number(v := getattr(self, name)):
                 raise HistoryError(f"{where}: {name} is {v!r}, not a finite number")
 
     @classmethod

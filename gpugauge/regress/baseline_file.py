@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpugauge.core.json_records import finite_number
 from gpugauge.measure.environment import SCHEMA_VERSION
 from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.metrics import METRICS, Kind
@@ -142,7 +143,7 @@ def kernel_shares(recorded: Any) -> tuple[KernelShare, ...]:
 
 
 def _finite_non_negative(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+    return finite_number(x) and x >= 0
 
 
 def _is_share(x: Any) -> bool:

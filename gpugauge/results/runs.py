@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpugauge.core.json_records import RecordError
+from gpugauge.core.json_records import RecordError, finite_number
 from gpugauge.measure.environment import host_name, slug
 from gpugauge.results.files import FileError, name_problem, read_json
 from gpugauge.results.measurement import Measurement
@@ -50,7 +49,7 @@ def reading_problem(value: float, samples: bool) -> str | None:
     value may also be 0. Every reading is finite, and its magnitude is at least
     :data:`SMALLEST` (subnormal samples turn a ratio into inf) and at most :data:`LARGEST`.
     """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not finite_number(value):
         return "must be a finite number"
     if samples and value <= 0:
         return "must be positive"
