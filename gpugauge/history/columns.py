@@ -75,9 +75,9 @@ def run_row(run: RunRecord) -> tuple[Any, ...]:
 
 def run_of(row: tuple[Any, ...]) -> RunRecord:
     where = f"run {row[0]}"
-    for i, name in enumerate(RUN_COLUMNS.split(",")):
+    for i, name in enumerate(_RUN_NAMES):
         if i != 1:  # the time: parse_time names what it is
-            stored_text(row[i], where, f"runs.{name.strip()}", name.strip() in _RUN_NULLABLE)
+            stored_text(row[i], where, f"runs.{name}", name in _RUN_NULLABLE)
     return RunRecord(
         id=row[0],
         time=parse_time(row[1]),
@@ -95,6 +95,8 @@ def run_of(row: tuple[Any, ...]) -> RunRecord:
     )
 
 
+_RUN_NAMES = [c.strip() for c in RUN_COLUMNS.split(",")]
+_RESULT_NAMES = [c.strip() for c in RESULT_COLUMNS.split(",")]
 _RUN_NULLABLE = {"driver", "cuda_runtime", "cudnn", "torch", "git_commit", "profile"}
 
 
@@ -180,7 +182,7 @@ def result_of(row: tuple[Any, ...], metrics: tuple[MetricRecord, ...]) -> Result
     # row: the result columns after run_id
     where = f"case {row[0]!r}" if isinstance(row[0], str) else "a result"
     for i in (0, 2, 3, 9):
-        stored_text(row[i], where, f"results.{RESULT_COLUMNS.split(',')[i + 1].strip()}")
+        stored_text(row[i], where, f"results.{_RESULT_NAMES[i + 1]}")
     stored_text(row[7], where, "results.verdict", nullable=True)
     kernels = _json(row[6], list, where, "results.kernels")
     if not all(
