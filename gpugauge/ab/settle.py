@@ -157,7 +157,7 @@ def still_regressed(run: Path) -> list[str]:
     failed its test, and confirm's exit status, the job's, must not pass it unseen.
     """
     saved = load_run(run)
-    out = [i for i, v in saved.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
+    out = saved.regressed
     passed = {v.value for v in Verdict} - {Verdict.REGRESSED.value}
     readable = {m.id for m in saved.measurements}
     for rid, said in saved.refused_verdicts.items():

@@ -47,7 +47,6 @@ from gpugauge.results.files import (
 from gpugauge.results.measurement import Measurement, injected
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import load_run
-from gpugauge.results.verdicts import Verdict
 
 
 def entry_of(m: Measurement) -> Entry:
@@ -83,7 +82,7 @@ def entries_of_benchmark_json(path: Path, accept_regressed: bool = False) -> lis
             f"check's slowdown), e.g. {slowed[0]!r}: they measure the injection, not the "
             "build; record baselines from runs without it"
         )
-    regressed = [i for i, v in run.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
+    regressed = run.regressed
     if regressed and not accept_regressed:  # the plugin writes none after a failure
         raise BaselineError(
             f"{path}: its gate failed {len(regressed)} result(s) as regressed, e.g. "

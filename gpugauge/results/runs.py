@@ -29,7 +29,7 @@ from gpugauge.results.measurement import Measurement
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.outcome import RunOutcome
 from gpugauge.results.run_checks import RunError, check_result, check_run, run_time
-from gpugauge.results.verdicts import GateResult
+from gpugauge.results.verdicts import GateResult, Verdict
 
 # The magnitudes a reading may have (0 aside, for values). Any ratio of two such readings
 # and its confidence interval stay finite and normal; no time in ms, byte count, energy in
@@ -81,6 +81,11 @@ class SavedRun:
     refused: tuple[str, ...] = ()
     # the gate's stored verdict of each gated result left out, by id (None: not readable)
     refused_verdicts: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def regressed(self) -> list[str]:
+        """The ids of the results it read whose stored gate verdict is regressed."""
+        return [i for i, v in self.verdicts.items() if v.get("verdict") == Verdict.REGRESSED]
 
     @property
     def machine(self) -> str:
