@@ -94,13 +94,6 @@ def _shared(p: argparse.ArgumentParser) -> None:
         "every round says so (default %(default)s; 1 decides from one pair of processes, "
         "which can differ by 1-3%% of their own)",
     )
-    p.add_argument(
-        "--no-repeat",
-        dest="rounds",
-        action="store_const",
-        const=1,
-        help="--rounds 1 (its old name)",
-    )
     p.add_argument("--base-python", default=None, help="the base side's Python (default: this)")
     p.add_argument("--head-python", default=None, help="the head side's Python (default: this)")
     p.add_argument(
