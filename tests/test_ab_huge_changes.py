@@ -4,7 +4,7 @@ and never writes a verdict its own readers refuse.
 Synthetic pairs through the real :class:`~gpugauge.ab.result.CaseAB` and
 :class:`~gpugauge.ab.result.ABReport` (judged with the A/B's pooled spread of processes,
 as the runner judges them), and a real saved run file rewritten by
-:func:`gpugauge.ab.settle.decided`.
+:func:`gpugauge.ab.decisions.decided`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from gpugauge.ab.decisions import decided
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
-from gpugauge.ab.settle import decided
 from gpugauge.ab.verdict import Outcome, Schedule, across_rounds
 from gpugauge.results.runs import load_run
 from tests.fakes import result, run_json, time_gate

@@ -1,7 +1,7 @@
 """``gpugauge confirm RUN.json``: the command that A/Bs the results of a gated run no A/B decided.
 
 What it selects and in what order is :mod:`gpugauge.ab.confirm`'s; how a verdict is written
-back, :mod:`gpugauge.ab.settle`'s. Here: one A/B per reference commit and tier, within the
+back, :mod:`gpugauge.ab.decisions`'s. Here: one A/B per reference commit and tier, within the
 deadline, each verdict written into the run file, its copies and its history, and an exit
 status that is the job's (1 while a result of the run is still regressed).
 """
@@ -27,6 +27,16 @@ from gpugauge.ab.command import (
     selection,
 )
 from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
+from gpugauge.ab.decisions import (
+    Decision,
+    check_rewritable,
+    copies,
+    decided,
+    history_problem,
+    kept,
+    still_regressed,
+    write_verdicts,
+)
 from gpugauge.ab.measured import (
     accepting_commit,
     check_new,
@@ -37,16 +47,6 @@ from gpugauge.ab.measured import (
 )
 from gpugauge.ab.render import terminal
 from gpugauge.ab.result import ABReport
-from gpugauge.ab.settle import (
-    Settled,
-    check_rewritable,
-    copies,
-    decided,
-    history_problem,
-    kept,
-    still_regressed,
-    write_verdicts,
-)
 from gpugauge.ab.sides import WORKING_TREE, SideError, repo_root
 from gpugauge.core.phrasing import duration, plural
 from gpugauge.history.records import HistoryError
@@ -77,20 +77,20 @@ def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
     return None
 
 
-def _keep(where: tuple[str, str] | None, settled: Sequence[Settled], injected: set[str]) -> None:
+def _keep(where: tuple[str, str] | None, decisions: Sequence[Decision], injected: set[str]) -> None:
     """Keep the A/Bs in the run's history, but not of ``injected`` results (never in it)."""
-    left = [s.result.id for s in settled if s.result.id in injected]
+    left = [s.result.id for s in decisions if s.result.id in injected]
     if left and where is not None:
         print(
             f"gpugauge confirm: {plural(len(left), 'A/B')} of results with injected work not "
             "kept in the history, which holds no such result (they measure the injection)"
         )
-    settled = [s for s in settled if s.result.id not in injected]
-    if not settled or where is None:
+    decisions = [s for s in decisions if s.result.id not in injected]
+    if not decisions or where is None:
         return
     target, run_id = where
     try:
-        n = kept(target, run_id, settled)
+        n = kept(target, run_id, decisions)
     except (HistoryError, OSError) as err:
         print(f"gpugauge confirm: the A/Bs were not kept in the history: {err}", file=sys.stderr)
         return
@@ -112,13 +112,13 @@ def apply_ab(
     """
     mine = {c.nodeid for c in ordered}
     report = replace(report, cases=tuple(c for c in report.cases if c.nodeid in mine))
-    settled = decided(args.run, ref, report, write=False)
-    _keep(where, settled, with_injection)
-    if settled:
-        write_verdicts(args.run, settled)
+    decisions = decided(args.run, ref, report, write=False)
+    _keep(where, decisions, with_injection)
+    if decisions:
+        write_verdicts(args.run, decisions)
         for copy in copies(args.run, args.storage):
             try:  # a copy: the run file and the history hold the verdicts already
-                write_verdicts(copy, settled)
+                write_verdicts(copy, decisions)
             except (OSError, ValueError) as err:
                 print(
                     f"gpugauge confirm: warning: pytest-benchmark's copy {copy} not "
@@ -127,13 +127,13 @@ def apply_ab(
                 )
                 continue
             print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
-    for s in settled:
+    for s in decisions:
         print(f"  {s.result.message()}")
-    unsettled = [c.id for c in ordered if c.id not in {s.result.id for s in settled}]
-    if unsettled:
+    undecided = [c.id for c in ordered if c.id not in {s.result.id for s in decisions}]
+    if undecided:
         print(
-            f"gpugauge confirm: {plural(len(unsettled), 'result')} not decided by an "
-            f"A/B keep the class reference's verdict: {', '.join(unsettled)}"
+            f"gpugauge confirm: {plural(len(undecided), 'result')} not decided by an "
+            f"A/B keep the class reference's verdict: {', '.join(undecided)}"
         )
     for problem in report.problems:  # a result it could not A/B keeps its verdict
         print(f"gpugauge confirm: {problem}")

@@ -36,7 +36,7 @@ HOST_PACED = (
 
 
 @dataclass(frozen=True)
-class Settled:
+class Decision:
     """One result decided by an A/B: its verdict now, and the A/B that decided it."""
 
     result: GateResult
@@ -63,7 +63,7 @@ def _unwritable(path: Path) -> str | None:
     return writable_problem(path.parent)
 
 
-def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True) -> list[Settled]:
+def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True) -> list[Decision]:
     """Each A/B'd result of ``run`` with its verdict decided by its A/B; the file rewritten.
 
     A case the A/B could not decide (no interval: a side skipped or failed it) keeps the
@@ -86,7 +86,7 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
         note = f"decided by a same-GPU A/B against {base_commit[:10]}"
         if not by_allowance:
             note += f"; {HOST_PACED}"
-        out.append(Settled(overruled(before, case.check, note), case, base_commit))
+        out.append(Decision(overruled(before, case.check, note), case, base_commit))
     if out and write:
         write_verdicts(run, out)
     return out
@@ -166,10 +166,10 @@ def still_regressed(run: Path) -> list[str]:
     return out
 
 
-def write_verdicts(path: Path, settled: Sequence[Settled]) -> None:
-    """The settled verdicts written into the run file ``path`` and its saved gate table."""
+def write_verdicts(path: Path, decisions: Sequence[Decision]) -> None:
+    """The decided verdicts written into the run file ``path`` and its saved gate table."""
     data = read_json(path)
-    now = {s.result.id: s.result.as_dict() for s in settled}
+    now = {s.result.id: s.result.as_dict() for s in decisions}
     for bench in data.get("benchmarks", []):
         info = bench.get("extra_info") or {}
         if str(info.get("id")) in now and isinstance(info.get("gate"), dict):
@@ -246,7 +246,7 @@ def history_problem(target: str, run_id: str) -> str | None:
     return None
 
 
-def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
+def kept(target: str, run_id: str, decisions: Sequence[Decision]) -> int:
     """Keep each A/B, with its pairs and the verdict it gave, in the run's history.
 
     How many were kept; HistoryError where the history cannot be written or lacks the run
@@ -260,7 +260,7 @@ def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
     if problem is not None:
         raise HistoryError(problem)
     with History.open(target) as history:
-        for s in settled:
+        for s in decisions:
             check = s.case.check
             assert check is not None
             history.record_ab(
@@ -285,4 +285,4 @@ def kept(target: str, run_id: str, settled: Sequence[Settled]) -> int:
                 reference=f"{check.basis} against {s.base_commit[:10]}",
                 note=s.result.note,
             )
-    return len(settled)
+    return len(decisions)
