@@ -230,6 +230,7 @@ def test_seed_transforms_crop_flip_and_normalize_each_image_as_torchvision_would
     out = data.seed_transforms(images, torch.Generator().manual_seed(7))
     assert out.shape == (300, 3, 32, 32)
     assert out.dtype == torch.float32
+    assert out.is_contiguous()  # a step's batch is one slice of it, copied as one block
     seen = _draws(images, out)
     # crops at every offset (0 to 8 each way) and both flips, about half the images flipped
     assert len({(i, j) for i, j, _ in seen}) > 60

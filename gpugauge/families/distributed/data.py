@@ -39,40 +39,49 @@ def cifar_source(case: DistCase) -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.randint(0, case.classes, (case.images,), generator=g)
 
 
-def seed_transforms(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def seed_transforms(
+    images: torch.Tensor, generator: torch.Generator, device: str = "cpu"
+) -> torch.Tensor:
     """The seed's transforms of uint8 N×H×W×C images, all at once: N×C×32×32 floats.
 
     ToTensor, RandomCrop(32, padding=4) with zero padding, RandomHorizontalFlip(0.5),
     Normalize(CIFAR_MEAN, CIFAR_STD): each image its own crop and flip, drawn from
-    ``generator``. The seed listed Normalize before ToTensor, which torchvision cannot
-    apply to an image, so ToTensor comes first. The crops are cut offset by offset (81
-    offsets), not image by image: a DataLoader of per-image transforms spent seconds of
-    every launch on them.
+    ``generator`` (a CPU one: the draws are the same on any ``device``). The seed listed
+    Normalize before ToTensor, which torchvision cannot apply to an image, so ToTensor
+    comes first. The work runs on ``device`` and the result stays there: on a rank's GPU an
+    epoch takes milliseconds, where the host's cores took seconds, shared with every other
+    process starting beside it (an A/B's two sides launch at once).
     """
     n = len(images)
-    padded = functional.pad(images.permute(0, 3, 1, 2), (PAD,) * 4)  # N×C×40×40, zeros
-    span = padded.shape[-1] - CROP + 1
+    span = images.shape[2] + 2 * PAD - CROP + 1  # W: the images are square
     top = torch.randint(0, span, (n,), generator=generator)
     left = torch.randint(0, span, (n,), generator=generator)
     flip = torch.rand(n, generator=generator) < 0.5
-    out = torch.empty(n, padded.shape[1], CROP, CROP, dtype=images.dtype)
-    offset = top * span + left
-    for k in offset.unique().tolist():
-        i, j = divmod(k, span)
-        idx = (offset == k).nonzero().squeeze(1)
-        out[idx] = padded[idx, :, i : i + CROP, j : j + CROP]
-    flipped = flip.nonzero().squeeze(1)
-    out[flipped] = out[flipped].flip(-1)
-    mean = torch.tensor(CIFAR_MEAN).view(1, -1, 1, 1)
-    std = torch.tensor(CIFAR_STD).view(1, -1, 1, 1)
-    return out.float().div_(255).sub_(mean).div_(std)  # in place: an epoch is 600 MB
+    padded = functional.pad(images.to(device).permute(0, 3, 1, 2), (PAD,) * 4)  # zeros
+    windows = padded.unfold(2, CROP, 1).unfold(3, CROP, 1)  # N×C×span×span×CROP×CROP, a view
+    rows = torch.arange(n, device=device)
+    out = windows[rows, :, top.to(device), left.to(device)]  # each image's own crop
+    out = torch.where(flip.to(device).view(-1, 1, 1, 1), out.flip(-1), out)
+    mean = torch.tensor(CIFAR_MEAN, device=device).view(1, -1, 1, 1)
+    std = torch.tensor(CIFAR_STD, device=device).view(1, -1, 1, 1)
+    out = out.to(torch.float32, memory_format=torch.contiguous_format)  # a step's slice: one block
+    return out.div_(255).sub_(mean).div_(std)  # in place: an epoch is 600 MB
+
+
+def on_host(x: torch.Tensor, pin: bool) -> torch.Tensor:
+    """``x`` in host memory, page-locked if ``pin``, copied once from wherever it is."""
+    if x.device.type == "cpu":
+        return x.pin_memory() if pin else x
+    host = torch.empty(x.shape, dtype=x.dtype, pin_memory=pin)
+    return host.copy_(x)
 
 
 def cifar_epochs(case: DistCase, ctx: RankContext, pin: bool) -> list[Batch]:
     """Every epoch's transformed images of this rank, in sampler order, in host memory.
 
     A DistributedSampler (shuffled, seed 0) orders each epoch and gives this rank its
-    share; the seed's transforms are drawn anew for every epoch and rank.
+    share; the seed's transforms are drawn anew for every epoch and rank, and run on the
+    rank's device.
     """
     from torch.utils.data import DistributedSampler
 
@@ -85,8 +94,11 @@ def cifar_epochs(case: DistCase, ctx: RankContext, pin: bool) -> list[Batch]:
         sampler.set_epoch(epoch)
         order = torch.tensor(list(sampler), dtype=torch.int64)
         g = torch.Generator().manual_seed(1 + epoch * ctx.world_size + ctx.rank)
-        x, y = seed_transforms(images[order], g), labels[order]
-        out.append((x.pin_memory(), y.pin_memory()) if pin else (x, y))
+        x = on_host(seed_transforms(images[order], g, ctx.device), pin)
+        y = labels[order]
+        out.append((x, y.pin_memory() if pin else y))
+    if torch.device(ctx.device).type == "cuda":
+        torch.cuda.empty_cache()  # the transforms' GB goes back: the model's memory is its own
     return out
 
 
