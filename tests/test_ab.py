@@ -1413,7 +1413,7 @@ def test_confirm_a_b_s_device_paced_results_first_the_cheapest_first() -> None:
 
 
 def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Path) -> None:
-    from gpugauge.ab.decisions import decided, still_regressed
+    from gpugauge.ab.overruled import decided, still_regressed
     from gpugauge.results.runs import load_run
 
     cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
@@ -1429,8 +1429,8 @@ def test_confirm_s_ab_decides_the_result_in_its_run_file(toy: Path, tmp_path: Pa
     same_id = ABReport(*sides, (CaseAB(case_id, "x::z", slower),), "cpu", 1.0)
     assert decided(run, "a" * 40, same_id, write=False) == []
     report = ABReport(*sides, (CaseAB("2.0", case_id, slower), other), "cpu", 1.0)
-    (decision,) = decided(run, "a" * 40, report)
-    assert decision.result.verdict.value == "regressed"
+    (overruled,) = decided(run, "a" * 40, report)
+    assert overruled.result.verdict.value == "regressed"
     assert still_regressed(run) == [case_id]  # what confirm's exit status says
     stored = load_run(run).verdicts[case_id]  # the file says what the job's status says
     assert stored["verdict"] == "regressed"
@@ -1462,7 +1462,7 @@ def test_a_class_regression_on_a_new_host_is_confirmed_and_an_a_b_may_clear_it(
     """Run 90's A/A night: a host-paced ResNet-18 step read 1.51x its one-host H200 class
     baseline, and failed; three A/As of it on that GPU read 0.994-1.000x, "same"."""
     from gpugauge.ab.confirm import borderline, in_order
-    from gpugauge.ab.decisions import decided, still_regressed
+    from gpugauge.ab.overruled import decided, still_regressed
     from gpugauge.results.runs import load_run
 
     cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
@@ -1492,8 +1492,8 @@ def test_a_class_regression_on_a_new_host_is_confirmed_and_an_a_b_may_clear_it(
     assert cleared.result.verdict.value == "inconclusive"
     assert still_regressed(run) == []
     same = _with_verdict(saved, 1.51, "regressed", cls)
-    (decision,) = decided(same, "a" * 40, ab(1.0001, 0.9999, 1.0, 1.0002, 0.9998))
-    assert decision.result.verdict.value == "unchanged"
+    (overruled,) = decided(same, "a" * 40, ab(1.0001, 0.9999, 1.0, 1.0002, 0.9998))
+    assert overruled.result.verdict.value == "unchanged"
     assert "was time 1.510x" in load_run(same).verdicts[case_id]["note"]
 
 
@@ -1505,7 +1505,7 @@ def test_a_host_paced_step_s_class_regression_meets_an_a_b_that_saw_no_change(
     change leave it inconclusive, saying why. A change the A/B sees, rounds that disagree,
     a round cut short, one round alone, or a step the device paces: the regression stands.
     """
-    from gpugauge.ab.decisions import HOST_PACED, decided, still_regressed
+    from gpugauge.ab.overruled import HOST_PACED, decided, still_regressed
     from gpugauge.measure.busy import BUSY_KEY, host_bound_of
 
     cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
@@ -1676,7 +1676,7 @@ def test_confirm_keeps_no_ab_of_a_result_with_injected_work(
     # run 89's injected night: such results never join the history, so their A/Bs have no
     # row to go with; confirm said "not kept: run ... holds no result", as if it had failed
     from gpugauge.ab.confirm_command import _keep
-    from gpugauge.ab.decisions import decided
+    from gpugauge.ab.overruled import decided
     from gpugauge.history.store import History
     from gpugauge.results.runs import load_run
 
@@ -1685,11 +1685,11 @@ def test_confirm_keeps_no_ab_of_a_result_with_injected_work(
     case_id = "test_toy.py::test_spin"
     sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
     report = ABReport(*sides, (CaseAB(case_id, case_id, _pairs(1.03)),), "cpu", 1.0)
-    (decision,) = decided(run, "a" * 40, report, write=False)
+    (overruled,) = decided(run, "a" * 40, report, write=False)
     target, run_id = str(tmp_path / "h.sqlite"), load_run(run).run_id
     with History.open(target):
         pass  # an empty history: a real row would be an error to look for
-    _keep((target, run_id), [decision], {case_id})
+    _keep((target, run_id), [overruled], {case_id})
     out = capsys.readouterr()
     assert "1 A/B of results with injected work not kept in the history" in out.out
     assert "were not kept" not in out.err
@@ -1699,7 +1699,7 @@ def test_confirm_keeps_no_ab_of_a_result_with_injected_work(
 
 def test_a_second_confirm_of_a_run_ab_s_nothing_again(toy: Path, tmp_path: Path) -> None:
     from gpugauge.ab.confirm import borderline
-    from gpugauge.ab.decisions import decided
+    from gpugauge.ab.overruled import decided
 
     cls = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
     run = _with_verdict(_saved_run(toy, tmp_path), 1.03, "unchanged", cls)
@@ -1710,19 +1710,19 @@ def test_a_second_confirm_of_a_run_ab_s_nothing_again(toy: Path, tmp_path: Path)
     )
     sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
     report = ABReport(*sides, (CaseAB(case_id, case_id, wide),), "cpu", 1.0)
-    (decision,) = decided(run, "a" * 40, report)
-    assert decision.result.verdict.value == "inconclusive"
+    (overruled,) = decided(run, "a" * 40, report)
+    assert overruled.result.verdict.value == "inconclusive"
     assert borderline(run) == []  # an A/B decided it: the closest reference has spoken
     # the history the run went to (the toy's default) keeps it as the run file says it
-    from gpugauge.ab.decisions import kept
+    from gpugauge.ab.overruled import kept
     from gpugauge.history.store import History
     from gpugauge.results.runs import load_run
 
     target, run_id = str(toy / ".benchmarks" / "gpugauge-history.sqlite"), load_run(run).run_id
-    assert kept(target, run_id, [decision]) == 1
+    assert kept(target, run_id, [overruled]) == 1
     with History.open(target, read_only=True) as h:
         (point,) = h.points(case_id)
-        assert (point.result.verdict, point.result.note) == ("inconclusive", decision.result.note)
+        assert (point.result.verdict, point.result.note) == ("inconclusive", overruled.result.note)
         assert point.metric.reference == "same-GPU A/B against aaaaaaaaaa"
 
 
@@ -1894,7 +1894,7 @@ def test_a_case_with_two_speeds_across_processes_is_named_so_never_slower() -> N
 
 
 def test_a_class_regression_stands_unless_every_round_rules_it_out() -> None:
-    from gpugauge.ab.decisions import clears
+    from gpugauge.ab.overruled import clears
     from gpugauge.results.verdicts import Basis, GateResult, MetricCheck, Verdict
 
     slow = MetricCheck("time", 1.0, 1.51, 1.51, 1.48, 1.53, 0.065, Verdict.REGRESSED)

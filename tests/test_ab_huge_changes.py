@@ -4,7 +4,7 @@ and never writes a verdict its own readers refuse.
 Synthetic pairs through the real :class:`~gpugauge.ab.result.CaseAB` and
 :class:`~gpugauge.ab.result.ABReport` (judged with the A/B's pooled spread of processes,
 as the runner judges them), and a real saved run file rewritten by
-:func:`gpugauge.ab.decisions.decided`.
+:func:`gpugauge.ab.overruled.decided`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpugauge.ab.decisions import decided
+from gpugauge.ab.overruled import decided
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from gpugauge.ab.verdict import Outcome, Schedule, across_rounds

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 from scipy import stats
 
-from gpugauge.ab.decisions import clears, undecided_host_paced
+from gpugauge.ab.overruled import clears, undecided_host_paced
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import CaseAB
 from gpugauge.ab.verdict import (
@@ -193,7 +193,7 @@ def test_a_third_round_keeps_the_second() -> None:
 
 def test_a_case_of_one_pair_gives_no_check_to_decide_a_result() -> None:
     """A side that failed after one pair: no interval, so no time check, and confirm leaves
-    the result's verdict as it was (decisions.decided) instead of making it inconclusive."""
+    the result's verdict as it was (overruled.decided) instead of making it inconclusive."""
     case = _round(1.2)
     assert case.outcome is Outcome.NEED_MORE
     assert case.check is None

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpugauge.__main__ import main
-from gpugauge.ab.decisions import still_regressed
+from gpugauge.ab.overruled import still_regressed
 from gpugauge.results.runs import load_run
 from tests.fakes import result, run_json, time_gate
 

@@ -4,15 +4,15 @@
 Synthetic A/Bs through the real schedule, verdict and settling rules (two rounds, a 1%
 offset per process, the noise of a pair of blocks as given): a result that regressed
 against its class at 1.17x (allowance 7.2%, the eager LeNet step's) passes where the A/B
-clears it (:func:`gpugauge.ab.decisions.clears`) or leaves it inconclusive
-(:func:`gpugauge.ab.decisions.undecided_host_paced`), and does not read slower.
+clears it (:func:`gpugauge.ab.overruled.clears`) or leaves it inconclusive
+(:func:`gpugauge.ab.overruled.undecided_host_paced`), and does not read slower.
 """
 
 import math
 import random
 import statistics
 
-from gpugauge.ab.decisions import clears, undecided_host_paced
+from gpugauge.ab.overruled import clears, undecided_host_paced
 from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.result import CaseAB
 from gpugauge.ab.verdict import Schedule

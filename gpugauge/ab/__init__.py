@@ -3,7 +3,7 @@
 Read first: ``verdict`` (pairs, rounds and the verdict rules), ``pairs`` and ``result``
 (what an A/B keeps), ``runner`` (the coordinator: both sides in lock-step) and ``worker``
 (the pytest plugin inside each side). The commands: ``cli`` and ``command`` (``ab``),
-``bisect``, and ``confirm``, ``confirm_command``, ``measured`` and ``decisions``
+``bisect``, and ``confirm``, ``confirm_command``, ``measured`` and ``overruled``
 (``confirm``); ``gpus`` and ``claims`` spread one A/B over several GPUs. Around them:
 ``config``, ``budget``, ``sides`` (the builds' worktrees), ``launch`` (the sides'
 processes; not :mod:`gpugauge.launch`), ``kernels`` and ``render``.

@@ -1,7 +1,7 @@
 """``gpugauge confirm RUN.json``: the command that A/Bs the results of a gated run no A/B decided.
 
 What it selects and in what order is :mod:`gpugauge.ab.confirm`'s; how a verdict is written
-back, :mod:`gpugauge.ab.decisions`'s. Here: one A/B per reference commit and tier, within the
+back, :mod:`gpugauge.ab.overruled`'s. Here: one A/B per reference commit and tier, within the
 deadline, each verdict written into the run file, its copies and its history, and an exit
 status that is the job's (1 while a result of the run is still regressed).
 """
@@ -27,16 +27,6 @@ from gpugauge.ab.command import (
     selection,
 )
 from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
-from gpugauge.ab.decisions import (
-    Decision,
-    check_rewritable,
-    copies,
-    decided,
-    history_problem,
-    kept,
-    still_regressed,
-    write_verdicts,
-)
 from gpugauge.ab.measured import (
     accepting_commit,
     check_new,
@@ -44,6 +34,16 @@ from gpugauge.ab.measured import (
     gpu_names,
     host_classes,
     keep_gated_run,
+)
+from gpugauge.ab.overruled import (
+    Overruled,
+    check_rewritable,
+    copies,
+    decided,
+    history_problem,
+    kept,
+    still_regressed,
+    write_verdicts,
 )
 from gpugauge.ab.render import terminal
 from gpugauge.ab.result import ABReport
@@ -77,20 +77,22 @@ def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
     return None
 
 
-def _keep(where: tuple[str, str] | None, decisions: Sequence[Decision], injected: set[str]) -> None:
+def _keep(
+    where: tuple[str, str] | None, overruled: Sequence[Overruled], injected: set[str]
+) -> None:
     """Keep the A/Bs in the run's history, but not of ``injected`` results (never in it)."""
-    left = [s.result.id for s in decisions if s.result.id in injected]
+    left = [s.result.id for s in overruled if s.result.id in injected]
     if left and where is not None:
         print(
             f"gpugauge confirm: {plural(len(left), 'A/B')} of results with injected work not "
             "kept in the history, which holds no such result (they measure the injection)"
         )
-    decisions = [s for s in decisions if s.result.id not in injected]
-    if not decisions or where is None:
+    overruled = [s for s in overruled if s.result.id not in injected]
+    if not overruled or where is None:
         return
     target, run_id = where
     try:
-        n = kept(target, run_id, decisions)
+        n = kept(target, run_id, overruled)
     except (HistoryError, OSError) as err:
         print(f"gpugauge confirm: the A/Bs were not kept in the history: {err}", file=sys.stderr)
         return
@@ -112,13 +114,13 @@ def apply_ab(
     """
     mine = {c.nodeid for c in ordered}
     report = replace(report, cases=tuple(c for c in report.cases if c.nodeid in mine))
-    decisions = decided(args.run, ref, report, write=False)
-    _keep(where, decisions, with_injection)
-    if decisions:
-        write_verdicts(args.run, decisions)
+    overruled = decided(args.run, ref, report, write=False)
+    _keep(where, overruled, with_injection)
+    if overruled:
+        write_verdicts(args.run, overruled)
         for copy in copies(args.run, args.storage):
             try:  # a copy: the run file and the history hold the verdicts already
-                write_verdicts(copy, decisions)
+                write_verdicts(copy, overruled)
             except (OSError, ValueError) as err:
                 print(
                     f"gpugauge confirm: warning: pytest-benchmark's copy {copy} not "
@@ -127,9 +129,9 @@ def apply_ab(
                 )
                 continue
             print(f"gpugauge confirm: {copy} (pytest-benchmark's copy) says so too")
-    for s in decisions:
+    for s in overruled:
         print(f"  {s.result.message()}")
-    undecided = [c.id for c in ordered if c.id not in {s.result.id for s in decisions}]
+    undecided = [c.id for c in ordered if c.id not in {s.result.id for s in overruled}]
     if undecided:
         print(
             f"gpugauge confirm: {plural(len(undecided), 'result')} not decided by an "

@@ -1,4 +1,4 @@
-"""A confirming A/B's verdict made the result's own: in the gated run's file and its history.
+"""Gated results overruled by a confirming A/B: written into the run file and its history.
 
 ``gpugauge confirm`` A/Bs a gated run's borderline results; the A/B's time check then
 decides each of them (:func:`gpugauge.judging.judge.overruled`), and says so: the run file's
@@ -36,8 +36,8 @@ HOST_PACED = (
 
 
 @dataclass(frozen=True)
-class Decision:
-    """One result decided by an A/B: its verdict now, and the A/B that decided it."""
+class Overruled:
+    """One result overruled by an A/B (:func:`overruled`): its verdict now, and the A/B."""
 
     result: GateResult
     case: CaseAB
@@ -63,7 +63,9 @@ def _unwritable(path: Path) -> str | None:
     return writable_problem(path.parent)
 
 
-def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True) -> list[Decision]:
+def decided(
+    run: Path, base_commit: str, report: ABReport, *, write: bool = True
+) -> list[Overruled]:
     """Each A/B'd result of ``run`` with its verdict decided by its A/B; the file rewritten.
 
     A case the A/B could not decide (no interval: a side skipped or failed it) keeps the
@@ -86,7 +88,7 @@ def decided(run: Path, base_commit: str, report: ABReport, *, write: bool = True
         note = f"decided by a same-GPU A/B against {base_commit[:10]}"
         if not by_allowance:
             note += f"; {HOST_PACED}"
-        out.append(Decision(overruled(before, case.check, note), case, base_commit))
+        out.append(Overruled(overruled(before, case.check, note), case, base_commit))
     if out and write:
         write_verdicts(run, out)
     return out
@@ -166,10 +168,10 @@ def still_regressed(run: Path) -> list[str]:
     return out
 
 
-def write_verdicts(path: Path, decisions: Sequence[Decision]) -> None:
+def write_verdicts(path: Path, overruled_results: Sequence[Overruled]) -> None:
     """The decided verdicts written into the run file ``path`` and its saved gate table."""
     data = read_json(path)
-    now = {s.result.id: s.result.as_dict() for s in decisions}
+    now = {s.result.id: s.result.as_dict() for s in overruled_results}
     for bench in data.get("benchmarks", []):
         info = bench.get("extra_info") or {}
         if str(info.get("id")) in now and isinstance(info.get("gate"), dict):
@@ -246,7 +248,7 @@ def history_problem(target: str, run_id: str) -> str | None:
     return None
 
 
-def kept(target: str, run_id: str, decisions: Sequence[Decision]) -> int:
+def kept(target: str, run_id: str, overruled_results: Sequence[Overruled]) -> int:
     """Keep each A/B, with its pairs and the verdict it gave, in the run's history.
 
     How many were kept; HistoryError where the history cannot be written or lacks the run
@@ -260,7 +262,7 @@ def kept(target: str, run_id: str, decisions: Sequence[Decision]) -> int:
     if problem is not None:
         raise HistoryError(problem)
     with History.open(target) as history:
-        for s in decisions:
+        for s in overruled_results:
             check = s.case.check
             assert check is not None
             history.record_ab(
@@ -285,4 +287,4 @@ def kept(target: str, run_id: str, decisions: Sequence[Decision]) -> int:
                 reference=f"{check.basis} against {s.base_commit[:10]}",
                 note=s.result.note,
             )
-    return len(decisions)
+    return len(overruled_results)
