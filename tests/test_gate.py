@@ -513,3 +513,33 @@ def test_overruled_keeps_a_closer_reference_and_says_what_it_replaced() -> None:
     # a check of a metric the result lacked is added
     mem = MetricCheck("memory", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, Verdict.UNCHANGED)
     assert overruled(plain, mem).check("memory") == mem
+
+
+@pytest.mark.parametrize("profile", ["smoke", "seed"])
+def test_a_gpu_run_off_the_sustained_clock_is_refused_as_a_baseline(
+    tmp_path: Path, profile: str
+) -> None:
+    """A smoke run reads a GPU's boost clock: as a reference it would flag every night."""
+    from gpugauge.regress.baselines import BaselineError, entries_of_benchmark_json
+    from gpugauge.results.measurement import SavedSpec
+    from tests.fakes import device_timed, result, run_json
+
+    cpu = result("a-cpu")
+    spec = SavedSpec("demo", "b-cuda", "cuda", ("cuda",), {"name": "b-cuda", "device": "cuda"})
+    gpu = device_timed(replace(result("b-cuda"), spec=spec, device_class="nvidia-h200"))
+    burst = replace(gpu.timing.policy, regime="burst", idle_s=2.0)
+    runs = {
+        "cpu": [cpu],
+        "gpu": [cpu, gpu],
+        "burst": [cpu, replace(gpu, timing=replace(gpu.timing, policy=burst))],
+    }
+    for name, results in runs.items():
+        data = run_json(results) | {"gpugauge": {"options": {"profile": profile}}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        refused = name == "burst" or (name == "gpu" and profile == "smoke")
+        if refused:
+            with pytest.raises(BaselineError, match=r"'b-cuda'.*seed or full"):
+                entries_of_benchmark_json(path)
+        else:
+            assert {e.id for e in entries_of_benchmark_json(path)} == {r.id for r in results}

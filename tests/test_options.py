@@ -146,6 +146,23 @@ def test_confirm_new_host_needs_the_gate() -> None:
         resolve_with(gate=True, confirm_new_host=True, update_baselines=True)
 
 
+@pytest.mark.parametrize("option", ["gate", "update_baselines"])
+def test_a_gpu_run_judged_or_recorded_must_time_the_sustained_clock(option: str) -> None:
+    """Smoke and burst runs read a GPU's boost clock: against references, or as one, false."""
+    with pytest.raises(ValueError, match=r"profile smoke times without waiting.*seed or full"):
+        resolve_with(cuda=True, profile="smoke", **{option: True})
+    with pytest.raises(ValueError, match="regime burst times the boost clock"):
+        resolve_with(cuda=True, regime="burst", **{option: True})
+    with pytest.raises(ValueError, match="sustained regime"):
+        resolve_with(cuda=True, profile="smoke", device="all", **{option: True})
+    for profile in ("seed", "full"):
+        assert getattr(resolve_with(cuda=True, profile=profile, **{option: True}), option)
+    # a CPU run, or a GPU run that neither meets nor makes a reference, may time as it likes
+    assert resolve_with(cuda=True, profile="smoke", device="cpu", **{option: True}).profile
+    assert resolve_with(cuda=True, profile="smoke").profile == "smoke"
+    assert resolve_with(cuda=True, regime="burst").policy.regime == "burst"
+
+
 def test_a_setup_memo_under_a_file_is_refused_before_the_run(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match=r"--gauge-setup-memo .*file: not a directory"):

@@ -44,7 +44,7 @@ from gpugauge.results.files import (
     folder_locked,
     name_problem,
 )
-from gpugauge.results.measurement import Measurement, injected
+from gpugauge.results.measurement import Measurement, devices_of, injected
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import load_run
 
@@ -82,6 +82,14 @@ def entries_of_benchmark_json(path: Path, accept_regressed: bool = False) -> lis
             f"check's slowdown), e.g. {slowed[0]!r}: they measure the injection, not the "
             "build; record baselines from runs without it"
         )
+    unsettled = [m.id for m in run.measurements if _off_sustained_clock(m, run.profile)]
+    if unsettled:
+        raise BaselineError(
+            f"{path}: {len(unsettled)} GPU result(s) were not timed at the sustained clock "
+            f"(profile {run.profile}; a smoke run does not wait for the clock to settle, a burst "
+            f"run times its boost), e.g. {unsettled[0]!r}: as references they would flag every "
+            "later night; record baselines from --gauge-profile seed or full runs"
+        )
     regressed = run.regressed
     if regressed and not accept_regressed:  # the plugin writes none after a failure
         raise BaselineError(
@@ -99,6 +107,13 @@ def entries_of_benchmark_json(path: Path, accept_regressed: bool = False) -> lis
         if problem:
             raise BaselineError(f"{path}: {e.id!r} cannot be a baseline: {problem}")
     return entries
+
+
+def _off_sustained_clock(m: Measurement, profile: str | None) -> bool:
+    """Whether a GPU result was timed outside the sustained regime that references hold."""
+    if not any(d.startswith("cuda") for d in devices_of(m.spec)) or m.timing is None:
+        return False
+    return profile == "smoke" or m.timing.regime != "sustained"
 
 
 def combine_runs(

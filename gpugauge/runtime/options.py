@@ -167,6 +167,8 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     except ValueError as err:
         raise ValueError(_policy_problem(str(err), merged)) from None
     _check_folders(get)
+    if "cuda" in devices:
+        _check_regime(get, profile, policy)
     return Options(
         profile,
         devices,
@@ -210,6 +212,34 @@ def _policy_problem(message: str, merged: dict[str, Any]) -> str:
     named = [f"{o} {merged[f]}" for f, o in POLICY_OPTIONS.items() if f in merged and f in message]
     given = ", ".join(dict.fromkeys(named)) or "the profile's timing policy"
     return f"{given}: not a valid timing policy with the profile's other settings ({message})"
+
+
+def _check_regime(get: Callable[[str], Any], profile: str, policy: TimingPolicy) -> None:
+    """A GPU run that makes or meets references must time in their regime: sustained.
+
+    Baselines and the history's references are timed after a warm-up until the clock
+    settles (seed, full). A smoke run times whatever clock the GPU is at, and a burst run
+    its boost after an idle: both read faster than the sustained clock of a GPU at its
+    power limit, so against those references they would hide a slowdown, and as references
+    they would flag every later night.
+    """
+    uses = [o for o, name in REFERENCE_OPTIONS.items() if get(name)]
+    if not uses:
+        return
+    if policy.regime != "sustained":
+        why = f"--gauge-regime {policy.regime} times the boost clock after an idle"
+    elif policy.settle == 0:
+        why = f"--gauge-profile {profile} times without waiting for the clock to settle"
+    else:
+        return
+    raise ValueError(
+        f"{' and '.join(uses)} on a GPU: the references are timed in the sustained regime "
+        f"(a warm-up until the clock settles), and {why}; use --gauge-profile seed or full"
+    )
+
+
+# the options whose run is judged against references or becomes one
+REFERENCE_OPTIONS = {"--gauge-gate": "gate", "--gauge-update-baselines": "update_baselines"}
 
 
 def _folder_error(option: str, path: Path | str, must_exist: bool) -> str | None:
