@@ -1,7 +1,8 @@
 """distributed benchmarks: one GPU against DataParallel and DDP (seed 004 Task-4, seeds 002, 000).
 
-Each test records one case; the cases of a series (model, mode, GPU count) run in one
-torchrun launch the first time one of them is needed (see
+Each test records one case; the cases of a series (same model, mode, GPU count and data;
+they differ only in batch) run in one torchrun launch the first time one of them is
+needed, each alone under ``--gauge-launch-each`` (see
 :mod:`gpugauge.families.distributed.results`). A case past the first out-of-memory of its sweep is
 skipped with that reason; a launch whose rank crashed or hung fails every test of its series,
 naming the rank.
