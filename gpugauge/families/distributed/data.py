@@ -48,9 +48,9 @@ def seed_transforms(
     Normalize(CIFAR_MEAN, CIFAR_STD): each image its own crop and flip, drawn from
     ``generator`` (a CPU one: the draws are the same on any ``device``). The seed listed
     Normalize before ToTensor, which torchvision cannot apply to an image, so ToTensor
-    comes first. The work runs on ``device`` and the result stays there: on a rank's GPU an
-    epoch takes milliseconds, where the host's cores took seconds, shared with every other
-    process starting beside it (an A/B's two sides launch at once).
+    comes first. The work runs on ``device`` and the result stays there: on a rank's GPU it
+    leaves the host's cores to the processes starting beside it (an A/B's two sides launch
+    at once), whose share of them had made it five times slower.
     """
     n = len(images)
     span = images.shape[2] + 2 * PAD - CROP + 1  # W: the images are square
