@@ -44,7 +44,7 @@ from gpugauge.results.files import (
     folder_locked,
     name_problem,
 )
-from gpugauge.results.measurement import Measurement, devices_of, injected
+from gpugauge.results.measurement import Measurement, injected, on_gpu
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.runs import load_run
 
@@ -111,7 +111,7 @@ def entries_of_benchmark_json(path: Path, accept_regressed: bool = False) -> lis
 
 def _off_sustained_clock(m: Measurement, profile: str | None) -> bool:
     """Whether a GPU result was timed outside the sustained regime that references hold."""
-    if not any(d.startswith("cuda") for d in devices_of(m.spec)) or m.timing is None:
+    if not on_gpu([m]) or m.timing is None:
         return False
     return profile == "smoke" or m.timing.regime != "sustained"
 

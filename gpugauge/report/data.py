@@ -9,7 +9,8 @@ from gpugauge.history.changepoints import ChangePoint
 from gpugauge.history.records import Point
 from gpugauge.history.reference import Reference
 from gpugauge.report.noise import hedged_ids
-from gpugauge.report.tables import on_gpu, run_label, uncertain_ids, verdict_counts
+from gpugauge.report.tables import run_label, uncertain_ids, verdict_counts
+from gpugauge.results.measurement import on_gpu
 from gpugauge.results.runs import SavedRun
 from gpugauge.results.verdicts import GateResult, Verdict
 

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from gpugauge.core.phrasing import plural
 from gpugauge.measure.stats import Summary
 from gpugauge.measure.timing import CLOCK_MOVED
-from gpugauge.results.measurement import Comparison, Measurement, devices_of
+from gpugauge.results.measurement import Comparison, Measurement, on_gpu
 from gpugauge.results.metrics import METRICS, Kind
 from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
 
@@ -110,11 +110,6 @@ def value_metrics(measurements: Sequence[Measurement]) -> list[str]:
 
 
 NOT_MEASURED = "not measured (--benchmark-disable)"
-
-
-def on_gpu(measurements: Sequence[Measurement]) -> bool:
-    """Whether any of these results was measured on a CUDA device."""
-    return any(d.startswith("cuda") for m in measurements for d in devices_of(m.spec))
 
 
 def run_label(measurements: Sequence[Measurement], smoke: bool = True) -> str:

@@ -11,7 +11,7 @@ reads it back, so the saved JSON is the one source for reports, baselines and me
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,6 +67,11 @@ def injected(m: Measurement) -> bool:
 def devices_of(spec: Spec) -> tuple[str, ...]:
     """Every device a spec runs on: its ``devices``, else its one ``device``."""
     return tuple(getattr(spec, "devices", None) or (spec.device,))
+
+
+def on_gpu(measurements: Iterable[Measurement]) -> bool:
+    """Whether any of these results was measured on a CUDA device."""
+    return any(d.startswith("cuda") for m in measurements for d in devices_of(m.spec))
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from gpugauge.report.tables import (
     uncertain_ids,
     unsampled_ids,
 )
-from gpugauge.results.measurement import Comparison, Measurement, Spec, devices_of, injected
+from gpugauge.results.measurement import Comparison, Measurement, Spec, injected, on_gpu
 from gpugauge.results.outcome import RunOutcome
 from gpugauge.results.verdicts import GateResult
 from gpugauge.runtime.options import Options
@@ -153,7 +153,7 @@ class GaugeSession:
     @property
     def on_gpu(self) -> bool:
         """Whether any result of this run was measured on a CUDA device."""
-        return any(d.startswith("cuda") for m in self.measurements for d in devices_of(m.spec))
+        return on_gpu(self.measurements)
 
     @property
     def label(self) -> str:
