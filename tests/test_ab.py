@@ -942,6 +942,29 @@ def test_a_project_plugin_that_imports_gpugauge_first_still_pairs(
 
 
 @pytest.mark.slow
+def test_a_reference_from_before_a_marker_pairs_the_tests_the_selection_names(
+    toy: Path, tmp_path: Path
+) -> None:
+    # run 134's night on an H100: its class baselines were accepted at a commit from before
+    # the nightly marker, and confirm's reference side selected none of `-m nightly`
+    text = (toy / "test_toy.py").read_text()
+    marked = text.replace("def test_spin(gauge):", "@pytest.mark.nightly\ndef test_spin(gauge):")
+    (toy / "test_toy.py").write_text(marked + "\n\ndef test_left(gauge):\n    gauge(work)\n")
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "the nightly marker, and a test it leaves out")
+    run = _ab(toy, "ab", "HEAD~1", "HEAD", "-m", "nightly", out=tmp_path / "marked")
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads((tmp_path / "marked" / "ab.json").read_text())
+    (case,) = data["cases"]  # head's selection alone: neither untimed test_count nor test_left
+    assert case["id"] == "test_toy.py::test_spin"
+    assert case["only"] == "", case  # paired, not on one side only
+    assert len(case["pairs"]) >= 4, case
+    assert case["rounds"], case  # round 2 selects it by node id on both sides
+    assert data["problems"] == []
+    assert "also runs 1 test(s)" in (tmp_path / "marked" / "base.log").read_text()
+
+
+@pytest.mark.slow
 def test_a_side_whose_rounds_fail_fails_its_test_and_the_ab_goes_on(
     toy: Path, tmp_path: Path
 ) -> None:
@@ -1937,12 +1960,11 @@ def test_a_repeat_selects_its_node_ids_alone(
     (tmp_path / "benches" / "test_x.py").write_text("")
     (tmp_path / "baselines").mkdir()
     given = ["benches/test_x.py", "--gauge-baselines-dir", "baselines", "-p", "no:x"]
-    args = argparse.Namespace(select="vgg", markers=None, pytest_args=given, benches="benches")
-    assert selection(args) == ("-k", "vgg", *given)
+    args = argparse.Namespace(select="vgg", markers="nightly", pytest_args=given, benches="benches")
+    assert selection(args) == ("-k", "vgg", "-m", "nightly", *given)
     ids = ["benches/test_x.py::test_a[c]"]
+    # round 1 applied -k and -m; a build from before the marker would deselect its ids
     assert selection(args, ids) == (
-        "-k",
-        "vgg",
         "--gauge-baselines-dir",
         "baselines",
         "-p",

@@ -65,15 +65,17 @@ def owning(out: Path) -> Iterator[Path]:
 
 
 def selection(args: argparse.Namespace, ids: Sequence[str] | None = None) -> tuple[str, ...]:
-    """Both sides' pytest arguments: -k, -m, the rest, and the node ids ``ids`` if given.
+    """Both sides' pytest arguments: -k, -m and the rest; or the rest and the node ids ``ids``.
 
-    The profile goes to the sides by option dest (:class:`~gpugauge.ab.config.ABConfig`), as
-    its option's name differs between older and newer commits.
+    A later round's selection is its node ids: round 1 applied -k and -m, and a build from
+    before a marker they name would deselect them. The profile goes to the sides by option
+    dest (:class:`~gpugauge.ab.config.ABConfig`), as its option's name differs between older
+    and newer commits.
     """
     out: list[str] = []
-    if args.select:
+    if args.select and not ids:
         out += ["-k", args.select]
-    if args.markers:
+    if args.markers and not ids:
         out += ["-m", args.markers]
     given = [*_without_tests(args.pytest_args, bool(ids)), *(ids or ())]
     paths = [a for a in given if _names_tests(a)]

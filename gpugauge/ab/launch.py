@@ -200,14 +200,16 @@ def start_side(
     role: str = "",
     as_is: bool = False,
     gpu: str | None = None,
+    follows: bool = False,
 ) -> Side:
     """Start one side's pytest, in its own process group, logging to ``out/<role>.log``.
 
     ``name`` is the process's place in the A/B (what the coordinator and the worker call
     it); ``role`` the build it runs, where the two differ (default: ``name``). A side
     ``as_is`` keeps every test its command line selects (the worker's
-    :data:`~gpugauge.ab.worker.AS_IS_ENV`). ``gpu``: the one GPU the side sees
-    (``CUDA_VISIBLE_DEVICES``); None: the GPUs this process sees.
+    :data:`~gpugauge.ab.worker.AS_IS_ENV`); one that ``follows`` also runs those the other
+    side selected (:data:`~gpugauge.ab.worker.FOLLOWS_ENV`). ``gpu``: the one GPU the side
+    sees (``CUDA_VISIBLE_DEVICES``); None: the GPUs this process sees.
     """
     role = role or name
     out = out.absolute()  # the side runs in its own checkout: a relative path would be there
@@ -235,6 +237,8 @@ def start_side(
     }
     if as_is:
         env[worker.AS_IS_ENV] = "1"
+    if follows:
+        env[worker.FOLLOWS_ENV] = "1"
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     env.pop("GPUGAUGE_GIT_COMMIT", None)  # each side's commit is its checkout's

@@ -158,6 +158,7 @@ class Coordinator:
                         role=role,
                         as_is=as_is,
                         gpu=self.cfg.gpu,
+                        follows=role == "base",
                     )
                     sides[name].stopping = self._stopping
                 connect(listener, sides, self._stopping)
@@ -214,7 +215,7 @@ class Coordinator:
         )
 
     def _lockstep(self, base: Side, head: Side, started: float) -> list[CaseAB]:
-        collected = {s.name: s.expect("collected", "bye") for s in (base, head)}
+        collected = self._collected(base, head)
         ids = {name: m.get("ids", []) for name, m in collected.items()}
         self._untimed = {i for m in collected.values() for i in m.get("untimed", [])}
         self._launched = launched_ids(collected)
@@ -259,6 +260,22 @@ class Coordinator:
             self._save_so_far(base, head, cases, started)
             self._progress(cases, total, started)
         return cases
+
+    @staticmethod
+    def _collected(base: Side, head: Side) -> dict[str, dict[str, Any]]:
+        """Each side's ``collected`` message, by name.
+
+        Head's build's side first: the other may ask for its selection before it says its
+        own (:func:`~gpugauge.ab.worker.follow`).
+        """
+        lead, other = (head, base) if head.build == "head" else (base, head)
+        collected = {lead.name: lead.expect("collected", "bye")}
+        said = other.expect("selection", "collected", "bye")
+        if said["op"] == "selection":
+            other.send({"op": "selection", "ids": collected[lead.name].get("ids", [])})
+            said = other.expect("collected", "bye")
+        collected[other.name] = said
+        return collected
 
     @property
     def _sharing(self) -> bool:

@@ -12,6 +12,9 @@ that imported the primitive by name before (a plugin the side's ``addopts`` load
 Inert unless ``GPUGAUGE_AB_ADDRESS`` is set. Then, over a local socket, the coordinator
 decides when this side may use the GPU:
 
+* at collection, the side of the reference build (round 1's) asks ``selection`` and keeps
+  the tests the other build's side selected too: an older commit may lack a marker that
+  the selection names, and the A/B would pair none of its tests;
 * before each test, the worker asks ``test`` and waits for ``go``: one side at a time runs
   a test's setup and the work after its rounds, so the two never share the GPU (but for
   a test marked ``launched``, whose launches both sides may start and end at once); or for
@@ -58,6 +61,10 @@ SETTINGS_ENV = "GPUGAUGE_AB_SETTINGS"  # JSON: pytest option dests and the value
 # set (to 1) on a side that runs as its command line says, every test included: the gated
 # run that is the head side of ``gpugauge confirm --measure``'s first round
 AS_IS_ENV = "GPUGAUGE_AB_AS_IS"
+# set (to 1) on the side that runs the reference build in a round whose selection is an
+# expression (-m, -k): it also runs the tests the other build's side selected, which its
+# own markers may leave out (a commit from before a marker the selection names)
+FOLLOWS_ENV = "GPUGAUGE_AB_FOLLOWS"
 # set by a side for the processes its tests launch: the side's relay (:class:`Relay`)
 RANKS_ENV = "GPUGAUGE_AB_RANKS"
 RELAY_QUIET_S = 30.0  # the most a test's end waits for its launch's rank 0 to hang up
@@ -523,16 +530,22 @@ LAUNCHED = "launched"
 INJECTS = ("gauge_inject_slowdown", "gauge_inject_slowdown_ms")
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave out the tests marked untimed: they have no timing to pair.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
+    """After every plugin's selection: add the other build's, then leave out untimed tests.
 
-    A side run as is (a gated run) keeps them: its run judges their counts, alone on the GPU.
+    A side that follows (:data:`FOLLOWS_ENV`) keeps the tests the other build's side
+    selected too, in its own order. Tests marked untimed have no timing to pair: a side
+    run as is (a gated run) keeps them, since its run judges their counts alone on the GPU.
     Either way the coordinator hears their ids: a side from before the marker runs them
     unmarked, and is told to skip them.
     """
+    every = list(items)
+    yield
     if CHANNEL is None:
         return
+    if os.environ.get(FOLLOWS_ENV):
+        follow(every, items)
     timed, untimed = [], []
     for item in items:
         (timed if item.get_closest_marker(UNTIMED) is None else untimed).append(item)
@@ -540,6 +553,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if untimed and not os.environ.get(AS_IS_ENV):
         config.hook.pytest_deselected(items=untimed)
         items[:] = timed
+
+
+def follow(every: list[pytest.Item], items: list[pytest.Item]) -> None:
+    """Keep in ``items`` the tests of ``every`` that the other build's side selected.
+
+    Asked of the coordinator once that side has collected: a test is the same case in
+    both builds by its node id, whatever marks each build gives it. The side's log says
+    how many tests its own selection had left out.
+    """
+    assert CHANNEL is not None
+    chosen = set(CHANNEL.ask({"op": "selection"}).get("ids", []))
+    kept = {item.nodeid for item in items}
+    items[:] = [item for item in every if item.nodeid in kept or item.nodeid in chosen]
+    added = len(items) - len(kept)
+    if added:
+        print(
+            f"gpugauge ab: this side also runs {added} test(s) that its own selection left "
+            "out and the other build's side selected",
+            file=sys.stderr,
+        )
 
 
 def start_cuda() -> float | None:
