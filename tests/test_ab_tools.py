@@ -375,6 +375,42 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
     assert _leftovers(repo, tmp_path) == []
 
 
+@pytest.mark.slow
+def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Class verdicts alone pass 3% on a new host: a night without its A/B must not pass."""
+    good = BENCH.format(extra="")
+    (repo / "test_toy.py").write_text(good)
+    run = _saved_run(repo, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    gpugauge = [sys.executable, "-m", "gpugauge"]
+    recorded = subprocess.run(
+        [*gpugauge, "baseline", str(run)], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    # the commit that accepted the baselines cannot collect its tests
+    (repo / "test_toy.py").write_text("import no_such_module_here\n" + good)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "baselines, and a test file that does not import")
+    (repo / "test_toy.py").write_text(good)  # the working tree, unchanged in speed
+    night = tmp_path / "night.json"
+    argv = ["confirm", str(night), "--measure", "--gated-args=--gauge-gate"]
+    done = subprocess.run(
+        [*gpugauge, *argv, "--out", str(tmp_path / "ab"), "--block-time", "0.1"],
+        cwd=repo,
+        env={**env, "GPUGAUGE_HISTORY": str(tmp_path / "h.sqlite")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "paired no test (its pytest ended with exit status 2)" in said, said
+    assert "gpugauge gate:" in said, said  # the gated run itself ran and passed
+    assert _leftovers(repo, tmp_path) == []
+
+
 def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_baselines(
     repo: Path,
 ) -> None:

@@ -177,8 +177,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the working tree. The A/B's verdict becomes the "
         "result's: written into RUN.json (and its saved gate table), and kept with its pairs "
         "in the results history the run was added to. Exit status: 0 no result of the run "
-        "regressed after the A/Bs, 1 one did (an A/B found it slower, or none cleared it), "
-        "2 bad input, 130 interrupted.",
+        "regressed after the A/Bs, 1 one did (an A/B found it slower, or none cleared it) "
+        "or the reference's pytest ended badly and paired no test, 2 bad input, 130 "
+        "interrupted.",
     )
     conf.add_argument(
         "run",

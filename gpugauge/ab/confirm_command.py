@@ -199,8 +199,27 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
             "gpugauge confirm: the gated run's pytest ended with exit status "
             f"{report.head.exit_code} (log: {args.out / 'head.log'})"
         )
-    status = EXIT_FAILED if slower or gated_failed else EXIT_OK
+    broken = reference_failed(ref, report)
+    status = EXIT_FAILED if slower or gated_failed or broken else EXIT_OK
     return status, {c.nodeid for c in chosen}
+
+
+def reference_failed(ref: str, report: ABReport) -> bool:
+    """Whether the reference's pytest ended badly and paired no test: then the night fails.
+
+    A reference that cannot run its tests (a collection error, none selected, every test
+    failing) leaves each result its class verdict, which passes a 3% slowdown on a new
+    host: a night that passed so would pass without its A/B.
+    """
+    code = report.base.exit_code
+    if report.paired_ids or code in (0, None):
+        return False
+    print(
+        f"gpugauge confirm: the reference {ref[:10]} paired no test (its pytest ended with "
+        f"exit status {code}): the night fails without its A/B. Record this host's class "
+        "baselines at a commit that runs them (gpugauge baseline RUN1 RUN2) and commit them"
+    )
+    return True
 
 
 def gated_alone(args: argparse.Namespace) -> list[str]:
@@ -297,7 +316,8 @@ def confirm_command(args: argparse.Namespace) -> int:
             report = run_ab(args, ref, WORKING_TREE, out, ids, budget)
             print("\n" + terminal(report))
             start_s = max(start_s, report.rest_s)
-            if apply_ab(args, ref, report, ordered, history, with_injection):
+            slower = apply_ab(args, ref, report, ordered, history, with_injection)
+            if reference_failed(ref, report) or slower:
                 status = EXIT_FAILED
 
         with owning(args.out):
