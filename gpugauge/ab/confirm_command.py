@@ -209,10 +209,11 @@ def reference_failed(ref: str, report: ABReport) -> bool:
 
     A reference that cannot run its tests (a collection error, none selected, every test
     failing) leaves each result its class verdict, which passes a 3% slowdown on a new
-    host: a night that passed so would pass without its A/B.
+    host: a night that passed so would pass without its A/B. Where head's pytest ended
+    badly too, that is the failure to report, and it is reported.
     """
     code = report.base.exit_code
-    if report.paired_ids or code in (0, None):
+    if report.paired_ids or code in (0, None) or report.head.exit_code not in (0, 1):
         return False
     print(
         f"gpugauge confirm: the reference {ref[:10]} paired no test (its pytest ended with "
