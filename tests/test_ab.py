@@ -964,6 +964,73 @@ def test_a_reference_from_before_a_marker_pairs_the_tests_the_selection_names(
     assert "also runs 1 test(s)" in (tmp_path / "marked" / "base.log").read_text()
 
 
+def test_a_following_side_adds_head_s_tests_where_head_runs_them_and_keeps_its_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from gpugauge.ab import worker
+
+    class Selection:
+        def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+            assert message == {"op": "selection"}
+            return {"ids": ["a[x]", "new1", "c[x]", "new2", "a[y]", "c[y]"]}
+
+    monkeypatch.setattr(worker, "CHANNEL", Selection())
+    item = {i: SimpleNamespace(nodeid=i) for i in ("a[x]", "a[y]", "c[x]", "c[y]", "new1", "new2")}
+    every = [item[i] for i in ("a[x]", "a[y]", "c[x]", "c[y]", "new1", "new2")]  # collected
+    # pytest's own reordering by a module-scoped parameter, and new1/new2 left out by -m
+    items = [item[i] for i in ("a[x]", "c[x]", "a[y]", "c[y]")]
+    worker.follow(every, items)
+    assert [i.nodeid for i in items] == ["a[x]", "new1", "c[x]", "new2", "a[y]", "c[y]"]
+    # nothing to add: the order stays as the side's plugins left it
+    items = [item[i] for i in ("a[x]", "c[x]", "a[y]", "c[y]", "new1", "new2")]
+    worker.follow(every, items)
+    assert [i.nodeid for i in items] == ["a[x]", "c[x]", "a[y]", "c[y]", "new1", "new2"]
+
+
+SCOPED = (
+    """import time
+
+import pytest
+
+
+"""
+    + SPIN
+    + """
+
+@pytest.fixture(scope="module", params=["x", "y"])
+def kind(request):
+    return request.param
+
+
+def test_a(gauge, kind):
+    gauge(lambda: spin(1.0))
+
+
+def test_c(gauge, kind):
+    gauge(lambda: spin(1.0))
+"""
+)
+
+
+@pytest.mark.slow
+def test_tests_pytest_reorders_by_a_module_scoped_parameter_still_pair(
+    toy: Path, tmp_path: Path
+) -> None:
+    # a first draft of the following side rebuilt its tests in collection order, and two
+    # of these read "on base only" and "on head only"
+    (toy / "test_toy.py").unlink()
+    (toy / "test_scoped.py").write_text(SCOPED)
+    _git(toy, "add", "-A")
+    _git(toy, "commit", "-qm", "a module-scoped parameter")
+    run = _ab(toy, "ab", "HEAD", "HEAD", "--rounds", "1", out=tmp_path / "scoped")
+    assert run.returncode == 0, run.stdout + run.stderr
+    cases = json.loads((tmp_path / "scoped" / "ab.json").read_text())["cases"]
+    assert len(cases) == 4, cases
+    assert all(c["only"] == "" for c in cases), [(c["id"], c["only"]) for c in cases]
+
+
 @pytest.mark.slow
 def test_a_side_whose_rounds_fail_fails_its_test_and_the_ab_goes_on(
     toy: Path, tmp_path: Path

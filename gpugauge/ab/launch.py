@@ -235,6 +235,8 @@ def start_side(
         worker.SIDE_ENV: name,
         worker.SETTINGS_ENV: json.dumps([[list(d), v] for d, v in settings]),
     }
+    for var in (worker.AS_IS_ENV, worker.FOLLOWS_ENV, worker.RANKS_ENV):
+        env.pop(var, None)  # this side's own, whatever the coordinator's environment holds
     if as_is:
         env[worker.AS_IS_ENV] = "1"
     if follows:

@@ -556,33 +556,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def follow(every: list[pytest.Item], items: list[pytest.Item]) -> None:
-    """Keep in ``items`` the tests of ``every`` that the other build's side selected.
+    """Add to ``items`` the tests of ``every`` that the other build's side selected.
 
     Asked of the coordinator once that side has collected: a test is the same case in
-    both builds by its node id, whatever marks each build gives it. The side's log says
-    how many tests its own selection had left out.
+    both builds by its node id, whatever marks each build gives it. ``items`` keeps its
+    order (pytest's own reordering by fixture scope included); each added test goes after
+    the test the other side runs before it, so that both sides meet their tests in one
+    order. The side's log says how many tests its own selection had left out.
     """
     assert CHANNEL is not None
-    chosen = set(CHANNEL.ask({"op": "selection"}).get("ids", []))
+    order = CHANNEL.ask({"op": "selection"}).get("ids", [])
     kept = {item.nodeid for item in items}
-    items[:] = [item for item in every if item.nodeid in kept or item.nodeid in chosen]
-    added = len(items) - len(kept)
-    if added:
-        print(
-            f"gpugauge ab: this side also runs {added} test(s) that its own selection left "
-            "out and the other build's side selected",
-            file=sys.stderr,
-        )
+    extra = {item.nodeid: item for item in every if item.nodeid not in kept}
+    after: dict[str | None, list[pytest.Item]] = {}  # by the kept test they follow
+    anchor = None
+    for nodeid in order:
+        if nodeid in kept:
+            anchor = nodeid
+        elif nodeid in extra:
+            after.setdefault(anchor, []).append(extra.pop(nodeid))
+    if not after:
+        return
+    merged = after.get(None, [])
+    for item in items:
+        merged += [item, *after.get(item.nodeid, [])]
+    print(
+        f"gpugauge ab: this side also runs {len(merged) - len(items)} test(s) that its own "
+        "selection left out and the other build's side selected",
+        file=sys.stderr,
+    )
+    items[:] = merged
 
 
 def start_cuda() -> float | None:
     """Start CUDA and load cuBLAS and cuDNN in this process now; the seconds it took.
 
-    Both sides do it at once, before the first test, where each would otherwise do it in
-    turn inside its first test's setup, one side waiting for the other (an H200 night's
-    first test of a round took 12-17 s). Nothing a result measures runs here, and what it
-    allocated is freed, cuBLAS's workspace too (``empty_cache`` keeps that one). The
-    process then holds a CUDA context on the first GPU, as after any in-process GPU test.
+    Each side does it before the first test, where each would otherwise do it in turn
+    inside its first test's setup, one side waiting for the other (an H200 night's first
+    test of a round took 12-17 s). The reference's side starts it once it has head's
+    selection (:func:`follow`): head's CUDA start then overlaps its collection. Nothing a
+    result measures runs here, and what it allocated is freed, cuBLAS's workspace too
+    (``empty_cache`` keeps that one). The process then holds a CUDA context on the first
+    GPU, as after any in-process GPU test.
     None where torch or CUDA is missing, or it failed (said in the side's log; the first
     test then starts CUDA as before).
     """
