@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -407,30 +406,32 @@ def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
     )
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
-    assert "paired no test (its pytest ended with exit status 2)" in said, said
+    assert "paired no test: it lacked, failed or timed nothing of 1 test" in said, said
+    assert "(its pytest's exit status: 2)" in said, said
     assert "gpugauge gate:" in said, said  # the gated run itself ran and passed
     assert _leftovers(repo, tmp_path) == []
 
 
-def test_only_a_reference_that_ended_badly_and_paired_nothing_fails_the_night() -> None:
+def test_only_a_reference_that_could_not_pair_what_head_ran_fails_the_night() -> None:
+    from gpugauge.ab.budget import BUDGET_SPENT
     from gpugauge.ab.confirm_command import reference_failed
 
-    unpaired = CaseAB("c", "t::c", only="head", calls=0)
-    paired = CaseAB("c", "t::c", _pairs(1.0, 4))
+    def night(**status: str) -> ABReport:
+        only = "head" if "base" not in status else ""
+        return _report((CaseAB("c", "t::c", only=only, calls=0, status=status),))
 
-    def with_codes(base: int | None, head: int | None, case: CaseAB) -> ABReport:
-        report = _report((case,))
-        return replace(
-            report,
-            base=replace(report.base, exit_code=base),
-            head=replace(report.head, exit_code=head),
-        )
-
-    assert reference_failed("a" * 40, with_codes(5, 0, unpaired))  # run 134: none selected
-    assert reference_failed("a" * 40, with_codes(2, 1, unpaired))  # a collection error
-    assert not reference_failed("a" * 40, with_codes(0, 0, unpaired))  # e.g. all on the CPU
-    assert not reference_failed("a" * 40, with_codes(1, 0, paired))  # one of its tests failed
-    assert not reference_failed("a" * 40, with_codes(5, 5, unpaired))  # head's failure says it
+    ref = "a" * 40
+    assert reference_failed(ref, night(head="passed"))  # run 134: it selected none
+    assert reference_failed(ref, night(base="failed", head="passed"))
+    both = {"base": "passed", "head": "passed"}
+    unpaced = CaseAB("c", "t::c", calls=0, status=both, timed_alone="head")
+    assert reference_failed(ref, _report((unpaced,)))  # an old harness's calls go unpaired
+    assert not reference_failed(ref, night(base=f"skipped: {BUDGET_SPENT}", head="passed"))
+    cpu = "skipped: CPU case"
+    assert not reference_failed(ref, night(base=cpu, head=cpu))  # nothing on this device
+    assert not reference_failed(ref, night(head="failed"))  # head's failure says it
+    paired = CaseAB("c", "t::c", _pairs(1.0, 4), status={"base": "failed", "head": "passed"})
+    assert not reference_failed(ref, _report((paired,)))  # it paired what it could
 
 
 def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_baselines(

@@ -205,20 +205,30 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
 
 
 def reference_failed(ref: str, report: ABReport) -> bool:
-    """Whether the reference's pytest ended badly and paired no test: then the night fails.
+    """Whether the reference paired no test for want of its own: then the night fails.
 
-    A reference that cannot run its tests (a collection error, none selected, every test
-    failing) leaves each result its class verdict, which passes a 3% slowdown on a new
-    host: a night that passed so would pass without its A/B. Where head's pytest ended
-    badly too, that is the failure to report, and it is reported.
+    That is: no case paired, and some test head passed was not run by the reference (it
+    lacked it, or its pytest ended before it), failed there, or made there no timing call
+    to pair. Such a night leaves each result its class verdict, which passes a 3% slowdown
+    on a new host. A test the reference skipped (the time budget, a device it lacks) is
+    not its failure.
     """
-    code = report.base.exit_code
-    if report.paired_ids or code in (0, None) or report.head.exit_code not in (0, 1):
+    if report.paired_ids:
+        return False
+    lost = [
+        c.id
+        for c in report.cases
+        if c.status.get("head") == "passed"
+        and (c.status.get("base", "failed") == "failed" or c.timed_alone == "head")
+    ]
+    if not lost:
         return False
     print(
-        f"gpugauge confirm: the reference {ref[:10]} paired no test (its pytest ended with "
-        f"exit status {code}): the night fails without its A/B. Record this host's class "
-        "baselines at a commit that runs them (gpugauge baseline RUN1 RUN2) and commit them"
+        f"gpugauge confirm: the reference {ref[:10]} paired no test: it lacked, failed or "
+        f"timed nothing of {plural(len(lost), 'test')} head ran (its pytest's exit status: "
+        f"{report.base.exit_code}). The night fails without its A/B. Record this host's "
+        "class baselines at a commit that runs them (gpugauge baseline RUN1 RUN2) and "
+        "commit them"
     )
     return True
 
