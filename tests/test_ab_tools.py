@@ -406,7 +406,8 @@ def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
     )
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
-    assert "paired no test: it lacked, failed or timed nothing of 1 test" in said, said
+    # of the spin and, where the gated run ran it, the untimed count
+    assert "paired no test: it lacked, failed or timed nothing of " in said, said
     assert "(its pytest's exit status: 2)" in said, said
     assert "gpugauge gate:" in said, said  # the gated run itself ran and passed
     assert _leftovers(repo, tmp_path) == []
