@@ -406,33 +406,91 @@ def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
     )
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
-    # of the spin and, where the gated run ran it, the untimed count
-    assert "paired no test: it lacked, failed or timed nothing of " in said, said
-    assert "(its pytest's exit status: 2)" in said, said
+    assert (
+        "could not pair 1 result the gated run timed: test_toy.py::test_spin (not run there)"
+        in said
+    ), said
+    assert "(its pytest's exit status: 2; log: " in said, said
     assert "gpugauge gate:" in said, said  # the gated run itself ran and passed
     assert _leftovers(repo, tmp_path) == []
 
 
-def test_only_a_reference_that_could_not_pair_what_head_ran_fails_the_night() -> None:
+@pytest.mark.slow
+def test_an_a_b_started_from_inside_a_side_gives_its_sides_their_own_roles(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coordinator's environment may hold a side's variables (an A/B run from a gated run)."""
+    from gpugauge.ab import worker
+
+    for var in (worker.AS_IS_ENV, worker.FOLLOWS_ENV, worker.RANKS_ENV):
+        monkeypatch.setenv(var, "1")
+    done = _ab(repo, "ab", "HEAD", "HEAD", "--rounds", "1", out=tmp_path / "ab", timeout=300)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said  # no side waits on a selection, or runs the count as is
+    cases = json.loads((tmp_path / "ab" / "ab.json").read_text())["cases"]
+    assert [c["outcome"] for c in cases if c["pairs"]] == ["same"], said
+    assert _leftovers(repo, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_measured_night_whose_budget_ends_before_any_pair_does_not_blame_the_reference(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The budget's skips and the untimed count the reference deselects are not its failure."""
+    run = _saved_run(repo, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    gpugauge = [sys.executable, "-m", "gpugauge"]
+    recorded = subprocess.run(
+        [*gpugauge, "baseline", str(run)], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "baselines, at a commit that runs every test")
+    night = tmp_path / "night.json"
+    argv = ["confirm", str(night), "--measure", "--gated-args=--gauge-gate", "--time-budget", "2"]
+    done = subprocess.run(
+        [*gpugauge, *argv, "--out", str(tmp_path / "ab"), "--block-time", "0.1"],
+        cwd=repo,
+        env={**env, "GPUGAUGE_HISTORY": str(tmp_path / "h.sqlite")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    said = done.stdout + done.stderr
+    assert "its time budget was spent before this test" in said, said  # no pair was made
+    assert "could not pair" not in said, said
+    assert done.returncode == 0, said  # the gated run passed, and so does the night
+    assert _leftovers(repo, tmp_path) == []
+
+
+def test_a_reference_fails_the_night_for_each_timed_result_it_left_unpaired_itself() -> None:
     from gpugauge.ab.budget import BUDGET_SPENT
-    from gpugauge.ab.confirm_command import reference_failed
+    from gpugauge.ab.confirm_command import reference_lost
+    from gpugauge.ab.result import UNTIMED_SKIPPED
 
-    def night(**status: str) -> ABReport:
+    def case(name: str = "c", pairs: int = 0, **status: str) -> CaseAB:
         only = "head" if "base" not in status else ""
-        return _report((CaseAB("c", "t::c", only=only, calls=0, status=status),))
+        return CaseAB(name, f"t::{name}", _pairs(1.0, pairs), only=only, status=status)
 
-    ref = "a" * 40
-    assert reference_failed(ref, night(head="passed"))  # run 134: it selected none
-    assert reference_failed(ref, night(base="failed", head="passed"))
+    def lost(*cases: CaseAB, asked: tuple[str, ...] = ("c",)) -> list[str]:
+        return reference_lost(_report(cases), set(asked))
+
+    assert lost(case(head="passed")) == ["c (not run there)"]  # run 134: it selected none
+    assert lost(case(base="failed", head="passed")) == ["c (failed there)"]
+    own = "skipped: needs a newer torch"  # both sides share one GPU: the build's own doing
+    assert lost(case(base=own, head="passed")) == [f"c ({own} there)"]
     both = {"base": "passed", "head": "passed"}
-    unpaced = CaseAB("c", "t::c", calls=0, status=both, timed_alone="head")
-    assert reference_failed(ref, _report((unpaced,)))  # an old harness's calls go unpaired
-    assert not reference_failed(ref, night(base=f"skipped: {BUDGET_SPENT}", head="passed"))
-    cpu = "skipped: CPU case"
-    assert not reference_failed(ref, night(base=cpu, head=cpu))  # nothing on this device
-    assert not reference_failed(ref, night(head="failed"))  # head's failure says it
-    paired = CaseAB("c", "t::c", _pairs(1.0, 4), status={"base": "failed", "head": "passed"})
-    assert not reference_failed(ref, _report((paired,)))  # it paired what it could
+    unpaced = CaseAB("c", "t::c", status=both, timed_alone="head")
+    assert lost(unpaced) == ["c (no timing call there)"]  # an old harness's calls go unpaired
+    # the A/B's own skips are not the reference's doing
+    assert lost(case(base=f"skipped: {BUDGET_SPENT}", head="passed")) == []
+    assert lost(case(base=f"skipped: {UNTIMED_SKIPPED}", head="passed")) == []
+    # a result head did not time is not asked: a count the reference deselects itself
+    assert lost(case(head="passed"), asked=()) == []
+    assert lost(case(pairs=4, base="failed", head="passed")) == []  # it paired what it could
+    # one paired case hides no other
+    paired = case("p", pairs=4, base="passed", head="passed")
+    assert lost(paired, case(head="passed"), asked=("p", "c")) == ["c (not run there)"]
 
 
 def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_baselines(

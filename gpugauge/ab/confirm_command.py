@@ -12,7 +12,7 @@ import argparse
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,7 +46,7 @@ from gpugauge.ab.overruled import (
     write_verdicts,
 )
 from gpugauge.ab.render import terminal
-from gpugauge.ab.result import ABReport
+from gpugauge.ab.result import AB_SKIP, ABReport
 from gpugauge.ab.sides import WORKING_TREE, SideError, repo_root
 from gpugauge.core.phrasing import duration, plural
 from gpugauge.history.records import HistoryError
@@ -191,7 +191,8 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
         later(report.paired_ids)
     print("\n" + terminal(report))
     where = _history_of(args)
-    injected_ids = {m.id for m in load_run(args.run).measurements if injected(m)}
+    gated = load_run(args.run).measurements
+    injected_ids = {m.id for m in gated if injected(m)}
     slower = apply_ab(args, ref, report, chosen, where, injected_ids)
     gated_failed = report.head.exit_code not in (0, None)
     if gated_failed:
@@ -199,36 +200,51 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
             "gpugauge confirm: the gated run's pytest ended with exit status "
             f"{report.head.exit_code} (log: {args.out / 'head.log'})"
         )
-    broken = reference_failed(ref, report)
+    timed = {m.id for m in gated if m.timing is not None}
+    broken = reference_failed(ref, report, timed, args.out / "base.log")
     status = EXIT_FAILED if slower or gated_failed or broken else EXIT_OK
     return status, {c.nodeid for c in chosen}
 
 
-def reference_failed(ref: str, report: ABReport) -> bool:
-    """Whether the reference paired no test for want of its own: then the night fails.
+def reference_lost(report: ABReport, asked: Collection[str]) -> list[str]:
+    """The results of ``asked`` the reference left unpaired by its own doing: 'id (why)'.
 
-    That is: no case paired, and some test head passed was not run by the reference (it
-    lacked it, or its pytest ended before it), failed there, or made there no timing call
-    to pair. Such a night leaves each result its class verdict, which passes a 3% slowdown
-    on a new host. A test the reference skipped (the time budget, a device it lacks) is
-    not its failure.
+    ``asked``: the ids of results the gated run timed. The reference lacked the test (or its
+    pytest ended before it), failed it, skipped it for a reason of its own build (both
+    sides share one GPU, so a device it lacks is no reason), or made no timing call to
+    pair. The A/B's own skips (its budget spent, a test marked untimed) are not its doing.
     """
-    if report.paired_ids:
-        return False
-    lost = [
-        c.id
-        for c in report.cases
-        if c.status.get("head") == "passed"
-        and (c.status.get("base", "failed") == "failed" or c.timed_alone == "head")
-    ]
+    lost = []
+    for c in report.cases:
+        if c.id not in asked or c.pairs:
+            continue
+        base = c.status.get("base")
+        if base is None or base == "?":
+            lost.append(f"{c.id} (not run there)")
+        elif base == "failed":
+            lost.append(f"{c.id} (failed there)")
+        elif base.startswith("skipped: ") and not base.startswith(f"skipped: {AB_SKIP}"):
+            lost.append(f"{c.id} ({base} there)")
+        elif c.timed_alone == "head":
+            lost.append(f"{c.id} (no timing call there)")
+    return lost
+
+
+def reference_failed(ref: str, report: ABReport, asked: Collection[str], log: Path) -> bool:
+    """Whether the reference left a result of ``asked`` unpaired by its own doing: say which.
+
+    Such a result keeps only its class verdict, which passes a 3% slowdown on a new host,
+    so the night fails rather than pass it unjudged (:func:`reference_lost`).
+    """
+    lost = reference_lost(report, asked)
     if not lost:
         return False
     print(
-        f"gpugauge confirm: the reference {ref[:10]} paired no test: it lacked, failed or "
-        f"timed nothing of {plural(len(lost), 'test')} head ran (its pytest's exit status: "
-        f"{report.base.exit_code}). The night fails without its A/B. Record this host's "
-        "class baselines at a commit that runs them (gpugauge baseline RUN1 RUN2) and "
-        "commit them"
+        f"gpugauge confirm: the reference {ref[:10]} could not pair "
+        f"{plural(len(lost), 'result')} the gated run timed: {', '.join(lost)} (its "
+        f"pytest's exit status: {report.base.exit_code}; log: {log}). Such a result keeps "
+        "only its class verdict, so the night fails. Record this host's class baselines "
+        "at a commit that runs these tests (gpugauge baseline RUN1 RUN2) and commit them"
     )
     return True
 
@@ -328,7 +344,7 @@ def confirm_command(args: argparse.Namespace) -> int:
             print("\n" + terminal(report))
             start_s = max(start_s, report.rest_s)
             slower = apply_ab(args, ref, report, ordered, history, with_injection)
-            if reference_failed(ref, report) or slower:
+            if reference_failed(ref, report, {c.id for c in ordered}, out / "base.log") or slower:
                 status = EXIT_FAILED
 
         with owning(args.out):

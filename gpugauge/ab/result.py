@@ -32,10 +32,12 @@ from gpugauge.results.files import atomic_write_text
 from gpugauge.results.verdicts import Basis, MetricCheck
 
 NOTHING_TO_PAIR = "no timing of a case to pair"
+# how each skip reason of the A/B's own begins (budget.BUDGET_SPENT's too), not a build's
+AB_SKIP = "gpugauge ab: "
 # a second side's skip reason where the first side's run of the test had nothing to pair
-SKIPPED_FOR = f"gpugauge ab: {NOTHING_TO_PAIR}"
+SKIPPED_FOR = f"{AB_SKIP}{NOTHING_TO_PAIR}"
 # a side's skip reason for a test either side marks untimed (a count, a search)
-UNTIMED_SKIPPED = f"gpugauge ab: marked untimed, {NOTHING_TO_PAIR}"
+UNTIMED_SKIPPED = f"{AB_SKIP}marked untimed, {NOTHING_TO_PAIR}"
 # a case round 1 paired that the later rounds left out: its command's own verdict stands
 NOT_JUDGED = "not judged: round 1 only, left out of round 2"
 
