@@ -1151,3 +1151,12 @@ def test_confirm_into_a_history_that_cannot_keep_the_abs_is_refused_before_any_a
     with History.open(other) as h:
         h.append(history_run(2), [history_result("a", 1.0)])
     cli_refuses(ws, [*argv, str(other)], "other.sqlite", capsys, "holds no run 'run-1'")
+
+
+def test_confirm_of_a_run_without_gate_verdicts_says_it_was_not_gated(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    ungated = ws / "plain.json"
+    ungated.write_text(json.dumps(run_json([result("a")])))
+    argv = ["confirm", str(ungated), "--out", str(ws / "ab")]
+    cli_refuses(ws, argv, str(ungated), capsys, "was run without --gauge-gate")

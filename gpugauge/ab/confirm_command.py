@@ -54,7 +54,7 @@ from gpugauge.history.store import default_target
 from gpugauge.history.targets import redact
 from gpugauge.results.files import read_json
 from gpugauge.results.measurement import injected
-from gpugauge.results.runs import load_run, say_refused
+from gpugauge.results.runs import SavedRun, load_run, say_refused
 
 
 def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -206,6 +206,20 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
     return status, {c.nodeid for c in chosen}
 
 
+def check_gated(run: SavedRun, path: Path) -> None:
+    """SideError (bad input) where RUN holds results but no gate verdicts: nothing to confirm.
+
+    confirm A/Bs what a gate decided; a run without ``--gauge-gate`` has no verdict to
+    confirm, which "nothing to confirm" would hide.
+    """
+    if run.measurements and not run.verdicts and not run.refused_verdicts:
+        raise SideError(
+            f"{path} holds {plural(len(run.measurements), 'result')} but no gate verdicts: it "
+            "was run without --gauge-gate. confirm A/Bs a gated run's results: run pytest "
+            "with --gauge-gate, or use gpugauge ab to compare two builds"
+        )
+
+
 def reference_lost(report: ABReport, asked: Collection[str]) -> list[str]:
     """The results of ``asked`` the reference left unpaired by its own doing: 'id (why)'.
 
@@ -299,6 +313,8 @@ def confirm_command(args: argparse.Namespace) -> int:
         if args.measure:
             check_new(args.run)
             status, measured = measured_night(args, budget)
+        if not args.measure:
+            check_gated(load_run(args.run), args.run)
         cases = [c for c in borderline(args.run, args.floor) if c.nodeid not in measured]
         if not cases:
             say_refused(load_run(args.run), "gpugauge confirm")  # still_regressed counts them
