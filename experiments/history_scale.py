@@ -21,6 +21,7 @@ docs/history.md, "Scale".
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import subprocess
@@ -144,4 +145,13 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--build"]:
         build(Path(sys.argv[2]), int(sys.argv[3]))
     else:
-        main(Path(sys.argv[1]), [int(a) for a in sys.argv[2:]] or [30, 366, 1095, 4400])
+        cli = argparse.ArgumentParser(
+            prog="python -m experiments.history_scale",
+            description="Time the results history's readers on synthetic nightly histories.",
+        )
+        cli.add_argument("folder", type=Path, help="where the histories are built (or reused)")
+        cli.add_argument(
+            "runs", type=int, nargs="*", default=[30, 366, 1095, 4400], help="history sizes, runs"
+        )
+        args = cli.parse_args()
+        main(args.folder, args.runs)

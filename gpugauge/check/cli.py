@@ -79,7 +79,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="the benchmarks' folder (default: benches)",
     )
-    p.add_argument("--baselines-dir", type=Path, default=Path("baselines"))
+    p.add_argument(
+        "--baselines-dir",
+        type=Path,
+        default=Path("baselines"),
+        help="the stored baselines, by device class (default: baselines)",
+    )
     p.add_argument(
         "pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed to every pytest run"
     )
@@ -111,7 +116,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=[],
         metavar="PATTERN",
         help="only ops whose id matches one of these shell-style patterns "
-        "(e.g. 'conv-*' 'matmul-*')",
+        "(e.g. 'conv*' 'matmul-*')",
     )
     timer.add_argument(
         "--threshold",
@@ -135,7 +140,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help=f"injected fraction of each case's baseline median (default {DEFAULT_SLOWDOWN:g})",
     )
     gate.add_argument("--runs", type=_count, default=2, metavar="N", help="A/A runs (default 2)")
-    gate.add_argument("--tolerances-dir", type=Path, default=None)
+    gate.add_argument(
+        "--tolerances-dir",
+        type=Path,
+        default=None,
+        help="the gate's tolerance TOML folder (default: the gated pytest's, <rootdir>/tolerances)",
+    )
     gate.add_argument(
         "--judge-again",
         type=Path,

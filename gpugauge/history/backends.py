@@ -230,8 +230,9 @@ class SqliteBackend(Backend):
         """
         if not self.path.exists():
             raise HistoryError(
-                f"history {self.where}: no such file (a measured pytest run or "
-                "'gpugauge history import' creates it)"
+                f"history {self.where}: no such file (a measured pytest run creates it "
+                "in its --benchmark-storage folder, .benchmarks by default, or at "
+                "$GPUGAUGE_HISTORY; so does 'gpugauge history import'): name it with --history"
             )
         uri = self.path.resolve().as_uri()
         wal = Path(f"{self.path}-wal")

@@ -60,7 +60,7 @@ ENV_VAR = HISTORY_ENV_VAR  # a path or URL that replaces the default (a nightly'
 
 
 def default_path(storage: Path = Path(".benchmarks")) -> Path:
-    """The default history: beside pytest-benchmark's storage folder."""
+    """The default history: in pytest-benchmark's storage folder."""
     return storage / DEFAULT_NAME
 
 

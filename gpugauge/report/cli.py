@@ -139,7 +139,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--storage",
         type=path_option,
         default=Path(".benchmarks"),
-        help="pytest-benchmark storage: history and the default current run",
+        help="pytest-benchmark storage: history and the default current run (default: .benchmarks)",
     )
     rep.add_argument(
         "--baselines-dir",
@@ -159,7 +159,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=Path("reports"),
         help="folder for <name>.md, <name>.html and the charts' PNGs (default: reports)",
     )
-    rep.add_argument("--name", default="report", help="file name stem of the outputs")
+    rep.add_argument(
+        "--name", default="report", help="file name stem of the outputs (default: report)"
+    )
     rep.add_argument(
         "--history",
         metavar="PATH|URL",

@@ -226,9 +226,9 @@ def add_history_options(group: Any) -> None:
         default=None,
         help=(
             "results history: a SQLite file or a postgresql:// URL that several runners "
-            f"share (default: ${HISTORY_ENV_VAR}, else gpugauge-history.sqlite beside "
-            "pytest-benchmark's storage). Every measured run is appended; with --gauge-gate, "
-            "each result is judged against its host's own history once it has one"
+            f"share (default: ${HISTORY_ENV_VAR}, else gpugauge-history.sqlite in "
+            "pytest-benchmark's storage folder). Every measured run is appended; with "
+            "--gauge-gate, each result is judged against its host's own history once it has one"
         ),
     )
     group.addoption(
