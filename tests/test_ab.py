@@ -945,7 +945,7 @@ def test_a_project_plugin_that_imports_gpugauge_first_still_pairs(
 def test_a_reference_from_before_a_marker_pairs_the_tests_the_selection_names(
     toy: Path, tmp_path: Path
 ) -> None:
-    # run 134's night on an H100: its class baselines were accepted at a commit from before
+    # run 134's night on an H100: its class baselines were recorded at a commit from before
     # the nightly marker, and confirm's reference side selected none of `-m nightly`
     text = (toy / "test_toy.py").read_text()
     marked = text.replace("def test_spin(gauge):", "@pytest.mark.nightly\ndef test_spin(gauge):")

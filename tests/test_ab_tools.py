@@ -389,7 +389,7 @@ def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
         [*gpugauge, "baseline", str(run)], cwd=repo, env=env, capture_output=True, text=True
     )
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-    # the commit that accepted the baselines cannot collect its tests
+    # the commit that recorded the baselines cannot collect its tests
     (repo / "test_toy.py").write_text("import no_such_module_here\n" + good)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "baselines, and a test file that does not import")
@@ -496,7 +496,7 @@ def test_a_reference_fails_the_night_for_each_timed_result_it_left_unpaired_itse
 def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_baselines(
     repo: Path,
 ) -> None:
-    from gpugauge.ab.measured import accepting_commit, host_classes
+    from gpugauge.ab.measured import baselines_commit, host_classes
 
     classes = host_classes(["NVIDIA H200", "NVIDIA H200"])
     assert {"nvidia-h200", "2x-nvidia-h200"} < classes
@@ -512,14 +512,14 @@ def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_basel
         return _git(repo, "rev-parse", "HEAD")
 
     baselines = repo / "baselines"
-    assert accepting_commit(repo, baselines, classes) is None  # none yet: the run runs alone
+    assert baselines_commit(repo, baselines, classes) is None  # none yet: the run runs alone
     h200 = accept("nvidia-h200", "layers", "amp")
     accept("nvidia-h100-80gb-hbm3", "layers", "amp", "vgg_swap")  # another host's class
     two = accept("2x-nvidia-h200", "distributed")
-    assert accepting_commit(repo, baselines, classes) == h200  # two of this host's three
-    assert accepting_commit(repo, baselines, {"2x-nvidia-h200"}) == two
+    assert baselines_commit(repo, baselines, classes) == h200  # two of this host's three
+    assert baselines_commit(repo, baselines, {"2x-nvidia-h200"}) == two
     newer = accept("2x-nvidia-h200", "layer_fit", "split")  # now two files each: the newest
-    assert accepting_commit(repo, baselines, classes) == newer
+    assert baselines_commit(repo, baselines, classes) == newer
 
 
 def test_a_gated_run_with_nothing_to_a_b_against_keeps_its_profile(tmp_path: Path) -> None:

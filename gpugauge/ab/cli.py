@@ -169,7 +169,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     conf = sub.add_parser(
         "confirm",
-        help="A/B a gated run's results against the commit that accepted their baselines",
+        help="A/B a gated run's results against the commit that recorded their baselines",
         description="For every GPU-busy result of 0.1 ms or more of a saved gated run, "
         "every other result that passed with a time ratio above 1 + --floor, and on a new "
         "host every result that regressed in its time alone against its class baseline, "
@@ -191,7 +191,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--measure",
         action="store_true",
         help="run the gated suite itself as the head side of the A/B's first round, "
-        "against the commit that accepted this host's baselines, and save it as RUN.json: "
+        "against the commit that recorded this host's baselines, and save it as RUN.json: "
         "each case is timed in four processes, not five (the gated run, then two rounds "
         "of two). Select its cases as for an A/B (-m, -k, --profile, --benches); give the "
         "gated run's own options with --gated-args",

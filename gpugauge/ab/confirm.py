@@ -7,7 +7,7 @@ run-to-run spread. A same-GPU A/B sees 1% on any host. So ``confirm`` A/Bs on th
 every GPU-busy result of 0.1 ms or more, every night, whatever its ratio; every other
 result that passed above ``1 + floor``; and one whose time alone *regressed* against its
 class on a new host (this host's speed, perhaps, not the code's). The reference build is
-the commit that accepted the class baseline (the last commit that wrote
+the commit that recorded the class baseline (the last commit that wrote
 ``baselines/<class>/<family>.json``), and the verdict of that A/B is the one that counts:
 a case it finds slower fails the job, and a regression it clears passes.
 
@@ -159,7 +159,7 @@ def result_nodeids(data: dict[str, Any]) -> dict[str, str]:
 
 
 def reference_commit(repo: Path, baselines: Path, device_class: str, family: str) -> str:
-    """The commit that last wrote a class baseline: the build its numbers accepted."""
+    """The commit that last wrote a class baseline: the build that recorded its numbers."""
     deepened(repo)
     target = baselines / device_class / f"{family}.json"
     found = git(repo, "log", "-1", "--format=%H", "--", str(target))
@@ -171,7 +171,7 @@ def reference_commit(repo: Path, baselines: Path, device_class: str, family: str
 def deepened(repo: Path) -> None:
     """Fetch the whole history into a shallow checkout (an ephemeral runner's default).
 
-    The commit that accepted a baseline is further back than a shallow clone reaches;
+    The commit that recorded a baseline is further back than a shallow clone reaches;
     SideError where the fetch fails (no remote, no network).
     """
     if git(repo, "rev-parse", "--is-shallow-repository") != "true":
@@ -186,7 +186,7 @@ def deepened(repo: Path) -> None:
     if git(repo, "rev-parse", "--is-shallow-repository") == "true":
         raise SideError(
             "the checkout is shallow and its history could not be fetched, so the commit "
-            "that accepted the baselines is not in it (check out with full history, e.g. "
+            "that recorded the baselines is not in it (check out with full history, e.g. "
             f"actions/checkout's fetch-depth: 0): {why}"
         )
 

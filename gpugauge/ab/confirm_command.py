@@ -28,7 +28,7 @@ from gpugauge.ab.command import (
 )
 from gpugauge.ab.confirm import Borderline, borderline, by_reference, in_order
 from gpugauge.ab.measured import (
-    accepting_commit,
+    baselines_commit,
     check_new,
     gate_summary,
     gpu_names,
@@ -145,12 +145,12 @@ def apply_ab(
 def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[str]]:
     """``--measure``: the gated run as round 1's head side; its status, the nodes it A/B'd.
 
-    Against the commit that accepted most of this host's baselines
-    (:func:`~gpugauge.ab.measured.accepting_commit`); where none did, the gated run runs
+    Against the commit that recorded most of this host's baselines
+    (:func:`~gpugauge.ab.measured.baselines_commit`); where none did, the gated run runs
     alone, as the plain pytest command would.
     """
     top = repo_root(Path.cwd())
-    ref = accepting_commit(top, args.baselines_dir, host_classes(gpu_names()))
+    ref = baselines_commit(top, args.baselines_dir, host_classes(gpu_names()))
     if ref is None:
         print(
             "gpugauge confirm: no committed baseline of this host's device classes: the "
@@ -164,7 +164,7 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
         """After round 1: RUN.json saved, and the results it leaves to this A/B chosen.
 
         Those round 1 paired against this reference; one whose baseline another commit
-        accepted, or that round 1 could not pair, gets an A/B of its own afterwards.
+        recorded, or that round 1 could not pair, gets an A/B of its own afterwards.
         """
         keep_gated_run(args.out / "head.json", args.run)
         print("\n" + gate_summary(args.out / "head.log"), flush=True)
@@ -174,7 +174,7 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
 
     print(
         f"gpugauge confirm: the gated run is round 1's head side, against {ref[:10]} (the "
-        "commit that accepted this host's baselines)",
+        "commit that recorded this host's baselines)",
         flush=True,
     )
     with owning(args.out):

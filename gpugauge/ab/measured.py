@@ -3,7 +3,7 @@
 A night that runs its gated suite and then A/Bs the results times each confirmed case in
 five processes: the gated run, then two rounds of two. With ``--measure`` the gated run is
 round 1's head process. It runs as its command line says (its gate, its history, its saved
-run, every test), while the base process, the commit that accepted this host's baselines,
+run, every test), while the base process, the commit that recorded this host's baselines,
 pairs blocks with it. Its saved run becomes RUN.json after round 1, and round 2 runs only
 the results that run leaves to an A/B (:func:`~gpugauge.ab.confirm.borderline`).
 """
@@ -56,11 +56,11 @@ def host_classes(gpus: Sequence[str]) -> set[str]:
     return out
 
 
-def accepting_commit(repo: Path, baselines: Path, classes: Iterable[str]) -> str | None:
+def baselines_commit(repo: Path, baselines: Path, classes: Iterable[str]) -> str | None:
     """The commit that last wrote most of these classes' baseline files; None where none did.
 
     Of a tie, the newest commit (by ancestry: commit times tie within a second). A result
-    whose own class baseline another commit accepted is A/B'd against that one afterwards,
+    whose own class baseline another commit recorded is A/B'd against that one afterwards,
     as ``confirm`` does without ``--measure``.
     """
     deepened(repo)

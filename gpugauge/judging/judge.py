@@ -2,7 +2,7 @@
 
 A result's references, in the order they take precedence (:class:`Basis`):
 
-1. a **same-GPU A/B** of the result's build against the build its class baseline accepted
+1. a **same-GPU A/B** of the result's build against the build that recorded its class baseline
    (``gpugauge confirm`` runs one where the host's history is too thin; it sees 1%);
 2. the **host's own history**, once it holds enough accepted runs of the case (a few times
    the host's night-to-night noise);
