@@ -622,7 +622,7 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
     "warmup-time-negative": (["--gauge-warmup-time", "-1"], "--gauge-warmup-time"),
     "target-ci-zero": (["--gauge-target-ci", "0"], "--gauge-target-ci"),
     "target-ci-one": (["--gauge-target-ci", "1.5"], "--gauge-target-ci"),
-    "time-budget-zero": (["--gauge-time-budget", "0"], "--gauge-time-budget"),
+    "max-time-zero": (["--gauge-max-time", "0"], "--gauge-max-time"),
     "energy-window-short": (["--gauge-energy-window", "0.5"], "--gauge-energy-window"),
     "energy-window-negative": (["--gauge-energy-window", "-1"], "--gauge-energy-window"),
     "idle-time-negative": (["--gauge-idle-time", "-1"], "--gauge-idle-time"),
@@ -674,7 +674,7 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
     # issue 26: every number finite and in range, named
     "min-time-infinite": (["--gauge-min-time", "inf"], "--gauge-min-time"),
     "min-time-nan": (["--gauge-min-time", "nan"], "--gauge-min-time"),
-    "time-budget-huge": (["--gauge-time-budget", "1e308"], "--gauge-time-budget"),
+    "max-time-huge": (["--gauge-max-time", "1e308"], "--gauge-max-time"),
     "rounds-1e23": (["--gauge-rounds", "1e23"], "--gauge-rounds"),
     "rounds-huge": (["--gauge-rounds", "100000000000000000000000"], "--gauge-rounds"),
     "min-rounds-huge": (["--gauge-min-rounds", "99999999999"], "--gauge-min-rounds"),

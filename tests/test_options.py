@@ -12,7 +12,7 @@ DEFAULTS = {
     "warmup": None,
     "warmup_time": None,
     "target_ci": None,
-    "time_budget": None,
+    "max_time": None,
     "flush_l2": False,
     "regime": "sustained",
     "min_time": None,

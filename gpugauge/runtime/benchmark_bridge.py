@@ -37,7 +37,7 @@ _FOREIGN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
         5,
         "use --gauge-min-rounds N (or --gauge-rounds N)",
     ),
-    ("benchmark_max_time", "--benchmark-max-time", 1.0, "use --gauge-time-budget S"),
+    ("benchmark_max_time", "--benchmark-max-time", 1.0, "use --gauge-max-time S"),
     (
         "benchmark_min_time",
         "--benchmark-min-time",

@@ -90,10 +90,10 @@ def add_options(group: Any) -> None:
         help="adaptive stop: relative half-width of the 95%% CI of the median",
     )
     group.addoption(
-        "--gauge-time-budget",
+        "--gauge-max-time",
         type=positive_seconds,
         default=None,
-        help="adaptive stop: seconds of timed rounds per benchmark at most",
+        help="adaptive stop: seconds of timed rounds per benchmark at most (the policy's budget_s)",
     )
     group.addoption(
         "--gauge-flush-l2",

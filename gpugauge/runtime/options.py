@@ -147,7 +147,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         "warmup_rounds": get("warmup"),
         "warmup_s": get("warmup_time"),
         "target_ci": get("target_ci"),
-        "budget_s": get("time_budget"),
+        "budget_s": get("max_time"),
         "min_time_s": get("min_time"),
         "flush_l2": get("flush_l2") or None,
     }
@@ -202,7 +202,7 @@ POLICY_OPTIONS = {
     "warmup_s": "--gauge-warmup-time",
     "max_warmup_s": "--gauge-warmup-time",
     "target_ci": "--gauge-target-ci",
-    "budget_s": "--gauge-time-budget",
+    "budget_s": "--gauge-max-time",
     "min_time_s": "--gauge-min-time",
 }
 
