@@ -375,6 +375,40 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
     assert _leftovers(repo, tmp_path) == []
 
 
+def _record_baselines(repo: Path, tmp_path: Path) -> None:
+    """Record the toy's class baselines from a run of it (the caller commits them)."""
+    run = _saved_run(repo, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    recorded = subprocess.run(
+        [sys.executable, "-m", "gpugauge", "baseline", str(run)],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+
+
+def _measured_night(repo: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The nightly's confirm step on the toy, its gated run gated, on an empty history."""
+    night = tmp_path / "night.json"
+    argv = ["confirm", str(night), "--measure", "--gated-args=--gauge-gate", *extra]
+    argv += ["--out", str(tmp_path / "ab"), "--block-time", "0.1"]
+    return subprocess.run(
+        [sys.executable, "-m", "gpugauge", *argv],
+        cwd=repo,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TMPDIR": str(tmp_path),
+            "GPUGAUGE_HISTORY": str(tmp_path / "h.sqlite"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 @pytest.mark.slow
 def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
     repo: Path, tmp_path: Path
@@ -382,28 +416,13 @@ def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
     """Class verdicts alone pass 3% on a new host: a night without its A/B must not pass."""
     good = BENCH.format(extra="")
     (repo / "test_toy.py").write_text(good)
-    run = _saved_run(repo, tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
-    gpugauge = [sys.executable, "-m", "gpugauge"]
-    recorded = subprocess.run(
-        [*gpugauge, "baseline", str(run)], cwd=repo, env=env, capture_output=True, text=True
-    )
-    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    _record_baselines(repo, tmp_path)
     # the commit that recorded the baselines cannot collect its tests
     (repo / "test_toy.py").write_text("import no_such_module_here\n" + good)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "baselines, and a test file that does not import")
     (repo / "test_toy.py").write_text(good)  # the working tree, unchanged in speed
-    night = tmp_path / "night.json"
-    argv = ["confirm", str(night), "--measure", "--gated-args=--gauge-gate"]
-    done = subprocess.run(
-        [*gpugauge, *argv, "--out", str(tmp_path / "ab"), "--block-time", "0.1"],
-        cwd=repo,
-        env={**env, "GPUGAUGE_HISTORY": str(tmp_path / "h.sqlite")},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _measured_night(repo, tmp_path)
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
     assert (
@@ -437,25 +456,10 @@ def test_a_measured_night_whose_budget_ends_before_any_pair_does_not_blame_the_r
     repo: Path, tmp_path: Path
 ) -> None:
     """The budget's skips and the untimed count the reference deselects are not its failure."""
-    run = _saved_run(repo, tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
-    gpugauge = [sys.executable, "-m", "gpugauge"]
-    recorded = subprocess.run(
-        [*gpugauge, "baseline", str(run)], cwd=repo, env=env, capture_output=True, text=True
-    )
-    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    _record_baselines(repo, tmp_path)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "baselines, at a commit that runs every test")
-    night = tmp_path / "night.json"
-    argv = ["confirm", str(night), "--measure", "--gated-args=--gauge-gate", "--time-budget", "2"]
-    done = subprocess.run(
-        [*gpugauge, *argv, "--out", str(tmp_path / "ab"), "--block-time", "0.1"],
-        cwd=repo,
-        env={**env, "GPUGAUGE_HISTORY": str(tmp_path / "h.sqlite")},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _measured_night(repo, tmp_path, "--time-budget", "2")
     said = done.stdout + done.stderr
     assert "its time budget was spent before this test" in said, said  # no pair was made
     assert "could not pair" not in said, said
