@@ -409,26 +409,41 @@ def _measured_night(repo: Path, tmp_path: Path, *extra: str) -> subprocess.Compl
     )
 
 
+PARAMETRIZED = (
+    "@pytest.mark.parametrize('ms', [3.0])\ndef test_spin(gauge, ms):",
+    "def test_spin(gauge):",
+)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("ids", ["same", "differ"])
 def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
-    repo: Path, tmp_path: Path
+    repo: Path, tmp_path: Path, ids: str
 ) -> None:
-    """Class verdicts alone pass 3% on a new host: a night without its A/B must not pass."""
-    good = BENCH.format(extra="")
+    """Class verdicts alone pass 3% on a new host: a night without its A/B must not pass.
+
+    ``differ``: a parametrized test, whose A/B case id (its parameter) is not its result's.
+    """
+
+    def bench(extra: str) -> str:
+        text = BENCH.format(extra=extra)
+        return text if ids == "same" else text.replace(PARAMETRIZED[1], PARAMETRIZED[0])
+
+    good = bench("")
     (repo / "test_toy.py").write_text(good)
     _record_baselines(repo, tmp_path)
     # the commit that recorded the baselines cannot collect its tests
     (repo / "test_toy.py").write_text("import no_such_module_here\n" + good)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "baselines, and a test file that does not import")
-    (repo / "test_toy.py").write_text(good)  # the working tree, unchanged in speed
+    # the working tree 4% slower: its class verdict passes, so only an A/B can catch it
+    (repo / "test_toy.py").write_text(bench("\n    spin(0.12)"))
     done = _measured_night(repo, tmp_path)
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
-    assert (
-        "could not pair 1 result the gated run timed: test_toy.py::test_spin (not run there)"
-        in said
-    ), said
+    case = "test_toy.py::test_spin" if ids == "same" else "3.0"
+    lost = f"could not pair 1 result this A/B was to decide: {case} (not run there)"
+    assert lost in said, said
     assert "(its pytest's exit status: 2; log: " in said, said
     assert "gpugauge gate:" in said, said  # the gated run itself ran and passed
     assert _leftovers(repo, tmp_path) == []
@@ -459,6 +474,7 @@ def test_a_measured_night_whose_budget_ends_before_any_pair_does_not_blame_the_r
     _record_baselines(repo, tmp_path)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "baselines, at a commit that runs every test")
+    (repo / "test_toy.py").write_text(BENCH.format(extra="\n    spin(0.12)"))  # owed an A/B
     done = _measured_night(repo, tmp_path, "--time-budget", "2")
     said = done.stdout + done.stderr
     assert "its time budget was spent before this test" in said, said  # no pair was made
@@ -467,34 +483,86 @@ def test_a_measured_night_whose_budget_ends_before_any_pair_does_not_blame_the_r
     assert _leftovers(repo, tmp_path) == []
 
 
-def test_a_reference_fails_the_night_for_each_timed_result_it_left_unpaired_itself() -> None:
+@pytest.mark.slow
+def test_a_result_whose_baseline_a_later_commit_recorded_is_not_owed_by_the_night_s_reference(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The night's reference recorded most baselines; another's result gets its own A/B."""
+    first = BENCH.format(extra="") + (
+        "\n\n@pytest.mark.amp\ndef test_spin3(gauge):\n    gauge(lambda: spin(2.5))\n"
+    )
+    later = first + (
+        "\n\n@pytest.mark.layers\ndef test_spin2(gauge):\n    gauge(lambda: spin(2.0))\n"
+    )
+    (repo / "test_toy.py").write_text(first)
+    _record_baselines(repo, tmp_path)  # custom's and amp's, at the first commit
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "custom's and amp's baselines")
+    (repo / "test_toy.py").write_text(later)
+    (tmp_path / "run.json").unlink()
+    _record_baselines(repo, tmp_path)
+    _git(repo, "checkout", "--", "baselines")  # custom's and amp's stay the first commit's
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "a layers test and its baseline")
+    (repo / "test_toy.py").write_text(later.replace("spin(2.0)", "spin(2.08)"))  # owed an A/B
+    files = sorted(p.name for p in (repo / "baselines").rglob("*.json"))
+    assert files == ["amp.json", "custom.json", "layers.json"], files
+    done = _measured_night(repo, tmp_path)
+    said = done.stdout + done.stderr
+    assert "test_toy.py::test_spin2: on head only" in said, said  # the night's reference lacks it
+    assert "could not pair" not in said, said  # and owes it no A/B
+    second = _git(repo, "rev-parse", "HEAD")[:10]
+    assert f"A/B 1 of 1, against {second}" in said, said  # its own reference A/Bs it
+    assert _leftovers(repo, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_measured_night_whose_gated_run_has_no_gate_is_bad_input(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Without --gauge-gate the night judged nothing: not "nothing to confirm", exit 0."""
+    _record_baselines(repo, tmp_path)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "baselines")
+    done = _measured_night(repo, tmp_path, "--gated-args=--gauge-rounds=3")  # the last counts
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said
+    assert "no gate verdicts: it was run without --gauge-gate" in said, said
+    assert _leftovers(repo, tmp_path) == []
+
+
+def test_a_reference_fails_the_night_for_each_owed_test_it_left_unpaired_itself() -> None:
     from gpugauge.ab.budget import BUDGET_SPENT
     from gpugauge.ab.confirm_command import reference_lost
     from gpugauge.ab.result import UNTIMED_SKIPPED
 
     def case(name: str = "c", pairs: int = 0, **status: str) -> CaseAB:
         only = "head" if "base" not in status else ""
-        return CaseAB(name, f"t::{name}", _pairs(1.0, pairs), only=only, status=status)
+        # a case's id is its parameter; what it owes is known by node id
+        return CaseAB(name, f"t.py::test[{name}]", _pairs(1.0, pairs), only=only, status=status)
 
-    def lost(*cases: CaseAB, asked: tuple[str, ...] = ("c",)) -> list[str]:
-        return reference_lost(_report(cases), set(asked))
+    def lost(*cases: CaseAB, owed: tuple[str, ...] = ("c",)) -> list[str]:
+        return reference_lost(_report(cases), {f"t.py::test[{n}]" for n in owed})
 
     assert lost(case(head="passed")) == ["c (not run there)"]  # run 134: it selected none
     assert lost(case(base="failed", head="passed")) == ["c (failed there)"]
     own = "skipped: needs a newer torch"  # both sides share one GPU: the build's own doing
     assert lost(case(base=own, head="passed")) == [f"c ({own} there)"]
     both = {"base": "passed", "head": "passed"}
-    unpaced = CaseAB("c", "t::c", status=both, timed_alone="head")
+    unpaced = CaseAB("c", "t.py::test[c]", status=both, timed_alone="head")
     assert lost(unpaced) == ["c (no timing call there)"]  # an old harness's calls go unpaired
     # the A/B's own skips are not the reference's doing
     assert lost(case(base=f"skipped: {BUDGET_SPENT}", head="passed")) == []
     assert lost(case(base=f"skipped: {UNTIMED_SKIPPED}", head="passed")) == []
-    # a result head did not time is not asked: a count the reference deselects itself
-    assert lost(case(head="passed"), asked=()) == []
+    cpu = "skipped: CPU case"  # both sides skip it: the A/B's selection, not the reference
+    assert lost(case(base=cpu, head=cpu)) == []
+    assert lost(case(head="failed")) == []  # head's failure says it
+    # a test the night owes no A/B (another reference's, a new one, within the floor)
+    assert lost(case(head="passed"), owed=()) == []
     assert lost(case(pairs=4, base="failed", head="passed")) == []  # it paired what it could
     # one paired case hides no other
     paired = case("p", pairs=4, base="passed", head="passed")
-    assert lost(paired, case(head="passed"), asked=("p", "c")) == ["c (not run there)"]
+    assert lost(paired, case(head="passed"), owed=("p", "c")) == ["c (not run there)"]
 
 
 def test_the_measured_night_a_bs_against_the_commit_of_most_of_this_host_s_baselines(

@@ -53,7 +53,7 @@ def test_adaptive_gives_up_at_the_budget_and_says_so() -> None:
     policy = TimingPolicy(warmup_rounds=0, min_rounds=5, target_ci=0.001, budget_s=0.5)
     t = measure(lambda: None, policy, clock, now=lambda: clock.t)
     assert t.noisy
-    assert t.stop_reason.startswith("time budget 0.5 s spent")
+    assert t.stop_reason.startswith("max time 0.5 s reached")
     # it stays near the budget: 0.5 s of 10 ms rounds is about 50 rounds
     assert 25 <= t.summary.n <= 110
 
@@ -162,7 +162,7 @@ def test_min_time_keeps_timing_past_a_met_ci() -> None:
     assert stop_reason([1.0] * 20, 0.5, TimingPolicy(min_rounds=5, min_time_s=1.0)) is None
     policy = TimingPolicy(min_rounds=5, min_time_s=20.0, budget_s=10.0)
     assert stop_reason([1.0] * 20, 10.0, policy) == (
-        "time budget 10 s spent before 20 s were measured",
+        "max time 10 s reached before 20 s were measured",
         True,
     )
 

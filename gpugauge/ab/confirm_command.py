@@ -158,7 +158,8 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
             flush=True,
         )
         return (EXIT_FAILED if subprocess.run(gated_alone(args)).returncode else EXIT_OK), set()
-    chosen: list[Borderline] = []  # the results of the gated run this A/B decides
+    owed: list[Borderline] = []  # the results of the gated run this reference should pair
+    chosen: list[Borderline] = []  # those round 1 paired: the results this A/B decides
 
     def later(paired: Sequence[str]) -> list[str]:
         """After round 1: RUN.json saved, and the results it leaves to this A/B chosen.
@@ -169,7 +170,8 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
         keep_gated_run(args.out / "head.json", args.run)
         print("\n" + gate_summary(args.out / "head.log"), flush=True)
         cases = by_reference(top, args.baselines_dir, borderline(args.run, args.floor))
-        chosen[:] = [c for c in cases.get(ref, []) if c.nodeid in paired]
+        owed[:] = cases.get(ref, [])
+        chosen[:] = [c for c in owed if c.nodeid in paired]
         return [c.nodeid for c in chosen]
 
     print(
@@ -191,8 +193,7 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
         later(report.paired_ids)
     print("\n" + terminal(report))
     where = _history_of(args)
-    gated = load_run(args.run).measurements
-    injected_ids = {m.id for m in gated if injected(m)}
+    injected_ids = {m.id for m in load_run(args.run).measurements if injected(m)}
     slower = apply_ab(args, ref, report, chosen, where, injected_ids)
     gated_failed = report.head.exit_code not in (0, None)
     if gated_failed:
@@ -200,8 +201,7 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
             "gpugauge confirm: the gated run's pytest ended with exit status "
             f"{report.head.exit_code} (log: {args.out / 'head.log'})"
         )
-    timed = {m.id for m in gated if m.timing is not None}
-    broken = reference_failed(ref, report, timed, args.out / "base.log")
+    broken = reference_failed(ref, report, {c.nodeid for c in owed}, args.out / "base.log")
     status = EXIT_FAILED if slower or gated_failed or broken else EXIT_OK
     return status, {c.nodeid for c in chosen}
 
@@ -216,21 +216,24 @@ def check_gated(run: SavedRun, path: Path) -> None:
         raise SideError(
             f"{path} holds {plural(len(run.measurements), 'result')} but no gate verdicts: it "
             "was run without --gauge-gate. confirm A/Bs a gated run's results: run pytest "
-            "with --gauge-gate, or use gpugauge ab to compare two builds"
+            "with --gauge-gate (with --measure, in --gated-args), or use gpugauge ab to "
+            "compare two builds"
         )
 
 
-def reference_lost(report: ABReport, asked: Collection[str]) -> list[str]:
-    """The results of ``asked`` the reference left unpaired by its own doing: 'id (why)'.
+def reference_lost(report: ABReport, owed: Collection[str]) -> list[str]:
+    """The tests of ``owed`` the reference left unpaired by its own doing: 'id (why)'.
 
-    ``asked``: the ids of results the gated run timed. The reference lacked the test (or its
-    pytest ended before it), failed it, skipped it for a reason of its own build (both
-    sides share one GPU, so a device it lacks is no reason), or made no timing call to
-    pair. The A/B's own skips (its budget spent, a test marked untimed) are not its doing.
+    ``owed``: the node ids of the results this A/B was to decide (``borderline``'s, whose
+    class baseline this reference recorded). Where head passed such a test, the reference
+    lacked it (or its pytest ended before it), failed it, skipped it for a reason of its
+    own build (both sides share one GPU, so a device it lacks is no reason), or made no
+    timing call to pair. The A/B's own skips (its budget spent, a test marked untimed) are
+    not its doing.
     """
     lost = []
     for c in report.cases:
-        if c.id not in asked or c.pairs:
+        if c.nodeid not in owed or c.pairs or c.status.get("head") != "passed":
             continue
         base = c.status.get("base")
         if base is None or base == "?":
@@ -244,18 +247,18 @@ def reference_lost(report: ABReport, asked: Collection[str]) -> list[str]:
     return lost
 
 
-def reference_failed(ref: str, report: ABReport, asked: Collection[str], log: Path) -> bool:
-    """Whether the reference left a result of ``asked`` unpaired by its own doing: say which.
+def reference_failed(ref: str, report: ABReport, owed: Collection[str], log: Path) -> bool:
+    """Whether the reference left a test of ``owed`` unpaired by its own doing: say which.
 
     Such a result keeps only its class verdict, which passes a 3% slowdown on a new host,
     so the night fails rather than pass it unjudged (:func:`reference_lost`).
     """
-    lost = reference_lost(report, asked)
+    lost = reference_lost(report, owed)
     if not lost:
         return False
     print(
         f"gpugauge confirm: the reference {ref[:10]} could not pair "
-        f"{plural(len(lost), 'result')} the gated run timed: {', '.join(lost)} (its "
+        f"{plural(len(lost), 'result')} this A/B was to decide: {', '.join(lost)} (its "
         f"pytest's exit status: {report.base.exit_code}; log: {log}). Such a result keeps "
         "only its class verdict, so the night fails. Record this host's class baselines "
         "at a commit that runs these tests (gpugauge baseline RUN1 RUN2) and commit them"
@@ -313,8 +316,7 @@ def confirm_command(args: argparse.Namespace) -> int:
         if args.measure:
             check_new(args.run)
             status, measured = measured_night(args, budget)
-        if not args.measure:
-            check_gated(load_run(args.run), args.run)
+        check_gated(load_run(args.run), args.run)
         cases = [c for c in borderline(args.run, args.floor) if c.nodeid not in measured]
         if not cases:
             say_refused(load_run(args.run), "gpugauge confirm")  # still_regressed counts them
@@ -360,7 +362,8 @@ def confirm_command(args: argparse.Namespace) -> int:
             print("\n" + terminal(report))
             start_s = max(start_s, report.rest_s)
             slower = apply_ab(args, ref, report, ordered, history, with_injection)
-            if reference_failed(ref, report, {c.id for c in ordered}, out / "base.log") or slower:
+            owed = {c.nodeid for c in ordered}
+            if reference_failed(ref, report, owed, out / "base.log") or slower:
                 status = EXIT_FAILED
 
         with owning(args.out):

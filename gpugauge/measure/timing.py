@@ -15,9 +15,9 @@ recovers, then takes a short run (latency questions). Each timed batch keeps the
 memory clocks, power and clock-event reasons seen while it ran.
 
 Then either a fixed number of rounds (the seeds' "average of 10"), or adaptive batches
-until the 95% CI of the median is narrow enough or the time budget is spent; the latter is
-recorded as the stop reason and marks the result noisy, as rounds spread wider than
-:data:`NOISY_CV` do (:attr:`Timing.noise`). Every round's time is kept.
+until the 95% CI of the median is narrow enough or its max time (``--gauge-max-time``) is
+reached; the latter is recorded as the stop reason and marks the result noisy, as rounds
+spread wider than :data:`NOISY_CV` do (:attr:`Timing.noise`). Every round's time is kept.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class Timing:
     def noise(self) -> str | None:
         """Why the rounds are noisy, or None: the one rule every table, chart and verdict reads.
 
-        Noisy when the stop rule said so (the time budget ran out before the median's CI
+        Noisy when the stop rule said so (its max time ran out before the median's CI
         met its target: ``noisy``), or when the rounds' CV passes :data:`NOISY_CV`. The
         reason is said with it: a bare "noisy" leaves a reader to guess.
         """
@@ -313,7 +313,7 @@ def stop_reason(
     width = summarize(samples).ci_rel_halfwidth
     if short:
         return (
-            f"time budget {policy.budget_s:g} s spent before {policy.min_time_s:g} s were measured",
+            f"max time {policy.budget_s:g} s reached before {policy.min_time_s:g} s were measured",
             True,
         )
     if width <= policy.target_ci:
@@ -322,7 +322,7 @@ def stop_reason(
         return f"max {policy.max_rounds} rounds with CI ±{width:.2%}", True
     if elapsed_s >= policy.budget_s:
         return (
-            f"time budget {policy.budget_s:g} s spent with CI ±{width:.2%} "
+            f"max time {policy.budget_s:g} s reached with CI ±{width:.2%} "
             f"> target ±{policy.target_ci:.2%}",
             True,
         )
