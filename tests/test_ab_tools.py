@@ -375,8 +375,8 @@ def test_confirm_measure_times_the_gated_run_as_round_one_s_head_and_judges_it(
     assert _leftovers(repo, tmp_path) == []
 
 
-def _record_baselines(repo: Path, tmp_path: Path) -> None:
-    """Record the toy's class baselines from a run of it (the caller commits them)."""
+def _record_baselines(repo: Path, tmp_path: Path, message: str = "") -> None:
+    """Record the toy's class baselines from a run of it; with ``message``, commit them."""
     run = _saved_run(repo, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
     recorded = subprocess.run(
@@ -387,6 +387,9 @@ def _record_baselines(repo: Path, tmp_path: Path) -> None:
         text=True,
     )
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    if message:
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", message)
 
 
 def _measured_night(repo: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -471,9 +474,7 @@ def test_a_measured_night_whose_budget_ends_before_any_pair_does_not_blame_the_r
     repo: Path, tmp_path: Path
 ) -> None:
     """The budget's skips and the untimed count the reference deselects are not its failure."""
-    _record_baselines(repo, tmp_path)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "baselines, at a commit that runs every test")
+    _record_baselines(repo, tmp_path, "baselines, at a commit that runs every test")
     (repo / "test_toy.py").write_text(BENCH.format(extra="\n    spin(0.12)"))  # owed an A/B
     done = _measured_night(repo, tmp_path, "--time-budget", "2")
     said = done.stdout + done.stderr
@@ -495,9 +496,7 @@ def test_a_result_whose_baseline_a_later_commit_recorded_is_not_owed_by_the_nigh
         "\n\n@pytest.mark.layers\ndef test_spin2(gauge):\n    gauge(lambda: spin(2.0))\n"
     )
     (repo / "test_toy.py").write_text(first)
-    _record_baselines(repo, tmp_path)  # custom's and amp's, at the first commit
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "custom's and amp's baselines")
+    _record_baselines(repo, tmp_path, "custom's and amp's baselines")  # at the first commit
     (repo / "test_toy.py").write_text(later)
     (tmp_path / "run.json").unlink()
     _record_baselines(repo, tmp_path)
@@ -521,9 +520,7 @@ def test_a_measured_night_whose_gated_run_has_no_gate_is_bad_input(
     repo: Path, tmp_path: Path
 ) -> None:
     """Without --gauge-gate the night judged nothing: not "nothing to confirm", exit 0."""
-    _record_baselines(repo, tmp_path)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "baselines")
+    _record_baselines(repo, tmp_path, "baselines")
     done = _measured_night(repo, tmp_path, "--gated-args=--gauge-rounds=3")  # the last counts
     said = done.stdout + done.stderr
     assert done.returncode == 2, said
