@@ -178,7 +178,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "result's: written into RUN.json (and its saved gate table), and kept with its pairs "
         "in the results history the run was added to. Exit status: 0 no result of the run "
         "regressed after the A/Bs, 1 one did (an A/B found it slower, or none cleared it) "
-        "or the reference left a timed result unpaired by its own doing, 2 bad input, 130 "
+        "or the reference left a result owed an A/B unpaired by its own doing, 2 bad input, 130 "
         "interrupted.",
     )
     conf.add_argument(
