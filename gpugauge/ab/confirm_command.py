@@ -316,10 +316,11 @@ def confirm_command(args: argparse.Namespace) -> int:
         if args.measure:
             check_new(args.run)
             status, measured = measured_night(args, budget)
-        check_gated(load_run(args.run), args.run)
+        run = load_run(args.run)  # read once: nothing rewrites it before the A/Bs
+        check_gated(run, args.run)
         cases = [c for c in borderline(args.run, args.floor) if c.nodeid not in measured]
         if not cases:
-            say_refused(load_run(args.run), "gpugauge confirm")  # still_regressed counts them
+            say_refused(run, "gpugauge confirm")  # still_regressed counts them
             if not measured:
                 print(
                     f"gpugauge confirm: nothing to confirm in {args.run}: no result is "
@@ -333,7 +334,6 @@ def confirm_command(args: argparse.Namespace) -> int:
             f"gpugauge confirm: {plural(len(cases), 'result')} to confirm: "
             + ", ".join(f"{c.id} {c.ratio:.3f}x ({c.lost_ms:.3g} ms lost)" for c in cases)
         )
-        run = load_run(args.run)
         say_refused(run, "gpugauge confirm")  # the others are confirmed all the same
         if args.profile is None:
             args.profile = run.profile
