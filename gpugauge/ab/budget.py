@@ -15,11 +15,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpugauge.ab.result import AB_SKIP
 from gpugauge.core.arguments import number
 
 # a test's skip reason where the budget was spent before it, or would be before it ended
-BUDGET_SPENT = "gpugauge ab: its time budget was spent before this test"
-BUDGET_SHORT = "gpugauge ab: its time budget would run out before this test ended"
+BUDGET_SPENT = f"{AB_SKIP}its time budget was spent before this test"
+BUDGET_SHORT = f"{AB_SKIP}its time budget would run out before this test ended"
 
 # a round's start and end beside its tests, s, before an A/B has shown its own: two sides'
 # start-up and end, as measured on an H200 (docs/lab/gpu-runs.md)

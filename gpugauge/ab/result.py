@@ -32,7 +32,7 @@ from gpugauge.results.files import atomic_write_text
 from gpugauge.results.verdicts import Basis, MetricCheck
 
 NOTHING_TO_PAIR = "no timing of a case to pair"
-# how each skip reason of the A/B's own begins (budget.BUDGET_SPENT's too), not a build's
+# how each skip reason of the A/B's own begins (budget's too), not a build's
 AB_SKIP = "gpugauge ab: "
 # a second side's skip reason where the first side's run of the test had nothing to pair
 SKIPPED_FOR = f"{AB_SKIP}{NOTHING_TO_PAIR}"
