@@ -194,6 +194,34 @@ def test_a_new_host_is_judged_with_the_class_host_spread(tmp_path: Path) -> None
     tracker.close()
 
 
+def test_a_kernel_change_both_references_see_is_said_once(tmp_path: Path) -> None:
+    """Run 138: a new H100 host's eager steps ran the injected spin kernel, and the class
+    baseline's gate and the history's new-host check each said so: the note said it twice."""
+    from dataclasses import replace
+
+    from gpugauge.judging.judge import Judge
+    from gpugauge.judging.tracking import Tracker
+    from gpugauge.regress.baselines import BaselineStore
+    from gpugauge.regress.gate import Gate
+    from gpugauge.regress.tolerances import load_tolerances
+
+    def step(kernel: str, us: float) -> object:
+        gemm = {"name": "gemm", "calls": 1, "us": 2000.0}
+        kernels = [gemm, {"name": kernel, "calls": 1, "us": us}]
+        return replace(result("step", 2.0, family="layers"), extra={"kernels": kernels})
+
+    save_baselines(tmp_path / "b", [step("memset", 10.0)])
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "t.toml").write_text("[default]\ntime = 0.015\n")
+    gate = Gate(BaselineStore(tmp_path / "b"), load_tolerances(tmp_path / "t"))
+    tracker = Tracker(str(tmp_path / "h.sqlite"), "seed")
+    judged = Judge(gate, tracker).judge(step("spin_kernel", 1000.0))
+    said = "main kernels differ from the baseline's: now runs spin_kernel"
+    assert judged.note.count(said) == 1, judged.note
+    assert "new host" in judged.note  # the history's own note is kept
+    tracker.close()
+
+
 def test_the_busy_share_is_judged_by_its_own_hosts_history_alone(tmp_path: Path) -> None:
     """Run 72: an eager step 18.9% busy where the baseline was recorded, 7.7% on a new host
     (same build): not judged there; once the host has five runs of its own, a halving is."""

@@ -13,8 +13,13 @@ def plural(count: int, noun: str, many: str = "") -> str:
 
 
 def joined(*notes: str) -> str:
-    """'a; b': the notes that say something, in one line."""
-    return "; ".join(n for n in notes if n)
+    """'a; b': the notes that say something, in one line, each part once.
+
+    Two judges of one result can note the same thing (the class baseline's gate and the
+    history both see its kernels change), and a reader should read it once.
+    """
+    parts = (part for note in notes if note for part in note.split("; "))
+    return "; ".join(dict.fromkeys(part for part in parts if part))
 
 
 def duration(seconds: float) -> str:

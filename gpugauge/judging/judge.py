@@ -68,8 +68,7 @@ def merged(primary: GateResult, fallback: GateResult) -> GateResult:
     checks = (*primary.checks, *(c for c in fallback.checks if c.metric not in have))
     order = list(METRICS)
     checks = tuple(sorted(checks, key=lambda c: order.index(c.metric)))
-    notes = dict.fromkeys(n for n in (primary.note, fallback.note) if n)
-    return replace(primary, checks=checks, note="; ".join(notes))
+    return replace(primary, checks=checks, note=joined(primary.note, fallback.note))
 
 
 def regressed_on_new_host(result: GateResult) -> bool:
@@ -108,11 +107,10 @@ def overruled(result: GateResult, check: MetricCheck, note: str = "") -> GateRes
     again = old is not None and old.basis is check.basis
     was = f"was {old.describe()}" if old is not None and not again else ""
     earlier = result.references.get(metric) if again else None
-    kept = [n for n in result.note.split("; ") if n and n != earlier]
-    notes = dict.fromkeys(n for n in (note, was, *kept) if n)
+    kept = [n for n in result.note.split("; ") if n != earlier]
     refs = {k: v for k, v in result.references.items() if k != metric}
     refs |= {metric: note} if note else {}
-    return replace(result, checks=checks, note="; ".join(notes), references=refs)
+    return replace(result, checks=checks, note=joined(note, was, *kept), references=refs)
 
 
 class Action(StrEnum):
