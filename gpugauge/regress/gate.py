@@ -173,7 +173,7 @@ def kernel_change(
     now = ", ".join(short_kernel(k) for k in _not_in(current, baseline))
     gone = ", ".join(short_kernel(k) for k in _not_in(baseline, current))
     parts = [f"now runs {now}" if now else "", f"no longer {gone}" if gone else ""]
-    said = "; ".join(p for p in parts if p)
+    said = " and ".join(p for p in parts if p)  # one part of a note: notes join with '; '
     return f"main kernels differ from {other}: {said}" if said else ""
 
 
