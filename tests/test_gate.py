@@ -514,6 +514,11 @@ def test_overruled_keeps_a_closer_reference_and_says_what_it_replaced() -> None:
     # a check of a metric the result lacked is added
     mem = MetricCheck("memory", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, Verdict.UNCHANGED)
     assert overruled(plain, mem).check("memory") == mem
+    # a newer look of the same basis replaces the earlier one's whole note, though it has
+    # several parts (confirm's "decided by ...; its host paces this step")
+    first = overruled(plain, ab, "decided against aaaa; host-paced")
+    again = overruled(first, ab, "decided against bbbb")
+    assert again.note == "decided against bbbb; was " + cls.describe()
 
 
 @pytest.mark.parametrize("profile", ["smoke", "seed"])

@@ -16,7 +16,8 @@ def joined(*notes: str) -> str:
     """'a; b': the notes that say something, in one line, each part once.
 
     Two judges of one result can note the same thing (the class baseline's gate and the
-    history both see its kernels change), and a reader should read it once.
+    history both see its kernels change), and a reader should read it once. So each part
+    a note joins with '; ' must say its whole thing alone.
     """
     parts = (part for note in notes if note for part in note.split("; "))
     return "; ".join(dict.fromkeys(part for part in parts if part))

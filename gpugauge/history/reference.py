@@ -180,7 +180,7 @@ def host_reference(
         )
         if spread > WIDE_SPREAD:
             said += (
-                f"; baseline --from-history would refuse these runs (over {WIDE_SPREAD:.0%} "
+                f", and baseline --from-history would refuse these runs (over {WIDE_SPREAD:.0%} "
                 "apart) without --allow-wide-spread"
             )
     return Reference(

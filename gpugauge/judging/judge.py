@@ -106,8 +106,9 @@ def overruled(result: GateResult, check: MetricCheck, note: str = "") -> GateRes
         checks = (*checks, check)
     again = old is not None and old.basis is check.basis
     was = f"was {old.describe()}" if old is not None and not again else ""
-    earlier = result.references.get(metric) if again else None
-    kept = [n for n in result.note.split("; ") if n != earlier]
+    earlier = result.references.get(metric, "") if again else ""
+    gone = set(earlier.split("; "))  # the earlier check's note, each of its parts
+    kept = [n for n in result.note.split("; ") if n not in gone]
     refs = {k: v for k, v in result.references.items() if k != metric}
     refs |= {metric: note} if note else {}
     return replace(result, checks=checks, note=joined(note, was, *kept), references=refs)
