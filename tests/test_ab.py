@@ -329,6 +329,11 @@ def test_report_renders_worst_first_and_escapes_markdown() -> None:
     assert "3 cases: 1 slower, 0 faster, 1 same, 0 need more samples, 1 on one side only" in text
     md = markdown(report)
     assert "slow\\|case" in md
+    # "same" at 95% over two rounds; one round alone judges it at the 99.8% of slower
+    assert "'same' needs its 95.0% interval within 1.0% (99.8% where one round" in text
+    one = replace(report, schedule=Schedule(rounds=1))
+    assert "'same' needs its 99.8% interval within 1.0% " in terminal(one).replace("\n", " ")
+    assert "same needs its 99.8% interval within 1.0%." in markdown(one)
     data = report.as_dict()
     assert data["counts"]["slower"] == 1
     assert data["cases"][1]["pairs"][0]["log_ratio"] == pytest.approx(math.log(1.05))
@@ -602,6 +607,19 @@ def test_deadline_and_time_budget_make_one_budget_the_sooner_counting() -> None:
     for wrong in ("840", "0", str(now * 1000), "nan"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["ab", "HEAD", "--deadline", wrong])
+
+
+def test_max_pairs_below_the_first_look_is_refused_by_the_command_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A case's first look takes 4 pairs: fewer is refused where the option is read,
+    saying why, not later by the schedule."""
+    from gpugauge.cli import build_parser
+
+    assert build_parser().parse_args(["ab", "HEAD", "--max-pairs", "4"]).max_pairs == 4
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ab", "HEAD", "--max-pairs", "3"])
+    assert "a whole number of pairs >= 4" in capsys.readouterr().err
 
 
 # --- real A/Bs of a toy repository ---------------------------------------------------

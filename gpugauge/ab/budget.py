@@ -111,15 +111,16 @@ def add_budget(p: argparse.ArgumentParser, what: str) -> None:
         type=number(float, 0.0, "a number of seconds >= 0"),
         default=None,
         metavar="S",
-        help=f"start no test after S seconds: the tests left are skipped, {what}",
+        help="start no test after S seconds, nor one expected to end after them where its "
+        f"cost is known (from confirm's gated run, or from round 1): the tests left are "
+        f"skipped, {what}",
     )
     p.add_argument(
         "--deadline",
         type=_unix_time,
         default=None,
         metavar="T",
-        help="start no test after Unix time T, as --time-budget (the sooner counts), "
-        "nor one expected to end after it where its cost is known (confirm: twice its "
-        "seconds in the gated run): a CI job's own end, e.g. its start + 870 s for a "
-        "15-minute nightly whose report takes the rest",
+        help="start no test after Unix time T, nor one expected to end after it, as "
+        "--time-budget (the sooner counts): a CI job's own end, e.g. its start + 870 s for "
+        "a 15-minute nightly whose report takes the rest",
     )

@@ -36,14 +36,14 @@ AB_OUT = Path("reports") / "ab"
 BISECT_TXT = "bisect.txt"
 
 
-# a block's seconds of rounds, and a case's most block pairs (a paired test needs two)
+# a block's seconds of timed rounds, and a case's most block pairs (its first look takes this many)
 _seconds = number(float, 0, "a number of seconds > 0 (at most 60)", inclusive=False, high=60)
-_pairs = number(int, 2, "a whole number of pairs >= 2")
+_pairs = number(int, Schedule().min_pairs, f"a whole number of pairs >= {Schedule().min_pairs}")
 _rounds = number(int, 1, "a whole number of rounds >= 1 (at most 10)", high=10)
 
 
 def _shared(p: argparse.ArgumentParser) -> None:
-    """The options ``ab`` and ``bisect`` share: the selection and how hard to look."""
+    """The options ``ab``, ``bisect`` and ``confirm`` share: the selection and how hard to look."""
     p.add_argument("-k", dest="select", default=None, metavar="EXPR", help="pytest -k")
     p.add_argument("-m", dest="markers", default=None, metavar="MARKEXPR", help="pytest -m")
     p.add_argument(
@@ -51,7 +51,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
         choices=("smoke", "seed", "full"),
         default=None,
         help="the benchmarks' profile on both sides (default: the suite's own, smoke "
-        "without a GPU and seed with one)",
+        "without a GPU and seed with one; confirm without --measure: the gated run's)",
     )
     p.add_argument(
         "--benches",
@@ -82,7 +82,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
         "--block-time",
         type=_seconds,
         default=ABConfig((), Path()).block_s,
-        help="seconds of rounds in one block (default %(default)s)",
+        help="seconds of timed rounds in one block (default %(default)s)",
     )
     p.add_argument(
         "--rounds",
@@ -133,7 +133,7 @@ def _add_gpus(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add ``ab`` and ``bisect`` to a subparsers object."""
+    """Add ``ab``, ``bisect`` and ``confirm`` to a subparsers object."""
     ab = sub.add_parser(
         "ab",
         help="compare two builds on one device (this GPU, else the CPU; --gpus: one GPU per "
@@ -178,8 +178,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "result's: written into RUN.json (and its saved gate table), and kept with its pairs "
         "in the results history the run was added to. Exit status: 0 no result of the run "
         "regressed after the A/Bs, 1 one did (an A/B found it slower, or none cleared it) "
-        "or the reference left a result owed an A/B unpaired by its own doing, 2 bad input, 130 "
-        "interrupted.",
+        "or the reference left a result owed an A/B unpaired by its own doing, or (with "
+        "--measure) the gated run's pytest failed, 2 bad input, 130 interrupted.",
     )
     conf.add_argument(
         "run",
@@ -209,7 +209,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--floor",
         type=fraction_quoting(MIN_EFFECT),
         default=MIN_EFFECT,
-        help=f"time ratio above which a passed result is confirmed (default {MIN_EFFECT:g})",
+        help="a passed result is confirmed where its time ratio is above 1 + FLOOR "
+        f"(default {MIN_EFFECT:g}: {1 + MIN_EFFECT:g}x)",
     )
     conf.add_argument(
         "--baselines-dir", type=Path, default=Path("baselines"), help="default: baselines"
@@ -231,8 +232,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _shared(conf)
     add_budget(
         conf,
-        "their results keep the class reference's verdict, said so (device-paced results "
-        "first, the cheapest first)",
+        "their results keep the class reference's verdict, said so (the cheapest first; "
+        "without --measure, regressed results first, then device-paced ones)",
     )
     conf.set_defaults(func=confirm_command)
     bis.add_argument("good", metavar="GOOD", help="a git ref whose cases are not slower")

@@ -42,7 +42,7 @@ from gpugauge.results.verdicts import Basis, GateResult, Verdict
 DEVICE_PACED_MS = 1.0
 # A GPU-timed round this long, the GPU busy, is worth an A/B every night, whatever its
 # ratio: a 3% slowdown on a host 3% faster than its class reads 1.00x against it, and a
-# host's history allows three times its spread. Shorter rounds are their launch path's as
+# host's history allows three times its spread. Shorter timed rounds are their launch path's as
 # much as the GPU's.
 GPU_BUSY_MS = 0.1
 
@@ -51,7 +51,7 @@ GPU_BUSY_MS = 0.1
 class Borderline:
     """A passed result worth an A/B: its id, test node id, family, class and time ratio.
 
-    ``ms`` is its median round (ms; 0 where not saved); ``busy`` its GPU-busy share, where
+    ``ms`` is its median timed round (ms; 0 where not saved); ``busy`` its GPU-busy share, where
     the case reads one; ``test_s`` its test's wall seconds in the gated run, where saved:
     roughly what an A/B of it costs (both sides set it up; each skips its extras).
     """
@@ -73,7 +73,7 @@ class Borderline:
 
     @property
     def device_paced(self) -> bool:
-        """Whether its ratio is the GPU's work: 1 ms rounds or more, the GPU busy."""
+        """Whether its ratio is the GPU's work: 1 ms timed rounds or more, the GPU busy."""
         busy_ok = self.busy is None or self.busy >= HOST_BOUND_BELOW
         return self.ms >= DEVICE_PACED_MS and busy_ok
 
@@ -130,7 +130,7 @@ def borderline(path: Path, floor: float = MIN_EFFECT) -> list[Borderline]:
 
 
 def _gpu_busy(m: Measurement, busy: float | None) -> bool:
-    """Whether ``m``'s rounds are the GPU's work: device-timed, long enough, the GPU busy."""
+    """Whether ``m``'s timed rounds are the GPU's work: device-timed, long enough, the GPU busy."""
     timing = m.timing
     if timing is None or timing.clock != CudaEventClock.name or not timing.device_ms:
         return False

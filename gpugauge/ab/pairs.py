@@ -1,6 +1,6 @@
 """What an A/B measures: one block of each side, timed back to back, as a pair.
 
-A :class:`Block` is one side's turn on the GPU (its median round, SM clock and power); a
+A :class:`Block` is one side's turn on the GPU (its median timed round, SM clock and power); a
 :class:`Pair` is one block of each side and the order they ran in, whose log-ratio is one
 sample of the verdict (:mod:`gpugauge.ab.result`). Raw, as the workers reported them.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Block:
-    """One side's block: median round (ms), rounds timed, SM clock (MHz), power (W).
+    """One side's block: median timed round (ms), timed rounds, SM clock (MHz), power (W).
 
     ``timed_s`` and ``warmup_s`` are the wall seconds of its timed batches and of its
     warm-up, ``wall_s`` of its whole call of the timing primitive (None from a worker that

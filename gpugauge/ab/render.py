@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from gpugauge.ab.result import AB_MD, ABReport, CaseAB
-from gpugauge.ab.verdict import Outcome
+from gpugauge.ab.verdict import Outcome, Schedule
 from gpugauge.core.phrasing import duration, efficiency, plural, seconds_left
 from gpugauge.report.tables import fmt_ms, render
 from gpugauge.results.files import atomic_write_text
@@ -82,7 +82,7 @@ def progress_line(case: CaseAB) -> str:
 
 
 def summary_line(report: ABReport) -> str:
-    """'53 cases: 50 slower, 3 same, 0 faster, 0 need more samples; 512 s'."""
+    """'53 cases: 50 slower, 0 faster, 3 same, 0 need more samples; 512 s'."""
     counts = ", ".join(f"{report.count(o)} {o}" for o in Outcome)
     alone = sum(bool(c.only) for c in report.cases)
     left = sum(not c.judged for c in report.cases)
@@ -184,6 +184,16 @@ def _same(report: ABReport, here: bool = False) -> str:
     return f"{'one' if here else 'same'} GPU per case (of {len(report.gpus)})"
 
 
+def _same_rule(s: Schedule) -> str:
+    """What 'same' needs: one pair of processes judges it at the slower-faster level."""
+    if s.rounds < 2:
+        return f"its {s.level:.1%} interval within {s.min_effect:.1%}"
+    return (
+        f"its {s.same_level:.1%} interval within {s.min_effect:.1%} ({s.level:.1%} where "
+        "one round paired)"
+    )
+
+
 def terminal(report: ABReport) -> str:
     """The terminal table, with what the verdicts mean."""
     s = report.schedule
@@ -191,8 +201,7 @@ def terminal(report: ABReport) -> str:
         f"gpugauge ab: {sides_line(report)}\n"
         f"{_same(report)}, blocks alternating, {plural(s.rounds, 'round')} of fresh "
         f"processes; CI {s.level:.1%} over every round; 'slower'/'faster' needs a change of "
-        f"at least {s.min_effect:.1%} in every round; 'same' needs its {s.same_level:.1%} "
-        f"interval within {s.min_effect:.1%}"
+        f"at least {s.min_effect:.1%} in every round; 'same' needs {_same_rule(s)}"
     )
     table = render(HEADERS, [row(c) for c in worst_cases_first(report.cases)], title=title)
     problems = [f"problem: {p}" for p in report.problems]
@@ -217,7 +226,7 @@ def markdown(report: ABReport) -> str:
         f"in alternating blocks, in {plural(s.rounds, 'round')} of fresh "
         f"processes; the CI ({s.level:.1%}) is over every round's paired log-ratios; a "
         f"verdict of slower or faster needs at least {s.min_effect:.1%} in every round; same "
-        f"needs its {s.same_level:.1%} interval within {s.min_effect:.1%}. "
+        f"needs {_same_rule(s)}. "
         f"{_md_cell(efficiency_line(report))}.",
         "",
         "| " + " | ".join(HEADERS) + " |",

@@ -58,7 +58,7 @@ from gpugauge.core.phrasing import plural
 
 
 class _Failed(Exception):
-    """A side's rounds raised in a block (its test fails, as it would alone)."""
+    """A side's timed rounds raised in a block (its test fails, as it would alone)."""
 
 
 class BlockFailed(Exception):
@@ -361,7 +361,7 @@ class Coordinator:
         skipped = False  # a side was told to skip the test: the other times it alone
         # a launched test's launches start and end on both sides at once (then the second
         # side runs even where the first made no timing call); a gated run's work after its
-        # rounds (its profiled steps) has the GPU to itself
+        # timed rounds (its profiled steps) has the GPU to itself
         together = nodeid in self._launched and not (self._as_is(base) or self._as_is(head))
 
         def setup_order(s: Side) -> dict[str, Any]:
@@ -431,10 +431,10 @@ class Coordinator:
     def _block(
         self, side: Side, first: bool, first_warm_s: float, rounds: int | None = None
     ) -> Block:
-        """One block of one side; _Failed if the side's rounds raised.
+        """One block of one side; _Failed if the side's timed rounds raised.
 
         ``first_warm_s``: the least warm-up of the side's first block of the call;
-        ``rounds``: the rounds a later block times (None: rounds for ``block_s``).
+        ``rounds``: the timed rounds of a later block (None: as many as fill ``block_s``).
         """
         order = {
             "op": "block",
@@ -447,7 +447,7 @@ class Coordinator:
         side.send(order if rounds is None else order | {"rounds": rounds})
         said = side.expect("block_done", "block_failed")
         if said["op"] == "block_failed":
-            self.note(f"  {side.build}: its rounds failed: {said.get('error', '?')}")
+            self.note(f"  {side.build}: its timed rounds failed: {said.get('error', '?')}")
             raise _Failed
         return Block.from_dict(said)
 
@@ -457,7 +457,7 @@ class Coordinator:
         The test's first block warms up for at least ``first_warm_s``: both sides' setups
         left the GPU idle. The other side's first block comes right after it, on a GPU that
         has just run the same work: it warms up as later blocks do, for ``rewarm_s``, and
-        until its own batches settle (its process's first rounds of the work). After each
+        until its own batches settle (its process's first timed rounds of the work). After each
         pair both sides' next blocks time one count of rounds (:func:`block_rounds`).
         """
         pairs: list[Pair] = []
@@ -493,11 +493,11 @@ def launched_ids(collected: dict[str, dict[str, Any]]) -> set[str]:
     return {i for m in collected.values() for i in m.get("launched", [])}
 
 
-GROWTH = 4  # the most a block's round count grows from one pair to the next
+GROWTH = 4  # the most a block's timed-round count grows from one pair to the next
 
 
 def block_rounds(last: Pair, block_s: float, least: int) -> int | None:
-    """The rounds of the next block of both sides: ``block_s`` at the slower side's pace.
+    """The timed rounds of the next block of both sides: ``block_s`` at the slower side's pace.
 
     A block timed "for ``block_s``" adds rounds in doubling batches and overshoots: on an
     H200 night 1,036 blocks timed a median 0.206 s for 0.15 s asked. A count of rounds
