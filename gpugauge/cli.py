@@ -118,8 +118,7 @@ def _baselines_from_files(args: argparse.Namespace) -> int:
                     )
     entries = combine_runs(runs, stored)
     if not entries:
-        print("no gpugauge benchmarks in those runs", file=sys.stderr)
-        return 1
+        raise RunError("no gpugauge benchmarks in those runs: nothing to store")
     return _write_entries(args, entries, [named[p] for p in args.runs])
 
 
@@ -191,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "under --baselines-dir; two or more runs of one build record the run-to-run spread "
         "the gate allows. --add adds runs of another host of the class; --from-history "
         "takes a class's first runs from the results history instead. Exit status: 0 "
-        "written, 1 no gpugauge results in the runs, 2 bad input or refused.",
+        "written, 2 bad input or refused.",
     )
     base.add_argument("runs", type=path_option, nargs="*", help="saved runs, oldest first")
     add_from_history_arguments(base)

@@ -151,7 +151,7 @@ def test_injected_work_is_no_first_night_but_is_judged_after_them(tmp_path: Path
     assert judged.verdict is Verdict.REGRESSED
 
 
-def test_a_metric_only_a_baseline_judges_fails_when_its_first_nights_are_over(
+def test_a_metric_only_a_baseline_judges_stays_new_when_its_first_nights_are_over(
     tmp_path: Path,
 ) -> None:
     m = replace(result("search", 2.0), timing=None, values={"throughput": 100.0})
@@ -164,6 +164,10 @@ def test_a_metric_only_a_baseline_judges_fails_when_its_first_nights_are_over(
     assert f"commit them as baselines: python -m gpugauge baseline --from-history {CLASS}" in (
         judged.note
     )
+    assert judged.verdict is Verdict.NEW  # which fails only under --gauge-require-baselines
+    assert "1 with nothing there to judge them (new);" in first.summary()[0]
+    failing = replace(first, new_fails=True)
+    assert "1 with nothing there to judge them (new, so failed);" in failing.summary()[0]
 
 
 def test_baselines_from_the_historys_first_runs(

@@ -3,7 +3,8 @@
 Per host, the series is the log of each run's median (last attempt per run), in time
 order. Per device class, each host's offset is taken out first (its median log level
 over its runs inside each segment found so far, twice over), so that a host joining or
-leaving is not a step. On that series ``ruptures``' PELT (l2 cost, every run a candidate,
+leaving is not a step. On that series PELT (:mod:`gpugauge.history.pelt`: ruptures'
+algorithm in numpy; l2 cost, every run a candidate,
 segments of at least ``min_size`` runs) finds candidates with a penalty of
 ``penalty x log(n)`` on the series in units of its noise (the noise: a robust standard
 deviation of successive differences, which steps barely move). Each candidate is then

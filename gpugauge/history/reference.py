@@ -8,8 +8,9 @@ differences, pooled over the class's hosts and widened for a short history).
 A host with fewer runs is judged against the device class: the committed class baseline's
 median (else the median of the other hosts' levels), allowed ``class allowance + host
 spread``, the host spread being max/min - 1 of the other hosts' levels (each the median
-of its last N accepted medians), or :attr:`ReferencePolicy.default_host_spread` where the
-history holds fewer than two other hosts. The host being judged never counts in its own
+of its last N accepted medians). Where the history holds fewer than two other hosts, it is
+none if the baseline's runs came from two hosts or more, else
+:attr:`ReferencePolicy.default_host_spread`. The host being judged never counts in its own
 host spread: a slow new host cannot widen the allowance that judges it.
 
 Why these numbers (tests/test_history_synthetic.py measures them over 200 seeds; they are
@@ -78,12 +79,12 @@ SMALL_SAMPLE_QUANTILE = 0.995
 
 
 def small_sample_factor(n: int) -> float:
-    """How much wider a bound is when the spread is estimated from ``n`` runs.
+    """How much wider a bound is when the spread is estimated from ``n`` differences.
 
     Student's t over the normal quantile at :data:`SMALL_SAMPLE_QUANTILE` with n - 1
-    degrees of freedom: 1.79 for 5 runs, 1.26 for 10, 1.11 for 20. From ``scipy.special``
-    (what ``scipy.stats.t.ppf`` and ``norm.ppf`` call): importing ``scipy.stats`` took
-    0.6 s of every report and every gated session.
+    degrees of freedom: 2.27 for 4 differences (5 runs), 1.79 for 5, 1.11 for 20. From
+    ``scipy.special`` (what ``scipy.stats.t.ppf`` and ``norm.ppf`` call): importing
+    ``scipy.stats`` took 0.6 s of every report and every gated session.
     """
     from scipy import special
 

@@ -13,8 +13,9 @@ can pass):
   what ``baseline --from-history`` would commit from them), so a slowdown on night N + 1
   fails; from 5 runs on the history judges the case by itself;
 * what even then has nothing to judge it (a metric that only a committed baseline judges)
-  fails, saying how to commit the runs as baselines:
-  ``python -m gpugauge baseline --from-history CLASS --runs N``.
+  stays *new*, saying how to commit the runs as baselines
+  (``python -m gpugauge baseline --from-history CLASS --runs N``); under
+  ``--gauge-require-baselines`` it fails.
 
 It needs a history to count in: a run whose history is out of reach, or stops answering,
 lets no result pass as a first night, and says so. A result with injected work (``gpugauge
@@ -119,12 +120,14 @@ class FirstNights:
     """One session's first nights: each result with no baseline, counted and judged.
 
     ``tracker``: the session's history, None where it is out of reach (``unavailable``
-    says why); ``said``: per result id, its :class:`Night`.
+    says why); ``new_fails``: a *new* result fails its test (``--gauge-require-baselines``);
+    ``said``: per result id, its :class:`Night`.
     """
 
     nights: int
     tracker: Tracker | None
     unavailable: str = ""
+    new_fails: bool = False
     said: dict[str, Night] = field(default_factory=dict)
 
     @property
@@ -247,8 +250,9 @@ class FirstNights:
             judged = stages[Stage.JUDGED] + stages[Stage.HISTORY]
             done = judged + stages[Stage.OVER]
             if done:
-                failed = stages[Stage.OVER]
-                nothing = f", {failed} with nothing there to judge them (failed)" if failed else ""
+                left = stages[Stage.OVER]
+                new = "new, so failed" if self.new_fails else "new"
+                nothing = f", {left} with nothing there to judge them ({new})" if left else ""
                 lines.append(
                     f"first nights of {cls} over for {plural(done, 'result')} with no "
                     f"committed baseline: {judged} judged against their host's history"

@@ -7,8 +7,9 @@ A result's references, in the order they take precedence (:class:`Basis`):
 2. the **host's own history**, once it holds enough accepted runs of the case (a few times
    the host's night-to-night noise);
 3. the **class baseline**: the committed baseline widened by the host-to-host spread where
-   the history knows the class's hosts, else the baseline's own allowance (or, without a
-   baseline, the **class history** of other hosts);
+   the history knows two other hosts of the class, else by nothing where the baseline's
+   runs came from two hosts or more, else by a default 5% (or, without a baseline, the
+   **class history** of other hosts);
 4. with ``--gauge-first-nights N``, a result none of these could judge (a class with no
    baseline yet) is kept as one of the class's first nights, then judged against them.
 

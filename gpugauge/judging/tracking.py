@@ -81,8 +81,8 @@ def target_of(config: pytest.Config) -> str | None:
 class Tracker:
     """Judges results with the history and keeps them for one append at the session's end.
 
-    ``target`` is a SQLite path or a PostgreSQL URL; the history is opened on first use,
-    so a run that measures nothing never creates one.
+    ``target`` is a SQLite path or a PostgreSQL URL; :func:`open_tracker` opens the history
+    when gpugauge starts in the session, so that a bad one stops the run before it measures.
     """
 
     target: str

@@ -1,6 +1,7 @@
 """The regression gate: current against baseline, metric by metric, with a verdict.
 
-Every metric of the registry that both sides hold is judged on current/baseline, in the
+Every judged metric of the registry that both sides hold (a per-host one only where both
+were measured on one host; a diagnostic never) is judged on current/baseline, in the
 metric's direction. A samples metric (time) is judged on the bootstrap CI of the ratio of
 medians: *regressed* only when the whole interval lies beyond the tolerance on the worse
 side (above 1 + tolerance for lower-is-better, below 1 - tolerance for higher-is-better),

@@ -62,7 +62,10 @@ def add_options(group: Any) -> None:
         help="fewest timed rounds in adaptive mode (profile default)",
     )
     group.addoption(
-        "--gauge-warmup", type=count, default=None, help="warm-up rounds before timing (default 5)"
+        "--gauge-warmup",
+        type=count,
+        default=None,
+        help="warm-up rounds before timing (default 5; 2 with --gauge-regime burst)",
     )
     group.addoption(
         "--gauge-warmup-time",
@@ -140,7 +143,7 @@ def add_options(group: Any) -> None:
         default=False,
         help="after each GPU result is measured, run one more round under torch.profiler "
         "and keep its longest kernels (name, calls, µs, share of the round) in "
-        "extra_info['kernels'] and in baselines, so that the gate can say when a case ran "
+        "extra_info['extra']['kernels'] and in baselines, so that the gate can say when a case ran "
         "another cuDNN or cuBLAS algorithm; the nightly job and the baseline recipe use it "
         "(off by default: one more, profiled round per GPU result)",
     )
@@ -175,8 +178,9 @@ def add_options(group: Any) -> None:
         "--gauge-require-baselines",
         action="store_true",
         default=False,
-        help="with --gauge-gate: a result with no baseline of its device class fails its test "
-        "(for nightly jobs, so that a missing baseline cannot pass as 'new')",
+        help="with --gauge-gate: a result nothing could judge ('new': no baseline of its "
+        "device class, and no history that judges it) fails its test (for nightly jobs, so "
+        "that a missing baseline cannot pass as 'new')",
     )
     group.addoption(
         "--gauge-confirm-new-host",
@@ -243,9 +247,10 @@ def add_history_options(group: Any) -> None:
         default=None,
         metavar="N",
         help=(
-            "with --gauge-gate: a result with no baseline of its device class (a new GPU's "
-            "first nights) is recorded in the history and passes, said so, while the history "
-            "holds fewer than N accepted runs of it; from then on it is judged against them. "
+            "with --gauge-gate: a result that neither a baseline nor the history can judge (a "
+            "new GPU's first nights) is recorded in the history and passes, said so, while the "
+            "history holds fewer than N accepted runs of it; from then on it is judged against "
+            "them. "
             "Needs the history. python -m gpugauge baseline --from-history CLASS turns those "
             "runs into committed baselines"
         ),
