@@ -76,7 +76,7 @@ def test_end_of_run_tables(run) -> None:
     result.stdout.fnmatch_lines(
         [
             "*gpugauge results (CPU smoke check: host-timed rounds; not GPU measurements)*",
-            "benchmark*median ms*95% CI ms*",
+            "case*median ms*95% CI ms*",
             "slow*",
             "*gpugauge comparisons*",
             "demo*slow*fast*x [*",
@@ -491,12 +491,12 @@ def test_cpu_run_says_smoke_check_and_the_next_step(gauge_pytester: pytest.Pytes
         [
             "=*= gpugauge =*=",
             "gpugauge results (CPU smoke check: host-timed rounds; not GPU measurements)",
-            "benchmark*median ms*95% CI ms*n*CV*notes",
+            "case*median ms*95% CI ms*n*CV*notes",
             "results saved: *out.json",
             "report: python -m gpugauge report --current *out.json",
         ]
     )
-    header = next(ln for ln in result.stdout.lines if ln.startswith("benchmark "))
+    header = next(ln for ln in result.stdout.lines if ln.startswith("case "))
     assert "SM MHz" not in header  # no clock and no power on a CPU: no empty columns
     assert " W " not in f"{header} "
     storage = gauge_pytester.path / "st"

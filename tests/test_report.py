@@ -437,7 +437,7 @@ def test_verdicts_name_their_metric_and_flag_noise(tmp_path: Path) -> None:
         if line.startswith("| "):
             rows.setdefault(line.split("|")[1].strip(), line)
     cells = {k: [c.strip() for c in v.split("|")[1:-1]] for k, v in rows.items()}
-    assert cells["benchmark"][1:3] == ["verdict", "decided by"]
+    assert cells["case"][1:3] == ["verdict", "decided by"]
     assert cells["a"][1:3] == ["improved (noisy)", "time (saved run)"]  # never plain improved
     assert cells["b"][1:3] == [
         "REGRESSED",

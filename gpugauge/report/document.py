@@ -174,10 +174,10 @@ def _verdict_rows(data: ReportData) -> Section:
     """
     names = checked_metrics(data.results)
     headers = [
-        "benchmark",
+        "case",
         "verdict",
         "decided by",
-        "baseline ms",
+        "reference ms",
         "current ms",
         "time ratio [95% CI]",
         "allowed",
@@ -225,7 +225,7 @@ def _result_rows(data: ReportData, out: Path) -> Section:
     """Every result of the current run with its CV and notes (noisy, throttled, ...)."""
     ms = data.current.measurements
     names = value_metrics(ms)
-    headers = ["benchmark", "device class", "median ms [95% CI]", "n", "CV"]
+    headers = ["case", "device class", "median ms [95% CI]", "n", "CV"]
     headers += [f"{n} ({METRICS[n].unit})" for n in names] + ["notes", "artifacts"]
     rows: list[list[Cell]] = []
     for m in ms:

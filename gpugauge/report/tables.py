@@ -189,7 +189,7 @@ def results_table(
             ]
         )
     headers = [
-        "benchmark",
+        "case",
         "median ms",
         "95% CI ms",
         "n",
@@ -438,10 +438,10 @@ def gate_table(
         )
     counts = verdict_counts(results)
     headers = [
-        "benchmark",
+        "case",
         "verdict",
         "decided by",
-        "time now/base [95% CI]",
+        "time now/reference [95% CI]",
         "allowed",
         *names,
         "note",
