@@ -4,7 +4,8 @@ Three models, one spec (:class:`DistCase`):
 
 - **vgg16**: 8192 synthetic 3×224×224 images, 1000 classes, batch 64 per GPU, one epoch
   timed after 5 warm-up steps; 1 GPU and DDP on N (seed 004).
-- **resnet18**: the CIFAR ResNet-18 of ``gpugauge/models/resnet.py`` on CIFAR-10-shaped data
+- **resnet18**: the CIFAR ResNet-18 of ``models/resnet.py`` (``gpugauge.models.resnet``) on
+  CIFAR-10-shaped data
   (50,000 images; a local CIFAR-10 copy when ``GPUGAUGE_CIFAR10`` names its torchvision
   root, generated images otherwise) through the seed's transforms, all applied before
   timing; SGD lr 0.1, momentum 0.9, weight decay 5e-4; per-GPU batch 32, 128, 512, ...;
