@@ -10,5 +10,7 @@ processes; not :mod:`gpugauge.launch`), ``kernels`` and ``render``.
 
 Words: a *round* here is one pair of fresh processes, one per build; a *timed round* is
 one call of the callable, as everywhere else. A *block* is one side's turn on the device,
-a *pair* one block of each side.
+a *pair* one block of each side. The *base* build is the one compared against (for
+``confirm``, the commit that recorded the class baselines); a *reference*, as in the
+gate, is what judges a result.
 """

@@ -146,7 +146,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(and appends the Markdown to $GITHUB_STEP_SUMMARY when set). Exit status: 0 "
         "nothing slower, 1 a case slower or a side failed, 2 bad input, 130 interrupted.",
     )
-    ab.add_argument("base", metavar="BASE", help="git ref of the reference build, or WORKTREE")
+    ab.add_argument("base", metavar="BASE", help="git ref of the base build, or WORKTREE")
     ab.add_argument(
         "head",
         metavar="HEAD",
@@ -178,7 +178,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "result's: written into RUN.json (and its saved gate table), and kept with its pairs "
         "in the results history the run was added to. Exit status: 0 no result of the run "
         "regressed after the A/Bs, 1 one did (an A/B found it slower, or none cleared it) "
-        "or the reference left a result owed an A/B unpaired by its own doing, or (with "
+        "or the base commit left a result owed an A/B unpaired by its own doing, or (with "
         "--measure) the gated run's pytest failed, 2 bad input, 130 interrupted.",
     )
     conf.add_argument(

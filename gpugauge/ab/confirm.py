@@ -6,7 +6,7 @@ history is empty, so a 3% slowdown passes; a known host's history allows three t
 run-to-run spread. A same-GPU A/B sees 1% on any host. So ``confirm`` A/Bs on this GPU
 every GPU-busy result of 0.1 ms or more, every night, whatever its ratio; every other
 result that passed above ``1 + floor``; and one whose time alone *regressed* against its
-class on a new host (this host's speed, perhaps, not the code's). The reference build is
+class on a new host (this host's speed, perhaps, not the code's). The base build is
 the commit that recorded the class baseline (the last commit that wrote
 ``baselines/<class>/<family>.json``), and the verdict of that A/B is the one that counts:
 a case it finds slower fails the job, and a regression it clears passes.

@@ -257,7 +257,7 @@ def reference_failed(ref: str, report: ABReport, owed: Collection[str], log: Pat
     if not lost:
         return False
     print(
-        f"gpugauge confirm: the reference {ref[:10]} could not pair "
+        f"gpugauge confirm: the base commit {ref[:10]} could not pair "
         f"{plural(len(lost), 'result')} this A/B was to decide: {', '.join(lost)} (its "
         f"pytest's exit status: {report.base.exit_code}; log: {log}). Such a result keeps "
         "only its class verdict, so the night fails. Record this host's class baselines "

@@ -12,7 +12,7 @@ that imported the primitive by name before (a plugin the side's ``addopts`` load
 Inert unless ``GPUGAUGE_AB_ADDRESS`` is set. Then, over a local socket, the coordinator
 decides when this side may use the GPU:
 
-* at collection, the side of the reference build asks ``selection`` and keeps the tests
+* at collection, the side of the base build asks ``selection`` and keeps the tests
   the other build's side selected too: an older commit may lack a marker that the
   selection names, and the A/B would pair none of its tests;
 * before each test, the worker asks ``test`` and waits for ``go``: one side at a time runs
@@ -61,7 +61,7 @@ SETTINGS_ENV = "GPUGAUGE_AB_SETTINGS"  # JSON: pytest option dests and the value
 # set (to 1) on a side that runs as its command line says, every test included: the gated
 # run that is the head side of ``gpugauge confirm --measure``'s first round
 AS_IS_ENV = "GPUGAUGE_AB_AS_IS"
-# set (to 1) on the side that runs the reference build: it also runs the tests the other
+# set (to 1) on the side that runs the base build: it also runs the tests the other
 # build's side selected, which its own markers may leave out (a commit from before a
 # marker that -m names)
 FOLLOWS_ENV = "GPUGAUGE_AB_FOLLOWS"
