@@ -232,8 +232,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _shared(conf)
     add_budget(
         conf,
-        "their results keep the class reference's verdict, said so (the cheapest first; "
-        "without --measure, regressed results first, then device-paced ones)",
+        "their results keep the class reference's verdict, said so (regressed results "
+        "first, then device-paced ones, each the cheapest first; a measured night's round 2 "
+        "goes cheapest first)",
     )
     conf.set_defaults(func=confirm_command)
     bis.add_argument("good", metavar="GOOD", help="a git ref whose cases are not slower")

@@ -524,7 +524,7 @@ def ready_line(collected: dict[str, dict[str, Any]], sides: dict[str, Side]) -> 
     """'ready: base 6.1 s, head 7.4 s after their start; CUDA started in 2.1 s, 2.3 s'.
 
     The start-up an A/B pays each round: Python, pytest, torch and the side's plugins, to
-    each side's collected tests; then CUDA and its libraries. The reference's side is
+    each side's collected tests; then CUDA and its libraries. The base side is
     ready after head's: it waits for head's selection before it starts CUDA.
     """
     took, cuda = {}, {}

@@ -593,7 +593,7 @@ def start_cuda() -> float | None:
 
     Each side does it before the first test, where each would otherwise do it in turn
     inside its first test's setup, one side waiting for the other (an H200 night's first
-    test of a round took 12-17 s). The reference's side starts it once it has head's
+    test of a round took 12-17 s). The base side starts it once it has head's
     selection (:func:`follow`): head's CUDA start then overlaps its collection. Nothing a
     result measures runs here, and what it allocated is freed, cuBLAS's workspace too
     (``empty_cache`` keeps that one). The process then holds a CUDA context on the first

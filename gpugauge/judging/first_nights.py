@@ -59,9 +59,9 @@ class Stage(StrEnum):
 
     FIRST = "first night"  # fewer than N runs recorded: passes, kept in the history
     JUDGED = "judged"  # N or more recorded: judged against its host's last N runs
-    OVER = "over"  # N or more recorded, yet nothing in the history judges it: fails
+    OVER = "over"  # N or more recorded, yet nothing in the history judges it: stays new
     HISTORY = "history"  # judged by the history's own rule (5 runs), still no baseline
-    REFUSED = "refused"  # not counted (no history, injected work): fails as new
+    REFUSED = "refused"  # not counted (no history, injected work): stays new
 
 
 @dataclass(frozen=True)
