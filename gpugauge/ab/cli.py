@@ -36,7 +36,8 @@ AB_OUT = Path("reports") / "ab"
 BISECT_TXT = "bisect.txt"
 
 
-# a block's seconds of timed rounds, and a case's most block pairs (its first look takes this many)
+# a block's seconds of timed rounds, and a case's most block pairs (no fewer than its first
+# look takes)
 _seconds = number(float, 0, "a number of seconds > 0 (at most 60)", inclusive=False, high=60)
 _pairs = number(int, Schedule().min_pairs, f"a whole number of pairs >= {Schedule().min_pairs}")
 _rounds = number(int, 1, "a whole number of rounds >= 1 (at most 10)", high=10)
