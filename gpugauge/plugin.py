@@ -431,7 +431,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     gs.messages += gs.load_lines() + gs.gate_notes()
     if gs.first_nights is not None and gs.measurements:
-        gs.messages += gs.first_nights.summary()
+        gs.messages += gs.first_nights.summary(gs.options.require_baselines)
     if gs.measurements:  # a run of plain pytest-benchmark tests alone is none of ours
         gs.messages += plain_benchmarks_line(session.config)
     gs.append_history()

@@ -295,9 +295,7 @@ def check_case(
         if time.reference.kind == "host":
             mine = [p for p in points.get("time", ()) if p.host == host and p.accepted]
             theirs = mine[-1].result.kernels if mine else ()
-            other = "this host's last run's"
+            note = kernel_change(kernels, theirs, "this host's last run's")
         else:
-            theirs = baseline.kernels if baseline else ()
-            other = "the baseline's"
-        note = kernel_change(kernels, theirs, other)
+            note = kernel_change(kernels, baseline.kernels if baseline else ())
     return CaseJudgement(bench_id, family, device_class, tuple(judgements), note)

@@ -120,14 +120,12 @@ class FirstNights:
     """One session's first nights: each result with no baseline, counted and judged.
 
     ``tracker``: the session's history, None where it is out of reach (``unavailable``
-    says why); ``new_fails``: a *new* result fails its test (``--gauge-require-baselines``);
-    ``said``: per result id, its :class:`Night`.
+    says why); ``said``: per result id, its :class:`Night`.
     """
 
     nights: int
     tracker: Tracker | None
     unavailable: str = ""
-    new_fails: bool = False
     said: dict[str, Night] = field(default_factory=dict)
 
     @property
@@ -226,8 +224,11 @@ class FirstNights:
         note = joined(result.note, judged.note)
         return replace(judged, note=note), replace(night, stage=Stage.JUDGED)
 
-    def summary(self) -> list[str]:
-        """The session's lines: what passed as a first night, what was judged, what next."""
+    def summary(self, new_fails: bool = False) -> list[str]:
+        """The session's lines: what passed as a first night, what was judged, what next.
+
+        ``new_fails``: a *new* result fails its test (``--gauge-require-baselines``).
+        """
         if not self.said:
             return [
                 f"first nights ({OPTION} {self.nights}): every result had a baseline or a "
@@ -251,7 +252,7 @@ class FirstNights:
             done = judged + stages[Stage.OVER]
             if done:
                 left = stages[Stage.OVER]
-                new = "new, so failed" if self.new_fails else "new"
+                new = "new, so failed" if new_fails else "new"
                 nothing = f", {left} with nothing there to judge them ({new})" if left else ""
                 lines.append(
                     f"first nights of {cls} over for {plural(done, 'result')} with no "
