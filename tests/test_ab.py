@@ -1988,6 +1988,20 @@ def test_a_verdict_stands_only_where_every_round_agrees() -> None:
     assert merged.as_dict()["cases"][0]["rounds"][0]["round_outcome"] == "same"
 
 
+def test_a_round_cut_short_by_a_failure_says_neither_slower_nor_same() -> None:
+    """A round of fewer pairs than the first look (a side failed) decides nothing.
+
+    Counted as a round for "same", one pair moved the interval to the 95% level: a 1.2%
+    change at 1% noise a pair read "same" in 4.7% of synthetic cases (a review, 2026-12-06).
+    """
+    same = CaseAB("c", "t.py::c", _pairs(1.0))
+    assert same.with_round(CaseAB("c", "t.py::c", _pairs(1.0))).outcome is Outcome.SAME
+    short = same.with_round(CaseAB("c", "t.py::c", _pairs(1.0, 1)))
+    assert short.outcome is Outcome.NEED_MORE
+    slow = CaseAB("c", "t.py::c", _pairs(1.05))
+    assert slow.with_round(CaseAB("c", "t.py::c", _pairs(1.05, 3))).outcome is Outcome.NEED_MORE
+
+
 def test_a_case_with_two_speeds_across_processes_is_named_so_never_slower() -> None:
     """conv-fwd-tf32 on an H200 A/A: 1.028x in one pair of processes, 0.973x in the next,
     each interval tight (9.44 against 9.70 ms, the same kernels at the same clock)."""
