@@ -499,22 +499,23 @@ class _Untimed(_Scripted):
         return super().expect(*ops)
 
 
-def test_a_gated_run_runs_a_test_the_reference_ran_with_nothing_to_pair() -> None:
-    """Run 110: three memory searches ran on the base first, and the gated run skipped them."""
+def test_both_sides_run_a_test_the_first_ran_with_nothing_to_pair() -> None:
+    """Run 110's memory searches are marked untimed now; an unmarked test runs on both sides.
+
+    A build that stopped timing a test must show whichever side goes first: skipping the
+    second side's run hid a reference that made no timing call (a review, 2026-12-06).
+    """
     from gpugauge.ab.config import ABConfig
-    from gpugauge.ab.result import SKIPPED_FOR
+    from gpugauge.ab.result import NOTHING_TO_PAIR
     from gpugauge.ab.runner import Coordinator
 
-    gated = replace(ABConfig((), Path("unused")), head_as_is=True)
-    coordinator = Coordinator(gated, {}, note=lambda _: None)
-    base, head = _Untimed("base", []), _Untimed("head", [])
-    coordinator._paired(base, head, "t.py::t[fit]")  # base's setup goes first
-    assert base.last["op"] == "go"
-    assert head.last["op"] == "go"  # the gated run ran it too
-    plain = Coordinator(ABConfig((), Path("unused")), {}, note=lambda _: None)
-    base, head = _Untimed("base", []), _Untimed("head", [])
-    plain._paired(base, head, "t.py::t[fit]")
-    assert head.last == {"op": "skip", "reason": f"{SKIPPED_FOR} (base ran it)"}
+    for cfg in (replace(ABConfig((), Path("unused")), head_as_is=True), ABConfig((), Path("u"))):
+        coordinator = Coordinator(cfg, {}, note=lambda _: None)
+        base, head = _Untimed("base", []), _Untimed("head", [])
+        case = coordinator._paired(base, head, "t.py::t[fit]")  # base's setup goes first
+        assert base.last["op"] == "go"
+        assert head.last["op"] == "go"
+        assert case.unpaired_reason == NOTHING_TO_PAIR
 
 
 def test_a_test_either_side_marks_untimed_is_skipped_by_the_other_never_by_a_gated_run() -> None:
@@ -715,6 +716,23 @@ def _leftovers(repo: Path, tmp: Path) -> list[str]:
     ]
     folders = [str(p) for p in tmp.glob(f"{PREFIX}*")]
     return trees + folders
+
+
+@pytest.mark.slow
+def test_a_head_that_stops_timing_a_case_fails_the_a_b(toy: Path, tmp_path: Path) -> None:
+    """A test that no longer calls gauge passes on head: the A/B must not pass with it.
+
+    Base goes first and times it; head runs it too and makes no call (a review,
+    2026-12-06: exit 0, "0 slower"). Nothing was compared at all, so that says so too.
+    """
+    untimed = BENCH.format(extra="").replace("    gauge(work)", "    work()")
+    (toy / "test_toy.py").write_text(untimed)
+    done = _ab(toy, "ab", "HEAD", "WORKTREE", "--rounds", "1", out=tmp_path / "ab")
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "test_spin: head made no timing call to pair with base's" in said, said
+    assert "nothing was compared: no case was timed by both builds" in said, said
+    assert "head made no timing call" in (tmp_path / "ab" / "ab.md").read_text()
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@
 BASE, HEAD, GOOD and BAD are git refs of the benchmark checkout, or ``WORKTREE`` for the
 working tree as it is (HEAD's default). Exit status: 0 nothing slower (bisect: a culprit
 verified; confirm: no result of the run regressed); 1 a case slower (bisect: no culprit
-verified), or a side that did not end well; 2 bad input; 130 interrupted. Confirm's
+verified), a side that did not end well, or (ab) a case head stopped timing or nothing
+compared; 2 bad input; 130 interrupted. Confirm's
 command is :mod:`gpugauge.ab.confirm_command`, the A/B they share :mod:`gpugauge.ab.command`.
 """
 
@@ -145,7 +146,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "paired log-ratios: "
         "slower, faster, same or need more samples. Writes ab.json and ab.md under --out "
         "(and appends the Markdown to $GITHUB_STEP_SUMMARY when set). Exit status: 0 "
-        "nothing slower, 1 a case slower or a side failed, 2 bad input, 130 interrupted.",
+        "nothing slower; 1 a case slower, a side failed, head made no timing call base made, "
+        "or no case was paired; 2 bad input; 130 interrupted.",
     )
     ab.add_argument("base", metavar="BASE", help="git ref of the base build, or WORKTREE")
     ab.add_argument(
@@ -266,7 +268,10 @@ def ab_command(args: argparse.Namespace) -> int:
             report = run_ab(args, args.base, args.head, args.out, budget=budget)
         print("\n" + terminal(report))
         print(f"wrote {args.out / AB_JSON} and {args.out / AB_MD}")
-        return EXIT_FAILED if report.slower or report.problems else EXIT_OK
+        compared = any(c.every_pair for c in report.cases)
+        if not compared:  # a job that compared nothing must not pass
+            print("gpugauge ab: nothing was compared: no case was timed by both builds")
+        return EXIT_FAILED if report.slower or report.problems or not compared else EXIT_OK
 
     return guarded("ab", body)
 

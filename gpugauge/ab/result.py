@@ -34,8 +34,6 @@ from gpugauge.results.verdicts import Basis, MetricCheck
 NOTHING_TO_PAIR = "no timing of a case to pair"
 # how each skip reason of the A/B's own begins (budget's too), not a build's
 AB_SKIP = "gpugauge ab: "
-# a second side's skip reason where the first side's run of the test had nothing to pair
-SKIPPED_FOR = f"{AB_SKIP}{NOTHING_TO_PAIR}"
 # a side's skip reason for a test either side marks untimed (a count, a search)
 UNTIMED_SKIPPED = f"{AB_SKIP}marked untimed, {NOTHING_TO_PAIR}"
 # a case round 1 paired that the later rounds left out: its command's own verdict stands
@@ -129,7 +127,7 @@ class CaseAB:
             alone, other = self.timed_alone, other_side(self.timed_alone)
             return f"only {alone} timed it through gauge.measure ({other} made no such call)"
         outcomes = set(self.status.values())
-        if any(NOTHING_TO_PAIR in v for v in outcomes):  # SKIPPED_FOR, UNTIMED_SKIPPED
+        if any(NOTHING_TO_PAIR in v for v in outcomes):  # UNTIMED_SKIPPED
             return NOTHING_TO_PAIR
         if len(outcomes) == 1:
             (one,) = outcomes

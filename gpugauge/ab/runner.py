@@ -47,7 +47,6 @@ from gpugauge.ab.pairs import Block, Pair
 from gpugauge.ab.render import eta_s, progress_line
 from gpugauge.ab.result import (
     PHASES,
-    SKIPPED_FOR,
     UNTIMED_SKIPPED,
     ABReport,
     CaseAB,
@@ -193,6 +192,13 @@ class Coordinator:
                 for c in cases
                 for side, outcome in sorted(c.status.items())
                 if outcome == "failed"
+            )
+            # the build compared stopped timing a case: a silent pass would hide it
+            + tuple(
+                f"{c.id}: head made no timing call to pair with base's (log: "
+                f"{by_build['head'].log})"
+                for c in cases
+                if c.timed_alone == "base"
             )
         )
         from gpugauge.ab.kernels import device_of, saved_run, with_kernels
@@ -359,24 +365,17 @@ class Coordinator:
         said: dict[str, dict[str, Any]] = {}
         phases = dict.fromkeys(PHASES, 0.0)
         skipped = False  # a side was told to skip the test: the other times it alone
-        # a launched test's launches start and end on both sides at once (then the second
-        # side runs even where the first made no timing call); a gated run's work after its
-        # timed rounds (its profiled steps) has the GPU to itself
+        # a launched test's launches start and end on both sides at once; a gated run's work
+        # after its timed rounds (its profiled steps) has the GPU to itself
         together = nodeid in self._launched and not (self._as_is(base) or self._as_is(head))
 
         def setup_order(s: Side) -> dict[str, Any]:
+            # each side runs the test, even where the first made no timing call: a build
+            # that stopped (or started) timing it must show, whichever side goes first
             nonlocal skipped
-            ran = said.get(first.name, {})
-            nothing_to_pair = ran.get("op") == "done" and ran.get("outcome") == "passed"
             if why := self._skipped(s, nodeid):
                 skipped = True
                 return {"op": "skip", "reason": why}
-            if s is second and nothing_to_pair and not self._as_is(s):
-                # the first side's whole test made no timing call to pair (a memory search,
-                # a count): its second run would only cost time (a gated run runs it all
-                # the same: its result is the night's)
-                skipped = True
-                return {"op": "skip", "reason": f"{SKIPPED_FOR} ({first.build} ran it)"}
             return {"op": "go"}
 
         t0 = time.monotonic()
