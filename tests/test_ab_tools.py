@@ -530,7 +530,7 @@ def test_a_measured_night_whose_gated_run_has_no_gate_is_bad_input(
 
 def test_a_reference_fails_the_night_for_each_owed_test_it_left_unpaired_itself() -> None:
     from gpugauge.ab.budget import BUDGET_SPENT
-    from gpugauge.ab.confirm_command import reference_lost
+    from gpugauge.ab.confirm_command import head_failed, reference_lost
     from gpugauge.ab.result import UNTIMED_SKIPPED
 
     def case(name: str = "c", pairs: int = 0, **status: str) -> CaseAB:
@@ -556,7 +556,20 @@ def test_a_reference_fails_the_night_for_each_owed_test_it_left_unpaired_itself(
     assert lost(case(head="failed")) == []  # head's failure says it
     # a test the night owes no A/B (another reference's, a new one, within the floor)
     assert lost(case(head="passed"), owed=()) == []
-    assert lost(case(pairs=4, base="failed", head="passed")) == []  # it paired what it could
+    # a failure after some pairs: decided stands, undecided is lost (a review, 2026-12-06)
+    assert lost(case(pairs=4, base="failed", head="passed")) == []  # same, from 4 pairs
+    assert lost(case(pairs=1, base="failed", head="passed")) == ["c (failed there)"]
+    later = case(pairs=4, base="passed", head="passed").with_round(
+        case(pairs=1, base="failed", head="passed")
+    )
+    assert lost(later) == ["c (failed there)"]  # round 2 cut short: need more samples
+    # the working tree failing an owed test in any round fails the night too
+    assert head_failed(_report((later,)), {"t.py::test[c]"}) == []
+    broken = case(pairs=4, base="passed", head="passed").with_round(
+        case(pairs=1, base="passed", head="failed")
+    )
+    assert head_failed(_report((broken,)), {"t.py::test[c]"}) == ["c (round 2)"]
+    assert head_failed(_report((broken,)), set()) == []  # not owed
     # one paired case hides no other
     paired = case("p", pairs=4, base="passed", head="passed")
     assert lost(paired, case(head="passed"), owed=("p", "c")) == ["c (not run there)"]

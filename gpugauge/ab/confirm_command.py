@@ -46,8 +46,9 @@ from gpugauge.ab.overruled import (
     write_verdicts,
 )
 from gpugauge.ab.render import terminal
-from gpugauge.ab.result import AB_SKIP, ABReport
+from gpugauge.ab.result import AB_SKIP, ABReport, CaseAB
 from gpugauge.ab.sides import WORKING_TREE, SideError, repo_root
+from gpugauge.ab.verdict import Outcome
 from gpugauge.core.phrasing import duration, plural
 from gpugauge.history.records import HistoryError
 from gpugauge.history.store import default_target
@@ -222,48 +223,82 @@ def check_gated(run: SavedRun, path: Path) -> None:
 
 
 def reference_lost(report: ABReport, owed: Collection[str]) -> list[str]:
-    """The tests of ``owed`` the reference left unpaired by its own doing: 'id (why)'.
+    """The tests of ``owed`` the A/B left undecided by the reference's doing: 'id (why)'.
 
     ``owed``: the node ids of the results this A/B was to decide (``borderline``'s, whose
-    class baseline this reference recorded). Where head passed such a test, the reference
-    lacked it (or its pytest ended before it), failed it, skipped it for a reason of its
-    own build (both sides share one GPU, so a device it lacks is no reason), or made no
-    timing call to pair. The A/B's own skips (its budget spent, a test marked untimed) are
-    not its doing.
+    class baseline this reference recorded). A case decided (slower, faster, same) is not
+    lost, whatever happened after its pairs. One left undecided is lost where, in any
+    round, the reference failed it (after some pairs too: a failure cut the round short),
+    or paired nothing because it lacked the test (or its pytest ended before it),
+    skipped it for a reason of its own build (both sides share one GPU, so a device it
+    lacks is no reason), or made no timing call to pair. The A/B's own skips (its budget
+    spent, a test marked untimed) are not its doing.
     """
     lost = []
     for c in report.cases:
-        if c.nodeid not in owed or c.pairs or c.status.get("head") != "passed":
+        if c.nodeid not in owed or c.outcome in (Outcome.SLOWER, Outcome.FASTER, Outcome.SAME):
             continue
-        base = c.status.get("base")
-        if base is None or base == "?":
-            lost.append(f"{c.id} (not run there)")
-        elif base == "failed":
-            lost.append(f"{c.id} (failed there)")
-        elif base.startswith("skipped: ") and not base.startswith(f"skipped: {AB_SKIP}"):
-            lost.append(f"{c.id} ({base} there)")
-        elif c.timed_alone == "head":
-            lost.append(f"{c.id} (no timing call there)")
+        why = next((w for r in c.rounds if (w := _lost_in(r))), "")
+        if why:
+            lost.append(f"{c.id} ({why})")
     return lost
 
 
+def _lost_in(r: CaseAB) -> str:
+    """Why the reference lost one round of an owed case ('' where it did not)."""
+    base = r.status.get("base")
+    if base == "failed":
+        return "failed there"
+    if r.pairs or r.status.get("head") != "passed":
+        return ""
+    if base is None or base == "?":
+        return "not run there"
+    if base.startswith("skipped: ") and not base.startswith(f"skipped: {AB_SKIP}"):
+        return f"{base} there"
+    if r.timed_alone == "head":
+        return "no timing call there"
+    return ""
+
+
+def head_failed(report: ABReport, owed: Collection[str]) -> list[str]:
+    """The tests of ``owed`` the working tree failed in a round of the A/B: 'id (round k)'.
+
+    The code under test failed the test in a fresh process: the night fails, whatever the
+    reference's pairs said.
+    """
+    return [
+        f"{c.id} (round {k})"
+        for c in report.cases
+        if c.nodeid in owed
+        for k, r in enumerate(c.rounds, 1)
+        if r.status.get("head") == "failed"
+    ]
+
+
 def reference_failed(ref: str, report: ABReport, owed: Collection[str], log: Path) -> bool:
-    """Whether the reference left a test of ``owed`` unpaired by its own doing: say which.
+    """Whether a test of ``owed`` went undecided by a side's failure or the reference's doing.
 
     Such a result keeps only its class verdict, which passes a 3% slowdown on a new host,
-    so the night fails rather than pass it unjudged (:func:`reference_lost`).
+    so the night fails rather than pass it unjudged (:func:`reference_lost`). A test the
+    working tree failed fails it too (:func:`head_failed`). Says which, and why.
     """
-    lost = reference_lost(report, owed)
-    if not lost:
-        return False
-    print(
-        f"gpugauge confirm: the base commit {ref[:10]} could not pair "
-        f"{plural(len(lost), 'result')} this A/B was to decide: {', '.join(lost)} (its "
-        f"pytest's exit status: {report.base.exit_code}; log: {log}). Such a result keeps "
-        "only its class verdict, so the night fails. Record this host's class baselines "
-        "at a commit that runs these tests (gpugauge baseline RUN1 RUN2) and commit them"
-    )
-    return True
+    lost, failed = reference_lost(report, owed), head_failed(report, owed)
+    if failed:
+        print(
+            f"gpugauge confirm: the working tree failed {plural(len(failed), 'result')} "
+            f"this A/B was to decide: {', '.join(failed)} (log: {log.with_name('head.log')} "
+            "and its rounds'); the night fails"
+        )
+    if lost:
+        print(
+            f"gpugauge confirm: the base commit {ref[:10]} left "
+            f"{plural(len(lost), 'result')} this A/B was to decide undecided: "
+            f"{', '.join(lost)} (its pytest's exit status: {report.base.exit_code}; log: "
+            f"{log}). Such a result keeps only its class verdict, so the night fails. Record "
+            "this host's class baselines at a commit that runs these tests (gpugauge "
+            "baseline RUN1 RUN2) and commit them"
+        )
+    return bool(lost or failed)
 
 
 def gated_alone(args: argparse.Namespace) -> list[str]:
