@@ -262,6 +262,36 @@ def test_a_bisect_stopped_mid_search_keeps_what_it_learnt(
     assert f"still suspect: 4 commits ({commits[4][:10]}..{commits[7][:10]})" in text
 
 
+def test_bisect_skips_a_commit_whose_build_skips_the_case_never_counting_it_good(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commit 4 made the case slower and commit 5 skips its test (a review, 2026-12-06).
+
+    Counted good, commit 5 moved the search past the culprit, named nowhere.
+    """
+    from gpugauge.__main__ import main
+
+    for i in range(1, 9):
+        _commit(repo, f"  # {i}", f"commit {i}")
+    commits = _git(repo, "rev-list", "--reverse", "HEAD~8..HEAD").split()
+
+    def run_ab(
+        args: object, base: str, head: str, out: Path, ids: object = None, budget: object = None
+    ) -> ABReport:
+        if head == commits[5]:
+            skipped = {"base": "passed", "head": "skipped: needs feature X"}
+            return _report((CaseAB("c", "t.py::t[c]", status=skipped),))
+        slower = head in commits[4:] and base not in commits[4:]
+        return _report((CaseAB("c", "t.py::t[c]", _pairs(1.05 if slower else 1.0)),))
+
+    monkeypatch.setattr("gpugauge.ab.cli.run_ab", run_ab)
+    monkeypatch.chdir(repo)
+    main(["bisect", "HEAD~8", "HEAD", "--out", str(tmp_path / "b")])
+    text = (tmp_path / "b" / "bisect.txt").read_text()
+    assert f"culprit: {commits[4]}" in text, text
+    assert f"skipped {commits[5][:10]}: untestable: c: " in text, text
+
+
 # --- benchmarks in a submodule ------------------------------------------------------------
 
 

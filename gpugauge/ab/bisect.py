@@ -124,17 +124,24 @@ def failed_sides(report: ABReport) -> list[str]:
 def _step(compare: Compare, base: str, head: str, cases: Sequence[str], name: str) -> Step:
     """One A/B of the search (its rounds are its evidence; undecided stays undecided).
 
-    A step whose sides failed, or that did not run its cases, is no evidence either way:
-    the step says why (:attr:`Step.untestable`), and the search skips its commit.
+    A step whose sides failed is no evidence either way, nor is one that left a followed
+    case unpaired (the commit lacks or skips the test) where no other case read slower:
+    the step says why (:attr:`Step.untestable`), and the search skips its commit rather
+    than count a case it never compared as good.
     """
     try:
         report = compare(base, head, cases, name)
     except ABError as err:  # a side that ended before it connected, or mid-run
         return Step(base, head, (), None, tuple(cases), untestable=str(err).splitlines()[0])
-    if report.problems or not any(c.nodeid in cases for c in report.cases):
-        said = "; ".join(report.problems) or "none of the followed cases ran"
+    slower = _slower(report)
+    followed = [c for c in report.cases if c.nodeid in cases]
+    unpaired = [f"{c.id}: {c.unpaired_reason}" for c in followed if c.outcome is None]
+    ran = {c.nodeid for c in followed}
+    unpaired += [f"{n}: not run" for n in cases if n not in ran]
+    if report.problems or len(unpaired) == len(cases) or (unpaired and not slower):
+        said = "; ".join(report.problems) or "; ".join(unpaired)
         return Step(base, head, (), report, tuple(cases), untestable=said)
-    return Step(base, head, _slower(report), report, tuple(cases))
+    return Step(base, head, slower, report, tuple(cases))
 
 
 def steps_left(untested: int, step_s: Sequence[float]) -> str:
