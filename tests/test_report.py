@@ -665,6 +665,38 @@ def test_a_noisy_device_timed_result_is_flagged_in_every_comparison(tmp_path: Pa
     assert comparison_table([c]).splitlines()[-1].endswith("noisy: t")
 
 
+def test_a_result_stored_without_a_verdict_leaves_the_others_stored_verdicts(
+    tmp_path: Path,
+) -> None:
+    """One result without a stored verdict (its gate raised) sent every other back to the
+    class baselines: an A/B's "regressed" read "unchanged" (a review, 2026-12-06)."""
+    import json
+
+    from gpugauge.regress.tolerances import load_tolerances
+    from gpugauge.report.document import collect
+
+    from .fakes import result, run_json, save_baselines, time_gate
+
+    save_baselines(tmp_path / "baselines", [result("a", 3.0), result("b", 3.0)])
+    data = run_json([result("a", 3.06), result("b", 3.0)])
+    gate = time_gate("a", 1.02, "regressed", "a same-GPU A/B said slower")
+    data["benchmarks"][0]["extra_info"]["gate"] = gate  # b: stored without one
+    run = tmp_path / "night.json"
+    run.write_text(json.dumps(data))
+    got = collect(
+        run,
+        baseline_run=None,
+        baselines=tmp_path / "baselines",
+        tolerances=load_tolerances(tmp_path / "none"),
+        history=[],
+    )
+    verdicts = {r.id: r.verdict for r in got.results}
+    assert verdicts == {"a": Verdict.REGRESSED, "b": Verdict.UNCHANGED}
+    assert "as the run's own gate judged it" in got.against
+    assert "1 result stored without a verdict judged here against" in got.against
+    assert got.against.endswith(": b")
+
+
 def test_a_baseline_of_runs_far_apart_is_refused_unless_asked_for(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -82,15 +82,24 @@ def _against_run(run: SavedRun, other: SavedRun, tolerances: Tolerances) -> list
     return out
 
 
-def _stored_verdicts(run: SavedRun) -> list[GateResult]:
-    """The verdicts a gated run stored with its results: read, never judged again."""
-    out = []
+def _stored_verdicts(run: SavedRun, judge: Judge) -> tuple[list[GateResult], list[str]]:
+    """The verdicts a gated run stored with its results: read, never judged again.
+
+    A result stored without one (its gate raised) is judged by ``judge``, and named in the
+    ids returned: one missing verdict must not send every other result, A/B verdicts
+    included, back to the class baselines.
+    """
+    out, judged = [], []
     for m in run.measurements:
+        if m.id not in run.verdicts:
+            out.append(judge.judge(m))
+            judged.append(m.id)
+            continue
         try:
             out.append(GateResult.from_dict(run.verdicts[m.id], m.spec.family, m.device_class))
         except (KeyError, TypeError, ValueError) as err:
             raise RunError(f"{run.path}: {m.id}: unreadable stored verdict ({err})") from None
-    return out
+    return out, judged
 
 
 def collect(
@@ -118,11 +127,16 @@ def collect(
         results = _against_run(run, other, tolerances)
         against = f"saved run {baseline_run}"
         baseline_noisy = uncertain_ids(other.measurements)
-    elif run.measurements and all(m.id in run.verdicts for m in run.measurements):
-        results = _stored_verdicts(run)
+    elif run.verdicts:
+        results, judged = _stored_verdicts(run, Judge(Gate(BaselineStore(baselines), tolerances)))
         against = "the stored baselines, as the run's own gate judged it (--gauge-gate)"
         if n := sum(c.basis is Basis.SAME_GPU_AB for r in results for c in r.checks):
             against += f", {plural(n, 'result')} decided by a same-GPU A/B (gpugauge confirm)"
+        if judged:
+            against += (
+                f"; {plural(len(judged), 'result')} stored without a verdict judged here "
+                f"against {baselines}/: {', '.join(judged)}"
+            )
     else:
         judge = Judge(Gate(BaselineStore(baselines), tolerances))
         results = [judge.judge(m) for m in run.measurements]
