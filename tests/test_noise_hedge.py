@@ -41,6 +41,14 @@ def test_a_doubled_workload_is_no_noise_a_small_change_may_be() -> None:
     assert not within_noise(_time(3.16, tolerance=0.015), host=True)
 
 
+def test_a_change_a_same_gpu_a_b_decided_is_never_hedged() -> None:
+    """Its paired interval counts the noise: 1.25x [1.24, 1.26] is no "may be noise"."""
+    ab = replace(_time(1.25, tolerance=0.01), basis=Basis.SAME_GPU_AB)
+    assert within_noise(_time(1.25), cv=0.13)  # the gated run's own rounds spread 13%
+    assert not within_noise(ab, cv=0.13)
+    assert not within_noise(replace(ab, ratio=1.002), cv=0.13, host=True)
+
+
 def test_the_failure_hedges_only_a_change_within_noise() -> None:
     m = result("mm")  # host-timed: uncertain
     assert hedge(m, None) == "host-timed rounds"

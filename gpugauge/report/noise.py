@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 
 from gpugauge.report.tables import uncertainty
 from gpugauge.results.measurement import Measurement
-from gpugauge.results.verdicts import GateResult, MetricCheck
+from gpugauge.results.verdicts import Basis, GateResult, MetricCheck
 
 # A change is hedged as "may be noise" only within this many times the run-to-run noise: a
 # CPU case whose work doubled (3.16x) is a regression, however noisy the host that timed it.
@@ -31,8 +31,12 @@ def within_noise(check: MetricCheck | None, cv: float | None = None, host: bool 
     twice the spread of the baseline's runs, or twice the floor), the result's own CV, and
     for ``host``-timed rounds :data:`HOST_TIMED_NOISE`; the change and the noise are
     compared as log-ratios, so that a slowdown and a speed-up of one size count alike. No
-    time check (another metric decided): True.
+    time check (another metric decided): True. A check a same-GPU A/B decided: False, its
+    paired interval counts the noise already (a slower case read 1.25x [1.24, 1.26] was
+    called "may be noise" by its gated run's CV).
     """
+    if check is not None and check.basis is Basis.SAME_GPU_AB:
+        return False
     if check is None or check.ratio <= 0:
         return True
     noise = max(check.tolerance / 2, cv or 0.0, HOST_TIMED_NOISE if host else 0.0)
