@@ -30,27 +30,47 @@ def _unreadable(bench: dict[str, Any]) -> None:
     bench["extra_info"]["timing"]["device_ms"][0] = -1.0
 
 
+def _schemaless(bench: dict[str, Any]) -> None:
+    """The result's schema key lost: a gate verdict says it is gpugauge's all the same."""
+    del bench["extra_info"]["gpugauge_schema"]
+
+
+def _listed_metric(bench: dict[str, Any]) -> None:
+    """A check's metric name made a list: the reader raised TypeError, not a refusal."""
+    bench["extra_info"]["gate"]["checks"][0]["metric"] = ["time"]
+
+
+def _held_twice(bench: dict[str, Any]) -> None:
+    """The result stored under the id of the run's other one, as its second copy."""
+    bench["extra_info"]["id"] = "a"
+
+
+@pytest.mark.parametrize("left_out", [_unreadable, _schemaless, _listed_metric, _held_twice])
 @pytest.mark.parametrize("stored", ["regressed", "not a verdict"])
 def test_a_regressed_result_the_reader_leaves_out_still_fails_confirm(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     stored: str,
+    left_out: Any,
 ) -> None:
     """A run whose regressed result holds a reading the reader refuses (a hand edit, a
     truncated round): confirm said "nothing to confirm" and exited 0, the regression
-    gone from the job's status and no warning said. It fails, naming the result."""
+    gone from the job's status and no warning said. It fails, naming the result. So does
+    one that lost its schema key, holds a check it cannot hash, or repeats an id (a
+    review, 2026-12-06: exit 0, exit 0 and a TypeError)."""
     data = _gated({"a": "unchanged", "b": "regressed"})
-    _unreadable(data["benchmarks"][1])
     data["benchmarks"][1]["extra_info"]["gate"]["verdict"] = stored
+    left_out(data["benchmarks"][1])
     run = tmp_path / "run.json"
     run.write_text(json.dumps(data))
     assert [m.id for m in load_run(run).measurements] == ["a"]  # b is left out
-    assert still_regressed(run) == ["b"]
+    rid = "a" if left_out is _held_twice else "b"
+    assert still_regressed(run) == [rid]
     monkeypatch.chdir(tmp_path)
     assert main(["confirm", str(run), "--out", str(tmp_path / "ab")]) == 1
     out = capsys.readouterr()
-    assert "regressed after the A/Bs: b" in out.out
+    assert f"regressed after the A/Bs: {rid}" in out.out
     assert "left out a result that cannot be read" in out.err
 
 

@@ -155,15 +155,15 @@ def still_regressed(run: Path) -> list[str]:
     """The ids of ``run``'s results whose stored verdict is regressed (after any A/B).
 
     A gated result the reader leaves out (:attr:`SavedRun.refused`: a reading or field it
-    cannot read) counts too where its stored verdict says regressed or cannot be read: it
-    failed its test, and confirm's exit status, the job's, must not pass it unseen.
+    cannot read, a second copy of an id) counts too where its stored verdict says regressed
+    or cannot be read: it failed its test, and confirm's exit status, the job's, must not
+    pass it unseen.
     """
     saved = load_run(run)
     out = saved.regressed
     passed = {v.value for v in Verdict} - {Verdict.REGRESSED.value}
-    readable = {m.id for m in saved.measurements}
     for rid, said in saved.refused_verdicts.items():
-        if said not in passed and rid not in readable and rid not in out:
+        if said not in passed and rid not in out:
             out.append(rid)
     return out
 

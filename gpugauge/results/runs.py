@@ -177,25 +177,36 @@ def load_run(path: Path) -> SavedRun:
     refused_verdicts: dict[str, str | None] = {}
     held: dict[tuple[str, str], int] = {}
     verdicts: dict[str, dict[str, Any]] = {}
+
+    def refuse(why: str, bench: dict[str, Any], info: dict[str, Any], i: int) -> None:
+        """Leave a result out, named, and keep the verdict its gate stored, if any."""
+        refused.append(why)
+        if (gate := info.get("gate")) is not None:
+            said = gate.get("verdict") if isinstance(gate, dict) else None
+            rid = str(info.get("id") or bench.get("param") or f"benchmarks[{i}]")
+            refused_verdicts[rid] = said if isinstance(said, str) else None
+
     for i, bench in enumerate(data["benchmarks"]):
         info = bench.get("extra_info") if isinstance(bench, dict) else None
-        if not isinstance(info, dict) or "gpugauge_schema" not in info:
+        if not isinstance(info, dict):
+            continue
+        if "gpugauge_schema" not in info:
+            if "gate" in info:  # a gate's verdict is ours: a result that lost its schema
+                where = f"{path}: benchmarks[{i}]"
+                refuse(f"{where}: a gate verdict but no gpugauge_schema", bench, info, i)
             continue
         try:
             m, verdict = _result(bench, info, path, i)
         except RunError as err:  # named and left out: the run's other results stand
-            refused.append(str(err))
-            if (gate := info.get("gate")) is not None:
-                said = gate.get("verdict") if isinstance(gate, dict) else None
-                rid = str(info.get("id") or bench.get("param") or f"benchmarks[{i}]")
-                refused_verdicts[rid] = said if isinstance(said, str) else None
+            refuse(str(err), bench, info, i)
             continue
         key = (m.device_class, m.id)
         if key in held:
-            refused.append(
+            why = (
                 f"{path}: benchmarks[{i}]: {m.id!r} on {m.device_class} is held twice (also "
                 f"benchmarks[{held[key]}]); one run holds one result per id"
             )
+            refuse(why, bench, info, i)
             continue
         held[key] = i
         found.append(m)

@@ -148,7 +148,7 @@ class MetricCheck:
         if not isinstance(d, dict):
             raise ValueError(f"a check must be an object, not {type(d).__name__}")
         metric = d.get("metric")
-        if metric not in METRICS:
+        if not isinstance(metric, str) or metric not in METRICS:
             raise ValueError(f"metric {metric!r} is not one of: {', '.join(METRICS)}")
         numbers = []
         for k in _NUMBERS:
