@@ -88,6 +88,47 @@ def test_a_second_ab_on_the_same_out_is_refused_and_the_first_keeps_its_record(
 @pytest.mark.parametrize(
     ("args", "named"),
     [
+        (["ab", "HEAD", "-k", "no_such_case"], "matched no test pytest could run"),
+        (["ab", "HEAD", "--base-python", "{nopytest}"], "cannot import pytest"),
+    ],
+    ids=["selects-nothing", "python-without-pytest"],
+)
+@pytest.mark.slow
+def test_a_selection_of_nothing_is_bad_input_that_keeps_the_earlier_records(
+    repo: Path, tmp_path: Path, args: list[str], named: str
+) -> None:
+    """A -k typo ran both sides, exited 1 and replaced the earlier A/B's table with "0
+    cases"; a Python without pytest exited 1 (a review, 2026-12-06). Both are bad input
+    now, found before the earlier records go; a later round's stale folder goes with them
+    once an A/B runs."""
+    nopytest = tmp_path / "python-without-pytest"
+    nopytest.write_text("#!/bin/sh\necho 'No module named pytest' >&2\nexit 1\n")
+    nopytest.chmod(0o755)
+    out = tmp_path / "out"
+    earlier = {
+        out / "ab.json": '{"complete": true}\n',
+        out / "ab.md": "earlier table\n",
+        out / "base.json": "{}\n",
+        out / "round-2" / "ab.json": '{"complete": true}\n',
+    }
+    for path, text in earlier.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    done = _ab(repo, *[a.format(nopytest=nopytest) for a in args], out=out, timeout=300)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said
+    assert "Traceback" not in said
+    assert named in done.stderr, said
+    assert {p: p.read_text() for p in earlier if p.exists()} == earlier
+    assert _leftovers(repo, tmp_path) == []
+    ran = _ab(repo, "ab", "HEAD", "--rounds", "1", out=out, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert not (out / "round-2").exists()  # the earlier A/B's second round went with it
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
         (["ab", "no-such-ref"], "'no-such-ref' names no commit"),
         (["ab", "HEAD", "--base-python", "no-such-python-3"], "no-such-python-3"),
         (["bisect", "HEAD", "no-such-ref"], "'no-such-ref' names no commit"),

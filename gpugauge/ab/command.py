@@ -17,10 +17,10 @@ from functools import partial
 from pathlib import Path
 
 from gpugauge.ab.budget import Budget
-from gpugauge.ab.config import SETUP_MEMO, ABConfig, round_folder
+from gpugauge.ab.config import SETUP_MEMO, ABConfig
 from gpugauge.ab.gpus import folder_of, host_gpus, over_gpus
 from gpugauge.ab.render import write_ab_report
-from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
+from gpugauge.ab.result import ABReport
 from gpugauge.ab.runner import ABError, run_sides
 from gpugauge.ab.sides import SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import Schedule
@@ -29,7 +29,6 @@ from gpugauge.results.files import Busy, held_or_refused, make_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 # rounds an earlier A/B in the same --out may have written (round-2/, ...): at most --rounds'
-MOST_ROUNDS = 10
 OUT_LOCK = ".gpugauge-ab.lock"  # in --out while a command A/Bs into it, naming its pid
 
 
@@ -165,9 +164,11 @@ def run_ab(
     where = f" over GPUs {', '.join(gpus)}" if gpus else ""
     print(f"gpugauge ab: {base} against {head}{where}; logs and saved runs in {out}", flush=True)
     with checkouts(top, specs) as sides:
-        # only once both refs and Pythons are found: a refused A/B keeps the earlier one's
+        # the setup answers of an earlier A/B's builds are never this one's; its records
+        # go once this one has tests to run (gpugauge.ab.config.forget_earlier)
         for folder in [out, *(folder_of(out, g) for g in gpus)]:
-            _forget_earlier(folder)
+            if (folder / SETUP_MEMO).exists():
+                shutil.rmtree(folder / SETUP_MEMO)
         rel = here.resolve().relative_to(top.resolve())
         cwd = rel if str(rel) != "." else None
         if gpus:
@@ -184,19 +185,6 @@ def run_ab(
             report = run_sides(cfg, sides, say, cwd, next_round, later)
     write_ab_report(report, out)
     return report
-
-
-def _forget_earlier(out: Path) -> None:
-    """An earlier A/B's records and setup answers in ``out``: removed before this one runs.
-
-    Its ab.json would be read as this A/B's if this one broke; its builds' answers are
-    never this one's.
-    """
-    for stale in (AB_JSON, AB_MD):
-        for k in range(1, MOST_ROUNDS + 1):
-            (round_folder(out, k) / stale).unlink(missing_ok=True)
-    if (out / SETUP_MEMO).exists():
-        shutil.rmtree(out / SETUP_MEMO)
 
 
 def say(line: str) -> None:

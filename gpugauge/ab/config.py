@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpugauge.ab.budget import Budget
+from gpugauge.ab.result import AB_JSON, AB_MD
 from gpugauge.ab.verdict import Schedule
 
 SETUP_MEMO = "setup-memo"  # the A/B's folder of each build's setup answers, under --out
@@ -14,6 +16,20 @@ SETUP_MEMO = "setup-memo"  # the A/B's folder of each build's setup answers, und
 def round_folder(out: Path, k: int) -> Path:
     """Where round ``k`` writes its sides' logs and saved runs: ``out``, then ``out/round-k``."""
     return out if k == 1 else out / f"round-{k}"
+
+
+def forget_earlier(out: Path) -> None:
+    """An earlier A/B's records in ``out``, removed once this one has tests to run.
+
+    Its ab.json and ab.md would be read as this A/B's, and its later rounds' folders would
+    lie beside this one's. An A/B refused before (a selection of no test, a ref or a
+    Python that cannot run) leaves them as they were.
+    """
+    for stale in (AB_JSON, AB_MD):
+        (out / stale).unlink(missing_ok=True)
+    for folder in out.glob("round-*"):
+        if folder.is_dir():
+            shutil.rmtree(folder)
 
 
 @dataclass(frozen=True)

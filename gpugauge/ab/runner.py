@@ -18,6 +18,9 @@ sides also die with the coordinator if it is killed outright (``PR_SET_PDEATHSIG
 
 from __future__ import annotations
 
+import contextlib
+import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.ab.claims import Claims, Stopped
-from gpugauge.ab.config import ABConfig, round_folder
+from gpugauge.ab.config import ABConfig, forget_earlier, round_folder
 from gpugauge.ab.launch import (
     KERNELS,
     LAUNCH_EACH,
@@ -52,7 +55,8 @@ from gpugauge.ab.result import (
     CaseAB,
     other_side,
 )
-from gpugauge.ab.sides import Checkout
+from gpugauge.ab.sides import Checkout, SideError
+from gpugauge.check.runs import log_tail
 from gpugauge.core.phrasing import plural
 
 
@@ -236,6 +240,8 @@ class Coordinator:
         cases = self._cases  # kept on the coordinator: a side gone silent ends the loop
         mb, mh = base.recv(), head.recv()
         self._ready_at = time.monotonic()  # both at their first test (or done)
+        if self.cfg.round == 1:
+            self._started(total, {base.name: mb, head.name: mh}, (base, head))
         while not (mb["op"] == "bye" and mh["op"] == "bye"):
             t0 = time.monotonic()
             if mb["op"] == "test" and mh["op"] == "test" and mb["id"] == mh["id"]:
@@ -266,6 +272,32 @@ class Coordinator:
             self._save_so_far(base, head, cases, started)
             self._progress(cases, total, started)
         return cases
+
+    def _started(
+        self, total: int, first: dict[str, dict[str, Any]], sides: tuple[Side, ...]
+    ) -> None:
+        """Round 1 has tests to run: the earlier A/B's records in --out go. Else bad input.
+
+        A selection of no test (pytest's exit status 5), or one pytest refused (4: an
+        unknown marker in -m), ran nothing on either side: SideError, and ``--out`` keeps
+        the earlier A/B's records (its sides' logs are this run's, and say why).
+        """
+        said = [m.get("exitstatus") for m in first.values() if m["op"] == "bye"]
+        if not total or (len(said) == len(first) and {4, 5} & set(said)):
+            for s in sides:  # pytest says why after its last hook: its log, once it ended
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    s.proc.wait(timeout=30)
+            last = [(log_tail(s.log).strip().splitlines() or ["?"])[-1] for s in sides]
+            said = (re.sub(r" in [0-9.]+s$", "", x.strip("= ")).rstrip(".") for x in last)
+            why = "; ".join(dict.fromkeys(said))  # "152 deselected", once
+            raise SideError(
+                "the selection matched no test pytest could run on either side ("
+                f"{' '.join(self.cfg.pytest_args) or 'no arguments'}): pytest said "
+                f"'{why}'. --out keeps the earlier A/B's records"
+            )
+        forget_earlier(self.cfg.out)
+        if self.cfg.gpu is not None:  # one GPU's folder of a spread A/B's --out
+            forget_earlier(self.cfg.out.parent)
 
     @staticmethod
     def _collected(base: Side, head: Side) -> dict[str, dict[str, Any]]:

@@ -86,10 +86,23 @@ def resolve_ref(repo: Path, ref: str) -> str:
 
 
 def check_python(python: str) -> None:
-    """The side's interpreter must exist and run."""
+    """The side's interpreter must exist, run, and import pytest: else bad input, said now.
+
+    Found only once its side had started, a Python without pytest ended the A/B as a
+    failed side (exit 1) after its start, not as the bad input it is.
+    """
     found = shutil.which(python)
     if found is None:
         raise SideError(f"python {python!r}: not found")
+    try:
+        done = subprocess.run(
+            [found, "-c", "import pytest"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SideError(f"python {python!r} does not run: {err}") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise SideError(f"python {python!r} cannot import pytest: {said}")
 
 
 def _owner_alive(folder: Path) -> bool:
@@ -183,8 +196,8 @@ def checkouts(
     a worktree each: each side imports its own files, as with different commits.
     """
     top = repo_root(repo)
-    for s in specs:
-        check_python(s.python)
+    for python in dict.fromkeys(s.python for s in specs):
+        check_python(python)
     commits = {s.name: None if s.ref == WORKING_TREE else resolve_ref(top, s.ref) for s in specs}
     sweep(top, parent)
     folder = owned_folder(parent=parent)
