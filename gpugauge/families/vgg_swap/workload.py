@@ -3,7 +3,7 @@
 Before anything is timed, each swapped case checks that the two models compute the same
 function: fp32 eval outputs bitwise equal and training gradients equal up to rounding.
 A training step is: zero grads (set to None), forward under autocast for bf16,
-cross-entropy, backward, SGD step (lr 0.01, momentum 0.9). Inference runs in eval mode
+cross-entropy, backward, SGD step (:data:`LR`, momentum 0.9). Inference runs in eval mode
 under ``torch.inference_mode``.
 """
 
@@ -111,6 +111,15 @@ def _autocast(case: SwapCase) -> contextlib.AbstractContextManager[Any]:
     return torch.autocast(torch.device(case.device).type, dtype=torch_dtype(case.dtype))
 
 
+# The SGD step's learning rate: 0, so that every timed step does the same work on the
+# same numbers. SGD still runs its momentum and update kernels (``add_`` with alpha 0),
+# and the weights stay where they started. At lr 0.01 the one fixed batch drove VGG-16 to
+# NaN by step 24 (a CPU smoke case, 2026-12-06): the rounds timed NaN arithmetic, which a
+# CPU runs at another speed, and a fresh reference model beside them did not.
+LR = 0.0
+MOMENTUM = 0.9
+
+
 def make_step(case: SwapCase) -> Callable[[], object]:
     """The callable timed for ``case``: one inference or one training step."""
     model = _model(case, swap=case.variant == "swapped")
@@ -124,7 +133,7 @@ def make_step(case: SwapCase) -> Callable[[], object]:
 
         return infer
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     loss_fn = nn.CrossEntropyLoss()
 
     def train() -> object:
