@@ -45,5 +45,9 @@ def test_vgg_swap(case: SwapCase, gauge: Any, swap_checks: dict[SwapCase, dict[s
     # swapped against normal is derived from the results at the end of the run; where
     # rounds are host-timed (a CPU), from blocks of both timed in turn in this test
     normal = replace(case, variant="normal")
-    reference = PairedReference(normal.id, lambda: make_step(normal)) if normal != case else None
+    reference = (
+        PairedReference(normal.id, lambda: make_step(normal), lambda: make_step(case))
+        if normal != case
+        else None
+    )
     gauge.measure(case, make_step(case), extra=extra, reference=reference)

@@ -189,8 +189,9 @@ def measure_case(
             # host-timed rounds drift with the host between tests: pair the blocks (an A/B
             # side, run with --gauge-skip-extras, compares times and no comparison)
             against = reference.build()
+            paired = fn if reference.candidate is None else reference.candidate()
             with wall.phase(AROUND):
-                pairs = paired_blocks(against, fn, policy, clock)
+                pairs = paired_blocks(against, paired, policy, clock)
             wall.charge(TIMED, pairs.timed_s)
             wall.charge(WARMUP, pairs.warmup_s)
             extra = {**(extra or {}), "paired": {"against": reference.id, **pairs.as_dict()}}
