@@ -51,15 +51,20 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _night(
-    root: Path, m: Measurement, nights: int = 3, history: str | None = None
+    root: Path,
+    m: Measurement,
+    nights: int = 3,
+    history: str | None = None,
+    baselines: str | None = None,
 ) -> tuple[GateResult, FirstNights]:
     """One session: judge ``m`` as the gauge does, keep it, append the run.
 
-    ``history``: a SQLite path or PostgreSQL URL (default ``root/h.sqlite``).
+    ``history``: a SQLite path or PostgreSQL URL (default ``root/h.sqlite``); ``baselines``:
+    the folder the session's gate reads, as its printed command names it.
     """
     gate = _gate(root)
     tracker = Tracker(history or str(root / "h.sqlite"), "seed")
-    first = FirstNights(nights, tracker)
+    first = FirstNights(nights, tracker, baselines=baselines)
     judged = Judge(gate, tracker, first).judge(m)  # as the gauge judges it
     tracker.keep([(m, judged)])
     tracker.append({"torch": "2.x"}, m.device_class)
@@ -317,3 +322,22 @@ def test_the_printed_commit_command_names_the_history_the_run_used(
     monkeypatch.chdir(tmp_path)  # its baselines go to ./baselines, as printed
     assert main(argv) == 0
     assert (tmp_path / "baselines" / CLASS / "demo.json").exists()
+
+
+def test_the_printed_commit_command_names_the_baselines_folder_the_gate_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run with --gauge-baselines-dir printed a command that wrote to ./baselines (a
+    review as a new user, 2026-12-06): pasted, it committed where the gate never reads."""
+    from gpugauge.judging.first_nights import commit_hint
+
+    monkeypatch.chdir(tmp_path)
+    assert "--baselines-dir" not in commit_hint(CLASS, 3, None, "baselines")
+    assert "--baselines-dir" not in commit_hint(CLASS, 3, None, str(tmp_path / "baselines"))
+    hint = commit_hint(CLASS, 3, None, str(tmp_path / "team baselines"))
+    assert hint.endswith(f"--baselines-dir '{tmp_path / 'team baselines'}'")
+    for _ in range(3):
+        _night(tmp_path, result("gemm", 2.0), baselines="team")
+    judged, first = _night(tmp_path, result("gemm", 2.0), baselines="team")
+    assert first.summary()[-1].endswith("--baselines-dir team")
+    assert "--baselines-dir team" in judged.note

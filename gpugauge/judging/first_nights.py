@@ -28,6 +28,7 @@ import shlex
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from pathlib import Path
 
 from gpugauge.core.phrasing import joined, plural
 from gpugauge.history.records import HistoryError
@@ -42,16 +43,22 @@ from gpugauge.results.verdicts import GateResult, Verdict
 OPTION = "--gauge-first-nights"
 
 
-def commit_hint(device_class: str, nights: int, history: str | None = None) -> str:
+def commit_hint(
+    device_class: str, nights: int, history: str | None = None, baselines: str | None = None
+) -> str:
     """The command that turns a class's first runs into committed baselines.
 
     ``history``: the run's history; named with ``--history`` unless the command would find
     it by default, so that the command works as printed (a password shown as ``***``).
+    ``baselines``: the folder the run's gate read; named with ``--baselines-dir`` unless it
+    is the command's default (``baselines`` here), or the pasted command writes elsewhere.
     """
     said = f"python -m gpugauge baseline --from-history {device_class} --runs {nights}"
-    if history is None or history == default_target():
-        return said
-    return f"{said} --history {shlex.quote(redact(history))}"
+    if history is not None and history != default_target():
+        said += f" --history {shlex.quote(redact(history))}"
+    if baselines is not None and Path(baselines).resolve() != Path("baselines").resolve():
+        said += f" --baselines-dir {shlex.quote(baselines)}"
+    return said
 
 
 class Stage(StrEnum):
@@ -79,10 +86,12 @@ class Night:
     nights: int
     why: str = ""
     history: str | None = None  # the history counted in, for the printed command
+    baselines: str | None = None  # the gate's baselines folder, for the printed command
 
     def describe(self) -> str:
         """The phrase a verdict line and the gate table carry."""
         cls, n = self.device_class, self.nights
+        hint = commit_hint(cls, n, self.history, self.baselines)
         if self.stage is Stage.FIRST:
             return (
                 f"first nights of {cls}: night {self.recorded + 1} of {n}, recorded in the "
@@ -91,17 +100,17 @@ class Night:
         if self.stage is Stage.JUDGED:
             return (
                 f"first nights of {cls} over ({self.recorded} runs recorded): judged against "
-                f"its host's history; commit them: {commit_hint(cls, n, self.history)}"
+                f"its host's history; commit them: {hint}"
             )
         if self.stage is Stage.HISTORY:
             return (
                 f"no baseline of {cls}: judged by its host's history alone; commit its first "
-                f"runs: {commit_hint(cls, n, self.history)}"
+                f"runs: {hint}"
             )
         if self.stage is Stage.OVER:
             return (
                 f"first nights of {cls} over ({self.recorded} runs recorded), but {self.why}; "
-                f"commit them as baselines: {commit_hint(cls, n, self.history)}"
+                f"commit them as baselines: {hint}"
             )
         return f"not a first night ({OPTION} {n}): {self.why}"
 
@@ -127,6 +136,7 @@ class FirstNights:
     tracker: Tracker | None
     unavailable: str = ""
     said: dict[str, Night] = field(default_factory=dict)
+    baselines: str | None = None  # the gate's baselines folder: the printed command names it
 
     @property
     def _target(self) -> str | None:
@@ -151,9 +161,9 @@ class FirstNights:
         if result.verdict is not Verdict.NEW:
             if m.id not in (gate.store.load(m.device_class, m.spec.family) or {}):
                 night = Night(m.id, m.device_class, Stage.HISTORY, 0, self.nights)
-                self.said[m.id] = replace(night, history=self._target)
+                self.said[m.id] = replace(night, history=self._target, baselines=self.baselines)
             return result
-        night = replace(self._night(m), history=self._target)
+        night = replace(self._night(m), history=self._target, baselines=self.baselines)
         judged = result
         if night.stage is Stage.JUDGED or night.stage is Stage.OVER:
             judged, night = self._judged(m, result, gate, night)
@@ -258,7 +268,7 @@ class FirstNights:
                     f"first nights of {cls} over for {plural(done, 'result')} with no "
                     f"committed baseline: {judged} judged against their host's history"
                     f"{nothing}; commit the class's first runs as its baselines: "
-                    f"{commit_hint(cls, self.nights, self._target)}"
+                    f"{commit_hint(cls, self.nights, self._target, self.baselines)}"
                 )
             if stages[Stage.REFUSED]:
                 whys = sorted({n.why for n in nights if n.stage is Stage.REFUSED})

@@ -77,7 +77,12 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
     # (--benchmark-disable) judges nothing, and says so itself
     if options.first_nights and options.gate and not benchmark_disabled(config):
         why = next((m for m in messages if m.startswith("history NOT used")), "history off")
-        nights = FirstNights(options.first_nights, tracker, "" if tracker else why)
+        nights = FirstNights(
+            options.first_nights,
+            tracker,
+            "" if tracker else why,
+            baselines=str(options.baselines_dir),
+        )
     judge = None
     if gate is not None:
         judge = Judge(
