@@ -733,6 +733,16 @@ def test_a_head_that_stops_timing_a_case_fails_the_a_b(toy: Path, tmp_path: Path
     assert "test_spin: head made no timing call to pair with base's" in said, said
     assert "nothing was compared: no case was timed by both builds" in said, said
     assert "head made no timing call" in (tmp_path / "ab" / "ab.md").read_text()
+    # a side's log named its saved run by its name while pytest wrote it: the last line
+    # names the file it became (a review: the printed report command failed)
+    saved = tmp_path / "ab" / "base.json"
+    assert (
+        (tmp_path / "ab" / "base.log")
+        .read_text()
+        .endswith(
+            f"this side's saved run is {saved} (renamed from {saved.with_name('.base.partial.json')})\n"
+        )
+    )
 
 
 @pytest.mark.slow

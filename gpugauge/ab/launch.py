@@ -347,6 +347,10 @@ def finish(side: Side) -> None:
     partial = side.json.with_name(f".{side.build}.partial.json")
     if partial.exists() and partial.stat().st_size > 0:
         os.replace(partial, side.json)
+        with contextlib.suppress(OSError), side.log.open("a") as log:  # its lines name the old
+            log.write(
+                f"gpugauge ab: this side's saved run is {side.json} (renamed from {partial})\n"
+            )
     else:
         partial.unlink(missing_ok=True)
         side.json.unlink(missing_ok=True)
