@@ -736,13 +736,9 @@ def test_a_head_that_stops_timing_a_case_fails_the_a_b(toy: Path, tmp_path: Path
     # a side's log named its saved run by its name while pytest wrote it: the last line
     # names the file it became (a review: the printed report command failed)
     saved = tmp_path / "ab" / "base.json"
-    assert (
-        (tmp_path / "ab" / "base.log")
-        .read_text()
-        .endswith(
-            f"this side's saved run is {saved} (renamed from {saved.with_name('.base.partial.json')})\n"
-        )
-    )
+    partial = saved.with_name(".base.partial.json")
+    last = (tmp_path / "ab" / "base.log").read_text().splitlines()[-1]
+    assert last == f"gpugauge ab: this side's saved run is {saved} (renamed from {partial})"
 
 
 @pytest.mark.slow
@@ -1960,6 +1956,9 @@ def test_confirm_s_reference_is_the_commit_that_wrote_the_baseline(
     assert reference_commit(toy, Path("baselines"), "cpu-x", "mine") == accepted
     with pytest.raises(SideError, match="no commit wrote it"):
         reference_commit(toy, Path("baselines"), "cpu-x", "other")
+    # a folder outside the checkout: said so, not git's "fatal: ... outside repository"
+    with pytest.raises(SideError, match=r"outside the checkout .* must be a folder of this"):
+        reference_commit(toy, tmp_path / "elsewhere", "cpu-x", "mine")
     # confirm run in a project below the checkout's top: --baselines-dir is the project's
     project = toy / "project"
     (project / "baselines" / "cpu-y").mkdir(parents=True)

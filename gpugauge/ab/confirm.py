@@ -162,6 +162,14 @@ def reference_commit(repo: Path, baselines: Path, device_class: str, family: str
     """The commit that last wrote a class baseline: the build that recorded its numbers."""
     deepened(repo)
     target = baselines / device_class / f"{family}.json"
+    try:  # git reads a relative path from the checkout's top (git -C)
+        (target if target.is_absolute() else repo / target).resolve().relative_to(repo.resolve())
+    except ValueError:
+        raise SideError(
+            f"{target}: outside the checkout {repo}, so no commit of it wrote it: confirm "
+            "A/Bs against the commit that recorded a baseline, so --baselines-dir must be "
+            "a folder of this checkout, committed"
+        ) from None
     found = git(repo, "log", "-1", "--format=%H", "--", str(target))
     if not found:
         raise SideError(f"{target}: no commit wrote it (not a committed baseline)")
