@@ -248,3 +248,15 @@ def test_short_steps_whose_clocks_wander_are_judged_by_every_pair(wander: float)
     assert _false_alarms(_clock_outcomes(0.0, wander, n_ab=10, seed=11)) <= 0.01
     caught = _clock_outcomes(0.03, wander, n_ab=10, seed=12)
     assert sum(o is Outcome.SLOWER for o in caught) / len(caught) >= 0.99
+
+
+def test_a_one_round_a_b_stops_its_pairs_where_its_verdict_can_say_same() -> None:
+    """--rounds 1 judges same at 99.8%: its pairs stopped at 95%, and the case's line said
+    same while its table said need more samples (a review, 2026-12-06)."""
+    logs = [0.004, 0.008, 0.005, 0.007]  # 95% within 1%, 99.8% not
+    two, one = Schedule(), Schedule(rounds=1)
+    assert two.outcome(logs) is Outcome.SAME
+    assert two.more(logs) == 0
+    assert one.round_same_level == one.level
+    assert one.outcome(logs) is Outcome.NEED_MORE
+    assert one.more(logs) == one.step

@@ -152,9 +152,9 @@ class CaseAB:
 
     @cached_property
     def round_same(self) -> PairedRatio | None:
-        """The round's own pairs' interval at the schedule's ``same_level``: what same needs."""
+        """The round's own pairs' interval at the level a round's same needs (the schedule's)."""
         logs = self.logs
-        return paired_ratio(logs, self.schedule.same_level) if logs else None
+        return paired_ratio(logs, self.schedule.round_same_level) if logs else None
 
     @cached_property
     def round_outcome(self) -> Outcome | None:

@@ -259,6 +259,16 @@ class Schedule:
         if not 0 <= self.process_sd < 0.5:
             raise ValueError(f"process_sd must be in [0, 0.5): {self.process_sd}")
 
+    @property
+    def round_same_level(self) -> float:
+        """The level a round's own "same" needs: ``same_level``, or ``level`` in one round.
+
+        One pair of processes judges "same" at ``level`` (:attr:`CaseAB.same_ratio`), so a
+        one-round A/B stops its pairs at that level too: stopped at 95%, its case's line
+        said same and its table "need more samples" (a review, 2026-12-06).
+        """
+        return self.same_level if self.rounds > 1 else self.level
+
     def more(self, log_ratios: Sequence[float]) -> int:
         """How many pairs to add now: 0 once decided, at the cap, or past hope (:meth:`futile`)."""
         n = len(log_ratios)
@@ -290,7 +300,7 @@ class Schedule:
         spread = statistics.stdev(log_ratios)
         se_max = spread / math.sqrt(self.max_pairs)
         half = t_quantile(0.5 + self.level / 2, self.max_pairs - 1) * se_max
-        half_same = t_quantile(0.5 + self.same_level / 2, self.max_pairs - 1) * se_max
+        half_same = t_quantile(0.5 + self.round_same_level / 2, self.max_pairs - 1) * se_max
         mean = abs(statistics.fmean(log_ratios))
         reach = REACH_SE * spread / math.sqrt(n)
         bound = math.log1p(self.min_effect)
@@ -300,5 +310,5 @@ class Schedule:
 
     def outcome(self, log_ratios: Sequence[float]) -> Outcome:
         """The outcome of the pairs so far."""
-        same = paired_ratio(log_ratios, self.same_level)
+        same = paired_ratio(log_ratios, self.round_same_level)
         return outcome_of(paired_ratio(log_ratios, self.level), self.min_effect, same=same)
