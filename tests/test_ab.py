@@ -2007,6 +2007,10 @@ def test_a_verdict_stands_only_where_every_round_agrees() -> None:
     unreached = first.with_round(CaseAB("c", "t.py::c", status={"base": BUDGET_SPENT}))
     assert unreached.outcome is Outcome.SLOWER
     assert "1 of 2 rounds" in unreached.verdict_text
+    # undecided on its one round: said so too, and the header says one round ran
+    alone = CaseAB("d", "t.py::d", _pairs(1.0, 2))
+    assert alone.verdict_text == "need more samples (1 of 2 rounds)"
+    assert "2 rounds of fresh processes asked, 1 run;" in terminal(_report((unreached, alone)))
     report = _report((first, CaseAB("d", "t.py::d", _pairs(1.0))))
     assert report.paired_ids == ("t.py::c", "t.py::d")  # the next round A/Bs every paired case
     merged = report.with_round(_report((undone.later[0],)))

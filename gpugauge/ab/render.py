@@ -133,9 +133,7 @@ def efficiency_line(report: ABReport) -> str:
     and the time between them included), and the calls one side timed alone (a gated run's
     tests past the deadline): both are timing work.
     """
-    paired = [c for c in report.cases if c.ratio is not None]
-    most = max((len(c.rounds) for c in paired), default=0)
-    rounds = f"{plural(most, 'round')} of fresh processes"
+    rounds = f"{plural(rounds_run(report), 'round')} of fresh processes"
     timing = report.timing_s
     held = report.device_s  # over several GPUs, each one's wall
     if timing is None:
@@ -184,6 +182,11 @@ def _same(report: ABReport, here: bool = False) -> str:
     return f"{'one' if here else 'same'} GPU per case (of {len(report.gpus)})"
 
 
+def rounds_run(report: ABReport) -> int:
+    """The rounds of fresh processes the A/B ran: the most that paired any one case."""
+    return max((len(c.paired_rounds) for c in report.cases), default=0)
+
+
 def _same_rule(s: Schedule) -> str:
     """What 'same' needs: one pair of processes judges it at the slower-faster level."""
     if s.rounds < 2:
@@ -194,14 +197,21 @@ def _same_rule(s: Schedule) -> str:
     )
 
 
+def _fewer(report: ABReport) -> str:
+    """', 1 run' where the A/B ran fewer rounds than asked (its time budget); '' else."""
+    ran = rounds_run(report)
+    return f" asked, {ran} run" if 0 < ran < report.schedule.rounds else ""
+
+
 def terminal(report: ABReport) -> str:
     """The terminal table, with what the verdicts mean."""
     s = report.schedule
     title = (
         f"gpugauge ab: {sides_line(report)}\n"
         f"{_same(report)}, blocks alternating, {plural(s.rounds, 'round')} of fresh "
-        f"processes; CI {s.level:.1%} over every round; 'slower'/'faster' needs a change of "
-        f"at least {s.min_effect:.1%} in every round; 'same' needs {_same_rule(s)}"
+        f"processes{_fewer(report)}; CI {s.level:.1%} over every round; 'slower'/'faster' "
+        f"needs a change of at least {s.min_effect:.1%} in every round; 'same' needs "
+        f"{_same_rule(s)}"
     )
     table = render(HEADERS, [row(c) for c in worst_cases_first(report.cases)], title=title)
     problems = [f"problem: {p}" for p in report.problems]

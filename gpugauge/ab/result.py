@@ -272,7 +272,7 @@ class CaseAB:
             said = {c.round_outcome for c in counted}
             if said & set(DECIDED):
                 return ", ".join(f"{c.round_outcome} at {_x(c)}" for c in counted) + " by round"
-        if self.outcome is not Outcome.NEED_MORE and 0 < len(counted) < self.schedule.rounds:
+        if 0 < len(counted) < self.schedule.rounds:  # whatever it says: one pair of processes
             return f"{len(counted)} of {plural(self.schedule.rounds, 'round')}"
         return ""
 
