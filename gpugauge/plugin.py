@@ -157,8 +157,10 @@ def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """``--gauge-stop-after``: past the limit, let the test in hand finish and start no other.
 
-    The session then ends as usual: results and pytest-benchmark's JSON are written, which
-    a signal or a killed job would lose. Each test's wall seconds are kept for the run's JSON.
+    The session then ends as pytest ends a stopped one (exit status 2): results and
+    pytest-benchmark's JSON are written, which a signal or a killed job would lose, and the
+    run is kept out of the history and the baselines. Each test's wall seconds are kept for
+    the run's JSON.
     """
     t0 = time.monotonic()
     gs = item.config.stash.get(SESSION, None)

@@ -120,8 +120,9 @@ def add_options(group: Any) -> None:
         "--gauge-stop-after",
         type=run_seconds,
         default=None,
-        help="start no new test once this many seconds have passed; the run ends as "
-        "usual, its results saved (for jobs with a time limit)",
+        help="start no new test once this many seconds have passed: the run ends there, "
+        "its results and JSON saved, as an interrupted run (exit status 2, kept out of "
+        "the history and the baselines), for jobs with a time limit that a kill would lose",
     )
     group.addoption(
         "--gauge-gate",
