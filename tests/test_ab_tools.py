@@ -135,6 +135,7 @@ def test_a_selection_of_nothing_is_bad_input_that_keeps_the_earlier_records(
         (["ab", "HEAD", "--time-budget", "0"], "time budget is spent before the first test"),
         (["ab", "HEAD", "--deadline", str(int(time.time()) - 3600)], "time budget is spent"),
         (["bisect", "HEAD", "HEAD", "--time-budget", "0"], "time budget is spent"),
+        (["ab", "HEAD", "--benches", "benchs"], "--benches: benchs: no such folder here"),
     ],
     ids=[
         "unknown-ref",
@@ -143,6 +144,7 @@ def test_a_selection_of_nothing_is_bad_input_that_keeps_the_earlier_records(
         "no-time",
         "deadline-past",
         "bisect-no-time",
+        "benches-typo",
     ],
 )
 def test_a_refused_ab_keeps_the_earlier_ab_s_record_in_its_out(

@@ -44,6 +44,20 @@ _pairs = number(int, Schedule().min_pairs, f"a whole number of pairs >= {Schedul
 _rounds = number(int, 1, "a whole number of rounds >= 1 (at most 10)", high=10)
 
 
+DEFAULT_BENCHES = "benches"
+
+
+def _benches(text: str) -> str:
+    """--benches: a folder named that is not there is a typo, not 'run what pytest finds'.
+
+    Dropped, a mistyped folder had both sides run the project's configured tests (the
+    harness's own 1,817) as benchmarks, for up to an hour (a review, 2026-12-06).
+    """
+    if text != DEFAULT_BENCHES and not Path(text).exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder here (cwd {Path.cwd()})")
+    return text
+
+
 def _shared(p: argparse.ArgumentParser) -> None:
     """The options ``ab``, ``bisect`` and ``confirm`` share: the selection and how hard to look."""
     p.add_argument("-k", dest="select", default=None, metavar="EXPR", help="pytest -k")
@@ -57,10 +71,12 @@ def _shared(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--benches",
-        default="benches",
+        default=DEFAULT_BENCHES,
+        type=_benches,
         metavar="PATH",
         help="the benchmarks' folder, run where no path is given after -- (default: "
-        "benches); a project whose benchmarks live elsewhere names their folder here",
+        "benches, where there is one); a project whose benchmarks live elsewhere names "
+        "their folder here (one that is not there is bad input)",
     )
     p.add_argument(
         "--out",
