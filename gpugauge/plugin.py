@@ -273,7 +273,7 @@ def _header(session: GaugeSession) -> str:
     """What will be measured, and where, in one line; the first nights mode when given."""
     o = session.options
     p = o.policy
-    rounds = f"{p.rounds} fixed" if p.rounds else f">= {p.min_rounds} adaptive (±{p.target_ci:.1%})"
+    rounds = f"{p.rounds} fixed" if p.rounds else f"{p.min_rounds}+ adaptive (±{p.target_ci:.1%})"
     nights = session.first_nights
     return (
         f"gpugauge: profile={o.profile} devices={','.join(o.devices)} "

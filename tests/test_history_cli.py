@@ -89,13 +89,13 @@ def test_show_prints_the_trend_with_its_change_points(
 ) -> None:
     assert main(["show", CASE, "--history", stepped]) == 0
     out = capsys.readouterr().out
-    assert "32 runs on 2 host(s)" in out
+    assert "32 runs on 2 hosts" in out
     assert any(bar in out for bar in "▁▂▃▄▅▆▇█")
     assert "◆" in out
     assert "torch 2.11.0 → 2.12.0" in out
     assert main(["show", CASE, "--host", "GPU-1111", "--last", "3", "--history", stepped]) == 0
     shown = capsys.readouterr().out
-    assert "3 runs on 1 host(s)" in shown
+    assert "3 runs on 1 host" in shown
 
 
 def test_changes_say_what_changed(stepped: str, capsys: pytest.CaptureFixture) -> None:
@@ -305,7 +305,7 @@ def test_an_id_glob_that_matches_nothing_says_so(
 def test_show_of_one_host_shows_its_runs_only(stepped: str, capsys: pytest.CaptureFixture) -> None:
     assert main(["show", CASE, "--host", "GPU-2222", "--history", stepped]) == 0
     out = capsys.readouterr().out
-    assert "16 runs on 1 host(s)" in out
+    assert "16 runs on 1 host" in out
     assert "GPU-1111" not in out
 
 

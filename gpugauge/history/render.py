@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpugauge.core.phrasing import plural
 from gpugauge.history.changepoints import ChangePoint
 from gpugauge.history.records import ABRecord, Point
 from gpugauge.history.store import Case
@@ -102,7 +103,7 @@ def trend_text(points: Sequence[Point], changes: Sequence[ChangePoint], metric: 
     first = points[0]
     title = (
         f"{first.result.bench_id} ({first.result.family}, {first.result.device_class}): "
-        f"{metric}, {len(points)} runs on {len({p.host for p in points})} host(s)"
+        f"{metric}, {plural(len(points), 'run')} on {plural(len({p.host for p in points}), 'host')}"
     )
     spark = f"trend: {sparkline([p.median for p in points])}"
     lines = [title, spark, "", table(header, rows)]
