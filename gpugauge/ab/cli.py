@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpugauge.ab.bisect import BisectResult, bisect, render_bisect
-from gpugauge.ab.budget import Budget, add_budget
+from gpugauge.ab.budget import BUDGET_SHORT, BUDGET_SPENT, Budget, add_budget
 from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, owning, run_ab, say
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.confirm_command import confirm_command
@@ -163,7 +163,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "slower, faster, same or need more samples. Writes ab.json and ab.md under --out "
         "(and appends the Markdown to $GITHUB_STEP_SUMMARY when set). Exit status: 0 "
         "nothing slower; 1 a case slower, a side failed, head made no timing call base made, "
-        "or no case was paired; 2 bad input; 130 interrupted.",
+        "or no case was paired (its time budget aside); 2 bad input; 130 interrupted.",
     )
     ab.add_argument("base", metavar="BASE", help="git ref of the base build, or WORKTREE")
     ab.add_argument(
@@ -284,8 +284,11 @@ def ab_command(args: argparse.Namespace) -> int:
             report = run_ab(args, args.base, args.head, args.out, budget=budget)
         print("\n" + terminal(report))
         print(f"wrote {args.out / AB_JSON} and {args.out / AB_MD}")
-        compared = any(c.every_pair for c in report.cases)
-        if not compared:  # a job that compared nothing must not pass
+        # a job that compared nothing must not pass, unless its own time budget said so
+        said = [v for c in report.cases for v in c.status.values()]
+        budgeted = any(v.endswith((BUDGET_SPENT, BUDGET_SHORT)) for v in said)
+        compared = budgeted or any(c.every_pair for c in report.cases)
+        if not compared:
             print("gpugauge ab: nothing was compared: no case was timed by both builds")
         return EXIT_FAILED if report.slower or report.problems or not compared else EXIT_OK
 
