@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from gpugauge.ab.budget import Budget
-from gpugauge.ab.config import SETUP_MEMO, ABConfig
+from gpugauge.ab.config import SETUP_MEMO, ABConfig, forget_earlier
 from gpugauge.ab.gpus import folder_of, host_gpus, over_gpus
 from gpugauge.ab.render import write_ab_report
 from gpugauge.ab.result import ABReport
@@ -163,26 +163,33 @@ def run_ab(
         cfg = replace(cfg, side_args=gated_side, head_as_is=True)
     where = f" over GPUs {', '.join(gpus)}" if gpus else ""
     print(f"gpugauge ab: {base} against {head}{where}; logs and saved runs in {out}", flush=True)
+    folders = [out, *(folder_of(out, g) for g in gpus)]
     with checkouts(top, specs) as sides:
         # the setup answers of an earlier A/B's builds are never this one's; its records
         # go once this one has tests to run (gpugauge.ab.config.forget_earlier)
-        for folder in [out, *(folder_of(out, g) for g in gpus)]:
+        for folder in folders:
             if (folder / SETUP_MEMO).exists():
                 shutil.rmtree(folder / SETUP_MEMO)
         rel = here.resolve().relative_to(top.resolve())
         cwd = rel if str(rel) != "." else None
-        if gpus:
+        try:
+            if gpus:
 
-            def rounds_of(gpu: str) -> tuple[ABConfig, Callable[[Sequence[str]], ABConfig]]:
-                folder = folder_of(out, gpu)
-                return config_of(args, folder, ids, budget), partial(
-                    config_of, args, folder, budget=budget
-                )
+                def rounds_of(gpu: str) -> tuple[ABConfig, Callable[[Sequence[str]], ABConfig]]:
+                    folder = folder_of(out, gpu)
+                    return config_of(args, folder, ids, budget), partial(
+                        config_of, args, folder, budget=budget
+                    )
 
-            report = over_gpus(gpus, rounds_of, sides, say, out, cwd, later)
-        else:
-            next_round = partial(config_of, args, out, budget=budget)
-            report = run_sides(cfg, sides, say, cwd, next_round, later)
+                report = over_gpus(gpus, rounds_of, sides, say, out, cwd, later)
+            else:
+                next_round = partial(config_of, args, out, budget=budget)
+                report = run_sides(cfg, sides, say, cwd, next_round, later)
+        except ABError:
+            # broken, not refused: the earlier A/B's records must not pass for this one's
+            for folder in folders:
+                forget_earlier(folder)
+            raise
     write_ab_report(report, out)
     return report
 

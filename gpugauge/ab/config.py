@@ -23,7 +23,8 @@ def forget_earlier(out: Path) -> None:
 
     Its ab.json and ab.md would be read as this A/B's, and its later rounds' folders would
     lie beside this one's. An A/B refused before (a selection of no test, a ref or a
-    Python that cannot run) leaves them as they were.
+    Python that cannot run) leaves them as they were; one that breaks before (a side that
+    ends before it connects) removes them all the same: they must not pass for its own.
     """
     for stale in (AB_JSON, AB_MD):
         (out / stale).unlink(missing_ok=True)
