@@ -518,7 +518,7 @@ def test_a_measured_night_whose_reference_cannot_run_its_tests_fails(
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
     case = "test_toy.py::test_spin" if ids == "same" else "3.0"
-    lost = f"could not pair 1 result this A/B was to decide: {case} (not run there)"
+    lost = f"left 1 result this A/B was to decide undecided: {case} (not run there)"
     assert lost in said, said
     assert "(its pytest's exit status: 2; log: " in said, said
     assert "gpugauge gate:" in said, said  # the gated run itself ran and passed
@@ -552,7 +552,7 @@ def test_a_measured_night_whose_budget_ends_before_any_pair_does_not_blame_the_r
     done = _measured_night(repo, tmp_path, "--time-budget", "2")
     said = done.stdout + done.stderr
     assert "its time budget was spent before this test" in said, said  # no pair was made
-    assert "could not pair" not in said, said
+    assert "this A/B was to decide undecided" not in said, said
     assert done.returncode == 0, said  # the gated run passed, and so does the night
     assert _leftovers(repo, tmp_path) == []
 
@@ -582,7 +582,7 @@ def test_a_result_whose_baseline_a_later_commit_recorded_is_not_owed_by_the_nigh
     done = _measured_night(repo, tmp_path)
     said = done.stdout + done.stderr
     assert "test_toy.py::test_spin2: on head only" in said, said  # the night's reference lacks it
-    assert "could not pair" not in said, said  # and owes it no A/B
+    assert "this A/B was to decide undecided" not in said, said  # and owes it no A/B
     second = _git(repo, "rev-parse", "HEAD")[:10]
     assert f"A/B 1 of 1, against {second}" in said, said  # its own reference A/Bs it
     assert _leftovers(repo, tmp_path) == []
