@@ -28,7 +28,6 @@ from gpugauge.check.runs import sigterm_as_interrupt
 from gpugauge.results.files import Busy, held_or_refused, make_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-# rounds an earlier A/B in the same --out may have written (round-2/, ...): at most --rounds'
 OUT_LOCK = ".gpugauge-ab.lock"  # in --out while a command A/Bs into it, naming its pid
 
 

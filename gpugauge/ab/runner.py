@@ -282,8 +282,8 @@ class Coordinator:
         unknown marker in -m), ran nothing on either side: SideError, and ``--out`` keeps
         the earlier A/B's records (its sides' logs are this run's, and say why).
         """
-        said = [m.get("exitstatus") for m in first.values() if m["op"] == "bye"]
-        if not total or (len(said) == len(first) and {4, 5} & set(said)):
+        ended = [m.get("exitstatus") for m in first.values() if m["op"] == "bye"]
+        if not total or (len(ended) == len(first) and {4, 5} & set(ended)):
             for s in sides:  # pytest says why after its last hook: its log, once it ended
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     s.proc.wait(timeout=30)

@@ -121,6 +121,7 @@ def collect(
     run = load_run(current)
     refused = say_refused(run, "gpugauge report")
     baseline_noisy: frozenset[str] = frozenset()
+    judge = Judge(Gate(BaselineStore(baselines), tolerances))  # for a result with no verdict
     if baseline_run is not None:
         other = load_run(baseline_run)
         refused += say_refused(other, "gpugauge report")
@@ -128,7 +129,7 @@ def collect(
         against = f"saved run {baseline_run}"
         baseline_noisy = uncertain_ids(other.measurements)
     elif run.verdicts:
-        results, judged = _stored_verdicts(run, Judge(Gate(BaselineStore(baselines), tolerances)))
+        results, judged = _stored_verdicts(run, judge)
         against = "the stored baselines, as the run's own gate judged it (--gauge-gate)"
         if n := sum(c.basis is Basis.SAME_GPU_AB for r in results for c in r.checks):
             against += f", {plural(n, 'result')} decided by a same-GPU A/B (gpugauge confirm)"
@@ -138,7 +139,6 @@ def collect(
                 f"against {baselines}/: {', '.join(judged)}"
             )
     else:
-        judge = Judge(Gate(BaselineStore(baselines), tolerances))
         results = [judge.judge(m) for m in run.measurements]
         against = f"stored baselines in {baselines}/"
     runs, skipped = [], refused
