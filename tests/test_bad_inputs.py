@@ -655,6 +655,10 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
         ["--gauge-gate", "--gauge-first-nights", "3", "--gauge-no-history"],
         "--gauge-no-history",
     ),
+    "history-on-and-off": (
+        ["--gauge-history={root}/history.sqlite", "--gauge-no-history"],
+        "drop one of them",
+    ),
     "update-disabled": (["--gauge-update-baselines", "--benchmark-disable"], "--benchmark-disable"),
     # pytest-benchmark's own options keep working for `benchmark` tests (test_plugin.py);
     # a bad value of one is still refused before anything runs, by pytest-benchmark itself
