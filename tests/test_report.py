@@ -792,3 +792,33 @@ def test_a_javascript_artifact_is_never_a_live_link(tmp_path: Path) -> None:
         assert ":" not in target.split("/")[0], target  # no scheme: a relative path
     assert "javascript%3Aalert%281%29" in page
     assert "a%20b/k%280%29.md" in md
+
+
+def test_a_paired_comparison_says_so_in_the_report_not_its_sides_noise(tmp_path: Path) -> None:
+    """The report's notes name the paired blocks, as the run's own table does.
+
+    The pairs time both sides alike, so their spread is in the speedup's interval: a side
+    noisy on its own is no hedge (a review found the report saying 'noisy: swapped' where
+    the terminal said 'from 8 paired blocks').
+    """
+    import math
+    from dataclasses import replace
+
+    from gpugauge.report.document import ReportData, render_markdown
+    from gpugauge.results.measurement import Comparison
+    from gpugauge.results.runs import SavedRun
+
+    from .fakes import result
+
+    normal, swapped = result("normal", 2.0), _noisy(result("swapped", 1.0))
+    logs = [math.log(1.05)] * 8
+    paired = replace(swapped, extra={"paired": {"against": "normal", "log_ratios": logs}})
+    saved = [
+        Comparison("vgg paired", normal, paired, "normal", "swapped").as_dict(),
+        Comparison("vgg alone", normal, swapped, "normal", "swapped").as_dict(),
+    ]
+    run = SavedRun(tmp_path / "r.json", "now", [normal, paired], adhoc_comparisons=saved)
+    md = render_markdown(ReportData(run, "-", [], []), {}, tmp_path)
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if "| vgg " in line}
+    assert rows["vgg paired"].rstrip(" |").endswith("from 8 paired blocks")
+    assert rows["vgg alone"].rstrip(" |").endswith("noisy: swapped")

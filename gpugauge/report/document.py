@@ -47,6 +47,7 @@ from gpugauge.report.tables import (
     no_interval,
     noisy_ids,
     notes_of,
+    trust_note,
     uncertain_ids,
     unsampled_ids,
     value_metrics,
@@ -282,7 +283,7 @@ def _comparison_rows(data: ReportData) -> Section:
                     f"{c['candidate_label']} {fmt_ms(c['candidate_median_ms'])} ms",
                     _speedup_cell(s, rounds, c),
                     "-" if frac is None else f"{frac:+.1%}",
-                    _noisy_labels(c, noisy),
+                    _trust(c, noisy),
                 ]
             )
         except (KeyError, TypeError, ValueError):
@@ -298,12 +299,12 @@ def _speedup_cell(speedup: dict, rounds: dict[str, int], saved: dict) -> Cell:
     return f"{speedup['value']:.3f}x [{speedup['ci_low']:.3f}, {speedup['ci_high']:.3f}]"
 
 
-def _noisy_labels(saved: dict, noisy: frozenset[str]) -> str:
-    """'noisy: normal' for a saved comparison whose sides' rounds missed their target CI."""
+def _trust(saved: dict, noisy: frozenset[str]) -> str:
+    """The notes cell of a saved comparison: its paired blocks, else its noisy sides."""
     sides = [
         str(saved[f"{side}_label"]) for side in ("baseline", "candidate") if saved[side] in noisy
     ]
-    return f"noisy: {', '.join(sides)}" if sides else "-"
+    return trust_note(int(saved.get("paired_blocks") or 0), sides) or "-"
 
 
 def _sections(data: ReportData, out: Path) -> list[Section]:

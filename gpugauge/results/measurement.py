@@ -392,4 +392,5 @@ class Comparison:
             "speedup": self.speedup.as_dict(),
             "memory_saved_bytes": self.memory_saved_bytes,
             "memory_saved_fraction": self.memory_saved_fraction,
+            "paired_blocks": len(self.paired_log_ratios),
         }
