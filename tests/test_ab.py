@@ -2156,6 +2156,7 @@ def test_a_side_silent_past_the_budget_is_stopped_and_the_ab_keeps_its_cases(
     import gpugauge.ab.runner as runner
     from gpugauge.ab.budget import Budget
     from gpugauge.ab.config import ABConfig
+    from gpugauge.ab.rounds import run_sides
 
     (toy / "test_toy.py").write_text(HANGS)
     _git(toy, "add", "-A")
@@ -2172,7 +2173,7 @@ def test_a_side_silent_past_the_budget_is_stopped_and_the_ab_keeps_its_cases(
         budget=Budget(time.monotonic() + 60.0),  # the sides' start and the first test, loaded
     )
     with checkouts(toy, specs, parent=tmp_path) as sides:
-        report = runner.run_sides(cfg, sides, note=lambda _: None)
+        report = run_sides(cfg, sides, note=lambda _: None)
     assert time.monotonic() - t0 < 120  # the budget's 60 s, its grace, the sides' ends
     assert len(report.cases) == 1, report.problems
     (first,) = report.cases  # the case it finished keeps its verdict

@@ -21,7 +21,8 @@ from gpugauge.ab.config import SETUP_MEMO, ABConfig, forget_earlier
 from gpugauge.ab.gpus import folder_of, host_gpus, over_gpus
 from gpugauge.ab.render import write_ab_report
 from gpugauge.ab.result import ABReport
-from gpugauge.ab.runner import ABError, run_sides
+from gpugauge.ab.rounds import run_sides
+from gpugauge.ab.runner import ABError
 from gpugauge.ab.sides import SideError, SideSpec, checkouts, repo_root
 from gpugauge.ab.verdict import Schedule
 from gpugauge.check.runs import sigterm_as_interrupt

@@ -1,6 +1,6 @@
 """One A/B spread over several GPUs of a host: a pair of processes on each, one report.
 
-Each GPU runs an A/B of its own (:func:`~gpugauge.ab.runner.run_sides`) in a thread of
+Each GPU runs an A/B of its own (:func:`~gpugauge.ab.rounds.run_sides`) in a thread of
 this process. Its two sides see that GPU alone (``CUDA_VISIBLE_DEVICES``), so each pair of
 blocks, and each round of a case, runs on one GPU: the pair cancels that GPU's own speed
 as it does on a one-GPU host. The GPUs take the tests as a queue
@@ -23,7 +23,7 @@ from pathlib import Path
 from gpugauge.ab.claims import Claims, Stopped
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.result import ABReport
-from gpugauge.ab.runner import run_sides
+from gpugauge.ab.rounds import run_sides
 from gpugauge.ab.sides import Checkout
 from gpugauge.core.phrasing import Note
 from gpugauge.measure.nvml import NvmlUnavailable, maybe_nvml
