@@ -655,6 +655,28 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
         ["--gauge-gate", "--gauge-first-nights", "3", "--gauge-no-history"],
         "--gauge-no-history",
     ),
+    # issue 48's option sweep (2026-12-06): each was accepted, and one of the two did nothing
+    "rounds-and-target-ci": (
+        ["--gauge-rounds", "3", "--gauge-target-ci", "0.001"],
+        "--gauge-target-ci would have no effect",
+    ),
+    "rounds-and-max-time": (
+        ["--gauge-rounds", "3", "--gauge-max-time", "100"],
+        "--gauge-max-time would have no effect",
+    ),
+    "max-time-under-min-time": (
+        ["--gauge-min-time", "5", "--gauge-max-time", "0.5"],
+        "--gauge-max-time 0.5 ends a case's rounds before its least time",
+    ),
+    "confirm-new-host-without-history": (
+        ["--gauge-gate", "--gauge-confirm-new-host", "--gauge-no-history"],
+        "--gauge-no-history turns the history off",
+    ),
+    "no-remeasure-without-gate": (["--gauge-no-remeasure"], "--gauge-no-remeasure applies"),
+    "require-baselines-disabled": (
+        ["--gauge-gate", "--gauge-require-baselines", "--benchmark-disable"],
+        "--benchmark-disable",
+    ),
     "history-on-and-off": (
         ["--gauge-history={root}/history.sqlite", "--gauge-no-history"],
         "drop one of them",

@@ -28,6 +28,7 @@ DEFAULTS = {
     "launch_each": False,
     "first_nights": None,
     "no_history": False,
+    "no_remeasure": False,
     "baselines_dir": None,
     "tolerances_dir": None,
     "artifacts_dir": None,
@@ -155,6 +156,9 @@ def test_a_gpu_run_judged_or_recorded_must_time_the_sustained_clock(option: str)
         resolve_with(cuda=True, regime="burst", **{option: True})
     with pytest.raises(ValueError, match="sustained regime"):
         resolve_with(cuda=True, profile="smoke", device="all", **{option: True})
+    # a seed run with no warm-up never waits for the clock either (the option sweep)
+    with pytest.raises(ValueError, match="warmup-time 0 times without waiting"):
+        resolve_with(cuda=True, profile="seed", warmup_time=0.0, **{option: True})
     for profile in ("seed", "full"):
         assert getattr(resolve_with(cuda=True, profile=profile, **{option: True}), option)
     # a CPU run, or a GPU run that neither meets nor makes a reference, may time as it likes

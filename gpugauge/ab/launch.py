@@ -60,6 +60,7 @@ SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
     # side of ``confirm --measure``)
     (("gauge_require_baselines",), False),
     (("gauge_confirm_new_host",), False),
+    (("gauge_no_remeasure", "gauge_no_confirm"), False),
     (("gauge_first_nights",), 0),
     (("update_baselines", "gauge_update_baselines"), False),
 )

@@ -162,10 +162,17 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         merged.setdefault("max_warmup_s", max(base.max_warmup_s, merged["warmup_s"] + slack))
     if merged.get("target_ci", 0.5) >= 1:
         raise ValueError("--gauge-target-ci must be below 1 (0.01 means ±1%)")
+    _check_stopping(merged)
     try:
         policy = replace(base, **merged)
     except ValueError as err:
         raise ValueError(_policy_problem(str(err), merged)) from None
+    if policy.rounds is None and policy.min_time_s > policy.budget_s:
+        raise ValueError(
+            f"--gauge-max-time {policy.budget_s:g} ends a case's rounds before its least time "
+            f"(--gauge-min-time {policy.min_time_s:g}, or the profile's): every result would "
+            "stop short and read noisy; give a max time of at least the min time"
+        )
     _check_folders(get)
     if "cuda" in devices:
         _check_regime(get, profile, policy)
@@ -207,6 +214,22 @@ POLICY_OPTIONS = {
 }
 
 
+# the options by which an adaptive run decides when its rounds stop; a fixed count ignores them
+ADAPTIVE_FIELDS = ("min_rounds", "target_ci", "budget_s", "min_time_s")
+
+
+def _check_stopping(merged: dict[str, Any]) -> None:
+    """``--gauge-rounds N`` times N rounds: an option of the adaptive stop beside it is void."""
+    if "rounds" not in merged:
+        return
+    void = [POLICY_OPTIONS[f] for f in ADAPTIVE_FIELDS if f in merged]
+    if void:
+        raise ValueError(
+            f"--gauge-rounds {merged['rounds']} times exactly that many rounds, so "
+            f"{', '.join(void)} would have no effect: drop one or the other"
+        )
+
+
 def _policy_problem(message: str, merged: dict[str, Any]) -> str:
     """TimingPolicy's complaint about its fields, said with the options that set them."""
     named = [f"{o} {merged[f]}" for f, o in POLICY_OPTIONS.items() if f in merged and f in message]
@@ -230,6 +253,8 @@ def _check_regime(get: Callable[[str], Any], profile: str, policy: TimingPolicy)
         why = f"--gauge-regime {policy.regime} times the boost clock after an idle"
     elif policy.settle == 0:
         why = f"--gauge-profile {profile} times without waiting for the clock to settle"
+    elif policy.warmup_s <= 0:
+        why = "--gauge-warmup-time 0 times without waiting for the clock to settle"
     else:
         return
     raise ValueError(
@@ -262,6 +287,13 @@ def _check_folders(get: Callable[[str], Any]) -> None:
         raise ValueError("--gauge-require-baselines applies to --gauge-gate; add --gauge-gate")
     if get("confirm_new_host") and not get("gate"):
         raise ValueError("--gauge-confirm-new-host applies to --gauge-gate; add --gauge-gate")
+    if get("confirm_new_host") and get("no_history"):
+        raise ValueError(
+            "--gauge-confirm-new-host asks the results history whether it knows this host; "
+            "--gauge-no-history turns the history off: drop one of them"
+        )
+    if get("no_remeasure") and not get("gate"):
+        raise ValueError("--gauge-no-remeasure applies to --gauge-gate; add --gauge-gate")
     if get("confirm_new_host") and get("update_baselines"):
         raise ValueError(
             "--gauge-confirm-new-host lets a regressed result pass its test: it cannot write "
