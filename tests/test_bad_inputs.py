@@ -1186,3 +1186,27 @@ def test_confirm_of_a_run_without_gate_verdicts_says_it_was_not_gated(
     ungated.write_text(json.dumps(run_json([result("a")])))
     argv = ["confirm", str(ungated), "--out", str(ws / "ab")]
     cli_refuses(ws, argv, str(ungated), capsys, "was run without --gauge-gate")
+
+
+def test_confirm_refuses_what_it_would_run_without(ws: Path, capsys: pytest.CaptureFixture) -> None:
+    """An option sweep (2026-12-06): ``-k`` without ``--measure`` was ignored, and confirm
+    rewrote a result it had left out; ``--measure`` without the gate measured a night, then
+    refused it."""
+    run = _gated_run(ws / "gated.json")
+    out = ["--out", str(ws / "ab")]
+    for given, named in ((["-k", "test_a"], "-k"), (["-m", "nightly"], "-m")):
+        cli_refuses(ws, ["confirm", str(run), *out, *given], named, capsys, "add --measure")
+    gated = ["--gated-args=--gauge-gate"]
+    cli_refuses(ws, ["confirm", str(run), *out, *gated], "--gated-args", capsys, "--measure")
+    night = str(ws / "night.json")
+    ungated = ["confirm", night, "--measure", *out, "--gated-args=--benchmark-autosave"]
+    cli_refuses(ws, ungated, "--gauge-gate", capsys, "no --gauge-gate was given")
+
+
+@pytest.mark.parametrize("option", ["--out", "--benches"])
+def test_an_empty_path_is_refused_by_ab(
+    ws: Path, capsys: pytest.CaptureFixture, option: str
+) -> None:
+    """``--out ""`` wrote ab.json and the sides' runs into the current folder; ``--benches ""``
+    ran every test pytest found there."""
+    cli_refuses(ws, ["ab", "HEAD", option, ""], f"argument {option}", capsys, "an empty path")

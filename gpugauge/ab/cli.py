@@ -30,7 +30,7 @@ from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
 from gpugauge.ab.sides import WORKING_TREE, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
 from gpugauge.check.cli import fraction_quoting
-from gpugauge.core.arguments import number
+from gpugauge.core.arguments import number, path_option
 from gpugauge.results.files import atomic_write_text
 
 AB_OUT = Path("reports") / "ab"
@@ -53,6 +53,8 @@ def _benches(text: str) -> str:
     Dropped, a mistyped folder had both sides run the project's configured tests (the
     harness's own 1,817) as benchmarks, for up to an hour (a review, 2026-12-06).
     """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (pytest would run what it finds here)")
     if text != DEFAULT_BENCHES and not Path(text).exists():
         raise argparse.ArgumentTypeError(f"{text}: no such folder here (cwd {Path.cwd()})")
     return text
@@ -80,7 +82,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=path_option,
         default=AB_OUT,
         help=f"folder for the sides' logs and saved runs and ab.json (default {AB_OUT})",
     )
@@ -232,11 +234,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f"(default {MIN_EFFECT:g}: {1 + MIN_EFFECT:g}x)",
     )
     conf.add_argument(
-        "--baselines-dir", type=Path, default=Path("baselines"), help="default: baselines"
+        "--baselines-dir", type=path_option, default=Path("baselines"), help="default: baselines"
     )
     conf.add_argument(
         "--storage",
-        type=Path,
+        type=path_option,
         default=Path(".benchmarks"),
         help="pytest-benchmark's storage, whose autosaved copy of the run is rewritten too "
         "(default: .benchmarks)",

@@ -207,6 +207,31 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
     return status, {c.nodeid for c in chosen}
 
 
+def check_asked(args: argparse.Namespace) -> None:
+    """SideError (bad input) for options that this confirm would run without.
+
+    Without ``--measure`` confirm A/Bs every result of RUN.json an A/B is owed: ``-k``,
+    ``-m`` and ``--gated-args`` choose what a measured night runs, and were ignored (an
+    option sweep, 2026-12-06: ``-k`` had rewritten a result it left out). With it, the
+    gated run needs ``--gauge-gate``: else the night was measured, then refused.
+    """
+    if not args.measure:
+        given = [o for o, v in (("-k", args.select), ("-m", args.markers)) if v]
+        given += ["--gated-args"] if args.gated_args else []
+        if given:
+            raise SideError(
+                f"{' and '.join(given)} choose what --measure runs; without it confirm A/Bs "
+                f"every result of {args.run} that is owed an A/B: add --measure, or drop them"
+            )
+        return
+    asked = [*head_args(args), *args.pytest_args]
+    if "--gauge-gate" not in asked:
+        raise SideError(
+            "--measure runs the gated suite, and no --gauge-gate was given for it: confirm "
+            "A/Bs a gate's verdicts (give it in --gated-args, e.g. --gated-args=--gauge-gate)"
+        )
+
+
 def check_gated(run: SavedRun, path: Path) -> None:
     """SideError (bad input) where RUN holds results but no gate verdicts: nothing to confirm.
 
@@ -347,6 +372,7 @@ def confirm_command(args: argparse.Namespace) -> int:
     def body() -> int:
         # one budget for every A/B of the run
         budget = config_of(args, args.out, budget=Budget.from_args(args)).budget
+        check_asked(args)
         status, measured = EXIT_OK, set()
         if args.measure:
             check_new(args.run)
