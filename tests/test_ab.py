@@ -984,30 +984,6 @@ def test_a_project_plugin_that_imports_gpugauge_first_still_pairs(
 
 
 @pytest.mark.slow
-def test_a_history_given_to_a_side_is_turned_off_with_it(toy: Path, tmp_path: Path) -> None:
-    """A side appends no history (the A/B keeps its own record), and a given one is no error.
-
-    ``--gauge-history`` with ``--gauge-no-history`` is bad input to pytest; the A/B turns off
-    both on its sides, so a history named in a side's arguments cannot stop it.
-    """
-    history = tmp_path / "history.sqlite"
-    run = _ab(
-        toy,
-        "ab",
-        "HEAD",
-        "HEAD",
-        "--rounds",
-        "1",
-        f"--head-args=--gauge-history={history}",
-        out=tmp_path / "aa",
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    (case,) = json.loads((tmp_path / "aa" / "ab.json").read_text())["cases"]
-    assert case["pairs"], case
-    assert not history.exists()
-
-
-@pytest.mark.slow
 def test_a_reference_from_before_a_marker_pairs_the_tests_the_selection_names(
     toy: Path, tmp_path: Path
 ) -> None:

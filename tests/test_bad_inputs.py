@@ -1210,3 +1210,21 @@ def test_an_empty_path_is_refused_by_ab(
     """``--out ""`` wrote ab.json and the sides' runs into the current folder; ``--benches ""``
     ran every test pytest found there."""
     cli_refuses(ws, ["ab", "HEAD", option, ""], f"argument {option}", capsys, "an empty path")
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        (["--", "--gauge-gate", "--gauge-energy-window", "3"], "window, --gauge-gate"),
+        (["--head-args=--gauge-history=h.sqlite"], "--gauge-history"),
+        (["--base-args", "--gauge-rounds 5"], "--gauge-rounds"),
+        (["--", "--gauge-target-ci=0.001"], "--gauge-target-ci"),
+    ],
+)
+def test_ab_refuses_options_its_sides_would_ignore(
+    ws: Path, capsys: pytest.CaptureFixture, given: list[str], named: str
+) -> None:
+    """An A/B's sides run ungated, with no history or energy window, and each block decides
+    its own rounds: such an option given to them did nothing, and the A/B said nothing."""
+    cli_refuses(ws, ["ab", "HEAD", *given], named, capsys, "an A/B's sides run without")
+    cli_refuses(ws, ["bisect", "HEAD~1", "HEAD", *given], named, capsys, "drop them")

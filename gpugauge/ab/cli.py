@@ -15,6 +15,7 @@ command is :mod:`gpugauge.ab.confirm_command`, the A/B they share :mod:`gpugauge
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,13 +26,15 @@ from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, owning, run_ab, s
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.confirm_command import confirm_command
 from gpugauge.ab.gpus import parse_gpus
+from gpugauge.ab.launch import SIDE_SETTINGS
 from gpugauge.ab.render import terminal
 from gpugauge.ab.result import AB_JSON, AB_MD, ABReport
-from gpugauge.ab.sides import WORKING_TREE, repo_root
+from gpugauge.ab.sides import WORKING_TREE, SideError, repo_root
 from gpugauge.ab.verdict import MIN_EFFECT, Schedule
 from gpugauge.check.cli import fraction_quoting
 from gpugauge.core.arguments import number, path_option
 from gpugauge.results.files import atomic_write_text
+from gpugauge.runtime.options import ADAPTIVE_FIELDS, POLICY_OPTIONS
 
 AB_OUT = Path("reports") / "ab"
 BISECT_TXT = "bisect.txt"
@@ -277,10 +280,47 @@ def _budget(args: argparse.Namespace) -> Budget:
     return budget
 
 
+def _sides_options() -> tuple[str, ...]:
+    """The pytest options a side of an A/B would take and ignore: given, each is a mistake.
+
+    Those the A/B turns off on its sides (:data:`~gpugauge.ab.launch.SIDE_SETTINGS`: the gate
+    and what goes with it, the history, energy windows) and those each block's timing
+    replaces (:func:`~gpugauge.ab.worker.block_policy`: when a case's rounds stop).
+    """
+    off = [
+        "--" + dest.replace("_", "-")
+        for dests, value in SIDE_SETTINGS
+        if not value
+        for dest in dests
+        if dest.startswith("gauge_")
+    ]
+    return (*off, *(POLICY_OPTIONS[f] for f in ("rounds", *ADAPTIVE_FIELDS)))
+
+
+def check_sides_args(args: argparse.Namespace) -> None:
+    """SideError (bad input) where ``--``, --base-args or --head-args name such an option.
+
+    An option sweep (2026-12-06): ``-- --gauge-gate --gauge-energy-window 3`` ran an A/B
+    with neither, and said nothing.
+    """
+    try:
+        given = [*args.pytest_args, *shlex.split(args.base_args), *shlex.split(args.head_args)]
+    except ValueError:
+        return  # said, with its option, where the sides' arguments are split
+    named = [o for o in _sides_options() if any(t == o or t.startswith(o + "=") for t in given)]
+    if named:
+        raise SideError(
+            f"{', '.join(named)}: an A/B's sides run without {'it' if len(named) == 1 else 'them'} "
+            "(it compares times in blocks of its own, ungated: `gpugauge confirm` gates a run's "
+            "results); drop them from the sides' arguments"
+        )
+
+
 def ab_command(args: argparse.Namespace) -> int:
     """``gpugauge ab``."""
 
     def body() -> int:
+        check_sides_args(args)
         budget = _budget(args)
         with owning(args.out):
             report = run_ab(args, args.base, args.head, args.out, budget=budget)
@@ -301,6 +341,7 @@ def bisect_command(args: argparse.Namespace) -> int:
     """``gpugauge bisect``."""
 
     def body() -> int:
+        check_sides_args(args)
         top = repo_root(Path.cwd())
         budget = _budget(args)  # one for every A/B of the search
 
