@@ -1228,3 +1228,11 @@ def test_ab_refuses_options_its_sides_would_ignore(
     its own rounds: such an option given to them did nothing, and the A/B said nothing."""
     cli_refuses(ws, ["ab", "HEAD", *given], named, capsys, "an A/B's sides run without")
     cli_refuses(ws, ["bisect", "HEAD~1", "HEAD", *given], named, capsys, "drop them")
+
+
+def test_bisect_of_one_commit_named_twice_is_bad_input(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``bisect HEAD HEAD`` exited 1 with a bisect.txt, as if a search had found nothing."""
+    argv = ["bisect", "HEAD", "HEAD", "--out", str(ws / "bisect")]
+    cli_refuses(ws, argv, "HEAD is HEAD", capsys, "no commit after GOOD")

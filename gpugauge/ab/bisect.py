@@ -181,9 +181,10 @@ def bisect(
             "is good)"
         ) from None
     commits = first_parent_commits(repo, good_sha, bad_sha)
-    if not commits:
-        return BisectResult(
-            good_sha, bad_sha, None, False, (), (), reason=f"{bad} is not after {good}"
+    if not commits:  # one commit named twice: nothing between them to search (bad input)
+        raise SideError(
+            f"{bad} is {good} ({good_sha[:10]}): there is no commit after GOOD up to BAD to "
+            "search; give a BAD later than GOOD"
         )
     note(f"bisect: {plural(len(commits), 'commit')} after {good_sha[:10]} up to {bad_sha[:10]}")
     if budget.left() <= 0:
