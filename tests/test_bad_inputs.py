@@ -1236,3 +1236,11 @@ def test_bisect_of_one_commit_named_twice_is_bad_input(
     """``bisect HEAD HEAD`` exited 1 with a bisect.txt, as if a search had found nothing."""
     argv = ["bisect", "HEAD", "HEAD", "--out", str(ws / "bisect")]
     cli_refuses(ws, argv, "HEAD is HEAD", capsys, "no commit after GOOD")
+
+
+def test_report_refuses_a_run_against_itself(ws: Path, capsys: pytest.CaptureFixture) -> None:
+    """An option sweep (2026-12-06): it read '1 unchanged 1.000x' and exited 0."""
+    run = ws / "run.json"
+    run.write_text(json.dumps(run_json([result("a")])))
+    itself = report(ws, "--current", str(run), "--against", str(run))
+    cli_refuses(ws, itself, "--against", capsys, "is the run this report is of")

@@ -42,6 +42,11 @@ def _write_report(args: argparse.Namespace) -> int:
     if args.against is not None:
         check_file(args.against, "--against")
     current = args.current or _newest(history, args.storage)
+    if args.against is not None and args.against.samefile(current):
+        raise FileError(
+            f"--against {args.against} is the run this report is of: every result would read "
+            "1.000x; name another run, or leave --against out to use the stored baselines"
+        )
     policy = load_tolerances(tolerances)
     if policy.skipped:
         notes.append(policy.skipped_line())
