@@ -52,7 +52,7 @@ SIDE_SETTINGS: tuple[tuple[tuple[str, ...], object], ...] = (
     LAUNCH_EACH,
     (("energy_window", "gauge_energy_window"), 0.0),
     (("no_history", "gauge_no_history"), True),
-    (("history", "gauge_history"), None),  # a history given after -- is turned off with it
+    (("history", "gauge_history"), None),  # a side's arguments name none (ab refuses it)
     ((KERNELS, "gauge_record_kernels"), True),
     (("gauge_skip_extras",), True),  # profiler passes, traces, CPU references: not compared
     (("gate", "gauge_gate"), False),

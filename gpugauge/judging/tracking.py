@@ -64,14 +64,9 @@ def judged_here(m: Measurement) -> list[MetricRecord]:
 
 def target_of(config: pytest.Config) -> str | None:
     """Where this session's history lives, or None when it is turned off."""
-    given = config.getoption("gauge_history", None)
-    if config.getoption("gauge_no_history", False):
-        if given is not None:
-            raise pytest.UsageError(
-                f"--gauge-history {given} appends this run to that history; --gauge-no-history "
-                "turns the history off: drop one of them"
-            )
+    if config.getoption("gauge_no_history", False):  # it turns off a history addopts names too
         return None
+    given = config.getoption("gauge_history", None)
     if given is not None:
         if not str(given).strip():
             raise pytest.UsageError("--gauge-history '': give a file path or a postgresql:// URL")

@@ -240,7 +240,8 @@ def add_history_options(group: Any) -> None:
         "--gauge-no-history",
         action="store_true",
         default=False,
-        help="neither read nor append the results history",
+        help="neither read nor append the results history, one that --gauge-history or "
+        "addopts names included",
     )
     group.addoption(
         "--gauge-first-nights",
