@@ -592,12 +592,13 @@ def test_a_result_whose_baseline_a_later_commit_recorded_is_not_owed_by_the_nigh
 def test_a_measured_night_whose_gated_run_has_no_gate_is_bad_input(
     repo: Path, tmp_path: Path
 ) -> None:
-    """Without --gauge-gate the night judged nothing: not "nothing to confirm", exit 0."""
+    """Without --gauge-gate the night would judge nothing: refused before it measures."""
     _record_baselines(repo, tmp_path, "baselines")
     done = _measured_night(repo, tmp_path, "--gated-args=--gauge-rounds=3")  # the last counts
     said = done.stdout + done.stderr
     assert done.returncode == 2, said
-    assert "no gate verdicts: it was run without --gauge-gate" in said, said
+    assert "no --gauge-gate was given for it" in said, said
+    assert "gpugauge ab:" not in said, said  # no side started
     assert _leftovers(repo, tmp_path) == []
 
 

@@ -673,14 +673,6 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
         "--gauge-no-history turns the history off",
     ),
     "no-remeasure-without-gate": (["--gauge-no-remeasure"], "--gauge-no-remeasure applies"),
-    "require-baselines-disabled": (
-        ["--gauge-gate", "--gauge-require-baselines", "--benchmark-disable"],
-        "--benchmark-disable",
-    ),
-    "history-on-and-off": (
-        ["--gauge-history={root}/history.sqlite", "--gauge-no-history"],
-        "drop one of them",
-    ),
     "update-disabled": (["--gauge-update-baselines", "--benchmark-disable"], "--benchmark-disable"),
     # pytest-benchmark's own options keep working for `benchmark` tests (test_plugin.py);
     # a bad value of one is still refused before anything runs, by pytest-benchmark itself
