@@ -15,14 +15,21 @@ command is :mod:`gpugauge.ab.confirm_command`, the A/B they share :mod:`gpugauge
 from __future__ import annotations
 
 import argparse
-import shlex
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from gpugauge.ab.bisect import BisectResult, bisect, render_bisect
 from gpugauge.ab.budget import BUDGET_SHORT, BUDGET_SPENT, Budget, add_budget
-from gpugauge.ab.command import EXIT_FAILED, EXIT_OK, guarded, owning, run_ab, say
+from gpugauge.ab.command import (
+    EXIT_FAILED,
+    EXIT_OK,
+    guarded,
+    owning,
+    run_ab,
+    say,
+    side_args_of,
+)
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.confirm_command import confirm_command
 from gpugauge.ab.gpus import parse_gpus
@@ -303,10 +310,7 @@ def check_sides_args(args: argparse.Namespace) -> None:
     An option sweep (2026-12-06): ``-- --gauge-gate --gauge-energy-window 3`` ran an A/B
     with neither, and said nothing.
     """
-    try:
-        given = [*args.pytest_args, *shlex.split(args.base_args), *shlex.split(args.head_args)]
-    except ValueError:
-        return  # said, with its option, where the sides' arguments are split
+    given = [*args.pytest_args, *(a for side in side_args_of(args).values() for a in side)]
     named = [o for o in _sides_options() if any(t == o or t.startswith(o + "=") for t in given)]
     if named:
         raise SideError(

@@ -103,6 +103,17 @@ def _without_tests(given: Sequence[str], ids: bool) -> list[str]:
     return out
 
 
+def side_args_of(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
+    """--base-args and --head-args, split as a shell would; SideError for one that does not."""
+    try:
+        return {
+            "base": tuple(shlex.split(args.base_args)),
+            "head": tuple(shlex.split(args.head_args)),
+        }
+    except ValueError as err:
+        raise SideError(f"--base-args/--head-args: {err}") from None
+
+
 def config_of(
     args: argparse.Namespace,
     out: Path,
@@ -110,14 +121,10 @@ def config_of(
     budget: Budget | None = None,
 ) -> ABConfig:
     """The A/B's configuration from the command line, within ``budget`` (None: no limit)."""
-    try:
-        side_args = {"base": shlex.split(args.base_args), "head": shlex.split(args.head_args)}
-    except ValueError as err:
-        raise SideError(f"--base-args/--head-args: {err}") from None
     cfg = ABConfig(
         selection(args, ids),
         out,
-        side_args={k: tuple(v) for k, v in side_args.items()},
+        side_args=side_args_of(args),
         schedule=replace(
             Schedule(),
             min_effect=args.min_effect,

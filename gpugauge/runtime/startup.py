@@ -48,7 +48,6 @@ def start(config: pytest.Config, note: Note, started: bool) -> GaugeSession:
                 "--gauge-update-baselines with --benchmark-disable: a run that does not measure "
                 "never writes baselines"
             )
-
         gate = None
         if options.gate:
             store = BaselineStore(options.baselines_dir)
