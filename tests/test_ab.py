@@ -453,7 +453,7 @@ def test_a_test_expected_to_end_past_the_budget_is_not_started() -> None:
     alone = {"t.py::split": 35.0, "t.py::conv": 2.3}
     cfg = ABConfig((), Path("unused"))
     budget = Budget(time.monotonic() + 20.0, alone, cfg.first_look_s)
-    first_look = 2 * 4 * (cfg.block_s + cfg.rewarm_s)  # both sides' four first blocks
+    first_look = 2 * cfg.schedule.min_pairs * (cfg.block_s + cfg.rewarm_s)  # both sides
     assert budget.expected_s("t.py::split") == pytest.approx(2 * 35.0 + first_look)
     assert budget.expected_s("t.py::other") == 0.0  # no run of its own known: only the budget
     coordinator = Coordinator(replace(cfg, budget=budget), {}, note=lambda _: None)
@@ -561,12 +561,12 @@ def test_a_case_round_two_leaves_out_is_not_judged_by_its_one_round() -> None:
 
 def test_every_pair_counts_whatever_its_clocks() -> None:
     """Run 116: linear-fwd-bf16 read 1.06x in every pair at SM clocks 1758-1965 MHz, and the
-    old rule stopped both its rounds "clocks unstable"; counted, four pairs decide."""
+    old rule stopped both its rounds "clocks unstable"; counted, the first look decides."""
     steady = [(10.0, 1980.0)] * 40
     wandering = [(10.6, 1780.0) if i % 2 else (10.6, 1980.0) for i in range(40)]
     case = _scripted_case(steady, wandering)
-    assert (case.outcome, len(case.pairs)) == (Outcome.SLOWER, 4)
-    assert [p.head.sm_clock_mhz for p in case.pairs] == [1980.0, 1780.0, 1980.0, 1780.0]
+    assert (case.outcome, len(case.pairs)) == (Outcome.SLOWER, Schedule().min_pairs)
+    assert [p.head.sm_clock_mhz for p in case.pairs] == [1980.0, 1780.0, 1980.0][: len(case.pairs)]
     # an A/A whose clocks wander: as noisy as its pairs are, never slower for its clocks
     same = _scripted_case(steady, [(10.0, 1780.0) if i % 2 else (10.0, 1980.0) for i in range(40)])
     assert same.outcome is Outcome.SAME
@@ -613,14 +613,15 @@ def test_deadline_and_time_budget_make_one_budget_the_sooner_counting() -> None:
 def test_max_pairs_below_the_first_look_is_refused_by_the_command_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A case's first look takes 4 pairs: fewer is refused where the option is read,
-    saying why, not later by the schedule."""
+    """A case's first look takes the schedule's first pairs: fewer is refused where the
+    option is read, saying why, not later by the schedule."""
     from gpugauge.cli import build_parser
 
-    assert build_parser().parse_args(["ab", "HEAD", "--max-pairs", "4"]).max_pairs == 4
+    least = Schedule().min_pairs
+    assert build_parser().parse_args(["ab", "HEAD", "--max-pairs", str(least)]).max_pairs == least
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["ab", "HEAD", "--max-pairs", "3"])
-    assert "a whole number of pairs >= 4" in capsys.readouterr().err
+        build_parser().parse_args(["ab", "HEAD", "--max-pairs", str(least - 1)])
+    assert f"a whole number of pairs >= {least}" in capsys.readouterr().err
 
 
 # --- real A/Bs of a toy repository ---------------------------------------------------
@@ -2029,7 +2030,8 @@ def test_a_round_cut_short_by_a_failure_says_neither_slower_nor_same() -> None:
     short = same.with_round(CaseAB("c", "t.py::c", _pairs(1.0, 1)))
     assert short.outcome is Outcome.NEED_MORE
     slow = CaseAB("c", "t.py::c", _pairs(1.05))
-    assert slow.with_round(CaseAB("c", "t.py::c", _pairs(1.05, 3))).outcome is Outcome.NEED_MORE
+    cut = _pairs(1.05, Schedule().min_pairs - 1)
+    assert slow.with_round(CaseAB("c", "t.py::c", cut)).outcome is Outcome.NEED_MORE
 
 
 def test_a_case_with_two_speeds_across_processes_is_named_so_never_slower() -> None:

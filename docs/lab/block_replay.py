@@ -7,10 +7,11 @@ gpu-runs.md), from the sides' saved runs: the median of its first rounds (all of
 shorter block would have timed after the same warm-up. What the replay cannot show: a
 shorter block also heats the GPU less before the next one.
 
-Each round is then cut where today's stopping rule would have stopped, and the case judged
-over both rounds as the A/B judges it. Where the rule asks for more pairs than were timed,
-the round keeps what it has ("short": the verdict is then a guess, and the seconds a lower
-bound). The seconds are the kept blocks' timed seconds, each scaled by its rounds kept.
+Each round is then cut where the recorded A/Bs' stopping rule (a first look of 4 pairs)
+would have stopped, and the case judged over both rounds as the A/B judges it. Where the
+rule asks for more pairs than were timed, the round keeps what it has ("short": the
+verdict is then a guess, and the seconds a lower bound). The seconds are the kept blocks'
+timed seconds, each scaled by its rounds kept.
 """
 
 import json
@@ -20,7 +21,6 @@ from collections import Counter
 from pathlib import Path
 
 from gpugauge.ab.pairs import Block, Pair
-from gpugauge.ab.verdict import Schedule
 
 sys.path.insert(0, str(Path(__file__).parent))  # also when loaded from its file by a test
 import rule_replay
@@ -44,7 +44,7 @@ def replay(cases: dict, k: int, fraction: float, least: int) -> tuple[dict, floa
             for b, h in recorded_round
         ]
 
-    got, seconds, short = rule_replay.replay(cases, Schedule(), pairs_of)
+    got, seconds, short = rule_replay.replay(cases, rule_replay.RECORDED, pairs_of)
     return {c: str(o) for c, o in got.items()}, seconds, short
 
 
@@ -56,7 +56,7 @@ def main() -> None:
     for run, rec in data["runs"].items():
         whole, _, _ = replay(rec["cases"], 0, 1.0, least)
         said = {c: r["outcome"] for c, r in rec["cases"].items()}
-        # whole blocks under today's rule must give what the A/B said, or the replay is wrong
+        # whole blocks under their own rule must give what the A/B said, or the replay is wrong
         assert whole == said, {c: (said[c], v) for c, v in whole.items() if v != said[c]}
         for k, fraction in enumerate(fractions):
             got, seconds, short = replay(rec["cases"], k, fraction, least)

@@ -31,6 +31,8 @@ from gpugauge.ab.verdict import Outcome, Schedule
 DATA = Path(__file__).with_name("data") / "ab-pairs.json"
 SIDE = SideInfo("base", "a", "a" * 40, "python3", "/x")
 VARIANTS = [(4, 20), (4, 16), (4, 12), (4, 10), (3, 20), (3, 12)]  # (min_pairs, max_pairs)
+# the rule those A/Bs ran: a first look of 4 pairs, then 3 more a look (until 2026-12-06)
+RECORDED = replace(Schedule(), min_pairs=4)
 
 
 def pair(log_ratio: float, wall_s: float) -> Pair:
@@ -83,7 +85,7 @@ def main() -> None:
     print("| run | min, max pairs | blocks | verdicts | changed | short |")
     print("| --- | --- | --- | --- | --- | --- |")
     for run, rec in runs.items():
-        asis, _, _ = replay(rec["cases"], Schedule())
+        asis, _, _ = replay(rec["cases"], RECORDED)
         for lo, hi in VARIANTS:
             got, seconds, short = replay(
                 rec["cases"], replace(Schedule(), min_pairs=lo, max_pairs=hi)

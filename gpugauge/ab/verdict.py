@@ -236,7 +236,7 @@ class Schedule:
     SD); an A/B's own rounds raise it (:func:`pooled_process_sd`).
     """
 
-    min_pairs: int = 4
+    min_pairs: int = 3
     step: int = 3
     max_pairs: int = 20
     min_effect: float = MIN_EFFECT
