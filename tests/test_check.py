@@ -579,8 +579,39 @@ def test_judge_again_reads_an_earlier_checks_runs_against_todays_baselines(
     ]
     assert not (demo_checkout / "again" / "gate-runs").exists()
     assert (demo_checkout / "out" / "gate.json").read_text() == first  # left as it was
+    # without --slowdown: labelled with the fraction the earlier check injected
+    plain = ["check", "gate", *GATE_ARGS, "--judge-again", "out", "--out", "again2"]
+    assert gpugauge_main(plain) == 1
+    capsys.readouterr()
+    labelled = json.loads((demo_checkout / "again2" / "gate.json").read_text())
+    assert labelled["slowdown_fraction"] == 0.9
     assert gpugauge_main([*argv, "--judge-again", "again", "--out", "x"]) == 2
     assert "no aa*.json and injected.json of an earlier check here" in capsys.readouterr().err
+
+
+def test_judging_again_keeps_the_earlier_check_and_its_injected_fraction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An earlier check's folder as --out would have its gate.json replaced, and another
+    --slowdown would label its injected run with a fraction it did not add: both refused,
+    before anything is read or written (a review, 2026-12-06)."""
+    earlier = tmp_path / "earlier"
+    (earlier / "gate-runs").mkdir(parents=True)
+    report = json.dumps({"check": "gate", "slowdown_fraction": 0.05})
+    (earlier / "gate.json").write_text(report)
+    again = ["check", "gate", "--judge-again", str(earlier)]
+    assert gpugauge_main([*again, "--out", str(earlier)]) == 2
+    assert "is the earlier check's folder" in capsys.readouterr().err
+    assert gpugauge_main([*again, "--out", str(tmp_path / "x"), "--slowdown", "0.03"]) == 2
+    assert "the earlier check's injected run added 0.05" in capsys.readouterr().err
+    # the fraction it said gets as far as reading its runs (there are none here)
+    assert gpugauge_main([*again, "--out", str(tmp_path / "x"), "--slowdown", "0.05"]) == 2
+    assert "no aa*.json and injected.json" in capsys.readouterr().err
+    (earlier / "gate.json").unlink()
+    assert gpugauge_main([*again, "--out", str(tmp_path / "x")]) == 2
+    assert "name it with --slowdown" in capsys.readouterr().err
+    assert (earlier / "gate.json").exists() is False
+    assert not (tmp_path / "x").exists()
 
 
 def test_gate_check_with_nothing_to_judge_runs_no_pytest(

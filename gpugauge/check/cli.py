@@ -136,8 +136,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     gate.add_argument(
         "--slowdown",
         type=fraction_quoting(DEFAULT_SLOWDOWN),
-        default=DEFAULT_SLOWDOWN,
-        help=f"injected fraction of each case's baseline median (default {DEFAULT_SLOWDOWN:g})",
+        default=None,
+        help=f"injected fraction of each case's baseline median (default {DEFAULT_SLOWDOWN:g}; "
+        "with --judge-again, the earlier check's)",
     )
     gate.add_argument("--runs", type=_count, default=2, metavar="N", help="A/A runs (default 2)")
     gate.add_argument(
@@ -152,7 +153,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=None,
         metavar="FOLDER",
         help="run nothing: judge the runs of an earlier check (its --out folder) again "
-        "against the baselines and tolerances as they are now",
+        "against the baselines and tolerances as they are now (--out: another folder)",
     )
     gate.set_defaults(func=gate_command)
     return check

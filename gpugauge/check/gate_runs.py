@@ -9,6 +9,7 @@ the A/A runs record each case's kernels, the injected one loads
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from gpugauge.check.runs import (
 from gpugauge.check.selection import can_select, default_selection, stored_cases
 from gpugauge.core.phrasing import plural
 from gpugauge.report.tables import verdict_counts
-from gpugauge.results.files import FileError, check_dir, make_dir
+from gpugauge.results.files import FileError, check_dir, make_dir, read_json
 from gpugauge.results.runs import RunError
 
 
@@ -51,7 +52,8 @@ class GateConfig:
     benches: Path = Path("benches")
     select: str | None = None  # pytest -k; None: the families with baselines of this device
     profile: str = "seed"
-    fraction: float = DEFAULT_SLOWDOWN
+    # the injected slowdown; None: DEFAULT_SLOWDOWN, or the earlier check's (--judge-again)
+    fraction: float | None = None
     aa_runs: int = 2
     baselines_dir: Path = Path("baselines")
     judge_again: Path | None = None  # an earlier check's --out: judge its runs, run nothing
@@ -91,14 +93,19 @@ def run_args(cfg: GateConfig, select: str, injected: bool) -> list[str]:
     if cfg.tolerances_dir is not None:
         args.append(f"--gauge-tolerances-dir={cfg.tolerances_dir}")
     if injected:
-        args += ["-p", "gpugauge.check.slowdown", f"--gauge-inject-slowdown={cfg.fraction:g}"]
+        args += ["-p", "gpugauge.check.slowdown", f"--gauge-inject-slowdown={_slowdown(cfg):g}"]
     else:
         args.append("--gauge-record-kernels")  # a changed plan is named in the verdict's note
     return [*args, "-p", "no:cacheprovider", *cfg.pytest_args]
 
 
+def _slowdown(cfg: GateConfig) -> float:
+    """The fraction a new check injects: ``--slowdown``, else the default 3%."""
+    return DEFAULT_SLOWDOWN if cfg.fraction is None else cfg.fraction
+
+
 def _check_config(cfg: GateConfig) -> None:
-    if not 0 < cfg.fraction < 1:
+    if not 0 < _slowdown(cfg) < 1:
         raise CheckError(f"--slowdown {cfg.fraction}: must be a fraction in (0, 1), 0.03 = 3%")
     if cfg.aa_runs < 1:
         raise CheckError(f"--runs {cfg.aa_runs}: at least one A/A run")
@@ -147,10 +154,11 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
         if can_select(select, here, known) is False:
             raise CheckUnavailable(nothing + " (decided before running pytest)")
     plan = [(f"aa{i + 1}", f"A/A {i + 1} of {cfg.aa_runs}", False) for i in range(cfg.aa_runs)]
-    plan.append(("injected", f"+{percent(cfg.fraction)} injected", True))
+    fraction = _slowdown(cfg)
+    plan.append(("injected", f"+{percent(fraction)} injected", True))
     note(
         f"[gpugauge check gate] {dev_cls}: -k {shlex.quote(select)}, profile {cfg.profile}, "
-        f"{plural(cfg.aa_runs, 'A/A run')} and one with {percent(cfg.fraction)} injected"
+        f"{plural(cfg.aa_runs, 'A/A run')} and one with {percent(fraction)} injected"
     )
     make_dir(cfg.out, "--out")  # before the first run: it holds their logs
     t0 = time.monotonic()
@@ -199,7 +207,7 @@ def run_gate_check(cfg: GateConfig, note: Note = print) -> GateReport:
         )
     note(f"[gpugauge check gate] {len(plan)} runs in {time.monotonic() - t0:.0f} s")
     cases = gate_cases([found[name] for name, _, inj in plan if not inj], found["injected"])
-    report = GateReport(tuple(cases), cfg.fraction, dev_cls, tuple(runs), tuple(problems))
+    report = GateReport(tuple(cases), fraction, dev_cls, tuple(runs), tuple(problems))
     if not report.summary.counted and not report.summary.short:
         raise CheckUnavailable(nothing)
     return report
@@ -219,9 +227,16 @@ def judge_again(cfg: GateConfig) -> GateReport:
     if cfg.judge_again is None:
         raise CheckError("judging again needs the folder of an earlier check (--judge-again)")
     try:
-        folder = check_dir(cfg.judge_again, "--judge-again") / "gate-runs"
+        earlier = check_dir(cfg.judge_again, "--judge-again")
     except FileError as err:
         raise CheckError(str(err)) from None
+    if cfg.out.resolve() == earlier.resolve():
+        raise CheckError(
+            f"--out {cfg.out} is the earlier check's folder: its gate.json and gate.md would "
+            "be replaced; name another --out"
+        )
+    fraction = _injected_before(earlier, cfg.fraction)
+    folder = earlier / "gate-runs"
     aa_paths = sorted(folder.glob("aa*.json"))
     injected = folder / "injected.json"
     if not aa_paths or not injected.is_file():
@@ -246,4 +261,33 @@ def judge_again(cfg: GateConfig) -> GateReport:
         }
         for p in (*aa_paths, injected)
     )
-    return GateReport(tuple(cases), cfg.fraction, ", ".join(classes), runs)
+    return GateReport(tuple(cases), fraction, ", ".join(classes), runs)
+
+
+def _injected_before(earlier: Path, asked: float | None) -> float:
+    """The fraction the earlier check in ``earlier`` injected, from its gate.json.
+
+    Its injected run was measured with that fraction, so another ``--slowdown`` would
+    mislabel it; ``asked`` must agree, and names the fraction where no gate.json says it (a
+    check stopped before its report).
+    """
+    said = None
+    path = earlier / "gate.json"
+    if path.is_file():
+        try:
+            said = read_json(path).get("slowdown_fraction")
+        except (FileError, AttributeError):
+            said = None
+    if not isinstance(said, int | float) or not 0 < said < 1:
+        if asked is None:
+            raise CheckError(
+                f"{earlier}: no gate.json says what fraction its injected run added; name it "
+                "with --slowdown"
+            )
+        return asked
+    if asked is not None and not math.isclose(asked, said):
+        raise CheckError(
+            f"--slowdown {asked:g}: the earlier check's injected run added {said:g} "
+            f"({path}); leave --slowdown out to judge it as it was measured"
+        )
+    return float(said)
