@@ -167,6 +167,20 @@ def test_min_time_keeps_timing_past_a_met_ci() -> None:
     )
 
 
+def test_a_result_stopped_short_of_its_min_time_says_so_not_a_ci_it_met() -> None:
+    """Steady rounds whose max time ran out before their min time: noisy for that reason.
+
+    Said as the CI alone, such a result read "noisy: CI ±0% > target ±1%" (a review,
+    2026-12-06): a CI inside its target, called the reason it was noisy.
+    """
+    clock = FakeClock(noisy_ms(1.0, 0.001))
+    policy = TimingPolicy(warmup_rounds=0, min_rounds=5, min_time_s=2.0, budget_s=0.5)
+    t = measure(lambda: None, policy, clock, now=lambda: clock.t)
+    assert t.noisy
+    assert t.summary.ci_rel_halfwidth < policy.target_ci
+    assert t.noise == "noisy: max time 0.5 s reached before 2 s were measured"
+
+
 def test_min_time_is_wall_time_so_a_flushed_micro_op_stops_in_time() -> None:
     """0.04 ms rounds behind 0.16 ms of flush and host work each: 1 s of wall time is
     ~5000 rounds, not the 25000 that 1 s of device time would take."""

@@ -199,8 +199,9 @@ class Timing:
         s = self.summary
         if self.noisy:
             target = self.policy.target_ci
-            if s.has_interval and target:
-                return f"noisy: CI ±{s.ci_rel_halfwidth:.0%} > target ±{target:.0%}"
+            if s.has_interval and target and s.ci_rel_halfwidth > target:
+                return f"noisy: CI ±{s.ci_rel_halfwidth:.1%} > target ±{target:.1%}"
+            # stopped for another reason (its max time before its min time): that reason
             return f"noisy: {self.stop_reason}" if self.stop_reason else "noisy"
         if s.has_interval and s.cv > NOISY_CV:
             return f"noisy: CV {s.cv:.0%}"
