@@ -64,9 +64,16 @@ def _record_baselines(args: argparse.Namespace) -> int:
                 f"--from-history takes no {given}: it reads the class's first runs from "
                 "the history; give saved runs without --from-history instead"
             )
+        if args.accept_regressed:
+            raise RunError(
+                "--accept-regressed applies to saved runs; --from-history reads only the "
+                "runs the history accepted"
+            )
         return _baselines_from_history(args)
     if args.first_runs is not None:
         raise RunError("--runs applies to --from-history; saved runs are counted as given")
+    if args.history is not None:
+        raise RunError("--history applies to --from-history; saved runs are read from their files")
     if not args.runs:
         raise RunError("give saved runs (RUN1.json RUN2.json ...), or --from-history CLASS")
     return _baselines_from_files(args)

@@ -516,6 +516,15 @@ BASELINE_OPTIONS: dict[str, tuple[list[str], str]] = {
     ),
     "baseline-from-history-add": (["--from-history", "cpu-x", "--add"], "takes no --add"),
     "baseline-runs-without-history": (["--runs", "3", "{ws}/good.json"], "--runs applies"),
+    # options that only the other way of recording reads: ignored, each had done nothing
+    "baseline-history-without-from-history": (
+        ["--history", "{ws}/h.sqlite", "{ws}/good.json"],
+        "--history applies to --from-history",
+    ),
+    "baseline-from-history-accept-regressed": (
+        ["--from-history", "cpu-x", "--accept-regressed"],
+        "--accept-regressed applies to saved runs",
+    ),
     "baseline-runs-one": (["--from-history", "cpu-x", "--runs", "1"], "argument --runs"),
     "baseline-history-empty": (
         ["--from-history", "cpu-x", "--history", ""],
