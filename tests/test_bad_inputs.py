@@ -467,6 +467,21 @@ def test_storage_entries_that_are_not_runs(
         ]
 
 
+def test_a_storage_folder_that_is_not_there_is_named_in_the_report(
+    ws: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A --storage typo gave a report with no trends and no word of why; it is still no
+    error (a run may name its storage before its first autosave), but it is said."""
+    missing = ws / "runz"
+    argv = [*report(ws, "--current", str(ws / "good.json")), "--storage", str(missing)]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 0, err
+    said = f"--storage {missing}: no such folder, so no saved runs and no trends"
+    assert f"gpugauge report: {said}" in err.splitlines()
+    assert said in (ws / "reports" / "report.md").read_text()
+    assert not missing.exists()
+
+
 # --- bad option values through both commands
 
 CLI_OPTIONS: dict[str, tuple[list[str], str]] = {

@@ -93,10 +93,16 @@ def _history_target(text: str) -> str:
 def _stored_runs(storage: Path, notes: list[str]) -> list[Path]:
     """The ``*.json`` runs under ``storage``, sorted; what is not a regular file is refused.
 
-    A link to nowhere (a run deleted, an autosave moved) is skipped with a note; a FIFO,
-    socket or folder named ``*.json`` is a FileError naming it, never opened.
+    A folder that is not there gives none, with a note: a run may name its storage before
+    the first autosave makes it. A link to nowhere (a run deleted, an autosave moved) is
+    skipped with a note; a FIFO, socket or folder named ``*.json`` is a FileError naming
+    it, never opened.
     """
     if not storage.exists():
+        # a typo here drops every trend without a word: say it, in the report and here
+        note = f"--storage {storage}: no such folder, so no saved runs and no trends"
+        notes.append(note)
+        print(f"gpugauge report: {note}", file=sys.stderr)
         return []
     runs = []
     for p in sorted(storage.rglob("*.json")):
