@@ -173,6 +173,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
             f"(--gauge-min-time {policy.min_time_s:g}, or the profile's): every result would "
             "stop short and read noisy; give a max time of at least the min time"
         )
+    _check_gate_options(get)
     _check_folders(get)
     if "cuda" in devices:
         _check_regime(get, profile, policy)
@@ -276,12 +277,12 @@ def _folder_error(option: str, path: Path | str, must_exist: bool) -> str | None
     return None
 
 
-def _check_folders(get: Callable[[str], Any]) -> None:
-    """Folders named on the command line must be usable: a typo must not turn the gate off.
+def _check_gate_options(get: Callable[[str], Any]) -> None:
+    """Options that mean something only beside another, or not beside a third: refused.
 
-    With ``--gauge-gate`` a given ``--gauge-baselines-dir`` must exist (else every result would be
-    'new'); a given ``--gauge-tolerances-dir`` must exist (else built-in tolerances would apply
-    unseen). ``--gauge-update-baselines`` may create the baselines folder; no folder may be a file.
+    Each would otherwise be taken and do nothing (an option of the gate without
+    ``--gauge-gate``), or undo what the other asked (the history turned off under an option
+    that reads it).
     """
     if get("require_baselines") and not get("gate"):
         raise ValueError("--gauge-require-baselines applies to --gauge-gate; add --gauge-gate")
@@ -307,6 +308,15 @@ def _check_folders(get: Callable[[str], Any]) -> None:
             f"--gauge-first-nights {nights} records a class's first runs in the results history "
             "and counts them there; --gauge-no-history turns the history off: drop one of them"
         )
+
+
+def _check_folders(get: Callable[[str], Any]) -> None:
+    """Folders named on the command line must be usable: a typo must not turn the gate off.
+
+    With ``--gauge-gate`` a given ``--gauge-baselines-dir`` must exist (else every result would be
+    'new'); a given ``--gauge-tolerances-dir`` must exist (else built-in tolerances would apply
+    unseen). ``--gauge-update-baselines`` may create the baselines folder; no folder may be a file.
+    """
     checks = [
         ("--gauge-baselines-dir", get("baselines_dir"), bool(get("gate"))),
         ("--gauge-tolerances-dir", get("tolerances_dir"), True),
