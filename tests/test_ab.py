@@ -475,6 +475,13 @@ def test_a_test_expected_to_end_past_the_budget_is_not_started() -> None:
     spent = replace(budget, ends=time.monotonic() - 1.0)
     assert spent.why_not("t.py::conv") == BUDGET_SPENT
     assert not spent.fits(["t.py::conv"])
+    # a side's status says so, as ab.json keeps it: what lets an A/B that paired nothing
+    # for its budget alone exit 0
+    from gpugauge.ab.budget import left_for_time
+
+    said = [f"skipped: {split[0].last['reason']}", f"skipped: {BUDGET_SPENT}"]
+    assert all(left_for_time(s) for s in said)
+    assert not left_for_time("skipped: gpugauge ab: marked untimed, nothing to pair")
 
 
 def test_a_spent_budget_skips_no_test_of_a_gated_run() -> None:

@@ -22,6 +22,16 @@ from gpugauge.core.arguments import number
 BUDGET_SPENT = f"{AB_SKIP}its time budget was spent before this test"
 BUDGET_SHORT = f"{AB_SKIP}its time budget would run out before this test ended"
 
+
+def left_for_time(status: str) -> bool:
+    """Whether a side's status for a test (``skipped: ...``) says the budget left it out.
+
+    A case's status is text in ab.json, written by :meth:`Budget.why_not`: this reads it
+    back, so that no other module matches those words.
+    """
+    return BUDGET_SPENT in status or BUDGET_SHORT in status
+
+
 # a round's start and end beside its tests, s, before an A/B has shown its own: two sides'
 # start-up and end, as measured on an H200 (docs/lab/gpu-runs.md)
 ROUND_START_S = 15.0

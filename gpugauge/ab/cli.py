@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpugauge.ab.bisect import BisectResult, bisect, render_bisect
-from gpugauge.ab.budget import BUDGET_SHORT, BUDGET_SPENT, Budget, add_budget
+from gpugauge.ab.budget import Budget, add_budget, left_for_time
 from gpugauge.ab.command import (
     EXIT_FAILED,
     EXIT_OK,
@@ -332,7 +332,7 @@ def ab_command(args: argparse.Namespace) -> int:
         print(f"wrote {args.out / AB_JSON} and {args.out / AB_MD}")
         # a job that compared nothing must not pass, unless its own time budget said so
         said = [v for c in report.cases for v in c.status.values()]
-        budgeted = any(BUDGET_SPENT in v or BUDGET_SHORT in v for v in said)  # short: "(about"
+        budgeted = any(left_for_time(v) for v in said)
         compared = budgeted or any(c.every_pair for c in report.cases)
         if not compared:
             print("gpugauge ab: nothing was compared: no case was timed by both builds")
