@@ -766,7 +766,8 @@ def test_a_commit_that_sleeps_is_slower_and_a_a_is_same(toy: Path, tmp_path: Pat
     assert case["ci_low"] > 1.1  # a sleep of >= 3 ms on a 3 ms round
     # where the time went, kept per case and summed in the table's last line
     assert set(case["phases"]) == {"setup", "blocks", "after", "alone"}
-    assert case["phases"]["blocks"] > 0.05 * 8  # 4 pairs of two blocks of about 0.1 s
+    # a first look of pairs of two blocks of about 0.1 s
+    assert case["phases"]["blocks"] > 0.05 * 2 * Schedule().min_pairs
     # after the first pair both sides time one count of rounds a block
     later = case["pairs"][1:]
     assert later
@@ -993,7 +994,7 @@ def test_a_project_plugin_that_imports_gpugauge_first_still_pairs(
     run = _ab(toy, "ab", "HEAD", "HEAD", out=tmp_path / "aa")
     assert run.returncode == 0, run.stdout + run.stderr
     (case,) = json.loads((tmp_path / "aa" / "ab.json").read_text())["cases"]
-    assert len(case["pairs"]) >= 4, case  # a round's first look
+    assert len(case["pairs"]) >= Schedule().min_pairs, case  # a round's first look
     assert case["outcome"] in ("same", "need more samples")
 
 
@@ -1014,7 +1015,7 @@ def test_a_reference_from_before_a_marker_pairs_the_tests_the_selection_names(
     (case,) = data["cases"]  # head's selection alone: neither untimed test_count nor test_left
     assert case["id"] == "test_toy.py::test_spin"
     assert case["only"] == "", case  # paired, not on one side only
-    assert len(case["pairs"]) >= 4, case
+    assert len(case["pairs"]) >= Schedule().min_pairs, case
     assert case["rounds"], case  # round 2 selects it by node id on both sides
     assert data["problems"] == []
     assert "also runs 1 test(s)" in (tmp_path / "marked" / "base.log").read_text()
@@ -1238,7 +1239,7 @@ def test_a_stopped_ab_keeps_the_cases_it_finished(toy: Path, tmp_path: Path) -> 
     assert data["complete"] is False
     (case,) = data["cases"]  # the first test's pairs, paid for before the stop
     assert case["id"] == "test_toy.py::test_spin"
-    assert len(case["pairs"]) >= 4  # a round's first look
+    assert len(case["pairs"]) >= Schedule().min_pairs  # a round's first look
     assert _leftovers(toy, tmp_path) == []
 
 
@@ -1927,7 +1928,7 @@ def test_confirm_end_to_end_a_slower_commit_fails_and_says_so_everywhere(
         assert set(abs_) == {"grown", "test_toy.py::test_spin"}  # broken: never read
         ab = abs_["test_toy.py::test_spin"]
         assert ab.verdict == "regressed"
-        assert len(ab.pairs) >= 8  # both rounds' pairs
+        assert len(ab.pairs) >= 2 * Schedule().min_pairs  # both rounds' pairs
         (point,) = h.points("test_toy.py::test_spin")
         assert (point.result.verdict, point.accepted) == ("regressed", False)
     assert _leftovers(toy, tmp_path) == []

@@ -27,6 +27,7 @@ import pytest
 from gpugauge.ab import worker
 from gpugauge.ab.config import ABConfig
 from gpugauge.ab.runner import Coordinator
+from gpugauge.ab.verdict import Schedule
 from gpugauge.ab.worker import Channel, RankChannel, Relay, block_policy
 from gpugauge.measure.timing import Timing, TimingPolicy
 from tests.test_ab import SPIN, _ab, _git, _leftovers, interrupted, new_repo, processes, started_ab
@@ -303,7 +304,7 @@ def test_a_slower_commit_of_a_launched_case_is_slower_and_a_a_is_not(
     (case,) = json.loads((tmp_path / "slow" / "ab.json").read_text())["cases"]
     assert case["outcome"] == "slower", slow.stdout
     assert case["ci_low"] > 1.1  # 3 ms more on about 5 ms rounds
-    assert len(case["pairs"]) >= 4
+    assert len(case["pairs"]) >= Schedule().min_pairs
     assert len(case["rounds"]) == 1
     # the reference the rank timed besides ran as it would alone: 3 rounds in every process
     counts = [json.loads(p.read_text()) for p in marks.glob("*.json")]
@@ -357,7 +358,7 @@ def test_a_launched_case_s_two_sides_start_their_launches_at_once(
         assert said["problems"] == [], run.stdout
         (case,) = said["cases"]
         assert case["status"] == {"base": "passed", "head": "passed"}, run.stdout
-        assert len(case["pairs"]) >= 4, run.stdout
+        assert len(case["pairs"]) >= Schedule().min_pairs, run.stdout
         first, second = _setup_spans(marks)
         # in turn, the second side starts once the first is set up; marked, both at once
         assert (second[0] < first[1]) == marked, (first, second)
