@@ -4,11 +4,12 @@
 Within a pair, the block that goes second follows the first on a warm GPU. In a test's
 first pair, the first block warmed up from 0.3 s (the GPU idle during both setups), and
 the second only until its own short batches agreed. If either warm-up were too short, the
-first pair's ln(second / first) would sit apart from the later pairs' in an A/A. Later
-pairs alternate, so their mean of ln(second / first) is the order's own effect.
+second block of the first pair would read slow or fast against the round's later pairs.
 
-Prints, per file: the pairs' ln(second / first) in % (mean, SE, count) for first pairs
-and later ones, and the median warm-up of each kind of block (s).
+For each round of each case: its first pair's ln(head / base) less the mean of its later
+pairs', signed so that + means the block that went second read slower. A change of head
+(an injected slowdown) is in every pair alike and drops out. Printed per file in %: mean,
+SE and count; and the median warm-up of each kind of block (s).
 """
 
 import json
@@ -23,10 +24,14 @@ def rounds(case: dict) -> list[dict]:
     return [case, *case.get("rounds", [])]
 
 
-def second_over_first(pair: dict) -> float:
-    """ln(second block's median / first's), in %."""
-    d = pair["log_ratio"] if pair["base_first"] else -pair["log_ratio"]
-    return 100 * d
+def first_pair_bias(pairs: list[dict]) -> float:
+    """The first pair's ln(head / base) less the later pairs' mean, in %.
+
+    Signed + where the block that went second in the first pair read slower.
+    """
+    later = statistics.fmean(p["log_ratio"] for p in pairs[1:])
+    sign = 1 if pairs[0]["base_first"] else -1  # head went second
+    return 100 * sign * (pairs[0]["log_ratio"] - later)
 
 
 def describe(xs: list[float]) -> str:
@@ -39,15 +44,14 @@ def describe(xs: list[float]) -> str:
 def main(paths: list[str]) -> None:
     for path in paths:
         data = json.loads(Path(path).read_text())
-        first, later = [], []
+        bias = []
         warm = {"first side, first block": [], "second side, first block": [], "later": []}
         for case in data["cases"]:
             for one in rounds(case):
                 pairs = one.get("pairs") or []
                 if len(pairs) < 2:
                     continue
-                first.append(second_over_first(pairs[0]))
-                later += [second_over_first(p) for p in pairs[1:]]
+                bias.append(first_pair_bias(pairs))
                 p0 = pairs[0]
                 lead, follow = (
                     (p0["base"], p0["head"]) if p0["base_first"] else (p0["head"], p0["base"])
@@ -65,8 +69,7 @@ def main(paths: list[str]) -> None:
                     if b.get("warmup_s") is not None
                 ]
         print(path)
-        print(f"  first pairs, ln(second/first): {describe(first)}")
-        print(f"  later pairs, ln(second/first): {describe(later)}")
+        print(f"  first pair against the later ones, + second slower: {describe(bias)}")
         for label, xs in warm.items():
             if xs:
                 mid = statistics.median(xs)
