@@ -279,10 +279,10 @@ def block_policy(policy: Any, order: dict[str, Any], first: bool, counted: bool 
 
     The first block of a call warms up as the case's own policy says (its regime: its
     idle, its settling, its limit), but for at least ``first_warm_s`` only, where the order
-    gives one, in batches no longer than that: the GPU has just run the last test's blocks.
-    Later blocks warm up for ``rewarm_s`` only, since the other side has just run the same
-    work on this GPU, and time the order's ``rounds`` where it gives a count (both sides
-    alike). A burst case keeps its idle before every block: that is its regime.
+    gives one: the GPU has just run the last test's blocks. Later blocks warm up for
+    ``rewarm_s`` only, since the other side has just run the same work on this GPU, and
+    time the order's ``rounds`` where it gives a count (both sides alike). A burst case
+    keeps its idle before every block: that is its regime.
 
     ``counted``: ranks of one launch, which must all time the same rounds. No clock decides
     anything: the first block warms up the case's own warm-up rounds and times the order's
@@ -300,12 +300,7 @@ def block_policy(policy: Any, order: dict[str, Any], first: bool, counted: bool 
     if first and "first_warm_s" in order:
         # the GPU ran the last test's blocks moments ago: settling says when it is warm
         # again, not the case's fixed minimum (1 s at --profile seed, twice per test)
-        warm = min(float(order["first_warm_s"]), policy.warmup_s)
-        changes["warmup_s"] = warm
-        if warm > 0:
-            # batches no longer than that floor: the second side's first block (20 ms, on a
-            # GPU the first side has just warmed) took two 0.1 s batches, 0.25 s a block
-            changes["warmup_batch_s"] = min(warm, policy.warmup_batch_s)
+        changes["warmup_s"] = min(float(order["first_warm_s"]), policy.warmup_s)
     changes |= {
         "rounds": None,
         "min_rounds": max(1, int(order["min_rounds"])),
