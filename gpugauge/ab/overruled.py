@@ -125,7 +125,7 @@ def undecided_host_paced(before: GateResult, case: CaseAB) -> bool:
     class. An A/B's intervals on such a step reach 10-60% either side in A/As, so they
     seldom lie under the class's allowance. The result is inconclusive rather than
     regressed where the undecided A/B ran two rounds or more, each of at least the
-    schedule's first look (4 pairs), its 95% interval over every round does not lie above
+    schedule's first look (3 pairs), its 95% interval over every round does not lie above
     1, and no round's own 99.8% interval lies above 1 (a round that reads it slower on its
     own keeps the regression; one that reads it faster sees no slowdown). A change the A/B
     can see reads slower and stands. Inconclusive results are never references, so the

@@ -23,7 +23,7 @@ with a floor ``process_sd`` per round). Then:
 * **need more samples**: anything else, and a case whose rounds read two speeds (their
   own intervals apart by more than the minimum effect): *bimodal across processes*.
 
-Within a round, pairs are added by one stopping rule (:class:`Schedule`): 4 pairs, then 3
+Within a round, pairs are added by one stopping rule (:class:`Schedule`): 3 pairs, then 3
 more per look up to 20, at 99.8% per look for slower and faster, 95% for same. Over many
 seeds of synthetic A/Bs of two rounds with a random offset per process, this keeps the
 false-alarm rate under 1%, and calls a 3% change slower at 0.3% noise a pair where
