@@ -49,8 +49,7 @@ def _write_report(args: argparse.Namespace) -> int:
         )
     policy = load_tolerances(tolerances)
     if policy.skipped:
-        notes.append(policy.skipped_line())
-        print(f"gpugauge report: {policy.skipped_line()}", file=sys.stderr)
+        _note(notes, policy.skipped_line())
     data = collect(
         current,
         baseline_run=args.against,
@@ -90,6 +89,12 @@ def _history_target(text: str) -> str:
     return text
 
 
+def _note(notes: list[str], line: str) -> None:
+    """Say ``line`` now, on stderr, and keep it for the report's notes."""
+    notes.append(line)
+    print(f"gpugauge report: {line}", file=sys.stderr)
+
+
 def _stored_runs(storage: Path, notes: list[str]) -> list[Path]:
     """The ``*.json`` runs under ``storage``, sorted; what is not a regular file is refused.
 
@@ -100,16 +105,12 @@ def _stored_runs(storage: Path, notes: list[str]) -> list[Path]:
     """
     if not storage.exists():
         # a typo here drops every trend without a word: say it, in the report and here
-        note = f"--storage {storage}: no such folder, so no saved runs and no trends"
-        notes.append(note)
-        print(f"gpugauge report: {note}", file=sys.stderr)
+        _note(notes, f"--storage {storage}: no such folder, so no saved runs and no trends")
         return []
     runs = []
     for p in sorted(storage.rglob("*.json")):
         if p.is_symlink() and not p.exists():
-            note = f"--storage: skipped {p}, a link to nowhere ({os.readlink(p)})"
-            notes.append(note)
-            print(f"gpugauge report: {note}", file=sys.stderr)
+            _note(notes, f"--storage: skipped {p}, a link to nowhere ({os.readlink(p)})")
             continue
         if not p.is_file():
             raise FileError(f"--storage: {p}: not a regular file; refused, not read")
