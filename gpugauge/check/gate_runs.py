@@ -275,9 +275,11 @@ def _injected_before(earlier: Path, asked: float | None) -> float:
     path = earlier / "gate.json"
     if path.is_file():
         try:
-            said = read_json(path).get("slowdown_fraction")
-        except (FileError, AttributeError):
-            said = None
+            report = read_json(path)
+        except FileError:
+            report = None
+        if isinstance(report, dict):
+            said = report.get("slowdown_fraction")
     if not isinstance(said, int | float) or not 0 < said < 1:
         if asked is None:
             raise CheckError(
