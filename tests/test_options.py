@@ -85,6 +85,8 @@ def test_energy_window_zero_turns_energy_off() -> None:
         (["--gauge-profile", "huge"], "argument --gauge-profile: invalid choice: 'huge'"),
         (["--gauge-device", "tpu"], "argument --gauge-device: invalid choice: 'tpu'"),
         (["--gauge-target-ci", "-1"], "argument --gauge-target-ci: '-1' is not a fraction > 0"),
+        # refused as it is read, as its message says, not later by the policy
+        (["--gauge-target-ci", "1"], "argument --gauge-target-ci: '1' is not a fraction > 0"),
         (["--gauge-energy-window", "0.5"], "use at least 1 s"),
         (["--gauge-device", "cuda"], "no CUDA device is visible"),
         (["--no-such-option"], "unrecognized arguments: --no-such-option"),

@@ -34,9 +34,17 @@ MAX_FIRST_NIGHTS = 5
 
 
 def number(
-    kind: type, low: float, what: str, inclusive: bool = True, high: float = math.inf
+    kind: type,
+    low: float,
+    what: str,
+    inclusive: bool = True,
+    high: float = math.inf,
+    below_high: bool = False,
 ) -> Callable[[str], Any]:
-    """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high``."""
+    """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high`` (or below it).
+
+    ``inclusive``: ``low`` itself is allowed; ``below_high``: ``high`` itself is not.
+    """
 
     def parse(text: str) -> Any:
         try:
@@ -48,6 +56,7 @@ def number(
             or value < low
             or (not inclusive and value == low)
             or value > high
+            or (below_high and value == high)
         ):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
         return value
@@ -63,7 +72,9 @@ positive_seconds = number(
     float, 0, f"a number of seconds > 0 (at most {MAX_BENCH_S:g})", False, MAX_BENCH_S
 )
 run_seconds = number(float, 0, f"a number of seconds > 0 (at most {MAX_RUN_S:g})", False, MAX_RUN_S)
-fraction = number(float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1)
+fraction = number(
+    float, 0, "a fraction > 0 and < 1 (0.01 means ±1%)", inclusive=False, high=1, below_high=True
+)
 first_nights = number(
     int, 2, f"a whole number of nights from 2 to {MAX_FIRST_NIGHTS}", high=MAX_FIRST_NIGHTS
 )

@@ -160,8 +160,6 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     if "warmup_s" in merged:  # a longer warm-up keeps the profile's time to settle after it
         slack = base.max_warmup_s - base.warmup_s
         merged.setdefault("max_warmup_s", max(base.max_warmup_s, merged["warmup_s"] + slack))
-    if merged.get("target_ci", 0.5) >= 1:
-        raise ValueError("--gauge-target-ci must be below 1 (0.01 means ±1%)")
     _check_stopping(merged)
     try:
         policy = replace(base, **merged)
