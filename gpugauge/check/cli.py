@@ -21,7 +21,7 @@ from typing import Any
 from gpugauge.check.gate_report import DEFAULT_SLOWDOWN
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
 from gpugauge.check.timer_report import DEFAULT_THRESHOLD
-from gpugauge.core.arguments import PROFILES
+from gpugauge.core.arguments import PROFILES, number
 from gpugauge.core.commands import name_missing_choices
 from gpugauge.results.files import FileError, make_dir
 
@@ -35,19 +35,8 @@ def fraction_quoting(default: float) -> Callable[[str], float]:
     One parser serves --threshold (default 0.02) and --slowdown (0.03): a fixed example in
     the message would name the other option's default to half of its readers.
     """
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not 0 < value < 1:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a fraction in (0, 1), e.g. the default {default:g} = "
-                f"{default * 100:g}%"
-            )
-        return value
-
+    what = f"a fraction in (0, 1), e.g. the default {default:g} = {default * 100:g}%"
+    parse = number(float, 0, what, inclusive=False, high=1, below_high=True)
     parse.__name__ = "fraction"  # argparse names the type by it in its own messages
     return parse
 
