@@ -14,6 +14,7 @@ import json
 import math
 import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -265,3 +266,22 @@ def test_a_one_round_a_b_stops_its_pairs_where_its_verdict_can_say_same() -> Non
     assert one.round_same_level == one.level
     assert one.outcome(logs) is Outcome.NEED_MORE
     assert one.more(logs) == one.step
+
+
+def test_a_case_s_progress_line_says_what_its_table_will() -> None:
+    """One round is the case: its line gives the verdict the floor of the processes' spread
+    leaves, not the round's own "same" (a CI run, 2026-12-07: the line said same at
+    [0.999, 1.004], the table need more samples at [0.992, 1.011]). With two rounds, the
+    line gives the round's own outcome and says it is the round's."""
+    from gpugauge.ab.render import progress_line
+
+    logs = [0.0020, 0.0021, 0.0019]  # a round's 99.8% interval within 1%; not with the floor
+    pairs = [Pair(Block(1.0, 10), Block(math.exp(x), 10), i % 2 == 0) for i, x in enumerate(logs)]
+    one = CaseAB("c", "t::c", tuple(pairs), schedule=Schedule(rounds=1))
+    assert one.round_outcome is Outcome.SAME
+    assert one.outcome is Outcome.NEED_MORE
+    assert one.ratio is not None
+    table_ci = f"[{one.ratio.ci_low:.3f}, {one.ratio.ci_high:.3f}]"
+    assert progress_line(one) == f"c: need more samples 1.002x {table_ci} (3 pairs)"
+    two = replace(one, schedule=Schedule(rounds=2))
+    assert progress_line(two, 1).startswith("c: round 1 of 2 same 1.002x 95% [")

@@ -537,9 +537,13 @@ def test_an_a_b_started_from_inside_a_side_gives_its_sides_their_own_roles(
         monkeypatch.setenv(var, "1")
     done = _ab(repo, "ab", "HEAD", "HEAD", "--rounds", "1", out=tmp_path / "ab", timeout=300)
     said = done.stdout + done.stderr
-    assert done.returncode == 0, said  # no side waits on a selection, or runs the count as is
-    cases = json.loads((tmp_path / "ab" / "ab.json").read_text())["cases"]
-    assert [c["outcome"] for c in cases if c["pairs"]] == ["same"], said
+    assert done.returncode == 0, said  # no side waits on the other's selection
+    cases = {c["nodeid"]: c for c in json.loads((tmp_path / "ab" / "ab.json").read_text())["cases"]}
+    # both sides left the count out (a side run as is runs it, and the A/B lists it), and
+    # paired their blocks (a side that took itself for a process a test launched pairs
+    # none); an A/A's verdict on a CPU is the noise's
+    assert list(cases) == ["test_toy.py::test_spin"], said
+    assert len(cases["test_toy.py::test_spin"]["pairs"]) >= Schedule().min_pairs, said
     assert _leftovers(repo, tmp_path) == []
 
 

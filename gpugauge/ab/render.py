@@ -65,20 +65,33 @@ def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:
     return said
 
 
-def progress_line(case: CaseAB) -> str:
-    """'vgg16-...: slower 1.031x [1.024, 1.038] (5 pairs)'."""
+def progress_line(case: CaseAB, round_no: int = 1) -> str:
+    """The line for a case just paired in round ``round_no``: what the table will say of it.
+
+    In a one-round A/B the round is the case, so the line gives the case's verdict, judged
+    with the floor of the processes' spread as the table is: the round's own "same" at
+    [0.999, 1.004] is "need more samples" at [0.992, 1.011] there (CI, 2026-12-07). With
+    several rounds it gives the round's own outcome, named as the round's:
+    'vgg16-...: round 1 of 2 slower 1.031x [1.024, 1.038] (5 pairs, 9 s)'.
+    """
     if case.only:
         return f"{case.id}: on {case.only} only"
     r = case.round_ratio
     if r is None:
         return f"{case.id}: {case.unpaired_reason}"
+    took = f", {case.wall_s:.0f} s" if case.wall_s else ""
+    counted = f"({plural(r.n, 'pair')}{took})"
+    rounds = case.schedule.rounds
+    if rounds == 1 and case.ratio is not None:
+        v = case.ratio
+        ci = f" [{v.ci_low:.3f}, {v.ci_high:.3f}]" if v.has_interval else ""
+        return f"{case.id}: {case.outcome} {v.ratio:.3f}x{ci} {counted}"
     ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.has_interval else ""
     if case.round_outcome is Outcome.SAME and case.round_same is not None:
         s = case.round_same  # the interval that decided it
         ci = f" {s.level * 100:.3g}% [{s.ci_low:.3f}, {s.ci_high:.3f}]"
-    took = f", {case.wall_s:.0f} s" if case.wall_s else ""
-    # this round's own outcome: the verdict comes from every round, at the end
-    return f"{case.id}: {case.round_outcome} {r.ratio:.3f}x{ci} ({plural(r.n, 'pair')}{took})"
+    said = f"round {round_no} of {rounds} {case.round_outcome}"
+    return f"{case.id}: {said} {r.ratio:.3f}x{ci} {counted}"
 
 
 def summary_line(report: ABReport) -> str:
