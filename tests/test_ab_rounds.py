@@ -284,4 +284,4 @@ def test_a_case_s_progress_line_says_what_its_table_will() -> None:
     table_ci = f"[{one.ratio.ci_low:.3f}, {one.ratio.ci_high:.3f}]"
     assert progress_line(one) == f"c: need more samples 1.002x {table_ci} (3 pairs)"
     two = replace(one, schedule=Schedule(rounds=2))
-    assert progress_line(two, 1).startswith("c: round 1 of 2 same 1.002x 95% [")
+    assert progress_line(two, 1).startswith("c: same in round 1 of 2, 1.002x 95% [")

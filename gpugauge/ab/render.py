@@ -72,7 +72,7 @@ def progress_line(case: CaseAB, round_no: int = 1) -> str:
     with the floor of the processes' spread as the table is: the round's own "same" at
     [0.999, 1.004] is "need more samples" at [0.992, 1.011] there (CI, 2026-12-07). With
     several rounds it gives the round's own outcome, named as the round's:
-    'vgg16-...: round 1 of 2 slower 1.031x [1.024, 1.038] (5 pairs, 9 s)'.
+    'vgg16-...: slower in round 1 of 2, 1.031x [1.024, 1.038] (5 pairs, 9 s)'.
     """
     if case.only:
         return f"{case.id}: on {case.only} only"
@@ -90,8 +90,8 @@ def progress_line(case: CaseAB, round_no: int = 1) -> str:
     if case.round_outcome is Outcome.SAME and case.round_same is not None:
         s = case.round_same  # the interval that decided it
         ci = f" {s.level * 100:.3g}% [{s.ci_low:.3f}, {s.ci_high:.3f}]"
-    said = f"round {round_no} of {rounds} {case.round_outcome}"
-    return f"{case.id}: {said} {r.ratio:.3f}x{ci} {counted}"
+    said = f"{case.round_outcome} in round {round_no} of {rounds}"
+    return f"{case.id}: {said}, {r.ratio:.3f}x{ci} {counted}"
 
 
 def summary_line(report: ABReport) -> str:
