@@ -72,3 +72,50 @@ def test_tables_and_the_report_say_noisy_only_where_it_applies() -> None:
     assert "may be noise" not in data.verdict_line
     data = replace(data, results=[gated[1]])
     assert "they may be noise, not the code" in data.verdict_line
+
+
+def test_confirm_draws_the_gate_table_again_with_the_gated_run_s_hedge(tmp_path: Path) -> None:
+    """A same-GPU A/B's slowdown, and a 3.16x regression beside it, are no "(noisy)".
+
+    confirm's redraw of a run's gate table had marked every uncertain result noisy, where
+    the gated run's own table and the report hedge by :func:`hedged_ids` (a review,
+    2026-12-07)."""
+    import json
+
+    from gpugauge.ab.overruled import decided
+    from gpugauge.ab.pairs import Block, Pair
+    from gpugauge.ab.result import ABReport, CaseAB, SideInfo
+    from gpugauge.report.noise import run_gate_table
+    from gpugauge.results.runs import load_run
+    from tests.fakes import run_json, time_gate
+
+    new_host = "new host (0 of 5 runs): class baseline, host spread 5.0% (default: 0 other hosts)"
+    a = result("a", 3.09)  # host-timed, as b: both uncertain; and one round
+    a = replace(a, timing=replace(a.timing, device_ms=a.timing.device_ms[:1], host_ms=(3.09,)))
+    ms = [a, result("b", 9.5)]
+    said = {"a": (1.03, "unchanged"), "b": (3.16, "regressed")}
+    data = run_json(ms)
+    for bench in data["benchmarks"]:
+        bid = bench["param"]
+        bench["fullname"] = f"t.py::test_{bid}"
+        bench["extra_info"]["gate"] = time_gate(bid, *said[bid], new_host)
+    gated = [
+        GateResult.from_dict(b["extra_info"]["gate"], "demo", CLASS) for b in data["benchmarks"]
+    ]
+    data["gpugauge"]["tables"] = {"gate": run_gate_table(gated, ms)}
+    assert data["gpugauge"]["tables"]["gate"].count("(noisy)") == 1  # a's 1.03x, not b's
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    logs = [0.03 + i / 1e4 for i in range(6)]  # 3% slower in every pair
+    pairs = tuple(
+        Pair(Block(3.0, 10), Block(3.0 * (1 + x), 10), i % 2 == 0) for i, x in enumerate(logs)
+    )
+    sides = SideInfo("base", "abc", "a" * 40, "py", "gg"), SideInfo("head", "WT", None, "py", "gg")
+    decided(path, "a" * 40, ABReport(*sides, (CaseAB("a", "t.py::test_a", pairs),), "cpu", 1.0))
+    table = json.loads(path.read_text())["gpugauge"]["tables"]["gate"]
+    run = load_run(path)
+    now = [GateResult.from_dict(run.verdicts[m.id], "demo", CLASS) for m in run.measurements]
+    assert table == run_gate_table(now, run.measurements)
+    assert "same-GPU A/B" in table
+    assert "(noisy)" not in table
+    assert "1.030x [1.0" in table  # the A/B's interval, though the run's time had one round

@@ -21,7 +21,7 @@ from gpugauge.ab.result import ABReport, CaseAB
 from gpugauge.history.records import ABRecord
 from gpugauge.judging.judge import overruled
 from gpugauge.measure.busy import host_bound_of
-from gpugauge.report.tables import gate_table, uncertain_ids, unsampled_ids
+from gpugauge.report.noise import run_gate_table
 from gpugauge.results.files import FileError, atomic_write_json, read_json, writable_problem
 from gpugauge.results.runs import SavedRun, load_run
 from gpugauge.results.verdicts import GateResult, Verdict
@@ -217,7 +217,7 @@ def _retable(data: dict[str, Any], saved: SavedRun) -> None:
     results = [GateResult.from_dict(gates[m.id], m.spec.family, m.device_class) for m in ms]
     old = str(tables["gate"])
     missing = old.split(NOT_RUN, 1)[1].strip().split(", ") if NOT_RUN in old else []
-    tables["gate"] = gate_table(results, missing, uncertain_ids(ms), unsampled_ids(ms))
+    tables["gate"] = run_gate_table(results, ms, missing)
 
 
 def history_problem(target: str, run_id: str) -> str | None:

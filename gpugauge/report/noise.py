@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 
-from gpugauge.report.tables import uncertainty
+from gpugauge.report.tables import gate_table, uncertain_ids, uncertainty, unsampled_ids
 from gpugauge.results.measurement import Measurement
 from gpugauge.results.verdicts import Basis, GateResult, MetricCheck
 
@@ -73,3 +73,16 @@ def hedge(m: Measurement, result: GateResult | None) -> str | None:
         return why
     t = m.timing
     return why if within_noise(result.check("time"), t.summary.cv, t.host_timed) else None
+
+
+def run_gate_table(
+    results: Sequence[GateResult], measurements: Sequence[Measurement], missing: Sequence[str] = ()
+) -> str:
+    """A run's gate table, its results hedged by :func:`hedged_ids`.
+
+    The gated run saves it, and ``confirm`` draws it again once A/Bs have decided some
+    results: drawn with every uncertain id as noisy, it had called an A/B's slowdown and
+    a 3.16x regression "(noisy)" (a review, 2026-12-07).
+    """
+    hedged = hedged_ids(results, uncertain_ids(measurements), measurements)
+    return gate_table(results, missing, hedged, unsampled_ids(measurements))

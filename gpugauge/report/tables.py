@@ -9,7 +9,7 @@ from gpugauge.measure.stats import Summary
 from gpugauge.measure.timing import CLOCK_MOVED
 from gpugauge.results.measurement import Comparison, Measurement, on_gpu
 from gpugauge.results.metrics import METRICS, Kind
-from gpugauge.results.verdicts import GateResult, MetricCheck, Verdict
+from gpugauge.results.verdicts import Basis, GateResult, MetricCheck, Verdict
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -359,17 +359,29 @@ def trust_note(paired_blocks: int, noisy: Sequence[str]) -> str:
     return f"noisy: {', '.join(noisy)}" if noisy else ""
 
 
+def lacks_interval(check: MetricCheck | None, unsampled: bool = False) -> bool:
+    """Whether a samples metric's ratio has no interval to show.
+
+    A zero-wide interval has none. Nor has one the run's own samples made from a single
+    round (``unsampled``); a check an A/B decided has its pairs' interval, whatever the
+    run's rounds.
+    """
+    if check is None or check.from_none or METRICS[check.metric].kind is not Kind.SAMPLES:
+        return False
+    own = check.basis is not Basis.SAME_GPU_AB
+    return (unsampled and own) or check.ci_low == check.ci_high
+
+
 def fmt_ratio(check: MetricCheck | None, unsampled: bool = False) -> str:
     """'1.051x [1.049, 1.053]', '1.000x' for a single value, 'new 1e+08 bytes (reference 0)'.
 
-    Time with one round on a side (``unsampled``) or a zero-wide interval: 'no interval'.
+    Time without an interval (:func:`lacks_interval`): 'no interval'.
     """
     if check is None:
         return "-"
     if check.from_none:  # no ratio to a reference of 0: the new amount
         return f"new {check.current:.4g} {METRICS[check.metric].unit} (reference 0)"
-    samples = METRICS[check.metric].kind is Kind.SAMPLES
-    if samples and (unsampled or check.ci_low == check.ci_high):
+    if lacks_interval(check, unsampled):
         return f"{check.ratio:.3f}x (no interval)"
     if check.ci_low == check.ci_high:
         return f"{check.ratio:.3f}x"

@@ -27,15 +27,12 @@ from gpugauge.measure.threads import CpuThreads, cores, cpu_threads, load_averag
 from gpugauge.measure.wall import WallLedger
 from gpugauge.regress.baselines import BaselineStore, entry_of
 from gpugauge.regress.gate import Gate
-from gpugauge.report.noise import hedged_ids
+from gpugauge.report.noise import run_gate_table
 from gpugauge.report.tables import (
     comparison_table,
-    gate_table,
     results_table,
     roofline_table,
     run_label,
-    uncertain_ids,
-    unsampled_ids,
 )
 from gpugauge.results.measurement import Comparison, Measurement, Spec, injected, on_gpu
 from gpugauge.results.outcome import RunOutcome
@@ -183,12 +180,7 @@ class GaugeSession:
         if comparisons:
             out["comparisons"] = comparison_table(comparisons, unmeasured=skip)
         if self.gate is not None and self.measurements:
-            out["gate"] = gate_table(
-                self.gate_results,
-                self.missing_from_run(),
-                hedged_ids(self.gate_results, uncertain_ids(ms), ms),
-                unsampled_ids(ms),
-            )
+            out["gate"] = run_gate_table(self.gate_results, ms, self.missing_from_run())
         return out
 
     def missing_from_run(self) -> list[str]:
