@@ -285,3 +285,33 @@ def test_a_case_s_progress_line_says_what_its_table_will() -> None:
     assert progress_line(one) == f"c: need more samples 1.002x {table_ci} (3 pairs)"
     two = replace(one, schedule=Schedule(rounds=2))
     assert progress_line(two, 1).startswith("c: same in round 1 of 2, 1.002x 95% [")
+
+
+def test_a_one_round_a_b_leaves_unjudged_what_its_command_judges_otherwise(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``confirm --measure --rounds 1``: its table said "1 slower" of a case no result owed
+    an A/B, and the night's exit status, rightly, left it out (a review, 2026-12-07). With one
+    round as with two, the cases ``later`` leaves out are not judged."""
+    from gpugauge.ab import rounds
+    from gpugauge.ab.render import summary_line
+
+    one = Schedule(rounds=1)
+    owed, other = (_round(one, x, 0.001, random.Random(1), c) for x, c in ((0, "o"), (0.05, "x")))
+    assert other.outcome is Outcome.SLOWER  # judged alone, 5% slower
+    first = ABReport(SIDE, SIDE, (owed, other), "cpu", 1.0, one)
+
+    class RoundOne:  # round 1's coordinator, its cases already paired
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def run(self) -> ABReport:
+            return first
+
+    monkeypatch.setattr(rounds, "Coordinator", RoundOne)
+    cfg = ABConfig((), tmp_path, schedule=one)
+    report = rounds.run_sides(cfg, {}, lambda _: None, later=lambda ids: ["o"])
+    assert [c.judged for c in report.cases] == [True, False]
+    assert report.count(Outcome.SLOWER) == 0
+    assert "0 slower" in summary_line(report)
+    assert "1 not judged (round 1 only)" in summary_line(report)

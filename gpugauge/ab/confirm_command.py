@@ -190,8 +190,6 @@ def measured_night(args: argparse.Namespace, budget: Budget) -> tuple[int, set[s
             gated=gated_args(args),
             later=later,
         )
-    if not args.run.exists():  # one round, or nothing paired: round 2 never asked
-        later(report.paired_ids)
     print("\n" + terminal(report))
     where = _history_of(args)
     injected_ids = {m.id for m in load_run(args.run).measurements if injected(m)}

@@ -36,8 +36,9 @@ NOTHING_TO_PAIR = "no timing of a case to pair"
 AB_SKIP = "gpugauge ab: "
 # a side's skip reason for a test either side marks untimed (a count, a search)
 UNTIMED_SKIPPED = f"{AB_SKIP}marked untimed, {NOTHING_TO_PAIR}"
-# a case round 1 paired that the later rounds left out: its command's own verdict stands
-NOT_JUDGED = "not judged: round 1 only, left out of round 2"
+# a case round 1 paired that the A/B is not to judge, and its later rounds leave out: its
+# command's own verdict stands
+NOT_JUDGED = "not judged here: round 1 only, its command judges it otherwise"
 
 # 3: a case's later rounds of fresh processes ("rounds"), its verdict over all; 4: every
 # pair counts, so no pair's "kept" and no case's "clocks_unstable"
@@ -532,7 +533,7 @@ class ABReport:
         return tuple(c.nodeid for c in self.cases if c.round_outcome is not None)
 
     def leaving(self, nodeids: set[str]) -> ABReport:
-        """The A/B with these cases not judged: round 1 paired them, round 2 leaves them."""
+        """The A/B with these cases not judged: round 1 paired them, the later rounds leave them."""
         cases = tuple(replace(c, judged=False) if c.nodeid in nodeids else c for c in self.cases)
         return replace(self, cases=cases)
 

@@ -44,11 +44,11 @@ def run_sides(
     """Run an A/B over two prepared checkouts in rounds of fresh processes (:class:`Coordinator`).
 
     Round 1 runs the selection; each later round (``next_round``: the configuration for a
-    selection of node ids) runs the tests round 1 paired (those of them ``later`` keeps,
-    asked once, after round 1; the cheapest first), in a fresh pair of processes with
-    the builds' places swapped from round to round (the process in base's place still sets
-    a test up first: whatever that order does to a process now falls on the other build),
-    within the same time budget. The verdict
+    selection of node ids) runs the tests round 1 paired that ``later`` keeps (asked once,
+    after round 1, however many rounds; the others are not judged), the cheapest first, in
+    a fresh pair of processes with the builds' places swapped from round to round (the
+    process in base's place still sets a test up first: whatever that order does to a
+    process now falls on the other build), within the same time budget. The verdict
     comes from every round's pairs (:attr:`CaseAB.outcome`), judged with the spread of
     processes the A/B's own rounds showed (:meth:`ABReport.pooled`), as asv times each
     benchmark in several processes. ``claims``: the A/B is one GPU's of several
@@ -57,10 +57,10 @@ def run_sides(
     """
     report = Coordinator(cfg, sides, note, cwd, claims).run()
     total = cfg.schedule.rounds
-    ids: tuple[str, ...] = ()
-    if total > 1 and next_round is not None:
-        ids = tuple(later(report.paired_ids))
-        report = report.leaving(set(report.paired_ids) - set(ids))  # judged elsewhere
+    # asked with one round too: a case this A/B is not to judge must not read slower in its
+    # table while the command's exit status leaves it out (a review, 2026-12-07)
+    ids = tuple(later(report.paired_ids))
+    report = report.leaving(set(report.paired_ids) - set(ids))  # judged elsewhere
     ids = cheapest_first(ids, report)
     # each test's cost from round 1 where the budget knew none, so that a later round starts
     # no test expected to end past the deadline: half its paired wall seconds as its own
