@@ -26,7 +26,7 @@ import pytest
 from gpugauge.ab.bisect import bisect, render_bisect
 from gpugauge.ab.budget import BUDGET_SPENT
 from gpugauge.ab.pairs import Block, Pair
-from gpugauge.ab.render import markdown, terminal
+from gpugauge.ab.render import markdown, summary_line, terminal
 from gpugauge.ab.result import ABReport, CaseAB, SideInfo
 from gpugauge.ab.sides import PREFIX, SideError, SideSpec, checkouts, resolve_ref
 from gpugauge.ab.verdict import Outcome, Schedule, outcome_of, paired_ratio
@@ -338,6 +338,30 @@ def test_report_renders_worst_first_and_escapes_markdown() -> None:
     assert data["counts"]["slower"] == 1
     assert data["cases"][1]["pairs"][0]["log_ratio"] == pytest.approx(math.log(1.05))
     json.dumps(data)  # plain JSON
+
+
+def test_a_summary_counts_every_case_once() -> None:
+    """A test that fails on one side, or that neither side timed, is counted too: four
+    rows had read "4 cases: 2 slower, 0 faster, 0 same, 0 need more samples" (a review,
+    2026-12-07)."""
+    failed = {"base": "passed", "head": "failed"}
+    cases = (
+        CaseAB("a", "t.py::t[a]", _pairs(1.05)),
+        CaseAB("b", "t.py::t[b]", _pairs(1.05)),
+        CaseAB("c", "t.py::t[c]", status={"base": "passed", "head": "passed"}),
+        CaseAB("d", "t.py::t[d]", status=failed),
+        CaseAB("e", "t.py::t[e]", only="base", status={"base": "passed"}),
+        CaseAB("f", "t.py::t[f]", _pairs(1.0)),
+    )
+    report = _report(cases).leaving({"t.py::t[f]"})
+    counts = report.as_dict()["counts"]
+    assert sum(counts.values()) == len(cases)
+    assert counts["not paired"] == 2
+    said = summary_line(report)
+    assert said.startswith(
+        "6 cases: 2 slower, 0 faster, 0 same, 0 need more samples, 1 on one side only, "
+        "1 not judged (round 1 only), 2 not paired; "
+    )
 
 
 class _Scripted:

@@ -95,14 +95,15 @@ def progress_line(case: CaseAB, round_no: int = 1) -> str:
 
 
 def summary_line(report: ABReport) -> str:
-    """'53 cases: 50 slower, 0 faster, 3 same, 0 need more samples; 512 s'."""
-    counts = ", ".join(f"{report.count(o)} {o}" for o in Outcome)
-    alone = sum(bool(c.only) for c in report.cases)
-    left = sum(not c.judged for c in report.cases)
-    more = f", {alone} on one side only" if alone else ""
-    more += f", {left} not judged (round 1 only)" if left else ""
+    """'53 cases: 50 slower, 0 faster, 2 same, 0 need more samples, 1 not paired; 512 s'.
+
+    Every outcome, then each reason a case has none where some case has it: the counts
+    add up to the cases.
+    """
+    outcomes = {o.value for o in Outcome}
+    said = [f"{n} {k}" for k, n in report.counts.items() if n or k in outcomes]
     took = f"{report.wall_s:.0f} s{_on(report)}"
-    return f"{plural(len(report.cases), 'case')}: {counts}{more}; {took}"
+    return f"{plural(len(report.cases), 'case')}: {', '.join(said)}; {took}"
 
 
 def _on(report: ABReport) -> str:

@@ -40,6 +40,9 @@ UNTIMED_SKIPPED = f"{AB_SKIP}marked untimed, {NOTHING_TO_PAIR}"
 # command's own verdict stands
 NOT_JUDGED = "not judged here: round 1 only, its command judges it otherwise"
 
+# what a summary counts a case under where it has no outcome, in this order
+UNDECIDED = ("on one side only", "not judged (round 1 only)", "not paired")
+
 # 3: a case's later rounds of fresh processes ("rounds"), its verdict over all; 4: every
 # pair counts, so no pair's "kept" and no case's "clocks_unstable"
 AB_SCHEMA = 4
@@ -304,6 +307,19 @@ class CaseAB:
         return _median([p.head.median_ms for p in self.every_pair])
 
     @property
+    def tally(self) -> str:
+        """What a summary counts the case as: its outcome, or one of :data:`UNDECIDED`.
+
+        Every case counts once: a count of outcomes alone had left out a test that failed
+        on one side or was skipped on both (a review, 2026-12-07).
+        """
+        if self.outcome is not None:
+            return self.outcome.value
+        if self.only:
+            return UNDECIDED[0]
+        return UNDECIDED[1] if not self.judged else UNDECIDED[2]
+
+    @property
     def pairs_text(self) -> str:
         """The pairs of each round: '5+5', or '7' for one round."""
         return "+".join(str(len(r.pairs)) for r in self.rounds)
@@ -455,6 +471,12 @@ class ABReport:
         return sum(c.outcome is outcome for c in self.cases)
 
     @property
+    def counts(self) -> dict[str, int]:
+        """Cases by :attr:`CaseAB.tally`, every outcome and reason for none: they add up."""
+        said = [c.tally for c in self.cases]
+        return {k: said.count(k) for k in (*(o.value for o in Outcome), *UNDECIDED)}
+
+    @property
     def slower(self) -> tuple[CaseAB, ...]:
         """The cases head made slower."""
         return tuple(c for c in self.cases if c.outcome is Outcome.SLOWER)
@@ -474,7 +496,7 @@ class ABReport:
             "between_s": self.between_s,
             "only_s": self.only_s,
             "schedule": dict(self.schedule.__dict__),
-            "counts": {o.value: self.count(o) for o in Outcome},
+            "counts": self.counts,
             "problems": list(self.problems),
             "complete": self.complete,
             "cases": [c.as_dict() for c in self.cases],
