@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.image
@@ -828,3 +829,20 @@ def test_a_paired_comparison_says_so_in_the_report_not_its_sides_noise(tmp_path:
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if "| vgg " in line}
     assert rows["vgg paired"].rstrip(" |").endswith("from 8 paired blocks")
     assert rows["vgg alone"].rstrip(" |").endswith("noisy: swapped")
+
+
+def test_a_verdict_an_a_b_decided_shows_the_a_b_s_own_times() -> None:
+    """Its ratio is of its own blocks: the A/B's base beside the gated run's median read
+    2.9 -> 3.09 ms next to "1.000x unchanged" (a review, 2026-12-07)."""
+    from gpugauge.report.data import ReportData
+    from gpugauge.report.document import _verdict_rows
+    from gpugauge.results.runs import SavedRun
+    from gpugauge.results.verdicts import Basis, GateResult, MetricCheck
+
+    from .fakes import CLASS, result
+
+    ab = MetricCheck("time", 2.9, 2.9003, 1.0001, 0.996, 1.004, 0.01, Verdict.UNCHANGED)
+    checked = GateResult("a", "demo", CLASS, (replace(ab, basis=Basis.SAME_GPU_AB),))
+    run = SavedRun(Path("run.json"), "run", [result("a", 3.09)])
+    row = _verdict_rows(ReportData(run, "baselines", [checked], [])).rows[0]
+    assert [str(x) for x in row[3:5]] == ["2.9", "2.9"]
