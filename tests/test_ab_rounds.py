@@ -315,3 +315,18 @@ def test_a_one_round_a_b_leaves_unjudged_what_its_command_judges_otherwise(
     assert report.count(Outcome.SLOWER) == 0
     assert "0 slower" in summary_line(report)
     assert "1 not judged (round 1 only)" in summary_line(report)
+
+
+def test_an_a_b_s_check_carries_the_level_that_decided_it() -> None:
+    """Slower at 99.8%; "same" over two rounds at 95%, with one round at 99.8%."""
+    s = Schedule()
+    slow = _round(s, 0.05, 0.001, random.Random(2), "c")
+    slow = slow.with_round(_round(s, 0.05, 0.001, random.Random(3), "c"))
+    same = _round(s, 0.0, 0.0005, random.Random(4), "d")
+    same = same.with_round(_round(s, 0.0, 0.0005, random.Random(5), "d"))
+    assert slow.outcome is Outcome.SLOWER
+    assert same.outcome is Outcome.SAME
+    assert slow.check is not None
+    assert slow.check.level == s.level
+    assert same.check is not None
+    assert same.check.level == s.same_level

@@ -87,6 +87,27 @@ def test_a_check_an_older_gpugauge_wrote_as_infinity_is_read() -> None:
             MetricCheck.from_dict(json.loads(json.dumps(bad)))
 
 
+def test_a_check_says_the_level_of_its_interval_and_reads_it_back() -> None:
+    """A same-GPU A/B decides slower at 99.8%: the gate table, the report and a failing
+    test's message said "[95% CI]" of it (a review, 2026-12-07). A check saved before
+    checks named their level is read as 95%, and a level outside (0, 1) is refused."""
+    from gpugauge.report.tables import fmt_ratio
+    from gpugauge.results.verdicts import Basis
+
+    ab = MetricCheck(
+        "time", 3.0, 3.09, 1.03, 1.021, 1.040, 0.01, Verdict.REGRESSED, Basis.SAME_GPU_AB, 0.998
+    )
+    back = MetricCheck.from_dict(json.loads(json.dumps(ab.as_dict())))
+    assert back == ab
+    assert fmt_ratio(back) == "1.030x 99.8% [1.021, 1.040]"
+    assert "time 1.030x 99.8% [1.021, 1.040] vs <= 1.010 allowed" in back.describe()
+    older = {k: v for k, v in ab.as_dict().items() if k != "level"}
+    assert fmt_ratio(MetricCheck.from_dict(older)) == "1.030x [1.021, 1.040]"  # 95%: unsaid
+    for bad in (1, 0, "0.95", True):
+        with pytest.raises(ValueError, match="time's level must be a number in"):
+            MetricCheck.from_dict({**older, "level": bad})
+
+
 def test_a_run_gated_on_new_memory_is_read_by_every_reader(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -118,4 +118,4 @@ def test_confirm_draws_the_gate_table_again_with_the_gated_run_s_hedge(tmp_path:
     assert table == run_gate_table(now, run.measurements)
     assert "same-GPU A/B" in table
     assert "(noisy)" not in table
-    assert "1.030x [1.0" in table  # the A/B's interval, though the run's time had one round
+    assert "1.030x 99.8% [1.0" in table  # the A/B's interval, though the run's time had one round

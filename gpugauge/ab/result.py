@@ -347,6 +347,7 @@ class CaseAB:
             self.schedule.min_effect,
             outcome.verdict,
             Basis.SAME_GPU_AB,
+            r.level,
         )
 
     @property

@@ -48,7 +48,10 @@ LOG_SPAN = 10.0  # ratios spanning more than this factor are drawn on a log axis
 
 
 class RatioBars:
-    """Current/baseline time per benchmark, with the 95% CI as whiskers and the tolerance.
+    """Current/baseline time per benchmark, with its CI as whiskers and the tolerance.
+
+    Each whisker is the interval that decided the verdict: 95%, or 99.8% where a same-GPU
+    A/B read it slower, faster or in need of more samples.
 
     A result whose change may be noise (noisy or host-timed rounds on either side, and a
     change within a few times the noise: :attr:`ReportData.hedged`) is hatched and labelled
@@ -58,7 +61,7 @@ class RatioBars:
     """
 
     name = "ratio"
-    title = "Time, current / baseline (95% CI whiskers; dashed: allowed)"
+    title = "Time, current / baseline (whiskers: the deciding CI, 95% or 99.8%; dashed: allowed)"
 
     def applies(self, data: ReportData) -> bool:
         """Needs at least one compared benchmark."""

@@ -348,7 +348,8 @@ INTRO = (
     "Each metric is judged on current/baseline in its own direction (lower is better for "
     "time, memory and energy; higher for counts, throughput and bandwidth). Time is judged "
     "on the 95% CI of the ratio of medians: a regression only when the whole interval lies "
-    "beyond the allowed bound. Other metrics are single values."
+    "beyond the allowed bound. A time a same-GPU A/B decided is judged on its pairs' "
+    "interval, which names its level where it is not 95%. Other metrics are single values."
 )
 
 

@@ -375,7 +375,8 @@ def lacks_interval(check: MetricCheck | None, unsampled: bool = False) -> bool:
 def fmt_ratio(check: MetricCheck | None, unsampled: bool = False) -> str:
     """'1.051x [1.049, 1.053]', '1.000x' for a single value, 'new 1e+08 bytes (reference 0)'.
 
-    Time without an interval (:func:`lacks_interval`): 'no interval'.
+    An interval at another level than 95% names it: '1.030x 99.8% [1.021, 1.040]' (a
+    same-GPU A/B's). Time without an interval (:func:`lacks_interval`): 'no interval'.
     """
     if check is None:
         return "-"
@@ -385,7 +386,7 @@ def fmt_ratio(check: MetricCheck | None, unsampled: bool = False) -> str:
         return f"{check.ratio:.3f}x (no interval)"
     if check.ci_low == check.ci_high:
         return f"{check.ratio:.3f}x"
-    return f"{check.ratio:.3f}x [{check.ci_low:.3f}, {check.ci_high:.3f}]"
+    return f"{check.ratio:.3f}x {check.level_text}[{check.ci_low:.3f}, {check.ci_high:.3f}]"
 
 
 def worst_first(results: Sequence[GateResult]) -> list[GateResult]:

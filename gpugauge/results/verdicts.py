@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from gpugauge.measure.stats import CI_LEVEL
 from gpugauge.results.metrics import METRICS, Better
 
 HOST_REASON = "host history"  # how a host reference's reason begins (a verdict's references)
@@ -84,7 +85,9 @@ class MetricCheck:
     """One metric's comparison; ratio is current / reference (worse above 1 for time).
 
     ``tolerance`` is the relative change the reference allows, which is also how small a
-    change this check can call (its sensitivity); ``basis`` which reference it was.
+    change this check can call (its sensitivity); ``basis`` which reference it was;
+    ``level`` the confidence of [ci_low, ci_high]: 95%, or the level a same-GPU A/B decided
+    at (99.8%, and 95% for "same" over two rounds or more).
     """
 
     metric: str
@@ -96,6 +99,12 @@ class MetricCheck:
     tolerance: float
     verdict: Verdict
     basis: Basis = Basis.CLASS_BASELINE
+    level: float = CI_LEVEL
+
+    @property
+    def level_text(self) -> str:
+        """'99.8% ' where the interval's level is not the 95% a table heads it with; '' else."""
+        return "" if self.level == CI_LEVEL else f"{self.level * 100:.3g}% "
 
     @property
     def from_none(self) -> bool:
@@ -130,7 +139,9 @@ class MetricCheck:
                 f"vs {self.allowed} allowed ({self.verdict}, by {self.basis})"
             )
         interval = (
-            "" if self.ci_low == self.ci_high else f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+            ""
+            if self.ci_low == self.ci_high
+            else f" {self.level_text}[{self.ci_low:.3f}, {self.ci_high:.3f}]"
         )
         return (
             f"{self.metric} {self.ratio:.3f}x{interval} vs {self.allowed} allowed "
@@ -163,11 +174,15 @@ class MetricCheck:
                 said = " (or null, its reference being 0)" if none else ""
                 raise ValueError(f"{metric}'s {k} must be a finite number{said}, not {v!r}")
             numbers.append(float(v))
+        level = d.get("level", CI_LEVEL)  # a check saved before checks named their level: 95%
+        if not _is_number(level) or not 0 < level < 1:
+            raise ValueError(f"{metric}'s level must be a number in (0, 1), not {level!r}")
         return cls(
             metric,
             *numbers,
             _one_of(Verdict, d.get("verdict"), f"{metric}'s verdict"),
             _one_of(Basis, d.get("basis", Basis.CLASS_BASELINE.value), f"{metric}'s basis"),
+            float(level),
         )
 
     def as_dict(self) -> dict[str, Any]:
