@@ -9,6 +9,8 @@ why it has no trend chart, and creates no history.
 from __future__ import annotations
 
 import io
+import json
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from gpugauge.report.trends import (
     moved_most,
 )
 
-from .fakes import result, save_run
+from .fakes import result, run_json
 from .test_browser import browser  # noqa: F401  (the fixture)
 
 STEP = Scenario(nights=20, step=0.03, step_night=10)
@@ -50,17 +52,25 @@ def _history(path: Path, points: list[Point]) -> Path:
     return path
 
 
-def _current(root: Path, ids: tuple[str, ...] = (CASE,)) -> Path:
+def _current(root: Path, ids: tuple[str, ...] = (CASE,), run_id: str | None = None) -> Path:
+    """A saved run of ``ids``; ``run_id``: the history's record of it."""
     storage = root / "runs"
     storage.mkdir(exist_ok=True)
     runs = [result(i, 2.06, family=FAMILY, device_class=CLASS) for i in ids]
-    return save_run(storage / "0001_now.json", runs)
+    data = run_json(runs)
+    if run_id is not None:
+        data["gpugauge"]["history_run_id"] = run_id
+    path = storage / "0001_now.json"
+    path.write_text(json.dumps(data))
+    return path
 
 
 def _trends_of(root: Path, history: Path) -> ReportData:
-    """What the report of the current run shows of ``history``'s trends (no baselines)."""
+    """What the report of ``history``'s newest run shows of its trends (no baselines)."""
+    with sqlite3.connect(history) as db:
+        (newest,) = db.execute("SELECT id FROM runs ORDER BY time_utc DESC LIMIT 1").fetchone()
     return collect(
-        _current(root),
+        _current(root, run_id=newest),
         baseline_run=None,
         baselines=root,
         tolerances=load_tolerances(root / "none"),
@@ -396,3 +406,33 @@ def test_a_trend_panel_costs_the_same_whatever_its_runs_and_change_points(
         assert len(ax.yaxis.majorTicks) <= Y_TICKS + 3
     finally:
         plt.close(fig)
+
+
+def test_the_allowed_band_is_the_reference_that_judged_the_reported_run() -> None:
+    """Host A's run among host B's noisier ones, and B ran after it: the band was B's newest
+    run's reference, ±13.9% around 2.16 ms, beside a table that allowed 1.087x (a review,
+    2026-12-07). A run the history does not hold is placed by its date and host."""
+    from datetime import timedelta
+
+    from gpugauge.history.host_checks import check_metric
+    from gpugauge.history.synthetic import point, synthetic_run
+    from gpugauge.report.trends import run_reference
+    from gpugauge.results.runs import SavedRun
+
+    before = []
+    for n in range(6):
+        before.append(point(n, "hostA", 2.00 * (1 + 0.002 * (-1) ** n)))
+        before.append(point(n, "hostB", 2.20 * (1 + 0.02 * (-1) ** n)))
+    mine = point(6, "hostA", 2.07)
+    later = point(6, "hostB", 2.2)
+    later = replace(later, run=synthetic_run(6, "hostB", minute=30))
+    later = replace(later, run=replace(later.run, id="n006-hostB-late"))
+    history = [*before, mine, later]
+    judged = check_metric(mine.metric, "hostA", before, 0.015).reference
+    assert judged is not None
+    run = SavedRun(Path("run.json"), "run", [], run_id=mine.run.id)
+    assert run_reference(history, run, 0.015, None) == judged
+    unheld = SavedRun(
+        Path("run.json"), "run", [], {"host": "hostA"}, time=mine.run.time + timedelta(minutes=1)
+    )
+    assert run_reference([*before, later], unheld, 0.015, None) == judged

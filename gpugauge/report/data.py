@@ -25,8 +25,8 @@ class ReportData:
 
     From the results history (``trend_source``: its path or URL): ``trends`` holds each
     case's time points on its device class, every host, oldest first; ``changes`` their
-    change points, largest first; ``bands`` the reference that judged each case's latest
-    run. ``trend_note`` says why there are no trends (empty when there are).
+    change points, largest first; ``bands`` the reference that judged each case in the
+    reported run. ``trend_note`` says why there are no trends (empty when there are).
     """
 
     current: SavedRun

@@ -49,7 +49,7 @@ LABELLED_STEPS = 4  # change points of a panel labelled with their size, the lar
 def load_trends(
     target: str, run: SavedRun, tolerances: Tolerances, baselines: Path
 ) -> tuple[dict[str, tuple[Point, ...]], dict[str, Reference], list[ChangePoint], str]:
-    """Per case of ``run``: time points, latest reference, exact metrics' steps; a note.
+    """Per case of ``run``: time points, the reference that judged it, exact metrics' steps; a note.
 
     Exact metrics (peak memory, counts) get no trend chart (their value is exact and the
     gate's check of them is too), but a step in them is news: a layer made not in place
@@ -87,7 +87,7 @@ def load_trends(
                 floor = tolerances.for_benchmark(m.spec.family, m.id)[METRIC]
                 entry = (store.load(m.device_class, m.spec.family) or {}).get(m.id)
                 base = baseline_reference(entry, METRIC, floor) if entry else None
-                ref = latest_reference(found, floor, base)
+                ref = run_reference(found, run, floor, base)
                 if ref is not None:
                     bands[m.id] = ref
             # the history's exact metrics, also those this run did not read
@@ -108,13 +108,24 @@ def load_trends(
     return points, bands, steps, ""
 
 
-def latest_reference(
-    points: Sequence[Point], floor: float, baseline: BaselineRef | None
+def run_reference(
+    points: Sequence[Point], run: SavedRun, floor: float, baseline: BaselineRef | None
 ) -> Reference | None:
-    """The reference that judged the latest run: made from the runs before it, its host's."""
-    last = points[-1]
-    before = [p for p in points if p.run.id != last.run.id]
-    return reference_for(before, last.host, floor, baseline=baseline)
+    """The reference that judged ``run``: made from the runs before it, on its host.
+
+    The history's record of the run (its id) places it; a run the history does not hold
+    is placed by its date, and one without a date comes after every point. The newest
+    point's, as this was, drew one host's band around another's run, or a later run's
+    around an older one (a review, 2026-12-07).
+    """
+    at = next((k for k, p in enumerate(points) if p.run.id == run.run_id), None)
+    if at is not None:
+        return reference_for(points[:at], points[at].host, floor, baseline=baseline)
+    host = run.host
+    if host is None:
+        return None
+    before = [p for p in points if run.time is None or p.run.time < run.time]
+    return reference_for(before, host, floor, baseline=baseline)
 
 
 def allowed_band(ref: Reference) -> tuple[float, float]:
