@@ -387,6 +387,21 @@ def test_a_case_judged_on_another_metric_than_time_says_which() -> None:
     assert line.rstrip().endswith("- (not timed: max_layers)")
 
 
+def test_an_injected_run_is_caught_by_its_time_alone() -> None:
+    """What is injected is device time: a memory regression beside an unchanged time is no
+    catch, though the result's verdict is regressed."""
+    R = Verdict.REGRESSED
+    time_same = MetricCheck("time", 2.0, 2.0, 1.0, 0.99, 1.01, 0.015, U)
+    memory_up = MetricCheck("memory", 1e6, 2e6, 2.0, 2.0, 2.0, 0.01, R)
+    other = RunResult(GateResult("a", "demo", CLASS, (time_same, memory_up)), 2.0)
+    assert other.gate is not None
+    assert other.gate.verdict is R
+    assert not GateCase("a", (), other).caught
+    slower = replace(time_same, ratio=1.03, ci_low=1.02, ci_high=1.04, verdict=R)
+    timed = RunResult(GateResult("a", "demo", CLASS, (slower,)), 2.0)
+    assert GateCase("a", (), timed).caught
+
+
 def test_the_injected_share_counts_only_where_no_unchanged_run_has_one() -> None:
     """Added work only fills gaps: an injected share under 80% proves a host-bound step."""
     check = MetricCheck("time", 2.0, 2.0, 1.0, 1.0, 1.0, 0.015, U)

@@ -166,9 +166,14 @@ class GateCase:
 
     @property
     def caught(self) -> bool:
-        """The injected run's verdict is a regression."""
+        """The injected run's time regressed: what was injected is device time.
+
+        Its result's verdict could be a regression of another metric (memory) beside an
+        unchanged time, which the row's cell, a time ratio, would not show.
+        """
         r = self.injected
-        return r is not None and r.gate is not None and r.gate.verdict is Verdict.REGRESSED
+        t = r.gate.check("time") if r is not None and r.gate is not None else None
+        return t is not None and t.verdict is Verdict.REGRESSED
 
     @property
     def false_alarms(self) -> int:
