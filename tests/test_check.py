@@ -27,6 +27,7 @@ from gpugauge.check.gate_report import (
     GateReport,
     GateSummary,
     RunResult,
+    check_gate_table,
     gate_cases,
     markdown_gate,
     read_run,
@@ -397,6 +398,8 @@ def test_an_injected_run_is_caught_by_its_time_alone() -> None:
     assert other.gate is not None
     assert other.gate.verdict is R
     assert not GateCase("a", (), other).caught
+    row = check_gate_table([GateCase("a", (), other)], 0.03)[1][0]
+    assert row[-3].startswith("unchanged 1.000x")  # the injected cell: the time's verdict
     slower = replace(time_same, ratio=1.03, ci_low=1.02, ci_high=1.04, verdict=R)
     timed = RunResult(GateResult("a", "demo", CLASS, (slower,)), 2.0)
     assert GateCase("a", (), timed).caught

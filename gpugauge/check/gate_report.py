@@ -263,17 +263,17 @@ def percent(fraction: float) -> str:
 def _cell(r: RunResult | None, injected: bool = False) -> str:
     """'unchanged 1.002x', 'REGRESSED 1.031x' (an A/A false alarm), 'no result', 'new'.
 
-    The injected run's cell gives the ratio's 95% CI, and its regression in lower case:
-    there it is the outcome wanted.
+    The injected run's cell gives its time's verdict (what :attr:`GateCase.caught` reads)
+    and the ratio's CI, its regression in lower case: there it is the outcome wanted.
     """
     if r is None:
         return "no result"
     if r.gate is None:
         return "not gated"
-    verdict = r.gate.verdict
+    t = r.gate.check("time")
+    verdict = t.verdict if injected and t is not None else r.gate.verdict
     alarm = verdict is Verdict.REGRESSED and not injected
     shown = verdict.value.upper() if alarm else verdict.value
-    t = r.gate.check("time")
     if t is None:
         return shown
     ratio = fmt_ratio(t) if injected else f"{t.ratio:.3f}x"
