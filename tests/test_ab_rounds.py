@@ -285,6 +285,9 @@ def test_a_case_s_progress_line_says_what_its_table_will() -> None:
     assert progress_line(one) == f"c: need more samples 1.002x {table_ci} (3 pairs)"
     two = replace(one, schedule=Schedule(rounds=2))
     assert progress_line(two, 1).startswith("c: same in round 1 of 2, 1.002x 95% [")
+    # confirm --measure picks after round 1 which cases it judges: one it leaves out reads
+    # "not judged" in the table, so its line cannot give a verdict
+    assert progress_line(one, 1, picked=True).startswith("c: same in round 1 of 1, 1.002x ")
 
 
 def test_a_one_round_a_b_leaves_unjudged_what_its_command_judges_otherwise(

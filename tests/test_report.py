@@ -843,6 +843,10 @@ def test_a_verdict_an_a_b_decided_shows_the_a_b_s_own_times() -> None:
 
     ab = MetricCheck("time", 2.9, 2.9003, 1.0001, 0.996, 1.004, 0.01, Verdict.UNCHANGED)
     checked = GateResult("a", "demo", CLASS, (replace(ab, basis=Basis.SAME_GPU_AB),))
-    run = SavedRun(Path("run.json"), "run", [result("a", 3.09)])
+    one = result("a", 3.09)  # the gated run's own time had one round: the A/B's has pairs
+    one = replace(one, timing=replace(one.timing, device_ms=one.timing.device_ms[:1]))
+    run = SavedRun(Path("run.json"), "run", [one])
     row = _verdict_rows(ReportData(run, "baselines", [checked], [])).rows[0]
     assert [str(x) for x in row[3:5]] == ["2.9", "2.9"]
+    assert row[5].text == "1.000x [0.996, 1.004]"
+    assert row[5].css == ""  # not flagged "no interval"

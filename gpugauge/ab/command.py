@@ -147,13 +147,14 @@ def run_ab(
     budget: Budget | None = None,
     *,
     gated: Sequence[str] | None = None,
-    later: Callable[[Sequence[str]], Sequence[str]] = tuple,
+    later: Callable[[Sequence[str]], Sequence[str]] | None = None,
 ) -> ABReport:
     """One A/B of two refs with this command line's selection and settings, within ``budget``.
 
     ``gated``: round 1's head process runs as its command line says, with these options
     too (the gated run of ``confirm --measure``: options an older base may not know);
-    ``later``: which of round 1's paired tests the later rounds run.
+    ``later``: which of round 1's paired tests this A/B judges, and the later rounds run
+    (None: every one).
     """
     here = Path.cwd()
     top = repo_root(here)
@@ -163,7 +164,7 @@ def run_ab(
     ]
     asked = getattr(args, "gpus", None)  # confirm has no --gpus
     gpus = host_gpus(asked) if asked else ()
-    cfg = config_of(args, make_dir(out, "--out"), ids, budget)
+    cfg = replace(config_of(args, make_dir(out, "--out"), ids, budget), picked=later is not None)
     if gated is not None:
         as_is = (*cfg.side_args.get("head", ()), *gated)
         gated_side = {**cfg.side_args, "head": as_is}
@@ -184,9 +185,8 @@ def run_ab(
 
                 def rounds_of(gpu: str) -> tuple[ABConfig, Callable[[Sequence[str]], ABConfig]]:
                     folder = folder_of(out, gpu)
-                    return config_of(args, folder, ids, budget), partial(
-                        config_of, args, folder, budget=budget
-                    )
+                    first = replace(config_of(args, folder, ids, budget), picked=later is not None)
+                    return first, partial(config_of, args, folder, budget=budget)
 
                 report = over_gpus(gpus, rounds_of, sides, say, out, cwd, later)
             else:

@@ -70,6 +70,9 @@ class ABConfig:
     # head's process runs as its command line says: no side settings, every test kept (the
     # gated run as round 1's head side, ``gpugauge confirm --measure``)
     head_as_is: bool = False
+    # the command picks, after round 1, which of its paired tests the A/B judges (confirm
+    # --measure's results that ask for one): round 1 cannot yet say a case's verdict
+    picked: bool = False
     # where each build keeps its setup answers for its later rounds' processes (a folder
     # per build under it: gpugauge.runtime.setup_memo); None: each process works them out
     memo: Path | None = None

@@ -176,7 +176,7 @@ def over_gpus(
     note: Note,
     out: Path,
     cwd: Path | None = None,
-    later: Callable[[Sequence[str]], Sequence[str]] = tuple,
+    later: Callable[[Sequence[str]], Sequence[str]] | None = None,
 ) -> ABReport:
     """Run one A/B on each GPU at once, sharing the tests; the merged report.
 

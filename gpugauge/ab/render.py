@@ -65,14 +65,16 @@ def eta_s(spent_s: float, done: int, total: int, rounds_after: int = 0) -> str:
     return said
 
 
-def progress_line(case: CaseAB, round_no: int = 1) -> str:
+def progress_line(case: CaseAB, round_no: int = 1, picked: bool = False) -> str:
     """The line for a case just paired in round ``round_no``: what the table will say of it.
 
     In a one-round A/B the round is the case, so the line gives the case's verdict, judged
     with the floor of the processes' spread as the table is: the round's own "same" at
     [0.999, 1.004] is "need more samples" at [0.992, 1.011] there (CI, 2026-12-07). With
-    several rounds it gives the round's own outcome, named as the round's:
-    'vgg16-...: slower in round 1 of 2, 1.031x [1.024, 1.038] (5 pairs, 9 s)'.
+    several rounds, or where the command ``picked`` the cases to judge after round 1
+    (:attr:`~gpugauge.ab.config.ABConfig.picked`), it gives the round's own outcome,
+    named as the round's: 'vgg16-...: slower in round 1 of 2, 1.031x [1.024, 1.038]
+    (5 pairs, 9 s)'.
     """
     if case.only:
         return f"{case.id}: on {case.only} only"
@@ -82,7 +84,7 @@ def progress_line(case: CaseAB, round_no: int = 1) -> str:
     took = f", {case.wall_s:.0f} s" if case.wall_s else ""
     counted = f"({plural(r.n, 'pair')}{took})"
     rounds = case.schedule.rounds
-    if rounds == 1 and case.ratio is not None:
+    if rounds == 1 and not picked and case.ratio is not None:
         v = case.ratio
         ci = f" [{v.ci_low:.3f}, {v.ci_high:.3f}]" if v.has_interval else ""
         return f"{case.id}: {case.outcome} {v.ratio:.3f}x{ci} {counted}"

@@ -40,12 +40,14 @@ UNTIMED_SKIPPED = f"{AB_SKIP}marked untimed, {NOTHING_TO_PAIR}"
 # command's own verdict stands
 NOT_JUDGED = "not judged here: round 1 only, its command judges it otherwise"
 
-# what a summary counts a case under where it has no outcome, in this order
-UNDECIDED = ("on one side only", "not judged (round 1 only)", "not paired")
+# what a summary counts a case under where it has no outcome
+ONE_SIDE, LEFT_OUT, UNPAIRED = "on one side only", "not judged (round 1 only)", "not paired"
+UNDECIDED = (ONE_SIDE, LEFT_OUT, UNPAIRED)  # in a summary's order, after the outcomes
 
 # 3: a case's later rounds of fresh processes ("rounds"), its verdict over all; 4: every
-# pair counts, so no pair's "kept" and no case's "clocks_unstable"
-AB_SCHEMA = 4
+# pair counts, so no pair's "kept" and no case's "clocks_unstable"; 5: "counts" adds up to
+# the cases, with each reason a case has no outcome (UNDECIDED)
+AB_SCHEMA = 5
 # where a paired test's wall time goes, s: both sides' setups up to their timed call, the
 # blocks, both sides' work after it (memory, kernels, a family's own extras), and timing
 # calls one side made alone (a search's probes, a CPU reference)
@@ -93,8 +95,8 @@ class CaseAB:
     # its degrees of freedom: the A/B's pooled estimate (ABReport.pooled); None: the
     # schedule's floor
     process_sd: tuple[float, float] | None = None
-    # False: round 1 paired it, but the later rounds' selection left it out (the command
-    # that ran the A/B judges it otherwise): its pairs are kept, and it has no outcome
+    # False: round 1 paired it, but the command picked it for no judgement here, nor for the
+    # later rounds (it judges it otherwise): its pairs are kept, and it has no outcome
     judged: bool = True
 
     def exchanged(self) -> CaseAB:
@@ -316,8 +318,8 @@ class CaseAB:
         if self.outcome is not None:
             return self.outcome.value
         if self.only:
-            return UNDECIDED[0]
-        return UNDECIDED[1] if not self.judged else UNDECIDED[2]
+            return ONE_SIDE
+        return UNPAIRED if self.judged else LEFT_OUT
 
     @property
     def pairs_text(self) -> str:
@@ -469,7 +471,7 @@ class ABReport:
 
     def count(self, outcome: Outcome) -> int:
         """How many cases have this outcome."""
-        return sum(c.outcome is outcome for c in self.cases)
+        return self.counts[outcome.value]
 
     @property
     def counts(self) -> dict[str, int]:

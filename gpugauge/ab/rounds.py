@@ -38,14 +38,15 @@ def run_sides(
     note: Note = print,
     cwd: Path | None = None,
     next_round: Callable[[Sequence[str]], ABConfig] | None = None,
-    later: Callable[[Sequence[str]], Sequence[str]] = tuple,
+    later: Callable[[Sequence[str]], Sequence[str]] | None = None,
     claims: Claims | None = None,
 ) -> ABReport:
     """Run an A/B over two prepared checkouts in rounds of fresh processes (:class:`Coordinator`).
 
     Round 1 runs the selection; each later round (``next_round``: the configuration for a
     selection of node ids) runs the tests round 1 paired that ``later`` keeps (asked once,
-    after round 1, however many rounds; the others are not judged), the cheapest first, in
+    after round 1, however many rounds; the others are not judged; None keeps them all),
+    the cheapest first, in
     a fresh pair of processes with the builds' places swapped from round to round (the
     process in base's place still sets a test up first: whatever that order does to a
     process now falls on the other build), within the same time budget. The verdict
@@ -59,7 +60,7 @@ def run_sides(
     total = cfg.schedule.rounds
     # asked with one round too: a case this A/B is not to judge must not read slower in its
     # table while the command's exit status leaves it out (a review, 2026-12-07)
-    ids = tuple(later(report.paired_ids))
+    ids = tuple(report.paired_ids if later is None else later(report.paired_ids))
     report = report.leaving(set(report.paired_ids) - set(ids))  # judged elsewhere
     ids = cheapest_first(ids, report)
     # each test's cost from round 1 where the budget knew none, so that a later round starts

@@ -333,7 +333,8 @@ class Coordinator:
             done, total = self.claims.done, self.claims.total
         rounds_after = self.cfg.schedule.rounds - self.cfg.round
         eta = eta_s(time.monotonic() - started, done, total, rounds_after)
-        self.note(f"  [{done}/{total}] {progress_line(cases[-1], self.cfg.round)}{eta}")
+        line = progress_line(cases[-1], self.cfg.round, self.cfg.picked)
+        self.note(f"  [{done}/{total}] {line}{eta}")
 
     def _save_so_far(self, base: Side, head: Side, cases: list[CaseAB], t0: float) -> None:
         """``ab.json`` with every case finished so far (``complete`` false), after each one.

@@ -116,7 +116,9 @@ def run_reference(
     The history's record of the run (its id) places it; a run the history does not hold
     is placed by its date, and one without a date comes after every point. The newest
     point's, as this was, drew one host's band around another's run, or a later run's
-    around an older one (a review, 2026-12-07).
+    around an older one (a review, 2026-12-07). ``points`` are the report's window, each
+    host's :data:`RECENT_RUNS` newest: a run near the window's start has fewer runs before
+    it there than judged it, and its band may be the class's.
     """
     at = next((k for k, p in enumerate(points) if p.run.id == run.run_id), None)
     if at is not None:

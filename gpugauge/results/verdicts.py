@@ -76,6 +76,10 @@ _NUMBERS = ("baseline", "current", "ratio", "ci_low", "ci_high", "tolerance")
 _RATIOS = ("ratio", "ci_low", "ci_high")
 
 
+def _bad_level(metric: str, level: Any) -> str:
+    return f"{metric}'s level must be a number in (0, 1), not {level!r}"
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
@@ -100,6 +104,10 @@ class MetricCheck:
     verdict: Verdict
     basis: Basis = Basis.CLASS_BASELINE
     level: float = CI_LEVEL
+
+    def __post_init__(self) -> None:
+        if not 0 < self.level < 1:
+            raise ValueError(_bad_level(self.metric, self.level))
 
     @property
     def level_text(self) -> str:
@@ -175,8 +183,8 @@ class MetricCheck:
                 raise ValueError(f"{metric}'s {k} must be a finite number{said}, not {v!r}")
             numbers.append(float(v))
         level = d.get("level", CI_LEVEL)  # a check saved before checks named their level: 95%
-        if not _is_number(level) or not 0 < level < 1:
-            raise ValueError(f"{metric}'s level must be a number in (0, 1), not {level!r}")
+        if not _is_number(level):
+            raise ValueError(_bad_level(metric, level))
         return cls(
             metric,
             *numbers,
