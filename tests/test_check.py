@@ -258,7 +258,18 @@ def test_injected_fraction_reads_baselines_without_gate(
         "-p", "gpugauge.check.slowdown", "--gauge-inject-slowdown-ms", "-1"
     )
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
-    bad.stderr.fnmatch_lines(["*'-1' is not a number >= 0*"])
+    bad.stderr.fnmatch_lines(["*'-1' is not a number of ms >= 0*"])
+    # inf or 1e309 was taken, and the first timed round then never ended (a review,
+    # 2026-12-07); the fraction has a ceiling too, and -own alone injects nothing
+    for option, value in [("-ms", "inf"), ("-ms", "1e309"), ("", "nan"), ("", "11")]:
+        bad = gauge_pytester.runpytest(
+            "-p", "gpugauge.check.slowdown", f"--gauge-inject-slowdown{option}", value
+        )
+        assert bad.ret == pytest.ExitCode.USAGE_ERROR, (option, value)
+        bad.stderr.fnmatch_lines([f"*{value!r} is not a *(at most *"])
+    alone = gauge_pytester.runpytest("-p", "gpugauge.check.slowdown", "--gauge-inject-slowdown-own")
+    assert alone.ret == pytest.ExitCode.USAGE_ERROR
+    alone.stderr.fnmatch_lines(["*--gauge-inject-slowdown-own needs --gauge-inject-slowdown*"])
 
 
 # --- the gate check's table and counts, from canned runs ------------------------------

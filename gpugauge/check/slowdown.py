@@ -21,7 +21,6 @@ wakes up a scheduler tick late on a loaded host, and CPU rounds leave out preemp
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -29,20 +28,21 @@ from typing import Any
 import pytest
 
 from gpugauge.check.delay import INJECT_ENV, INJECT_MS_ENV, delay_for
+from gpugauge.core.arguments import number
 from gpugauge.measure.environment import device_class
 from gpugauge.regress.baselines import BaselineStore
 from gpugauge.results.measurement import INJECTED_KEY, devices_of
 from gpugauge.runtime.gauge import Gauge
 
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0") from None
-    if not value >= 0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
-    return value
+MOST_FRACTION = 10.0  # an injected fraction of the baseline median: up to an 11x step
+MOST_MS = 60_000.0  # an injected time per timed round, ms: a minute
+slowdown_fraction = number(
+    float,
+    0,
+    f"a fraction >= 0 of the baseline median (at most {MOST_FRACTION:g})",
+    high=MOST_FRACTION,
+)
+slowdown_ms = number(float, 0, f"a number of ms >= 0 (at most {MOST_MS:g})", high=MOST_MS)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpugauge-check", "gpugauge check")
     group.addoption(
         "--gauge-inject-slowdown",
-        type=_non_negative,
+        type=slowdown_fraction,
         default=0.0,
         metavar="FRACTION",
         help="add this fraction of each case's baseline median (from --gauge-baselines-dir) to "
@@ -65,11 +65,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--gauge-inject-slowdown-ms",
-        type=_non_negative,
+        type=slowdown_ms,
         default=0.0,
         metavar="MS",
         help="add this many milliseconds to every timed round, as device work",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse ``--gauge-inject-slowdown-own`` alone: it changes nothing without a fraction."""
+    own = config.getoption("gauge_inject_slowdown_own")
+    if own and not config.getoption("gauge_inject_slowdown"):
+        raise pytest.UsageError(
+            "--gauge-inject-slowdown-own needs --gauge-inject-slowdown FRACTION above 0: "
+            "alone it injects nothing"
+        )
 
 
 def baseline_median_ms(gauge: Gauge, spec: Any) -> float | None:
