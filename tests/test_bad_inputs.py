@@ -690,7 +690,12 @@ PLUGIN_OPTIONS: dict[str, tuple[list[str], str]] = {
     ),
     "max-time-under-min-time": (
         ["--gauge-min-time", "5", "--gauge-max-time", "0.5"],
-        "--gauge-max-time 0.5 ends a case's rounds before its least time",
+        "--gauge-max-time 0.5 ends a case's rounds before its least time (--gauge-min-time 5)",
+    ),
+    # the max time nobody gave is the profile's, and is named so (a review, 2026-12-07)
+    "min-time-over-the-profile-s-max-time": (
+        ["--gauge-profile", "smoke", "--gauge-min-time", "5"],
+        "the smoke profile's --gauge-max-time 2 ends a case's rounds before its least time",
     ),
     "confirm-new-host-without-history": (
         ["--gauge-gate", "--gauge-confirm-new-host", "--gauge-no-history"],
@@ -1260,3 +1265,31 @@ def test_report_refuses_a_run_against_itself(ws: Path, capsys: pytest.CaptureFix
     run.write_text(json.dumps(run_json([result("a")])))
     itself = report(ws, "--current", str(run), "--against", str(run))
     cli_refuses(ws, itself, "--against", capsys, "is the run this report is of")
+
+
+def test_no_command_takes_an_empty_path() -> None:
+    """Every path argument of every command refuses "": it would mean the current folder.
+
+    ``check gate --out ""`` ran its three pytest runs and wrote gate.json and its runs'
+    folder into the working directory (a review, 2026-12-07): its ``--out`` was a plain
+    ``Path``, as were a few others, where ``report``'s and ``ab``'s refused it.
+    """
+    import argparse
+
+    from gpugauge.cli import build_parser
+    from gpugauge.core.arguments import path_option
+
+    def actions(parser: argparse.ArgumentParser, name: str) -> Iterator[tuple[str, Any]]:
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub_name, sub in a.choices.items():
+                    yield from actions(sub, f"{name} {sub_name}")
+            else:
+                yield name, a
+
+    found = [(name, a) for name, a in actions(build_parser(), "gpugauge")]
+    assert any(a.type is path_option for _, a in found)  # the walk reaches the commands
+    plain = [
+        f"{name} {'/'.join(a.option_strings) or a.dest}" for name, a in found if a.type is Path
+    ]
+    assert not plain, plain

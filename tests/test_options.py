@@ -67,10 +67,17 @@ def test_cuda_without_a_gpu_is_a_clear_error() -> None:
         resolve_with(device="cuda")
 
 
-@pytest.mark.parametrize("window", [0.2, 0.99])
-def test_short_energy_windows_are_refused(window: float) -> None:
-    with pytest.raises(ValueError, match="at least 1 s"):
-        resolve_with(energy_window=window)
+@pytest.mark.parametrize("window", ["0.2", "0.99", "1e-9", "86401", "nan"])
+def test_short_energy_windows_are_refused(window: str) -> None:
+    """NVML's readings update every 20-100 ms: a window is 0 (off) or 1 s at least."""
+    import argparse
+
+    from gpugauge.runtime.flags import energy_window
+
+    with pytest.raises(argparse.ArgumentTypeError, match="0 \\(off\\), or 1 to 86400"):
+        energy_window(window)
+    assert energy_window("0") == 0.0
+    assert energy_window("1") == 1.0
 
 
 def test_energy_window_zero_turns_energy_off() -> None:
@@ -87,7 +94,9 @@ def test_energy_window_zero_turns_energy_off() -> None:
         (["--gauge-target-ci", "-1"], "argument --gauge-target-ci: '-1' is not a fraction > 0"),
         # refused as it is read, as its message says, not later by the policy
         (["--gauge-target-ci", "1"], "argument --gauge-target-ci: '1' is not a fraction > 0"),
-        (["--gauge-energy-window", "0.5"], "use at least 1 s"),
+        # one rule, said once, as it is read: 0 is off, else 1 s at least
+        (["--gauge-energy-window", "0.5"], "'0.5' is not a number of seconds: 0 (off), or 1"),
+        (["--gauge-energy-window", "-1"], "'-1' is not a number of seconds: 0 (off), or 1"),
         (["--gauge-device", "cuda"], "no CUDA device is visible"),
         (["--no-such-option"], "unrecognized arguments: --no-such-option"),
     ],

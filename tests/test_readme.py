@@ -229,6 +229,21 @@ def test_the_options_table_lists_every_option(pytester: pytest.Pytester) -> None
     assert not missing, f"options missing from the README's table: {missing}"
 
 
+def test_the_options_table_gives_the_profiles_own_defaults() -> None:
+    """The defaults it states by profile (smoke, seed, full) are the settings the code has."""
+    from gpugauge.core.profiles import PROFILE_SETTINGS
+
+    def three(field: str) -> str:
+        return ", ".join(f"{v[field]:g}" for v in PROFILE_SETTINGS.values())
+
+    row = next(x for x in TEXT.splitlines() if x.startswith("| `--gauge-min-rounds N`"))
+    assert f"F is {three('target_ci')} and S {three('budget_s')} (smoke, seed, full)" in row
+    row = next(x for x in TEXT.splitlines() if x.startswith("| `--gauge-warmup N`"))
+    assert f"and seconds ({three('warmup_s')} by profile)" in row
+    row = next(x for x in TEXT.splitlines() if x.startswith("| `--gauge-min-time S`"))
+    assert f"at least S seconds ({three('min_time_s')} by profile)" in row
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     quick = _section("Quick start")
     assert "python -m pytest benches -k vgg_swap --benchmark-autosave" in quick

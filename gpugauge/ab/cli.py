@@ -94,7 +94,8 @@ def _shared(p: argparse.ArgumentParser) -> None:
         "--out",
         type=path_option,
         default=AB_OUT,
-        help=f"folder for the sides' logs and saved runs and ab.json (default {AB_OUT})",
+        help=f"folder for the sides' logs and saved runs and ab.json; bisect adds {BISECT_TXT} "
+        f"and a folder per step (default {AB_OUT})",
     )
     p.add_argument(
         "--min-effect",
@@ -106,7 +107,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
         "--max-pairs",
         type=_pairs,
         default=Schedule().max_pairs,
-        help=f"most block pairs a case gets (default {Schedule().max_pairs})",
+        help=f"most block pairs a case gets in each round (default {Schedule().max_pairs})",
     )
     p.add_argument(
         "--block-time",
@@ -158,7 +159,8 @@ def _add_gpus(p: argparse.ArgumentParser) -> None:
         help="spread the tests over these GPUs: CUDA indices as this process sees them "
         "(within CUDA_VISIBLE_DEVICES where set), UUIDs, or all. Each GPU runs its own pair "
         "of processes, and each case is paired on one GPU; logs in --out/gpu-<GPU> "
-        "(default: one pair of processes, on the GPUs this process sees)",
+        "(default: one pair of processes, on the GPUs this process sees). On a host with no "
+        "NVIDIA driver the names pass as given, and each pair runs the CPU cases",
     )
 
 
@@ -214,7 +216,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     conf.add_argument(
         "run",
-        type=Path,
+        type=path_option,
         metavar="RUN.json",
         help="a gated run's saved JSON (with --measure: where the gated run is saved)",
     )
@@ -223,8 +225,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run the gated suite itself as the head side of the A/B's first round, "
         "against the commit that recorded this host's baselines, and save it as RUN.json: "
-        "each case is timed in four processes, not five (the gated run, then two rounds "
-        "of two). Select its cases as for an A/B (-m, -k, --profile, --benches); give the "
+        "each case is timed in four processes (round 1: the gated run and the base's; "
+        "round 2: two more), not five (the gated run, then two rounds of two). Select its "
+        "cases as for an A/B (-m, -k, --profile, --benches); give the "
         "gated run's own options with --gated-args",
     )
     conf.add_argument(

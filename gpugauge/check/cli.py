@@ -21,8 +21,9 @@ from typing import Any
 from gpugauge.check.gate_report import DEFAULT_SLOWDOWN
 from gpugauge.check.runs import CheckError, CheckUnavailable, sigterm_as_interrupt
 from gpugauge.check.timer_report import DEFAULT_THRESHOLD
-from gpugauge.core.arguments import PROFILES, number
+from gpugauge.core.arguments import number, path_option
 from gpugauge.core.commands import name_missing_choices
+from gpugauge.core.profiles import PROFILES
 from gpugauge.results.files import FileError, make_dir
 
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -52,7 +53,9 @@ def _count(text: str) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder (default {DEFAULT_OUT})")
+    p.add_argument(
+        "--out", type=path_option, default=DEFAULT_OUT, help=f"folder (default {DEFAULT_OUT})"
+    )
     p.add_argument(
         "-k",
         dest="select",
@@ -63,14 +66,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=PROFILES, default="seed", help="default: seed")
     p.add_argument(
         "--benches",
-        type=Path,
+        type=path_option,
         default=Path("benches"),
         metavar="PATH",
         help="the benchmarks' folder (default: benches)",
     )
     p.add_argument(
         "--baselines-dir",
-        type=Path,
+        type=path_option,
         default=Path("baselines"),
         help="the stored baselines, by device class (default: baselines)",
     )
@@ -132,13 +135,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     gate.add_argument("--runs", type=_count, default=2, metavar="N", help="A/A runs (default 2)")
     gate.add_argument(
         "--tolerances-dir",
-        type=Path,
+        type=path_option,
         default=None,
         help="the gate's tolerance TOML folder (default: the gated pytest's, <rootdir>/tolerances)",
     )
     gate.add_argument(
         "--judge-again",
-        type=Path,
+        type=path_option,
         default=None,
         metavar="FOLDER",
         help="run nothing: judge the runs of an earlier check (its --out folder) again "

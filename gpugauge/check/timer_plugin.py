@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpugauge.check.three_timers import DEFAULT_THRESHOLD
+from gpugauge.core.arguments import path_option
 from gpugauge.results.files import atomic_write_json
 from gpugauge.results.measurement import devices_of
 from gpugauge.runtime.gauge import Gauge
@@ -39,7 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpugauge-check", "gpugauge check")
     group.addoption(
         "--gauge-timer-check-json",
-        type=Path,
+        type=path_option,
         default=None,
         metavar="FILE",
         help="also time each GPU case with triton.testing.do_bench and a bare CUDA-event "

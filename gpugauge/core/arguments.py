@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PROFILES = ("smoke", "seed", "full")
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "all")
 REGIMES = ("sustained", "burst")
 HISTORY_ENV_VAR = "GPUGAUGE_HISTORY"  # a path or URL that replaces the default (a nightly's secret)
@@ -31,6 +30,9 @@ MAX_RUN_S = 7 * 86_400.0
 # history judges a case by itself (gpugauge.history.reference.ReferencePolicy.runs; a test
 # holds the two equal), so a longer count would name nights that are already judged.
 MAX_FIRST_NIGHTS = 5
+# The least energy window, s: NVML's energy counter and power readings update every
+# 20-100 ms, so a shorter window reads a handful of updates (gpugauge.measure.energy)
+MIN_WINDOW_S = 1.0
 
 
 def number(

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpugauge.core.arguments import positive_int
+from gpugauge.core.arguments import path_option, positive_int
 from gpugauge.core.phrasing import plural
 from gpugauge.history.capture import saved_records
 from gpugauge.history.changepoints import (
@@ -306,7 +306,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="write every metric row as CSV (one row per metric), streamed, put in place "
         "whole; never over the history, nor over a file that is not an export unless --force",
     )
-    p.add_argument("--csv", type=Path, required=True, metavar="FILE", help="the CSV to write")
+    p.add_argument(
+        "--csv", type=path_option, required=True, metavar="FILE", help="the CSV to write"
+    )
     p.add_argument("--id", metavar="GLOB", help="only cases whose id matches this glob")
     p.add_argument(
         "--force",
@@ -321,7 +323,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "every file is checked first, and one bad file adds none; a run already there "
         "is skipped",
     )
-    p.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="saved runs")
+    p.add_argument("runs", type=path_option, nargs="+", metavar="RUN.json", help="saved runs")
     p.add_argument(
         "--host",
         help="the host they ran on (default: each run's own, as its live append named it: "

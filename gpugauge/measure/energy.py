@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpugauge.core.arguments import MIN_WINDOW_S
 from gpugauge.core.json_records import from_plain, to_plain
 from gpugauge.measure.nvml import NvmlDevice
 from gpugauge.measure.sampler import GpuSampler
 
-MIN_WINDOW_S = 1.0
 SHORT_WINDOW_S = 2.0
 
 

@@ -3,12 +3,11 @@
 :func:`load_trends` reads, for every timed case of the current run, the case's time on its
 device class over every run and host of the history (:meth:`History.points`), its change
 points (:func:`~gpugauge.history.changepoints.changes_of_cases`, per host and over the
-class) and the reference that judged its latest run (:func:`~gpugauge.history.reference.
-reference_for` on the runs before it, with the committed class baseline and the case's
-tolerance, as a gated run judges), and, in the same read, the steps of the run's exact
-metrics (memory, counts). :class:`TrendChart` draws them as small multiples,
-the cases that moved most first; :func:`changes_table` lists the change points. Nothing
-here names a family.
+class) and the reference that judged it in this run (:func:`run_reference`: the runs
+before it, with the committed class baseline and the case's tolerance, as a gated run
+judges), and, in the same read, the steps of the run's exact metrics (memory, counts).
+:class:`TrendChart` draws them as small multiples, the cases that moved most first;
+:func:`changes_table` lists the change points. Nothing here names a family.
 """
 
 from __future__ import annotations
@@ -248,7 +247,7 @@ class TrendChart:
 
     Per case, each host's run medians (its own colour and marker) with their 95% CI as a
     band, in run order (oldest left); the allowed band of the reference that judged the
-    latest run (its median ± allowed, shaded); change points as vertical lines (red:
+    reported run (its median ± allowed, shaded); change points as vertical lines (red:
     slower, blue: faster; solid: found on one host, dashed: over the class), the
     :data:`LABELLED_STEPS` largest labelled with their size.
     """
@@ -258,8 +257,8 @@ class TrendChart:
         self.name = f"trends-{page + 1}"
         self.title = (
             f"Trends across runs, part {page + 1}: median time per run with its 95% CI band "
-            "per host; shaded: allowed band of the latest reference; vertical lines: change "
-            "points (red slower, blue faster; dashed: over the class)"
+            "per host; shaded: allowed band of the reference that judged this run; vertical "
+            "lines: change points (red slower, blue faster; dashed: over the class)"
         )
 
     def applies(self, data: ReportData) -> bool:

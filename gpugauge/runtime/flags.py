@@ -14,20 +14,39 @@ from typing import TYPE_CHECKING, Any
 from gpugauge.core.arguments import (
     DEVICE_CHOICES,
     HISTORY_ENV_VAR,
-    PROFILES,
+    MAX_BENCH_S,
+    MIN_WINDOW_S,
     REGIMES,
     count,
     first_nights,
     fraction,
+    number,
     path_option,
     positive_int,
     positive_seconds,
     run_seconds,
     seconds,
 )
+from gpugauge.core.profiles import PROFILES, by_profile
 
 if TYPE_CHECKING:
     import pytest
+
+_WINDOW = (
+    f"a number of seconds: 0 (off), or {MIN_WINDOW_S:g} to {MAX_BENCH_S:g} (NVML's energy "
+    "counter and power readings update every 20-100 ms)"
+)
+_window_on = number(float, MIN_WINDOW_S, _WINDOW, high=MAX_BENCH_S)
+
+
+def energy_window(text: str) -> float:
+    """An argparse type: ``--gauge-energy-window``'s seconds, 0 or at least the least window."""
+    try:
+        off = float(text) == 0
+    except ValueError:
+        off = False
+    return 0.0 if off else _window_on(text)
+
 
 # Every option is --gauge-*, its dest gauge_*, as pytest-benchmark's are --benchmark-*: a
 # project's own --device, --profile or --rounds never clashes with gpugauge's.
@@ -71,7 +90,7 @@ def add_options(group: Any) -> None:
         "--gauge-warmup-time",
         type=seconds,
         default=None,
-        help="also warm up for at least this many seconds (profile default)",
+        help=f"also warm up for at least this many seconds ({by_profile('warmup_s')})",
     )
     group.addoption(
         "--gauge-regime",
@@ -84,19 +103,22 @@ def add_options(group: Any) -> None:
         "--gauge-min-time",
         type=seconds,
         default=None,
-        help="adaptive stop: at least this many seconds of measured rounds (profile default)",
+        help="adaptive stop: at least this many seconds of measured rounds "
+        f"({by_profile('min_time_s')})",
     )
     group.addoption(
         "--gauge-target-ci",
         type=fraction,
         default=None,
-        help="adaptive stop: relative half-width of the 95%% CI of the median",
+        help="adaptive stop: relative half-width of the 95%% CI of the median, a fraction in "
+        f"(0, 1) ({by_profile('target_ci')})",
     )
     group.addoption(
         "--gauge-max-time",
         type=positive_seconds,
         default=None,
-        help="adaptive stop: seconds of timed rounds per benchmark at most (the policy's budget_s)",
+        help="adaptive stop: seconds of timed rounds per benchmark at most "
+        f"({by_profile('budget_s')})",
     )
     group.addoption(
         "--gauge-flush-l2",
@@ -106,15 +128,16 @@ def add_options(group: Any) -> None:
     )
     group.addoption(
         "--gauge-energy-window",
-        type=seconds,
+        type=energy_window,
         default=5.0,
-        help="seconds of repeated runs per energy reading (>= 1; 0 turns energy off)",
+        help=f"seconds of back-to-back timed rounds per energy reading (0 turns energy off, "
+        f"else at least {MIN_WINDOW_S:g}; default %(default)s)",
     )
     group.addoption(
         "--gauge-idle-time",
         type=seconds,
         default=1.0,
-        help="idle seconds before each energy window, for the idle power",
+        help="idle seconds before each energy window, for the idle power (default %(default)s)",
     )
     group.addoption(
         "--gauge-stop-after",

@@ -15,37 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gpugauge.core.json_records import to_plain
-from gpugauge.measure.energy import MIN_WINDOW_S
+from gpugauge.core.profiles import PROFILE_SETTINGS
 from gpugauge.measure.timing import TimingPolicy
 from gpugauge.results.files import writable_problem
 
-# Per profile: how hard to try for a tight median, in the sustained regime. The seeds
-# warmed up 5 rounds and averaged 10: every profile warms up 5, and seed/full take at
-# least 10 rounds. seed/full then warm up for 1-2 s of back-to-back batches until two batch
-# medians agree within 2% (an H200 at its power cap leaves its 1980 MHz boost within
-# 0.2 s), and time at least 1-2 s of rounds, so that the median spans the clock's wander.
+# the profiles' settings, made policies (gpugauge.core.profiles says why these numbers)
 PROFILE_POLICIES: dict[str, TimingPolicy] = {
-    "smoke": TimingPolicy(warmup_rounds=5, min_rounds=5, target_ci=0.05, budget_s=2.0),
-    "seed": TimingPolicy(
-        warmup_rounds=5,
-        warmup_s=1.0,
-        settle=0.02,
-        max_warmup_s=5.0,
-        min_rounds=10,
-        min_time_s=1.0,
-        target_ci=0.01,
-        budget_s=10.0,
-    ),
-    "full": TimingPolicy(
-        warmup_rounds=5,
-        warmup_s=2.0,
-        settle=0.01,
-        max_warmup_s=8.0,
-        min_rounds=20,
-        min_time_s=2.0,
-        target_ci=0.005,
-        budget_s=30.0,
-    ),
+    name: TimingPolicy(**settings) for name, settings in PROFILE_SETTINGS.items()
 }
 
 # The burst regime: the GPU idles until its clock recovers, then a short run at boost.
@@ -135,12 +111,7 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
         "cuda": ("cuda",),
         "all": ("cpu", "cuda"),
     }[device]
-    window = get("energy_window")
-    if 0 < window < MIN_WINDOW_S:
-        raise ValueError(
-            f"--gauge-energy-window {window}: NVML's energy counter and power readings "
-            f"update every 20-100 ms; use at least {MIN_WINDOW_S:g} s, or 0 for off"
-        )
+    window = get("energy_window")  # 0, or at least MIN_WINDOW_S: flags.energy_window
     overrides = {
         "rounds": get("rounds"),
         "min_rounds": get("min_rounds"),
@@ -166,10 +137,15 @@ def resolve(get: Callable[[str], Any], cuda_available: bool, root: Path = Path("
     except ValueError as err:
         raise ValueError(_policy_problem(str(err), merged)) from None
     if policy.rounds is None and policy.min_time_s > policy.budget_s:
+
+        def given(option: str, key: str, value: float) -> str:
+            said = f"--gauge-{option} {value:g}"
+            return said if key in merged else f"the {profile} profile's {said}"
+
         raise ValueError(
-            f"--gauge-max-time {policy.budget_s:g} ends a case's rounds before its least time "
-            f"(--gauge-min-time {policy.min_time_s:g}, or the profile's): every result would "
-            "stop short and read noisy; give a max time of at least the min time"
+            f"{given('max-time', 'budget_s', policy.budget_s)} ends a case's rounds before its "
+            f"least time ({given('min-time', 'min_time_s', policy.min_time_s)}): every result "
+            "would stop short and read noisy; give a max time of at least the min time"
         )
     _check_gate_options(get)
     _check_folders(get)
