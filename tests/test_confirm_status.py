@@ -87,3 +87,32 @@ def test_an_unreadable_result_that_passed_does_not_fail_confirm(
     assert still_regressed(run) == []
     monkeypatch.chdir(tmp_path)
     assert main(["confirm", str(run), "--out", str(tmp_path / "ab")]) == 0
+
+
+def test_confirm_keeps_its_a_bs_in_the_history_of_its_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A run saved with --benchmark-storage X was added to X's history: confirm --storage X
+    keeps its A/Bs there, as report --storage reads it, not in .benchmarks' (a review,
+    2026-12-07)."""
+    import argparse
+
+    from gpugauge.ab.confirm_command import _history_of
+    from gpugauge.history.store import ENV_VAR, History
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    data = run_json([result("a")])
+    data["gpugauge"]["history_run_id"] = "run-1"
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(data))
+    store = tmp_path / "elsewhere"
+    store.mkdir()
+    args = argparse.Namespace(run=run, history=None, storage=store)
+    assert _history_of(args) is None  # no history there yet: said, not created
+    assert f"history {store / 'gpugauge-history.sqlite'}: no such file" in capsys.readouterr().err
+    with History.open(store / "gpugauge-history.sqlite"):
+        pass
+    assert _history_of(args) is None
+    assert "elsewhere/gpugauge-history.sqlite: holds no run 'run-1'" in capsys.readouterr().err
+    assert not (tmp_path / ".benchmarks").exists()

@@ -261,7 +261,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="PATH|URL",
         help="the results history the run was added to, where the A/Bs are kept: a SQLite "
         "file or a postgresql:// URL (default: $GPUGAUGE_HISTORY, else "
-        ".benchmarks/gpugauge-history.sqlite)",
+        "gpugauge-history.sqlite in --storage, as pytest's run found it)",
     )
     _shared(conf)
     add_budget(

@@ -68,7 +68,7 @@ def _history_of(args: argparse.Namespace) -> tuple[str, str] | None:
     run_id = (read_json(args.run).get("gpugauge") or {}).get("history_run_id")
     if not isinstance(run_id, str):
         return None
-    target = args.history or default_target()
+    target = args.history or default_target(args.storage)  # the run's, as pytest found it
     problem = history_problem(target, run_id)
     if problem is None:
         return target, run_id
