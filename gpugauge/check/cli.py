@@ -42,14 +42,10 @@ def fraction_quoting(default: float) -> Callable[[str], float]:
     return parse
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return value
+MOST_AA_RUNS = 20  # each A/A run is a whole pytest run of the selection
+_aa_runs = number(
+    int, 1, f"a whole number of A/A runs >= 1 (at most {MOST_AA_RUNS})", high=MOST_AA_RUNS
+)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -132,7 +128,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help=f"injected fraction of each case's baseline median (default {DEFAULT_SLOWDOWN:g}; "
         "with --judge-again, the earlier check's)",
     )
-    gate.add_argument("--runs", type=_count, default=2, metavar="N", help="A/A runs (default 2)")
+    gate.add_argument("--runs", type=_aa_runs, default=2, metavar="N", help="A/A runs (default 2)")
     gate.add_argument(
         "--tolerances-dir",
         type=path_option,
