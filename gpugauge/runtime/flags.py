@@ -143,7 +143,8 @@ def add_options(group: Any) -> None:
         "--gauge-stop-after",
         type=run_seconds,
         default=None,
-        help="start no new test once this many seconds have passed: the run ends there, "
+        help="start no new test once this many seconds have passed since the session began "
+        "(asked as each test ends: the first test always runs): the run ends there, "
         "its results and JSON saved, as an interrupted run (exit status 2, kept out of "
         "the history and the baselines), for jobs with a time limit that a kill would lose",
     )
