@@ -386,7 +386,7 @@ def fmt_ratio(check: MetricCheck | None, unsampled: bool = False) -> str:
         return f"{check.ratio:.3f}x (no interval)"
     if check.ci_low == check.ci_high:
         return f"{check.ratio:.3f}x"
-    return f"{check.ratio:.3f}x {check.level_text}[{check.ci_low:.3f}, {check.ci_high:.3f}]"
+    return f"{check.ratio:.3f}x {check.interval_text}"
 
 
 def worst_first(results: Sequence[GateResult]) -> list[GateResult]:

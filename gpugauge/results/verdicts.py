@@ -110,9 +110,12 @@ class MetricCheck:
             raise ValueError(_bad_level(self.metric, self.level))
 
     @property
-    def level_text(self) -> str:
-        """'99.8% ' where the interval's level is not the 95% a table heads it with; '' else."""
-        return "" if self.level == CI_LEVEL else f"{self.level * 100:.3g}% "
+    def interval_text(self) -> str:
+        """'[1.021, 1.040]'; '99.8% [1.021, 1.040]' at another level than 95%; '' if zero-wide."""
+        if self.ci_low == self.ci_high:
+            return ""
+        level = "" if self.level == CI_LEVEL else f"{self.level * 100:.3g}% "
+        return f"{level}[{self.ci_low:.3f}, {self.ci_high:.3f}]"
 
     @property
     def from_none(self) -> bool:
@@ -146,11 +149,7 @@ class MetricCheck:
                 f"new {self.metric}: {self.current:.6g} {unit} where the reference had none, "
                 f"vs {self.allowed} allowed ({self.verdict}, by {self.basis})"
             )
-        interval = (
-            ""
-            if self.ci_low == self.ci_high
-            else f" {self.level_text}[{self.ci_low:.3f}, {self.ci_high:.3f}]"
-        )
+        interval = f" {self.interval_text}" if self.interval_text else ""
         return (
             f"{self.metric} {self.ratio:.3f}x{interval} vs {self.allowed} allowed "
             f"({self.verdict}, by {self.basis})"
